@@ -1,0 +1,1 @@
+"""PNM user library: formats, the device port, Memory and Command APIs."""

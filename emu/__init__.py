@@ -1,0 +1,1 @@
+"""Emulated links, latency model and serving emulator."""

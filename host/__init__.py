@@ -1,0 +1,1 @@
+"""NelssaHost on the PNM node and the GPU decode node."""

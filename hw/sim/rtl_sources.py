@@ -1,0 +1,37 @@
+"""Source lists of the RTL units, in compile order (packages first)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nelssa.hw.sim.verilator import RTL_ROOT
+
+CORE = RTL_ROOT / "core"
+
+PACKAGES = [CORE / "nelssa_fp_tables_pkg.sv", CORE / "nelssa_engine_pkg.sv"]
+"""Packages every core unit may import."""
+
+FP_UNITS = [
+    CORE / "nelssa_bf16_mul.sv",
+    CORE / "nelssa_fp32_add.sv",
+    CORE / "nelssa_fp32_mul.sv",
+    CORE / "nelssa_fp32_max.sv",
+    CORE / "nelssa_fp32_exp2.sv",
+    CORE / "nelssa_fixed_to_fp32.sv",
+    CORE / "nelssa_fp32_log2.sv",
+    CORE / "nelssa_fp32_recip.sv",
+]
+"""Arithmetic units, each its own module."""
+
+ENGINE = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv"]
+"""Everything the attention engine elaborates from."""
+
+LINT_WAIVERS = RTL_ROOT / "lint.vlt"
+"""Verilator configuration file with the project's lint waivers (each with its reason)."""
+
+
+def unit_sources(top: str) -> list[Path]:
+    """Packages plus the fp units plus ``top``'s own file when it is not among them."""
+    own = CORE / f"{top}.sv"
+    units = FP_UNITS if own in FP_UNITS else [*FP_UNITS, own]
+    return [*PACKAGES, *units]

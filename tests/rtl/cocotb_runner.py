@@ -1,0 +1,59 @@
+"""Build a Verilated top through cocotb_tools.runner (cached by source hash) and run its tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from cocotb_tools.check_results import get_results
+
+from nelssa.hw.sim.rtl_sources import LINT_WAIVERS, unit_sources
+from nelssa.hw.sim.verilator import cached_build_dir, setup_environment
+
+TESTS_RTL = Path(__file__).resolve().parent
+
+
+def run_cocotb(
+    top: str,
+    test_module: str,
+    parameters: Mapping[str, object] | None = None,
+    sources: Sequence[Path] | None = None,
+    waves: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+) -> None:
+    """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
+
+    Fails the calling pytest test unless at least one cocotb test ran and none failed.
+    """
+    setup_environment()
+    from cocotb_tools.runner import get_runner
+
+    srcs = list(sources) if sources is not None else unit_sources(top)
+    params = dict(parameters or {})
+    build_args = [str(LINT_WAIVERS), "--x-assign", "fast", "--x-initial", "fast", "-O3"]
+    if waves:
+        build_args += ["--trace-fst", "--trace-structs"]
+    build_dir = cached_build_dir(f"cocotb-{top}", [*srcs, LINT_WAIVERS], params, build_args)
+    runner = get_runner("verilator")
+    runner.build(
+        sources=srcs,
+        hdl_toplevel=top,
+        parameters=params,
+        build_dir=build_dir,
+        build_args=build_args,
+        waves=waves,
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
+    env.update(extra_env or {})
+    results = runner.test(
+        hdl_toplevel=top,
+        test_module=test_module,
+        build_dir=build_dir,
+        test_dir=build_dir,
+        extra_env=env,
+        waves=waves,
+    )
+    num_tests, num_failed = get_results(Path(results))
+    assert num_tests > 0, f"{test_module}: no cocotb test ran"
+    assert num_failed == 0, f"{test_module}: {num_failed} of {num_tests} cocotb tests failed"

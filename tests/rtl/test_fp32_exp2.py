@@ -1,0 +1,49 @@
+"""nelssa_fp32_exp2 against hw/model/fp.py exp2, bit for bit."""
+
+from __future__ import annotations
+
+import cocotb
+import numpy as np
+import pytest
+from fpunit import SPECIALS32, CombTB, random_f32_bits
+
+from nelssa.hw.model import fp
+
+TOP = "nelssa_fp32_exp2"
+
+
+class TB(CombTB):
+    def __init__(self, dut) -> None:
+        super().__init__(dut, ["x_i"], "y_o")
+
+
+@cocotb.test()
+async def specials(dut):
+    """0, +-Inf, NaN, subnormals, the flush edge at -126 and the overflow edge at 128."""
+    edges = np.array([np.float32(v).view(np.uint32) for v in
+                      (-126.0, -126.00001, -125.99999, 127.99999, 128.0, -127.0, 1e-30, -1e-30,
+                       -0.0, 0.5, -0.5, 1.0, -1.0)], dtype=np.uint32)
+    await TB(dut).check(fp.exp2, np.concatenate([SPECIALS32, edges]), label="specials")
+
+
+@cocotb.test()
+async def softmax_range(dut):
+    """The range softmax uses, x in [-40, 0], including every table interval boundary."""
+    rng = np.random.default_rng(41)
+    x = -rng.uniform(0, 40, 4000).astype(np.float32)
+    bounds = -(np.arange(0, 3 * 128) / 128.0).astype(np.float32)
+    await TB(dut).check(fp.exp2, np.concatenate([x, bounds]).view(np.uint32), label="softmax")
+
+
+@cocotb.test()
+async def random_bits(dut):
+    """Constrained-random arguments of any magnitude."""
+    rng = np.random.default_rng(42)
+    await TB(dut).check(fp.exp2, random_f32_bits(rng, 5000), label="random")
+
+
+@pytest.mark.rtl
+def test_fp32_exp2():
+    from cocotb_runner import run_cocotb
+
+    run_cocotb(TOP, "test_fp32_exp2")
