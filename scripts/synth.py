@@ -254,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
             "groups": group_counts(cells),
             "cells": cells,
         }
-        print(format_table(top, args.family, cells), flush=True)
+        print(
+            ("\n" if len(results) > 1 else "") + format_table(top, args.family, cells), flush=True
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
         log.info("wrote %s", args.json)

@@ -26,8 +26,8 @@ FP_UNITS = [
 ENGINE = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv"]
 """Everything the attention engine elaborates from."""
 
-LINT_WAIVERS = RTL_ROOT / "lint.vlt"
-"""Verilator configuration file with the project's lint waivers (each with its reason)."""
+VERILATOR_CONFIG = RTL_ROOT / "verilator.vlt"
+"""Verilator configuration file: lint waivers (each with its reason) and build settings."""
 
 
 def unit_sources(top: str) -> list[Path]:

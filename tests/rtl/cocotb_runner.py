@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cocotb_tools.check_results import get_results
 
-from nelssa.hw.sim.rtl_sources import LINT_WAIVERS, unit_sources
+from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG, unit_sources
 from nelssa.hw.sim.verilator import cached_build_dir, setup_environment
 
 TESTS_RTL = Path(__file__).resolve().parent
@@ -21,6 +21,7 @@ def run_cocotb(
     sources: Sequence[Path] | None = None,
     waves: bool = False,
     extra_env: Mapping[str, str] | None = None,
+    test_filter: str | None = None,
 ) -> None:
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
@@ -31,10 +32,10 @@ def run_cocotb(
 
     srcs = list(sources) if sources is not None else unit_sources(top)
     params = dict(parameters or {})
-    build_args = [str(LINT_WAIVERS), "--x-assign", "fast", "--x-initial", "fast", "-O3"]
+    build_args = [str(VERILATOR_CONFIG), "--x-assign", "fast", "--x-initial", "fast", "-O3"]
     if waves:
         build_args += ["--trace-fst", "--trace-structs"]
-    build_dir = cached_build_dir(f"cocotb-{top}", [*srcs, LINT_WAIVERS], params, build_args)
+    build_dir = cached_build_dir(f"cocotb-{top}", [*srcs, VERILATOR_CONFIG], params, build_args)
     runner = get_runner("verilator")
     runner.build(
         sources=srcs,
@@ -53,6 +54,7 @@ def run_cocotb(
         test_dir=build_dir,
         extra_env=env,
         waves=waves,
+        test_filter=test_filter,
     )
     num_tests, num_failed = get_results(Path(results))
     assert num_tests > 0, f"{test_module}: no cocotb test ran"

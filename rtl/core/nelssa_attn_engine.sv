@@ -1,0 +1,557 @@
+// Sparse-attention engine of one PNM device: the query heads of one KV head (a GQA group)
+// against the selected clusters of that KV head, with online softmax over clusters.
+//
+// Stream (kv_*): Q rows of every query head, then for each cluster its K rows then its V rows;
+// 64-byte beats, lane i (bf16) in bits [16i+15:16i], head_dim/32 beats per row, kv_last_i on
+// the final beat. Cluster lengths arrive on clu_* (one entry per cluster, in order).
+// Result (res_*): for each query head head_dim/16 beats of normalised O (fp32, lane k in bits
+// [32k+31:32k]), then one beat with LSE (fp32, natural log) of head h in bits [32h+31:32h].
+// done_o pulses once per command with status_o (nelssa_engine_pkg::status_e).
+//
+// The order of floating-point operations is the contract with hw/model/engine.py; see
+// docs/numerics.md. Throughput: one beat per cycle inside a K or V phase; each cluster costs
+// three stall cycles at its K->V turn (pipeline drain, softmax set-up) and one at its start.
+module nelssa_attn_engine
+  import nelssa_engine_pkg::*;
+#(
+  parameter int unsigned HeadDim          = 128,  // largest head_dim accepted: 64 or 128
+  parameter int unsigned NumQHeads        = 8,    // largest GQA group (query heads), 1..8
+  parameter int unsigned MaxClusterTokens = 64    // score-buffer depth in tokens, 1..255
+) (
+  input  logic              clk_i,
+  input  logic              rst_ni,
+  // command
+  input  logic              cmd_valid_i,
+  output logic              cmd_ready_o,
+  input  logic [7:0]        cmd_head_dim_i,      // 64 or 128
+  input  logic [3:0]        cmd_num_qheads_i,    // 1..NumQHeads
+  input  logic [15:0]       cmd_num_clusters_i,  // >= 1
+  input  logic [31:0]       cmd_scale_i,         // fp32 softmax scale, e.g. 1/sqrt(head_dim)
+  // cluster lengths, one per cluster
+  input  logic              clu_valid_i,
+  output logic              clu_ready_o,
+  input  logic [7:0]        clu_tokens_i,
+  // data beats
+  input  logic              kv_valid_i,
+  output logic              kv_ready_o,
+  input  logic [BEAT_W-1:0] kv_data_i,
+  input  logic              kv_last_i,
+  // result beats
+  output logic              res_valid_o,
+  input  logic              res_ready_i,
+  output logic [BEAT_W-1:0] res_data_o,
+  output logic              res_last_o,
+  // completion
+  output logic              done_o,
+  output status_e           status_o,
+  output logic              busy_o
+);
+  // ---------------------------------------------------------------------------------------------
+  // Parameter checks
+  if (HeadDim != 64 && HeadDim != 128) begin : gen_check_head_dim
+    $error("nelssa_attn_engine: HeadDim must be 64 or 128");
+  end
+  if (NumQHeads < 1 || NumQHeads > 8) begin : gen_check_qheads
+    $error("nelssa_attn_engine: NumQHeads must be in 1..8");
+  end
+  if (MaxClusterTokens < 1 || MaxClusterTokens > 255) begin : gen_check_tokens
+    $error("nelssa_attn_engine: MaxClusterTokens must be in 1..255");
+  end
+
+  localparam int unsigned HW = (NumQHeads > 1) ? $clog2(NumQHeads) : 1;  // head index width
+  localparam int unsigned TW = (MaxClusterTokens > 1) ? $clog2(MaxClusterTokens) : 1;
+  localparam int unsigned DW = $clog2(HeadDim);                          // element index width
+  localparam int unsigned OUT_LANES = BEAT_W / 32;                       // fp32 per result beat
+  localparam logic [31:0] SIGN = 32'h8000_0000;
+
+  typedef enum logic [3:0] {
+    StIdle, StQ, StClu, StK, StKDrain, StSetup, StV, StFinal, StOut, StDrain, StDone
+  } state_e;
+
+  // ---------------------------------------------------------------------------------------------
+  // Control registers
+  state_e      state_q, state_d;
+  status_e     status_q, status_d;
+  logic [2:0]  bpr_q;          // beats per row: 2 or 4
+  logic [3:0]  nq_q;           // query heads of this command
+  logic [15:0] nclu_q;         // clusters of this command
+  logic [15:0] clu_popped_q;   // cluster entries consumed so far
+  logic [7:0]  ntok_q;         // tokens of the current cluster
+  logic [7:0]  tok_q;          // token within the cluster (K or V phase)
+  logic [1:0]  part_q;         // beat within the row
+  logic [3:0]  head_q;         // query head (Q load, finalisation, output)
+  logic [2:0]  obeat_q;        // result beat within a head
+  logic        last_seen_q;    // kv_last_i consumed (drain)
+  logic [31:0] c_q;            // scale * log2(e)
+
+  // Datapath state
+  logic [15:0] q_q      [NumQHeads][HeadDim];
+  logic [31:0] o_q      [NumQHeads][HeadDim];
+  logic [31:0] score_q  [MaxClusterTokens][NumQHeads];
+  logic [31:0] m_q      [NumQHeads];   // running max (log2 domain)
+  logic [31:0] mrun_q   [NumQHeads];   // max including the current cluster
+  logic [31:0] l_q      [NumQHeads];   // running softmax denominator
+  logic [31:0] acc_q    [NumQHeads];   // dot-product accumulator of the current row
+  logic [31:0] alpha_q  [NumQHeads];
+  logic [31:0] p_q      [NumQHeads];   // exp2(t_j - m) of the current V row
+  logic [31:0] inv_q    [NumQHeads];
+  logic [31:0] lse_q    [NumQHeads];
+
+  // K pipeline: s0 holds the beat, s1 the per-head beat sums
+  logic              s0_valid_q, s0_last_row_q, s1_valid_q, s1_last_row_q;
+  logic [BEAT_W-1:0] s0_data_q;
+  logic [1:0]        s0_part_q;
+  logic [7:0]        s0_tok_q, s1_tok_q;
+  logic [31:0]       s1_sum_q [NumQHeads];
+
+  // ---------------------------------------------------------------------------------------------
+  // Handshakes and positions
+  logic kv_fire, clu_fire, res_fire;
+  logic row_end, cluster_end, final_cluster;
+
+  assign kv_fire       = kv_valid_i && kv_ready_o;
+  assign clu_fire      = clu_valid_i && clu_ready_o;
+  assign res_fire      = res_valid_o && res_ready_i;
+  assign row_end       = (part_q == 2'(bpr_q - 3'd1));
+  assign cluster_end   = row_end && (tok_q == ntok_q - 8'd1);
+  assign final_cluster = (clu_popped_q == nclu_q);
+
+  // ---------------------------------------------------------------------------------------------
+  // Command decode
+  logic [31:0] cmd_c;
+  logic        cmd_hd_ok, cmd_nq_ok;
+
+  nelssa_fp32_mul u_scale_mul (
+    .a_i   (cmd_scale_i),
+    .b_i   (FP32_LOG2E),
+    .prod_o(cmd_c)
+  );
+
+  assign cmd_hd_ok = (cmd_head_dim_i == 8'd64) || (cmd_head_dim_i == 8'd128 && HeadDim == 128);
+  assign cmd_nq_ok = (cmd_num_qheads_i != 4'd0) && (32'(cmd_num_qheads_i) <= NumQHeads);
+
+  // ---------------------------------------------------------------------------------------------
+  // K datapath: bf16 products of one beat with the matching Q slice, a binary fp32 tree per head
+  // (level 0 holds the products; sum k of level v adds elements 2k and 2k+1 of level v-1), then
+  // accumulation of the beat sums of a row.
+  localparam int unsigned TREE_LEVELS = $clog2(LANES);
+  logic [31:0] beat_sum [NumQHeads];
+  logic [31:0] acc_sum  [NumQHeads];
+  logic [31:0] score    [NumQHeads];
+  logic [31:0] mrun_nx  [NumQHeads];
+
+  for (genvar h = 0; h < NumQHeads; h++) begin : gen_k_head
+    for (genvar v = 0; v <= TREE_LEVELS; v++) begin : gen_level
+      logic [31:0] sum [LANES >> v];
+      if (v == 0) begin : gen_products
+        for (genvar i = 0; i < LANES; i++) begin : gen_lane
+          logic [DW-1:0] qidx;
+          assign qidx = DW'(s0_part_q) * DW'(LANES) + DW'(i);
+          nelssa_bf16_mul u_prod (
+            .a_i   (q_q[h][qidx]),
+            .b_i   (s0_data_q[16*i +: 16]),
+            .prod_o(sum[i])
+          );
+        end
+      end else begin : gen_adds
+        for (genvar k = 0; k < (LANES >> v); k++) begin : gen_node
+          nelssa_fp32_add u_add (
+            .a_i  (gen_level[v-1].sum[2*k]),
+            .b_i  (gen_level[v-1].sum[2*k+1]),
+            .sum_o(sum[k])
+          );
+        end
+      end
+    end
+    assign beat_sum[h] = gen_level[TREE_LEVELS].sum[0];
+    nelssa_fp32_add u_acc (
+      .a_i  (acc_q[h]),
+      .b_i  (s1_sum_q[h]),
+      .sum_o(acc_sum[h])
+    );
+    nelssa_fp32_mul u_score (
+      .a_i   (acc_sum[h]),
+      .b_i   (c_q),
+      .prod_o(score[h])
+    );
+    nelssa_fp32_max u_max (
+      .a_i  (mrun_q[h]),
+      .b_i  (score[h]),
+      .max_o(mrun_nx[h])
+    );
+  end
+
+  // ---------------------------------------------------------------------------------------------
+  // Softmax weights: alpha = exp2(m_old - m_new) at set-up, p = exp2(t - m_new) per V row
+  logic [TW-1:0] ptok;
+  logic [31:0]   alpha_nx [NumQHeads];
+  logic [31:0]   p_nx     [NumQHeads];
+
+  assign ptok = (state_q == StV && 32'(tok_q) + 1 < MaxClusterTokens) ? TW'(tok_q + 8'd1) : '0;
+
+  for (genvar h = 0; h < NumQHeads; h++) begin : gen_softmax
+    logic [31:0] alpha_arg, p_arg;
+    nelssa_fp32_add u_alpha_sub (
+      .a_i  (m_q[h]),
+      .b_i  (mrun_q[h] ^ SIGN),
+      .sum_o(alpha_arg)
+    );
+    nelssa_fp32_exp2 u_alpha_exp (
+      .x_i(alpha_arg),
+      .y_o(alpha_nx[h])
+    );
+    nelssa_fp32_add u_p_sub (
+      .a_i  (score_q[ptok][h]),
+      .b_i  (mrun_q[h] ^ SIGN),
+      .sum_o(p_arg)
+    );
+    nelssa_fp32_exp2 u_p_exp (
+      .x_i(p_arg),
+      .y_o(p_nx[h])
+    );
+  end
+
+  // ---------------------------------------------------------------------------------------------
+  // V datapath: o = o * (first row ? alpha : 1) + p * v for the beat's 32 elements of every head
+  logic          first_row;
+  logic [31:0]   o_nx [NumQHeads][LANES];
+  logic [31:0]   l_nx [NumQHeads];
+
+  assign first_row = (tok_q == 8'd0);
+
+  for (genvar h = 0; h < NumQHeads; h++) begin : gen_v_head
+    logic [31:0] rescale, l_scaled;
+    assign rescale = first_row ? alpha_q[h] : FP32_ONE;
+    for (genvar i = 0; i < LANES; i++) begin : gen_lane
+      logic [DW-1:0] oidx;
+      logic [31:0]   o_scaled, pv;
+      assign oidx = DW'(part_q) * DW'(LANES) + DW'(i);
+      nelssa_fp32_mul u_rescale (
+        .a_i   (o_q[h][oidx]),
+        .b_i   (rescale),
+        .prod_o(o_scaled)
+      );
+      nelssa_fp32_mul u_pv (
+        .a_i   (p_q[h]),
+        .b_i   ({kv_data_i[16*i +: 16], 16'h0000}),
+        .prod_o(pv)
+      );
+      nelssa_fp32_add u_acc (
+        .a_i  (o_scaled),
+        .b_i  (pv),
+        .sum_o(o_nx[h][i])
+      );
+    end
+    nelssa_fp32_mul u_l_rescale (
+      .a_i   (l_q[h]),
+      .b_i   (rescale),
+      .prod_o(l_scaled)
+    );
+    nelssa_fp32_add u_l_acc (
+      .a_i  (l_scaled),
+      .b_i  (p_q[h]),
+      .sum_o(l_nx[h])
+    );
+  end
+
+  // ---------------------------------------------------------------------------------------------
+  // Finalisation (one head per cycle): inv = 1/l, lse = (m + log2 l) * ln 2
+  logic [HW-1:0] fin_head;
+  logic [31:0]   fin_inv, fin_log2, fin_sum, fin_lse;
+
+  assign fin_head = HW'(head_q);
+
+  nelssa_fp32_recip u_recip (
+    .x_i(l_q[fin_head]),
+    .y_o(fin_inv)
+  );
+  nelssa_fp32_log2 u_log2 (
+    .x_i(l_q[fin_head]),
+    .y_o(fin_log2)
+  );
+  nelssa_fp32_add u_lse_add (
+    .a_i  (m_q[fin_head]),
+    .b_i  (fin_log2),
+    .sum_o(fin_sum)
+  );
+  nelssa_fp32_mul u_lse_mul (
+    .a_i   (fin_sum),
+    .b_i   (FP32_LN2),
+    .prod_o(fin_lse)
+  );
+
+  // ---------------------------------------------------------------------------------------------
+  // Result beats
+  logic [BEAT_W-1:0] lse_beat;
+  logic [BEAT_W-1:0] o_beat;
+
+  for (genvar k = 0; k < OUT_LANES; k++) begin : gen_out
+    logic [DW-1:0] oidx;
+    assign oidx = DW'(obeat_q) * DW'(OUT_LANES) + DW'(k);
+    nelssa_fp32_mul u_norm (
+      .a_i   (o_q[fin_head][oidx]),
+      .b_i   (inv_q[fin_head]),
+      .prod_o(o_beat[32*k +: 32])
+    );
+    if (k < NumQHeads) begin : gen_lse
+      assign lse_beat[32*k +: 32] = (k < 32'(nq_q)) ? lse_q[k] : 32'd0;
+    end else begin : gen_pad
+      assign lse_beat[32*k +: 32] = 32'd0;
+    end
+  end
+
+  assign res_valid_o = (state_q == StOut);
+  assign res_last_o  = res_valid_o && (head_q == nq_q);
+  assign res_data_o  = res_last_o ? lse_beat : o_beat;
+
+  // ---------------------------------------------------------------------------------------------
+  // Control
+  always_comb begin
+    cmd_ready_o = (state_q == StIdle);
+    clu_ready_o = (state_q == StClu) || (state_q == StDrain && !final_cluster);
+    unique case (state_q)
+      StQ, StK, StV: kv_ready_o = 1'b1;
+      StDrain:       kv_ready_o = !last_seen_q;
+      default:       kv_ready_o = 1'b0;
+    endcase
+
+    state_d  = state_q;
+    status_d = status_q;
+    unique case (state_q)
+      StIdle: begin
+        if (cmd_valid_i) begin
+          status_d = STATUS_OK;
+          state_d  = StQ;
+          if (!cmd_hd_ok) begin
+            status_d = STATUS_ERR_BAD_HEAD_DIM;
+            state_d  = StDone;
+          end else if (!cmd_nq_ok) begin
+            status_d = STATUS_ERR_BAD_QHEADS;
+            state_d  = StDone;
+          end else if (cmd_num_clusters_i == 16'd0) begin
+            status_d = STATUS_ERR_NO_CLUSTERS;
+            state_d  = StDone;
+          end
+        end
+      end
+      StQ: begin
+        if (kv_fire) begin
+          if (kv_last_i) begin
+            status_d = STATUS_ERR_SHORT_STREAM;
+            state_d  = StDrain;
+          end else if (row_end && head_q == nq_q - 4'd1) begin
+            state_d = StClu;
+          end
+        end
+      end
+      StClu: begin
+        if (clu_fire) begin
+          if (clu_tokens_i == 8'd0 || 32'(clu_tokens_i) > MaxClusterTokens) begin
+            status_d = STATUS_ERR_BAD_CLUSTER_LEN;
+            state_d  = StDrain;
+          end else begin
+            state_d = StK;
+          end
+        end
+      end
+      StK: begin
+        if (kv_fire) begin
+          if (kv_last_i) begin
+            status_d = STATUS_ERR_SHORT_STREAM;
+            state_d  = StDrain;
+          end else if (cluster_end) begin
+            state_d = StKDrain;
+          end
+        end
+      end
+      StKDrain: begin
+        // s1 finishes this cycle; once s0 is empty the scores and max are final next cycle
+        if (!s0_valid_q) state_d = StSetup;
+      end
+      StSetup: state_d = StV;
+      StV: begin
+        if (kv_fire) begin
+          if (cluster_end && final_cluster) begin
+            if (kv_last_i) begin
+              state_d = StFinal;
+            end else begin
+              status_d = STATUS_ERR_LONG_STREAM;
+              state_d  = StDrain;
+            end
+          end else if (kv_last_i) begin
+            status_d = STATUS_ERR_SHORT_STREAM;
+            state_d  = StDrain;
+          end else if (cluster_end) begin
+            state_d = StClu;
+          end
+        end
+      end
+      StFinal: begin
+        if (head_q == nq_q - 4'd1) state_d = StOut;
+      end
+      StOut: begin
+        if (res_fire && res_last_o) state_d = StDone;
+      end
+      StDrain: begin
+        if (final_cluster && last_seen_q) state_d = StDone;
+      end
+      StDone:  state_d = StIdle;
+      default: state_d = StIdle;
+    endcase
+  end
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      state_q      <= StIdle;
+      status_q     <= STATUS_OK;
+      bpr_q        <= 3'd4;
+      nq_q         <= 4'd1;
+      nclu_q       <= 16'd0;
+      clu_popped_q <= 16'd0;
+      ntok_q       <= 8'd0;
+      tok_q        <= 8'd0;
+      part_q       <= 2'd0;
+      head_q       <= 4'd0;
+      obeat_q      <= 3'd0;
+      last_seen_q  <= 1'b0;
+      c_q          <= 32'd0;
+      s0_valid_q   <= 1'b0;
+      s1_valid_q   <= 1'b0;
+    end else begin
+      state_q    <= state_d;
+      status_q   <= status_d;
+      s0_valid_q <= (state_q == StK) && kv_fire;
+      s1_valid_q <= s0_valid_q;
+      if (kv_fire && kv_last_i) last_seen_q <= 1'b1;
+      if (clu_fire) clu_popped_q <= clu_popped_q + 16'd1;
+      unique case (state_q)
+        StIdle: begin
+          if (cmd_valid_i) begin
+            bpr_q        <= (cmd_head_dim_i == 8'd128) ? 3'd4 : 3'd2;
+            nq_q         <= cmd_num_qheads_i;
+            nclu_q       <= cmd_num_clusters_i;
+            c_q          <= cmd_c;
+            clu_popped_q <= 16'd0;
+            last_seen_q  <= 1'b0;
+            part_q       <= 2'd0;
+            head_q       <= 4'd0;
+            s0_valid_q   <= 1'b0;
+            s1_valid_q   <= 1'b0;
+          end
+        end
+        StQ: begin
+          if (kv_fire) begin
+            part_q <= row_end ? 2'd0 : part_q + 2'd1;
+            if (row_end) head_q <= head_q + 4'd1;
+          end
+        end
+        StClu: begin
+          if (clu_fire) begin
+            ntok_q <= clu_tokens_i;
+            tok_q  <= 8'd0;
+            part_q <= 2'd0;
+          end
+        end
+        StK, StV: begin
+          if (kv_fire) begin
+            part_q <= row_end ? 2'd0 : part_q + 2'd1;
+            if (row_end) tok_q <= cluster_end ? 8'd0 : tok_q + 8'd1;
+          end
+          if (state_d == StFinal) head_q <= 4'd0;
+        end
+        StFinal: begin
+          head_q <= (head_q == nq_q - 4'd1) ? 4'd0 : head_q + 4'd1;
+          obeat_q <= 3'd0;
+        end
+        StOut: begin
+          if (res_fire) begin
+            if (32'(obeat_q) == 32'(bpr_q) * 2 - 1) begin
+              obeat_q <= 3'd0;
+              head_q  <= head_q + 4'd1;
+            end else begin
+              obeat_q <= obeat_q + 3'd1;
+            end
+          end
+        end
+        default: ;
+      endcase
+    end
+  end
+
+  // ---------------------------------------------------------------------------------------------
+  // Datapath registers (no reset: every command initialises what it reads)
+  always_ff @(posedge clk_i) begin
+    s0_data_q     <= kv_data_i;
+    s0_part_q     <= part_q;
+    s0_tok_q      <= tok_q;
+    s0_last_row_q <= row_end;
+    s1_tok_q      <= s0_tok_q;
+    s1_last_row_q <= s0_last_row_q;
+    for (int h = 0; h < NumQHeads; h++) begin
+      s1_sum_q[h] <= beat_sum[h];
+    end
+
+    unique case (state_q)
+      StIdle: begin
+        if (cmd_valid_i) begin
+          for (int h = 0; h < NumQHeads; h++) begin
+            m_q[h]   <= FP32_NEG_INF;
+            l_q[h]   <= 32'd0;
+            acc_q[h] <= 32'd0;
+            for (int d = 0; d < HeadDim; d++) o_q[h][d] <= 32'd0;
+          end
+        end
+      end
+      StQ: begin
+        if (kv_fire) begin
+          for (int i = 0; i < LANES; i++) begin
+            q_q[HW'(head_q)][DW'(part_q) * DW'(LANES) + DW'(i)] <= kv_data_i[16*i +: 16];
+          end
+        end
+      end
+      StClu: begin
+        for (int h = 0; h < NumQHeads; h++) mrun_q[h] <= m_q[h];
+      end
+      StSetup: begin
+        for (int h = 0; h < NumQHeads; h++) begin
+          alpha_q[h] <= alpha_nx[h];
+          p_q[h]     <= p_nx[h];
+          m_q[h]     <= mrun_q[h];
+        end
+      end
+      StV: begin
+        if (kv_fire) begin
+          for (int h = 0; h < NumQHeads; h++) begin
+            for (int i = 0; i < LANES; i++) begin
+              o_q[h][DW'(part_q) * DW'(LANES) + DW'(i)] <= o_nx[h][i];
+            end
+            if (part_q == 2'd0) l_q[h] <= l_nx[h];
+            if (row_end) p_q[h] <= p_nx[h];
+          end
+        end
+      end
+      StFinal: begin
+        inv_q[fin_head] <= fin_inv;
+        lse_q[fin_head] <= fin_lse;
+      end
+      default: ;
+    endcase
+
+    // K pipeline stage 2: accumulate the beat sum; at a row's end store the score, update max
+    if (s1_valid_q) begin
+      for (int h = 0; h < NumQHeads; h++) begin
+        if (s1_last_row_q) begin
+          acc_q[h]                 <= 32'd0;
+          score_q[TW'(s1_tok_q)][h] <= score[h];
+          mrun_q[h]                <= mrun_nx[h];
+        end else begin
+          acc_q[h] <= acc_sum[h];
+        end
+      end
+    end
+  end
+
+  assign done_o   = (state_q == StDone);
+  assign status_o = status_q;
+  assign busy_o   = (state_q != StIdle);
+endmodule

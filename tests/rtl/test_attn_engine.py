@@ -1,0 +1,206 @@
+"""nelssa_attn_engine: bit equality with hw/model/engine.py, error bound against float64,
+throughput, and malformed streams (error status, never a hang, engine usable afterwards)."""
+
+from __future__ import annotations
+
+import json
+
+import cocotb
+import numpy as np
+import pytest
+from engine_tb import TB, Command, Workload, assert_error_bound, expected_status
+
+from nelssa.driver.status import AttnStatus
+from nelssa.hw.model import fp
+from nelssa.hw.model.engine import pack_stream
+
+TOP = "nelssa_attn_engine"
+
+
+def _dims(tb: TB) -> list[int]:
+    return [d for d in (64, 128) if d <= tb.params.head_dim]
+
+
+def _heads(tb: TB) -> list[int]:
+    return sorted({h for h in (1, 4, 8) if h <= tb.params.num_qheads} | {tb.params.num_qheads})
+
+
+@cocotb.test()
+async def directed_shapes(dut):
+    """One token in one cluster; head_dim 64 and 128; 1, 4 and 8 query heads; full clusters."""
+    tb = TB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(100)
+    mx = tb.params.max_cluster_tokens
+    for d in _dims(tb):
+        for h in _heads(tb):
+            for lens in ([1], [mx], [3, 1, mx, 2]):
+                await tb.check_workload(Workload.random(rng, d, h, lens))
+
+
+@cocotb.test()
+async def logit_extremes(dut):
+    """Large logits (q x 64), tiny logits (q x 1e-4) and all-equal logits (identical keys)."""
+    tb = TB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(101)
+    d, h = _dims(tb)[-1], tb.params.num_qheads
+    for gain in (64.0, 1e-4):
+        await tb.check_workload(Workload.random(rng, d, h, [16, 7, 16], q_gain=gain))
+    wl = Workload.random(rng, d, h, [5, 9])
+    wl.keys = [np.tile(wl.keys[0][:1], (k.shape[0], 1)) for k in wl.keys]
+    out = await tb.check_workload(wl)
+    # uniform softmax: LSE = s + ln(14) exactly in float64, and it must be near
+    assert out.lse is not None
+
+
+@cocotb.test()
+async def special_values(dut):
+    """NaN in q, +Inf in a key, -Inf scores and bf16 subnormals: bits equal the model's."""
+    tb = TB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(102)
+    d, h = _dims(tb)[-1], tb.params.num_qheads
+    cases = []
+    wl = Workload.random(rng, d, h, [4, 4])
+    wl.q[0, 3] = 0x7FC0  # NaN in head 0 only
+    cases.append(wl)
+    wl = Workload.random(rng, d, h, [4, 4])
+    wl.keys[1][2, 0] = 0x7F80  # +Inf key element
+    cases.append(wl)
+    wl = Workload.random(rng, d, h, [6])
+    wl.q[:, :] = 0x0001  # subnormal q reads as zero: all scores 0, uniform softmax
+    wl.values[0][0, :5] = 0x0003
+    cases.append(wl)
+    wl = Workload.random(rng, d, h, [3, 3])
+    wl.keys[0][:, :] = 0xFF80  # -Inf keys: scores are +-Inf or NaN
+    cases.append(wl)
+    for wl in cases:
+        await tb.check_workload(wl, bound=False)
+    nan_o = cases[0]
+    out = await tb.run(nan_o.command())
+    assert np.all(np.isnan(fp.as_f32(out.o[0]))), "NaN in q must give NaN output for that head"
+    if h > 1:
+        assert not np.any(np.isnan(fp.as_f32(out.o[1]))), "NaN must not leak to other heads"
+        assert_error_bound(Workload(nan_o.q[1:], nan_o.keys, nan_o.values, nan_o.scale),
+                           out.o[1:], out.lse[1:])
+
+
+@cocotb.test()
+async def constrained_random(dut):
+    """Random shapes back to back, with random gaps on the stream and stalls on the results."""
+    tb = TB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(103)
+    for _ in range(12):
+        d = int(rng.choice(_dims(tb)))
+        h = int(rng.integers(1, tb.params.num_qheads + 1))
+        lens = rng.integers(1, tb.params.max_cluster_tokens + 1, rng.integers(1, 7)).tolist()
+        await tb.check_workload(Workload.random(rng, d, h, lens), rng,
+                                kv_gap=float(rng.choice([0.0, 0.3])),
+                                res_stall=float(rng.choice([0.0, 0.5])))
+
+
+@cocotb.test()
+async def long_context(dut):
+    """4096 tokens in 256 clusters of 16, N(0,1) data: bit-exact, bounded, and the beat rate."""
+    tb = TB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(104)
+    d, h = _dims(tb)[-1], min(4, tb.params.num_qheads)
+    wl = Workload.random(rng, d, h, [16] * 256)
+    out = await tb.check_workload(wl)
+    rate = out.kv_consumed / out.kv_span
+    dut._log.info("4096 tokens, head_dim %d, %d heads: %d beats in %d cycles (%.3f beats/cycle)",
+                  d, h, out.kv_consumed, out.kv_span, rate)
+    if d == 128:
+        assert rate >= 0.95, f"beat rate {rate:.3f} below 0.95"
+
+
+def _malformed(tb: TB, rng: np.random.Generator) -> list[tuple[str, Command]]:
+    d, h, mx = _dims(tb)[-1], tb.params.num_qheads, tb.params.max_cluster_tokens
+    wl = Workload.random(rng, d, h, [3, 2])
+    good = wl.command()
+    n = len(good.beats)
+    q_beats = h * d // 32
+    extra = np.concatenate([good.beats, good.beats[:5]])
+    return [
+        ("last inside Q", Command(d, h, wl.scale, wl.cluster_lens, good.beats,
+                                  last_index=q_beats - 2 if q_beats > 1 else 0)),
+        ("last at end of Q", Command(d, h, wl.scale, wl.cluster_lens, good.beats,
+                                     last_index=q_beats - 1)),
+        ("last inside K", Command(d, h, wl.scale, wl.cluster_lens, good.beats,
+                                  last_index=q_beats + 2)),
+        ("last after first cluster", Command(d, h, wl.scale, wl.cluster_lens, good.beats,
+                                             last_index=q_beats + 3 * 2 * d // 32 - 1)),
+        ("last one beat early", Command(d, h, wl.scale, wl.cluster_lens, good.beats,
+                                        last_index=n - 2)),
+        ("five extra beats", Command(d, h, wl.scale, wl.cluster_lens, extra)),
+        ("cluster of 0 tokens", Command(d, h, wl.scale, [3, 0], good.beats)),
+        ("cluster too long", Command(d, h, wl.scale, [3, mx + 1], good.beats)),
+        ("zero clusters", Command(d, h, wl.scale, [], good.beats[:q_beats], num_clusters=0)),
+        ("head_dim 96", Command(96, h, wl.scale, wl.cluster_lens, good.beats)),
+        ("head_dim 256", Command(256 % 256, h, wl.scale, wl.cluster_lens, good.beats)),
+        ("zero query heads", Command(d, 0, wl.scale, wl.cluster_lens, good.beats)),
+        ("too many query heads", Command(d, h + 1, wl.scale, wl.cluster_lens, good.beats)),
+    ]
+
+
+@cocotb.test()
+async def malformed_streams(dut):
+    """Every malformed command ends with its specific status and consumes exactly what the
+    contract says; a good command right after each one gives the model's bits."""
+    tb = TB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(105)
+    d, h = _dims(tb)[-1], tb.params.num_qheads
+    if h + 1 > 15:
+        return
+    for name, cmd in _malformed(tb, rng):
+        want = expected_status(tb.params, cmd)
+        assert want != AttnStatus.OK, name
+        out = await tb.run(cmd, max_cycles=20_000)
+        assert out.status == want, f"{name}: status {out.status.name}, expected {want.name}"
+        if want in (AttnStatus.ERR_BAD_HEAD_DIM, AttnStatus.ERR_BAD_QHEADS,
+                    AttnStatus.ERR_NO_CLUSTERS):
+            assert out.kv_consumed == 0 and out.clu_consumed == 0, f"{name}: consumed input"
+        else:
+            assert out.kv_consumed == cmd.last_index + 1, f"{name}: stream not drained to last"
+            assert out.clu_consumed == cmd.num_clusters, f"{name}: cluster entries left"
+        await tb.check_workload(Workload.random(rng, d, h, [2, 5]))
+
+
+def _params(head_dim: int, num_qheads: int, max_cluster_tokens: int) -> dict[str, int]:
+    return {"HeadDim": head_dim, "NumQHeads": num_qheads, "MaxClusterTokens": max_cluster_tokens}
+
+
+def _run(params: dict[str, int], test_filter: str | None = None) -> None:
+    from cocotb_runner import run_cocotb
+
+    env = {"NELSSA_ENGINE_PARAMS": json.dumps({
+        "head_dim": params["HeadDim"], "num_qheads": params["NumQHeads"],
+        "max_cluster_tokens": params["MaxClusterTokens"]})}
+    run_cocotb(TOP, "test_attn_engine", parameters=params, extra_env=env,
+               test_filter=test_filter)
+
+
+@pytest.mark.rtl
+def test_attn_engine_full():
+    """The device's engine: HeadDim 128, up to 8 query heads, clusters up to 64 tokens."""
+    _run(_params(128, 8, 64))
+
+
+@pytest.mark.rtl
+def test_attn_engine_small():
+    """A small instance (HeadDim 64, 2 query heads, clusters up to 16): parameters matter."""
+    _run(_params(64, 2, 16), test_filter="directed_shapes|constrained_random|malformed_streams")
+
+
+def test_pack_stream_layout():
+    """Q rows, then K rows and V rows per cluster, 32 lanes per beat."""
+    q = np.arange(2 * 64, dtype=np.uint16).reshape(2, 64)
+    k = [np.full((1, 64), 7, np.uint16)]
+    v = [np.full((1, 64), 9, np.uint16)]
+    s = pack_stream(q, k, v)
+    assert s.shape == (4 + 2 + 2, 32)
+    assert s[1, 0] == 32 and s[4, 0] == 7 and s[6, 31] == 9
