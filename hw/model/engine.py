@@ -160,6 +160,46 @@ def pack_stream(q: U16, keys: Sequence[U16], values: Sequence[U16]) -> U16:
     return np.concatenate(parts).reshape(-1, ENGINE_LANES)
 
 
+@dataclass
+class EngineCommand:
+    """One command at the engine's ports: the command fields, the cluster-length entries and
+    the beat stream offered (possibly malformed, for tests of the error paths)."""
+
+    head_dim: int
+    """cmd_head_dim_i."""
+    num_qheads: int
+    """cmd_num_qheads_i."""
+    scale: float
+    """cmd_scale_i, rounded to fp32."""
+    cluster_lens: list[int]
+    """Entries offered on the cluster channel."""
+    beats: U16
+    """(n, 32) bf16 bits offered on the stream."""
+    last_index: int | None = None
+    """Index of the beat carrying kv_last_i; default the final one."""
+    num_clusters: int | None = None
+    """cmd_num_clusters_i; default len(cluster_lens)."""
+
+    def __post_init__(self) -> None:
+        if self.last_index is None:
+            self.last_index = len(self.beats) - 1
+        if self.num_clusters is None:
+            self.num_clusters = len(self.cluster_lens)
+
+    @classmethod
+    def from_workload(cls, q: U16, keys: Sequence[U16], values: Sequence[U16],
+                      scale: float) -> EngineCommand:
+        """The well-formed command for these inputs."""
+        return cls(q.shape[1], q.shape[0], float(scale), [k.shape[0] for k in keys],
+                   pack_stream(q, keys, values))
+
+    def expected_status(self, params: EngineParams) -> AttnStatus:
+        """The status the engine must report for this command."""
+        lens = self.cluster_lens if self.num_clusters else []
+        return check_stream(params, self.head_dim, self.num_qheads, lens,
+                            int(self.last_index) + 1)
+
+
 def check_stream(
     params: EngineParams, head_dim: int, num_qheads: int, cluster_lens: Sequence[int],
     num_beats: int,

@@ -67,7 +67,7 @@ def render_sv_package() -> str:
         f"  localparam int unsigned INDEX_BITS = {INDEX_BITS};",
         f"  localparam int unsigned COEF_FRAC = {COEF_FRAC};",
         f"  localparam int unsigned COEF_WIDTH = {COEF_WIDTH};",
-        f"  typedef logic signed [COEF_WIDTH-1:0] coef_t;",
+        "  typedef logic signed [COEF_WIDTH-1:0] coef_t;",
         "  typedef struct packed { coef_t c0; coef_t c1; coef_t c2; } quad_t;",
         "",
     ]

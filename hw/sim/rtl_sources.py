@@ -8,7 +8,11 @@ from nelssa.hw.sim.verilator import RTL_ROOT
 
 CORE = RTL_ROOT / "core"
 
-PACKAGES = [CORE / "nelssa_fp_tables_pkg.sv", CORE / "nelssa_engine_pkg.sv"]
+PACKAGES = [
+    CORE / "nelssa_fp_tables_pkg.sv",
+    CORE / "nelssa_fp_pkg.sv",
+    CORE / "nelssa_engine_pkg.sv",
+]
 """Packages every core unit may import."""
 
 FP_UNITS = [
@@ -17,7 +21,6 @@ FP_UNITS = [
     CORE / "nelssa_fp32_mul.sv",
     CORE / "nelssa_fp32_max.sv",
     CORE / "nelssa_fp32_exp2.sv",
-    CORE / "nelssa_fixed_to_fp32.sv",
     CORE / "nelssa_fp32_log2.sv",
     CORE / "nelssa_fp32_recip.sv",
 ]

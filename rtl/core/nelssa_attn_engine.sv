@@ -13,6 +13,7 @@
 // three stall cycles at its K->V turn (pipeline drain, softmax set-up) and one at its start.
 module nelssa_attn_engine
   import nelssa_engine_pkg::*;
+  import nelssa_fp_pkg::*;
 #(
   parameter int unsigned HeadDim          = 128,  // largest head_dim accepted: 64 or 128
   parameter int unsigned NumQHeads        = 8,    // largest GQA group (query heads), 1..8
@@ -60,7 +61,8 @@ module nelssa_attn_engine
 
   localparam int unsigned HW = (NumQHeads > 1) ? $clog2(NumQHeads) : 1;  // head index width
   localparam int unsigned TW = (MaxClusterTokens > 1) ? $clog2(MaxClusterTokens) : 1;
-  localparam int unsigned DW = $clog2(HeadDim);                          // element index width
+  localparam int unsigned MAX_BPR = HeadDim / LANES;                     // beats per row
+  localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;      // beat-in-row width
   localparam int unsigned OUT_LANES = BEAT_W / 32;                       // fp32 per result beat
   localparam logic [31:0] SIGN = 32'h8000_0000;
 
@@ -85,8 +87,8 @@ module nelssa_attn_engine
   logic [31:0] c_q;            // scale * log2(e)
 
   // Datapath state
-  logic [15:0] q_q      [NumQHeads][HeadDim];
-  logic [31:0] o_q      [NumQHeads][HeadDim];
+  logic [BEAT_W-1:0] q_q [NumQHeads][MAX_BPR];        // query rows, as they arrived
+  logic [31:0] o_q      [NumQHeads][MAX_BPR][LANES];  // unnormalised output
   logic [31:0] score_q  [MaxClusterTokens][NumQHeads];
   logic [31:0] m_q      [NumQHeads];   // running max (log2 domain)
   logic [31:0] mrun_q   [NumQHeads];   // max including the current cluster
@@ -94,14 +96,13 @@ module nelssa_attn_engine
   logic [31:0] acc_q    [NumQHeads];   // dot-product accumulator of the current row
   logic [31:0] alpha_q  [NumQHeads];
   logic [31:0] p_q      [NumQHeads];   // exp2(t_j - m) of the current V row
-  logic [31:0] inv_q    [NumQHeads];
   logic [31:0] lse_q    [NumQHeads];
 
   // K pipeline: s0 holds the beat, s1 the per-head beat sums
   logic              s0_valid_q, s0_last_row_q, s1_valid_q, s1_last_row_q;
   logic [BEAT_W-1:0] s0_data_q;
-  logic [1:0]        s0_part_q;
-  logic [7:0]        s0_tok_q, s1_tok_q;
+  logic [PW-1:0]     s0_part_q;
+  logic [TW-1:0]     s0_tok_q, s1_tok_q;
   logic [31:0]       s1_sum_q [NumQHeads];
 
   // ---------------------------------------------------------------------------------------------
@@ -118,191 +119,67 @@ module nelssa_attn_engine
 
   // ---------------------------------------------------------------------------------------------
   // Command decode
-  logic [31:0] cmd_c;
-  logic        cmd_hd_ok, cmd_nq_ok;
-
-  nelssa_fp32_mul u_scale_mul (
-    .a_i   (cmd_scale_i),
-    .b_i   (FP32_LOG2E),
-    .prod_o(cmd_c)
-  );
+  logic cmd_hd_ok, cmd_nq_ok;
 
   assign cmd_hd_ok = (cmd_head_dim_i == 8'd64) || (cmd_head_dim_i == 8'd128 && HeadDim == 128);
   assign cmd_nq_ok = (cmd_num_qheads_i != 4'd0) && (32'(cmd_num_qheads_i) <= NumQHeads);
 
   // ---------------------------------------------------------------------------------------------
-  // K datapath: bf16 products of one beat with the matching Q slice, a binary fp32 tree per head
-  // (level 0 holds the products; sum k of level v adds elements 2k and 2k+1 of level v-1), then
-  // accumulation of the beat sums of a row.
-  localparam int unsigned TREE_LEVELS = $clog2(LANES);
-  logic [31:0] beat_sum [NumQHeads];
-  logic [31:0] acc_sum  [NumQHeads];
-  logic [31:0] score    [NumQHeads];
-  logic [31:0] mrun_nx  [NumQHeads];
+  // Arithmetic. The datapath below is written as registers loaded from nelssa_fp_pkg functions:
+  // in hardware every call is a unit of its own (about 1,300 at HeadDim 128, 8 heads), in the
+  // Verilated model only the calls of the active phase run, once per clock edge.
 
-  for (genvar h = 0; h < NumQHeads; h++) begin : gen_k_head
-    for (genvar v = 0; v <= TREE_LEVELS; v++) begin : gen_level
-      logic [31:0] sum [LANES >> v];
-      if (v == 0) begin : gen_products
-        for (genvar i = 0; i < LANES; i++) begin : gen_lane
-          logic [DW-1:0] qidx;
-          assign qidx = DW'(s0_part_q) * DW'(LANES) + DW'(i);
-          nelssa_bf16_mul u_prod (
-            .a_i   (q_q[h][qidx]),
-            .b_i   (s0_data_q[16*i +: 16]),
-            .prod_o(sum[i])
-          );
-        end
-      end else begin : gen_adds
-        for (genvar k = 0; k < (LANES >> v); k++) begin : gen_node
-          nelssa_fp32_add u_add (
-            .a_i  (gen_level[v-1].sum[2*k]),
-            .b_i  (gen_level[v-1].sum[2*k+1]),
-            .sum_o(sum[k])
-          );
-        end
-      end
+  // Dot product of one beat with the matching Q slice: 32 bf16 products summed in a binary tree
+  // (level v, element k = elements 2k and 2k+1 of level v-1), the order of docs/numerics.md.
+  function automatic logic [31:0] beat_dot(input logic [BEAT_W-1:0] q, input logic [BEAT_W-1:0] k);
+    logic [31:0] s [LANES];
+    for (int i = 0; i < LANES; i++) s[i] = bf16_mul(q[16*i +: 16], k[16*i +: 16]);
+    for (int v = 1; v <= $clog2(LANES); v++) begin
+      for (int n = 0; n < (LANES >> v); n++) s[n] = fp32_add(s[2*n], s[2*n+1]);
     end
-    assign beat_sum[h] = gen_level[TREE_LEVELS].sum[0];
-    nelssa_fp32_add u_acc (
-      .a_i  (acc_q[h]),
-      .b_i  (s1_sum_q[h]),
-      .sum_o(acc_sum[h])
-    );
-    nelssa_fp32_mul u_score (
-      .a_i   (acc_sum[h]),
-      .b_i   (c_q),
-      .prod_o(score[h])
-    );
-    nelssa_fp32_max u_max (
-      .a_i  (mrun_q[h]),
-      .b_i  (score[h]),
-      .max_o(mrun_nx[h])
-    );
-  end
+    return s[0];
+  endfunction
 
-  // ---------------------------------------------------------------------------------------------
-  // Softmax weights: alpha = exp2(m_old - m_new) at set-up, p = exp2(t - m_new) per V row
-  logic [TW-1:0] ptok;
-  logic [31:0]   alpha_nx [NumQHeads];
-  logic [31:0]   p_nx     [NumQHeads];
+  // exp2(t - m): a softmax weight in the log2 domain
+  function automatic logic [31:0] weight(input logic [31:0] t, input logic [31:0] m);
+    return fp32_exp2(fp32_add(t, m ^ SIGN));
+  endfunction
 
-  assign ptok = (state_q == StV && 32'(tok_q) + 1 < MaxClusterTokens) ? TW'(tok_q + 8'd1) : '0;
-
-  for (genvar h = 0; h < NumQHeads; h++) begin : gen_softmax
-    logic [31:0] alpha_arg, p_arg;
-    nelssa_fp32_add u_alpha_sub (
-      .a_i  (m_q[h]),
-      .b_i  (mrun_q[h] ^ SIGN),
-      .sum_o(alpha_arg)
-    );
-    nelssa_fp32_exp2 u_alpha_exp (
-      .x_i(alpha_arg),
-      .y_o(alpha_nx[h])
-    );
-    nelssa_fp32_add u_p_sub (
-      .a_i  (score_q[ptok][h]),
-      .b_i  (mrun_q[h] ^ SIGN),
-      .sum_o(p_arg)
-    );
-    nelssa_fp32_exp2 u_p_exp (
-      .x_i(p_arg),
-      .y_o(p_nx[h])
-    );
-  end
-
-  // ---------------------------------------------------------------------------------------------
-  // V datapath: o = o * (first row ? alpha : 1) + p * v for the beat's 32 elements of every head
-  logic          first_row;
-  logic [31:0]   o_nx [NumQHeads][LANES];
-  logic [31:0]   l_nx [NumQHeads];
-
+  logic first_row;
   assign first_row = (tok_q == 8'd0);
 
-  for (genvar h = 0; h < NumQHeads; h++) begin : gen_v_head
-    logic [31:0] rescale, l_scaled;
-    assign rescale = first_row ? alpha_q[h] : FP32_ONE;
-    for (genvar i = 0; i < LANES; i++) begin : gen_lane
-      logic [DW-1:0] oidx;
-      logic [31:0]   o_scaled, pv;
-      assign oidx = DW'(part_q) * DW'(LANES) + DW'(i);
-      nelssa_fp32_mul u_rescale (
-        .a_i   (o_q[h][oidx]),
-        .b_i   (rescale),
-        .prod_o(o_scaled)
-      );
-      nelssa_fp32_mul u_pv (
-        .a_i   (p_q[h]),
-        .b_i   ({kv_data_i[16*i +: 16], 16'h0000}),
-        .prod_o(pv)
-      );
-      nelssa_fp32_add u_acc (
-        .a_i  (o_scaled),
-        .b_i  (pv),
-        .sum_o(o_nx[h][i])
-      );
-    end
-    nelssa_fp32_mul u_l_rescale (
-      .a_i   (l_q[h]),
-      .b_i   (rescale),
-      .prod_o(l_scaled)
-    );
-    nelssa_fp32_add u_l_acc (
-      .a_i  (l_scaled),
-      .b_i  (p_q[h]),
-      .sum_o(l_nx[h])
-    );
-  end
+  logic [TW-1:0] ptok;  // score row of the next V row's weight
+  assign ptok = (32'(tok_q) + 1 < MaxClusterTokens) ? TW'(tok_q + 8'd1) : '0;
 
   // ---------------------------------------------------------------------------------------------
-  // Finalisation (one head per cycle): inv = 1/l, lse = (m + log2 l) * ln 2
-  logic [HW-1:0] fin_head;
-  logic [31:0]   fin_inv, fin_log2, fin_sum, fin_lse;
+  // Result beats: O of head head_q scaled by 1/l (16 products), then the LSE beat
+  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
+  logic [HW-1:0] out_head;
+  logic [31:0]   out_inv;  // 1/l of the head being output (one reciprocal unit)
+  assign out_head = HW'(head_q);
 
-  assign fin_head = HW'(head_q);
-
-  nelssa_fp32_recip u_recip (
-    .x_i(l_q[fin_head]),
-    .y_o(fin_inv)
-  );
-  nelssa_fp32_log2 u_log2 (
-    .x_i(l_q[fin_head]),
-    .y_o(fin_log2)
-  );
-  nelssa_fp32_add u_lse_add (
-    .a_i  (m_q[fin_head]),
-    .b_i  (fin_log2),
-    .sum_o(fin_sum)
-  );
-  nelssa_fp32_mul u_lse_mul (
-    .a_i   (fin_sum),
-    .b_i   (FP32_LN2),
-    .prod_o(fin_lse)
-  );
-
-  // ---------------------------------------------------------------------------------------------
-  // Result beats
-  logic [BEAT_W-1:0] lse_beat;
-  logic [BEAT_W-1:0] o_beat;
-
-  for (genvar k = 0; k < OUT_LANES; k++) begin : gen_out
-    logic [DW-1:0] oidx;
-    assign oidx = DW'(obeat_q) * DW'(OUT_LANES) + DW'(k);
-    nelssa_fp32_mul u_norm (
-      .a_i   (o_q[fin_head][oidx]),
-      .b_i   (inv_q[fin_head]),
-      .prod_o(o_beat[32*k +: 32])
-    );
-    if (k < NumQHeads) begin : gen_lse
-      assign lse_beat[32*k +: 32] = (k < 32'(nq_q)) ? lse_q[k] : 32'd0;
-    end else begin : gen_pad
-      assign lse_beat[32*k +: 32] = 32'd0;
+  always_comb begin
+    res_data_o = '0;
+    out_inv    = '0;
+    if (state_q == StOut) begin
+      if (head_q == nq_q) begin
+        for (int h = 0; h < NumQHeads; h++) begin
+          if (h < 32'(nq_q)) res_data_o[32*h +: 32] = lse_q[h];
+        end
+      end else begin
+        out_inv = fp32_recip(l_q[out_head]);
+        for (int k = 0; k < OUT_LANES; k++) begin
+          res_data_o[32*k +: 32] = fp32_mul(
+              o_q[out_head][PW'(obeat_q / 3'(OUT_PER_PART))]
+                 [(32'(obeat_q) % OUT_PER_PART) * OUT_LANES + k],
+              out_inv);
+        end
+      end
     end
   end
 
   assign res_valid_o = (state_q == StOut);
   assign res_last_o  = res_valid_o && (head_q == nq_q);
-  assign res_data_o  = res_last_o ? lse_beat : o_beat;
 
   // ---------------------------------------------------------------------------------------------
   // Control
@@ -414,7 +291,6 @@ module nelssa_attn_engine
       head_q       <= 4'd0;
       obeat_q      <= 3'd0;
       last_seen_q  <= 1'b0;
-      c_q          <= 32'd0;
       s0_valid_q   <= 1'b0;
       s1_valid_q   <= 1'b0;
     end else begin
@@ -430,7 +306,6 @@ module nelssa_attn_engine
             bpr_q        <= (cmd_head_dim_i == 8'd128) ? 3'd4 : 3'd2;
             nq_q         <= cmd_num_qheads_i;
             nclu_q       <= cmd_num_clusters_i;
-            c_q          <= cmd_c;
             clu_popped_q <= 16'd0;
             last_seen_q  <= 1'b0;
             part_q       <= 2'd0;
@@ -482,70 +357,77 @@ module nelssa_attn_engine
   // Datapath registers (no reset: every command initialises what it reads)
   always_ff @(posedge clk_i) begin
     s0_data_q     <= kv_data_i;
-    s0_part_q     <= part_q;
-    s0_tok_q      <= tok_q;
+    s0_part_q     <= PW'(part_q);
+    s0_tok_q      <= TW'(tok_q);
     s0_last_row_q <= row_end;
     s1_tok_q      <= s0_tok_q;
     s1_last_row_q <= s0_last_row_q;
-    for (int h = 0; h < NumQHeads; h++) begin
-      s1_sum_q[h] <= beat_sum[h];
-    end
 
     unique case (state_q)
       StIdle: begin
         if (cmd_valid_i) begin
+          c_q <= fp32_mul(cmd_scale_i, FP32_LOG2E);
           for (int h = 0; h < NumQHeads; h++) begin
             m_q[h]   <= FP32_NEG_INF;
             l_q[h]   <= 32'd0;
             acc_q[h] <= 32'd0;
-            for (int d = 0; d < HeadDim; d++) o_q[h][d] <= 32'd0;
+            for (int b = 0; b < MAX_BPR; b++) begin
+              for (int i = 0; i < LANES; i++) o_q[h][b][i] <= 32'd0;
+            end
           end
         end
       end
       StQ: begin
-        if (kv_fire) begin
-          for (int i = 0; i < LANES; i++) begin
-            q_q[HW'(head_q)][DW'(part_q) * DW'(LANES) + DW'(i)] <= kv_data_i[16*i +: 16];
-          end
-        end
+        if (kv_fire) q_q[HW'(head_q)][PW'(part_q)] <= kv_data_i;
       end
       StClu: begin
         for (int h = 0; h < NumQHeads; h++) mrun_q[h] <= m_q[h];
       end
       StSetup: begin
         for (int h = 0; h < NumQHeads; h++) begin
-          alpha_q[h] <= alpha_nx[h];
-          p_q[h]     <= p_nx[h];
-          m_q[h]     <= mrun_q[h];
+          if (h < 32'(nq_q)) begin
+            alpha_q[h] <= weight(m_q[h], mrun_q[h]);
+            p_q[h]     <= weight(score_q[0][h], mrun_q[h]);
+            m_q[h]     <= mrun_q[h];
+          end
         end
       end
       StV: begin
+        // o = o * (first row ? alpha : 1) + p * v; o * 1 is o for every value o can hold
         if (kv_fire) begin
           for (int h = 0; h < NumQHeads; h++) begin
-            for (int i = 0; i < LANES; i++) begin
-              o_q[h][DW'(part_q) * DW'(LANES) + DW'(i)] <= o_nx[h][i];
+            if (h < 32'(nq_q)) begin
+              for (int i = 0; i < LANES; i++) begin
+                o_q[h][PW'(part_q)][i] <= fp32_add(
+                    first_row ? fp32_mul(o_q[h][PW'(part_q)][i], alpha_q[h]) : o_q[h][PW'(part_q)][i],
+                    fp32_mul(p_q[h], {kv_data_i[16*i +: 16], 16'h0000}));
+              end
+              if (part_q == 2'd0) begin
+                l_q[h] <= fp32_add(first_row ? fp32_mul(l_q[h], alpha_q[h]) : l_q[h], p_q[h]);
+              end
+              if (row_end) p_q[h] <= weight(score_q[ptok][h], mrun_q[h]);
             end
-            if (part_q == 2'd0) l_q[h] <= l_nx[h];
-            if (row_end) p_q[h] <= p_nx[h];
           end
         end
       end
       StFinal: begin
-        inv_q[fin_head] <= fin_inv;
-        lse_q[fin_head] <= fin_lse;
+        lse_q[out_head] <= fp32_mul(fp32_add(m_q[out_head], fp32_log2(l_q[out_head])), FP32_LN2);
       end
       default: ;
     endcase
 
-    // K pipeline stage 2: accumulate the beat sum; at a row's end store the score, update max
-    if (s1_valid_q) begin
-      for (int h = 0; h < NumQHeads; h++) begin
+    // K pipeline: stage 1 forms the beat sums, stage 2 accumulates them; at a row's end the
+    // score is scaled into the log2 domain, stored, and the running max updated
+    for (int h = 0; h < NumQHeads; h++) begin
+      if (s0_valid_q && h < 32'(nq_q)) s1_sum_q[h] <= beat_dot(q_q[h][s0_part_q], s0_data_q);
+      if (s1_valid_q && h < 32'(nq_q)) begin
         if (s1_last_row_q) begin
-          acc_q[h]                 <= 32'd0;
-          score_q[TW'(s1_tok_q)][h] <= score[h];
-          mrun_q[h]                <= mrun_nx[h];
+          acc_q[h]             <= 32'd0;
+          score_q[s1_tok_q][h] <= fp32_mul(fp32_add(acc_q[h], s1_sum_q[h]), c_q);
+          mrun_q[h]            <= fp32_max(mrun_q[h],
+                                           fp32_mul(fp32_add(acc_q[h], s1_sum_q[h]), c_q));
         end else begin
-          acc_q[h] <= acc_sum[h];
+          acc_q[h] <= fp32_add(acc_q[h], s1_sum_q[h]);
         end
       end
     end

@@ -15,7 +15,8 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from nelssa.driver.status import AttnStatus
 from nelssa.hw.model import fp
-from nelssa.hw.model.engine import AttnResult, EngineParams, attend, check_stream, pack_stream
+from nelssa.hw.model.engine import AttnResult, EngineParams, attend
+from nelssa.hw.model.engine import EngineCommand as Command
 from nelssa.hw.model.reference import attend_f64
 
 PARAMS_ENV = "NELSSA_ENGINE_PARAMS"
@@ -24,25 +25,6 @@ PARAMS_ENV = "NELSSA_ENGINE_PARAMS"
 def engine_params() -> EngineParams:
     """The parameters the DUT was built with (passed by the pytest entry)."""
     return EngineParams(**json.loads(os.environ.get(PARAMS_ENV, "{}")))
-
-
-@dataclass
-class Command:
-    """One engine command and the stream the testbench offers for it."""
-
-    head_dim: int
-    num_qheads: int
-    scale: float
-    cluster_lens: list[int]
-    beats: np.ndarray  # (n, 32) uint16
-    last_index: int | None = None  # beat carrying kv_last (default: the final one)
-    num_clusters: int | None = None  # declared count (default: len(cluster_lens))
-
-    def __post_init__(self) -> None:
-        if self.last_index is None:
-            self.last_index = len(self.beats) - 1
-        if self.num_clusters is None:
-            self.num_clusters = len(self.cluster_lens)
 
 
 @dataclass
@@ -82,8 +64,7 @@ class Workload:
         return [k.shape[0] for k in self.keys]
 
     def command(self) -> Command:
-        return Command(self.q.shape[1], self.q.shape[0], self.scale, self.cluster_lens,
-                       pack_stream(self.q, self.keys, self.values))
+        return Command.from_workload(self.q, self.keys, self.values, self.scale)
 
 
 def _beat_int(beat: np.ndarray) -> int:
@@ -193,12 +174,3 @@ def assert_error_bound(wl: Workload, o_bits: np.ndarray, lse_bits: np.ndarray) -
     lse_err = float(np.abs(fp.as_f32(lse_bits).astype(np.float64) - lse64).max())
     assert o_err <= 1e-3 * max(vmax, 1e-30), f"|O - O64| = {o_err:.3e} > 1e-3 * {vmax:.3e}"
     assert lse_err <= 1e-3, f"|LSE - LSE64| = {lse_err:.3e} > 1e-3"
-
-
-def expected_status(params: EngineParams, cmd: Command) -> AttnStatus:
-    """The model's verdict on a (possibly malformed) command."""
-    if cmd.num_clusters == 0:
-        lens: list[int] = []
-    else:
-        lens = cmd.cluster_lens
-    return check_stream(params, cmd.head_dim, cmd.num_qheads, lens, cmd.last_index + 1)

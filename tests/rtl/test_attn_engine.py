@@ -8,11 +8,12 @@ import json
 import cocotb
 import numpy as np
 import pytest
-from engine_tb import TB, Command, Workload, assert_error_bound, expected_status
 
 from nelssa.driver.status import AttnStatus
 from nelssa.hw.model import fp
 from nelssa.hw.model.engine import pack_stream
+
+from engine_tb import TB, Command, Workload, assert_error_bound
 
 TOP = "nelssa_attn_engine"
 
@@ -157,7 +158,7 @@ async def malformed_streams(dut):
     if h + 1 > 15:
         return
     for name, cmd in _malformed(tb, rng):
-        want = expected_status(tb.params, cmd)
+        want = cmd.expected_status(tb.params)
         assert want != AttnStatus.OK, name
         out = await tb.run(cmd, max_cycles=20_000)
         assert out.status == want, f"{name}: status {out.status.name}, expected {want.name}"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import cocotb
 import numpy as np
 import pytest
-from fpunit import SPECIALS32, CombTB
 
 from nelssa.hw.model import fp
+
+from fpunit import SPECIALS32, CombTB
 
 TOP = "nelssa_bf16_mul"
 SPECIALS16 = np.unique((SPECIALS32 >> 16).astype(np.uint16))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import cocotb
 import numpy as np
 import pytest
-from fpunit import SPECIALS32, CombTB, random_f32_bits
 
 from nelssa.hw.model import fp
+
+from fpunit import SPECIALS32, CombTB, random_f32_bits
 
 TOP = "nelssa_fp32_add"
 

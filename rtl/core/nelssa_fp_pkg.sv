@@ -1,0 +1,260 @@
+// Arithmetic of the attention engine as functions: the one implementation of each operation.
+// The unit modules (nelssa_fp32_add, ...) wrap one function each for unit tests and per-unit
+// synthesis; the engine calls the functions inside its clocked datapath. The numeric contract
+// is docs/numerics.md and the bit-exact model hw/model/fp.py:
+//   - round to nearest even in add and multiply, half up in the table functions;
+//   - subnormal inputs read as signed zero, tiny results flush to signed zero;
+//   - every NaN result is the canonical quiet NaN 32'h7FC0_0000.
+// no_inline_task keeps one copy of each function in the Verilated model (the engine calls them
+// about 1,300 times per cycle in hardware terms; inlined, the C++ would not fit in any cache).
+package nelssa_fp_pkg;
+  import nelssa_fp_tables_pkg::*;
+
+  localparam logic [31:0] CANON_NAN = 32'h7FC0_0000;
+  localparam logic [31:0] POS_INF   = 32'h7F80_0000;
+
+  // fp32 a + b.
+  function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
+    /*verilator no_inline_task*/
+    logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, swap, sub_op, big_sign, round_up;
+    logic [7:0]  big_exp, small_exp, exp_diff;
+    logic [4:0]  shift_amt, lead_zeros;
+    logic [26:0] big_sig, small_sig, small_aligned, norm_sig;
+    logic [53:0] align_wide;
+    logic [27:0] raw_sum;
+    logic [24:0] rounded;
+    logic signed [9:0] norm_exp, final_exp;
+    logic [31:0] r;
+    a_zero = (a[30:23] == 8'd0);
+    b_zero = (b[30:23] == 8'd0);
+    a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
+    b_inf  = (b[30:23] == 8'hFF) && (b[22:0] == '0);
+    a_nan  = (a[30:23] == 8'hFF) && (a[22:0] != '0);
+    b_nan  = (b[30:23] == 8'hFF) && (b[22:0] != '0);
+    sub_op = a[31] ^ b[31];
+    // order by magnitude so the subtraction never goes negative
+    swap      = b[30:0] > a[30:0];
+    big_sign  = swap ? b[31] : a[31];
+    big_exp   = swap ? b[30:23] : a[30:23];
+    small_exp = swap ? a[30:23] : b[30:23];
+    big_sig   = {1'b1, (swap ? b[22:0] : a[22:0]), 3'b000};
+    small_sig = {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
+    exp_diff  = big_exp - small_exp;
+    shift_amt = (exp_diff > 8'd31) ? 5'd31 : exp_diff[4:0];
+    // align with guard, round and sticky: bits shifted out are ORed into the LSB
+    align_wide    = {small_sig, 27'd0} >> shift_amt;
+    small_aligned = align_wide[53:27] | {26'd0, |align_wide[26:0]};
+    raw_sum = sub_op ? ({1'b0, big_sig} - {1'b0, small_aligned})
+                     : ({1'b0, big_sig} + {1'b0, small_aligned});
+    lead_zeros = 5'd0;
+    for (int i = 0; i < 27; i++) begin
+      if (raw_sum[i]) lead_zeros = 5'(26 - i);
+    end
+    if (raw_sum[27]) begin
+      norm_sig = {raw_sum[27:2], raw_sum[1] | raw_sum[0]};
+      norm_exp = $signed({2'b00, big_exp}) + 10'sd1;
+    end else begin
+      norm_sig = raw_sum[26:0] << lead_zeros;
+      norm_exp = $signed({2'b00, big_exp}) - $signed({5'd0, lead_zeros});
+    end
+    round_up  = norm_sig[2] & (norm_sig[1] | norm_sig[0] | norm_sig[3]);
+    rounded   = {1'b0, norm_sig[26:3]} + {24'd0, round_up};
+    final_exp = rounded[24] ? norm_exp + 10'sd1 : norm_exp;
+    if (a_nan || b_nan || (a_inf && b_inf && sub_op)) r = CANON_NAN;
+    else if (a_inf) r = {a[31], 8'hFF, 23'd0};
+    else if (b_inf) r = {b[31], 8'hFF, 23'd0};
+    else if (a_zero && b_zero) r = {a[31] & b[31], 31'd0};
+    else if (b_zero) r = a;
+    else if (a_zero) r = b;
+    else if (raw_sum == '0) r = 32'd0;
+    else if (final_exp >= 10'sd255) r = {big_sign, 8'hFF, 23'd0};
+    else if (final_exp <= 10'sd0) r = {big_sign, 31'd0};
+    else r = {big_sign, final_exp[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
+    return r;
+  endfunction
+
+  // fp32 a * b; a product whose exact value is below 2^-126 flushes to signed zero.
+  function automatic logic [31:0] fp32_mul(input logic [31:0] a, input logic [31:0] b);
+    /*verilator no_inline_task*/
+    logic        sign, a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, guard, sticky, round_up;
+    logic [47:0] sig_prod;
+    logic [23:0] kept;
+    logic [24:0] rounded;
+    logic signed [10:0] exp_pre, exp_fin;
+    logic [31:0] r;
+    sign   = a[31] ^ b[31];
+    a_zero = (a[30:23] == 8'd0);
+    b_zero = (b[30:23] == 8'd0);
+    a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
+    b_inf  = (b[30:23] == 8'hFF) && (b[22:0] == '0);
+    a_nan  = (a[30:23] == 8'hFF) && (a[22:0] != '0);
+    b_nan  = (b[30:23] == 8'hFF) && (b[22:0] != '0);
+    sig_prod = {24'd0, 1'b1, a[22:0]} * {24'd0, 1'b1, b[22:0]};
+    exp_pre  = $signed({3'b000, a[30:23]}) + $signed({3'b000, b[30:23]}) - 11'sd127;
+    if (sig_prod[47]) begin
+      kept    = sig_prod[47:24];
+      guard   = sig_prod[23];
+      sticky  = |sig_prod[22:0];
+      exp_pre = exp_pre + 11'sd1;
+    end else begin
+      kept    = sig_prod[46:23];
+      guard   = sig_prod[22];
+      sticky  = |sig_prod[21:0];
+    end
+    round_up = guard & (sticky | kept[0]);
+    rounded  = {1'b0, kept} + {24'd0, round_up};
+    exp_fin  = rounded[24] ? exp_pre + 11'sd1 : exp_pre;
+    if (a_nan || b_nan || (a_inf && b_zero) || (b_inf && a_zero)) r = CANON_NAN;
+    else if (a_inf || b_inf) r = {sign, 8'hFF, 23'd0};
+    else if (a_zero || b_zero || exp_pre <= 11'sd0) r = {sign, 31'd0};
+    else if (exp_fin >= 11'sd255) r = {sign, 8'hFF, 23'd0};
+    else r = {sign, exp_fin[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
+    return r;
+  endfunction
+
+  // bf16 a * bf16 b into fp32: exact but for overflow (signed Inf) and flush of tiny products.
+  function automatic logic [31:0] bf16_mul(input logic [15:0] a, input logic [15:0] b);
+    /*verilator no_inline_task*/
+    logic        sign, a_zero, b_zero, a_inf, b_inf, a_nan, b_nan;
+    logic [15:0] sig_prod;
+    logic [22:0] man;
+    logic signed [10:0] exp_fin;
+    logic [31:0] r;
+    sign   = a[15] ^ b[15];
+    a_zero = (a[14:7] == 8'd0);
+    b_zero = (b[14:7] == 8'd0);
+    a_inf  = (a[14:7] == 8'hFF) && (a[6:0] == '0);
+    b_inf  = (b[14:7] == 8'hFF) && (b[6:0] == '0);
+    a_nan  = (a[14:7] == 8'hFF) && (a[6:0] != '0);
+    b_nan  = (b[14:7] == 8'hFF) && (b[6:0] != '0);
+    sig_prod = {8'd0, 1'b1, a[6:0]} * {8'd0, 1'b1, b[6:0]};
+    exp_fin  = $signed({3'b000, a[14:7]}) + $signed({3'b000, b[14:7]}) - 11'sd127;
+    if (sig_prod[15]) begin
+      man     = {sig_prod[14:0], 8'd0};
+      exp_fin = exp_fin + 11'sd1;
+    end else begin
+      man = {sig_prod[13:0], 9'd0};
+    end
+    if (a_nan || b_nan || (a_inf && b_zero) || (b_inf && a_zero)) r = CANON_NAN;
+    else if (a_inf || b_inf) r = {sign, 8'hFF, 23'd0};
+    else if (a_zero || b_zero || exp_fin <= 11'sd0) r = {sign, 31'd0};
+    else if (exp_fin >= 11'sd255) r = {sign, 8'hFF, 23'd0};
+    else r = {sign, exp_fin[7:0], man};
+    return r;
+  endfunction
+
+  // Maximum; NaN if either is NaN; max(+0, -0) = +0.
+  function automatic logic [31:0] fp32_max(input logic [31:0] a, input logic [31:0] b);
+    /*verilator no_inline_task*/
+    logic [31:0] a_daz, b_daz, a_key, b_key;
+    a_daz = (a[30:23] == 8'd0) ? {a[31], 31'd0} : a;
+    b_daz = (b[30:23] == 8'd0) ? {b[31], 31'd0} : b;
+    // sign-magnitude onto an unsigned order: negatives inverted, positives offset
+    a_key = a_daz[31] ? ~a_daz : {1'b1, a_daz[30:0]};
+    b_key = b_daz[31] ? ~b_daz : {1'b1, b_daz[30:0]};
+    if (((a[30:23] == 8'hFF) && (a[22:0] != '0)) || ((b[30:23] == 8'hFF) && (b[22:0] != '0))) begin
+      return CANON_NAN;
+    end
+    return (a_key >= b_key) ? a_daz : b_daz;
+  endfunction
+
+  // Horner evaluation c0 + (c1 + c2*r)*r of a table quadratic; r in units of 2^-RF.
+  function automatic logic signed [51:0] quad_eval(input quad_t c, input logic [16:0] r,
+                                                   input int unsigned rf);
+    logic signed [51:0] p;
+    p = ($signed({{19{c.c2[COEF_WIDTH-1]}}, c.c2}) * $signed({35'd0, r})) >>> rf;
+    p = ((p + $signed({{19{c.c1[COEF_WIDTH-1]}}, c.c1})) * $signed({35'd0, r})) >>> rf;
+    return p + $signed({{19{c.c0[COEF_WIDTH-1]}}, c.c0});
+  endfunction
+
+  // 2^x: x = n + f (floor) on 24 fraction bits, 2^f from the table, rounded half up.
+  function automatic logic [31:0] fp32_exp2(input logic [31:0] x);
+    /*verilator no_inline_task*/
+    logic [7:0]  e;
+    logic [23:0] sig;
+    logic [5:0]  rshift;
+    logic [2:0]  lshift;
+    logic [63:0] shifted_wide;
+    logic [30:0] mag;
+    logic        sticky;
+    logic signed [32:0] xfx;
+    logic signed [8:0]  n;
+    logic signed [51:0] y;
+    logic [24:0]        m24;
+    logic signed [10:0] biased;
+    e   = x[30:23];
+    sig = {1'b1, x[22:0]};
+    // floor(|x| * 2^24) and whether nonzero bits were dropped, valid for |x| < 128
+    lshift = (e >= 8'd126) ? 3'((e - 8'd126) > 8'd7 ? 8'd7 : e - 8'd126) : 3'd0;
+    rshift = (e >= 8'd126) ? 6'd0 : ((8'd126 - e) > 8'd40 ? 6'd40 : 6'(8'd126 - e));
+    shifted_wide = {sig, 40'd0} >> rshift;
+    if (e >= 8'd126) begin
+      mag    = {7'd0, sig} << lshift;
+      sticky = 1'b0;
+    end else begin
+      mag    = {7'd0, shifted_wide[63:40]};
+      sticky = |shifted_wide[39:0];
+    end
+    xfx = x[31] ? -($signed({2'b00, mag}) + $signed({32'd0, sticky})) : $signed({2'b00, mag});
+    n   = 9'(xfx >>> 24);
+    y   = quad_eval(exp2_coef(xfx[23:17]), xfx[16:0], 24);
+    m24 = 25'((y + 52'sd64) >>> (COEF_FRAC - 23));
+    biased = $signed({{2{n[8]}}, n}) + 11'sd127 + $signed({10'd0, m24[24]});
+    if ((e == 8'hFF) && (x[22:0] != '0)) return CANON_NAN;
+    if (e == 8'd0) return 32'h3F80_0000;
+    if (e >= 8'd134) return x[31] ? 32'd0 : POS_INF;  // |x| >= 128, Inf included
+    if (biased <= 11'sd0) return 32'd0;
+    if (biased >= 11'sd255) return POS_INF;
+    return {1'b0, biased[7:0], m24[24] ? 23'd0 : m24[22:0]};
+  endfunction
+
+  // Signed fixed point with 30 fraction bits (|v| < 2^39) to fp32, magnitude rounded half up.
+  function automatic logic [31:0] fixed30_to_fp32(input logic signed [39:0] v);
+    logic [39:0] mag, rounded_wide;
+    logic [6:0]  lead;
+    logic signed [9:0] exp_out;
+    mag  = v[39] ? 40'(-v) : 40'(v);
+    lead = '0;
+    for (int i = 0; i < 40; i++) begin
+      if (mag[i]) lead = 7'(i);
+    end
+    if (lead > 7'd23) rounded_wide = (mag + (40'd1 << (lead - 7'd24))) >> (lead - 7'd23);
+    else rounded_wide = mag << (7'd23 - lead);
+    exp_out = $signed({3'd0, lead}) - 10'sd30 + 10'sd127 + $signed({9'd0, rounded_wide[24]});
+    if (mag == '0) return 32'd0;
+    return {v[39], exp_out[7:0], rounded_wide[24] ? 23'd0 : rounded_wide[22:0]};
+  endfunction
+
+  // log2(x) = e + log2(1.m), summed exactly in fixed point, then rounded to fp32.
+  function automatic logic [31:0] fp32_log2(input logic [31:0] x);
+    /*verilator no_inline_task*/
+    logic signed [51:0] g;
+    logic signed [39:0] total;
+    g     = quad_eval(log2_coef(x[22:16]), {1'b0, x[15:0]}, 23);
+    total = ($signed({32'd0, x[30:23]}) - 40'sd127) * 40'sd1073741824 + 40'(g);
+    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) return CANON_NAN;
+    if (x[31] && (x[30:23] != 8'd0)) return CANON_NAN;
+    if (x[30:23] == 8'hFF) return POS_INF;
+    if (x[30:23] == 8'd0) return 32'hFF80_0000;
+    return fixed30_to_fp32(total);
+  endfunction
+
+  // 1/x = 2^-e / (1.m), the mantissa from the table, rounded half up.
+  function automatic logic [31:0] fp32_recip(input logic [31:0] x);
+    /*verilator no_inline_task*/
+    logic signed [51:0] y;
+    logic               top;
+    logic [24:0]        m24;
+    logic signed [10:0] biased;
+    y   = quad_eval(recip_coef(x[22:16]), {1'b0, x[15:0]}, 23);
+    top = (y >= (52'sd1 <<< COEF_FRAC));  // 1/(1.m) is exactly 1 only at m = 0
+    m24 = top ? 25'((y + 52'sd64) >>> (COEF_FRAC - 23)) : 25'((y + 52'sd32) >>> (COEF_FRAC - 24));
+    biased = 11'sd254 - $signed({3'd0, x[30:23]}) - (top ? 11'sd0 : 11'sd1)
+             + $signed({10'd0, m24[24]});
+    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) return CANON_NAN;
+    if (x[30:23] == 8'hFF) return {x[31], 31'd0};
+    if (x[30:23] == 8'd0) return {x[31], 8'hFF, 23'd0};
+    if (biased <= 11'sd0) return {x[31], 31'd0};
+    return {x[31], biased[7:0], m24[24] ? 23'd0 : m24[22:0]};
+  endfunction
+endpackage

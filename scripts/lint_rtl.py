@@ -1,0 +1,43 @@
+"""`verilator --lint-only -Wall` on every synthesizable top under rtl/ (waivers: rtl/verilator.vlt)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from nelssa.hw.sim.rtl_sources import ENGINE, FP_UNITS, PACKAGES, VERILATOR_CONFIG
+from nelssa.hw.sim.verilator import setup_environment
+
+TOPS = {p.stem: [*PACKAGES, *FP_UNITS] for p in FP_UNITS}
+TOPS["nelssa_attn_engine"] = ENGINE
+ENGINE_VARIANTS = [
+    {"HeadDim": 128, "NumQHeads": 8, "MaxClusterTokens": 64},
+    {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1},
+]
+
+
+def main() -> int:
+    setup_environment()
+    failed = []
+    runs = [(top, srcs, {}) for top, srcs in TOPS.items() if top != "nelssa_attn_engine"]
+    runs += [("nelssa_attn_engine", ENGINE, v) for v in ENGINE_VARIANTS]
+    for top, srcs, params in runs:
+        cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top,
+               *(f"-G{k}={v}" for k, v in params.items()), str(VERILATOR_CONFIG),
+               *map(str, srcs)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        label = top + (f" {params}" if params else "")
+        if proc.returncode != 0:
+            failed.append(label)
+            print(f"FAIL {label}\n{proc.stderr.strip()}")
+        else:
+            print(f"ok   {label}")
+    if failed:
+        print(f"lint: {len(failed)} of {len(runs)} tops have warnings")
+        return 1
+    print(f"lint: {len(runs)} tops clean")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
