@@ -1,4 +1,6 @@
-"""`verilator --lint-only -Wall` on every synthesizable top under rtl/ (waivers: rtl/verilator.vlt)."""
+"""`verilator --lint-only -Wall` on every synthesizable top under rtl/.
+
+Waivers live in rtl/verilator.vlt, each with its reason."""
 
 from __future__ import annotations
 
