@@ -143,11 +143,26 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
     if not args.io:
         flags += " -noiopad -noclkbuf"
     read = "read_rtlil" if same else "read_verilog -sv"
+    full = f"synth_xilinx {flags} {args.synth_args}".rstrip()
+    if args.no_share:
+        # synth_xilinx's coarse step minus `share`, whose SAT search does not finish on
+        # datapaths of hundreds of floating-point units; the result is an upper bound.
+        steps = [
+            f"{full} -run :coarse",
+            "techmap -map +/cmp2lut.v -map +/cmp2lcu.v -D LUT_WIDTH=6",
+            "alumacc",
+            "opt",
+            "memory -nomap",
+            "opt_clean",
+            f"{full} -run map_memory:",
+        ]
+    else:
+        steps = [full]
     synth.run(
         "synthesize",
         [
             f"{read} {synth.out(handoff)}",
-            f"synth_xilinx {flags} {args.synth_args}".rstrip(),
+            *steps,
             f"tee -q -o {synth.out('stat.json')} stat -json",
         ],
     )
@@ -206,6 +221,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--io", action="store_true", help="insert I/O and clock buffers (default: out-of-context)"
     )
     parser.add_argument("--synth-args", default="", help="extra synth_xilinx options, e.g. -nodsp")
+    parser.add_argument(
+        "--no-share",
+        action="store_true",
+        help="skip the SAT-based resource sharing pass (needed for large datapaths)",
+    )
     parser.add_argument(
         "--yosys",
         type=shlex.split,

@@ -1,0 +1,115 @@
+"""The `nelssa` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+import numpy as np
+
+from nelssa import __version__
+
+log = logging.getLogger(__name__)
+
+
+def _bf16_normal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    from nelssa.hw.model.fp import f32_to_bf16_bits
+
+    return f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """One attention command through the RTL engine and the bit-exact model."""
+    from nelssa.hw.model import fp
+    from nelssa.hw.model.engine import EngineParams, attend
+    from nelssa.hw.model.reference import attend_f64
+    from nelssa.hw.sim.engine import RtlEngine
+
+    params = EngineParams()
+    rng = np.random.default_rng(args.seed)
+    lens = [args.cluster_tokens] * args.clusters
+    q = _bf16_normal(rng, (args.qheads, args.head_dim))
+    keys = [_bf16_normal(rng, (n, args.head_dim)) for n in lens]
+    values = [_bf16_normal(rng, (n, args.head_dim)) for n in lens]
+    scale = 1.0 / np.sqrt(args.head_dim)
+
+    print(f"NELSSA attention engine demo: {args.qheads} query heads x head_dim {args.head_dim}, "
+          f"{args.clusters} clusters x {args.cluster_tokens} tokens = {sum(lens)} tokens, "
+          f"scale 1/sqrt({args.head_dim}), seed {args.seed}")
+    print("building the Verilated engine (cached after the first run) ...", flush=True)
+    t0 = time.perf_counter()
+    engine = RtlEngine(params)
+    print(f"  ready in {time.perf_counter() - t0:.1f} s: {engine.exe}")
+
+    t0 = time.perf_counter()
+    rtl = engine.attend(q, keys, values, scale)
+    rtl_wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model = attend(params, q, keys, values, scale)
+    model_wall = time.perf_counter() - t0
+    o64, lse64 = attend_f64(q, keys, values, np.float32(scale))
+
+    if rtl.result.status.name != "OK":
+        print(f"RTL engine reported {rtl.result.status.name}")
+        return 1
+    same_o = np.array_equal(rtl.result.o, model.o)
+    same_lse = np.array_equal(rtl.result.lse, model.lse)
+    vmax = max(float(np.abs(fp.as_f32(fp.bf16_to_f32_bits(v))).max()) for v in values)
+    o_err = float(np.abs(fp.as_f32(rtl.result.o).astype(np.float64) - o64).max())
+    lse_err = float(np.abs(fp.as_f32(rtl.result.lse).astype(np.float64) - lse64).max())
+
+    print("\nresults (query head 0, first 6 elements of O):")
+    np.set_printoptions(precision=7, suppress=False, linewidth=110)
+    print(f"  RTL    O = {fp.as_f32(rtl.result.o[0, :6])}")
+    print(f"  model  O = {fp.as_f32(model.o[0, :6])}")
+    print(f"  fp64   O = {o64[0, :6]}")
+    print(f"  RTL    LSE = {fp.as_f32(rtl.result.lse)}")
+    print(f"  model  LSE = {fp.as_f32(model.lse)}")
+    print(f"  fp64   LSE = {lse64}")
+    print("\nagreement:")
+    print(f"  RTL vs model: O {'bit-identical' if same_o else 'DIFFERENT'} "
+          f"({rtl.result.o.size} values), LSE {'bit-identical' if same_lse else 'DIFFERENT'}")
+    print(f"  vs float64: max|O - O64| = {o_err:.3e} ({o_err / vmax:.2e} x max|V|), "
+          f"max|LSE - LSE64| = {lse_err:.3e}  (bound: 1e-3 x max|V|, 1e-3)")
+    print("\ntiming:")
+    print(f"  engine cycles: {rtl.cycles} (command to done), stream {rtl.kv_consumed} beats in "
+          f"{rtl.kv_span} cycles = {rtl.beats_per_cycle:.3f} beats/cycle")
+    print(f"  at 800 MHz: {rtl.cycles / 800e6 * 1e6:.2f} us of device time")
+    print(f"  simulation: {rtl.total_cycles / rtl.sim_seconds:,.0f} cycles/s "
+          f"(harness {rtl_wall:.2f} s wall); model {model_wall:.2f} s wall")
+    ok = same_o and same_lse and o_err <= 1e-3 * vmax and lse_err <= 1e-3
+    print("\nPASS" if ok else "\nFAIL")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="nelssa", description="Hardware-in-the-loop emulator of NELSSA (GPU-PNM serving).")
+    parser.add_argument("--version", action="version", version=f"nelssa {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="one attention command through the RTL engine and model")
+    demo.add_argument("--head-dim", type=int, choices=(64, 128), default=128)
+    demo.add_argument("--qheads", type=int, default=4, help="query heads per KV head (1..8)")
+    demo.add_argument("--clusters", type=int, default=64, help="selected clusters (>= 1)")
+    demo.add_argument("--cluster-tokens", type=int, default=16, help="tokens per cluster (1..64)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=cmd_demo)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "demo":
+        for name, lo, hi in (("--qheads", 1, 8), ("--clusters", 1, 65535),
+                             ("--cluster-tokens", 1, 64)):
+            value = getattr(args, name[2:].replace("-", "_"))
+            if not lo <= value <= hi:
+                parser.error(f"{name} must be in {lo}..{hi}, got {value}")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
