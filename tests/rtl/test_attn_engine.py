@@ -51,8 +51,9 @@ async def logit_extremes(dut):
     wl = Workload.random(rng, d, h, [5, 9])
     wl.keys = [np.tile(wl.keys[0][:1], (k.shape[0], 1)) for k in wl.keys]
     out = await tb.check_workload(wl)
-    # uniform softmax: LSE = s + ln(14) exactly in float64, and it must be near
-    assert out.lse is not None
+    # all 14 logits equal: O is the plain mean of the V rows
+    v_mean = np.concatenate([fp.as_f32(fp.bf16_to_f32_bits(v)) for v in wl.values]).mean(0)
+    assert np.abs(fp.as_f32(out.o) - v_mean).max() <= 1e-5
 
 
 @cocotb.test()
@@ -141,7 +142,7 @@ def _malformed(tb: TB, rng: np.random.Generator) -> list[tuple[str, Command]]:
         ("cluster too long", Command(d, h, wl.scale, [3, mx + 1], good.beats)),
         ("zero clusters", Command(d, h, wl.scale, [], good.beats[:q_beats], num_clusters=0)),
         ("head_dim 96", Command(96, h, wl.scale, wl.cluster_lens, good.beats)),
-        ("head_dim 256", Command(256 % 256, h, wl.scale, wl.cluster_lens, good.beats)),
+        ("head_dim 0", Command(0, h, wl.scale, wl.cluster_lens, good.beats)),
         ("zero query heads", Command(d, 0, wl.scale, wl.cluster_lens, good.beats)),
         ("too many query heads", Command(d, h + 1, wl.scale, wl.cluster_lens, good.beats)),
     ]
@@ -155,8 +156,6 @@ async def malformed_streams(dut):
     await tb.reset()
     rng = np.random.default_rng(105)
     d, h = _dims(tb)[-1], tb.params.num_qheads
-    if h + 1 > 15:
-        return
     for name, cmd in _malformed(tb, rng):
         want = cmd.expected_status(tb.params)
         assert want != AttnStatus.OK, name
