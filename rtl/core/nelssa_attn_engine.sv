@@ -3,14 +3,15 @@
 //
 // Stream (kv_*): Q rows of every query head, then for each cluster its K rows then its V rows;
 // 64-byte beats, lane i (bf16) in bits [16i+15:16i], head_dim/32 beats per row, kv_last_i on
-// the final beat. Cluster lengths arrive on clu_* (one entry per cluster, in order).
+// the final beat. Cluster lengths arrive on clu_* (one entry per cluster, in order); the entry
+// of the next cluster is taken early, during the current one.
 // Result (res_*): for each query head head_dim/16 beats of normalised O (fp32, lane k in bits
 // [32k+31:32k]), then one beat with LSE (fp32, natural log) of head h in bits [32h+31:32h].
 // done_o pulses once per command with status_o (nelssa_engine_pkg::status_e).
 //
 // The order of floating-point operations is the contract with hw/model/engine.py; see
 // docs/numerics.md. Throughput: one beat per cycle inside a K or V phase; each cluster costs
-// three stall cycles at its K->V turn (pipeline drain, softmax set-up) and one at its start.
+// two stall cycles at its K->V turn (last score, softmax set-up); the first cluster one more.
 module nelssa_attn_engine
   import nelssa_engine_pkg::*;
   import nelssa_fp_pkg::*;
@@ -98,24 +99,35 @@ module nelssa_attn_engine
   logic [31:0] p_q      [NumQHeads];   // exp2(t_j - m) of the current V row
   logic [31:0] lse_q    [NumQHeads];
 
-  // K pipeline: s0 holds the beat, s1 the per-head beat sums
-  logic              s0_valid_q, s0_last_row_q, s1_valid_q, s1_last_row_q;
-  logic [BEAT_W-1:0] s0_data_q;
-  logic [PW-1:0]     s0_part_q;
-  logic [TW-1:0]     s0_tok_q, s1_tok_q;
+  // K pipeline: s1 holds the per-head sums of the last accepted K beat
+  logic              s1_valid_q, s1_last_row_q;
+  logic [TW-1:0]     s1_tok_q;
   logic [31:0]       s1_sum_q [NumQHeads];
+
+  // Cluster entry taken ahead of time
+  logic              next_valid_q;
+  logic [7:0]        next_ntok_q;
 
   // ---------------------------------------------------------------------------------------------
   // Handshakes and positions
   logic kv_fire, clu_fire, res_fire;
-  logic row_end, cluster_end, final_cluster;
+  logic row_end, cluster_end, all_popped, final_cluster, prefetch, clu_take, clu_bad;
+  logic [7:0] clu_len;
 
   assign kv_fire       = kv_valid_i && kv_ready_o;
   assign clu_fire      = clu_valid_i && clu_ready_o;
   assign res_fire      = res_valid_o && res_ready_i;
   assign row_end       = (part_q == 2'(bpr_q - 3'd1));
   assign cluster_end   = row_end && (tok_q == ntok_q - 8'd1);
-  assign final_cluster = (clu_popped_q == nclu_q);
+  assign all_popped    = (clu_popped_q == nclu_q);
+  assign final_cluster = all_popped && !next_valid_q;  // the current cluster is the last
+  // take the next cluster's entry while the current one streams
+  assign prefetch      = (state_q == StK || state_q == StKDrain || state_q == StSetup ||
+                          state_q == StV) && !next_valid_q && !all_popped;
+  // the entry that starts the next cluster: held early, or arriving now in StClu
+  assign clu_take      = next_valid_q || clu_fire;
+  assign clu_len       = next_valid_q ? next_ntok_q : clu_tokens_i;
+  assign clu_bad       = (clu_len == 8'd0) || (32'(clu_len) > MaxClusterTokens);
 
   // ---------------------------------------------------------------------------------------------
   // Command decode
@@ -185,7 +197,8 @@ module nelssa_attn_engine
   // Control
   always_comb begin
     cmd_ready_o = (state_q == StIdle);
-    clu_ready_o = (state_q == StClu) || (state_q == StDrain && !final_cluster);
+    clu_ready_o = (state_q == StClu && !next_valid_q) || prefetch ||
+                  (state_q == StDrain && !all_popped);
     unique case (state_q)
       StQ, StK, StV: kv_ready_o = 1'b1;
       StDrain:       kv_ready_o = !last_seen_q;
@@ -222,8 +235,8 @@ module nelssa_attn_engine
         end
       end
       StClu: begin
-        if (clu_fire) begin
-          if (clu_tokens_i == 8'd0 || 32'(clu_tokens_i) > MaxClusterTokens) begin
+        if (clu_take) begin
+          if (clu_bad) begin
             status_d = STATUS_ERR_BAD_CLUSTER_LEN;
             state_d  = StDrain;
           end else begin
@@ -241,10 +254,8 @@ module nelssa_attn_engine
           end
         end
       end
-      StKDrain: begin
-        // s1 finishes this cycle; once s0 is empty the scores and max are final next cycle
-        if (!s0_valid_q) state_d = StSetup;
-      end
+      // the last score and the cluster max are written at the end of this cycle
+      StKDrain: state_d = StSetup;
       StSetup: state_d = StV;
       StV: begin
         if (kv_fire) begin
@@ -259,7 +270,14 @@ module nelssa_attn_engine
             status_d = STATUS_ERR_SHORT_STREAM;
             state_d  = StDrain;
           end else if (cluster_end) begin
-            state_d = StClu;
+            if (!next_valid_q) begin
+              state_d = StClu;
+            end else if (clu_bad) begin
+              status_d = STATUS_ERR_BAD_CLUSTER_LEN;
+              state_d  = StDrain;
+            end else begin
+              state_d = StK;
+            end
           end
         end
       end
@@ -270,7 +288,7 @@ module nelssa_attn_engine
         if (res_fire && res_last_o) state_d = StDone;
       end
       StDrain: begin
-        if (final_cluster && last_seen_q) state_d = StDone;
+        if (all_popped && last_seen_q) state_d = StDone;
       end
       StDone:  state_d = StIdle;
       default: state_d = StIdle;
@@ -291,15 +309,19 @@ module nelssa_attn_engine
       head_q       <= 4'd0;
       obeat_q      <= 3'd0;
       last_seen_q  <= 1'b0;
-      s0_valid_q   <= 1'b0;
       s1_valid_q   <= 1'b0;
+      next_valid_q <= 1'b0;
+      next_ntok_q  <= 8'd0;
     end else begin
       state_q    <= state_d;
       status_q   <= status_d;
-      s0_valid_q <= (state_q == StK) && kv_fire;
-      s1_valid_q <= s0_valid_q;
+      s1_valid_q <= (state_q == StK) && kv_fire;
       if (kv_fire && kv_last_i) last_seen_q <= 1'b1;
       if (clu_fire) clu_popped_q <= clu_popped_q + 16'd1;
+      if (clu_fire && prefetch) begin
+        next_valid_q <= 1'b1;
+        next_ntok_q  <= clu_tokens_i;
+      end
       unique case (state_q)
         StIdle: begin
           if (cmd_valid_i) begin
@@ -310,8 +332,8 @@ module nelssa_attn_engine
             last_seen_q  <= 1'b0;
             part_q       <= 2'd0;
             head_q       <= 4'd0;
-            s0_valid_q   <= 1'b0;
             s1_valid_q   <= 1'b0;
+            next_valid_q <= 1'b0;
           end
         end
         StQ: begin
@@ -321,16 +343,21 @@ module nelssa_attn_engine
           end
         end
         StClu: begin
-          if (clu_fire) begin
-            ntok_q <= clu_tokens_i;
-            tok_q  <= 8'd0;
-            part_q <= 2'd0;
+          if (clu_take) begin
+            ntok_q       <= clu_len;
+            next_valid_q <= 1'b0;
+            tok_q        <= 8'd0;
+            part_q       <= 2'd0;
           end
         end
         StK, StV: begin
           if (kv_fire) begin
             part_q <= row_end ? 2'd0 : part_q + 2'd1;
             if (row_end) tok_q <= cluster_end ? 8'd0 : tok_q + 8'd1;
+          end
+          if (state_q == StV && state_d == StK) begin  // next cluster straight from its entry
+            ntok_q       <= next_ntok_q;
+            next_valid_q <= 1'b0;
           end
           if (state_d == StFinal) head_q <= 4'd0;
         end
@@ -356,19 +383,16 @@ module nelssa_attn_engine
   // ---------------------------------------------------------------------------------------------
   // Datapath registers (no reset: every command initialises what it reads)
   always_ff @(posedge clk_i) begin
-    s0_data_q     <= kv_data_i;
-    s0_part_q     <= PW'(part_q);
-    s0_tok_q      <= TW'(tok_q);
-    s0_last_row_q <= row_end;
-    s1_tok_q      <= s0_tok_q;
-    s1_last_row_q <= s0_last_row_q;
+    s1_tok_q      <= TW'(tok_q);
+    s1_last_row_q <= row_end;
 
     unique case (state_q)
       StIdle: begin
         if (cmd_valid_i) begin
           c_q <= fp32_mul(cmd_scale_i, FP32_LOG2E);
           for (int h = 0; h < NumQHeads; h++) begin
-            m_q[h]   <= FP32_NEG_INF;
+            m_q[h]    <= FP32_NEG_INF;
+            mrun_q[h] <= FP32_NEG_INF;
             l_q[h]   <= 32'd0;
             acc_q[h] <= 32'd0;
             for (int b = 0; b < MAX_BPR; b++) begin
@@ -379,9 +403,6 @@ module nelssa_attn_engine
       end
       StQ: begin
         if (kv_fire) q_q[HW'(head_q)][PW'(part_q)] <= kv_data_i;
-      end
-      StClu: begin
-        for (int h = 0; h < NumQHeads; h++) mrun_q[h] <= m_q[h];
       end
       StSetup: begin
         for (int h = 0; h < NumQHeads; h++) begin
@@ -416,10 +437,14 @@ module nelssa_attn_engine
       default: ;
     endcase
 
-    // K pipeline: stage 1 forms the beat sums, stage 2 accumulates them; at a row's end the
-    // score is scaled into the log2 domain, stored, and the running max updated
+    // K pipeline: stage 1 forms the beat sums of an accepted K beat, stage 2 accumulates them;
+    // at a row's end the score is scaled into the log2 domain, stored, and the running max
+    // updated. mrun_q equals m_q outside a K phase (set-up copies it back), so a cluster's
+    // running max starts from the max of all clusters before it.
     for (int h = 0; h < NumQHeads; h++) begin
-      if (s0_valid_q && h < 32'(nq_q)) s1_sum_q[h] <= beat_dot(q_q[h][s0_part_q], s0_data_q);
+      if (state_q == StK && kv_fire && h < 32'(nq_q)) begin
+        s1_sum_q[h] <= beat_dot(q_q[h][PW'(part_q)], kv_data_i);
+      end
       if (s1_valid_q && h < 32'(nq_q)) begin
         if (s1_last_row_q) begin
           acc_q[h]             <= 32'd0;
