@@ -1,6 +1,6 @@
 """Render the SV packages whose contents are defined in Python (one source of truth).
 
-``python -m nelssa.driver.svgen`` rewrites them; ``tests/test_svgen.py`` fails when a committed
+``python -m nelssa.driver.svgen`` rewrites them; ``tests/test_generated.py`` fails when a committed
 file differs from what this renders.
 """
 

@@ -53,6 +53,36 @@ def test_peaked_softmax_is_accurate():
     assert np.abs(fp.as_f32(res.lse) - lse64).max() <= 1e-3
 
 
+def _minus_inf_cluster(rng, q, n, dim):
+    """A cluster whose every score is -Inf: element 0 of each key is -Inf, q[:, 0] is > 0."""
+    k = _bf(rng, (n, dim))
+    k[:, 0] = 0xFF80
+    return k
+
+
+def test_leading_minus_inf_cluster_adds_nothing():
+    """Tokens scored -Inf weigh 0 wherever they stand, even before any finite score."""
+    rng = np.random.default_rng(9)
+    q = _bf(rng, (4, 128))
+    q[:, 0] = 0x3F80  # +1.0
+    ks = [_bf(rng, (16, 128)) for _ in range(3)]
+    vs = [_bf(rng, (16, 128)) for _ in range(3)]
+    bad_k, bad_v = _minus_inf_cluster(rng, q, 5, 128), _bf(rng, (5, 128))
+    plain = attend(PARAMS, q, ks, vs, 0.1)
+    for pos in (0, 1, 3):
+        res = attend(PARAMS, q, [*ks[:pos], bad_k, *ks[pos:]], [*vs[:pos], bad_v, *vs[pos:]], 0.1)
+        assert np.array_equal(res.o, plain.o) and np.array_equal(res.lse, plain.lse), pos
+
+
+def test_all_minus_inf_gives_nan_output_and_minus_inf_lse():
+    rng = np.random.default_rng(10)
+    q = _bf(rng, (2, 64))
+    q[:, 0] = 0x3F80
+    res = attend(PARAMS, q, [_minus_inf_cluster(rng, q, 3, 64)], [_bf(rng, (3, 64))], 0.1)
+    assert np.all(np.isnan(fp.as_f32(res.o)))
+    assert np.all(res.lse == fp.NEG_INF)
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"q": np.zeros((4, 128), np.float32)}, "q must be bf16"),
     ({"q": np.zeros((4, 96), np.uint16)}, "head_dim 96"),
@@ -92,6 +122,13 @@ def test_stream_verdicts():
     assert check_stream(p, 96, 2, [1], 16) == AttnStatus.ERR_BAD_HEAD_DIM
     assert check_stream(p, 128, 0, [1], 16) == AttnStatus.ERR_BAD_QHEADS
     assert check_stream(EngineParams(head_dim=64), 128, 1, [1], 12) == AttnStatus.ERR_BAD_HEAD_DIM
+
+
+def test_command_needs_an_entry_per_cluster():
+    with pytest.raises(ValueError, match="num_clusters is 3"):
+        EngineCommand(64, 1, 0.1, [1, 1], np.zeros((6, 32), np.uint16), num_clusters=3)
+    cmd = EngineCommand(128, 2, 0.1, [1, 2], np.zeros((8 + 8, 32), np.uint16), num_clusters=1)
+    assert cmd.expected_status(PARAMS) == AttnStatus.OK  # only the first entry is read
 
 
 def test_command_defaults():

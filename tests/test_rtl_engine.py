@@ -50,6 +50,7 @@ def test_back_pressure_changes_time_not_bits(engine):
     free = engine.run(cmd)
     gappy = engine.run(cmd, kv_gap_period=3)
     assert np.array_equal(free.result.o, gappy.result.o)
+    assert np.array_equal(free.result.lse, gappy.result.lse)
     assert gappy.kv_span > free.kv_span * 1.3
 
 
@@ -84,6 +85,7 @@ def test_raw_malformed_commands(engine, case):
     assert run.result.status == cmd.expected_status(engine.params) != AttnStatus.OK
     assert run.result.o is None
     if case in ("no-clusters", "bad-dim"):
-        assert run.kv_consumed == 0
+        assert run.kv_consumed == 0 and run.clu_consumed == 0
     else:
         assert run.kv_consumed == cmd.last_index + 1
+        assert run.clu_consumed == cmd.num_clusters

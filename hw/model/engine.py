@@ -6,8 +6,9 @@ The order of every floating-point operation is the RTL's, documented in docs/num
   (lanes (0,1), (2,3), ... then pairs of those), beat sums added in beat order to an accumulator
   starting at +0, then multiplied by ``c = fmul(scale, log2(e))`` (scores live in the log2 domain);
 * per cluster: ``m_new = max(m, t_0..t_{n-1})``, ``alpha = exp2(m - m_new)``,
-  ``p_j = exp2(t_j - m_new)``; at the first V row ``O = O*alpha`` and ``l = l*alpha``; for every
-  V row ``O += p_j*v_j`` (multiply, then add) and ``l += p_j``;
+  ``p_j = exp2(t_j - m_new)``, both 0 while ``m_new`` is -Inf (all scores so far -Inf); at the
+  first V row ``O = O*alpha`` and ``l = l*alpha``; for every V row ``O += p_j*v_j`` (multiply,
+  then add) and ``l += p_j``;
 * at the end: ``O *= recip(l)``, ``LSE = (m + log2(l)) * ln(2)``.
 
 The stream form (``pack_stream``/``check_stream``) mirrors the RTL's beat-level protocol,
@@ -103,6 +104,11 @@ def validate_command(
     return qa, ks, vs
 
 
+def _weight(t: U32, m: U32) -> U32:
+    """exp2(t - m), or +0 where the running max m is -Inf (no finite score yet)."""
+    return np.where(m == fp.NEG_INF, np.uint32(0), fp.exp2(fp.fsub(t, m))).astype(np.uint32)
+
+
 def scores(q: U16, k: U16, c: np.uint32) -> U32:
     """Log2-domain scores (tokens, query heads) of one cluster, in the RTL's sum order."""
     n, d = k.shape
@@ -135,8 +141,8 @@ def attend(
         m_new = m
         for row in t:
             m_new = fp.fmax(m_new, row)
-        alpha = fp.exp2(fp.fsub(m, m_new))
-        p = fp.exp2(fp.fsub(t, m_new[None, :]))
+        alpha = _weight(m, m_new)
+        p = _weight(t, m_new[None, :])
         vf = fp.bf16_to_f32_bits(v)
         o = fp.fmul(o, alpha[:, None])
         lsum = fp.fmul(lsum, alpha)
@@ -185,6 +191,9 @@ class EngineCommand:
             self.last_index = len(self.beats) - 1
         if self.num_clusters is None:
             self.num_clusters = len(self.cluster_lens)
+        if len(self.cluster_lens) < self.num_clusters:
+            raise ValueError(f"cluster_lens has {len(self.cluster_lens)} entries but num_clusters"
+                             f" is {self.num_clusters}: the engine would wait for the rest")
 
     @classmethod
     def from_workload(cls, q: U16, keys: Sequence[U16], values: Sequence[U16],
@@ -195,7 +204,7 @@ class EngineCommand:
 
     def expected_status(self, params: EngineParams) -> AttnStatus:
         """The status the engine must report for this command."""
-        lens = self.cluster_lens if self.num_clusters else []
+        lens = self.cluster_lens[: self.num_clusters]
         return check_stream(params, self.head_dim, self.num_qheads, lens,
                             int(self.last_index) + 1)
 

@@ -7,7 +7,7 @@ coefficients are signed fixed-point integers with ``COEF_FRAC`` fraction bits.
 
 ``generate()`` is the single source of truth: the model uses its tables directly and the RTL
 reads them from the generated SV package ``rtl/core/nelssa_fp_tables_pkg.sv``;
-``tests/test_fp_tables.py`` fails when that file drifts from ``render_sv_package()``.
+``tests/test_generated.py`` fails when that file drifts from ``render_sv_package()``.
 Run ``python -m nelssa.hw.model.fp_tables --write-sv`` after changing anything here.
 """
 

@@ -125,11 +125,17 @@ class RtlEngine:
             raw = dst.read_bytes()
         hdr = HARNESS_OUT.parse(raw)
         body = np.frombuffer(raw[HARNESS_OUT.sizeof():], dtype="<u4")
+        if body.size != hdr.num_result_beats * ENGINE_BEAT_BYTES // 4:
+            raise RuntimeError(f"harness result file holds {body.size * 4} bytes of beats, "
+                               f"header says {hdr.num_result_beats} beats")
         res_beats = body.reshape(hdr.num_result_beats, ENGINE_BEAT_BYTES // 4)
         status = AttnStatus(hdr.status)
         result = AttnResult(status)
         if status == AttnStatus.OK:
             n = cmd.num_qheads * cmd.head_dim // 16
+            if hdr.num_result_beats != n + 1:
+                raise RuntimeError(f"engine returned {hdr.num_result_beats} result beats for "
+                                   f"{cmd.num_qheads} heads x {cmd.head_dim}, expected {n + 1}")
             o = res_beats[:n].reshape(cmd.num_qheads, cmd.head_dim).astype(np.uint32)
             result = AttnResult(status, o, res_beats[n, : cmd.num_qheads].astype(np.uint32))
         return RtlRun(result, hdr.cycles, hdr.kv_span, hdr.kv_consumed, hdr.clu_consumed,

@@ -8,6 +8,9 @@
 // Result (res_*): for each query head head_dim/16 beats of normalised O (fp32, lane k in bits
 // [32k+31:32k]), then one beat with LSE (fp32, natural log) of head h in bits [32h+31:32h].
 // done_o pulses once per command with status_o (nelssa_engine_pkg::status_e).
+// A command rejected at acceptance (bad head_dim or query heads, zero clusters) consumes nothing
+// from clu_* or kv_*: its producer must not offer a stream for it. Any other error drains both
+// channels (the command's cluster entries, the stream up to kv_last_i) before done_o.
 //
 // The order of floating-point operations is the contract with hw/model/engine.py; see
 // docs/numerics.md. Throughput: one beat per cycle inside a K or V phase; each cluster costs
@@ -152,9 +155,10 @@ module nelssa_attn_engine
     return s[0];
   endfunction
 
-  // exp2(t - m): a softmax weight in the log2 domain
+  // exp2(t - m): a softmax weight in the log2 domain; 0 while the running max m is still -Inf
+  // (every score so far is -Inf), so such tokens add nothing instead of NaN (-Inf - -Inf)
   function automatic logic [31:0] weight(input logic [31:0] t, input logic [31:0] m);
-    return fp32_exp2(fp32_add(t, m ^ SIGN));
+    return (m == FP32_NEG_INF) ? 32'd0 : fp32_exp2(fp32_add(t, m ^ SIGN));
   endfunction
 
   logic first_row;

@@ -1,6 +1,6 @@
 // 2^x: range reduction x = n + f (floor, 24 fraction bits), 2^f from a 128-interval
 // piecewise quadratic, rounded half up; below 2^-126 flushes to +0, from 2^128 on is +Inf.
-// Error bound: 1.2 ulp.
+// Error bound: 1.25 ulp.
 // Combinational; the implementation is nelssa_fp_pkg, the model hw/model/fp.py exp2.
 module nelssa_fp32_exp2
   import nelssa_fp_pkg::*;

@@ -91,9 +91,11 @@ class TB:
         await RisingEdge(d.clk_i)
 
     async def run(self, cmd: Command, rng: np.random.Generator | None = None,
-                  kv_gap: float = 0.0, res_stall: float = 0.0,
+                  kv_gap: float = 0.0, res_stall: float = 0.0, clu_gap: float = 0.0,
                   max_cycles: int = 2_000_000) -> Outcome:
-        """Offer ``cmd`` and its stream until done_o; fails on a hang (max_cycles)."""
+        """Offer ``cmd`` and its stream until done_o; fails on a hang (max_cycles). The gap and
+        stall arguments are per-cycle probabilities of withholding a beat, a cluster entry or
+        result readiness (late cluster entries exercise the engine's StClu path)."""
         d = self.dut
         rng = rng or np.random.default_rng(0)
         beats = [_beat_int(b) for b in cmd.beats]
@@ -106,7 +108,7 @@ class TB:
             d.cmd_num_qheads_i.value = cmd.num_qheads
             d.cmd_num_clusters_i.value = cmd.num_clusters
             d.cmd_scale_i.value = int(np.float32(cmd.scale).view(np.uint32))
-            clu_valid = clu_i < len(cmd.cluster_lens)
+            clu_valid = clu_i < len(cmd.cluster_lens) and not (clu_gap and rng.random() < clu_gap)
             d.clu_valid_i.value = int(clu_valid)
             d.clu_tokens_i.value = cmd.cluster_lens[clu_i] if clu_valid else 0
             kv_valid = kv_i < len(beats) and not (kv_gap and rng.random() < kv_gap)
@@ -151,11 +153,11 @@ class TB:
         return Outcome(status, o, lse, cycles - (accepted_at or 0), kv_i, clu_i, span, results)
 
     async def check_workload(self, wl: Workload, rng: np.random.Generator | None = None,
-                             kv_gap: float = 0.0, res_stall: float = 0.0,
+                             kv_gap: float = 0.0, res_stall: float = 0.0, clu_gap: float = 0.0,
                              bound: bool = True) -> Outcome:
         """Run a well-formed workload; demand bit equality with the model and, for finite data,
         the error bound against float64 (docs/numerics.md)."""
-        out = await self.run(wl.command(), rng, kv_gap, res_stall)
+        out = await self.run(wl.command(), rng, kv_gap, res_stall, clu_gap)
         exp: AttnResult = attend(self.params, wl.q, wl.keys, wl.values, wl.scale)
         assert out.status == AttnStatus.OK, f"status {out.status.name}"
         assert np.array_equal(out.o, exp.o), (

@@ -77,8 +77,16 @@ async def special_values(dut):
     wl = Workload.random(rng, d, h, [3, 3])
     wl.keys[0][:, :] = 0xFF80  # -Inf keys: scores are +-Inf or NaN
     cases.append(wl)
+    wl = Workload.random(rng, d, h, [4, 5, 6])
+    wl.q[:, 0] = 0x3F80
+    wl.keys[0][:, 0] = 0xFF80  # a leading cluster scored -Inf: weight 0, result finite
+    cases.append(wl)
     for wl in cases:
         await tb.check_workload(wl, bound=False)
+    lead = cases[-1]
+    out = await tb.run(lead.command())
+    assert_error_bound(Workload(lead.q, lead.keys[1:], lead.values[1:], lead.scale),
+                       out.o, out.lse)
     nan_o = cases[0]
     out = await tb.run(nan_o.command())
     assert np.all(np.isnan(fp.as_f32(out.o[0]))), "NaN in q must give NaN output for that head"
@@ -100,7 +108,8 @@ async def constrained_random(dut):
         lens = rng.integers(1, tb.params.max_cluster_tokens + 1, rng.integers(1, 7)).tolist()
         await tb.check_workload(Workload.random(rng, d, h, lens), rng,
                                 kv_gap=float(rng.choice([0.0, 0.3])),
-                                res_stall=float(rng.choice([0.0, 0.5])))
+                                res_stall=float(rng.choice([0.0, 0.5])),
+                                clu_gap=float(rng.choice([0.0, 0.5, 0.98])))
 
 
 @cocotb.test()
@@ -159,7 +168,7 @@ async def malformed_streams(dut):
     for name, cmd in _malformed(tb, rng):
         want = cmd.expected_status(tb.params)
         assert want != AttnStatus.OK, name
-        out = await tb.run(cmd, max_cycles=20_000)
+        out = await tb.run(cmd, rng, clu_gap=float(rng.choice([0.0, 0.95])), max_cycles=50_000)
         assert out.status == want, f"{name}: status {out.status.name}, expected {want.name}"
         if want in (AttnStatus.ERR_BAD_HEAD_DIM, AttnStatus.ERR_BAD_QHEADS,
                     AttnStatus.ERR_NO_CLUSTERS):
