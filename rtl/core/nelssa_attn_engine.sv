@@ -78,16 +78,16 @@ module nelssa_attn_engine
   // Control registers
   state_e      state_q, state_d;
   status_e     status_q, status_d;
-  logic [2:0]  bpr_q;          // beats per row: 2 or 4
-  logic [3:0]  nq_q;           // query heads of this command
-  logic [15:0] nclu_q;         // clusters of this command
-  logic [15:0] clu_popped_q;   // cluster entries consumed so far
-  logic [7:0]  ntok_q;         // tokens of the current cluster
-  logic [7:0]  tok_q;          // token within the cluster (K or V phase)
-  logic [1:0]  part_q;         // beat within the row
-  logic [3:0]  head_q;         // query head (Q load, finalisation, output)
-  logic [2:0]  obeat_q;        // result beat within a head
-  logic        last_seen_q;    // kv_last_i consumed (drain)
+  logic [2:0]  bpr_q, bpr_d;                // beats per row: 2 or 4
+  logic [3:0]  nq_q, nq_d;                  // query heads of this command
+  logic [15:0] nclu_q, nclu_d;              // clusters of this command
+  logic [15:0] clu_popped_q, clu_popped_d;  // cluster entries consumed so far
+  logic [7:0]  ntok_q, ntok_d;              // tokens of the current cluster
+  logic [7:0]  tok_q, tok_d;                // token within the cluster (K or V phase)
+  logic [1:0]  part_q, part_d;              // beat within the row
+  logic [3:0]  head_q, head_d;              // query head (Q load, finalisation, output)
+  logic [2:0]  obeat_q, obeat_d;            // result beat within a head
+  logic        last_seen_q, last_seen_d;    // kv_last_i consumed (drain)
   logic [31:0] c_q;            // scale * log2(e)
 
   // Datapath state
@@ -103,13 +103,13 @@ module nelssa_attn_engine
   logic [31:0] lse_q    [NumQHeads];
 
   // K pipeline: s1 holds the per-head sums of the last accepted K beat
-  logic              s1_valid_q, s1_last_row_q;
+  logic              s1_valid_q, s1_valid_d, s1_last_row_q;
   logic [TW-1:0]     s1_tok_q;
   logic [31:0]       s1_sum_q [NumQHeads];
 
   // Cluster entry taken ahead of time
-  logic              next_valid_q;
-  logic [7:0]        next_ntok_q;
+  logic              next_valid_q, next_valid_d;
+  logic [7:0]        next_ntok_q, next_ntok_d;
 
   // ---------------------------------------------------------------------------------------------
   // Handshakes and positions
@@ -198,7 +198,7 @@ module nelssa_attn_engine
   assign res_last_o  = res_valid_o && (head_q == nq_q);
 
   // ---------------------------------------------------------------------------------------------
-  // Control
+  // Control: handshakes and the state machine
   always_comb begin
     cmd_ready_o = (state_q == StIdle);
     clu_ready_o = (state_q == StClu && !next_valid_q) || prefetch ||
@@ -299,6 +299,77 @@ module nelssa_attn_engine
     endcase
   end
 
+  // Counters and command fields
+  always_comb begin
+    bpr_d        = bpr_q;
+    nq_d         = nq_q;
+    nclu_d       = nclu_q;
+    clu_popped_d = clu_fire ? clu_popped_q + 16'd1 : clu_popped_q;
+    ntok_d       = ntok_q;
+    tok_d        = tok_q;
+    part_d       = part_q;
+    head_d       = head_q;
+    obeat_d      = obeat_q;
+    last_seen_d  = last_seen_q || (kv_fire && kv_last_i);
+    s1_valid_d   = (state_q == StK) && kv_fire;
+    next_valid_d = next_valid_q || (clu_fire && prefetch);
+    next_ntok_d  = (clu_fire && prefetch) ? clu_tokens_i : next_ntok_q;
+    unique case (state_q)
+      StIdle: begin
+        if (cmd_valid_i) begin
+          bpr_d        = (cmd_head_dim_i == 8'd128) ? 3'd4 : 3'd2;
+          nq_d         = cmd_num_qheads_i;
+          nclu_d       = cmd_num_clusters_i;
+          clu_popped_d = 16'd0;
+          last_seen_d  = 1'b0;
+          part_d       = 2'd0;
+          head_d       = 4'd0;
+          next_valid_d = 1'b0;
+        end
+      end
+      StQ: begin
+        if (kv_fire) begin
+          part_d = row_end ? 2'd0 : part_q + 2'd1;
+          if (row_end) head_d = head_q + 4'd1;
+        end
+      end
+      StClu: begin
+        if (clu_take) begin
+          ntok_d       = clu_len;
+          next_valid_d = 1'b0;
+          tok_d        = 8'd0;
+          part_d       = 2'd0;
+        end
+      end
+      StK, StV: begin
+        if (kv_fire) begin
+          part_d = row_end ? 2'd0 : part_q + 2'd1;
+          if (row_end) tok_d = cluster_end ? 8'd0 : tok_q + 8'd1;
+        end
+        if (state_q == StV && state_d == StK) begin  // next cluster straight from its entry
+          ntok_d       = next_ntok_q;
+          next_valid_d = 1'b0;
+        end
+        if (state_d == StFinal) head_d = 4'd0;
+      end
+      StFinal: begin
+        head_d  = (head_q == nq_q - 4'd1) ? 4'd0 : head_q + 4'd1;
+        obeat_d = 3'd0;
+      end
+      StOut: begin
+        if (res_fire) begin
+          if (32'(obeat_q) == 32'(bpr_q) * 2 - 1) begin
+            obeat_d = 3'd0;
+            head_d  = head_q + 4'd1;
+          end else begin
+            obeat_d = obeat_q + 3'd1;
+          end
+        end
+      end
+      default: ;
+    endcase
+  end
+
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q      <= StIdle;
@@ -317,70 +388,21 @@ module nelssa_attn_engine
       next_valid_q <= 1'b0;
       next_ntok_q  <= 8'd0;
     end else begin
-      state_q    <= state_d;
-      status_q   <= status_d;
-      s1_valid_q <= (state_q == StK) && kv_fire;
-      if (kv_fire && kv_last_i) last_seen_q <= 1'b1;
-      if (clu_fire) clu_popped_q <= clu_popped_q + 16'd1;
-      if (clu_fire && prefetch) begin
-        next_valid_q <= 1'b1;
-        next_ntok_q  <= clu_tokens_i;
-      end
-      unique case (state_q)
-        StIdle: begin
-          if (cmd_valid_i) begin
-            bpr_q        <= (cmd_head_dim_i == 8'd128) ? 3'd4 : 3'd2;
-            nq_q         <= cmd_num_qheads_i;
-            nclu_q       <= cmd_num_clusters_i;
-            clu_popped_q <= 16'd0;
-            last_seen_q  <= 1'b0;
-            part_q       <= 2'd0;
-            head_q       <= 4'd0;
-            s1_valid_q   <= 1'b0;
-            next_valid_q <= 1'b0;
-          end
-        end
-        StQ: begin
-          if (kv_fire) begin
-            part_q <= row_end ? 2'd0 : part_q + 2'd1;
-            if (row_end) head_q <= head_q + 4'd1;
-          end
-        end
-        StClu: begin
-          if (clu_take) begin
-            ntok_q       <= clu_len;
-            next_valid_q <= 1'b0;
-            tok_q        <= 8'd0;
-            part_q       <= 2'd0;
-          end
-        end
-        StK, StV: begin
-          if (kv_fire) begin
-            part_q <= row_end ? 2'd0 : part_q + 2'd1;
-            if (row_end) tok_q <= cluster_end ? 8'd0 : tok_q + 8'd1;
-          end
-          if (state_q == StV && state_d == StK) begin  // next cluster straight from its entry
-            ntok_q       <= next_ntok_q;
-            next_valid_q <= 1'b0;
-          end
-          if (state_d == StFinal) head_q <= 4'd0;
-        end
-        StFinal: begin
-          head_q <= (head_q == nq_q - 4'd1) ? 4'd0 : head_q + 4'd1;
-          obeat_q <= 3'd0;
-        end
-        StOut: begin
-          if (res_fire) begin
-            if (32'(obeat_q) == 32'(bpr_q) * 2 - 1) begin
-              obeat_q <= 3'd0;
-              head_q  <= head_q + 4'd1;
-            end else begin
-              obeat_q <= obeat_q + 3'd1;
-            end
-          end
-        end
-        default: ;
-      endcase
+      state_q      <= state_d;
+      status_q     <= status_d;
+      bpr_q        <= bpr_d;
+      nq_q         <= nq_d;
+      nclu_q       <= nclu_d;
+      clu_popped_q <= clu_popped_d;
+      ntok_q       <= ntok_d;
+      tok_q        <= tok_d;
+      part_q       <= part_d;
+      head_q       <= head_d;
+      obeat_q      <= obeat_d;
+      last_seen_q  <= last_seen_d;
+      s1_valid_q   <= s1_valid_d;
+      next_valid_q <= next_valid_d;
+      next_ntok_q  <= next_ntok_d;
     end
   end
 
