@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,6 +13,17 @@ from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG, unit_sources
 from nelssa.hw.sim.verilator import cached_build_dir, setup_environment
 
 TESTS_RTL = Path(__file__).resolve().parent
+LZ4_HEADER = Path("/usr/include/lz4.h")
+log = logging.getLogger(__name__)
+
+
+def wave_args() -> list[str]:
+    """FST when the lz4 headers Verilator's FST writer needs are installed
+    (`apt-get install liblz4-dev`), VCD otherwise."""
+    if LZ4_HEADER.exists():
+        return ["--trace-fst", "--trace-structs"]
+    log.warning("no %s: writing VCD instead of FST (apt-get install liblz4-dev)", LZ4_HEADER)
+    return ["--trace-structs"]
 
 
 def run_cocotb(
@@ -26,15 +38,17 @@ def run_cocotb(
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
     Fails the calling pytest test unless at least one cocotb test ran and none failed.
+    Waveforms: ``waves=True`` or NELSSA_WAVES=1 writes them into the build folder.
     """
     setup_environment()
+    waves = waves or os.environ.get("NELSSA_WAVES") == "1"
     from cocotb_tools.runner import get_runner
 
     srcs = list(sources) if sources is not None else unit_sources(top)
     params = dict(parameters or {})
     build_args = [str(VERILATOR_CONFIG), "--x-assign", "fast", "--x-initial", "fast", "-O3"]
     if waves:
-        build_args += ["--trace-fst", "--trace-structs"]
+        build_args += wave_args()
     build_dir = cached_build_dir(f"cocotb-{top}", [*srcs, VERILATOR_CONFIG], params, build_args)
     runner = get_runner("verilator")
     runner.build(
