@@ -1,0 +1,118 @@
+"""DDR5 memory-subsystem benchmark (Python model): the issue's patterns on one sub-channel with
+Ramulator 2's figures beside them, the device-level 8 KB cluster-read goal, and trace replay.
+
+    .venv/bin/python scripts/bench_ddr5.py [--requests N] [--trace FILE [--device]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from nelssa.hw.model.ddr5_addr import DeviceGeometry
+from nelssa.hw.model.ddr5_device import read_loadstore_trace, run_device
+from nelssa.hw.model.ddr5_subchannel import ControllerConfig, SubchannelModel, requests_from_lines
+from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2, PRESETS
+
+# Measured with Ramulator 2.1, DDR5_6400AN, one sub-channel, FR-FCFS, open page, refresh on,
+# MOP4CLXOR map, 1M reads (from the issue); random lines also with nRRD_S=8, nFAW=32.
+RAMULATOR = {"sequential": 91.1, "random 64 B": {"ddr5-6400an": 45.7, "ddr5-6400": 89.8},
+             "random 4 KB": 89.0, "random 8 KB": 89.8}
+RAMULATOR_LATENCY_NS = {"row hit": 17.2, "closed bank": 31.6, "row conflict": 45.6}
+
+
+def patterns(n: int, geo: DeviceGeometry, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Byte addresses of each pattern on a one-sub-channel geometry (cacheline map: bank group
+    in the lowest line bits, then column, bank, row)."""
+    line_bytes = geo.line_bytes
+    lines = np.arange(n, dtype=np.int64)
+    space = geo.capacity_bytes // line_bytes
+
+    def blocks(size: int) -> np.ndarray:
+        per = size // line_bytes
+        base = rng.integers(0, space // per, n // per) * per
+        return (base[:, None] + np.arange(per)[None, :]).ravel()
+
+    return {
+        "sequential": lines * line_bytes,
+        "one bank group": ((lines % 64) * 8 + (lines // 64) * 512) * line_bytes,
+        "random 64 B": rng.integers(0, space, n) * line_bytes,
+        "random 4 KB": blocks(4096) * line_bytes,
+        "random 8 KB": blocks(8192) * line_bytes,
+    }
+
+
+def unloaded(timing) -> dict[str, float]:
+    out = {}
+    for name, (bg2, row2) in {"row hit": (0, 5), "closed bank": (1, 5),
+                              "row conflict": (0, 6)}.items():
+        reqs = requests_from_lines(np.array([0, bg2]), np.array([0, 0]), np.array([5, row2]),
+                                   np.array([0, 1]), arrival=np.array([0, 1000]))
+        model = SubchannelModel(timing, ControllerConfig(close_idle=10**9), refresh=False)
+        out[name] = model.run(reqs).latencies_tck[1] * timing.tck_ps / 1000
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="requests per pattern")
+    parser.add_argument("--preset", choices=sorted(PRESETS), action="append")
+    parser.add_argument("--trace", help="replay a Ramulator 2 LoadStoreTrace file instead")
+    parser.add_argument("--device", action="store_true", help="replay on all 8 sub-channels")
+    parser.add_argument("--map", default="cacheline", help="address map (cacheline, row, mop4)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+
+    if args.trace:
+        timing = PRESETS[(args.preset or ["ddr5-6400an"])[0]]
+        geo = DeviceGeometry(timing, subchannels=8 if args.device else 1)
+        addrs, writes = read_loadstore_trace(args.trace)
+        t0 = time.perf_counter()
+        run = run_device(addrs % geo.capacity_bytes, writes, geo, args.map)
+        wall = time.perf_counter() - t0
+        print(f"{args.trace}: {len(addrs)} requests on {geo.subchannels} sub-channel(s), "
+              f"{timing.name}: {run.bandwidth_fraction(timing, geo.subchannels) * 100:.1f} % of "
+              f"peak, {run.cycles} controller cycles, {run.cycles / wall:,.0f} cycles/s")
+        return
+
+    for key in args.preset or ["ddr5-6400an", "ddr5-6400"]:
+        timing = PRESETS[key]
+        geo = DeviceGeometry(timing, subchannels=1)
+        print(f"\n{timing.name}, one sub-channel, {args.requests} reads per pattern "
+              f"(% of {timing.peak_bytes_per_s / 1e9:.1f} GB/s; refresh ceiling "
+              f"{timing.refresh_efficiency * 100:.1f} %)")
+        print(f"  {'pattern':<16} {'ours':>7} {'Ramulator 2':>12} {'cycles/s':>10}")
+        for name, addrs in patterns(args.requests, geo, rng).items():
+            t0 = time.perf_counter()
+            run = run_device(addrs, None, geo, args.map)
+            wall = time.perf_counter() - t0
+            ref = RAMULATOR.get(name)
+            ref = ref.get(key) if isinstance(ref, dict) else ref
+            ref_s = f"{ref:.1f}" if ref is not None else "-"
+            print(f"  {name:<16} {run.bandwidth_fraction(timing, 1) * 100:>6.1f}% "
+                  f"{ref_s:>12} {run.cycles / wall:>10,.0f}")
+        for name, ns in unloaded(timing).items():
+            print(f"  unloaded {name:<13} {ns:>5.2f} ns (Ramulator 2: "
+                  f"{RAMULATOR_LATENCY_NS[name]} ns)")
+
+    timing = DDR5_6400_MICRON
+    geo = DeviceGeometry(timing)
+    n = args.requests * 4
+    per = 8192 // 64
+    base = rng.integers(0, geo.capacity_bytes // 8192, n // per) * 8192
+    addrs = (base[:, None] + np.arange(per)[None, :] * 64).ravel()
+    for tmg in (DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2):
+        geo = DeviceGeometry(tmg)
+        t0 = time.perf_counter()
+        run = run_device(addrs, None, geo, "cacheline")
+        wall = time.perf_counter() - t0
+        frac = run.bandwidth_fraction(tmg, 8)
+        print(f"\ndevice, 8 sub-channels, {tmg.name}, random 8 KB cluster reads ({len(addrs)} "
+              f"lines): {frac * 100:.1f} % of {8 * tmg.peak_bytes_per_s / 1e9:.1f} GB/s "
+              f"(goal 89 %); model {8 * run.cycles / wall:,.0f} sub-channel cycles/s")
+
+
+if __name__ == "__main__":
+    main()
