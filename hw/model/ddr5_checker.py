@@ -25,6 +25,30 @@ class DramCmd(IntEnum):
     REF = 5
 
 
+class CheckRule(IntEnum):
+    """Rule numbers shared with the SV checker (bit positions of its violation mask)."""
+
+    CA = 0
+    state = 1
+    tRCD = 2
+    tRP = 3
+    tRAS = 4
+    tRC = 5
+    tRRD_S = 6
+    tRRD_L = 7
+    tFAW = 8
+    tCCD_S = 9
+    tCCD_L = 10
+    tCCD_L_WR = 11
+    tWTR_S = 12
+    tWTR_L = 13
+    tRTW = 14
+    tRTP = 15
+    tWR = 16
+    tRFC = 17
+    tREFI = 18
+
+
 CA_CYCLES = {DramCmd.ACT: 2, DramCmd.RD: 2, DramCmd.WR: 2, DramCmd.PRE: 1, DramCmd.PREA: 1,
              DramCmd.REF: 1}
 """tCK a command occupies the CA bus (DDR5: two-cycle ACT, READ, WRITE)."""

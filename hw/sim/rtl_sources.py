@@ -29,6 +29,12 @@ FP_UNITS = [
 ENGINE = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv"]
 """Everything the attention engine elaborates from."""
 
+DDR5_CHECKER = [
+    RTL_ROOT / "mem" / "nelssa_ddr5_pkg.sv",
+    RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
+]
+"""The sim-only DDR5 timing checker and its package."""
+
 VERILATOR_CONFIG = RTL_ROOT / "verilator.vlt"
 """Verilator configuration file: lint waivers (each with its reason) and build settings."""
 

@@ -1,0 +1,248 @@
+// Always-on JEDEC timing checker of one DDR5 sub-channel (simulation only).
+//
+// Watches the commands a controller issues, up to NumSlots per clock, each stamped with its tCK,
+// and reports every broken rule: violation_o carries a mask of nelssa_ddr5_pkg RULE_* bits for
+// the commands of that clock, violations_o counts them, and each one is printed as
+// "<rule> violated at cycle <tCK>, bank group <g> bank <b>: <detail>". With Fatal (the default)
+// the first violation ends the simulation with $fatal; otherwise each is a $warning. The rules and their names are those of
+// hw/model/ddr5_checker.py, which the testbench compares against command by command.
+module nelssa_ddr5_checker
+  import nelssa_ddr5_pkg::*;
+#(
+  parameter timing_t     T        = DDR5_6400,  // timing preset (nelssa_ddr5_pkg)
+  parameter int unsigned NumSlots = 3,          // commands per clock, in any tCK order
+  parameter bit          Fatal    = 1'b1        // end the simulation on the first violation
+) (
+  input  logic                       clk_i,
+  input  logic                       rst_ni,
+  input  logic      [NumSlots-1:0]   cmd_valid_i,
+  input  dram_cmd_e [NumSlots-1:0]   cmd_i,
+  input  logic      [NumSlots-1:0][63:0] tck_i,
+  input  logic      [NumSlots-1:0][2:0]  bg_i,
+  input  logic      [NumSlots-1:0][1:0]  bank_i,
+  input  logic      [NumSlots-1:0][16:0] row_i,
+  output logic      [NUM_RULES-1:0] violation_o,
+  output logic      [31:0]          violations_o
+);
+  localparam int NB = 32;
+  localparam int NG = 8;
+  localparam longint NEVER = -64'sd1000000000000;
+
+  if (T.bank_groups != NG || T.banks_per_group != NB / NG) begin : gen_geometry_check
+    $error("nelssa_ddr5_checker: built for 8 bank groups of 4 banks");
+  end
+
+  // bank state and the last command times, in tCK
+  longint open_row [NB];
+  longint last_act [NB], last_pre [NB], last_rd [NB], last_wr [NB];
+  longint group_act [NG], group_rd [NG], group_wr [NG];
+  longint any_rd, ref_cycle, last_ref, ca_free, now;
+  longint acts [4];
+  int     num_acts;
+  logic [NUM_RULES-1:0] mask;
+  int unsigned count;
+
+  function automatic string rule_name(int r);
+    unique case (r)
+      RULE_CA:        return "CA";
+      RULE_STATE:     return "state";
+      RULE_TRCD:      return "tRCD";
+      RULE_TRP:       return "tRP";
+      RULE_TRAS:      return "tRAS";
+      RULE_TRC:       return "tRC";
+      RULE_TRRD_S:    return "tRRD_S";
+      RULE_TRRD_L:    return "tRRD_L";
+      RULE_TFAW:      return "tFAW";
+      RULE_TCCD_S:    return "tCCD_S";
+      RULE_TCCD_L:    return "tCCD_L";
+      RULE_TCCD_L_WR: return "tCCD_L_WR";
+      RULE_TWTR_S:    return "tWTR_S";
+      RULE_TWTR_L:    return "tWTR_L";
+      RULE_TRTW:      return "tRTW";
+      RULE_TRTP:      return "tRTP";
+      RULE_TWR:       return "tWR";
+      RULE_TRFC:      return "tRFC";
+      RULE_TREFI:     return "tREFI";
+      default:        return "?";
+    endcase
+  endfunction
+
+  task automatic fail(int rule, longint cycle, int g, int b, string detail);
+    mask[rule] = 1'b1;
+    count++;
+    if (Fatal) begin
+      $fatal(1, "%s violated at cycle %0d, bank group %0d bank %0d: %s", rule_name(rule), cycle, g,
+             b, detail);
+    end else begin
+      $warning("%s violated at cycle %0d, bank group %0d bank %0d: %s", rule_name(rule), cycle, g,
+               b, detail);
+    end
+  endtask
+
+  task automatic need(int rule, longint cycle, longint since, int gap, int g, int b,
+                      string what);
+    if (cycle - since < longint'(gap)) begin
+      fail(rule, cycle, g, b, $sformatf("%s needs %0d tCK, got %0d (previous at %0d)", what, gap,
+                                        cycle - since, since));
+    end
+  endtask
+
+  function automatic int ca_cycles(dram_cmd_e c);
+    unique case (c)
+      CMD_ACT:  return CA_CYCLES_ACT;
+      CMD_RD:   return CA_CYCLES_RD;
+      CMD_WR:   return CA_CYCLES_WR;
+      CMD_PRE:  return CA_CYCLES_PRE;
+      CMD_PREA: return CA_CYCLES_PREA;
+      CMD_REF:  return CA_CYCLES_REF;
+      default:  return 1;
+    endcase
+  endfunction
+
+  task automatic precharge(longint cycle, int g, int k);
+    int b = g * 4 + k;
+    if (open_row[b] < 0) return;  // precharging a closed bank is a no-op
+    need(RULE_TRAS, cycle, last_act[b], T.nRAS, g, k, "ACT to PRE");
+    need(RULE_TRTP, cycle, last_rd[b], T.nRTP, g, k, "RD to PRE");
+    need(RULE_TWR, cycle, last_wr[b], T.nCWL + 8 + T.nWR, g, k, "WR to PRE");
+    open_row[b] = -1;
+    last_pre[b] = cycle;
+  endtask
+
+  task automatic check(longint cycle, dram_cmd_e c, int g, int k, longint row);
+    int b = g * 4 + k;
+    int rtw;
+    longint latest_pre;
+    now = cycle;
+    if (cycle < ca_free) fail(RULE_CA, cycle, g, k, $sformatf("command bus busy until %0d",
+                                                              ca_free));
+    ca_free = cycle + longint'(ca_cycles(c));
+    unique case (c)
+      CMD_ACT: begin
+        if (open_row[b] >= 0) fail(RULE_STATE, cycle, g, k,
+                                   $sformatf("ACT to a bank with row %0d open", open_row[b]));
+        need(RULE_TRP, cycle, last_pre[b], T.nRP, g, k, "PRE to ACT");
+        need(RULE_TRC, cycle, last_act[b], T.nRC, g, k, "ACT to ACT, same bank");
+        need(RULE_TRFC, cycle, ref_cycle, T.nRFC, g, k, "REF to ACT");
+        for (int x = 0; x < NG; x++) begin
+          if (x == g) need(RULE_TRRD_L, cycle, group_act[x], T.nRRD_L, g, k,
+                           "ACT to ACT, same bank group");
+          else need(RULE_TRRD_S, cycle, group_act[x], T.nRRD_S, g, k,
+                    $sformatf("ACT to ACT, other bank group %0d", x));
+        end
+        if (num_acts == 4) need(RULE_TFAW, cycle, acts[0], T.nFAW, g, k, "fifth ACT in a window");
+        acts[0] = acts[1];
+        acts[1] = acts[2];
+        acts[2] = acts[3];
+        acts[3] = cycle;
+        if (num_acts < 4) num_acts++;
+        open_row[b] = row;
+        last_act[b] = cycle;
+        group_act[g] = cycle;
+      end
+      CMD_RD, CMD_WR: begin
+        if (open_row[b] < 0) fail(RULE_STATE, cycle, g, k,
+                                  $sformatf("%s to a precharged bank", c == CMD_RD ? "RD" : "WR"));
+        need(RULE_TRCD, cycle, last_act[b], T.nRCD, g, k, c == CMD_RD ? "ACT to RD" : "ACT to WR");
+        for (int x = 0; x < NG; x++) begin
+          if (c == CMD_RD) begin
+            if (x == g) begin
+              need(RULE_TCCD_L, cycle, group_rd[x], T.nCCD_L, g, k, "RD to RD");
+              need(RULE_TWTR_L, cycle, group_wr[x], T.nCWL + 8 + T.nWTR_L, g, k, "WR to RD");
+            end else begin
+              need(RULE_TCCD_S, cycle, group_rd[x], T.nCCD_S, g, k, "RD to RD");
+              need(RULE_TWTR_S, cycle, group_wr[x], T.nCWL + 8 + T.nWTR_S, g, k, "WR to RD");
+            end
+          end else begin
+            if (x == g) need(RULE_TCCD_L_WR, cycle, group_wr[x], T.nCCD_L_WR, g, k, "WR to WR");
+            else need(RULE_TCCD_S, cycle, group_wr[x], T.nCCD_S, g, k, "WR to WR");
+          end
+        end
+        if (c == CMD_WR) begin
+          rtw = T.nCL + 8 - T.nCWL + 1;
+          if (rtw < T.nCCD_S) rtw = T.nCCD_S;
+          need(RULE_TRTW, cycle, any_rd, rtw, g, k, "RD to WR");
+          last_wr[b] = cycle;
+          group_wr[g] = cycle;
+        end else begin
+          last_rd[b] = cycle;
+          group_rd[g] = cycle;
+          any_rd = cycle;
+        end
+      end
+      CMD_PRE: precharge(cycle, g, k);
+      CMD_PREA: begin
+        for (int x = 0; x < NG; x++) begin
+          for (int y = 0; y < 4; y++) precharge(cycle, x, y);
+        end
+      end
+      CMD_REF: begin
+        for (int x = 0; x < NB; x++) begin
+          if (open_row[x] >= 0) begin
+            fail(RULE_STATE, cycle, x / 4, x % 4, "REF with bank(s) open");
+            break;
+          end
+        end
+        latest_pre = NEVER;
+        for (int x = 0; x < NB; x++) if (last_pre[x] > latest_pre) latest_pre = last_pre[x];
+        need(RULE_TRP, cycle, latest_pre, T.nRP, 0, 0, "PRE to REF");
+        need(RULE_TRFC, cycle, ref_cycle, T.nRFC, 0, 0, "REF to REF");
+        if (cycle - last_ref > (longint'(T.max_postponed_refresh) + 64'sd1) * longint'(T.nREFI)) begin
+          fail(RULE_TREFI, cycle, 0, 0, $sformatf("%0d tCK since the last refresh",
+                                                  cycle - last_ref));
+        end
+        last_ref = cycle;
+        ref_cycle = cycle;
+      end
+      default: fail(RULE_STATE, cycle, g, k, "unknown command");
+    endcase
+  endtask
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      for (int b = 0; b < NB; b++) begin
+        open_row[b] = -1;
+        last_act[b] = NEVER;
+        last_pre[b] = NEVER;
+        last_rd[b]  = NEVER;
+        last_wr[b]  = NEVER;
+      end
+      for (int g = 0; g < NG; g++) begin
+        group_act[g] = NEVER;
+        group_rd[g]  = NEVER;
+        group_wr[g]  = NEVER;
+      end
+      for (int i = 0; i < 4; i++) acts[i] = NEVER;
+      num_acts  = 0;
+      any_rd    = NEVER;
+      ref_cycle = NEVER;
+      last_ref  = 0;
+      ca_free   = 0;
+      now       = NEVER;
+      count     = 0;
+      violation_o <= '0;
+    end else begin
+      logic [NumSlots-1:0] done;
+      mask = '0;
+      done = '0;
+      // the commands of one clock in tCK order
+      for (int n = 0; n < NumSlots; n++) begin
+        automatic int pick = -1;
+        for (int s = 0; s < NumSlots; s++) begin
+          if (cmd_valid_i[s] && !done[s] && (pick < 0 || tck_i[s] < tck_i[pick])) pick = s;
+        end
+        if (pick >= 0) begin
+          done[pick] = 1'b1;
+          if (longint'(tck_i[pick]) < now) begin
+            $fatal(1, "nelssa_ddr5_checker: command at tCK %0d after one at %0d", tck_i[pick], now);
+          end
+          check(longint'(tck_i[pick]), cmd_i[pick], int'(bg_i[pick]), int'(bank_i[pick]),
+                longint'(row_i[pick]));
+        end
+      end
+      violation_o <= mask;
+    end
+  end
+
+  assign violations_o = count;
+endmodule
