@@ -10,6 +10,7 @@ Policy, per 800 MHz controller cycle ``c`` (tCK ``4c .. 4c+3``):
   whose open row no queued request wants while an older request waits for another row of it.
 * Open page: a row stays open after its last access and closes after ``close_idle`` tCK
   without a request for it (or when another row of the bank is wanted, or for refresh).
+* Requests enter the queues one per cycle and can be scheduled from the next cycle.
 * Reads first; writes wait in their own queue and drain between ``write_high`` and
   ``write_low`` entries, or whenever no read waits.
 * All-bank refresh every nREFI: new ACTs stop, open banks are precharged, REF issues, ACTs
@@ -77,7 +78,9 @@ class Request:
     row: int
     column: int
     arrival: int = 0
-    """Controller cycle the request may enter the queue."""
+    """Controller cycle the request is offered to the controller."""
+    eligible: int = -1
+    """First cycle the scheduler may pick it (the cycle after it entered its queue)."""
     issue_tck: int = -1
     """tCK of its READ/WRITE."""
     done_tck: int = -1
@@ -95,7 +98,7 @@ class RunStats:
     """Controller cycles from start to the last data burst."""
     commands: dict[str, int] = field(default_factory=dict)
     latencies_tck: list[int] = field(default_factory=list)
-    """Per read: data end minus arrival, in tCK."""
+    """Per read: data end minus the start of its first schedulable cycle, in tCK."""
 
     def bandwidth_fraction(self, timing: DDR5Timing) -> float:
         """Bytes moved over (cycles x peak bytes per cycle)."""
@@ -205,11 +208,6 @@ class SubchannelModel:
                 raise RuntimeError(f"sub-channel model did not finish in {max_cycles} cycles")
             lo, hi = cycle * TCK_PER_CYCLE, cycle * TCK_PER_CYCLE + TCK_PER_CYCLE - 1
             self.ca_busy = {x for x in self.ca_busy if x >= lo}
-            while pending and pending[0].arrival <= cycle:
-                q = wq if pending[0].is_write else rq
-                if len(q) >= (cfg.write_queue if pending[0].is_write else cfg.read_queue):
-                    break  # back-pressure: the front end holds the rest, in order
-                q.append(pending.popleft())
             if len(wq) >= cfg.write_high or (wq and not rq):
                 self.draining = True
             elif len(wq) <= cfg.write_low and rq:
@@ -233,7 +231,7 @@ class SubchannelModel:
                     r.done_tck = tck + (t.nCWL if r.is_write else t.nCL) + t.burst_cycles
                     last_done = max(last_done, r.done_tck)
                     if not r.is_write:
-                        stats.latencies_tck.append(r.done_tck - r.arrival * TCK_PER_CYCLE)
+                        stats.latencies_tck.append(r.done_tck - r.eligible * TCK_PER_CYCLE)
                     active.remove(r)
                     break
 
@@ -245,6 +243,14 @@ class SubchannelModel:
                 for args in sorted(self.cycle_cmds, key=lambda c: c[0]):
                     self.checker.issue(*args)
             self.cycle_cmds.clear()
+            # one request enters its queue at the end of the cycle (the RTL's input register);
+            # a full queue holds it and everything behind it
+            if pending and pending[0].arrival <= cycle:
+                q = wq if pending[0].is_write else rq
+                if len(q) < (cfg.write_queue if pending[0].is_write else cfg.read_queue):
+                    r = pending.popleft()
+                    r.eligible = cycle + 1
+                    q.append(r)
             cycle += 1
         stats.reads = sum(1 for _ in stats.latencies_tck)
         stats.writes = stats.requests - stats.reads
