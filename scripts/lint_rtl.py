@@ -7,7 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from nelssa.hw.sim.rtl_sources import DDR5_CHECKER, ENGINE, FP_UNITS, PACKAGES, VERILATOR_CONFIG
+from nelssa.hw.sim.rtl_sources import (
+    DDR5_CHECKER,
+    DDR5_CTRL,
+    ENGINE,
+    FP_UNITS,
+    PACKAGES,
+    VERILATOR_CONFIG,
+)
 from nelssa.hw.sim.verilator import setup_environment
 
 TOPS = {p.stem: [*PACKAGES, *FP_UNITS] for p in FP_UNITS}
@@ -23,7 +30,7 @@ def main() -> int:
     failed = []
     runs = [(top, srcs, {}) for top, srcs in TOPS.items() if top != "nelssa_attn_engine"]
     runs += [("nelssa_attn_engine", ENGINE, v) for v in ENGINE_VARIANTS]
-    runs += [("nelssa_ddr5_checker", DDR5_CHECKER, {})]
+    runs += [("nelssa_ddr5_checker", DDR5_CHECKER, {}), ("nelssa_ddr5_ctrl", DDR5_CTRL, {})]
     for top, srcs, params in runs:
         cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top,
                *(f"-G{k}={v}" for k, v in params.items()), str(VERILATOR_CONFIG),

@@ -208,6 +208,7 @@ class SubchannelModel:
                 raise RuntimeError(f"sub-channel model did not finish in {max_cycles} cycles")
             lo, hi = cycle * TCK_PER_CYCLE, cycle * TCK_PER_CYCLE + TCK_PER_CYCLE - 1
             self.ca_busy = {x for x in self.ca_busy if x >= lo}
+            room = {False: len(rq) < cfg.read_queue, True: len(wq) < cfg.write_queue}
             if len(wq) >= cfg.write_high or (wq and not rq):
                 self.draining = True
             elif len(wq) <= cfg.write_low and rq:
@@ -245,12 +246,11 @@ class SubchannelModel:
             self.cycle_cmds.clear()
             # one request enters its queue at the end of the cycle (the RTL's input register);
             # a full queue holds it and everything behind it
-            if pending and pending[0].arrival <= cycle:
-                q = wq if pending[0].is_write else rq
-                if len(q) < (cfg.write_queue if pending[0].is_write else cfg.read_queue):
-                    r = pending.popleft()
-                    r.eligible = cycle + 1
-                    q.append(r)
+            # (room is judged at the start of the cycle, as the RTL's ready)
+            if pending and pending[0].arrival <= cycle and room[pending[0].is_write]:
+                r = pending.popleft()
+                r.eligible = cycle + 1
+                (wq if r.is_write else rq).append(r)
             cycle += 1
         stats.reads = sum(1 for _ in stats.latencies_tck)
         stats.writes = stats.requests - stats.reads

@@ -35,6 +35,9 @@ DDR5_CHECKER = [
 ]
 """The sim-only DDR5 timing checker and its package."""
 
+DDR5_CTRL = [RTL_ROOT / "mem" / "nelssa_ddr5_pkg.sv", RTL_ROOT / "mem" / "nelssa_ddr5_ctrl.sv"]
+"""The synthesizable sub-channel memory controller."""
+
 VERILATOR_CONFIG = RTL_ROOT / "verilator.vlt"
 """Verilator configuration file: lint waivers (each with its reason) and build settings."""
 
