@@ -42,11 +42,16 @@ def render_ddr5_pkg() -> str:
     lines += ["", "  typedef struct packed {"]
     lines += [f"    int {f};" for f in _TIMING_FIELDS]
     lines += ["  } timing_t;", ""]
+    consts = []
     for key, t in PRESETS.items():
         const = key.upper().replace("-", "_")
+        consts.append(const)
         values = ", ".join(str(getattr(t, f)) for f in _TIMING_FIELDS)
         lines += [f"  // {t.name}", f"  localparam timing_t {const} = '{{{values}}};"]
-    lines += ["endpackage"]
+    lines += ["", "  // presets by index, in the order of hw/model/ddr5_timing.PRESETS",
+              "  function automatic timing_t preset_timing(int id);", "    unique case (id)"]
+    lines += [f"      {i}: return {c};" for i, c in enumerate(consts)]
+    lines += [f"      default: return {consts[0]};", "    endcase", "  endfunction", "endpackage"]
     return "\n".join(lines) + "\n"
 
 

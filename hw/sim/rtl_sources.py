@@ -38,6 +38,10 @@ DDR5_CHECKER = [
 DDR5_CTRL = [RTL_ROOT / "mem" / "nelssa_ddr5_pkg.sv", RTL_ROOT / "mem" / "nelssa_ddr5_ctrl.sv"]
 """The synthesizable sub-channel memory controller."""
 
+DDR5_BENCH = [*DDR5_CTRL, RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
+              RTL_ROOT / "sim" / "nelssa_ddr5_bench_top.sv"]
+"""Sub-channel controllers with their checkers, for the C++ measurement harness."""
+
 VERILATOR_CONFIG = RTL_ROOT / "verilator.vlt"
 """Verilator configuration file: lint waivers (each with its reason) and build settings."""
 

@@ -69,4 +69,13 @@ package nelssa_ddr5_pkg;
   localparam timing_t DDR5_6400 = '{8, 4, 4096, 65536, 46, 44, 46, 46, 103, 149, 96, 24, 8, 16, 64, 8, 16, 32, 5, 32, 946, 12480, 4};
   // DDR5_6400AN (Ramulator 2)
   localparam timing_t DDR5_6400AN = '{8, 4, 4096, 65536, 46, 44, 46, 46, 103, 149, 96, 24, 8, 16, 64, 16, 16, 64, 5, 32, 946, 12480, 4};
+
+  // presets by index, in the order of hw/model/ddr5_timing.PRESETS
+  function automatic timing_t preset_timing(int id);
+    unique case (id)
+      0: return DDR5_6400;
+      1: return DDR5_6400AN;
+      default: return DDR5_6400;
+    endcase
+  endfunction
 endpackage

@@ -1,0 +1,100 @@
+"""The Verilated memory subsystem (8 sub-channel controllers, each with its timing checker)
+behind a Python call, through the C++ harness hw/sim/ddr5_harness.cpp."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from construct import Const, Float64l, Int32ul, Int64ul, Struct
+
+from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
+from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
+from nelssa.hw.model.ddr5_timing import PRESETS, DDR5Timing
+from nelssa.hw.sim.rtl_sources import DDR5_BENCH, VERILATOR_CONFIG
+from nelssa.hw.sim.verilator import build_executable
+
+HARNESS_CPP = Path(__file__).resolve().parent / "ddr5_harness.cpp"
+
+DDR5_IN = Struct(
+    "magic" / Const(b"NSDM"), "version" / Const(1, Int32ul), "num_sub" / Int32ul,
+    "num_requests" / Int32ul, "ncl" / Int32ul, "ncwl" / Int32ul, "burst" / Int32ul,
+    "max_cycles" / Int64ul,
+)
+"""Header of a request file; 12-byte requests follow (sub, write, bg, bank: u8; row: u16;
+column, pad: u8; arrival cycle: u32)."""
+
+DDR5_OUT = Struct(
+    "magic" / Const(b"NSDR"), "num_sub" / Int32ul, "violations" / Int32ul, "reserved" / Int32ul,
+    "cycles" / Int64ul, "simulated_cycles" / Int64ul, "sim_seconds" / Float64l,
+)
+"""Header of a result file; per sub-channel (served, last data tCK) as two u64 follow."""
+
+_REQUEST = np.dtype([("sub", "u1"), ("write", "u1"), ("bg", "u1"), ("bank", "u1"),
+                     ("row", "<u2"), ("col", "u1"), ("pad", "u1"), ("arrival", "<u4")])
+
+
+@dataclass(frozen=True)
+class RtlMemoryRun:
+    """What the RTL measured."""
+
+    cycles: int
+    """Controller cycles until the last data burst (the model's RunStats.cycles, device-wide)."""
+    served: list[int]
+    """Requests served per sub-channel."""
+    violations: int
+    """Timing-checker violations (a violation also ends the run)."""
+    simulated_cycles: int
+    sim_seconds: float
+
+    def bandwidth_fraction(self, timing: DDR5Timing, subchannels: int) -> float:
+        peak = subchannels * timing.burst_bytes * TCK_PER_CYCLE / timing.burst_cycles
+        return sum(self.served) * timing.burst_bytes / (self.cycles * peak)
+
+
+class RtlMemory:
+    """A cached Verilator build of 8 sub-channel controllers with checkers, for one preset."""
+
+    def __init__(self, preset: str = "ddr5-6400", subchannels: int = 8) -> None:
+        if preset not in PRESETS:
+            raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        self.timing = PRESETS[preset]
+        self.subchannels = subchannels
+        self.exe = build_executable(
+            "ddr5-harness", "nelssa_ddr5_bench_top", [VERILATOR_CONFIG, *DDR5_BENCH],
+            [HARNESS_CPP],
+            parameters={"PresetId": list(PRESETS).index(preset), "NumSub": subchannels},
+            extra_args=["-CFLAGS", "-O2"],
+        )
+
+    def run(self, addrs: np.ndarray, writes: np.ndarray | None = None,
+            address_map: str = "cacheline", lines_per_cycle: int = 4,
+            max_cycles: int = 100_000_000) -> RtlMemoryRun:
+        """Replay byte addresses as the model's run_device does (same arrivals, same map)."""
+        geo = DeviceGeometry(self.timing, self.subchannels)
+        d = decode(addrs, geo, address_map)
+        req = np.zeros(len(addrs), dtype=_REQUEST)
+        req["sub"], req["bg"], req["bank"] = d.subchannel, d.bank_group, d.bank
+        req["row"], req["col"] = d.row, d.column
+        req["write"] = 0 if writes is None else np.asarray(writes, bool)
+        req["arrival"] = np.arange(len(addrs)) // lines_per_cycle
+        t = self.timing
+        header = DDR5_IN.build({"num_sub": self.subchannels, "num_requests": len(addrs),
+                                "ncl": t.nCL, "ncwl": t.nCWL, "burst": t.burst_cycles,
+                                "max_cycles": max_cycles})
+        with tempfile.TemporaryDirectory(prefix="nelssa-ddr5-") as tmp:
+            src, dst = Path(tmp) / "req.bin", Path(tmp) / "res.bin"
+            src.write_bytes(header + req.tobytes())
+            proc = subprocess.run([str(self.exe), str(src), str(dst)], capture_output=True,
+                                  text=True)
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+                raise RuntimeError(f"memory harness failed ({proc.returncode}): {tail}")
+            raw = dst.read_bytes()
+        hdr = DDR5_OUT.parse(raw)
+        per = np.frombuffer(raw[DDR5_OUT.sizeof():], dtype="<u8").reshape(-1, 2)
+        return RtlMemoryRun(int(hdr.cycles), per[:, 0].astype(int).tolist(), hdr.violations,
+                            int(hdr.simulated_cycles), hdr.sim_seconds)
