@@ -11,6 +11,7 @@ from nelssa.hw.sim.rtl_sources import (
     DDR5_BENCH,
     DDR5_CHECKER,
     DDR5_CTRL,
+    DDR5_MEM,
     ENGINE,
     FP_UNITS,
     PACKAGES,
@@ -32,7 +33,7 @@ def main() -> int:
     runs = [(top, srcs, {}) for top, srcs in TOPS.items() if top != "nelssa_attn_engine"]
     runs += [("nelssa_attn_engine", ENGINE, v) for v in ENGINE_VARIANTS]
     runs += [("nelssa_ddr5_checker", DDR5_CHECKER, {}), ("nelssa_ddr5_ctrl", DDR5_CTRL, {}),
-             ("nelssa_ddr5_bench_top", DDR5_BENCH, {})]
+             ("nelssa_ddr5_bench_top", DDR5_BENCH, {}), ("nelssa_ddr5_mem", DDR5_MEM, {})]
     for top, srcs, params in runs:
         cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top,
                *(f"-G{k}={v}" for k, v in params.items()), str(VERILATOR_CONFIG),

@@ -42,6 +42,12 @@ DDR5_BENCH = [*DDR5_CTRL, RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
               RTL_ROOT / "sim" / "nelssa_ddr5_bench_top.sv"]
 """Sub-channel controllers with their checkers, for the C++ measurement harness."""
 
+DDR5_MEM = [*DDR5_CTRL, RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
+            RTL_ROOT / "sim" / "nelssa_ddr5_dram.sv", RTL_ROOT / "sim" / "nelssa_ddr5_mem.sv"]
+"""One sub-channel with data: controller, data model over the DPI store, checker."""
+DDR5_STORE_CPP = Path(__file__).resolve().parent / "ddr5_store.cpp"
+"""The sparse backing store (DPI-C)."""
+
 VERILATOR_CONFIG = RTL_ROOT / "verilator.vlt"
 """Verilator configuration file: lint waivers (each with its reason) and build settings."""
 

@@ -34,11 +34,13 @@ def run_cocotb(
     waves: bool = False,
     extra_env: Mapping[str, str] | None = None,
     test_filter: str | None = None,
+    build_extra: Sequence[str] = (),
 ) -> None:
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
     Fails the calling pytest test unless at least one cocotb test ran and none failed.
     Waveforms: ``waves=True`` or NELSSA_WAVES=1 writes them into the build folder.
+    ``build_extra``: more Verilator arguments, e.g. the C++ files of DPI-C functions.
     """
     setup_environment()
     waves = waves or os.environ.get("NELSSA_WAVES") == "1"
@@ -46,10 +48,12 @@ def run_cocotb(
 
     srcs = list(sources) if sources is not None else unit_sources(top)
     params = dict(parameters or {})
-    build_args = [str(VERILATOR_CONFIG), "--x-assign", "fast", "--x-initial", "fast", "-O3"]
+    build_args = [str(VERILATOR_CONFIG), "--x-assign", "fast", "--x-initial", "fast", "-O3",
+                  *build_extra]
     if waves:
         build_args += wave_args()
-    build_dir = cached_build_dir(f"cocotb-{top}", [*srcs, VERILATOR_CONFIG], params, build_args)
+    hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
+    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, build_args)
     runner = get_runner("verilator")
     runner.build(
         sources=srcs,
