@@ -10,7 +10,10 @@ Policy, per 800 MHz controller cycle ``c`` (tCK ``4c .. 4c+3``):
   whose open row no queued request wants while an older request waits for another row of it.
 * Open page: a row stays open after its last access and closes after ``close_idle`` tCK
   without a request for it (or when another row of the bank is wanted, or for refresh).
-* Requests enter the queues one per cycle and can be scheduled from the next cycle.
+* Requests enter the queues one per cycle and can be scheduled from the next cycle. A request
+  whose 64-byte line sits in the other queue waits until that entry is served, so reads and
+  writes of one line complete in request order (reads are served before older writes to other
+  lines, never to the same line).
 * Reads first; writes wait in their own queue and drain between ``write_high`` and
   ``write_low`` entries, or whenever no read waits.
 * All-bank refresh every nREFI: new ACTs stop, open banks are precharged, REF issues, ACTs
@@ -209,6 +212,12 @@ class SubchannelModel:
             lo, hi = cycle * TCK_PER_CYCLE, cycle * TCK_PER_CYCLE + TCK_PER_CYCLE - 1
             self.ca_busy = {x for x in self.ca_busy if x >= lo}
             room = {False: len(rq) < cfg.read_queue, True: len(wq) < cfg.write_queue}
+            # same-line ordering: a request waits while the other queue holds its line
+            head = pending[0] if pending and pending[0].arrival <= cycle else None
+            blocked = head is not None and any(
+                (e.bank_group, e.bank, e.row, e.column)
+                == (head.bank_group, head.bank, head.row, head.column)
+                for e in (rq if head.is_write else wq))
             if len(wq) >= cfg.write_high or (wq and not rq):
                 self.draining = True
             elif len(wq) <= cfg.write_low and rq:
@@ -247,7 +256,7 @@ class SubchannelModel:
             # one request enters its queue at the end of the cycle (the RTL's input register);
             # a full queue holds it and everything behind it
             # (room is judged at the start of the cycle, as the RTL's ready)
-            if pending and pending[0].arrival <= cycle and room[pending[0].is_write]:
+            if head is not None and room[head.is_write] and not blocked:
                 r = pending.popleft()
                 r.eligible = cycle + 1
                 (wq if r.is_write else rq).append(r)

@@ -6,7 +6,8 @@
 // write drain between two watermarks, all-bank refresh every nREFI. Commands leave on three
 // slots stamped with their tCK (slot 0: READ/WRITE, slots 1-2: row commands) toward the DRAM or
 // its model; the request tag rides along with READ/WRITE. Requests enter one per cycle and may
-// be scheduled from the next cycle.
+// be scheduled from the next cycle; a request whose line sits in the other queue waits, so the
+// reads and writes of one line complete in request order.
 module nelssa_ddr5_ctrl
   import nelssa_ddr5_pkg::*;
 #(
@@ -367,8 +368,24 @@ module nelssa_ddr5_ctrl
     d.cycle = q.cycle + 1;
   end
 
-  // the queue a request needs must have room at the start of the cycle
-  assign req_ready_o = req_write_i ? (q.wq_n < WriteQueue) : (q.rq_n < ReadQueue);
+  // The queue a request needs must have room at the start of the cycle, and the other queue
+  // must not hold its line: reads and writes of one line complete in request order.
+  always_comb begin
+    automatic logic same_line = 1'b0;
+    if (req_write_i) begin
+      for (int i = 0; i < ReadQueue; i++) begin
+        if (i < q.rq_n && q.rq[i].bg == req_bg_i && q.rq[i].bank == req_bank_i &&
+            q.rq[i].row == req_row_i && q.rq[i].col == req_col_i) same_line = 1'b1;
+      end
+      req_ready_o = (q.wq_n < WriteQueue) && !same_line;
+    end else begin
+      for (int i = 0; i < WriteQueue; i++) begin
+        if (i < q.wq_n && q.wq[i].bg == req_bg_i && q.wq[i].bank == req_bank_i &&
+            q.wq[i].row == req_row_i && q.wq[i].col == req_col_i) same_line = 1'b1;
+      end
+      req_ready_o = (q.rq_n < ReadQueue) && !same_line;
+    end
+  end
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin

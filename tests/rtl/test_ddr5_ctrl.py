@@ -108,6 +108,16 @@ async def mixed_reads_and_writes_with_gaps(dut):
                                            is_write=rng.random(n) < 0.35, arrival=arrival))
 
 
+@cocotb.test()
+async def same_line_reads_and_writes(dut):
+    """Few lines, many reads and writes: the same-line ordering stalls match too."""
+    rng = np.random.default_rng(3)
+    n = 1500
+    await compare(dut, requests_from_lines(rng.integers(0, 2, n), rng.integers(0, 2, n),
+                                           rng.integers(0, 2, n), rng.integers(0, 4, n),
+                                           is_write=rng.random(n) < 0.5))
+
+
 @pytest.mark.rtl
 def test_ddr5_ctrl():
     from cocotb_runner import run_cocotb
