@@ -17,7 +17,7 @@ from nelssa.hw.sim.rtl_sources import (
     PACKAGES,
     VERILATOR_CONFIG,
 )
-from nelssa.hw.sim.verilator import setup_environment
+from nelssa.hw.sim.verilator import RTL_ROOT, setup_environment
 
 TOPS = {p.stem: [*PACKAGES, *FP_UNITS] for p in FP_UNITS}
 TOPS["nelssa_attn_engine"] = ENGINE
@@ -34,6 +34,8 @@ def main() -> int:
     runs += [("nelssa_attn_engine", ENGINE, v) for v in ENGINE_VARIANTS]
     runs += [("nelssa_ddr5_checker", DDR5_CHECKER, {}), ("nelssa_ddr5_ctrl", DDR5_CTRL, {}),
              ("nelssa_ddr5_bench_top", DDR5_BENCH, {}), ("nelssa_ddr5_mem", DDR5_MEM, {})]
+    amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
+    runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
     for top, srcs, params in runs:
         cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top,
                *(f"-G{k}={v}" for k, v in params.items()), str(VERILATOR_CONFIG),
