@@ -5,7 +5,8 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine bench clean
+.PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine bench \
+        bench-ddr5 clean
 
 all: test
 
@@ -44,6 +45,9 @@ synth-engine: venv
 
 bench: venv
 	$(VPY) scripts/bench_engine.py
+
+bench-ddr5: venv
+	$(VPY) scripts/bench_ddr5.py
 
 clean:
 	rm -rf build
