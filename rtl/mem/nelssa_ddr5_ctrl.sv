@@ -104,39 +104,41 @@ module nelssa_ddr5_ctrl
   state_t q, d;
 
   // ---------------------------------------------------------------------------------------------
-  // Earliest legal tCK of each command (the rules of hw/model/ddr5_checker.py as lower bounds)
+  // Earliest legal tCK of each command (the rules of hw/model/ddr5_checker.py as lower bounds),
+  // read from the next-state variable d as the scheduling below updates it command by command
+  // (not passed as an argument: copying the whole state per call dominated simulation time)
   function automatic longint lmax(longint a, longint b);
     return (a > b) ? a : b;
   endfunction
 
-  function automatic longint earliest_act(state_t s, logic [4:0] b, logic [2:0] g);
-    longint e = lmax(s.last_pre[b] + NRP, s.last_act[b] + NRC);
-    e = lmax(e, s.ref_tck + NRFC);
-    e = lmax(e, s.acts[0] + NFAW);
+  function automatic longint earliest_act(logic [4:0] b, logic [2:0] g);
+    longint e = lmax(d.last_pre[b] + NRP, d.last_act[b] + NRC);
+    e = lmax(e, d.ref_tck + NRFC);
+    e = lmax(e, d.acts[0] + NFAW);
     for (int x = 0; x < NG; x++) begin
-      e = lmax(e, s.group_act[x] + ((3'(x) == g) ? NRRD_L : NRRD_S));
+      e = lmax(e, d.group_act[x] + ((3'(x) == g) ? NRRD_L : NRRD_S));
     end
     return e;
   endfunction
 
-  function automatic longint earliest_col(state_t s, logic write, logic [4:0] b,
+  function automatic longint earliest_col(logic write, logic [4:0] b,
                                          logic [2:0] g);
-    longint e = s.last_act[b] + NRCD;
+    longint e = d.last_act[b] + NRCD;
     for (int x = 0; x < NG; x++) begin
       if (write) begin
-        e = lmax(e, s.group_wr[x] + ((3'(x) == g) ? NCCD_L_WR : NCCD_S));
+        e = lmax(e, d.group_wr[x] + ((3'(x) == g) ? NCCD_L_WR : NCCD_S));
       end else begin
-        e = lmax(e, s.group_rd[x] + ((3'(x) == g) ? NCCD_L : NCCD_S));
-        e = lmax(e, s.group_wr[x] + NCWL + BURST + ((3'(x) == g) ? NWTR_L : NWTR_S));
+        e = lmax(e, d.group_rd[x] + ((3'(x) == g) ? NCCD_L : NCCD_S));
+        e = lmax(e, d.group_wr[x] + NCWL + BURST + ((3'(x) == g) ? NWTR_L : NWTR_S));
       end
     end
-    if (write) e = lmax(e, s.any_rd + RTW);
+    if (write) e = lmax(e, d.any_rd + RTW);
     return e;
   endfunction
 
-  function automatic longint earliest_pre(state_t s, logic [4:0] b);
-    return lmax(lmax(s.last_act[b] + NRAS, s.last_rd[b] + NRTP),
-                s.last_wr[b] + NCWL + BURST + NWR);
+  function automatic longint earliest_pre(logic [4:0] b);
+    return lmax(lmax(d.last_act[b] + NRAS, d.last_rd[b] + NRTP),
+                d.last_wr[b] + NCWL + BURST + NWR);
   endfunction
 
   // first tCK of [max(earliest, lo), lo+3] whose `len` CA slots are free; -1 if none
@@ -199,7 +201,7 @@ module nelssa_ddr5_ctrl
           e = write_active ? d.wq[i] : d.rq[i];
           b = {e.bg, e.bank};
           if (d.open[b] && d.orow[b] == e.row) begin
-            k = place(earliest_col(d, write_active, b, e.bg), 2, ca, lo);
+            k = place(earliest_col(write_active, b, e.bg), 2, ca, lo);
             if (k >= 0) begin
               pick = i;
               ca[k] = 1'b1;
@@ -252,7 +254,7 @@ module nelssa_ddr5_ctrl
           best = 0;
           for (int x = 0; x < NB; x++) begin
             if (d.open[x]) begin
-              ep = earliest_pre(d, 5'(x));
+              ep = earliest_pre(5'(x));
               if (!any_open || ep < best) begin
                 best = ep;
                 cb = 5'(x);
@@ -288,7 +290,7 @@ module nelssa_ddr5_ctrl
               e = write_active ? d.wq[i] : d.rq[i];
               b = {e.bg, e.bank};
               if (!d.open[b]) begin
-                ck = place(earliest_act(d, b, e.bg), 2, ca, lo);
+                ck = place(earliest_act(b, e.bg), 2, ca, lo);
                 if (ck >= 0) begin
                   issued = 1'b1;
                   c = CMD_ACT;
@@ -296,7 +298,7 @@ module nelssa_ddr5_ctrl
                   crow = e.row;
                 end
               end else if (d.orow[b] != e.row && !hit_wanted[b]) begin
-                ck = place(earliest_pre(d, b), 1, ca, lo);
+                ck = place(earliest_pre(b), 1, ca, lo);
                 if (ck >= 0) begin
                   issued = 1'b1;
                   c = CMD_PRE;
@@ -307,7 +309,7 @@ module nelssa_ddr5_ctrl
           end
           for (int x = 0; x < NB; x++) begin  // close rows left idle
             if (!issued && d.open[x] && !any_wanted[x] && lo - d.row_used[x] >= longint'(CloseIdle)) begin
-              ck = place(earliest_pre(d, 5'(x)), 1, ca, lo);
+              ck = place(earliest_pre(5'(x)), 1, ca, lo);
               if (ck >= 0) begin
                 issued = 1'b1;
                 c = CMD_PRE;
@@ -353,20 +355,13 @@ module nelssa_ddr5_ctrl
       end
     end
 
-    // a request enters its queue at the end of the cycle
-    if (req_valid_i && req_ready_o) begin
-      e = '{bg: req_bg_i, bank: req_bank_i, row: req_row_i, col: req_col_i, tag: req_tag_i};
-      if (req_write_i) begin
-        d.wq[d.wq_n] = e;
-        d.wq_n = d.wq_n + 1;
-      end else begin
-        d.rq[d.rq_n] = e;
-        d.rq_n = d.rq_n + 1;
-      end
-    end
     d.ca_carry = ca[4];
     d.cycle = q.cycle + 1;
   end
+
+  entry_t req_entry;
+  assign req_entry = '{bg: req_bg_i, bank: req_bank_i, row: req_row_i, col: req_col_i,
+                       tag: req_tag_i};
 
   // The queue a request needs must have room at the start of the cycle, and the other queue
   // must not hold its line: reads and writes of one line complete in request order.
@@ -414,6 +409,18 @@ module nelssa_ddr5_ctrl
       q.cycle        <= 0;
     end else begin
       q <= d;
+      // a request enters its queue at the end of the cycle, behind what scheduling left; kept
+      // out of the scheduling logic so that it depends on the state alone (it is evaluated
+      // once per clock in simulation, not again whenever an input changes)
+      if (req_valid_i && req_ready_o) begin
+        if (req_write_i) begin
+          q.wq[d.wq_n] <= req_entry;
+          q.wq_n       <= d.wq_n + 1;
+        end else begin
+          q.rq[d.rq_n] <= req_entry;
+          q.rq_n       <= d.rq_n + 1;
+        end
+      end
     end
   end
 
