@@ -1,7 +1,10 @@
 """DDR5 memory-subsystem benchmark (Python model): the issue's patterns on one sub-channel with
 Ramulator 2's figures beside them, the device-level 8 KB cluster-read goal, and trace replay.
 
-    .venv/bin/python scripts/bench_ddr5.py [--requests N] [--trace FILE [--device]]
+    .venv/bin/python scripts/bench_ddr5.py [--requests N] [--rtl] [--trace FILE [--device]]
+
+With --rtl every pattern also runs on the Verilated controllers (with their timing checkers) and
+the table shows the RTL figure and how far the model's cycle count is from it.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def main() -> None:
     parser.add_argument("--trace", help="replay a Ramulator 2 LoadStoreTrace file instead")
     parser.add_argument("--device", action="store_true", help="replay on all 8 sub-channels")
     parser.add_argument("--map", default="cacheline", help="address map (cacheline, row, mop4)")
+    parser.add_argument("--rtl", action="store_true", help="also run the RTL controllers")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
 
@@ -83,7 +87,13 @@ def main() -> None:
         print(f"\n{timing.name}, one sub-channel, {args.requests} reads per pattern "
               f"(% of {timing.peak_bytes_per_s / 1e9:.1f} GB/s; refresh ceiling "
               f"{timing.refresh_efficiency * 100:.1f} %)")
-        print(f"  {'pattern':<16} {'ours':>7} {'Ramulator 2':>12} {'cycles/s':>10}")
+        rtl = None
+        if args.rtl:
+            from nelssa.hw.sim.ddr5 import RtlMemory
+
+            rtl = RtlMemory(key, subchannels=1)
+        extra = f" {'RTL':>7} {'model-RTL':>10} {'RTL cyc/s':>10}" if rtl else ""
+        print(f"  {'pattern':<16} {'ours':>7} {'Ramulator 2':>12} {'cycles/s':>10}{extra}")
         for name, addrs in patterns(args.requests, geo, rng).items():
             t0 = time.perf_counter()
             run = run_device(addrs, None, geo, args.map)
@@ -91,8 +101,16 @@ def main() -> None:
             ref = RAMULATOR.get(name)
             ref = ref.get(key) if isinstance(ref, dict) else ref
             ref_s = f"{ref:.1f}" if ref is not None else "-"
-            print(f"  {name:<16} {run.bandwidth_fraction(timing, 1) * 100:>6.1f}% "
-                  f"{ref_s:>12} {run.cycles / wall:>10,.0f}")
+            line = (f"  {name:<16} {run.bandwidth_fraction(timing, 1) * 100:>6.1f}% "
+                    f"{ref_s:>12} {run.cycles / wall:>10,.0f}")
+            if rtl:
+                r = rtl.run(addrs, None, args.map)
+                if r.violations:
+                    raise SystemExit(f"{name}: {r.violations} timing violations in the RTL")
+                line += (f" {r.bandwidth_fraction(timing, 1) * 100:>6.1f}% "
+                         f"{(run.cycles - r.cycles) / r.cycles * 100:>+9.2f}% "
+                         f"{r.simulated_cycles / r.sim_seconds:>10,.0f}")
+            print(line)
         for name, ns in unloaded(timing).items():
             print(f"  unloaded {name:<13} {ns:>5.2f} ns (Ramulator 2: "
                   f"{RAMULATOR_LATENCY_NS[name]} ns)")

@@ -38,6 +38,40 @@ struct SubStats {
 };
 #pragma pack(pop)
 
+// Bit-field access that works whatever C++ type Verilator picked for a port (it depends on the
+// port's width, so on NumSub): plain integers up to 64 bits, VlWide above.
+template <typename T>
+void clear(T& sig) {
+  sig = 0;
+}
+template <std::size_t N>
+void clear(VlWide<N>& sig) {
+  for (std::size_t w = 0; w < N; ++w) sig[w] = 0;
+}
+template <typename T>
+void put(T& sig, unsigned lsb, uint64_t value) {
+  sig |= static_cast<T>(value << lsb);
+}
+template <std::size_t N>
+void put(VlWide<N>& sig, unsigned lsb, uint64_t value) {
+  for (unsigned b = 0; b < 64 && value >> b; ++b) {
+    if ((value >> b) & 1) sig[(lsb + b) / 32] |= 1u << ((lsb + b) % 32);
+  }
+}
+template <typename T>
+uint64_t get(const T& sig, unsigned lsb, unsigned width) {
+  const uint64_t v = static_cast<uint64_t>(sig) >> lsb;
+  return width >= 64 ? v : v & ((uint64_t(1) << width) - 1);
+}
+template <std::size_t N>
+uint64_t get(const VlWide<N>& sig, unsigned lsb, unsigned width) {
+  uint64_t v = 0;
+  for (unsigned b = 0; b < width; ++b) {
+    v |= uint64_t((sig[(lsb + b) / 32] >> ((lsb + b) % 32)) & 1) << b;
+  }
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,37 +120,30 @@ int main(int argc, char** argv) {
                    static_cast<unsigned long long>(h.max_cycles));
       return 3;
     }
-    uint32_t valid = 0, write = 0, bg = 0, bank = 0, col = 0;
-    uint64_t row_lo = 0, row_hi = 0;
+    uint32_t valid = 0;
+    clear(top->req_write_i);
+    clear(top->req_bg_i);
+    clear(top->req_bank_i);
+    clear(top->req_row_i);
+    clear(top->req_col_i);
     for (uint32_t s = 0; s < h.num_sub; ++s) {
       if (queues[s].empty() || queues[s].front().arrival > cycle) continue;
       const Request& r = queues[s].front();
       valid |= 1u << s;
-      write |= uint32_t(r.write) << s;
-      bg |= uint32_t(r.bg) << (3 * s);
-      bank |= uint32_t(r.bank) << (2 * s);
-      col |= uint64_t(r.col) << (6 * s);
-      const unsigned shift = 16 * s;
-      if (shift < 64) row_lo |= uint64_t(r.row) << shift;
-      else row_hi |= uint64_t(r.row) << (shift - 64);
+      put(top->req_write_i, s, r.write);
+      put(top->req_bg_i, 3 * s, r.bg);
+      put(top->req_bank_i, 2 * s, r.bank);
+      put(top->req_row_i, 16 * s, r.row);
+      put(top->req_col_i, 6 * s, r.col);
     }
     top->req_valid_i = valid;
-    top->req_write_i = write;
-    top->req_bg_i = bg;
-    top->req_bank_i = bank;
-    top->req_col_i = col;
-    top->req_row_i[0] = uint32_t(row_lo);
-    top->req_row_i[1] = uint32_t(row_lo >> 32);
-    top->req_row_i[2] = uint32_t(row_hi);
-    top->req_row_i[3] = uint32_t(row_hi >> 32);
     top->eval();
     const uint32_t ready = top->req_ready_o;
     const uint32_t served = top->served_o;
     for (uint32_t s = 0; s < h.num_sub; ++s) {
       if ((valid >> s) & (ready >> s) & 1) queues[s].pop_front();
       if ((served >> s) & 1) {
-        const uint64_t tck = (uint64_t(top->served_tck_o[2 * s + 1]) << 32) |
-                             top->served_tck_o[2 * s];
+        const uint64_t tck = get(top->served_tck_o, 64 * s, 64);
         const bool wr = (top->served_write_o >> s) & 1;
         const uint64_t done = tck + (wr ? h.ncwl : h.ncl) + h.burst;
         stats[s].served++;
