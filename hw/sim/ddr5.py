@@ -3,8 +3,6 @@ behind a Python call, through the C++ harness hw/sim/ddr5_harness.cpp."""
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +13,7 @@ from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS, DDR5Timing
 from nelssa.hw.sim.rtl_sources import DDR5_BENCH, VERILATOR_CONFIG
-from nelssa.hw.sim.verilator import build_executable
+from nelssa.hw.sim.verilator import build_executable, run_harness
 
 HARNESS_CPP = Path(__file__).resolve().parent / "ddr5_harness.cpp"
 
@@ -85,15 +83,7 @@ class RtlMemory:
         header = DDR5_IN.build({"num_sub": self.subchannels, "num_requests": len(addrs),
                                 "ncl": t.nCL, "ncwl": t.nCWL, "burst": t.burst_cycles,
                                 "max_cycles": max_cycles})
-        with tempfile.TemporaryDirectory(prefix="nelssa-ddr5-") as tmp:
-            src, dst = Path(tmp) / "req.bin", Path(tmp) / "res.bin"
-            src.write_bytes(header + req.tobytes())
-            proc = subprocess.run([str(self.exe), str(src), str(dst)], capture_output=True,
-                                  text=True)
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
-                raise RuntimeError(f"memory harness failed ({proc.returncode}): {tail}")
-            raw = dst.read_bytes()
+        raw = run_harness(self.exe, header + req.tobytes(), "memory")
         hdr = DDR5_OUT.parse(raw)
         per = np.frombuffer(raw[DDR5_OUT.sizeof():], dtype="<u8").reshape(-1, 2)
         return RtlMemoryRun(int(hdr.cycles), per[:, 0].astype(int).tolist(), hdr.violations,

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +14,7 @@ from construct import Bytes, Const, Float64l, Int32ul, Int64ul, Struct
 from nelssa.driver.status import ENGINE_BEAT_BYTES, AttnStatus
 from nelssa.hw.model.engine import AttnResult, EngineCommand, EngineParams
 from nelssa.hw.sim.rtl_sources import ENGINE, VERILATOR_CONFIG
-from nelssa.hw.sim.verilator import build_executable
+from nelssa.hw.sim.verilator import build_executable, run_harness
 
 log = logging.getLogger(__name__)
 
@@ -113,16 +111,8 @@ class RtlEngine:
             "last_index": cmd.last_index, "repeat": repeat, "kv_gap_period": kv_gap_period,
             "max_cycles": max_cycles,
         })
-        with tempfile.TemporaryDirectory(prefix="nelssa-engine-") as tmp:
-            src, dst = Path(tmp) / "cmd.bin", Path(tmp) / "res.bin"
-            src.write_bytes(header + np.asarray(cmd.cluster_lens, dtype="<u4").tobytes()
-                            + beats.tobytes())
-            proc = subprocess.run([str(self.exe), str(src), str(dst)], capture_output=True,
-                                  text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"engine harness failed ({proc.returncode}): "
-                                   f"{proc.stderr.strip()}")
-            raw = dst.read_bytes()
+        raw = run_harness(self.exe, header + np.asarray(cmd.cluster_lens, dtype="<u4").tobytes()
+                          + beats.tobytes(), "engine")
         hdr = HARNESS_OUT.parse(raw)
         body = np.frombuffer(raw[HARNESS_OUT.sizeof():], dtype="<u4")
         if body.size != hdr.num_result_beats * ENGINE_BEAT_BYTES // 4:

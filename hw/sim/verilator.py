@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -139,6 +140,19 @@ def build_executable(
         raise RuntimeError(f"verilator build of {name} failed:\n{tail}")
     stamp.write_text(" ".join(cmd))
     return exe
+
+
+def run_harness(exe: Path, payload: bytes, what: str) -> bytes:
+    """Run a file-in, file-out C++ harness (``exe IN OUT``) on ``payload``; returns OUT's bytes.
+    A failing harness raises with its exit status and the last lines it printed."""
+    with tempfile.TemporaryDirectory(prefix="nelssa-harness-") as tmp:
+        src, dst = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
+        src.write_bytes(payload)
+        proc = subprocess.run([str(exe), str(src), str(dst)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+            raise RuntimeError(f"{what} harness failed ({proc.returncode}): {tail}")
+        return dst.read_bytes()
 
 
 def clean_cache() -> None:
