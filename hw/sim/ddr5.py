@@ -12,7 +12,7 @@ from construct import Const, Float64l, Int32ul, Int64ul, Struct
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS, DDR5Timing
-from nelssa.hw.sim.rtl_sources import DDR5_BENCH, VERILATOR_CONFIG
+from nelssa.hw.sim.rtl_sources import DDR5_BENCH, DDR5_VERILATOR_ARGS, VERILATOR_CONFIG
 from nelssa.hw.sim.verilator import build_executable, run_harness
 
 HARNESS_CPP = Path(__file__).resolve().parent / "ddr5_harness.cpp"
@@ -65,7 +65,7 @@ class RtlMemory:
             "ddr5-harness", "nelssa_ddr5_bench_top", [VERILATOR_CONFIG, *DDR5_BENCH],
             [HARNESS_CPP],
             parameters={"PresetId": list(PRESETS).index(preset), "NumSub": subchannels},
-            extra_args=["-CFLAGS", "-O2"],
+            extra_args=["-CFLAGS", "-O2", *DDR5_VERILATOR_ARGS],
         )
 
     def run(self, addrs: np.ndarray, writes: np.ndarray | None = None,

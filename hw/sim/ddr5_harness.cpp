@@ -54,9 +54,11 @@ void put(T& sig, unsigned lsb, uint64_t value) {
 }
 template <std::size_t N>
 void put(VlWide<N>& sig, unsigned lsb, uint64_t value) {
-  for (unsigned b = 0; b < 64 && value >> b; ++b) {
-    if ((value >> b) & 1) sig[(lsb + b) / 32] |= 1u << ((lsb + b) % 32);
-  }
+  // fields never straddle more than three 32-bit words (width <= 64)
+  const unsigned w = lsb / 32, s = lsb % 32;
+  sig[w] |= static_cast<uint32_t>(value << s);
+  if (w + 1 < N) sig[w + 1] |= static_cast<uint32_t>((value << s) >> 32);
+  if (s && w + 2 < N) sig[w + 2] |= static_cast<uint32_t>(value >> (64 - s));
 }
 template <typename T>
 uint64_t get(const T& sig, unsigned lsb, unsigned width) {
@@ -65,11 +67,11 @@ uint64_t get(const T& sig, unsigned lsb, unsigned width) {
 }
 template <std::size_t N>
 uint64_t get(const VlWide<N>& sig, unsigned lsb, unsigned width) {
-  uint64_t v = 0;
-  for (unsigned b = 0; b < width; ++b) {
-    v |= uint64_t((sig[(lsb + b) / 32] >> ((lsb + b) % 32)) & 1) << b;
-  }
-  return v;
+  const unsigned w = lsb / 32, s = lsb % 32;
+  uint64_t v = sig[w] >> s;
+  if (w + 1 < N) v |= static_cast<uint64_t>(sig[w + 1]) << (32 - s);
+  if (s && w + 2 < N) v |= static_cast<uint64_t>(sig[w + 2]) << (64 - s);
+  return width >= 64 ? v : v & ((uint64_t(1) << width) - 1);
 }
 
 }  // namespace

@@ -6,6 +6,16 @@
 // "<rule> violated at cycle <tCK>, bank group <g> bank <b>: <detail>". With Fatal (the default)
 // the first violation ends the simulation with $fatal; otherwise each is a $warning. The rules and their names are those of
 // hw/model/ddr5_checker.py, which the testbench compares against command by command.
+// A rule of the command at tCK `cycle` to bank `k` of group `g` (names in scope where it is
+// used): the message is formatted only when the rule is broken, since formatting it for every
+// command cost more than the checks themselves.
+`define NELSSA_NEED(rule, since, gap, what) \
+  begin \
+    if (cycle - (since) < longint'(int'(gap))) \
+      fail(rule, cycle, g, k, $sformatf("%s needs %0d tCK, got %0d (previous at %0d)", what, \
+                                        int'(gap), cycle - (since), since)); \
+  end
+
 module nelssa_ddr5_checker
   import nelssa_ddr5_pkg::*;
 #(
@@ -102,9 +112,9 @@ module nelssa_ddr5_checker
   task automatic precharge(longint cycle, int g, int k);
     int b = g * 4 + k;
     if (open_row[b] < 0) return;  // precharging a closed bank is a no-op
-    need(RULE_TRAS, cycle, last_act[b], T.nRAS, g, k, "ACT to PRE");
-    need(RULE_TRTP, cycle, last_rd[b], T.nRTP, g, k, "RD to PRE");
-    need(RULE_TWR, cycle, last_wr[b], T.nCWL + 8 + T.nWR, g, k, "WR to PRE");
+    `NELSSA_NEED(RULE_TRAS, last_act[b], T.nRAS, "ACT to PRE")
+    `NELSSA_NEED(RULE_TRTP, last_rd[b], T.nRTP, "RD to PRE")
+    `NELSSA_NEED(RULE_TWR, last_wr[b], T.nCWL + 8 + T.nWR, "WR to PRE")
     open_row[b] = -1;
     last_pre[b] = cycle;
   endtask
@@ -121,16 +131,16 @@ module nelssa_ddr5_checker
       CMD_ACT: begin
         if (open_row[b] >= 0) fail(RULE_STATE, cycle, g, k,
                                    $sformatf("ACT to a bank with row %0d open", open_row[b]));
-        need(RULE_TRP, cycle, last_pre[b], T.nRP, g, k, "PRE to ACT");
-        need(RULE_TRC, cycle, last_act[b], T.nRC, g, k, "ACT to ACT, same bank");
-        need(RULE_TRFC, cycle, ref_cycle, T.nRFC, g, k, "REF to ACT");
+        `NELSSA_NEED(RULE_TRP, last_pre[b], T.nRP, "PRE to ACT")
+        `NELSSA_NEED(RULE_TRC, last_act[b], T.nRC, "ACT to ACT, same bank")
+        `NELSSA_NEED(RULE_TRFC, ref_cycle, T.nRFC, "REF to ACT")
         for (int x = 0; x < NG; x++) begin
-          if (x == g) need(RULE_TRRD_L, cycle, group_act[x], T.nRRD_L, g, k,
-                           "ACT to ACT, same bank group");
-          else need(RULE_TRRD_S, cycle, group_act[x], T.nRRD_S, g, k,
-                    $sformatf("ACT to ACT, other bank group %0d", x));
+          if (x == g) `NELSSA_NEED(RULE_TRRD_L, group_act[x], T.nRRD_L,
+                                   "ACT to ACT, same bank group")
+          else `NELSSA_NEED(RULE_TRRD_S, group_act[x], T.nRRD_S,
+                            $sformatf("ACT to ACT, other bank group %0d", x))
         end
-        if (num_acts == 4) need(RULE_TFAW, cycle, acts[0], T.nFAW, g, k, "fifth ACT in a window");
+        if (num_acts == 4) `NELSSA_NEED(RULE_TFAW, acts[0], T.nFAW, "fifth ACT in a window")
         acts[0] = acts[1];
         acts[1] = acts[2];
         acts[2] = acts[3];
@@ -143,25 +153,25 @@ module nelssa_ddr5_checker
       CMD_RD, CMD_WR: begin
         if (open_row[b] < 0) fail(RULE_STATE, cycle, g, k,
                                   $sformatf("%s to a precharged bank", c == CMD_RD ? "RD" : "WR"));
-        need(RULE_TRCD, cycle, last_act[b], T.nRCD, g, k, c == CMD_RD ? "ACT to RD" : "ACT to WR");
+        `NELSSA_NEED(RULE_TRCD, last_act[b], T.nRCD, c == CMD_RD ? "ACT to RD" : "ACT to WR")
         for (int x = 0; x < NG; x++) begin
           if (c == CMD_RD) begin
             if (x == g) begin
-              need(RULE_TCCD_L, cycle, group_rd[x], T.nCCD_L, g, k, "RD to RD");
-              need(RULE_TWTR_L, cycle, group_wr[x], T.nCWL + 8 + T.nWTR_L, g, k, "WR to RD");
+              `NELSSA_NEED(RULE_TCCD_L, group_rd[x], T.nCCD_L, "RD to RD")
+              `NELSSA_NEED(RULE_TWTR_L, group_wr[x], T.nCWL + 8 + T.nWTR_L, "WR to RD")
             end else begin
-              need(RULE_TCCD_S, cycle, group_rd[x], T.nCCD_S, g, k, "RD to RD");
-              need(RULE_TWTR_S, cycle, group_wr[x], T.nCWL + 8 + T.nWTR_S, g, k, "WR to RD");
+              `NELSSA_NEED(RULE_TCCD_S, group_rd[x], T.nCCD_S, "RD to RD")
+              `NELSSA_NEED(RULE_TWTR_S, group_wr[x], T.nCWL + 8 + T.nWTR_S, "WR to RD")
             end
           end else begin
-            if (x == g) need(RULE_TCCD_L_WR, cycle, group_wr[x], T.nCCD_L_WR, g, k, "WR to WR");
-            else need(RULE_TCCD_S, cycle, group_wr[x], T.nCCD_S, g, k, "WR to WR");
+            if (x == g) `NELSSA_NEED(RULE_TCCD_L_WR, group_wr[x], T.nCCD_L_WR, "WR to WR")
+            else `NELSSA_NEED(RULE_TCCD_S, group_wr[x], T.nCCD_S, "WR to WR")
           end
         end
         if (c == CMD_WR) begin
           rtw = T.nCL + 8 - T.nCWL + 1;
           if (rtw < T.nCCD_S) rtw = T.nCCD_S;
-          need(RULE_TRTW, cycle, any_rd, rtw, g, k, "RD to WR");
+          `NELSSA_NEED(RULE_TRTW, any_rd, rtw, "RD to WR")
           last_wr[b] = cycle;
           group_wr[g] = cycle;
         end else begin
@@ -246,3 +256,5 @@ module nelssa_ddr5_checker
 
   assign violations_o = count;
 endmodule
+
+`undef NELSSA_NEED

@@ -12,7 +12,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from nelssa.hw.model.ddr5_checker import DramCmd
 from nelssa.hw.model.ddr5_subchannel import SubchannelModel, requests_from_lines
 from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON as T
-from nelssa.hw.sim.rtl_sources import DDR5_CTRL
+from nelssa.hw.sim.rtl_sources import DDR5_CTRL, DDR5_VERILATOR_ARGS
 
 
 def model_commands(reqs) -> list[tuple[int, int, int, int, int]]:
@@ -122,4 +122,5 @@ async def same_line_reads_and_writes(dut):
 def test_ddr5_ctrl():
     from cocotb_runner import run_cocotb
 
-    run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", sources=DDR5_CTRL)
+    run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", sources=DDR5_CTRL,
+               build_extra=DDR5_VERILATOR_ARGS)

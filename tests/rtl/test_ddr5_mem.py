@@ -10,7 +10,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from nelssa.hw.sim.rtl_sources import DDR5_MEM, DDR5_STORE_CPP
+from nelssa.hw.sim.rtl_sources import DDR5_MEM, DDR5_STORE_CPP, DDR5_VERILATOR_ARGS
 
 
 class TB:
@@ -121,4 +121,4 @@ def test_ddr5_mem():
     from cocotb_runner import run_cocotb
 
     run_cocotb("nelssa_ddr5_mem", "test_ddr5_mem", sources=DDR5_MEM,
-               build_extra=[str(DDR5_STORE_CPP)])
+               build_extra=[str(DDR5_STORE_CPP), *DDR5_VERILATOR_ARGS])
