@@ -12,6 +12,7 @@ from nelssa.hw.sim.rtl_sources import (
     DDR5_CHECKER,
     DDR5_CTRL,
     DDR5_MEM,
+    DDR5_SYSTEM,
     ENGINE,
     FP_UNITS,
     PACKAGES,
@@ -33,7 +34,8 @@ def main() -> int:
     runs = [(top, srcs, {}) for top, srcs in TOPS.items() if top != "nelssa_attn_engine"]
     runs += [("nelssa_attn_engine", ENGINE, v) for v in ENGINE_VARIANTS]
     runs += [("nelssa_ddr5_checker", DDR5_CHECKER, {}), ("nelssa_ddr5_ctrl", DDR5_CTRL, {}),
-             ("nelssa_ddr5_bench_top", DDR5_BENCH, {}), ("nelssa_ddr5_mem", DDR5_MEM, {})]
+             ("nelssa_ddr5_bench_top", DDR5_BENCH, {}), ("nelssa_ddr5_mem", DDR5_MEM, {}),
+             ("nelssa_ddr5_system", DDR5_SYSTEM, {})]
     amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
     runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
     for top, srcs, params in runs:

@@ -45,6 +45,10 @@ DDR5_BENCH = [*DDR5_CTRL, RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
 DDR5_MEM = [*DDR5_CTRL, RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
             RTL_ROOT / "sim" / "nelssa_ddr5_dram.sv", RTL_ROOT / "sim" / "nelssa_ddr5_mem.sv"]
 """One sub-channel with data: controller, data model over the DPI store, checker."""
+DDR5_SYSTEM = [*DDR5_MEM, RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv",
+               RTL_ROOT / "mem" / "nelssa_ddr5_frontend.sv",
+               RTL_ROOT / "sim" / "nelssa_ddr5_system.sv"]
+"""A device's whole memory: front end and 8 sub-channels with data."""
 DDR5_STORE_CPP = Path(__file__).resolve().parent / "ddr5_store.cpp"
 """The sparse backing store (DPI-C)."""
 

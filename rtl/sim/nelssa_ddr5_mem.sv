@@ -24,6 +24,8 @@ module nelssa_ddr5_mem
   output logic [TagW-1:0] rdata_tag_o,
   output logic [511:0]    rdata_o,
   output logic            served_o,     // a READ or WRITE issued this cycle
+  output logic            wdone_o,      // a WRITE issued this cycle ...
+  output logic [TagW-1:0] wdone_tag_o,  // ... for this request
   output logic [31:0]     violations_o
 );
   localparam timing_t T = preset_timing(PresetId);
@@ -36,10 +38,7 @@ module nelssa_ddr5_mem
   logic      [2:0][16:0] cmd_row;
   logic      [5:0]       cmd_col;
   logic      [TagW-1:0]  cmd_tag;
-  // the data model sees WRITEs through the command; the flag is for the harness
-  /* verilator lint_off UNUSEDSIGNAL */
   logic                  cmd_write;
-  /* verilator lint_on UNUSEDSIGNAL */
 
   nelssa_ddr5_ctrl #(
     .T   (T),
@@ -91,5 +90,7 @@ module nelssa_ddr5_mem
     .violations_o (violations_o)
   );
 
-  assign served_o = cmd_valid[0];
+  assign served_o    = cmd_valid[0];
+  assign wdone_o     = cmd_valid[0] && cmd_write;
+  assign wdone_tag_o = cmd_tag;
 endmodule
