@@ -1,5 +1,6 @@
-"""DDR5 memory-subsystem benchmark (Python model): the issue's patterns on one sub-channel with
-Ramulator 2's figures beside them, the device-level 8 KB cluster-read goal, and trace replay.
+"""DDR5 memory-subsystem benchmark: the issue's patterns on one sub-channel on the cycle model and
+the analytical estimate, with Ramulator 2's figures beside them, the device-level 8 KB
+cluster-read goal, and trace replay.
 
     .venv/bin/python scripts/bench_ddr5.py [--requests N] [--rtl] [--trace FILE [--device]]
 
@@ -16,6 +17,8 @@ import numpy as np
 
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_device import read_loadstore_trace, run_device
+from nelssa.hw.model.ddr5_estimate import estimate_device
+from nelssa.hw.model.ddr5_patterns import benchmark_patterns
 from nelssa.hw.model.ddr5_subchannel import ControllerConfig, SubchannelModel, requests_from_lines
 from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2, PRESETS
 
@@ -24,27 +27,6 @@ from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2
 RAMULATOR = {"sequential": 91.1, "random 64 B": {"ddr5-6400an": 45.7, "ddr5-6400": 89.8},
              "random 4 KB": 89.0, "random 8 KB": 89.8}
 RAMULATOR_LATENCY_NS = {"row hit": 17.2, "closed bank": 31.6, "row conflict": 45.6}
-
-
-def patterns(n: int, geo: DeviceGeometry, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Byte addresses of each pattern on a one-sub-channel geometry (cacheline map: bank group
-    in the lowest line bits, then column, bank, row)."""
-    line_bytes = geo.line_bytes
-    lines = np.arange(n, dtype=np.int64)
-    space = geo.capacity_bytes // line_bytes
-
-    def blocks(size: int) -> np.ndarray:
-        per = size // line_bytes
-        base = rng.integers(0, space // per, n // per) * per
-        return (base[:, None] + np.arange(per)[None, :]).ravel()
-
-    return {
-        "sequential": lines * line_bytes,
-        "one bank group": ((lines % 64) * 8 + (lines // 64) * 512) * line_bytes,
-        "random 64 B": rng.integers(0, space, n) * line_bytes,
-        "random 4 KB": blocks(4096) * line_bytes,
-        "random 8 KB": blocks(8192) * line_bytes,
-    }
 
 
 def unloaded(timing) -> dict[str, float]:
@@ -79,6 +61,12 @@ def main() -> None:
         print(f"{args.trace}: {len(addrs)} requests on {geo.subchannels} sub-channel(s), "
               f"{timing.name}: {run.bandwidth_fraction(timing, geo.subchannels) * 100:.1f} % of "
               f"peak, {run.cycles} controller cycles, {run.cycles / wall:,.0f} cycles/s")
+        t0 = time.perf_counter()
+        est = estimate_device(addrs % geo.capacity_bytes, writes, geo, args.map)
+        wall = time.perf_counter() - t0
+        print(f"  estimate: {est.bandwidth_fraction(timing, geo.subchannels) * 100:.1f} % of "
+              f"peak, {est.cycles} cycles ({(est.cycles - run.cycles) / run.cycles * 100:+.2f} %), "
+              f"{est.cycles / wall:,.0f} cycles/s")
         return
 
     for key in args.preset or ["ddr5-6400an", "ddr5-6400"]:
@@ -93,16 +81,23 @@ def main() -> None:
 
             rtl = RtlMemory(key, subchannels=1)
         extra = f" {'RTL':>7} {'model-RTL':>10} {'RTL cyc/s':>10}" if rtl else ""
-        print(f"  {'pattern':<16} {'ours':>7} {'Ramulator 2':>12} {'cycles/s':>10}{extra}")
-        for name, addrs in patterns(args.requests, geo, rng).items():
+        print(f"  {'pattern':<16} {'ours':>7} {'Ramulator 2':>12} {'cycles/s':>10} "
+              f"{'estimate':>9} {'est-model':>10} {'est cyc/s':>12}{extra}")
+        for name, addrs in benchmark_patterns(args.requests, geo, rng).items():
             t0 = time.perf_counter()
             run = run_device(addrs, None, geo, args.map)
             wall = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            est = estimate_device(addrs, None, geo, args.map)
+            est_wall = time.perf_counter() - t0
             ref = RAMULATOR.get(name)
             ref = ref.get(key) if isinstance(ref, dict) else ref
             ref_s = f"{ref:.1f}" if ref is not None else "-"
             line = (f"  {name:<16} {run.bandwidth_fraction(timing, 1) * 100:>6.1f}% "
-                    f"{ref_s:>12} {run.cycles / wall:>10,.0f}")
+                    f"{ref_s:>12} {run.cycles / wall:>10,.0f} "
+                    f"{est.bandwidth_fraction(timing, 1) * 100:>8.1f}% "
+                    f"{(est.cycles - run.cycles) / run.cycles * 100:>+9.2f}% "
+                    f"{est.cycles / est_wall:>12,.0f}")
             if rtl:
                 r = rtl.run(addrs, None, args.map)
                 if r.violations:
@@ -129,7 +124,25 @@ def main() -> None:
         frac = run.bandwidth_fraction(tmg, 8)
         print(f"\ndevice, 8 sub-channels, {tmg.name}, random 8 KB cluster reads ({len(addrs)} "
               f"lines): {frac * 100:.1f} % of {8 * tmg.peak_bytes_per_s / 1e9:.1f} GB/s "
-              f"(goal 89 %); model {8 * run.cycles / wall:,.0f} sub-channel cycles/s")
+              f"(goal 89 %); cycle model {run.cycles / wall:,.0f} device cycles/s")
+        t0 = time.perf_counter()
+        est = estimate_device(addrs, None, geo)
+        est_wall = time.perf_counter() - t0
+        print(f"  estimate: {est.bandwidth_fraction(tmg, 8) * 100:.1f} % "
+              f"(estimate-model {(est.cycles - run.cycles) / run.cycles * 100:+.2f} %), "
+              f"{est.cycles / est_wall:,.0f} device cycles/s")
+        if args.rtl:
+            from nelssa.hw.sim.ddr5 import RtlMemory
+
+            key = next(k for k, v in PRESETS.items() if v is tmg)
+            for threads in (1, 2):
+                r = RtlMemory(key, subchannels=8, threads=threads).run(addrs)
+                if r.violations:
+                    raise SystemExit(f"device: {r.violations} timing violations in the RTL")
+                print(f"  RTL, {threads} thread(s): {r.bandwidth_fraction(tmg, 8) * 100:.1f} % "
+                      f"(model-RTL {(run.cycles - r.cycles) / r.cycles * 100:+.2f} %), "
+                      f"{r.simulated_cycles / r.sim_seconds:,.0f} device cycles/s "
+                      f"(goal 1,000,000)")
 
 
 if __name__ == "__main__":

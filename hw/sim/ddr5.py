@@ -1,4 +1,4 @@
-"""The Verilated memory subsystem (8 sub-channel controllers, each with its timing checker)
+"""The Verilated memory subsystem (up to 8 sub-channel controllers, each with its timing checker)
 behind a Python call, through the C++ harness hw/sim/ddr5_harness.cpp."""
 
 from __future__ import annotations
@@ -56,16 +56,23 @@ class RtlMemoryRun:
 class RtlMemory:
     """A cached Verilator build of 8 sub-channel controllers with checkers, for one preset."""
 
-    def __init__(self, preset: str = "ddr5-6400", subchannels: int = 8) -> None:
+    def __init__(self, preset: str = "ddr5-6400", subchannels: int = 8, threads: int = 1) -> None:
+        """``threads`` > 1 builds a multi-threaded model (Verilator --threads); on the 2-core
+        machines here it gained nothing (see README), on larger hosts it may."""
         if preset not in PRESETS:
             raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        if not 1 <= subchannels <= 8:
+            raise ValueError(f"subchannels must be 1 to 8, got {subchannels}")
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
         self.timing = PRESETS[preset]
         self.subchannels = subchannels
         self.exe = build_executable(
             "ddr5-harness", "nelssa_ddr5_bench_top", [VERILATOR_CONFIG, *DDR5_BENCH],
             [HARNESS_CPP],
             parameters={"PresetId": list(PRESETS).index(preset), "NumSub": subchannels},
-            extra_args=["-CFLAGS", "-O2", *DDR5_VERILATOR_ARGS],
+            extra_args=["-CFLAGS", "-O2", *DDR5_VERILATOR_ARGS,
+                        *(["--threads", str(threads)] if threads > 1 else [])],
         )
 
     def run(self, addrs: np.ndarray, writes: np.ndarray | None = None,
