@@ -6,7 +6,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine bench \
-        bench-ddr5 clean
+        bench-ddr5 calibrate-ddr5 clean
 
 all: test
 
@@ -47,7 +47,10 @@ bench: venv
 	$(VPY) scripts/bench_engine.py
 
 bench-ddr5: venv
-	$(VPY) scripts/bench_ddr5.py
+	$(VPY) scripts/bench_ddr5.py --rtl
+
+calibrate-ddr5: venv
+	$(VPY) scripts/calibrate_ddr5.py
 
 clean:
 	rm -rf build
