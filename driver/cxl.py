@@ -1,0 +1,106 @@
+"""The messages of a device port (construct structs, little endian, IntEnum opcodes): CXL.mem
+M2S Req / RwD and S2M NDR / DRS on 64-byte lines with 16-bit tags, plus the CXL.io register
+accesses (32-bit MMIO) beside them. Every message is one ``MESSAGE``: a channel byte, then that
+channel's body. The same bytes cross the ZeroMQ link and the C ABI of the RTL harness.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from construct import Bytes, Enum, Int8ul, Int16ul, Int32ul, Int64ul, Struct, Switch
+
+
+class Channel(IntEnum):
+    M2S_REQ = 0
+    """Host to device, request without data (MemRd)."""
+    M2S_RWD = 1
+    """Host to device, request with data (MemWr, MemWrPtl)."""
+    S2M_NDR = 2
+    """Device to host, response without data (Cmp)."""
+    S2M_DRS = 3
+    """Device to host, response with data (MemData)."""
+    MMIO_REQ = 4
+    """Host to device, register read or write (CXL.io)."""
+    MMIO_RSP = 5
+    """Device to host, register read data."""
+
+
+class M2SReqOpcode(IntEnum):
+    MEM_RD = 1
+
+
+class M2SRwDOpcode(IntEnum):
+    MEM_WR = 1
+    """Full-line write (all 64 byte enables set)."""
+    MEM_WR_PTL = 2
+    """Partial write: only the bytes whose enable bit is set."""
+
+
+class S2MNdrOpcode(IntEnum):
+    CMP = 0
+
+
+class S2MDrsOpcode(IntEnum):
+    MEM_DATA = 0
+
+
+class MmioOpcode(IntEnum):
+    READ = 0
+    WRITE = 1
+
+
+class RspStatus(IntEnum):
+    """Status of a CXL.mem response (the poison indication of a DRS, an error of an NDR)."""
+
+    OK = 0
+    ADDR_ERROR = 1
+    """The address lies outside device memory; nothing was read or written."""
+
+
+M2S_REQ = Struct("opcode" / Enum(Int8ul, M2SReqOpcode), "tag" / Int16ul, "addr" / Int64ul)
+M2S_RWD = Struct("opcode" / Enum(Int8ul, M2SRwDOpcode), "tag" / Int16ul, "addr" / Int64ul,
+                 "byte_enable" / Int64ul, "data" / Bytes(64))
+S2M_NDR = Struct("opcode" / Enum(Int8ul, S2MNdrOpcode), "tag" / Int16ul,
+                 "status" / Enum(Int8ul, RspStatus))
+S2M_DRS = Struct("opcode" / Enum(Int8ul, S2MDrsOpcode), "tag" / Int16ul,
+                 "status" / Enum(Int8ul, RspStatus), "data" / Bytes(64))
+MMIO_REQ = Struct("opcode" / Enum(Int8ul, MmioOpcode), "tag" / Int16ul, "offset" / Int32ul,
+                  "value" / Int32ul)
+MMIO_RSP = Struct("tag" / Int16ul, "value" / Int32ul)
+
+MESSAGE = Struct(
+    "channel" / Enum(Int8ul, Channel),
+    "body" / Switch(lambda ctx: int(ctx.channel), {
+        Channel.M2S_REQ: M2S_REQ, Channel.M2S_RWD: M2S_RWD, Channel.S2M_NDR: S2M_NDR,
+        Channel.S2M_DRS: S2M_DRS, Channel.MMIO_REQ: MMIO_REQ, Channel.MMIO_RSP: MMIO_RSP,
+    }),
+)
+"""Any port message."""
+
+FULL_LINE = (1 << 64) - 1
+"""Byte enables of a full-line write."""
+
+
+def mem_rd(tag: int, addr: int) -> bytes:
+    return MESSAGE.build({"channel": Channel.M2S_REQ,
+                          "body": {"opcode": M2SReqOpcode.MEM_RD, "tag": tag, "addr": addr}})
+
+
+def mem_wr(tag: int, addr: int, data: bytes, byte_enable: int = FULL_LINE) -> bytes:
+    op = M2SRwDOpcode.MEM_WR if byte_enable == FULL_LINE else M2SRwDOpcode.MEM_WR_PTL
+    return MESSAGE.build({"channel": Channel.M2S_RWD,
+                          "body": {"opcode": op, "tag": tag, "addr": addr,
+                                   "byte_enable": byte_enable, "data": data}})
+
+
+def mmio_rd(tag: int, offset: int) -> bytes:
+    return MESSAGE.build({"channel": Channel.MMIO_REQ,
+                          "body": {"opcode": MmioOpcode.READ, "tag": tag, "offset": offset,
+                                   "value": 0}})
+
+
+def mmio_wr(tag: int, offset: int, value: int) -> bytes:
+    return MESSAGE.build({"channel": Channel.MMIO_REQ,
+                          "body": {"opcode": MmioOpcode.WRITE, "tag": tag, "offset": offset,
+                                   "value": value}})

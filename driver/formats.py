@@ -1,0 +1,114 @@
+"""Descriptor, completion and KV-layout formats of a PNM device (construct structs, little
+endian): the one source of truth for software, the model device and the generated SV package.
+
+Memory a descriptor refers to (all in device memory, 64-byte aligned, inside the queue's region):
+
+* ``q_addr``: the query rows, bf16, ``q_heads`` rows of ``head_dim`` (padded to 64 bytes each:
+  head_dim 64 and 128 are whole lines already);
+* ``dir_addr``: the cluster directory of one (session, layer, KV head): ``num_clusters`` entries
+  of :data:`CLUSTER_ENTRY` (where a cluster's K rows then V rows lie, and its token count);
+* ``ids_addr``: the selected cluster ids, ``num_ids`` u32;
+* ``out_addr``: where the device writes O (fp32, ``q_heads`` x ``head_dim``) then LSE (fp32,
+  ``q_heads``, padded to a line).
+
+A completion record goes to the completion ring for every descriptor fetched, in fetch order.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from construct import Bytes, Const, Int8ul, Int16ul, Int32ul, Int64ul, Padding, Struct
+
+LINE_BYTES = 64
+"""CXL.mem line / DDR5 burst."""
+DESC_BYTES = 64
+COMPLETION_BYTES = 16
+CLUSTER_ENTRY_BYTES = 16
+MAX_IDS = 4096
+"""Most clusters one descriptor may select."""
+
+
+class DescOpcode(IntEnum):
+    """What a descriptor asks for."""
+
+    NOP = 0
+    """Completes with OK; touches no memory (a fence for the host)."""
+    ATTN = 1
+    """Sparse attention of one GQA group over selected clusters."""
+
+
+class DescStatus(IntEnum):
+    """Completion status of a descriptor (8 bits)."""
+
+    OK = 0
+    ERR_OPCODE = 1
+    """Unknown opcode."""
+    ERR_HEAD_DIM = 2
+    """head_dim not supported by the device."""
+    ERR_QHEADS = 3
+    """q_heads is 0 or above the device's maximum."""
+    ERR_COUNT = 4
+    """num_ids is 0 or above MAX_IDS, or num_clusters is 0."""
+    ERR_CLUSTER_ID = 5
+    """A selected cluster id is not below num_clusters."""
+    ERR_CLUSTER_LEN = 6
+    """A selected cluster has 0 tokens or more than the device's maximum."""
+    ERR_ALIGN = 7
+    """An address is not 64-byte aligned."""
+    ERR_REGION = 8
+    """Memory the descriptor names lies outside the queue's region."""
+    ERR_RESERVED = 9
+    """A reserved field is not zero."""
+
+
+DESCRIPTOR = Struct(
+    "opcode" / Int8ul,
+    "flags" / Int8ul,          # reserved, 0
+    "head_dim" / Int16ul,
+    "q_heads" / Int8ul,
+    "reserved0" / Int8ul,      # 0
+    "num_ids" / Int16ul,
+    "desc_id" / Int32ul,       # the host's cookie, echoed in the completion
+    "num_clusters" / Int32ul,  # entries in the directory (bounds the ids)
+    "q_addr" / Int64ul,
+    "dir_addr" / Int64ul,
+    "ids_addr" / Int64ul,
+    "out_addr" / Int64ul,
+    "scale" / Int32ul,         # fp32 bits of the softmax scale (1/sqrt(head_dim) usually)
+    "reserved1" / Bytes(12),   # 0
+)
+"""One submission-ring entry (64 bytes)."""
+
+COMPLETION = Struct(
+    "desc_id" / Int32ul,
+    "status" / Int8ul,
+    "phase" / Int8ul,          # 1 on the first pass over the ring, then 0, 1, ...
+    "sq_head" / Int16ul,       # submission entries fetched so far (mod 65536)
+    "reserved" / Const(b"\0" * 8),
+)
+"""One completion-ring entry (16 bytes). It carries no timing, so that the memory image is the
+same on every backend; time is read from the performance counters."""
+
+CLUSTER_ENTRY = Struct(
+    "kv_addr" / Int64ul,       # K rows (tokens x head_dim bf16), then V rows, 64-byte aligned
+    "tokens" / Int16ul,
+    Padding(6),
+)
+"""One cluster-directory entry (16 bytes)."""
+
+assert DESCRIPTOR.sizeof() == DESC_BYTES
+assert COMPLETION.sizeof() == COMPLETION_BYTES
+assert CLUSTER_ENTRY.sizeof() == CLUSTER_ENTRY_BYTES
+
+
+def out_bytes(q_heads: int, head_dim: int) -> int:
+    """Bytes of a descriptor's output: O then LSE, each padded to whole lines."""
+    o = q_heads * head_dim * 4
+    lse = -(-q_heads * 4 // LINE_BYTES) * LINE_BYTES
+    return o + lse
+
+
+def cluster_bytes(tokens: int, head_dim: int) -> int:
+    """Bytes of one cluster's K and V rows."""
+    return 2 * tokens * head_dim * 2

@@ -1,0 +1,37 @@
+"""The one interface between the driver and a device implementation (like a BAR plus a DMA
+engine to a real driver): port messages (driver/cxl.py) in and out, and the device's clock.
+Backends: ``model`` (hw/model/device.py), ``rtl`` (the Verilated device), a remote device over
+ZeroMQ; the driver above never knows which."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+
+class DevicePort(ABC):
+    """One device: messages in, messages out, emulated time."""
+
+    @abstractmethod
+    def send(self, message: bytes) -> None:
+        """Deliver one host-to-device message (M2S Req/RwD or MMIO request)."""
+
+    @abstractmethod
+    def receive(self) -> list[bytes]:
+        """Every device-to-host message ready now (S2M NDR/DRS, MMIO read data)."""
+
+    @abstractmethod
+    def advance(self, cycles: int) -> None:
+        """Let the device run ``cycles`` core cycles."""
+
+    @abstractmethod
+    def run_until_idle(self, max_cycles: int) -> int:
+        """Run until no descriptor is in flight; returns the cycles run. Raises TimeoutError
+        after ``max_cycles``."""
+
+    @property
+    @abstractmethod
+    def cycle(self) -> int:
+        """Core cycles since reset."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the backend holds (processes, sockets)."""

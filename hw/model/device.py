@@ -1,0 +1,326 @@
+"""Transaction-level model of a PNM device behind the port (the ``model`` backend): registers,
+sparse device memory, submission and completion rings, descriptor checks, and the bit-exact
+engine model for the arithmetic. Time is an estimate: each descriptor occupies one engine for
+the longer of its beat count (one 64-byte beat per cycle per engine) and the DDR5 estimate of
+its reads at its engine's share of the bandwidth.
+
+What a descriptor may do is checked before any memory is touched (driver/formats.py lists the
+statuses); a bad descriptor completes with its error status and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nelssa.driver import cxl, regs
+from nelssa.driver.formats import (
+    COMPLETION,
+    COMPLETION_BYTES,
+    DESC_BYTES,
+    DESCRIPTOR,
+    LINE_BYTES,
+    DescStatus,
+)
+from nelssa.driver.port import DevicePort
+from nelssa.driver.status import SUPPORTED_HEAD_DIMS
+from nelssa.hw.model.ddr5_addr import DeviceGeometry
+from nelssa.hw.model.ddr5_estimate import estimate_device
+from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.model.device_exec import run_descriptor
+from nelssa.hw.model.engine import EngineParams
+
+log = logging.getLogger(__name__)
+
+ENGINE_BEATS_PER_CYCLE = 0.985
+"""Measured beat rate of one engine (README: make bench)."""
+DESCRIPTOR_OVERHEAD_CYCLES = 64
+"""Fetch, directory and id reads, output and completion writes (before calibration)."""
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """What a device is built with."""
+
+    engines: int = 4
+    """Attention engines working in parallel."""
+    engine: EngineParams = field(default_factory=EngineParams)
+    """Each engine's parameters (largest head_dim, GQA group, cluster)."""
+    preset: str = "ddr5-6400"
+    """DDR5 timing preset (hw/model/ddr5_timing.PRESETS)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.engines <= 15:
+            raise ValueError(f"engines must be 1..15, got {self.engines}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+
+    @property
+    def mem_bytes(self) -> int:
+        return DeviceGeometry(PRESETS[self.preset]).capacity_bytes
+
+    @property
+    def caps(self) -> int:
+        dims = tuple(d for d in SUPPORTED_HEAD_DIMS if d <= self.engine.head_dim)
+        return regs.pack_caps(self.engines, self.engine.num_qheads, dims,
+                              self.engine.max_cluster_tokens)
+
+
+class SparseMemory:
+    """Device memory that costs host memory only where written (zeros elsewhere)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lines: dict[int, bytearray] = {}
+
+    def read(self, addr: int, n: int) -> bytes:
+        out = bytearray(n)
+        pos = 0
+        while pos < n:
+            line, off = divmod(addr + pos, LINE_BYTES)
+            take = min(LINE_BYTES - off, n - pos)
+            data = self._lines.get(line)
+            if data is not None:
+                out[pos:pos + take] = data[off:off + take]
+            pos += take
+        return bytes(out)
+
+    def write(self, addr: int, data: bytes) -> None:
+        pos = 0
+        while pos < len(data):
+            line, off = divmod(addr + pos, LINE_BYTES)
+            take = min(LINE_BYTES - off, len(data) - pos)
+            buf = self._lines.setdefault(line, bytearray(LINE_BYTES))
+            buf[off:off + take] = data[pos:pos + take]
+            pos += take
+
+    def write_line(self, line_addr: int, data: bytes, byte_enable: int) -> None:
+        buf = self._lines.setdefault(line_addr // LINE_BYTES, bytearray(LINE_BYTES))
+        if byte_enable == cxl.FULL_LINE:
+            buf[:] = data
+            return
+        for b in range(LINE_BYTES):
+            if byte_enable >> b & 1:
+                buf[b] = data[b]
+
+    def image(self) -> dict[int, bytes]:
+        """Every line that is not all zero, by line address."""
+        return {k * LINE_BYTES: bytes(v) for k, v in sorted(self._lines.items()) if any(v)}
+
+
+@dataclass(order=True)
+class _InFlight:
+    done_cycle: int
+    seq: int
+    desc_id: int = field(compare=False)
+    status: DescStatus = field(compare=False)
+    sq_head: int = field(compare=False)
+    writes: list[tuple[int, bytes]] = field(compare=False)
+
+
+class ModelDevice(DevicePort):
+    """The ``model`` backend."""
+
+    def __init__(self, config: DeviceConfig | None = None) -> None:
+        self.config = config or DeviceConfig()
+        self.timing = PRESETS[self.config.preset]
+        self.geometry = DeviceGeometry(self.timing)
+        self.mem = SparseMemory(self.config.mem_bytes)
+        self.regs = {r.offset: r.reset for r in regs.REGISTERS}
+        self._set("CAPS", self.config.caps)
+        self._set("MEM_SIZE_LO", self.config.mem_bytes & 0xFFFF_FFFF)
+        self._set("MEM_SIZE_HI", self.config.mem_bytes >> 32)
+        self._out: list[bytes] = []
+        self._now = 0
+        self._engine_free = [0] * self.config.engines
+        self._inflight: list[_InFlight] = []  # completes in fetch order
+        self._seq = 0
+        self._completed = 0  # completions written since reset (their phase)
+        self._latched_hi: dict[int, int] = {}
+
+    # -- registers -------------------------------------------------------------------------------
+    def _get(self, name: str) -> int:
+        return self.regs[regs.offset(name)]
+
+    def _set(self, name: str, value: int) -> None:
+        self.regs[regs.offset(name)] = value & 0xFFFF_FFFF
+
+    def _get64(self, name: str) -> int:
+        return self._get(f"{name}_LO") | self._get(f"{name}_HI") << 32
+
+    def _set64(self, name: str, value: int) -> None:
+        self._set(f"{name}_LO", value)
+        self._set(f"{name}_HI", value >> 32)
+
+    def _bump(self, name: str, by: int = 1) -> None:
+        self._set(name, self._get(name) + by)
+
+    def _mmio(self, body) -> None:
+        off = body.offset
+        reg = regs.BY_OFFSET.get(off)
+        if int(body.opcode) == cxl.MmioOpcode.READ:
+            if reg is None:
+                self._bump("ERR_UNMAPPED")
+                value = regs.UNMAPPED_VALUE
+            elif off in self._latched_hi:
+                value = self._latched_hi.pop(off)
+            else:
+                self._update_perf()
+                value = self.regs[off]
+                hi = regs.BY_NAME.get(reg.name[:-3] + "_HI") if reg.name.endswith("_LO") else None
+                if hi is not None:
+                    self._latched_hi[hi.offset] = self.regs[hi.offset]
+            self._out.append(cxl.MESSAGE.build({"channel": cxl.Channel.MMIO_RSP,
+                                                "body": {"tag": body.tag, "value": value}}))
+            return
+        if reg is None:
+            self._bump("ERR_UNMAPPED")
+        elif reg.access == regs.Access.RO:
+            self._bump("ERR_RO_WRITE")
+        elif reg.access == regs.Access.DOORBELL:
+            self._doorbell(body.value)
+        else:
+            self.regs[off] = body.value & 0xFFFF_FFFF
+            if reg.name == "SQ_SIZE":  # a new ring starts empty
+                self._set("SQ_HEAD", 0)
+                self._set("SQ_TAIL", 0)
+            elif reg.name == "CQ_SIZE":
+                self._set("CQ_HEAD", 0)
+                self._set("CQ_TAIL", 0)
+                self._completed = 0
+            if reg.name == "CONTROL":
+                self._set("STATUS", (self._get("STATUS") & ~2) | (body.value & 1) << 1)
+                self._fetch()
+
+    def _doorbell(self, tail: int) -> None:
+        size, head = self._get("SQ_SIZE"), self._get("SQ_HEAD")
+        if size == 0 or tail >= size or ((tail - head) % size == 0 and tail != head):
+            self._bump("ERR_DOORBELL")
+            log.warning("doorbell %d ignored (ring of %d, head %d)", tail, size, head)
+            return
+        self._set("SQ_TAIL", tail)
+        self._fetch()
+
+    def _update_perf(self) -> None:
+        self._set64("PERF_CYCLES", self._now)
+
+    # -- memory ----------------------------------------------------------------------------------
+    def _mem_req(self, channel: cxl.Channel, body) -> None:
+        in_range = body.addr + LINE_BYTES <= self.mem.size  # u64: never negative
+        aligned = body.addr % LINE_BYTES == 0
+        status = cxl.RspStatus.OK if in_range and aligned else cxl.RspStatus.ADDR_ERROR
+        if status != cxl.RspStatus.OK:
+            self._bump("ERR_MEM")
+        if channel == cxl.Channel.M2S_REQ:
+            data = self.mem.read(body.addr, LINE_BYTES) if status == cxl.RspStatus.OK else bytes(64)
+            self._out.append(cxl.MESSAGE.build({
+                "channel": cxl.Channel.S2M_DRS,
+                "body": {"opcode": cxl.S2MDrsOpcode.MEM_DATA, "tag": body.tag, "status": status,
+                         "data": data}}))
+        else:
+            if status == cxl.RspStatus.OK:
+                self.mem.write_line(body.addr, body.data, body.byte_enable)
+            self._out.append(cxl.MESSAGE.build({
+                "channel": cxl.Channel.S2M_NDR,
+                "body": {"opcode": cxl.S2MNdrOpcode.CMP, "tag": body.tag, "status": status}}))
+
+    # -- port ------------------------------------------------------------------------------------
+    def send(self, message: bytes) -> None:
+        msg = cxl.MESSAGE.parse(message)
+        ch = cxl.Channel(int(msg.channel))
+        if ch == cxl.Channel.MMIO_REQ:
+            self._mmio(msg.body)
+        elif ch in (cxl.Channel.M2S_REQ, cxl.Channel.M2S_RWD):
+            self._mem_req(ch, msg.body)
+        else:
+            raise ValueError(f"{ch.name} is a device-to-host channel")
+
+    def receive(self) -> list[bytes]:
+        out, self._out = self._out, []
+        return out
+
+    @property
+    def cycle(self) -> int:
+        return self._now
+
+    def advance(self, cycles: int) -> None:
+        if cycles < 0:
+            raise ValueError(f"cycles must be >= 0, got {cycles}")
+        self._retire(self._now + cycles)
+        self._now += cycles
+        self._fetch()
+
+    def run_until_idle(self, max_cycles: int) -> int:
+        start = self._now
+        while self._inflight or self._pending():
+            if self._now - start >= max_cycles:
+                raise TimeoutError(f"device still busy after {max_cycles} cycles")
+            target = self._inflight[0].done_cycle if self._inflight else self._now + 1
+            self.advance(max(1, min(target - self._now, start + max_cycles - self._now)))
+        return self._now - start
+
+    # -- rings -----------------------------------------------------------------------------------
+    def _pending(self) -> bool:
+        if not self._get("CONTROL") & 1 or self._get("SQ_SIZE") == 0:
+            return False
+        return self._get("SQ_HEAD") != self._get("SQ_TAIL") and not self._cq_full()
+
+    def _cq_full(self) -> bool:
+        size = self._get("CQ_SIZE")
+        if size == 0:
+            return True
+        used = (self._get("CQ_TAIL") - self._get("CQ_HEAD")) % size + len(self._inflight)
+        return used >= size - 1
+
+    def _fetch(self) -> None:
+        while self._pending():
+            size, head = self._get("SQ_SIZE"), self._get("SQ_HEAD")
+            raw = self.mem.read(self._get64("SQ_BASE") + head * DESC_BYTES, DESC_BYTES)
+            self._set("SQ_HEAD", (head + 1) % size)
+            self._execute(raw)
+        self._set("STATUS", (self._get("STATUS") & ~1) | int(not self._inflight))
+
+    def _retire(self, until: int) -> None:
+        while self._inflight and self._inflight[0].done_cycle <= until:
+            job = heapq.heappop(self._inflight)
+            for addr, data in job.writes:
+                self.mem.write(addr, data)
+            size, tail = self._get("CQ_SIZE"), self._get("CQ_TAIL")
+            phase = 1 - (self._completed // size) % 2
+            self.mem.write(self._get64("CQ_BASE") + tail * COMPLETION_BYTES, COMPLETION.build(
+                {"desc_id": job.desc_id, "status": job.status, "phase": phase,
+                 "sq_head": job.sq_head}))
+            self._completed += 1
+            self._set("CQ_TAIL", (tail + 1) % size)
+            self._bump("PERF_DESC_DONE")
+        self._set("STATUS", (self._get("STATUS") & ~1) | int(not self._inflight))
+
+    def _execute(self, raw: bytes) -> None:
+        d = DESCRIPTOR.parse(raw)
+        region = (self._get64("REGION_BASE"), self._get64("REGION_LIMIT"))
+        status, writes, lines = run_descriptor(d, self.mem, region, self.config)
+        if status != DescStatus.OK:
+            self._bump("ERR_DESC")
+        # the longer of the engine's beats and the DDR5 time of its reads at a 1/engines share
+        engine = min(range(len(self._engine_free)), key=self._engine_free.__getitem__)
+        start = max(self._now, self._engine_free[engine])
+        cycles = DESCRIPTOR_OVERHEAD_CYCLES
+        if lines:
+            beats = int(np.ceil(len(lines) / ENGINE_BEATS_PER_CYCLE))
+            mem = estimate_device(np.asarray(lines, dtype=np.int64), None, self.geometry,
+                                  lines_per_cycle=4).cycles * self.config.engines
+            cycles += max(beats, mem)
+            self._bump64("PERF_BYTES_READ", len(lines) * LINE_BYTES)
+        self._engine_free[engine] = start + cycles
+        self._bump64("PERF_BUSY", cycles)
+        done = max(start + cycles, self._inflight[-1].done_cycle if self._inflight else 0)
+        self._seq += 1
+        heapq.heappush(self._inflight, _InFlight(done, self._seq, d.desc_id, status,
+                                                 self._get("SQ_HEAD") & 0xFFFF, writes))
+
+    def _bump64(self, name: str, by: int) -> None:
+        self._set64(name, self._get64(name) + by)
+
