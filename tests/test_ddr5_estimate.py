@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nelssa.hw.model.ddr5_addr import DeviceGeometry, Decoded, encode
+from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, encode
 from nelssa.hw.model.ddr5_device import run_device
 from nelssa.hw.model.ddr5_estimate import (
     CALIBRATION_FILE,
