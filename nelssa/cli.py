@@ -84,6 +84,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_device_serve(args: argparse.Namespace) -> int:
+    """Serve one device's port over ZeroMQ until a client asks it to shut down."""
+    from nelssa.driver.remote import serve_port
+
+    if args.backend == "model":
+        from nelssa.hw.model.device import DeviceConfig, ModelDevice
+
+        port = ModelDevice(DeviceConfig(engines=args.engines, preset=args.preset))
+    else:
+        log.error("the rtl backend's device harness is not built yet; use --backend model")
+        return 2
+    log.info("serving a %s device at %s", args.backend, args.endpoint)
+    serve_port(port, args.endpoint)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="nelssa", description="Hardware-in-the-loop emulator of NELSSA (GPU-PNM serving).")
@@ -98,6 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--cluster-tokens", type=int, default=16, help="tokens per cluster (1..64)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=cmd_demo)
+
+    device = sub.add_parser("device", help="PNM device processes")
+    device_sub = device.add_subparsers(dest="device_command", required=True)
+    serve = device_sub.add_parser("serve", help="serve a device's port over ZeroMQ")
+    serve.add_argument("--backend", choices=("model", "rtl"), default="model")
+    serve.add_argument("--endpoint", default="ipc:///tmp/nelssa-device-0",
+                       help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
+    serve.add_argument("--engines", type=int, default=4, help="attention engines (1..15)")
+    serve.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
+    serve.set_defaults(func=cmd_device_serve)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,

@@ -1,0 +1,173 @@
+"""A device port in another process, over ZeroMQ: ``RemotePort`` (client, a DevicePort) and
+``serve_port`` (the server loop of ``nelssa device serve``).
+
+One REQ/REP exchange per call that needs an answer. Messages the driver sends (CXL.mem and MMIO
+requests) are buffered and travel in order with the next exchange, so a burst of line writes
+costs one round trip, not one per line. Envelope: ``RPC_REQUEST`` / ``RPC_REPLY`` below.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import IntEnum
+
+import zmq
+from construct import Enum, Int8ul, Int64sl, Int64ul, Struct
+
+from nelssa.driver.port import DevicePort
+
+log = logging.getLogger(__name__)
+
+
+class RpcOp(IntEnum):
+    SEND = 0
+    """Deliver the carried messages; reply with nothing."""
+    RECEIVE = 1
+    """Deliver, then reply with every device-to-host message ready."""
+    ADVANCE = 2
+    """Deliver, then run ``arg`` cycles."""
+    RUN_UNTIL_IDLE = 3
+    """Deliver, then run until idle (at most ``arg`` cycles)."""
+    CYCLE = 4
+    """Deliver, then reply with the device's cycle count."""
+    SHUTDOWN = 5
+    """Stop the server."""
+
+
+class RpcStatus(IntEnum):
+    OK = 0
+    ERROR = 1
+    """The call failed in the device; ``text`` says why."""
+    TIMEOUT = 2
+
+
+def _pack_list(items: list[bytes]) -> bytes:
+    return b"".join(len(m).to_bytes(4, "little") + m for m in items)
+
+
+def _unpack_list(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise ValueError("message list truncated in a length field")
+        n = int.from_bytes(data[pos:pos + 4], "little")
+        if pos + 4 + n > len(data):
+            raise ValueError(f"message list truncated: {n} bytes announced, "
+                             f"{len(data) - pos - 4} left")
+        out.append(data[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+REQUEST = Struct("op" / Enum(Int8ul, RpcOp), "arg" / Int64ul)
+"""Fixed part of a request; the message list (u32 length, bytes; repeated) follows."""
+REPLY = Struct("status" / Enum(Int8ul, RpcStatus), "value" / Int64sl)
+"""Fixed part of a reply; the message list, or the error text, follows."""
+
+
+def encode_request(op: RpcOp, arg: int, messages: list[bytes]) -> bytes:
+    return REQUEST.build({"op": op, "arg": arg}) + _pack_list(messages)
+
+
+def decode_request(data: bytes) -> tuple[RpcOp, int, list[bytes]]:
+    head = REQUEST.sizeof()
+    if len(data) < head:
+        raise ValueError(f"request of {len(data)} bytes is shorter than its {head}-byte header")
+    r = REQUEST.parse(data[:head])
+    return RpcOp(int(r.op)), r.arg, _unpack_list(data[head:])
+
+
+class RemotePort(DevicePort):
+    """A device served by ``nelssa device serve`` at ``endpoint``."""
+
+    def __init__(self, endpoint: str, timeout_ms: int = 60_000,
+                 context: zmq.Context | None = None) -> None:
+        self.endpoint = endpoint
+        self._ctx = context or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.REQ)
+        self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        self._sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(endpoint)
+        self._pending: list[bytes] = []
+
+    def _call(self, op: RpcOp, arg: int = 0) -> tuple[int, bytes]:
+        msgs, self._pending = self._pending, []
+        self._sock.send(encode_request(op, arg, msgs))
+        try:
+            raw = self._sock.recv()
+        except zmq.Again:
+            raise TimeoutError(f"device at {self.endpoint} did not answer {op.name}") from None
+        head = REPLY.sizeof()
+        rep = REPLY.parse(raw[:head])
+        status = RpcStatus(int(rep.status))
+        if status == RpcStatus.TIMEOUT:
+            raise TimeoutError(raw[head:].decode(errors="replace"))
+        if status != RpcStatus.OK:
+            raise RuntimeError(f"device at {self.endpoint}: {raw[head:].decode(errors='replace')}")
+        return rep.value, raw[head:]
+
+    def send(self, message: bytes) -> None:
+        self._pending.append(bytes(message))
+
+    def receive(self) -> list[bytes]:
+        return _unpack_list(self._call(RpcOp.RECEIVE)[1])
+
+    def advance(self, cycles: int) -> None:
+        if cycles < 0:
+            raise ValueError(f"cycles must be >= 0, got {cycles}")
+        self._call(RpcOp.ADVANCE, cycles)
+
+    def run_until_idle(self, max_cycles: int) -> int:
+        return self._call(RpcOp.RUN_UNTIL_IDLE, max_cycles)[0]
+
+    @property
+    def cycle(self) -> int:
+        return self._call(RpcOp.CYCLE)[0]
+
+    def shutdown(self) -> None:
+        """Ask the server to exit."""
+        self._call(RpcOp.SHUTDOWN)
+
+    def close(self) -> None:
+        if self._pending:
+            self._call(RpcOp.SEND)
+        self._sock.close()
+
+
+def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = None) -> None:
+    """Serve ``port`` at ``endpoint`` until a SHUTDOWN request. A failing call answers with an
+    error reply naming the problem; the server goes on."""
+    ctx = context or zmq.Context.instance()
+    sock = ctx.socket(zmq.REP)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+    log.info("device serving at %s", endpoint)
+    try:
+        while True:
+            raw = sock.recv()
+            try:
+                op, arg, messages = decode_request(raw)
+                for m in messages:
+                    port.send(m)
+                value, body = 0, b""
+                if op == RpcOp.RECEIVE:
+                    body = _pack_list(port.receive())
+                elif op == RpcOp.ADVANCE:
+                    port.advance(arg)
+                elif op == RpcOp.RUN_UNTIL_IDLE:
+                    value = port.run_until_idle(arg)
+                elif op == RpcOp.CYCLE:
+                    value = port.cycle
+                sock.send(REPLY.build({"status": RpcStatus.OK, "value": value}) + body)
+                if op == RpcOp.SHUTDOWN:
+                    return
+            except TimeoutError as e:
+                sock.send(REPLY.build({"status": RpcStatus.TIMEOUT, "value": 0}) + str(e).encode())
+            except Exception as e:
+                log.warning("request failed: %s", e)
+                sock.send(REPLY.build({"status": RpcStatus.ERROR, "value": 0})
+                          + f"{type(e).__name__}: {e}".encode())
+    finally:
+        sock.close()
+        port.close()
