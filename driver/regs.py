@@ -3,7 +3,8 @@
 device and the driver read it, and ``tests/test_generated.py`` fails when they drift.
 
 32-bit registers in a 4 KB window (CXL.io MMIO beside the CXL.mem HDM window). 64-bit values
-are LO/HI pairs; reading LO latches HI, so a 64-bit counter reads consistently.
+are LO/HI pairs; reading LO latches HI (one latch: the next read of that HI returns it), so a
+64-bit counter reads consistently when LO is read first.
 Reads of unmapped offsets return ``UNMAPPED_VALUE`` and count in ERR_UNMAPPED; writes to
 read-only or unmapped offsets are ignored and count in ERR_RO_WRITE / ERR_UNMAPPED.
 """

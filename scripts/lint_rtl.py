@@ -13,6 +13,8 @@ from nelssa.hw.sim.rtl_sources import (
     DDR5_CTRL,
     DDR5_MEM,
     DDR5_SYSTEM,
+    DEVICE,
+    DEVICE_SIM,
     ENGINE,
     FP_UNITS,
     PACKAGES,
@@ -35,7 +37,8 @@ def main() -> int:
     runs += [("nelssa_attn_engine", ENGINE, v) for v in ENGINE_VARIANTS]
     runs += [("nelssa_ddr5_checker", DDR5_CHECKER, {}), ("nelssa_ddr5_ctrl", DDR5_CTRL, {}),
              ("nelssa_ddr5_bench_top", DDR5_BENCH, {}), ("nelssa_ddr5_mem", DDR5_MEM, {}),
-             ("nelssa_ddr5_system", DDR5_SYSTEM, {})]
+             ("nelssa_ddr5_system", DDR5_SYSTEM, {}), ("nelssa_device", DEVICE, {}),
+             ("nelssa_device_sim", DEVICE_SIM, {})]
     amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
     runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
     for top, srcs, params in runs:

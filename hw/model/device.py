@@ -139,7 +139,7 @@ class ModelDevice(DevicePort):
         self._inflight: list[_InFlight] = []  # completes in fetch order
         self._seq = 0
         self._completed = 0  # completions written since reset (their phase)
-        self._latched_hi: dict[int, int] = {}
+        self._latch: tuple[int, int] | None = None  # (HI offset, value) from the last LO read
 
     # -- registers -------------------------------------------------------------------------------
     def _get(self, name: str) -> int:
@@ -165,14 +165,15 @@ class ModelDevice(DevicePort):
             if reg is None:
                 self._bump("ERR_UNMAPPED")
                 value = regs.UNMAPPED_VALUE
-            elif off in self._latched_hi:
-                value = self._latched_hi.pop(off)
+            elif self._latch is not None and self._latch[0] == off:
+                value = self._latch[1]
+                self._latch = None
             else:
                 self._update_perf()
                 value = self.regs[off]
                 hi = regs.BY_NAME.get(reg.name[:-3] + "_HI") if reg.name.endswith("_LO") else None
                 if hi is not None:
-                    self._latched_hi[hi.offset] = self.regs[hi.offset]
+                    self._latch = (hi.offset, self.regs[hi.offset])
             self._out.append(cxl.MESSAGE.build({"channel": cxl.Channel.MMIO_RSP,
                                                 "body": {"tag": body.tag, "value": value}}))
             return

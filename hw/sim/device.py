@@ -1,0 +1,105 @@
+"""The ``rtl`` backend: the Verilated device (rtl/sim/nelssa_device_sim.sv) in a shared library
+with a small C ABI (hw/sim/device_harness.cpp), behind the driver's port. One per process: the
+simulated DRAM's backing store is the process's."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from pathlib import Path
+
+from nelssa.driver.port import DevicePort
+from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.sim.rtl_sources import (
+    DDR5_STORE_CPP,
+    DDR5_VERILATOR_ARGS,
+    DEVICE_SIM,
+    VERILATOR_CONFIG,
+)
+from nelssa.hw.sim.verilator import build_executable
+
+log = logging.getLogger(__name__)
+
+HARNESS_CPP = Path(__file__).resolve().parent / "device_harness.cpp"
+MAX_MESSAGE = 128
+
+
+def build_library(preset: str = "ddr5-6400") -> Path:
+    """Build (or reuse) the device library for a DDR5 preset."""
+    if preset not in PRESETS:
+        raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    return build_executable(
+        "device-lib", "nelssa_device_sim", [VERILATOR_CONFIG, *DEVICE_SIM],
+        [HARNESS_CPP, DDR5_STORE_CPP], parameters={"PresetId": list(PRESETS).index(preset)},
+        extra_args=["-CFLAGS", "-O2", "-CFLAGS", "-fPIC", "-LDFLAGS", "-shared",
+                    *DDR5_VERILATOR_ARGS])
+
+
+class RtlDevice(DevicePort):
+    """A simulated device in this process."""
+
+    def __init__(self, preset: str = "ddr5-6400") -> None:
+        self.lib_path = build_library(preset)
+        lib = ctypes.CDLL(str(self.lib_path))
+        lib.nelssa_dev_create.restype = ctypes.c_void_p
+        lib.nelssa_dev_destroy.argtypes = [ctypes.c_void_p]
+        lib.nelssa_dev_last_error.restype = ctypes.c_char_p
+        lib.nelssa_dev_last_error.argtypes = [ctypes.c_void_p]
+        lib.nelssa_dev_push.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32]
+        lib.nelssa_dev_pop.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32]
+        lib.nelssa_dev_run.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        lib.nelssa_dev_run_until_idle.restype = ctypes.c_int64
+        lib.nelssa_dev_run_until_idle.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        lib.nelssa_dev_cycle.restype = ctypes.c_uint64
+        lib.nelssa_dev_cycle.argtypes = [ctypes.c_void_p]
+        lib.nelssa_dev_violations.restype = ctypes.c_uint32
+        lib.nelssa_dev_violations.argtypes = [ctypes.c_void_p]
+        self._lib = lib
+        self._h = lib.nelssa_dev_create()
+        if not self._h:
+            raise RuntimeError(lib.nelssa_dev_last_error(None).decode())
+        self._buf = ctypes.create_string_buffer(MAX_MESSAGE)
+
+    def _error(self) -> str:
+        return self._lib.nelssa_dev_last_error(self._h).decode()
+
+    def send(self, message: bytes) -> None:
+        if self._lib.nelssa_dev_push(self._h, bytes(message), len(message)) != 0:
+            raise ValueError(self._error())
+
+    def receive(self) -> list[bytes]:
+        out = []
+        while (n := self._lib.nelssa_dev_pop(self._h, self._buf, MAX_MESSAGE)) > 0:
+            out.append(self._buf.raw[:n])
+        return out
+
+    def advance(self, cycles: int) -> None:
+        if cycles < 0:
+            raise ValueError(f"cycles must be >= 0, got {cycles}")
+        if self._lib.nelssa_dev_run(self._h, cycles) != 0:
+            raise RuntimeError(self._error())
+
+    def run_until_idle(self, max_cycles: int) -> int:
+        n = self._lib.nelssa_dev_run_until_idle(self._h, max_cycles)
+        if n == -2:
+            raise TimeoutError(f"device still busy after {max_cycles} cycles")
+        if n < 0:
+            raise RuntimeError(self._error())
+        return int(n)
+
+    @property
+    def cycle(self) -> int:
+        return int(self._lib.nelssa_dev_cycle(self._h))
+
+    @property
+    def violations(self) -> int:
+        """DDR5 timing violations the checkers saw (a violation also stops the simulation)."""
+        return int(self._lib.nelssa_dev_violations(self._h))
+
+    def close(self) -> None:
+        if self._h:
+            self._lib.nelssa_dev_destroy(self._h)
+            self._h = None
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,222 @@
+// C ABI around the Verilated PNM device (rtl/sim/nelssa_device_sim.sv), built as a shared
+// library and loaded by hw/sim/device.py. Port messages are the bytes of driver/cxl.py:
+// a channel byte, then the channel's little-endian fields. The harness queues pushed messages,
+// drives them into the device's valid/ready ports one per channel per cycle, always accepts
+// responses, and encodes them for nelssa_dev_pop. Python never toggles a signal.
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Vnelssa_device_sim.h"
+#include "verilated.h"
+
+namespace {
+
+enum Channel : uint8_t { M2S_REQ = 0, M2S_RWD = 1, S2M_NDR = 2, S2M_DRS = 3, MMIO_REQ = 4,
+                         MMIO_RSP = 5 };
+constexpr size_t kReqBytes = 12;    // channel, opcode, tag u16, addr u64
+constexpr size_t kRwdBytes = 84;    // channel, opcode, tag, addr, byte enables u64, 64 data
+constexpr size_t kMmioBytes = 12;   // channel, opcode, tag, offset u32, value u32
+constexpr uint8_t kMemRd = 1, kMemWr = 1, kMemWrPtl = 2, kMmioRead = 0, kMmioWrite = 1;
+
+uint64_t le(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+void put_le(std::vector<uint8_t>& out, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+struct Device {
+  std::unique_ptr<VerilatedContext> ctx;
+  std::unique_ptr<Vnelssa_device_sim> top;
+  std::deque<std::vector<uint8_t>> req, rwd, mmio, out;
+  uint64_t cycle = 0;
+  uint64_t owed = 0;  // responses the device still owes (MMIO reads, CXL.mem requests)
+  std::string error;
+};
+
+std::string g_error;
+int g_live = 0;  // devices alive in this process: the DPI backing store is one per process
+
+}  // namespace
+
+extern "C" void nelssa_store_clear();
+
+namespace {
+
+void step(Device& d) {
+  auto& t = *d.top;
+  t.mmio_valid_i = !d.mmio.empty();
+  if (!d.mmio.empty()) {
+    const uint8_t* m = d.mmio.front().data();
+    t.mmio_write_i = m[1] == kMmioWrite;
+    t.mmio_tag_i = static_cast<uint16_t>(le(m + 2, 2));
+    t.mmio_offset_i = static_cast<uint32_t>(le(m + 4, 4));
+    t.mmio_wdata_i = static_cast<uint32_t>(le(m + 8, 4));
+  }
+  t.req_valid_i = !d.req.empty();
+  if (!d.req.empty()) {
+    const uint8_t* m = d.req.front().data();
+    t.req_tag_i = static_cast<uint16_t>(le(m + 2, 2));
+    t.req_addr_i = le(m + 4, 8);
+  }
+  t.rwd_valid_i = !d.rwd.empty();
+  if (!d.rwd.empty()) {
+    const uint8_t* m = d.rwd.front().data();
+    t.rwd_tag_i = static_cast<uint16_t>(le(m + 2, 2));
+    t.rwd_addr_i = le(m + 4, 8);
+    t.rwd_be_i = le(m + 12, 8);
+    for (int w = 0; w < 16; ++w) t.rwd_data_i[w] = static_cast<uint32_t>(le(m + 20 + 4 * w, 4));
+  }
+  t.mmio_rsp_ready_i = 1;
+  t.ndr_ready_i = 1;
+  t.drs_ready_i = 1;
+  t.eval();
+  if (t.mmio_valid_i && t.mmio_ready_o) d.mmio.pop_front();
+  if (t.req_valid_i && t.req_ready_o) d.req.pop_front();
+  if (t.rwd_valid_i && t.rwd_ready_o) d.rwd.pop_front();
+  if (t.mmio_rsp_valid_o) {
+    std::vector<uint8_t> m{MMIO_RSP};
+    put_le(m, t.mmio_rsp_tag_o, 2);
+    put_le(m, t.mmio_rsp_data_o, 4);
+    d.out.push_back(std::move(m));
+    --d.owed;
+  }
+  if (t.ndr_valid_o) {
+    std::vector<uint8_t> m{S2M_NDR, 0};
+    put_le(m, t.ndr_tag_o, 2);
+    m.push_back(t.ndr_status_o);
+    d.out.push_back(std::move(m));
+    --d.owed;
+  }
+  if (t.drs_valid_o) {
+    std::vector<uint8_t> m{S2M_DRS, 0};
+    put_le(m, t.drs_tag_o, 2);
+    m.push_back(t.drs_status_o);
+    for (int w = 0; w < 16; ++w) put_le(m, t.drs_data_o[w], 4);
+    d.out.push_back(std::move(m));
+    --d.owed;
+  }
+  t.clk_i = 1;
+  t.eval();
+  t.clk_i = 0;
+  ++d.cycle;
+  if (d.ctx->gotError() || d.ctx->gotFinish()) {
+    d.error = "the simulation stopped (an assertion or timing violation; see stderr)";
+  }
+}
+
+bool busy(const Device& d) {
+  return !d.req.empty() || !d.rwd.empty() || !d.mmio.empty() || d.owed > 0 || !d.top->idle_o;
+}
+
+}  // namespace
+
+extern "C" {
+
+// A device out of reset, or null (nelssa_dev_last_error says why).
+void* nelssa_dev_create() {
+  if (g_live > 0) {
+    g_error = "one simulated device per process (its memory is the process's DPI store)";
+    return nullptr;
+  }
+  nelssa_store_clear();
+  ++g_live;
+  auto d = std::make_unique<Device>();
+  d->ctx = std::make_unique<VerilatedContext>();
+  d->ctx->fatalOnError(false);
+  d->top = std::make_unique<Vnelssa_device_sim>(d->ctx.get());
+  auto& t = *d->top;
+  t.clk_i = 0;
+  t.rst_ni = 0;
+  t.eval();
+  for (int i = 0; i < 2; ++i) {
+    t.clk_i = 1;
+    t.eval();
+    t.clk_i = 0;
+    t.eval();
+  }
+  t.rst_ni = 1;
+  return d.release();
+}
+
+void nelssa_dev_destroy(void* h) {
+  auto* d = static_cast<Device*>(h);
+  if (!d) return;
+  d->top->final();
+  delete d;
+  --g_live;
+}
+
+const char* nelssa_dev_last_error(void* h) {
+  return h ? static_cast<Device*>(h)->error.c_str() : g_error.c_str();
+}
+
+// Queue one host-to-device message. 0, or -1 for a malformed message (see last_error).
+int nelssa_dev_push(void* h, const uint8_t* msg, uint32_t len) {
+  auto* d = static_cast<Device*>(h);
+  if (len == 0) {
+    d->error = "empty message";
+    return -1;
+  }
+  const uint8_t ch = msg[0];
+  std::vector<uint8_t> m(msg, msg + len);
+  if (ch == M2S_REQ && len == kReqBytes && msg[1] == kMemRd) {
+    d->req.push_back(std::move(m));
+    ++d->owed;
+  } else if (ch == M2S_RWD && len == kRwdBytes && (msg[1] == kMemWr || msg[1] == kMemWrPtl)) {
+    d->rwd.push_back(std::move(m));
+    ++d->owed;
+  } else if (ch == MMIO_REQ && len == kMmioBytes && (msg[1] == kMmioRead || msg[1] == kMmioWrite)) {
+    if (msg[1] == kMmioRead) ++d->owed;
+    d->mmio.push_back(std::move(m));
+  } else {
+    d->error = "not a host-to-device message: channel " + std::to_string(ch) + ", opcode " +
+               std::to_string(len > 1 ? msg[1] : -1) + ", " + std::to_string(len) + " bytes";
+    return -1;
+  }
+  return 0;
+}
+
+// Copy the oldest device-to-host message into buf; its length, 0 if none, -1 if buf is small.
+int nelssa_dev_pop(void* h, uint8_t* buf, uint32_t cap) {
+  auto* d = static_cast<Device*>(h);
+  if (d->out.empty()) return 0;
+  const auto& m = d->out.front();
+  if (m.size() > cap) return -1;
+  std::memcpy(buf, m.data(), m.size());
+  const int n = static_cast<int>(m.size());
+  d->out.pop_front();
+  return n;
+}
+
+// Run cycles; 0, or -1 if the simulation stopped (see last_error).
+int nelssa_dev_run(void* h, uint64_t cycles) {
+  auto* d = static_cast<Device*>(h);
+  for (uint64_t i = 0; i < cycles && d->error.empty(); ++i) step(*d);
+  return d->error.empty() ? 0 : -1;
+}
+
+// Run until nothing is queued, owed or in flight; cycles run, or -1 (stopped) or -2 (timeout).
+int64_t nelssa_dev_run_until_idle(void* h, uint64_t max_cycles) {
+  auto* d = static_cast<Device*>(h);
+  uint64_t n = 0;
+  while (busy(*d)) {
+    if (n >= max_cycles) return -2;
+    step(*d);
+    ++n;
+    if (!d->error.empty()) return -1;
+  }
+  return static_cast<int64_t>(n);
+}
+
+uint64_t nelssa_dev_cycle(void* h) { return static_cast<Device*>(h)->cycle; }
+
+uint32_t nelssa_dev_violations(void* h) { return static_cast<Device*>(h)->top->violations_o; }
+
+}  // extern "C"

@@ -1,0 +1,240 @@
+// Register block of a PNM device (CXL.io MMIO): the map of driver/regs.py through the generated
+// nelssa_dev_pkg. Reads of unmapped offsets return UNMAPPED_VALUE; writes to read-only or
+// unmapped offsets are ignored; both are counted. Reading a *_LO register latches its *_HI
+// partner for the next read of that HI. Writing SQ_SIZE or CQ_SIZE empties that ring. A write
+// to SQ_TAIL is a doorbell: it is taken only if it names an entry of the ring (counted and
+// ignored otherwise).
+module nelssa_regs
+  import nelssa_dev_pkg::*;
+#(
+  parameter logic [31:0] Caps     = 32'h0,          // CAPS value (driver/regs.pack_caps)
+  parameter longint      MemBytes = 64'd1 << 36     // device memory bytes
+) (
+  input  logic        clk_i,
+  input  logic        rst_ni,
+  // MMIO requests and read responses
+  input  logic        mmio_valid_i,
+  output logic        mmio_ready_o,
+  input  logic        mmio_write_i,
+  input  logic [15:0] mmio_tag_i,
+  input  logic [31:0] mmio_offset_i,
+  input  logic [31:0] mmio_wdata_i,
+  output logic        rsp_valid_o,
+  input  logic        rsp_ready_i,
+  output logic [15:0] rsp_tag_o,
+  output logic [31:0] rsp_data_o,
+  // to the command path
+  output logic        enable_o,
+  output logic [63:0] sq_base_o,
+  output logic [31:0] sq_size_o,
+  output logic [31:0] sq_tail_o,
+  output logic [63:0] cq_base_o,
+  output logic [31:0] cq_size_o,
+  output logic [31:0] cq_head_o,
+  output logic [63:0] region_base_o,
+  output logic [63:0] region_limit_o,
+  output logic        ring_reset_o,      // SQ_SIZE or CQ_SIZE written: rings start over
+  // from the device
+  input  logic [31:0] sq_head_i,
+  input  logic [31:0] cq_tail_i,
+  input  logic        idle_i,
+  input  logic        err_desc_i,        // pulses: one count each
+  input  logic        err_mem_i,
+  input  logic        desc_done_i,
+  input  logic        busy_i,            // a descriptor is in flight this cycle
+  input  logic [15:0] bytes_read_i       // bytes the engines read this cycle
+);
+  logic [31:0] control_q, sq_size_q, sq_tail_q, cq_size_q, cq_head_q;
+  logic [63:0] sq_base_q, cq_base_q, region_base_q, region_limit_q;
+  logic [31:0] err_desc_q, err_ro_q, err_unmapped_q, err_mem_q, err_doorbell_q, desc_done_q;
+  logic [63:0] cycles_q, busy_q, bytes_q;
+  logic        latch_valid_q;
+  logic [11:0] latch_off_q;
+  logic [31:0] latch_q;
+  logic        rsp_valid_q;
+  logic [15:0] rsp_tag_q;
+  logic [31:0] rsp_data_q;
+
+  // ---- decode ----------------------------------------------------------------------------------
+  logic        mapped, read_only, is_doorbell, doorbell_ok;
+  logic [31:0] rdata;
+  logic        has_hi;
+  logic [11:0] hi_off;
+  logic [31:0] hi_value;
+  logic [11:0] off;
+
+  assign off = mmio_offset_i[11:0];
+
+  always_comb begin
+    mapped = mmio_offset_i < 32'(REG_WINDOW_BYTES);
+    read_only = 1'b1;
+    is_doorbell = 1'b0;
+    has_hi = 1'b0;
+    hi_off = '0;
+    hi_value = '0;
+    rdata = UNMAPPED_VALUE;
+    unique case (off)
+      REG_MAGIC:              rdata = DEVICE_MAGIC;
+      REG_VERSION:            rdata = DEVICE_VERSION;
+      REG_CAPS:               rdata = Caps;
+      REG_MEM_SIZE_LO: begin
+        rdata = MemBytes[31:0];
+        {has_hi, hi_off, hi_value} = {1'b1, REG_MEM_SIZE_HI, MemBytes[63:32]};
+      end
+      REG_MEM_SIZE_HI:        rdata = MemBytes[63:32];
+      REG_CONTROL:            {rdata, read_only} = {control_q, 1'b0};
+      REG_STATUS:             rdata = {30'b0, control_q[0], idle_i};
+      REG_SQ_BASE_LO: begin
+        {rdata, read_only} = {sq_base_q[31:0], 1'b0};
+        {has_hi, hi_off, hi_value} = {1'b1, REG_SQ_BASE_HI, sq_base_q[63:32]};
+      end
+      REG_SQ_BASE_HI:         {rdata, read_only} = {sq_base_q[63:32], 1'b0};
+      REG_SQ_SIZE:            {rdata, read_only} = {sq_size_q, 1'b0};
+      REG_SQ_TAIL:            {rdata, read_only, is_doorbell} = {sq_tail_q, 1'b0, 1'b1};
+      REG_SQ_HEAD:            rdata = sq_head_i;
+      REG_CQ_BASE_LO: begin
+        {rdata, read_only} = {cq_base_q[31:0], 1'b0};
+        {has_hi, hi_off, hi_value} = {1'b1, REG_CQ_BASE_HI, cq_base_q[63:32]};
+      end
+      REG_CQ_BASE_HI:         {rdata, read_only} = {cq_base_q[63:32], 1'b0};
+      REG_CQ_SIZE:            {rdata, read_only} = {cq_size_q, 1'b0};
+      REG_CQ_HEAD:            {rdata, read_only} = {cq_head_q, 1'b0};
+      REG_CQ_TAIL:            rdata = cq_tail_i;
+      REG_REGION_BASE_LO: begin
+        {rdata, read_only} = {region_base_q[31:0], 1'b0};
+        {has_hi, hi_off, hi_value} = {1'b1, REG_REGION_BASE_HI, region_base_q[63:32]};
+      end
+      REG_REGION_BASE_HI:     {rdata, read_only} = {region_base_q[63:32], 1'b0};
+      REG_REGION_LIMIT_LO: begin
+        {rdata, read_only} = {region_limit_q[31:0], 1'b0};
+        {has_hi, hi_off, hi_value} = {1'b1, REG_REGION_LIMIT_HI, region_limit_q[63:32]};
+      end
+      REG_REGION_LIMIT_HI:    {rdata, read_only} = {region_limit_q[63:32], 1'b0};
+      REG_ERR_DESC:           rdata = err_desc_q;
+      REG_ERR_RO_WRITE:       rdata = err_ro_q;
+      REG_ERR_UNMAPPED:       rdata = err_unmapped_q;
+      REG_ERR_MEM:            rdata = err_mem_q;
+      REG_ERR_DOORBELL:       rdata = err_doorbell_q;
+      REG_PERF_CYCLES_LO: begin
+        rdata = cycles_q[31:0];
+        {has_hi, hi_off, hi_value} = {1'b1, REG_PERF_CYCLES_HI, cycles_q[63:32]};
+      end
+      REG_PERF_CYCLES_HI:     rdata = cycles_q[63:32];
+      REG_PERF_BUSY_LO: begin
+        rdata = busy_q[31:0];
+        {has_hi, hi_off, hi_value} = {1'b1, REG_PERF_BUSY_HI, busy_q[63:32]};
+      end
+      REG_PERF_BUSY_HI:       rdata = busy_q[63:32];
+      REG_PERF_BYTES_READ_LO: begin
+        rdata = bytes_q[31:0];
+        {has_hi, hi_off, hi_value} = {1'b1, REG_PERF_BYTES_READ_HI, bytes_q[63:32]};
+      end
+      REG_PERF_BYTES_READ_HI: rdata = bytes_q[63:32];
+      REG_PERF_DESC_DONE:     rdata = desc_done_q;
+      default:                mapped = 1'b0;
+    endcase
+    if (!mapped) rdata = UNMAPPED_VALUE;
+    else if (latch_valid_q && latch_off_q == off) rdata = latch_q;
+    // a doorbell names an entry of the ring
+    doorbell_ok = sq_size_q != '0 && mmio_wdata_i < sq_size_q;
+  end
+
+  // a read waits until the last read's response has left
+  assign mmio_ready_o = !rsp_valid_q || rsp_ready_i;
+  assign rsp_valid_o = rsp_valid_q;
+  assign rsp_tag_o = rsp_tag_q;
+  assign rsp_data_o = rsp_data_q;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      control_q <= '0;
+      sq_base_q <= '0;
+      sq_size_q <= '0;
+      sq_tail_q <= '0;
+      cq_base_q <= '0;
+      cq_size_q <= '0;
+      cq_head_q <= '0;
+      region_base_q <= '0;
+      region_limit_q <= '0;
+      err_desc_q <= '0;
+      err_ro_q <= '0;
+      err_unmapped_q <= '0;
+      err_mem_q <= '0;
+      err_doorbell_q <= '0;
+      desc_done_q <= '0;
+      cycles_q <= '0;
+      busy_q <= '0;
+      bytes_q <= '0;
+      latch_valid_q <= 1'b0;
+      latch_off_q <= '0;
+      latch_q <= '0;
+      rsp_valid_q <= 1'b0;
+      rsp_tag_q <= '0;
+      rsp_data_q <= '0;
+    end else begin
+      cycles_q <= cycles_q + 1;
+      if (busy_i) busy_q <= busy_q + 1;
+      bytes_q <= bytes_q + 64'(bytes_read_i);
+      if (err_desc_i) err_desc_q <= err_desc_q + 1;
+      if (err_mem_i) err_mem_q <= err_mem_q + 1;
+      if (desc_done_i) desc_done_q <= desc_done_q + 1;
+      if (rsp_valid_q && rsp_ready_i) rsp_valid_q <= 1'b0;
+      if (mmio_valid_i && mmio_ready_o) begin
+        if (!mmio_write_i) begin
+          rsp_valid_q <= 1'b1;
+          rsp_tag_q <= mmio_tag_i;
+          rsp_data_q <= rdata;
+          if (!mapped) err_unmapped_q <= err_unmapped_q + 1;
+          if (has_hi) begin
+            latch_valid_q <= 1'b1;
+            latch_off_q <= hi_off;
+            latch_q <= hi_value;
+          end else if (latch_valid_q && latch_off_q == off) begin
+            latch_valid_q <= 1'b0;
+          end
+        end else if (!mapped) begin
+          err_unmapped_q <= err_unmapped_q + 1;
+        end else if (read_only) begin
+          err_ro_q <= err_ro_q + 1;
+        end else if (is_doorbell) begin
+          if (doorbell_ok) sq_tail_q <= mmio_wdata_i;
+          else err_doorbell_q <= err_doorbell_q + 1;
+        end else begin
+          unique case (off)
+            REG_CONTROL:         control_q <= mmio_wdata_i;
+            REG_SQ_BASE_LO:      sq_base_q[31:0] <= mmio_wdata_i;
+            REG_SQ_BASE_HI:      sq_base_q[63:32] <= mmio_wdata_i;
+            REG_SQ_SIZE: begin
+              sq_size_q <= mmio_wdata_i;
+              sq_tail_q <= '0;
+            end
+            REG_CQ_BASE_LO:      cq_base_q[31:0] <= mmio_wdata_i;
+            REG_CQ_BASE_HI:      cq_base_q[63:32] <= mmio_wdata_i;
+            REG_CQ_SIZE: begin
+              cq_size_q <= mmio_wdata_i;
+              cq_head_q <= '0;
+            end
+            REG_CQ_HEAD:         cq_head_q <= mmio_wdata_i;
+            REG_REGION_BASE_LO:  region_base_q[31:0] <= mmio_wdata_i;
+            REG_REGION_BASE_HI:  region_base_q[63:32] <= mmio_wdata_i;
+            REG_REGION_LIMIT_LO: region_limit_q[31:0] <= mmio_wdata_i;
+            REG_REGION_LIMIT_HI: region_limit_q[63:32] <= mmio_wdata_i;
+            default: ;
+          endcase
+        end
+      end
+    end
+  end
+
+  assign enable_o = control_q[0];
+  assign sq_base_o = sq_base_q;
+  assign sq_size_o = sq_size_q;
+  assign sq_tail_o = sq_tail_q;
+  assign cq_base_o = cq_base_q;
+  assign cq_size_o = cq_size_q;
+  assign cq_head_o = cq_head_q;
+  assign region_base_o = region_base_q;
+  assign region_limit_o = region_limit_q;
+  assign ring_reset_o = mmio_valid_i && mmio_ready_o && mmio_write_i &&
+                        (off == REG_SQ_SIZE || off == REG_CQ_SIZE) && mapped;
+endmodule
