@@ -103,9 +103,13 @@ module nelssa_cxl_mem_slave
     mem_tag_o   = take_rwd ? rwd_tag_i : req_tag_i;
     mem_wdata_o = rwd_data_i;
     mem_wstrb_o = rwd_be_i;
+    err_o       = (take_rwd || take_req) && bad && fits;
+  end
+
+  // apart from the block above: the memory's ready depends on what that block drives
+  always_comb begin
     rwd_ready_o = take_rwd && fits && (bad || mem_ready_i);
     req_ready_o = take_req && fits && (bad || mem_ready_i);
-    err_o       = (take_rwd || take_req) && bad && fits;
   end
 
   // ---- response FIFOs --------------------------------------------------------------------------
