@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--backend", choices=("model", "rtl"), default="model")
     serve.add_argument("--endpoint", default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
-    serve.add_argument("--engines", type=int, default=4, help="attention engines (1..15)")
+    serve.add_argument("--engines", type=int, default=2, help="attention engines (1..15)")
     serve.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
     serve.set_defaults(func=cmd_device_serve)
 

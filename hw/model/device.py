@@ -45,8 +45,8 @@ DESCRIPTOR_OVERHEAD_CYCLES = 64
 class DeviceConfig:
     """What a device is built with."""
 
-    engines: int = 4
-    """Attention engines working in parallel."""
+    engines: int = 2
+    """Attention engines working in parallel (the RTL device's NumUnits)."""
     engine: EngineParams = field(default_factory=EngineParams)
     """Each engine's parameters (largest head_dim, GQA group, cluster)."""
     preset: str = "ddr5-6400"

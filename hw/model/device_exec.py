@@ -52,7 +52,8 @@ def run_descriptor(d, mem, region: tuple[int, int], config
     if any(a < lo or a + n > hi for a, n in spans):
         return DescStatus.ERR_REGION, [], []
 
-    lines = _lines(d.q_addr, q_len) + _lines(d.ids_addr, d.num_ids * 4)
+    # lines read, in the RTL's order: ids, directory entries, then Q and the clusters
+    lines = _lines(d.ids_addr, d.num_ids * 4)
     ids = np.frombuffer(mem.read(d.ids_addr, d.num_ids * 4), dtype="<u4")
     if np.any(ids >= d.num_clusters):
         return DescStatus.ERR_CLUSTER_ID, [], lines
@@ -71,6 +72,7 @@ def run_descriptor(d, mem, region: tuple[int, int], config
             return DescStatus.ERR_REGION, [], lines
 
     hd = d.head_dim
+    lines += _lines(d.q_addr, q_len)
     q = np.frombuffer(mem.read(d.q_addr, q_len), dtype="<u2").reshape(d.q_heads, hd)
     keys, values = [], []
     for e in entries:

@@ -49,9 +49,12 @@ DDR5_SYSTEM = [*DDR5_MEM, RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv",
                RTL_ROOT / "mem" / "nelssa_ddr5_frontend.sv",
                RTL_ROOT / "sim" / "nelssa_ddr5_system.sv"]
 """A device's whole memory: front end and 8 sub-channels with data."""
-DEVICE = [RTL_ROOT / "top" / "nelssa_dev_pkg.sv", RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv",
-          RTL_ROOT / "top" / "nelssa_regs.sv", RTL_ROOT / "top" / "nelssa_device.sv"]
-"""The synthesizable device: registers, CXL.mem slave (command path to come)."""
+DEVICE = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv",
+          RTL_ROOT / "top" / "nelssa_dev_pkg.sv", RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv",
+          RTL_ROOT / "top" / "nelssa_regs.sv", RTL_ROOT / "top" / "nelssa_line_reader.sv",
+          RTL_ROOT / "top" / "nelssa_attn_unit.sv", RTL_ROOT / "top" / "nelssa_cmdq.sv",
+          RTL_ROOT / "top" / "nelssa_device.sv"]
+"""The synthesizable device: registers, CXL.mem slave, command queue, attention units."""
 DEVICE_SIM = [*DDR5_SYSTEM, *DEVICE, RTL_ROOT / "sim" / "nelssa_device_sim.sv"]
 """The device over its simulated memory, for the C++ harness."""
 DDR5_STORE_CPP = Path(__file__).resolve().parent / "ddr5_store.cpp"

@@ -38,7 +38,8 @@ module nelssa_device_sim #(
   output logic         idle_o,
   output logic [31:0]  violations_o
 );
-  localparam int unsigned PORTS = 4;
+  localparam int unsigned UNITS = 2;
+  localparam int unsigned PORTS = UNITS + 2;
   localparam int unsigned ADDR_W = 40;
 
   logic [PORTS-1:0]             mem_valid, mem_ready, mem_write, cpl_valid, cpl_write, cpl_err;
@@ -52,8 +53,8 @@ module nelssa_device_sim #(
   logic [7:0][511:0]            rd_data;
 
   nelssa_device #(
-    .NumMemPorts(PORTS),
-    .AddrW      (ADDR_W)
+    .NumUnits(UNITS),
+    .AddrW   (ADDR_W)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

@@ -1,14 +1,18 @@
-// A PNM device as software sees it: the register block (CXL.io MMIO) and the CXL.mem slave onto
-// the device memory's request ports (nelssa_ddr5_frontend). Port 0 of the memory belongs to the
-// host (CXL.mem); ports 1..NumMemPorts-1 are reserved for the command path and idle here.
+// A PNM device as software sees it: the register block (CXL.io MMIO), the CXL.mem slave, the
+// command queue and NumUnits attention units, all on the device memory's request ports
+// (nelssa_ddr5_frontend): port 0 the host's CXL.mem, port 1 the command queue (descriptors,
+// completions), ports 2.. one per attention unit. Attention reads and Memory API writes meet
+// in the memory front end, whose round robin gives every port its turn at each sub-channel.
 module nelssa_device
   import nelssa_dev_pkg::*;
 #(
-  parameter int unsigned NumMemPorts = 4,             // request ports of the memory front end
+  parameter int unsigned NumUnits    = 2,             // attention units (engines)
   parameter int unsigned AddrW       = 40,            // device-memory address width
   parameter longint      MemBytes    = 64'd1 << 36,   // HDM window (64 GiB)
-  parameter logic [31:0] Caps        = 32'h0040_0374, // engines 4, 8 query heads, hd 64+128, 64 tok
-  localparam int unsigned PortW      = (NumMemPorts > 1) ? $clog2(NumMemPorts) : 1  // port id
+  localparam int unsigned NumMemPorts = NumUnits + 2, // memory ports used
+  localparam int unsigned PortW      = $clog2(NumMemPorts),  // port id width
+  // CAPS (driver/regs.pack_caps): engines, 8 query heads, head_dim 64 and 128, 64 tokens
+  localparam logic [31:0] CAPS       = 32'h0040_0370 | 32'(NumUnits)
 ) (
   input  logic                              clk_i,
   input  logic                              rst_ni,
@@ -59,20 +63,43 @@ module nelssa_device
   input  logic [7:0][511:0]                 mem_rd_data_i,
   output logic                              idle_o
 );
-  logic err_mem;
-  logic [7:0] host_rd;
+  if (NumUnits < 1 || NumUnits > 6) begin : gen_units_check
+    $error("nelssa_device: NumUnits must be 1..6 (the memory front end has 8 ports)");
+  end
 
-  // rings and counters wait for the command path; the registers hold what software wrote
-  /* verilator lint_off UNUSEDSIGNAL */
-  logic        enable, ring_reset;
+  logic        err_mem, enable, sq_reset, cq_reset, cmdq_idle, desc_done, desc_err;
   logic [63:0] sq_base, cq_base, region_base, region_limit;
-  logic [31:0] sq_size, sq_tail, cq_size, cq_head;
-  logic [NumMemPorts-1:0][15:0] cpl_tag_unused;
-  logic [NumMemPorts-1:0]       port_flags_unused;
-  /* verilator lint_on UNUSEDSIGNAL */
+  logic [31:0] sq_size, sq_tail, cq_size, cq_head, sq_head, cq_tail;
+  logic [NumUnits-1:0] unit_start, unit_busy, unit_done, unit_read;
+  logic [NumUnits-1:0][7:0] unit_status;
+  logic [511:0] unit_desc;
+  logic [63:0]  unit_lo, unit_hi;
+  logic [15:0]  bytes_read;
+
+  // read-data lanes by port
+  logic [NumMemPorts-1:0][7:0] lane_valid;
+  for (genvar p = 0; p < NumMemPorts; p++) begin : gen_lanes
+    for (genvar l = 0; l < 8; l++) begin : gen_lane
+      assign lane_valid[p][l] = mem_rd_valid_i[l] && mem_rd_port_i[l] == PortW'(p);
+    end
+  end
+
+  // the command queue has one read in flight: its line is on whichever lane carries it
+  logic         cmdq_rd_valid;
+  logic [511:0] cmdq_rd_data;
+  always_comb begin
+    cmdq_rd_valid = |lane_valid[1];
+    cmdq_rd_data = '0;
+    for (int l = 0; l < 8; l++) if (lane_valid[1][l]) cmdq_rd_data = mem_rd_data_i[l];
+  end
+
+  always_comb begin
+    bytes_read = '0;
+    for (int u = 0; u < NumUnits; u++) if (unit_read[u]) bytes_read = bytes_read + 16'd64;
+  end
 
   nelssa_regs #(
-    .Caps    (Caps),
+    .Caps    (CAPS),
     .MemBytes(MemBytes)
   ) u_regs (
     .clk_i         (clk_i),
@@ -96,20 +123,17 @@ module nelssa_device
     .cq_head_o     (cq_head),
     .region_base_o (region_base),
     .region_limit_o(region_limit),
-    .ring_reset_o  (ring_reset),
-    .sq_head_i     (32'd0),
-    .cq_tail_i     (32'd0),
-    .idle_i        (1'b1),
-    .err_desc_i    (1'b0),
+    .sq_reset_o    (sq_reset),
+    .cq_reset_o    (cq_reset),
+    .sq_head_i     (sq_head),
+    .cq_tail_i     (cq_tail),
+    .idle_i        (cmdq_idle),
+    .err_desc_i    (desc_err),
     .err_mem_i     (err_mem),
-    .desc_done_i   (1'b0),
-    .busy_i        (1'b0),
-    .bytes_read_i  (16'd0)
+    .desc_done_i   (desc_done),
+    .busy_i        (|unit_busy),
+    .bytes_read_i  (bytes_read)
   );
-
-  for (genvar l = 0; l < 8; l++) begin : gen_host_rd
-    assign host_rd[l] = mem_rd_valid_i[l] && mem_rd_port_i[l] == '0;
-  end
 
   nelssa_cxl_mem_slave #(
     .AddrW   (AddrW),
@@ -145,22 +169,87 @@ module nelssa_device
     .mem_wstrb_o    (mem_wstrb_o[0]),
     .mem_cpl_valid_i(mem_cpl_valid_i[0]),
     .mem_cpl_tag_i  (mem_cpl_tag_i[0]),
-    .mem_rd_valid_i (host_rd),
+    .mem_rd_valid_i (lane_valid[0]),
     .mem_rd_tag_i   (mem_rd_tag_i),
     .mem_rd_data_i  (mem_rd_data_i),
     .err_o          (err_mem)
   );
 
-  for (genvar p = 1; p < NumMemPorts; p++) begin : gen_idle_ports
-    assign mem_valid_o[p] = 1'b0;
-    assign mem_addr_o[p]  = '0;
-    assign mem_write_o[p] = 1'b0;
-    assign mem_tag_o[p]   = '0;
-    assign mem_wdata_o[p] = '0;
-    assign mem_wstrb_o[p] = '0;
-  end
-  assign cpl_tag_unused = mem_cpl_tag_i;
-  assign port_flags_unused = mem_ready_i ^ mem_cpl_valid_i;
+  nelssa_cmdq #(
+    .AddrW   (AddrW),
+    .NumUnits(NumUnits),
+    .MemBytes(MemBytes)
+  ) u_cmdq (
+    .clk_i         (clk_i),
+    .rst_ni        (rst_ni),
+    .enable_i      (enable),
+    .sq_base_i     (sq_base),
+    .sq_size_i     (sq_size),
+    .sq_tail_i     (sq_tail),
+    .cq_base_i     (cq_base),
+    .cq_size_i     (cq_size),
+    .cq_head_i     (cq_head),
+    .region_base_i (region_base),
+    .region_limit_i(region_limit),
+    .sq_reset_i    (sq_reset),
+    .cq_reset_i    (cq_reset),
+    .sq_head_o     (sq_head),
+    .cq_tail_o     (cq_tail),
+    .idle_o        (cmdq_idle),
+    .desc_done_o   (desc_done),
+    .desc_err_o    (desc_err),
+    .unit_start_o  (unit_start),
+    .unit_desc_o   (unit_desc),
+    .unit_lo_o     (unit_lo),
+    .unit_hi_o     (unit_hi),
+    .unit_busy_i   (unit_busy),
+    .unit_done_i   (unit_done),
+    .unit_status_i (unit_status),
+    .mem_valid_o   (mem_valid_o[1]),
+    .mem_ready_i   (mem_ready_i[1]),
+    .mem_write_o   (mem_write_o[1]),
+    .mem_addr_o    (mem_addr_o[1]),
+    .mem_tag_o     (mem_tag_o[1]),
+    .mem_wdata_o   (mem_wdata_o[1]),
+    .mem_wstrb_o   (mem_wstrb_o[1]),
+    .mem_cpl_i     (mem_cpl_valid_i[1]),
+    .rd_valid_i    (cmdq_rd_valid),
+    .rd_data_i     (cmdq_rd_data)
+  );
 
-  assign idle_o = 1'b1;
+  for (genvar u = 0; u < NumUnits; u++) begin : gen_unit
+    nelssa_attn_unit #(
+      .AddrW(AddrW)
+    ) u_unit (
+      .clk_i      (clk_i),
+      .rst_ni     (rst_ni),
+      .start_i    (unit_start[u]),
+      .desc_i     (unit_desc),
+      .region_lo_i(unit_lo),
+      .region_hi_i(unit_hi),
+      .busy_o     (unit_busy[u]),
+      .done_o     (unit_done[u]),
+      .status_o   (unit_status[u]),
+      .mem_valid_o(mem_valid_o[u+2]),
+      .mem_ready_i(mem_ready_i[u+2]),
+      .mem_write_o(mem_write_o[u+2]),
+      .mem_addr_o (mem_addr_o[u+2]),
+      .mem_tag_o  (mem_tag_o[u+2]),
+      .mem_wdata_o(mem_wdata_o[u+2]),
+      .mem_wstrb_o(mem_wstrb_o[u+2]),
+      .mem_cpl_i  (mem_cpl_valid_i[u+2]),
+      .rd_valid_i (lane_valid[u+2]),
+      .rd_tag_i   (mem_rd_tag_i),
+      .rd_data_i  (mem_rd_data_i),
+      .line_read_o(unit_read[u])
+    );
+  end
+
+  // completion tags of ports 1.. are not needed: each has its writes counted, in order
+  /* verilator lint_off UNUSEDSIGNAL */
+  logic [NumMemPorts-1:0][15:0] cpl_tag_unused;
+  /* verilator lint_on UNUSEDSIGNAL */
+  assign cpl_tag_unused = mem_cpl_tag_i;
+
+  assign idle_o = cmdq_idle;
 endmodule

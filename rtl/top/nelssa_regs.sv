@@ -33,7 +33,8 @@ module nelssa_regs
   output logic [31:0] cq_head_o,
   output logic [63:0] region_base_o,
   output logic [63:0] region_limit_o,
-  output logic        ring_reset_o,      // SQ_SIZE or CQ_SIZE written: rings start over
+  output logic        sq_reset_o,        // SQ_SIZE written: the ring starts over
+  output logic        cq_reset_o,        // CQ_SIZE written: the ring starts over
   // from the device
   input  logic [31:0] sq_head_i,
   input  logic [31:0] cq_tail_i,
@@ -235,6 +236,8 @@ module nelssa_regs
   assign cq_head_o = cq_head_q;
   assign region_base_o = region_base_q;
   assign region_limit_o = region_limit_q;
-  assign ring_reset_o = mmio_valid_i && mmio_ready_o && mmio_write_i &&
-                        (off == REG_SQ_SIZE || off == REG_CQ_SIZE) && mapped;
+  assign sq_reset_o = mmio_valid_i && mmio_ready_o && mmio_write_i && mapped &&
+                      off == REG_SQ_SIZE;
+  assign cq_reset_o = mmio_valid_i && mmio_ready_o && mmio_write_i && mapped &&
+                      off == REG_CQ_SIZE;
 endmodule

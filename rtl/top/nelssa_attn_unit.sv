@@ -1,0 +1,381 @@
+// One attention unit of the command path: executes an ATTN descriptor on its own memory port.
+// The checks run in the order of hw/model/device_exec.py, the first failing one deciding the
+// status: the descriptor's fields; then all selected ids (read from memory); then, from the
+// directory entries of the selected clusters, all token counts, then per cluster in order its
+// alignment and region. Only then does it stream Q and every cluster's K and V rows into the
+// engine (in address order, through the reorder buffer of nelssa_line_reader) and write the
+// result beats (O, then LSE) to out_addr. A failed descriptor writes nothing.
+module nelssa_attn_unit
+  import nelssa_dev_pkg::*;
+  import nelssa_engine_pkg::*;
+#(
+  parameter int unsigned AddrW            = 40,   // device-memory address width
+  parameter int unsigned MaxIds           = 4096, // most clusters per descriptor (MAX_IDS)
+  parameter int unsigned HeadDim          = 128,  // engine: largest head_dim
+  parameter int unsigned NumQHeads        = 8,    // engine: largest GQA group
+  parameter int unsigned MaxClusterTokens = 64,   // engine: largest cluster
+  parameter int unsigned ReadDepth        = 64    // reads in flight
+) (
+  input  logic              clk_i,
+  input  logic              rst_ni,
+  // descriptor
+  input  logic              start_i,
+  input  logic [511:0]      desc_i,        // the 64-byte descriptor, byte k in bits [8k+7:8k]
+  input  logic [63:0]       region_lo_i,   // region base
+  input  logic [63:0]       region_hi_i,   // min(region limit, memory size)
+  output logic              busy_o,
+  output logic              done_o,
+  output logic [7:0]        status_o,
+  // memory port
+  output logic              mem_valid_o,
+  input  logic              mem_ready_i,
+  output logic              mem_write_o,
+  output logic [AddrW-1:0]  mem_addr_o,
+  output logic [15:0]       mem_tag_o,
+  output logic [511:0]      mem_wdata_o,
+  output logic [63:0]       mem_wstrb_o,
+  input  logic              mem_cpl_i,
+  input  logic [7:0]        rd_valid_i,
+  input  logic [7:0][15:0]  rd_tag_i,
+  input  logic [7:0][511:0] rd_data_i,
+  output logic              line_read_o     // a read request left this cycle (for counters)
+);
+  localparam int unsigned IDW = $clog2(MaxIds);
+
+  typedef enum logic [3:0] {
+    StIdle, StIds, StDir, StRun, StWait, StDone
+  } state_e;
+
+  // descriptor fields (driver/formats.py DESCRIPTOR)
+  function automatic logic [63:0] field(logic [511:0] d, int off, int bytes);
+    logic [63:0] v = '0;
+    for (int b = 0; b < 8; b++) if (b < bytes) v[8*b +: 8] = d[8*(off+b) +: 8];
+    return v;
+  endfunction
+
+  state_e       state_q;
+  logic [7:0]   status_q;
+  logic [7:0]   opcode_q, flags_q, q_heads_q, rsv0_q;
+  logic [15:0]  head_dim_q, num_ids_q;
+  logic [31:0]  num_clusters_q, scale_q;
+  logic [63:0]  q_addr_q, dir_addr_q, ids_addr_q, out_addr_q;
+  logic [95:0]  rsv1_q;
+  logic [63:0]  lo_q, hi_q;
+
+  logic [31:0]      ids_q [MaxIds];
+  logic [15:0]      tok_q [MaxIds];
+  logic [63:0]      kv_q [MaxIds];
+  logic             id_bad_q, len_bad_q;
+  logic [7:0]       first_fail_q;
+
+  // address generator and consumer counters
+  logic [31:0]  gen_i_q, gen_j_q;   // generator: line within item, item index
+  logic [31:0]  use_i_q, use_j_q;   // consumer
+  logic         gen_done_q;
+  logic [31:0]  out_beat_q, writes_q, cpls_q;
+  logic         engine_done_q;
+
+  // ---- line reader -----------------------------------------------------------------------------
+  logic             wr_pending;  // a result beat waits for the port (writes go first)
+  logic             ra_valid, ra_ready, rd_out_valid, rd_out_ready, reader_idle;
+  logic [AddrW-1:0] ra_addr;
+  logic [511:0]     rd_out_data;
+  logic             rmem_valid;
+  logic [AddrW-1:0] rmem_addr;
+  logic [15:0]      rmem_tag;
+
+  nelssa_line_reader #(
+    .AddrW(AddrW),
+    .Depth(ReadDepth)
+  ) u_reader (
+    .clk_i       (clk_i),
+    .rst_ni      (rst_ni),
+    .addr_valid_i(ra_valid),
+    .addr_ready_o(ra_ready),
+    .addr_i      (ra_addr),
+    .mem_valid_o (rmem_valid),
+    .mem_ready_i (mem_ready_i && !wr_pending),
+    .mem_addr_o  (rmem_addr),
+    .mem_tag_o   (rmem_tag),
+    .rd_valid_i  (rd_valid_i),
+    .rd_tag_i    (rd_tag_i),
+    .rd_data_i   (rd_data_i),
+    .out_valid_o (rd_out_valid),
+    .out_ready_i (rd_out_ready),
+    .out_data_o  (rd_out_data),
+    .idle_o      (reader_idle)
+  );
+
+  // ---- engine ------------------------------------------------------------------------------------
+  logic        eng_cmd_valid, eng_cmd_ready, clu_valid, clu_ready, kv_valid, kv_ready, kv_last;
+  logic        res_valid, res_ready, res_last, eng_done, eng_busy;
+  logic [BEAT_W-1:0] res_data;
+  status_e     eng_status;
+  logic        cmd_sent_q;
+  logic [31:0] clu_sent_q;
+  logic [31:0] kv_beats_q, kv_total_q;
+
+  nelssa_attn_engine #(
+    .HeadDim         (HeadDim),
+    .NumQHeads       (NumQHeads),
+    .MaxClusterTokens(MaxClusterTokens)
+  ) u_engine (
+    .clk_i             (clk_i),
+    .rst_ni            (rst_ni),
+    .cmd_valid_i       (eng_cmd_valid),
+    .cmd_ready_o       (eng_cmd_ready),
+    .cmd_head_dim_i    (head_dim_q[7:0]),
+    .cmd_num_qheads_i  (q_heads_q[3:0]),
+    .cmd_num_clusters_i(num_ids_q),
+    .cmd_scale_i       (scale_q),
+    .clu_valid_i       (clu_valid),
+    .clu_ready_o       (clu_ready),
+    .clu_tokens_i      (tok_q[clu_sent_q[IDW-1:0]][7:0]),
+    .kv_valid_i        (kv_valid),
+    .kv_ready_o        (kv_ready),
+    .kv_data_i         (rd_out_data),
+    .kv_last_i         (kv_last),
+    .res_valid_o       (res_valid),
+    .res_ready_i       (res_ready),
+    .res_data_o        (res_data),
+    .res_last_o        (res_last),
+    .done_o            (eng_done),
+    .status_o          (eng_status),
+    .busy_o            (eng_busy)
+  );
+
+  // ---- sizes -------------------------------------------------------------------------------------
+  logic [31:0] q_lines, id_lines, row_bytes;
+  assign row_bytes = 32'(head_dim_q) * 2;
+  assign q_lines = (32'(q_heads_q) * row_bytes) >> 6;
+  assign id_lines = (32'(num_ids_q) * 4 + 63) >> 6;
+
+  function automatic logic [31:0] kv_lines(logic [15:0] tokens, logic [31:0] row);
+    return (32'(tokens) * row * 2) >> 6;
+  endfunction
+
+  // ---- static checks of the descriptor ----------------------------------------------------------
+  logic [7:0] static_status;
+  logic [63:0] d_q, d_dir, d_ids, d_out;
+  logic [15:0] d_hd, d_nids;
+  logic [7:0]  d_qh;
+  logic [31:0] d_ncl;
+
+  always_comb begin
+    automatic logic [63:0] q_len, dir_len, ids_len, out_len, hi;
+    d_hd = field(desc_i, DESC_HEAD_DIM_OFF, 2)[15:0];
+    d_qh = field(desc_i, DESC_Q_HEADS_OFF, 1)[7:0];
+    d_nids = field(desc_i, DESC_NUM_IDS_OFF, 2)[15:0];
+    d_ncl = field(desc_i, DESC_NUM_CLUSTERS_OFF, 4)[31:0];
+    d_q = field(desc_i, DESC_Q_ADDR_OFF, 8);
+    d_dir = field(desc_i, DESC_DIR_ADDR_OFF, 8);
+    d_ids = field(desc_i, DESC_IDS_ADDR_OFF, 8);
+    d_out = field(desc_i, DESC_OUT_ADDR_OFF, 8);
+    q_len = 64'(d_qh) * 64'(d_hd) * 2;
+    dir_len = 64'(d_ncl) * 16;
+    ids_len = 64'(d_nids) * 4;
+    out_len = 64'(d_qh) * 64'(d_hd) * 4 + ((64'(d_qh) * 4 + 63) & ~64'd63);
+    hi = region_hi_i;
+    static_status = 8'(DESC_OK);
+    if (field(desc_i, DESC_OPCODE_OFF, 1)[7:0] != 8'(OP_ATTN)) static_status = 8'(DESC_ERR_OPCODE);
+    else if (field(desc_i, DESC_FLAGS_OFF, 1) != 0 || field(desc_i, DESC_RESERVED0_OFF, 1) != 0 ||
+             desc_i[8*DESC_RESERVED1_OFF +: 8*DESC_RESERVED1_BYTES] != '0)
+      static_status = 8'(DESC_ERR_RESERVED);
+    else if (!((d_hd == 16'd64 && HeadDim >= 64) || (d_hd == 16'd128 && HeadDim >= 128)))
+      static_status = 8'(DESC_ERR_HEAD_DIM);
+    else if (d_qh == 0 || 32'(d_qh) > NumQHeads) static_status = 8'(DESC_ERR_QHEADS);
+    else if (d_nids == 0 || 32'(d_nids) > MaxIds || d_ncl == 0) static_status = 8'(DESC_ERR_COUNT);
+    else if (d_q[5:0] != 0 || d_dir[5:0] != 0 || d_ids[5:0] != 0 || d_out[5:0] != 0)
+      static_status = 8'(DESC_ERR_ALIGN);
+    else if (d_q < region_lo_i || d_q + q_len > hi || d_dir < region_lo_i ||
+             d_dir + dir_len > hi || d_ids < region_lo_i || d_ids + ids_len > hi ||
+             d_out < region_lo_i || d_out + out_len > hi)
+      static_status = 8'(DESC_ERR_REGION);
+  end
+
+  // ---- address generation, per phase -------------------------------------------------------------
+  always_comb begin
+    ra_valid = 1'b0;
+    ra_addr = '0;
+    unique case (state_q)
+      StIds: begin
+        ra_valid = !gen_done_q;
+        ra_addr = AddrW'(ids_addr_q + 64'(gen_i_q) * 64);
+      end
+      StDir: begin
+        automatic logic [63:0] a = dir_addr_q + 64'(ids_q[gen_j_q[IDW-1:0]]) * 16;
+        ra_valid = !gen_done_q;
+        ra_addr = AddrW'(a & ~64'd63);
+      end
+      StRun: begin
+        ra_valid = !gen_done_q;
+        if (gen_j_q == 0) ra_addr = AddrW'(q_addr_q + 64'(gen_i_q) * 64);
+        else ra_addr = AddrW'(kv_q[gen_j_q[IDW-1:0] - 1'b1] + 64'(gen_i_q) * 64);
+      end
+      default: ;
+    endcase
+  end
+
+  // ---- data consumption --------------------------------------------------------------------------
+  assign eng_cmd_valid = state_q == StRun && !cmd_sent_q;
+  assign clu_valid = state_q == StRun && cmd_sent_q && clu_sent_q < 32'(num_ids_q);
+  assign kv_valid = state_q == StRun && cmd_sent_q && rd_out_valid;
+  assign kv_last = kv_beats_q + 1 == kv_total_q;
+  assign rd_out_ready = (state_q == StIds || state_q == StDir) ? 1'b1 : (kv_valid && kv_ready);
+
+  // result beats become line writes
+  assign wr_pending = res_valid;
+  assign res_ready = mem_ready_i;
+  assign mem_valid_o = wr_pending ? 1'b1 : rmem_valid;
+  assign mem_write_o = wr_pending;
+  assign mem_addr_o = wr_pending ? AddrW'(out_addr_q + 64'(out_beat_q) * 64) : rmem_addr;
+  assign mem_tag_o = wr_pending ? 16'(out_beat_q) : rmem_tag;
+  assign mem_wdata_o = res_data;
+  assign mem_wstrb_o = '1;
+  assign line_read_o = !wr_pending && rmem_valid && mem_ready_i;
+
+  assign busy_o = state_q != StIdle;
+  assign done_o = state_q == StDone;
+  assign status_o = status_q;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      state_q <= StIdle;
+      status_q <= '0;
+      {opcode_q, flags_q, q_heads_q, rsv0_q} <= '0;
+      {head_dim_q, num_ids_q, num_clusters_q, scale_q} <= '0;
+      {q_addr_q, dir_addr_q, ids_addr_q, out_addr_q, rsv1_q, lo_q, hi_q} <= '0;
+      {id_bad_q, len_bad_q, first_fail_q} <= '0;
+      {gen_i_q, gen_j_q, use_i_q, use_j_q, gen_done_q} <= '0;
+      {out_beat_q, writes_q, cpls_q, engine_done_q} <= '0;
+      {cmd_sent_q, clu_sent_q, kv_beats_q, kv_total_q} <= '0;
+    end else begin
+      if (mem_valid_o && mem_ready_i && wr_pending) begin
+        out_beat_q <= out_beat_q + 1;
+        writes_q <= writes_q + 1;
+      end
+      if (mem_cpl_i) cpls_q <= cpls_q + 1;
+      unique case (state_q)
+        StIdle: if (start_i) begin
+          head_dim_q <= d_hd;
+          q_heads_q <= d_qh;
+          num_ids_q <= d_nids;
+          num_clusters_q <= d_ncl;
+          scale_q <= field(desc_i, DESC_SCALE_OFF, 4)[31:0];
+          q_addr_q <= d_q;
+          dir_addr_q <= d_dir;
+          ids_addr_q <= d_ids;
+          out_addr_q <= d_out;
+          lo_q <= region_lo_i;
+          hi_q <= region_hi_i;
+          {id_bad_q, len_bad_q, first_fail_q} <= '0;
+          {gen_i_q, gen_j_q, use_i_q, use_j_q, gen_done_q} <= '0;
+          {out_beat_q, writes_q, cpls_q, engine_done_q} <= '0;
+          {cmd_sent_q, clu_sent_q, kv_beats_q} <= '0;
+          status_q <= static_status;
+          state_q <= (static_status != 8'(DESC_OK)) ? StDone : StIds;
+        end
+        StIds: begin
+          if (ra_valid && ra_ready) begin
+            gen_i_q <= gen_i_q + 1;
+            if (gen_i_q + 1 == id_lines) gen_done_q <= 1'b1;
+          end
+          if (rd_out_valid) begin
+            for (int k = 0; k < 16; k++) begin
+              automatic int unsigned j = use_i_q * 16 + k;
+              if (j < 32'(num_ids_q)) begin
+                ids_q[j[IDW-1:0]] <= rd_out_data[32*k +: 32];
+                if (rd_out_data[32*k +: 32] >= num_clusters_q) id_bad_q <= 1'b1;
+              end
+            end
+            use_i_q <= use_i_q + 1;
+            if (use_i_q + 1 == id_lines) begin
+              gen_done_q <= 1'b0;
+              {gen_i_q, gen_j_q, use_i_q, use_j_q} <= '0;
+              state_q <= StDir;
+            end
+          end
+        end
+        StDir: begin
+          if (id_bad_q) begin
+            status_q <= 8'(DESC_ERR_CLUSTER_ID);
+            state_q <= StDone;
+          end else begin
+            if (ra_valid && ra_ready) begin
+              gen_j_q <= gen_j_q + 1;
+              if (gen_j_q + 1 == 32'(num_ids_q)) gen_done_q <= 1'b1;
+            end
+            if (rd_out_valid) begin
+              // the entry's offset in its line (dir_addr is line aligned)
+              automatic logic [5:0] off = 6'(ids_q[use_j_q[IDW-1:0]] * 16);
+              automatic logic [79:0] e = rd_out_data[8*off +: 80];
+              automatic logic [63:0] kv = e[63:0];
+              automatic logic [15:0] tok = e[79:64];
+              automatic logic [63:0] len = 64'(tok) * 64'(row_bytes) * 2;
+              tok_q[use_j_q[IDW-1:0]] <= tok;
+              kv_q[use_j_q[IDW-1:0]] <= kv;
+              if (tok == 0 || 32'(tok) > MaxClusterTokens) len_bad_q <= 1'b1;
+              if (first_fail_q == 0) begin
+                if (kv[5:0] != 0) first_fail_q <= 8'(DESC_ERR_ALIGN);
+                else if (kv < lo_q || kv + len > hi_q) first_fail_q <= 8'(DESC_ERR_REGION);
+              end
+              use_j_q <= use_j_q + 1;
+              if (use_j_q + 1 == 32'(num_ids_q)) begin
+                gen_done_q <= 1'b0;
+                {gen_i_q, gen_j_q, use_i_q, use_j_q} <= '0;
+                state_q <= StWait;
+              end
+            end
+          end
+        end
+        StWait: begin  // the directory's verdict, then the stream's length
+          if (len_bad_q) begin
+            status_q <= 8'(DESC_ERR_CLUSTER_LEN);
+            state_q <= StDone;
+          end else if (first_fail_q != 0) begin
+            status_q <= first_fail_q;
+            state_q <= StDone;
+          end else begin
+            automatic logic [31:0] total = q_lines;
+            for (int j = 0; j < MaxIds; j++) begin
+              if (j < 32'(num_ids_q)) total = total + kv_lines(tok_q[j], row_bytes);
+            end
+            kv_total_q <= total;
+            state_q <= StRun;
+          end
+        end
+        StRun: begin
+          if (eng_cmd_valid && eng_cmd_ready) cmd_sent_q <= 1'b1;
+          if (clu_valid && clu_ready) clu_sent_q <= clu_sent_q + 1;
+          if (kv_valid && kv_ready) kv_beats_q <= kv_beats_q + 1;
+          if (ra_valid && ra_ready) begin
+            automatic logic [31:0] n = (gen_j_q == 0) ? q_lines
+                                     : kv_lines(tok_q[gen_j_q[IDW-1:0] - 1'b1], row_bytes);
+            if (gen_i_q + 1 == n) begin
+              gen_i_q <= '0;
+              gen_j_q <= gen_j_q + 1;
+              if (gen_j_q == 32'(num_ids_q)) gen_done_q <= 1'b1;
+            end else begin
+              gen_i_q <= gen_i_q + 1;
+            end
+          end
+          if (eng_done) begin
+            engine_done_q <= 1'b1;
+            if (eng_status != STATUS_OK) status_q <= 8'(DESC_ERR_CLUSTER_LEN);
+          end
+          if (engine_done_q && !res_valid && cpls_q == writes_q && reader_idle) begin
+            state_q <= StDone;
+          end
+        end
+        StDone: state_q <= StIdle;
+        default: state_q <= StIdle;
+      endcase
+    end
+  end
+
+  // fields held for the record (waveforms), not used by the logic
+  /* verilator lint_off UNUSEDSIGNAL */
+  logic unused;
+  assign unused = ^{opcode_q, flags_q, rsv0_q, rsv1_q, res_last, eng_busy, rd_tag_i};
+  /* verilator lint_on UNUSEDSIGNAL */
+endmodule

@@ -1,0 +1,196 @@
+// Command queue of a PNM device: fetches descriptors from the submission ring in device memory,
+// hands ATTN descriptors to free attention units (NOPs complete at once), and writes one
+// completion record per descriptor to the completion ring, in fetch order, as the model does
+// (hw/model/device.py). A descriptor is fetched only while the completion ring has room for it
+// beside everything in flight, so completions never overwrite ones the host has not read.
+module nelssa_cmdq
+  import nelssa_dev_pkg::*;
+#(
+  parameter int unsigned AddrW    = 40,           // device-memory address width
+  parameter int unsigned NumUnits = 2,            // attention units
+  parameter longint      MemBytes = 64'd1 << 36,  // device memory
+  parameter int unsigned OrderDepth = 8,          // descriptors in flight, power of two
+  localparam int unsigned UW = (NumUnits > 1) ? $clog2(NumUnits) : 1  // unit index width
+) (
+  input  logic                     clk_i,
+  input  logic                     rst_ni,
+  // registers
+  input  logic                     enable_i,
+  input  logic [63:0]              sq_base_i,
+  input  logic [31:0]              sq_size_i,
+  input  logic [31:0]              sq_tail_i,
+  input  logic [63:0]              cq_base_i,
+  input  logic [31:0]              cq_size_i,
+  input  logic [31:0]              cq_head_i,
+  input  logic [63:0]              region_base_i,
+  input  logic [63:0]              region_limit_i,
+  input  logic                     sq_reset_i,
+  input  logic                     cq_reset_i,
+  output logic [31:0]              sq_head_o,
+  output logic [31:0]              cq_tail_o,
+  output logic                     idle_o,
+  output logic                     desc_done_o,  // pulses
+  output logic                     desc_err_o,
+  // attention units
+  output logic [NumUnits-1:0]      unit_start_o,
+  output logic [511:0]             unit_desc_o,
+  output logic [63:0]              unit_lo_o,
+  output logic [63:0]              unit_hi_o,
+  input  logic [NumUnits-1:0]      unit_busy_i,
+  input  logic [NumUnits-1:0]      unit_done_i,
+  input  logic [NumUnits-1:0][7:0] unit_status_i,
+  // memory port: descriptor reads, completion writes
+  output logic                     mem_valid_o,
+  input  logic                     mem_ready_i,
+  output logic                     mem_write_o,
+  output logic [AddrW-1:0]         mem_addr_o,
+  output logic [15:0]              mem_tag_o,
+  output logic [511:0]             mem_wdata_o,
+  output logic [63:0]              mem_wstrb_o,
+  input  logic                     mem_cpl_i,
+  input  logic                     rd_valid_i,   // the descriptor line (one read in flight)
+  input  logic [511:0]             rd_data_i
+);
+  localparam int unsigned OW = $clog2(OrderDepth);
+
+  if (OrderDepth < NumUnits + 1 || (OrderDepth & (OrderDepth - 1)) != 0) begin : gen_depth_check
+    $error("nelssa_cmdq: OrderDepth must be a power of two above NumUnits");
+  end
+
+  typedef enum logic [2:0] { StIdle, StRead, StReadWait, StWrite, StWriteWait } state_e;
+
+  typedef struct packed {
+    logic        nop;
+    logic [UW-1:0] unit;
+    logic [31:0] desc_id;
+    logic [15:0] sq_head;
+  } order_t;
+
+  state_e           state_q;
+  logic [31:0]      sq_head_q, cq_tail_q;
+  logic             phase_q;                 // phase of the next completion written
+  order_t           order_q [OrderDepth];
+  logic [OW-1:0]    ord_rd_q, ord_wr_q;
+  logic [OW:0]      ord_n_q;
+  logic [NumUnits-1:0] owed_q;               // unit finished, completion not yet written
+  logic [NumUnits-1:0][7:0] status_q;
+  logic [NumUnits-1:0] assigned_q;           // unit started, completion not yet written
+
+  // ---- what can happen now ---------------------------------------------------------------------
+  logic [31:0] cq_used;
+  logic        have_free, can_fetch, head_ready;
+  logic [UW-1:0] free_unit;
+  order_t      head;
+  logic [7:0]  head_status;
+
+  always_comb begin
+    have_free = 1'b0;
+    free_unit = '0;
+    for (int u = NumUnits - 1; u >= 0; u--) begin
+      if (!assigned_q[u] && !unit_busy_i[u]) begin
+        have_free = 1'b1;
+        free_unit = UW'(u);
+      end
+    end
+    cq_used = (cq_size_i == 0) ? 32'd0 : ((cq_tail_q - cq_head_i) & (cq_size_i - 1));
+    can_fetch = enable_i && sq_size_i != 0 && cq_size_i != 0 && sq_head_q != sq_tail_i &&
+                have_free && int'(ord_n_q) < OrderDepth &&
+                cq_used + 32'(ord_n_q) + 1 < cq_size_i;
+    head = order_q[ord_rd_q];
+    head_ready = ord_n_q != 0 && (head.nop || owed_q[head.unit]);
+    head_status = head.nop ? 8'(DESC_OK) : status_q[head.unit];
+  end
+
+  // ---- memory port -----------------------------------------------------------------------------
+  logic [63:0] cq_addr;
+  logic [127:0] cpl_entry;
+  assign cq_addr = cq_base_i + 64'(cq_tail_q) * 16;
+  assign cpl_entry = {64'd0, head.sq_head, 7'd0, phase_q, head_status, head.desc_id};
+  assign mem_valid_o = state_q == StRead || state_q == StWrite;
+  assign mem_write_o = state_q == StWrite;
+  assign mem_addr_o = (state_q == StWrite) ? AddrW'({cq_addr[63:6], 6'b0})
+                                           : AddrW'(sq_base_i + 64'(sq_head_q) * 64);
+  assign mem_tag_o = '0;
+  assign mem_wdata_o = 512'(cpl_entry) << (8 * cq_addr[5:0]);
+  assign mem_wstrb_o = 64'hFFFF << cq_addr[5:0];
+
+  assign unit_desc_o = rd_data_i;
+  assign unit_lo_o = region_base_i;
+  assign unit_hi_o = (region_limit_i < 64'(MemBytes)) ? region_limit_i : 64'(MemBytes);
+  assign sq_head_o = sq_head_q;
+  assign cq_tail_o = cq_tail_q;
+  assign idle_o = state_q == StIdle && ord_n_q == 0 && unit_busy_i == '0;
+
+  always_comb begin
+    unit_start_o = '0;
+    if (state_q == StReadWait && rd_valid_i && rd_data_i[7:0] != 8'(OP_NOP)) begin
+      unit_start_o[free_unit] = 1'b1;
+    end
+  end
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      state_q <= StIdle;
+      sq_head_q <= '0;
+      cq_tail_q <= '0;
+      phase_q <= 1'b1;
+      ord_rd_q <= '0;
+      ord_wr_q <= '0;
+      ord_n_q <= '0;
+      owed_q <= '0;
+      status_q <= '0;
+      assigned_q <= '0;
+      desc_done_o <= 1'b0;
+      desc_err_o <= 1'b0;
+    end else begin
+      automatic logic [OW:0] n = ord_n_q;
+      desc_done_o <= 1'b0;
+      desc_err_o <= 1'b0;
+      for (int u = 0; u < NumUnits; u++) begin
+        if (unit_done_i[u]) begin
+          owed_q[u] <= 1'b1;
+          status_q[u] <= unit_status_i[u];
+        end
+      end
+      unique case (state_q)
+        StIdle: begin
+          if (head_ready) state_q <= StWrite;
+          else if (can_fetch) state_q <= StRead;
+        end
+        StRead: if (mem_ready_i) state_q <= StReadWait;
+        StReadWait: if (rd_valid_i) begin
+          automatic logic [31:0] next = (sq_head_q + 1) & (sq_size_i - 1);
+          order_q[ord_wr_q] <= '{nop: rd_data_i[7:0] == 8'(OP_NOP), unit: free_unit,
+                                 desc_id: rd_data_i[8*DESC_DESC_ID_OFF +: 32],
+                                 sq_head: next[15:0]};
+          ord_wr_q <= ord_wr_q + 1'b1;
+          n = n + 1'b1;
+          if (rd_data_i[7:0] != 8'(OP_NOP)) assigned_q[free_unit] <= 1'b1;
+          sq_head_q <= next;
+          state_q <= StIdle;
+        end
+        StWrite: if (mem_ready_i) state_q <= StWriteWait;
+        StWriteWait: if (mem_cpl_i) begin
+          if (!head.nop) begin
+            owed_q[head.unit] <= 1'b0;
+            assigned_q[head.unit] <= 1'b0;
+          end
+          ord_rd_q <= ord_rd_q + 1'b1;
+          n = n - 1'b1;
+          cq_tail_q <= (cq_tail_q + 1) & (cq_size_i - 1);
+          if (((cq_tail_q + 1) & (cq_size_i - 1)) == 0) phase_q <= !phase_q;
+          desc_done_o <= 1'b1;
+          desc_err_o <= head_status != 8'(DESC_OK);
+          state_q <= StIdle;
+        end
+        default: state_q <= StIdle;
+      endcase
+      ord_n_q <= n;
+      if (sq_reset_i) sq_head_q <= '0;
+      if (cq_reset_i) begin
+        cq_tail_q <= '0;
+        phase_q <= 1'b1;
+      end
+    end
+  end
+endmodule

@@ -1,0 +1,71 @@
+// In-order line reader: takes 64-byte line addresses, keeps up to Depth reads in flight on one
+// memory port (tag = sequence number), and returns the data in address order whatever order the
+// sub-channels answer in (a reorder buffer indexed by tag). Its user takes all the data it asked
+// for before it asks for more of something else.
+module nelssa_line_reader #(
+  parameter int unsigned AddrW = 40,  // device-memory address width
+  parameter int unsigned Depth = 64   // reads in flight (reorder-buffer lines), power of two
+) (
+  input  logic                     clk_i,
+  input  logic                     rst_ni,
+  // line addresses, in the order their data is wanted
+  input  logic                     addr_valid_i,
+  output logic                     addr_ready_o,
+  input  logic [AddrW-1:0]         addr_i,
+  // memory port (reads only)
+  output logic                     mem_valid_o,
+  input  logic                     mem_ready_i,
+  output logic [AddrW-1:0]         mem_addr_o,
+  output logic [15:0]              mem_tag_o,
+  // read data of this port, per sub-channel lane
+  input  logic [7:0]               rd_valid_i,
+  input  logic [7:0][15:0]         rd_tag_i,
+  input  logic [7:0][511:0]        rd_data_i,
+  // data, in order
+  output logic                     out_valid_o,
+  input  logic                     out_ready_i,
+  output logic [511:0]             out_data_o,
+  output logic                     idle_o      // nothing in flight or buffered
+);
+  localparam int unsigned IW = $clog2(Depth);
+
+  if (Depth < 2 || (Depth & (Depth - 1)) != 0 || Depth > 32768) begin : gen_depth_check
+    $error("nelssa_line_reader: Depth must be a power of two in 2..32768");
+  end
+
+  logic [15:0]  issue_q, deliver_q;  // sequence numbers: next to issue, next to deliver
+  logic [Depth-1:0] have_q;
+  logic [511:0] rob_q [Depth];
+  logic [15:0]  in_flight;
+
+  assign in_flight = issue_q - deliver_q;
+  assign mem_valid_o = addr_valid_i && in_flight < 16'(Depth);
+  assign mem_addr_o = addr_i;
+  assign mem_tag_o = issue_q;
+  assign addr_ready_o = mem_valid_o && mem_ready_i;
+  assign out_valid_o = have_q[deliver_q[IW-1:0]];
+  assign out_data_o = rob_q[deliver_q[IW-1:0]];
+  assign idle_o = in_flight == '0;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      issue_q <= '0;
+      deliver_q <= '0;
+      have_q <= '0;
+    end else begin
+      automatic logic [Depth-1:0] have = have_q;
+      if (out_valid_o && out_ready_i) begin
+        have[deliver_q[IW-1:0]] = 1'b0;
+        deliver_q <= deliver_q + 1'b1;
+      end
+      for (int l = 0; l < 8; l++) begin
+        if (rd_valid_i[l]) begin
+          have[rd_tag_i[l][IW-1:0]] = 1'b1;
+          rob_q[rd_tag_i[l][IW-1:0]] <= rd_data_i[l];
+        end
+      end
+      have_q <= have;
+      if (addr_ready_o) issue_q <= issue_q + 1'b1;
+    end
+  end
+endmodule
