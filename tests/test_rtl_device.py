@@ -8,6 +8,7 @@ import pytest
 
 from nelssa.driver import cxl, regs
 from nelssa.driver.device import Device, DeviceError
+from nelssa.driver.formats import DESCRIPTOR, DescStatus
 from nelssa.driver.memory import MemoryApi
 from nelssa.hw.model.device import ModelDevice
 
@@ -85,3 +86,113 @@ def test_malformed_messages_are_refused(rtl_port):
     with pytest.raises(ValueError, match="13 bytes"):
         rtl_port.send(cxl.mem_rd(1, 0) + b"\x00")
     assert rtl_port.receive() == []
+
+
+def bf16(rng: np.random.Generator, shape) -> np.ndarray:
+    return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _attention_workload(port, seed: int) -> tuple[list, list[bytes]]:
+    """Several sessions, head_dim 64 and 128, 1-8 query heads, clusters of 1-64 tokens, 1-256
+    selected; returns every output and the bytes of everything written to device memory."""
+    from nelssa.driver.command import AttnRequest, CommandQueue
+
+    dev = Device(port)
+    mem = MemoryApi(dev, 1 << 20, 1 << 30)
+    cq = CommandQueue(mem, entries=8)
+    rng = np.random.default_rng(seed)
+    requests = []
+    for session, (hd, heads, n_clusters, n_sel) in enumerate(
+            [(128, 4, 300, 256), (64, 8, 30, 17), (128, 1, 5, 1), (64, 3, 64, 40),
+             (128, 8, 12, 12)]):
+        tokens = rng.integers(1, 65, n_clusters)
+        region = mem.alloc_kv(session, 0, 0, hd, n_clusters, int(tokens.sum()))
+        mem.write_clusters(region, [bf16(rng, (t, hd)) for t in tokens],
+                           [bf16(rng, (t, hd)) for t in tokens])
+        sel = rng.choice(n_clusters, n_sel, replace=False).tolist()
+        requests.append(AttnRequest(region, bf16(rng, (heads, hd)), sel))
+    outputs = []
+    for batch in (requests[:3], requests[3:]):  # two doorbells, the ring wraps
+        ids = cq.submit(batch)
+        got = cq.wait(ids, timeout_cycles=20_000_000)
+        outputs += [(got[i].status, got[i].o.view(np.uint32).tobytes(),
+                     got[i].lse.view(np.uint32).tobytes()) for i in ids]
+    image = [dev.mem_read(r.dir_addr, r.max_clusters * 16) for r in mem.regions.values()]
+    image += [dev.mem_read(r.data_addr, r.data_used) for r in mem.regions.values()]
+    image += [dev.mem_read(cq.sq_addr, cq.entries * 64), dev.mem_read(cq.cq_addr,
+                                                                      cq.entries * 16)]
+    return outputs, image
+
+
+def test_attention_workloads_bit_identical_on_rtl_and_model(rtl_port):
+    rtl_out, rtl_image = _attention_workload(rtl_port, seed=31)
+    model_out, model_image = _attention_workload(ModelDevice(), seed=31)
+    assert [o[0] for o in rtl_out] == [DescStatus.OK] * 5
+    assert rtl_out == model_out
+    assert rtl_image == model_image
+    assert rtl_port.violations == 0
+
+
+def test_bad_descriptors_on_rtl_match_the_model(rtl_port):
+    from nelssa.driver.command import CommandQueue
+
+    statuses = {}
+    for name, port in (("rtl", rtl_port), ("model", ModelDevice())):
+        dev = Device(port)
+        mem = MemoryApi(dev, 1 << 22, 1 << 26)
+        cq = CommandQueue(mem, entries=16)
+        rng = np.random.default_rng(4)
+        region = mem.alloc_kv(0, 0, 0, 64, 3, 128)
+        mem.write_clusters(region, [bf16(rng, (4, 64)), bf16(rng, (2, 64))],
+                           [bf16(rng, (4, 64)), bf16(rng, (2, 64))])
+        # a directory entry with 0 tokens, another pointing outside the region
+        dev.mem_write(region.dir_addr + 2 * 16, bytes(16))
+        q_addr, ids_addr, out_addr = (mem.alloc.alloc(256), mem.alloc.alloc(64),
+                                      mem.alloc.alloc(1024))
+        dev.mem_write(q_addr, bf16(rng, (2, 64)).tobytes())
+        good = {"q_addr": q_addr, "dir_addr": region.dir_addr, "ids_addr": ids_addr,
+                "out_addr": out_addr, "num_clusters": 3, "q_heads": 2}
+
+        def desc(i, good=good, **kw):
+            d = {"opcode": 1, "flags": 0, "head_dim": 64, "q_heads": 1, "reserved0": 0,
+                 "num_ids": 1, "desc_id": i, "num_clusters": 1, "q_addr": 0, "dir_addr": 0,
+                 "ids_addr": 0, "out_addr": 0, "scale": 0x3E000000, "reserved1": bytes(12)}
+            d.update(good)
+            d.update(kw)
+            return DESCRIPTOR.build(d)
+
+        ids_bad = mem.alloc.alloc(64)
+        dev.mem_write(ids_bad, np.array([0, 5], "<u4").tobytes())
+        ids_zero = mem.alloc.alloc(64)
+        dev.mem_write(ids_zero, np.array([1, 2], "<u4").tobytes())
+        dev.mem_write(ids_addr, np.array([0, 1], "<u4").tobytes())
+        raws = [desc(1, opcode=7), desc(2, flags=1), desc(3, head_dim=32), desc(4, q_heads=9),
+                desc(5, num_ids=0), desc(6, num_ids=4097), desc(7, q_addr=q_addr + 32),
+                desc(8, out_addr=1 << 27), desc(9, ids_addr=ids_bad, num_ids=2),
+                desc(10, ids_addr=ids_zero, num_ids=2), desc(11, num_ids=2),
+                desc(12, opcode=0), desc(13, num_clusters=0)]
+        def counters(dev=dev):
+            return np.array([dev.reg_read("ERR_DESC"), dev.reg_read("PERF_DESC_DONE"),
+                             dev.reg_read64("PERF_BYTES_READ")])
+
+        before = counters()
+        cq.submit_raw(raws)
+        port.run_until_idle(5_000_000)
+        done = {}
+        for _ in range(100):
+            done.update({o.desc_id: o.status for o in cq.poll()})
+            if len(done) == len(raws):
+                break
+            port.advance(1000)
+        statuses[name] = done
+        statuses[name + " counters"] = (counters() - before).tolist()
+        statuses[name + " out"] = dev.mem_read(out_addr, 576)  # O and LSE of 2 heads x 64
+    assert statuses["rtl"] == statuses["model"]
+    assert statuses["rtl counters"] == statuses["model counters"]
+    assert statuses["rtl out"] == statuses["model out"]
+    s = statuses["rtl"]
+    assert [s[i] for i in range(1, 14)] == [
+        DescStatus.ERR_OPCODE, DescStatus.ERR_RESERVED, DescStatus.ERR_HEAD_DIM,
+        DescStatus.ERR_QHEADS, DescStatus.ERR_COUNT, DescStatus.ERR_COUNT, DescStatus.ERR_ALIGN,
+        DescStatus.ERR_REGION, DescStatus.ERR_CLUSTER_ID, DescStatus.ERR_CLUSTER_LEN,
+        DescStatus.OK, DescStatus.OK, DescStatus.ERR_COUNT]

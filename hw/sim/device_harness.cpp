@@ -37,7 +37,8 @@ struct Device {
   std::deque<std::vector<uint8_t>> req, rwd, mmio, out;
   uint64_t cycle = 0;
   uint64_t owed = 0;  // responses the device still owes (MMIO reads, CXL.mem requests)
-  std::string error;
+  std::string stopped;  // why the simulation stopped; nothing runs after it is set
+  std::string error;    // the last error any call reported
 };
 
 std::string g_error;
@@ -107,7 +108,8 @@ void step(Device& d) {
   t.clk_i = 0;
   ++d.cycle;
   if (d.ctx->gotError() || d.ctx->gotFinish()) {
-    d.error = "the simulation stopped (an assertion or timing violation; see stderr)";
+    d.stopped = "the simulation stopped (an assertion or timing violation; see stderr)";
+    d.error = d.stopped;
   }
 }
 
@@ -198,19 +200,24 @@ int nelssa_dev_pop(void* h, uint8_t* buf, uint32_t cap) {
 // Run cycles; 0, or -1 if the simulation stopped (see last_error).
 int nelssa_dev_run(void* h, uint64_t cycles) {
   auto* d = static_cast<Device*>(h);
-  for (uint64_t i = 0; i < cycles && d->error.empty(); ++i) step(*d);
-  return d->error.empty() ? 0 : -1;
+  for (uint64_t i = 0; i < cycles && d->stopped.empty(); ++i) step(*d);
+  if (!d->stopped.empty()) d->error = d->stopped;
+  return d->stopped.empty() ? 0 : -1;
 }
 
 // Run until nothing is queued, owed or in flight; cycles run, or -1 (stopped) or -2 (timeout).
 int64_t nelssa_dev_run_until_idle(void* h, uint64_t max_cycles) {
   auto* d = static_cast<Device*>(h);
   uint64_t n = 0;
+  if (!d->stopped.empty()) {
+    d->error = d->stopped;
+    return -1;
+  }
   while (busy(*d)) {
     if (n >= max_cycles) return -2;
     step(*d);
     ++n;
-    if (!d->error.empty()) return -1;
+    if (!d->stopped.empty()) return -1;
   }
   return static_cast<int64_t>(n);
 }

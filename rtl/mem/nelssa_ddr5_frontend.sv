@@ -2,7 +2,8 @@
 //
 // Each port's byte address goes through the address map (nelssa_ddr5_addr_map). A sub-channel
 // takes one request per cycle; when several ports want the same one, the port after the last
-// winner goes first (round robin), so no port starves. Requests get a sub-channel-local ID from
+// winner goes first (round robin), so no port starves; ports marked LowPriority (the host's
+// Memory API writes in a device) go only when no other port wants that sub-channel. Requests get a sub-channel-local ID from
 // a free list (IdW bits, returned when the read data comes back or the WRITE issues), so the
 // ports' own tags may repeat; a port's tag and number come back with its read data.
 //
@@ -17,6 +18,7 @@ module nelssa_ddr5_frontend #(
   parameter int unsigned AddressMap = 0,   // 0 cacheline, 1 row, 2 mop4 (nelssa_ddr5_addr_map)
   parameter int unsigned TagW       = 16,  // the ports' request tag width
   parameter int unsigned IdW        = 7,   // sub-channel-local request ID width
+  parameter logic [7:0]  LowPriority = '0,  // ports served only when no other port waits
   localparam int unsigned PortW     = (NumPorts > 1) ? $clog2(NumPorts) : 1  // port-number width
 ) (
   input  logic                               clk_i,
@@ -113,12 +115,16 @@ module nelssa_ddr5_frontend #(
   always_comb begin
     grant_valid = '0;
     grant_port  = '0;
-    for (int s = 0; s < NUM_SUB; s++) begin
-      for (int n = 0; n < NumPorts; n++) begin
-        automatic int p = (int'(rr_q) + n) % NumPorts;
-        if (!grant_valid[s] && req_valid_i[p] && !p_err[p] && int'(p_sub[p]) == s) begin
-          grant_valid[s] = 1'b1;
-          grant_port[s]  = PortW'(p);
+    // ports of LowPriority only get a sub-channel no other port wants this cycle
+    for (int pass = 0; pass < 2; pass++) begin
+      for (int s = 0; s < NUM_SUB; s++) begin
+        for (int n = 0; n < NumPorts; n++) begin
+          automatic int p = (int'(rr_q) + n) % NumPorts;
+          if (!grant_valid[s] && req_valid_i[p] && !p_err[p] && int'(p_sub[p]) == s &&
+              LowPriority[p] == (pass == 1)) begin
+            grant_valid[s] = 1'b1;
+            grant_port[s]  = PortW'(p);
+          end
         end
       end
     end

@@ -7,6 +7,7 @@ module nelssa_ddr5_system #(
   parameter int unsigned AddrW      = 40,  // byte-address width
   parameter int unsigned AddressMap = 0,   // 0 cacheline, 1 row, 2 mop4
   parameter int unsigned TagW       = 16,  // request tag width
+  parameter logic [7:0]  LowPriority = '0,  // ports served last (nelssa_ddr5_frontend)
   localparam int unsigned PortW     = (NumPorts > 1) ? $clog2(NumPorts) : 1  // port-number width
 ) (
   input  logic                           clk_i,
@@ -45,7 +46,8 @@ module nelssa_ddr5_system #(
     .AddrW     (AddrW),
     .AddressMap(AddressMap),
     .TagW      (TagW),
-    .IdW       (ID_W)
+    .IdW       (ID_W),
+    .LowPriority(LowPriority)
   ) u_frontend (
     .clk_i            (clk_i),
     .rst_ni           (rst_ni),

@@ -113,7 +113,8 @@ module nelssa_device_sim #(
     .PresetId  (PresetId),
     .NumPorts  (PORTS),
     .AddrW     (ADDR_W),
-    .TagW      (16)
+    .TagW      (16),
+    .LowPriority(8'b1)  // port 0, the host's CXL.mem: attention reads go first
   ) u_memory (
     .clk_i       (clk_i),
     .rst_ni      (rst_ni),

@@ -43,7 +43,7 @@ module nelssa_attn_unit
   localparam int unsigned IDW = $clog2(MaxIds);
 
   typedef enum logic [3:0] {
-    StIdle, StIds, StDir, StRun, StWait, StDone
+    StIdle, StIds, StDir, StRun, StWait, StDrain, StDone
   } state_e;
 
   // descriptor fields (driver/formats.py DESCRIPTOR)
@@ -204,7 +204,7 @@ module nelssa_attn_unit
       end
       StDir: begin
         automatic logic [63:0] a = dir_addr_q + 64'(ids_q[gen_j_q[IDW-1:0]]) * 16;
-        ra_valid = !gen_done_q;
+        ra_valid = !gen_done_q && !id_bad_q;  // a bad id ends the descriptor: read no more
         ra_addr = AddrW'(a & ~64'd63);
       end
       StRun: begin
@@ -221,7 +221,8 @@ module nelssa_attn_unit
   assign clu_valid = state_q == StRun && cmd_sent_q && clu_sent_q < 32'(num_ids_q);
   assign kv_valid = state_q == StRun && cmd_sent_q && rd_out_valid;
   assign kv_last = kv_beats_q + 1 == kv_total_q;
-  assign rd_out_ready = (state_q == StIds || state_q == StDir) ? 1'b1 : (kv_valid && kv_ready);
+  assign rd_out_ready = (state_q == StIds || state_q == StDir || state_q == StDrain) ? 1'b1
+                                                                                   : (kv_valid && kv_ready);
 
   // result beats become line writes
   assign wr_pending = res_valid;
@@ -299,7 +300,7 @@ module nelssa_attn_unit
         StDir: begin
           if (id_bad_q) begin
             status_q <= 8'(DESC_ERR_CLUSTER_ID);
-            state_q <= StDone;
+            state_q <= StDrain;
           end else begin
             if (ra_valid && ra_ready) begin
               gen_j_q <= gen_j_q + 1;
@@ -331,10 +332,10 @@ module nelssa_attn_unit
         StWait: begin  // the directory's verdict, then the stream's length
           if (len_bad_q) begin
             status_q <= 8'(DESC_ERR_CLUSTER_LEN);
-            state_q <= StDone;
+            state_q <= StDrain;
           end else if (first_fail_q != 0) begin
             status_q <= first_fail_q;
-            state_q <= StDone;
+            state_q <= StDrain;
           end else begin
             automatic logic [31:0] total = q_lines;
             for (int j = 0; j < MaxIds; j++) begin
@@ -367,6 +368,7 @@ module nelssa_attn_unit
             state_q <= StDone;
           end
         end
+        StDrain: if (reader_idle) state_q <= StDone;  // no read of this descriptor left
         StDone: state_q <= StIdle;
         default: state_q <= StIdle;
       endcase

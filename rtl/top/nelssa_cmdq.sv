@@ -78,7 +78,7 @@ module nelssa_cmdq
 
   // ---- what can happen now ---------------------------------------------------------------------
   logic [31:0] cq_used;
-  logic        have_free, can_fetch, head_ready;
+  logic        pending, have_free, can_fetch, head_ready;
   logic [UW-1:0] free_unit;
   order_t      head;
   logic [7:0]  head_status;
@@ -93,9 +93,10 @@ module nelssa_cmdq
       end
     end
     cq_used = (cq_size_i == 0) ? 32'd0 : ((cq_tail_q - cq_head_i) & (cq_size_i - 1));
-    can_fetch = enable_i && sq_size_i != 0 && cq_size_i != 0 && sq_head_q != sq_tail_i &&
-                have_free && int'(ord_n_q) < OrderDepth &&
-                cq_used + 32'(ord_n_q) + 1 < cq_size_i;
+    // a descriptor waits and the completion ring has room for it (the model's _pending)
+    pending = enable_i && sq_size_i != 0 && cq_size_i != 0 && sq_head_q != sq_tail_i &&
+              cq_used + 32'(ord_n_q) + 1 < cq_size_i;
+    can_fetch = pending && have_free && int'(ord_n_q) < OrderDepth;
     head = order_q[ord_rd_q];
     head_ready = ord_n_q != 0 && (head.nop || owed_q[head.unit]);
     head_status = head.nop ? 8'(DESC_OK) : status_q[head.unit];
@@ -119,7 +120,7 @@ module nelssa_cmdq
   assign unit_hi_o = (region_limit_i < 64'(MemBytes)) ? region_limit_i : 64'(MemBytes);
   assign sq_head_o = sq_head_q;
   assign cq_tail_o = cq_tail_q;
-  assign idle_o = state_q == StIdle && ord_n_q == 0 && unit_busy_i == '0;
+  assign idle_o = state_q == StIdle && ord_n_q == 0 && unit_busy_i == '0 && !pending;
 
   always_comb begin
     unit_start_o = '0;
