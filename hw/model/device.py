@@ -1,8 +1,8 @@
 """Transaction-level model of a PNM device behind the port (the ``model`` backend): registers,
 sparse device memory, submission and completion rings, descriptor checks, and the bit-exact
 engine model for the arithmetic. Time is an estimate: each descriptor occupies one engine for
-the longer of its beat count (one 64-byte beat per cycle per engine) and the DDR5 estimate of
-its reads at its engine's share of the bandwidth.
+the longer of the unit time calibrated against the RTL (hw/model/device_timing.py) and the
+DDR5 estimate of its reads at its engine's share of the bandwidth.
 
 What a descriptor may do is checked before any memory is touched (driver/formats.py lists the
 statuses); a bad descriptor completes with its error status and changes nothing else.
@@ -31,14 +31,11 @@ from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device_exec import run_descriptor
+from nelssa.hw.model.device_timing import UnitTiming
 from nelssa.hw.model.engine import EngineParams
 
 log = logging.getLogger(__name__)
 
-ENGINE_BEATS_PER_CYCLE = 0.985
-"""Measured beat rate of one engine (README: make bench)."""
-DESCRIPTOR_OVERHEAD_CYCLES = 64
-"""Fetch, directory and id reads, output and completion writes (before calibration)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +136,8 @@ class ModelDevice(DevicePort):
         self._inflight: list[_InFlight] = []  # completes in fetch order
         self._seq = 0
         self._completed = 0  # completions written since reset (their phase)
+        self._busy_until = 0
+        self.unit_timing = UnitTiming.load()
         self._latch: tuple[int, int] | None = None  # (HI offset, value) from the last LO read
 
     # -- registers -------------------------------------------------------------------------------
@@ -305,22 +304,30 @@ class ModelDevice(DevicePort):
         status, writes, lines = run_descriptor(d, self.mem, region, self.config)
         if status != DescStatus.OK:
             self._bump("ERR_DESC")
-        # the longer of the engine's beats and the DDR5 time of its reads at a 1/engines share
         engine = min(range(len(self._engine_free)), key=self._engine_free.__getitem__)
         start = max(self._now, self._engine_free[engine])
-        cycles = DESCRIPTOR_OVERHEAD_CYCLES
+        cycles = self._cycles(d, lines)
         if lines:
-            beats = int(np.ceil(len(lines) / ENGINE_BEATS_PER_CYCLE))
-            mem = estimate_device(np.asarray(lines, dtype=np.int64), None, self.geometry,
-                                  lines_per_cycle=4).cycles * self.config.engines
-            cycles += max(beats, mem)
             self._bump64("PERF_BYTES_READ", len(lines) * LINE_BYTES)
         self._engine_free[engine] = start + cycles
-        self._bump64("PERF_BUSY", cycles)
+        # busy: cycles with any descriptor in flight (the union over engines, as the RTL counts)
+        self._bump64("PERF_BUSY", max(0, start + cycles - max(start, self._busy_until)))
+        self._busy_until = max(self._busy_until, start + cycles)
         done = max(start + cycles, self._inflight[-1].done_cycle if self._inflight else 0)
         self._seq += 1
         heapq.heappush(self._inflight, _InFlight(done, self._seq, d.desc_id, status,
                                                  self._get("SQ_HEAD") & 0xFFFF, writes))
+
+    def _cycles(self, d, lines: list[int]) -> int:
+        """Estimated cycles of one descriptor on its engine: the calibrated unit time
+        (hw/model/device_timing.py), or the DDR5 time of its reads at the engine's share of the
+        bandwidth if that is longer."""
+        cycles = self.unit_timing.cycles(d, len(lines))
+        if lines:
+            mem = estimate_device(np.asarray(lines, dtype=np.int64), None, self.geometry,
+                                  lines_per_cycle=4).cycles * self.config.engines
+            cycles = max(cycles, mem)
+        return cycles
 
     def _bump64(self, name: str, by: int) -> None:
         self._set64(name, self._get64(name) + by)

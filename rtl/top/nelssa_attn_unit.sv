@@ -14,7 +14,7 @@ module nelssa_attn_unit
   parameter int unsigned HeadDim          = 128,  // engine: largest head_dim
   parameter int unsigned NumQHeads        = 8,    // engine: largest GQA group
   parameter int unsigned MaxClusterTokens = 64,   // engine: largest cluster
-  parameter int unsigned ReadDepth        = 64    // reads in flight
+  parameter int unsigned ReadDepth        = 128   // reads in flight (covers the memory latency)
 ) (
   input  logic              clk_i,
   input  logic              rst_ni,

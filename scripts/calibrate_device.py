@@ -1,0 +1,87 @@
+"""Fit the model device's unit timing (hw/model/device_timing.py) to the RTL device: one ATTN
+descriptor at a time over a grid of shapes, the RTL's busy cycles against the features, least
+squares; writes hw/model/device_calibration.json with the fit's error per shape.
+
+    .venv/bin/python scripts/calibrate_device.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from nelssa.driver.command import AttnRequest, CommandQueue
+from nelssa.driver.device import Device
+from nelssa.driver.formats import DESCRIPTOR
+from nelssa.driver.memory import MemoryApi
+from nelssa.hw.model.device_timing import CALIBRATION_FILE, FEATURES, features
+from nelssa.hw.sim.device import RtlDevice
+
+SHAPES = [  # head_dim, query heads, selected clusters, tokens per cluster
+    (64, 1, 1, 4), (64, 2, 8, 16), (64, 8, 40, 16), (64, 4, 120, 8),
+    (128, 1, 1, 64), (128, 4, 16, 16), (128, 8, 30, 32), (128, 4, 100, 16),
+    (128, 2, 200, 4), (128, 4, 60, 64), (64, 1, 250, 1), (128, 8, 8, 64),
+]
+
+
+def bf16(rng: np.random.Generator, shape) -> np.ndarray:
+    return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def measure(dev: Device, mem: MemoryApi, cq: CommandQueue, shape, rng, session: int
+            ) -> tuple[np.ndarray, int]:
+    hd, heads, n_sel, tokens = shape
+    region = mem.alloc_kv(session, 0, 0, hd, n_sel, n_sel * tokens)
+    mem.write_clusters(region, [bf16(rng, (tokens, hd))] * n_sel,
+                       [bf16(rng, (tokens, hd))] * n_sel)
+    busy0, bytes0 = dev.reg_read64("PERF_BUSY"), dev.reg_read64("PERF_BYTES_READ")
+    ids = cq.submit([AttnRequest(region, bf16(rng, (heads, hd)), list(range(n_sel)))])
+    cq.wait(ids)
+    busy = dev.reg_read64("PERF_BUSY") - busy0
+    lines = (dev.reg_read64("PERF_BYTES_READ") - bytes0) // 64
+    d = DESCRIPTOR.parse(DESCRIPTOR.build({
+        "opcode": 1, "flags": 0, "head_dim": hd, "q_heads": heads, "reserved0": 0,
+        "num_ids": n_sel, "desc_id": 0, "num_clusters": n_sel, "q_addr": 0, "dir_addr": 0,
+        "ids_addr": 0, "out_addr": 0, "scale": 0, "reserved1": bytes(12)}))
+    mem.free_kv(region)
+    return features(d, lines), busy
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    port = RtlDevice()
+    dev = Device(port)
+    mem = MemoryApi(dev, 1 << 20, 1 << 32)
+    cq = CommandQueue(mem, entries=16)
+    rng = np.random.default_rng(0)
+    rows, cycles = [], []
+    t0 = time.perf_counter()
+    for i, shape in enumerate(SHAPES):
+        x, busy = measure(dev, mem, cq, shape, rng, i)
+        rows.append(x)
+        cycles.append(busy)
+    # least squares on relative error: small descriptors count as much as large ones
+    x, y = np.array(rows), np.array(cycles, dtype=np.float64)
+    coef, *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
+    errors = {}
+    for shape, x, busy in zip(SHAPES, rows, cycles, strict=True):
+        est = float(np.dot(x, coef))
+        hd, heads, n_sel, tokens = shape
+        errors[f"hd {hd}, {heads} heads, {n_sel} clusters x {tokens} tokens"] = round(
+            (est - busy) / busy * 100, 2)
+        print(f"{shape}: RTL {busy} cycles, fit {est:.0f} ({(est - busy) / busy * 100:+.2f} %)")
+    worst = max(abs(e) for e in errors.values())
+    print(f"coefficients {dict(zip(FEATURES, np.round(coef, 4).tolist(), strict=True))}, "
+          f"worst error {worst:.2f} %, {time.perf_counter() - t0:.0f} s")
+    CALIBRATION_FILE.write_text(json.dumps({
+        "features": list(FEATURES), "coefficients": coef.tolist(), "error_percent": errors,
+        "worst_error_percent": worst}, indent=1) + "\n")
+    print(f"wrote {CALIBRATION_FILE}")
+    port.close()
+
+
+if __name__ == "__main__":
+    main()
