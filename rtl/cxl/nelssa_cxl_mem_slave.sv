@@ -3,7 +3,8 @@
 // return in any order. A request outside the HDM window (or not 64-byte aligned) is answered
 // with RSP_ADDR_ERROR and never reaches memory. Responses queue in FIFOs; a request is taken
 // only when its FIFO has room for its response counting everything in flight, so a host that
-// stops taking responses back-pressures requests and nothing is dropped.
+// stops taking responses back-pressures requests and nothing is dropped. hold_i pauses new
+// requests (the device uses it to keep host traffic from crowding out attention reads).
 module nelssa_cxl_mem_slave
   import nelssa_dev_pkg::*;
 #(
@@ -50,7 +51,8 @@ module nelssa_cxl_mem_slave
   input  logic [ReadLanes-1:0]                mem_rd_valid_i,    // read data for this port
   input  logic [ReadLanes-1:0][15:0]          mem_rd_tag_i,
   input  logic [ReadLanes-1:0][511:0]         mem_rd_data_i,
-  output logic                                err_o              // a request was out of range
+  output logic                                err_o,             // a request was out of range
+  input  logic                                hold_i             // take no request this cycle
 );
   localparam int unsigned CNT_W = $clog2(RspDepth + 1);
   localparam int unsigned PTR_W = $clog2(RspDepth);
@@ -89,8 +91,8 @@ module nelssa_cxl_mem_slave
   endfunction
 
   always_comb begin
-    take_rwd = rwd_valid_i && (prefer_rwd_q || !req_valid_i);
-    take_req = !take_rwd && req_valid_i;
+    take_rwd = !hold_i && rwd_valid_i && (prefer_rwd_q || !req_valid_i);
+    take_req = !hold_i && !take_rwd && req_valid_i;
     addr = take_rwd ? rwd_addr_i : req_addr_i;
     bad = !in_window(addr);
     // room for the response: queued plus owed plus this one (read data arriving from memory

@@ -9,6 +9,9 @@ module nelssa_device
   parameter int unsigned NumUnits    = 2,             // attention units (engines)
   parameter int unsigned AddrW       = 40,            // device-memory address width
   parameter longint      MemBytes    = 64'd1 << 36,   // HDM window (64 GiB)
+  parameter int unsigned HostShare   = 4,             // while attention runs, the host's
+                                                      // CXL.mem may start a request every
+                                                      // HostShare cycles
   localparam int unsigned NumMemPorts = NumUnits + 2, // memory ports used
   localparam int unsigned PortW      = $clog2(NumMemPorts),  // port id width
   // CAPS (driver/regs.pack_caps): engines, 8 query heads, head_dim 64 and 128, 64 tokens
@@ -65,6 +68,20 @@ module nelssa_device
 );
   if (NumUnits < 1 || NumUnits > 6) begin : gen_units_check
     $error("nelssa_device: NumUnits must be 1..6 (the memory front end has 8 ports)");
+  end
+  if (HostShare < 1 || HostShare > 256) begin : gen_share_check
+    $error("nelssa_device: HostShare must be 1..256");
+  end
+
+  // Isolation of attention from KV ingestion (paper 5.1): the memory front end serves the
+  // units' reads before the host's requests, and while a unit runs the host's requests are
+  // spaced HostShare cycles apart, so the write drains they cause in the DDR5 controllers stay
+  // rare enough not to stall the units' in-order streams.
+  logic [7:0] share_q;
+  logic       host_hold;
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) share_q <= '0;
+    else share_q <= (int'(share_q) >= HostShare - 1) ? '0 : share_q + 1'b1;
   end
 
   logic        err_mem, enable, sq_reset, cq_reset, cmdq_idle, desc_done, desc_err;
@@ -172,7 +189,8 @@ module nelssa_device
     .mem_rd_valid_i (lane_valid[0]),
     .mem_rd_tag_i   (mem_rd_tag_i),
     .mem_rd_data_i  (mem_rd_data_i),
-    .err_o          (err_mem)
+    .err_o          (err_mem),
+    .hold_i         (host_hold)
   );
 
   nelssa_cmdq #(
@@ -251,5 +269,6 @@ module nelssa_device
   /* verilator lint_on UNUSEDSIGNAL */
   assign cpl_tag_unused = mem_cpl_tag_i;
 
+  assign host_hold = |unit_busy && share_q != '0;
   assign idle_o = cmdq_idle;
 endmodule
