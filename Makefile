@@ -6,7 +6,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine bench \
-        bench-ddr5 calibrate-ddr5 clean
+        bench-ddr5 calibrate-ddr5 bench-device calibrate-device clean
 
 all: test
 
@@ -51,6 +51,12 @@ bench-ddr5: venv
 
 calibrate-ddr5: venv
 	$(VPY) scripts/calibrate_ddr5.py
+
+bench-device: venv
+	$(VPY) scripts/bench_device.py
+
+calibrate-device: venv
+	$(VPY) scripts/calibrate_device.py
 
 clean:
 	rm -rf build

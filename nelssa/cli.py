@@ -93,8 +93,12 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
 
         port = ModelDevice(DeviceConfig(engines=args.engines, preset=args.preset))
     else:
-        log.error("the rtl backend's device harness is not built yet; use --backend model")
-        return 2
+        from nelssa.hw.sim.device import RtlDevice
+
+        if not 1 <= args.engines <= 6:
+            log.error("the rtl device takes 1..6 attention units, got --engines %d", args.engines)
+            return 2
+        port = RtlDevice(args.preset, units=args.engines)
     log.info("serving a %s device at %s", args.backend, args.endpoint)
     serve_port(port, args.endpoint)
     return 0

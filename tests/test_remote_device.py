@@ -40,10 +40,15 @@ def _run(port) -> tuple[np.ndarray, np.ndarray, int]:
     return out.o, out.lse, dev.reg_read("PERF_DESC_DONE")
 
 
-def test_served_model_device_matches_in_process(tmp_path):
+@pytest.mark.parametrize("backend", ["model", pytest.param("rtl", marks=pytest.mark.rtl)])
+def test_served_device_matches_in_process_model(tmp_path, backend):
+    if backend == "rtl":  # build (or find) the library here, not inside the server's timeout
+        from nelssa.hw.sim.device import build_library
+
+        build_library()
     endpoint = f"ipc://{tmp_path}/dev0"
     proc = subprocess.Popen([sys.executable, "-m", "nelssa.cli", "device", "serve",
-                             "--backend", "model", "--endpoint", endpoint],
+                             "--backend", backend, "--endpoint", endpoint],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         remote = RemotePort(endpoint, timeout_ms=30_000)

@@ -80,6 +80,11 @@ def test_rtl_and_model_agree_on_memory_and_registers(rtl_port):
     assert rtl_port.violations == 0
 
 
+def test_waveforms_need_a_waves_build(rtl_port, tmp_path):
+    with pytest.raises(RuntimeError, match="built without waveform support"):
+        rtl_port.trace_start(tmp_path / "x.vcd")
+
+
 def test_malformed_messages_are_refused(rtl_port):
     with pytest.raises(ValueError, match="not a host-to-device message: channel 3"):
         rtl_port.send(bytes([3, 0, 1, 0, 0]))

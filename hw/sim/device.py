@@ -21,25 +21,39 @@ from nelssa.hw.sim.verilator import build_executable
 log = logging.getLogger(__name__)
 
 HARNESS_CPP = Path(__file__).resolve().parent / "device_harness.cpp"
+LZ4_HEADER = Path("/usr/include/lz4.h")
 MAX_MESSAGE = 128
 
 
-def build_library(preset: str = "ddr5-6400") -> Path:
-    """Build (or reuse) the device library for a DDR5 preset."""
+def build_library(preset: str = "ddr5-6400", units: int = 2, waves: bool = False) -> Path:
+    """Build (or reuse) the device library for a DDR5 preset and unit count; ``waves`` adds
+    waveform support (FST when the lz4 headers are installed, VCD otherwise)."""
     if preset not in PRESETS:
         raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    if not 1 <= units <= 6:
+        raise ValueError(f"units must be 1..6, got {units}")
+    trace: list[str] = []
+    if waves:
+        fst = LZ4_HEADER.exists()
+        trace = ["--trace-fst" if fst else "--trace", "--trace-structs",
+                 "-CFLAGS", "-DNELSSA_TRACE=1", "-CFLAGS", f"-DNELSSA_TRACE_FST={int(fst)}"]
+        if not fst:
+            log.warning("no %s: waveforms will be VCD (apt-get install liblz4-dev for FST)",
+                        LZ4_HEADER)
     return build_executable(
         "device-lib", "nelssa_device_sim", [VERILATOR_CONFIG, *DEVICE_SIM],
-        [HARNESS_CPP, DDR5_STORE_CPP], parameters={"PresetId": list(PRESETS).index(preset)},
+        [HARNESS_CPP, DDR5_STORE_CPP],
+        parameters={"PresetId": list(PRESETS).index(preset), "NumUnits": units},
         extra_args=["-CFLAGS", "-O2", "-CFLAGS", "-fPIC", "-LDFLAGS", "-shared",
-                    *DDR5_VERILATOR_ARGS])
+                    *DDR5_VERILATOR_ARGS, *trace])
 
 
 class RtlDevice(DevicePort):
     """A simulated device in this process."""
 
-    def __init__(self, preset: str = "ddr5-6400") -> None:
-        self.lib_path = build_library(preset)
+    def __init__(self, preset: str = "ddr5-6400", units: int = 2, waves: bool = False) -> None:
+        self.units = units
+        self.lib_path = build_library(preset, units, waves)
         lib = ctypes.CDLL(str(self.lib_path))
         lib.nelssa_dev_create.restype = ctypes.c_void_p
         lib.nelssa_dev_destroy.argtypes = [ctypes.c_void_p]
@@ -54,6 +68,8 @@ class RtlDevice(DevicePort):
         lib.nelssa_dev_cycle.argtypes = [ctypes.c_void_p]
         lib.nelssa_dev_violations.restype = ctypes.c_uint32
         lib.nelssa_dev_violations.argtypes = [ctypes.c_void_p]
+        lib.nelssa_dev_trace_open.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.nelssa_dev_trace_close.argtypes = [ctypes.c_void_p]
         self._lib = lib
         self._h = lib.nelssa_dev_create()
         if not self._h:
@@ -90,6 +106,15 @@ class RtlDevice(DevicePort):
     @property
     def cycle(self) -> int:
         return int(self._lib.nelssa_dev_cycle(self._h))
+
+    def trace_start(self, path: str | Path) -> None:
+        """Write a waveform of everything from now on (needs ``waves=True``)."""
+        if self._lib.nelssa_dev_trace_open(self._h, str(path).encode()) != 0:
+            raise RuntimeError(self._error())
+
+    def trace_stop(self) -> None:
+        """Close the waveform file."""
+        self._lib.nelssa_dev_trace_close(self._h)
 
     @property
     def violations(self) -> int:

@@ -12,6 +12,13 @@
 
 #include "Vnelssa_device_sim.h"
 #include "verilated.h"
+#if NELSSA_TRACE && NELSSA_TRACE_FST
+#include "verilated_fst_c.h"
+using TraceFile = VerilatedFstC;
+#elif NELSSA_TRACE
+#include "verilated_vcd_c.h"
+using TraceFile = VerilatedVcdC;
+#endif
 
 namespace {
 
@@ -39,7 +46,19 @@ struct Device {
   uint64_t owed = 0;  // responses the device still owes (MMIO reads, CXL.mem requests)
   std::string stopped;  // why the simulation stopped; nothing runs after it is set
   std::string error;    // the last error any call reported
+#if NELSSA_TRACE
+  std::unique_ptr<TraceFile> trace;
+#endif
 };
+
+void dump(Device& d, uint64_t t) {
+#if NELSSA_TRACE
+  if (d.trace) d.trace->dump(t);
+#else
+  (void)d;
+  (void)t;
+#endif
+}
 
 std::string g_error;
 int g_live = 0;  // devices alive in this process: the DPI backing store is one per process
@@ -78,6 +97,7 @@ void step(Device& d) {
   t.ndr_ready_i = 1;
   t.drs_ready_i = 1;
   t.eval();
+  dump(d, 2 * d.cycle);
   if (t.mmio_valid_i && t.mmio_ready_o) d.mmio.pop_front();
   if (t.req_valid_i && t.req_ready_o) d.req.pop_front();
   if (t.rwd_valid_i && t.rwd_ready_o) d.rwd.pop_front();
@@ -105,6 +125,7 @@ void step(Device& d) {
   }
   t.clk_i = 1;
   t.eval();
+  dump(d, 2 * d.cycle + 1);
   t.clk_i = 0;
   ++d.cycle;
   if (d.ctx->gotError() || d.ctx->gotFinish()) {
@@ -132,6 +153,9 @@ void* nelssa_dev_create() {
   auto d = std::make_unique<Device>();
   d->ctx = std::make_unique<VerilatedContext>();
   d->ctx->fatalOnError(false);
+#if NELSSA_TRACE
+  d->ctx->traceEverOn(true);
+#endif
   d->top = std::make_unique<Vnelssa_device_sim>(d->ctx.get());
   auto& t = *d->top;
   t.clk_i = 0;
@@ -150,6 +174,9 @@ void* nelssa_dev_create() {
 void nelssa_dev_destroy(void* h) {
   auto* d = static_cast<Device*>(h);
   if (!d) return;
+#if NELSSA_TRACE
+  if (d->trace) d->trace->close();
+#endif
   d->top->final();
   delete d;
   --g_live;
@@ -220,6 +247,40 @@ int64_t nelssa_dev_run_until_idle(void* h, uint64_t max_cycles) {
     if (!d->stopped.empty()) return -1;
   }
   return static_cast<int64_t>(n);
+}
+
+// Start writing a waveform (FST or VCD, as built) to path; 0, or -1 (see last_error).
+int nelssa_dev_trace_open(void* h, const char* path) {
+  auto* d = static_cast<Device*>(h);
+#if NELSSA_TRACE
+  if (d->trace) d->trace->close();
+  d->trace = std::make_unique<TraceFile>();
+  d->top->trace(d->trace.get(), 99);
+  d->trace->open(path);
+  if (!d->trace->isOpen()) {
+    d->trace.reset();
+    d->error = std::string("cannot open waveform file ") + path;
+    return -1;
+  }
+  return 0;
+#else
+  (void)path;
+  d->error = "this device library was built without waveform support";
+  return -1;
+#endif
+}
+
+// Stop writing the waveform (the file is complete after this).
+void nelssa_dev_trace_close(void* h) {
+#if NELSSA_TRACE
+  auto* d = static_cast<Device*>(h);
+  if (d->trace) {
+    d->trace->close();
+    d->trace.reset();
+  }
+#else
+  (void)h;
+#endif
 }
 
 uint64_t nelssa_dev_cycle(void* h) { return static_cast<Device*>(h)->cycle; }

@@ -2,7 +2,8 @@
 // memory (front end, 8 DDR5 sub-channels with timing checkers and the sparse DPI-C store).
 // Driven by the C++ harness hw/sim/device_harness.cpp.
 module nelssa_device_sim #(
-  parameter int unsigned PresetId = 0  // DDR5 timing preset (hw/model/ddr5_timing.PRESETS)
+  parameter int unsigned PresetId = 0,  // DDR5 timing preset (hw/model/ddr5_timing.PRESETS)
+  parameter int unsigned NumUnits = 2   // attention units (nelssa_device)
 ) (
   input  logic         clk_i,
   input  logic         rst_ni,
@@ -38,8 +39,7 @@ module nelssa_device_sim #(
   output logic         idle_o,
   output logic [31:0]  violations_o
 );
-  localparam int unsigned UNITS = 2;
-  localparam int unsigned PORTS = UNITS + 2;
+  localparam int unsigned PORTS = NumUnits + 2;
   localparam int unsigned ADDR_W = 40;
 
   logic [PORTS-1:0]             mem_valid, mem_ready, mem_write, cpl_valid, cpl_write, cpl_err;
@@ -48,12 +48,12 @@ module nelssa_device_sim #(
   logic [PORTS-1:0][511:0]      mem_wdata;
   logic [PORTS-1:0][63:0]       mem_wstrb;
   logic [7:0]                   rd_valid;
-  logic [7:0][1:0]              rd_port;
+  logic [7:0][$clog2(PORTS)-1:0] rd_port;
   logic [7:0][15:0]             rd_tag;
   logic [7:0][511:0]            rd_data;
 
   nelssa_device #(
-    .NumUnits(UNITS),
+    .NumUnits(NumUnits),
     .AddrW   (ADDR_W)
   ) u_device (
     .clk_i           (clk_i),
