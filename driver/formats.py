@@ -39,7 +39,10 @@ class DescOpcode(IntEnum):
 
 
 class DescStatus(IntEnum):
-    """Completion status of a descriptor (8 bits)."""
+    """Completion status of a descriptor (8 bits). The device checks in this order and reports
+    the first failure: opcode, reserved fields, head_dim, query heads, counts, alignment of the
+    descriptor's addresses, their region; then every selected id; then every selected cluster's
+    token count; then, cluster by cluster, its alignment and region."""
 
     OK = 0
     ERR_OPCODE = 1

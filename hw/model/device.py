@@ -37,7 +37,6 @@ from nelssa.hw.model.engine import EngineParams
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class DeviceConfig:
     """What a device is built with."""
