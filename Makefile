@@ -19,7 +19,7 @@ $(STAMP): requirements-dev.txt pyproject.toml
 venv: $(STAMP)
 
 demo: venv
-	$(VENV)/bin/nelssa demo
+	$(VENV)/bin/nelssa device demo
 
 test: lint gen-check pytest synth
 
