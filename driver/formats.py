@@ -46,23 +46,30 @@ class DescStatus(IntEnum):
 
     OK = 0
     ERR_OPCODE = 1
-    """Unknown opcode."""
     ERR_HEAD_DIM = 2
-    """head_dim not supported by the device."""
     ERR_QHEADS = 3
-    """q_heads is 0 or above the device's maximum."""
     ERR_COUNT = 4
-    """num_ids is 0 or above MAX_IDS, or num_clusters is 0."""
     ERR_CLUSTER_ID = 5
-    """A selected cluster id is not below num_clusters."""
     ERR_CLUSTER_LEN = 6
-    """A selected cluster has 0 tokens or more than the device's maximum."""
     ERR_ALIGN = 7
-    """An address is not 64-byte aligned."""
     ERR_REGION = 8
-    """Memory the descriptor names lies outside the queue's region."""
     ERR_RESERVED = 9
-    """A reserved field is not zero."""
+
+
+STATUS_MEANING = {
+    DescStatus.OK: "done; O and LSE written at out_addr",
+    DescStatus.ERR_OPCODE: "unknown opcode",
+    DescStatus.ERR_HEAD_DIM: "head_dim not supported by the device",
+    DescStatus.ERR_QHEADS: "q_heads is 0 or above the device's maximum",
+    DescStatus.ERR_COUNT: "num_ids is 0 or above MAX_IDS, or num_clusters is 0",
+    DescStatus.ERR_CLUSTER_ID: "a selected cluster id is not below num_clusters",
+    DescStatus.ERR_CLUSTER_LEN: "a selected cluster has 0 tokens or more than the device's maximum",
+    DescStatus.ERR_ALIGN: "an address (of the descriptor or a selected cluster) is not 64-byte "
+                          "aligned",
+    DescStatus.ERR_REGION: "memory the descriptor names lies outside the queue's region",
+    DescStatus.ERR_RESERVED: "a reserved field is not zero",
+}
+"""What each status means (documentation and error messages)."""
 
 
 DESCRIPTOR = Struct(
