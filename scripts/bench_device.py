@@ -20,12 +20,13 @@ from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.formats import CLUSTER_ENTRY, cluster_bytes
 from nelssa.driver.memory import MemoryApi
+from nelssa.hw.model import fp
 
 CLOCK_HZ = 800e6
 
 
 def bf16(rng: np.random.Generator, shape) -> np.ndarray:
-    return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
 def run(port, args) -> dict[str, object]:

@@ -17,6 +17,7 @@ from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.formats import DESCRIPTOR
 from nelssa.driver.memory import MemoryApi
+from nelssa.hw.model import fp
 from nelssa.hw.model.device_timing import CALIBRATION_FILE, FEATURES, features
 from nelssa.hw.sim.device import RtlDevice
 
@@ -28,7 +29,7 @@ SHAPES = [  # head_dim, query heads, selected clusters, tokens per cluster
 
 
 def bf16(rng: np.random.Generator, shape) -> np.ndarray:
-    return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
 def measure(dev: Device, mem: MemoryApi, cq: CommandQueue, shape, rng, session: int

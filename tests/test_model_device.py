@@ -12,6 +12,7 @@ from nelssa.driver.command import AttnRequest, CommandQueue, RingFullError
 from nelssa.driver.device import Device, DeviceError
 from nelssa.driver.formats import DESCRIPTOR, DescOpcode, DescStatus
 from nelssa.driver.memory import KvCapacityError, MemoryApi
+from nelssa.hw.model import fp
 from nelssa.hw.model.device import ModelDevice
 from nelssa.hw.model.engine import EngineParams, attend
 
@@ -19,8 +20,7 @@ REGION = (1 << 20, 1 << 28)
 
 
 def bf16(rng: np.random.Generator, shape) -> np.ndarray:
-    x = rng.standard_normal(shape).astype(np.float32)
-    return (x.view(np.uint32) >> 16).astype(np.uint16)
+    return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from nelssa.driver import cxl, regs
 from nelssa.driver.device import Device, DeviceError
 from nelssa.driver.formats import DESCRIPTOR, DescStatus
 from nelssa.driver.memory import MemoryApi
+from nelssa.hw.model import fp
 from nelssa.hw.model.device import ModelDevice
 
 pytestmark = pytest.mark.rtl
@@ -94,7 +95,7 @@ def test_malformed_messages_are_refused(rtl_port):
 
 
 def bf16(rng: np.random.Generator, shape) -> np.ndarray:
-    return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
 def _attention_workload(port, seed: int) -> tuple[list, list[bytes]]:

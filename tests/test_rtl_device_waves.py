@@ -10,7 +10,8 @@ pytestmark = pytest.mark.rtl
 
 
 def test_waveform_of_a_stretch_of_traffic(tmp_path):
-    from nelssa.hw.sim.device import LZ4_HEADER, RtlDevice
+    from nelssa.hw.sim.device import RtlDevice
+    from nelssa.hw.sim.verilator import LZ4_HEADER
 
     port = RtlDevice(waves=True)
     try:

@@ -10,8 +10,8 @@ statuses); a bad descriptor completes with its error status and changes nothing 
 
 from __future__ import annotations
 
-import heapq
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,14 +107,13 @@ class SparseMemory:
         return {k * LINE_BYTES: bytes(v) for k, v in sorted(self._lines.items()) if any(v)}
 
 
-@dataclass(order=True)
+@dataclass
 class _InFlight:
     done_cycle: int
-    seq: int
-    desc_id: int = field(compare=False)
-    status: DescStatus = field(compare=False)
-    sq_head: int = field(compare=False)
-    writes: list[tuple[int, bytes]] = field(compare=False)
+    desc_id: int
+    status: DescStatus
+    sq_head: int
+    writes: list[tuple[int, bytes]]
 
 
 class ModelDevice(DevicePort):
@@ -132,8 +131,8 @@ class ModelDevice(DevicePort):
         self._out: list[bytes] = []
         self._now = 0
         self._engine_free = [0] * self.config.engines
-        self._inflight: list[_InFlight] = []  # completes in fetch order
-        self._seq = 0
+        # in fetch order; done cycles never decrease along it, so the head completes first
+        self._inflight: deque[_InFlight] = deque()
         self._completed = 0  # completions written since reset (their phase)
         self._busy_until = 0
         self.unit_timing = UnitTiming.load()
@@ -284,7 +283,7 @@ class ModelDevice(DevicePort):
 
     def _retire(self, until: int) -> None:
         while self._inflight and self._inflight[0].done_cycle <= until:
-            job = heapq.heappop(self._inflight)
+            job = self._inflight.popleft()
             for addr, data in job.writes:
                 self.mem.write(addr, data)
             size, tail = self._get("CQ_SIZE"), self._get("CQ_TAIL")
@@ -313,9 +312,8 @@ class ModelDevice(DevicePort):
         self._bump64("PERF_BUSY", max(0, start + cycles - max(start, self._busy_until)))
         self._busy_until = max(self._busy_until, start + cycles)
         done = max(start + cycles, self._inflight[-1].done_cycle if self._inflight else 0)
-        self._seq += 1
-        heapq.heappush(self._inflight, _InFlight(done, self._seq, d.desc_id, status,
-                                                 self._get("SQ_HEAD") & 0xFFFF, writes))
+        self._inflight.append(_InFlight(done, d.desc_id, status, self._get("SQ_HEAD") & 0xFFFF,
+                                        writes))
 
     def _cycles(self, d, lines: list[int]) -> int:
         """Estimated cycles of one descriptor on its engine: the calibrated unit time

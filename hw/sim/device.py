@@ -16,12 +16,11 @@ from nelssa.hw.sim.rtl_sources import (
     DEVICE_SIM,
     VERILATOR_CONFIG,
 )
-from nelssa.hw.sim.verilator import build_executable
+from nelssa.hw.sim.verilator import build_executable, fst_available
 
 log = logging.getLogger(__name__)
 
 HARNESS_CPP = Path(__file__).resolve().parent / "device_harness.cpp"
-LZ4_HEADER = Path("/usr/include/lz4.h")
 MAX_MESSAGE = 128
 
 
@@ -34,12 +33,9 @@ def build_library(preset: str = "ddr5-6400", units: int = 2, waves: bool = False
         raise ValueError(f"units must be 1..6, got {units}")
     trace: list[str] = []
     if waves:
-        fst = LZ4_HEADER.exists()
+        fst = fst_available()
         trace = ["--trace-fst" if fst else "--trace", "--trace-structs",
                  "-CFLAGS", "-DNELSSA_TRACE=1", "-CFLAGS", f"-DNELSSA_TRACE_FST={int(fst)}"]
-        if not fst:
-            log.warning("no %s: waveforms will be VCD (apt-get install liblz4-dev for FST)",
-                        LZ4_HEADER)
     return build_executable(
         "device-lib", "nelssa_device_sim", [VERILATOR_CONFIG, *DEVICE_SIM],
         [HARNESS_CPP, DDR5_STORE_CPP],

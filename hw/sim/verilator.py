@@ -27,6 +27,16 @@ RTL_ROOT = REPO_ROOT / "rtl"
 
 
 PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
+LZ4_HEADER = Path("/usr/include/lz4.h")
+
+
+def fst_available() -> bool:
+    """Verilator's FST writer needs the lz4 headers (`apt-get install liblz4-dev`); without
+    them a waveform has to be VCD."""
+    if LZ4_HEADER.exists():
+        return True
+    log.warning("no %s: waveforms will be VCD, not FST (apt-get install liblz4-dev)", LZ4_HEADER)
+    return False
 
 
 class VerilatorNotFoundError(RuntimeError):

@@ -10,20 +10,15 @@ from pathlib import Path
 from cocotb_tools.check_results import get_results
 
 from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG, unit_sources
-from nelssa.hw.sim.verilator import cached_build_dir, setup_environment
+from nelssa.hw.sim.verilator import cached_build_dir, fst_available, setup_environment
 
 TESTS_RTL = Path(__file__).resolve().parent
-LZ4_HEADER = Path("/usr/include/lz4.h")
 log = logging.getLogger(__name__)
 
 
 def wave_args() -> list[str]:
-    """FST when the lz4 headers Verilator's FST writer needs are installed
-    (`apt-get install liblz4-dev`), VCD otherwise."""
-    if LZ4_HEADER.exists():
-        return ["--trace-fst", "--trace-structs"]
-    log.warning("no %s: writing VCD instead of FST (apt-get install liblz4-dev)", LZ4_HEADER)
-    return ["--trace-structs"]
+    """FST where the lz4 headers allow it, VCD otherwise."""
+    return ["--trace-fst", "--trace-structs"] if fst_available() else ["--trace-structs"]
 
 
 def run_cocotb(
