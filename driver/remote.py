@@ -15,6 +15,12 @@ import zmq
 from construct import Enum, Int8ul, Int64sl, Int64ul, Struct
 
 from nelssa.driver.port import DevicePort
+from nelssa.emu.link.security import (
+    CurveClientKeys,
+    CurveServerKeys,
+    secure_client,
+    secure_server,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,32 +83,54 @@ def decode_request(data: bytes) -> tuple[RpcOp, int, list[bytes]]:
     return RpcOp(int(r.op)), r.arg, _unpack_list(data[head:])
 
 
+class PortTimeoutError(TimeoutError):
+    """The device process did not answer within the port's timeout (it may have died); the
+    port cannot be used again."""
+
+
+class DeviceBusyError(TimeoutError):
+    """The device ran the cycles it was given and is still busy (it answered: it is alive)."""
+
+
 class RemotePort(DevicePort):
     """A device served by ``nelssa device serve`` at ``endpoint``."""
 
     def __init__(self, endpoint: str, timeout_ms: int = 60_000,
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context | None = None, curve: CurveClientKeys | None = None
+                 ) -> None:
         self.endpoint = endpoint
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.REQ)
-        self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
-        self._sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._broken = False
+        self.set_timeout(timeout_ms)
+        secure_client(self._sock, curve)
         self._sock.connect(endpoint)
         self._pending: list[bytes] = []
 
+    def set_timeout(self, timeout_ms: int) -> None:
+        """How long a call waits for the device's answer."""
+        self._timeout_ms = timeout_ms
+        self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        self._sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
+
     def _call(self, op: RpcOp, arg: int = 0) -> tuple[int, bytes]:
+        if self._broken:
+            raise PortTimeoutError(f"device at {self.endpoint} stopped answering earlier; the "
+                                   "port is closed")
         msgs, self._pending = self._pending, []
         self._sock.send(encode_request(op, arg, msgs))
         try:
             raw = self._sock.recv()
         except zmq.Again:
-            raise TimeoutError(f"device at {self.endpoint} did not answer {op.name}") from None
+            self._broken = True
+            raise PortTimeoutError(f"device at {self.endpoint} did not answer {op.name} within "
+                                   f"{self._timeout_ms / 1000:g} s") from None
         head = REPLY.sizeof()
         rep = REPLY.parse(raw[:head])
         status = RpcStatus(int(rep.status))
         if status == RpcStatus.TIMEOUT:
-            raise TimeoutError(raw[head:].decode(errors="replace"))
+            raise DeviceBusyError(raw[head:].decode(errors="replace"))
         if status != RpcStatus.OK:
             raise RuntimeError(f"device at {self.endpoint}: {raw[head:].decode(errors='replace')}")
         return rep.value, raw[head:]
@@ -130,17 +158,20 @@ class RemotePort(DevicePort):
         self._call(RpcOp.SHUTDOWN)
 
     def close(self) -> None:
-        if self._pending:
+        if self._pending and not self._broken:
             self._call(RpcOp.SEND)
         self._sock.close()
 
 
-def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = None) -> None:
+def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = None,
+               curve: CurveServerKeys | None = None) -> None:
     """Serve ``port`` at ``endpoint`` until a SHUTDOWN request. A failing call answers with an
-    error reply naming the problem; the server goes on."""
+    error reply naming the problem; the server goes on. Binds to loopback only, unless CURVE
+    keys are given (emu/link/security.py)."""
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.REP)
     sock.setsockopt(zmq.LINGER, 0)
+    secure_server(sock, endpoint, curve)
     sock.bind(endpoint)
     log.info("device serving at %s", endpoint)
     try:

@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from nelssa import __version__
+from nelssa.cli_node import add_node_parser, check_node_args
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,19 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
             log.error("the rtl device takes 1..6 attention units, got --engines %d", args.engines)
             return 2
         port = RtlDevice(args.preset, units=args.engines)
+    curve = None
+    if args.curve_secret:
+        from pathlib import Path
+
+        from nelssa.emu.link.security import CurveServerKeys
+
+        curve = CurveServerKeys(Path(args.curve_secret))
     log.info("serving a %s device at %s", args.backend, args.endpoint)
-    serve_port(port, args.endpoint)
+    try:
+        serve_port(port, args.endpoint, curve=curve)
+    except ValueError as e:  # a refused bind, a bad key file
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -182,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     serve.add_argument("--engines", type=int, default=2, help="attention engines (1..15)")
     serve.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
+    serve.add_argument("--curve-secret", help="CURVE secret key file; needed to bind an address "
+                                              "other hosts can reach")
     serve.set_defaults(func=cmd_device_serve)
     ddemo = device_sub.add_parser("demo", help="attention descriptors on the rtl and model device")
     ddemo.add_argument("--kv-heads", type=int, default=2)
@@ -191,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     ddemo.add_argument("--seed", type=int, default=0)
     ddemo.set_defaults(func=cmd_device_demo)
 
+    add_node_parser(sub)
+
     args = parser.parse_args(argv)
+    check_node_args(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.command == "device" and args.device_command == "demo":

@@ -1,0 +1,61 @@
+"""Start and stop the device processes of a node (``nelssa device serve``), each in a session
+of its own so a Ctrl-C at the terminal reaches only the node, which then stops them in order.
+Only processes started here are ever signalled."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class DeviceProcesses:
+    """``count`` device processes serving at ipc:// endpoints in a private folder."""
+
+    def __init__(self, count: int, backend: str, engines: int = 2,
+                 preset: str = "ddr5-6400", verbose: bool = False) -> None:
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        self.folder = Path(tempfile.mkdtemp(prefix="nelssa-node-"))
+        self.endpoints = [f"ipc://{self.folder}/device-{i}" for i in range(count)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for ep in self.endpoints:
+                cmd = [sys.executable, "-m", "nelssa.cli", *(["-v"] if verbose else []),
+                       "device", "serve", "--backend", backend, "--endpoint", ep,
+                       "--engines", str(engines), "--preset", preset]
+                self.procs.append(subprocess.Popen(cmd, start_new_session=True,
+                                                   stdin=subprocess.DEVNULL))
+                log.info("started device process %d: %s", self.procs[-1].pid, ep)
+        except Exception:
+            self.stop()
+            raise
+
+    def dead(self) -> list[tuple[int, int]]:
+        """(index, exit status) of device processes that have exited."""
+        return [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Terminate what still runs (after the node asked the devices to exit), then kill
+        what ignores it."""
+        deadline = time.monotonic() + grace_s
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("device process %d ignored SIGTERM; killing it", p.pid)
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,27 @@
+"""Output aggregator: partial attention results of one query head, computed over disjoint sets
+of clusters (on different devices), merged by their log-sum-exp (online softmax, paper 6.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = npt.NDArray[np.float32]
+
+
+def merge_partials(parts: Sequence[tuple[F32, F32]]) -> tuple[F32, F32]:
+    """Merge (O (heads, head_dim), LSE (heads,)) partials. One partial is returned as it is
+    (bit for bit); several are merged in float64 and rounded once to float32."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    if len(parts) == 1:
+        return parts[0]
+    lse = np.stack([p[1] for p in parts]).astype(np.float64)  # (parts, heads)
+    o = np.stack([p[0] for p in parts]).astype(np.float64)  # (parts, heads, head_dim)
+    top = lse.max(axis=0)
+    w = np.exp(lse - top)
+    total = w.sum(axis=0)
+    merged = (w[:, :, None] * o).sum(axis=0) / total[:, None]
+    return merged.astype(np.float32), (top + np.log(total)).astype(np.float32)

@@ -1,0 +1,234 @@
+"""The client of a PNM node, as the GPU node uses it: sessions, KV allocation and ingestion,
+attention requests (sync, or async returning a future so the caller overlaps its own work), and
+status. Every call that fails on the node raises the error class of its code (errors.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from nelssa.emu.link.model import LinkFaults, link_preset
+from nelssa.emu.link.security import CurveClientKeys
+from nelssa.emu.link.transport import LinkClient, PendingReply, ReplyInfo
+from nelssa.host.pnm_node import protocol as p
+from nelssa.host.pnm_node.errors import error_for
+from nelssa.host.pnm_node.protocol import NodeOp, Partition
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Emulated time of one request, end to end; the parts add up to ``total_ps``."""
+
+    sent_ps: int
+    link_up_ps: int
+    """GPU node to PNM node (latency, serialization, queueing behind earlier messages)."""
+    host_ps: int
+    cxl_ps: int
+    """CXL transfers of the device on the critical path."""
+    device_ps: int
+    """Compute of the device on the critical path."""
+    link_down_ps: int
+    device_cycles: int
+    critical_device: int
+
+    @property
+    def total_ps(self) -> int:
+        return self.link_up_ps + self.host_ps + self.cxl_ps + self.device_ps + self.link_down_ps
+
+    @property
+    def arrive_ps(self) -> int:
+        """When the reply is back at the GPU node."""
+        return self.sent_ps + self.total_ps
+
+    @property
+    def comm_ps(self) -> int:
+        """Communication: both link directions and the CXL transfers."""
+        return self.link_up_ps + self.link_down_ps + self.cxl_ps
+
+
+def _timing(info: ReplyInfo, t: object) -> Timing:
+    link_up = t.arrive_ps - info.sent_ps  # type: ignore[attr-defined]
+    parts = t.host_ps + t.cxl_ps + t.device_ps  # type: ignore[attr-defined]
+    if t.arrive_ps + parts != info.server_done_ps:  # type: ignore[attr-defined]
+        raise RuntimeError("node timing does not add up: arrive + host + cxl + device != done")
+    return Timing(info.sent_ps, link_up, t.host_ps, t.cxl_ps, t.device_ps,  # type: ignore
+                  info.arrive_ps - info.server_done_ps, t.device_cycles,  # type: ignore
+                  t.critical_device)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    cluster_ids: range
+    timing: Timing
+
+
+@dataclass(frozen=True)
+class AttendResult:
+    o: dict[int, npt.NDArray[np.float32]]
+    """(query heads, head_dim) per KV head."""
+    lse: dict[int, npt.NDArray[np.float32]]
+    """(query heads,) per KV head, natural log."""
+    timing: Timing
+    device_cycles: dict[int, int]
+    """Cycles each device computed."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    alive: bool
+    endpoint: str
+    backend: str
+    mem_bytes: int
+    used_bytes: int
+    regions: int
+    queue_depth: int
+    descriptors: int
+    cycles: int
+    error: str
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    version: str
+    link: str
+    sessions: int
+    requests: int
+    errors: int
+    devices: list[DeviceInfo]
+
+
+class NodeFuture(Generic[T]):
+    """A request in flight; ``result()`` waits for it."""
+
+    def __init__(self, pending: PendingReply, decode: Callable[[ReplyInfo], T]) -> None:
+        self._pending, self._decode = pending, decode
+
+    def done(self) -> bool:
+        return self._pending.done()
+
+    def result(self) -> T:
+        return self._decode(self._pending.result())
+
+
+class NodeClient:
+    """A connection to a node at ``endpoint`` over a link of preset ``link``."""
+
+    def __init__(self, endpoint: str, link: str = "roce-400g", timeout_s: float = 120.0,
+                 faults: LinkFaults | None = None, curve: CurveClientKeys | None = None) -> None:
+        self.link = LinkClient(endpoint, link_preset(link), timeout_s, faults, curve,
+                               error_factory=error_for)
+
+    def close(self) -> None:
+        self.link.close()
+
+    def __enter__(self) -> NodeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- control path ------------------------------------------------------------------------------
+    def open_session(self, head_dim: int = 128, group: int = 4,
+                     partition: Partition | str = Partition.HEAD) -> int:
+        part = Partition[partition.upper()] if isinstance(partition, str) else partition
+        info = self.link.call(NodeOp.OPEN_SESSION, p.OPEN_SESSION_REQ.build(
+            {"partition": part, "head_dim": head_dim, "group": group}))
+        return int(p.OPEN_SESSION_REP.parse(info.payload).session)
+
+    def close_session(self, session: int) -> None:
+        self.link.call(NodeOp.CLOSE_SESSION, p.SESSION_REQ.build({"session": session}))
+
+    def alloc_kv(self, session: int, layer: int, kv_heads: Sequence[int], max_clusters: int,
+                 max_tokens: int) -> dict[int, list[int]]:
+        """Reserve KV per head; returns the devices holding each head."""
+        info = self.link.call(NodeOp.ALLOC_KV, p.ALLOC_KV_REQ.build({
+            "session": session, "layer": layer, "max_clusters": max_clusters,
+            "max_tokens": max_tokens, "count": len(kv_heads), "kv_heads": list(kv_heads)}))
+        rep = p.ALLOC_KV_REP.parse(info.payload)
+        return {e.kv_head: [d for d in range(32) if e.devices >> d & 1] for e in rep.placement}
+
+    def free_kv(self, session: int, layer: int) -> None:
+        self.link.call(NodeOp.FREE_KV, p.FREE_KV_REQ.build({"session": session,
+                                                            "layer": layer}))
+
+    def status(self) -> NodeStatus:
+        rep = p.STATUS_REP.parse(self.link.call(NodeOp.STATUS, b"").payload)
+        devices = [DeviceInfo(d.index, bool(d.alive), d.endpoint, d.backend, d.mem_bytes,
+                              d.used_bytes, d.regions, d.queue_depth, d.descriptors, d.cycles,
+                              d.error) for d in rep.devices]
+        return NodeStatus(rep.version, rep.link, rep.sessions, rep.requests, rep.errors, devices)
+
+    def shutdown(self) -> None:
+        """Stop the node (it stops the device processes it started)."""
+        self.link.call(NodeOp.SHUTDOWN, b"")
+
+    # -- data path ---------------------------------------------------------------------------------
+    def write_kv_async(self, session: int, layer: int, kv_head: int,
+                       keys: Sequence[npt.NDArray[np.uint16]],
+                       values: Sequence[npt.NDArray[np.uint16]],
+                       send_ps: int | None = None) -> NodeFuture[WriteResult]:
+        """Append clusters (bf16 bits, (tokens, head_dim) each) to a KV head."""
+        if len(keys) != len(values) or not keys:
+            raise ValueError(f"{len(keys)} key clusters and {len(values)} value clusters: need "
+                             "the same number, at least one")
+        tokens = np.array([np.shape(k)[0] for k in keys], dtype="<u4")
+        data = b"".join(np.ascontiguousarray(k, dtype="<u2").tobytes()
+                        + np.ascontiguousarray(v, dtype="<u2").tobytes()
+                        for k, v in zip(keys, values, strict=True))
+        pending = self.link.request(NodeOp.WRITE_KV, p.WRITE_KV_REQ.build({
+            "session": session, "layer": layer, "kv_head": kv_head, "count": len(keys),
+            "tokens": tokens.tobytes(), "data": data}), send_ps)
+
+        def decode(info: ReplyInfo) -> WriteResult:
+            rep = p.WRITE_KV_REP.parse(info.payload)
+            return WriteResult(range(rep.first_id, rep.first_id + rep.count),
+                               _timing(info, rep.timing))
+        return NodeFuture(pending, decode)
+
+    def write_kv(self, session: int, layer: int, kv_head: int,
+                 keys: Sequence[npt.NDArray[np.uint16]],
+                 values: Sequence[npt.NDArray[np.uint16]]) -> WriteResult:
+        return self.write_kv_async(session, layer, kv_head, keys, values).result()
+
+    def attend_async(self, session: int, layer: int,
+                     queries: Mapping[int, npt.NDArray[np.uint16]],
+                     cluster_ids: Mapping[int, Sequence[int]], scale: float | None = None,
+                     send_ps: int | None = None) -> NodeFuture[AttendResult]:
+        """Sparse attention of one layer: per KV head, its query rows ((group, head_dim) bf16
+        bits) against the selected clusters."""
+        if set(queries) != set(cluster_ids) or not queries:
+            raise ValueError(f"queries for KV heads {sorted(queries)} but cluster ids for "
+                             f"{sorted(cluster_ids)}: need the same, at least one")
+        shapes = {np.shape(q) for q in queries.values()}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+            raise ValueError(f"every query must be (group, head_dim), got shapes {shapes}")
+        q_heads, head_dim = next(iter(shapes))
+        groups = [{"kv_head": h, "num_ids": len(cluster_ids[h]),
+                   "ids": np.asarray(cluster_ids[h], dtype="<u4").tobytes(),
+                   "q": np.ascontiguousarray(queries[h], dtype="<u2").tobytes()}
+                  for h in sorted(queries)]
+        pending = self.link.request(NodeOp.ATTEND, p.ATTEND_REQ.build({
+            "session": session, "layer": layer, "q_heads": q_heads, "head_dim": head_dim,
+            "scale": 0.0 if scale is None else scale, "count": len(groups),
+            "groups": groups}), send_ps)
+
+        def decode(info: ReplyInfo) -> AttendResult:
+            rep = p.ATTEND_REP.parse(info.payload)
+            o = {g.kv_head: np.frombuffer(g.o, dtype="<f4").reshape(q_heads, head_dim).copy()
+                 for g in rep.groups}
+            lse = {g.kv_head: np.frombuffer(g.lse, dtype="<f4").copy() for g in rep.groups}
+            return AttendResult(o, lse, _timing(info, rep.timing),
+                                {d.device: d.cycles for d in rep.devices})
+        return NodeFuture(pending, decode)
+
+    def attend(self, session: int, layer: int, queries: Mapping[int, npt.NDArray[np.uint16]],
+               cluster_ids: Mapping[int, Sequence[int]],
+               scale: float | None = None) -> AttendResult:
+        return self.attend_async(session, layer, queries, cluster_ids, scale).result()

@@ -1,0 +1,183 @@
+"""One PNM device as NelssaHost holds it: the driver stack (Device, MemoryApi, CommandQueue)
+over a remote port, a thread of its own so the devices work concurrently, byte counters for the
+CXL link model, and the device's health."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+import zmq
+
+from nelssa.driver.command import AttnOutput, AttnRequest, CommandQueue
+from nelssa.driver.device import Device
+from nelssa.driver.memory import MemoryApi
+from nelssa.driver.port import DevicePort
+from nelssa.driver.remote import DeviceBusyError, PortTimeoutError, RemotePort
+from nelssa.emu.link.model import LinkSpec
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+KV_BASE = 1 << 20
+"""Device memory below this stays unused by KV (room for future firmware structures)."""
+RUN_CHUNK_CYCLES = 200_000
+"""Cycles per run call while waiting for descriptors, so one call stays well inside the port
+timeout even on the slow ``rtl`` backend."""
+
+
+class MeteredPort(DevicePort):
+    """A port that counts the bytes crossing it, for the CXL link model."""
+
+    def __init__(self, inner: DevicePort) -> None:
+        self.inner = inner
+        self.bytes_out = 0  # host to device
+        self.bytes_in = 0  # device to host
+
+    def take(self) -> tuple[int, int]:
+        """(host-to-device, device-to-host) bytes since the last call."""
+        out = (self.bytes_out, self.bytes_in)
+        self.bytes_out = self.bytes_in = 0
+        return out
+
+    def send(self, message: bytes) -> None:
+        self.bytes_out += len(message)
+        self.inner.send(message)
+
+    def receive(self) -> list[bytes]:
+        msgs = self.inner.receive()
+        self.bytes_in += sum(len(m) for m in msgs)
+        return msgs
+
+    def advance(self, cycles: int) -> None:
+        self.inner.advance(cycles)
+
+    def run_until_idle(self, max_cycles: int) -> int:
+        return self.inner.run_until_idle(max_cycles)
+
+    @property
+    def cycle(self) -> int:
+        return self.inner.cycle
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class DeviceUnreachableError(RuntimeError):
+    """The device stopped answering or died; it stays down."""
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    outputs: list[AttnOutput]
+    cycles: int
+    """Device cycles from the doorbell until the last descriptor completed."""
+    cxl_ps: int
+    """Emulated CXL time of the batch's transfers (descriptors, queries, ids, outputs)."""
+
+
+class DeviceSlot:
+    """Device ``index`` at ``endpoint``, driven from its own thread."""
+
+    def __init__(self, index: int, endpoint: str, cxl: LinkSpec, backend: str = "remote",
+                 connect_timeout_s: float = 300.0, timeout_s: float = 30.0,
+                 ring_entries: int = 256) -> None:
+        self.index, self.endpoint, self.backend = index, endpoint, backend
+        self.cxl = cxl
+        self.timeout_s = timeout_s
+        self.alive = True
+        self.error = ""
+        self.descriptors = 0
+        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"pnm{index}")
+        # the sockets are made and used only on the slot's thread
+        self._exec.submit(self._open, connect_timeout_s, ring_entries).result()
+
+    def _open(self, connect_timeout_s: float, ring_entries: int) -> None:
+        self.remote = RemotePort(self.endpoint, timeout_ms=int(connect_timeout_s * 1000))
+        self.port = MeteredPort(self.remote)
+        try:
+            self.dev = Device(self.port)
+        except PortTimeoutError as e:
+            raise DeviceUnreachableError(f"device {self.index} at {self.endpoint} did not "
+                                         f"answer within {connect_timeout_s:g} s") from e
+        self.remote.set_timeout(int(self.timeout_s * 1000))
+        self.mem = MemoryApi(self.dev, KV_BASE, self.dev.mem_bytes)
+        self.cq = CommandQueue(self.mem, entries=ring_entries)
+        self._free0 = self.mem.alloc.bytes_free
+        self.port.take()
+        log.info("device %d at %s: %d GiB, caps %s", self.index, self.endpoint,
+                 self.dev.mem_bytes >> 30, self.dev.caps)
+
+    # -- work on the slot's thread ----------------------------------------------------------------
+    def submit(self, fn: Callable[[DeviceSlot], T]) -> Future[T]:
+        """Run ``fn(self)`` on the slot's thread; a device that stops answering is marked down
+        and the future raises DeviceUnreachableError."""
+        if not self.alive:
+            f: Future[T] = Future()
+            f.set_exception(DeviceUnreachableError(self.down_message()))
+            return f
+        return self._exec.submit(self._guarded, fn)
+
+    def _guarded(self, fn: Callable[[DeviceSlot], T]) -> T:
+        if not self.alive:
+            raise DeviceUnreachableError(self.down_message())
+        try:
+            return fn(self)
+        except (PortTimeoutError, zmq.ZMQError) as e:
+            self.alive = False
+            self.error = str(e)
+            log.error("device %d marked down: %s", self.index, e)
+            raise DeviceUnreachableError(self.down_message()) from e
+
+    def down_message(self) -> str:
+        return f"device {self.index} at {self.endpoint} is down: {self.error}"
+
+    def run_batch(self, requests: list[AttnRequest]) -> BatchResult:
+        """Submit, run to completion and collect; call on the slot's thread."""
+        outputs: list[AttnOutput] = []
+        cycles = cxl_ps = 0
+        step = self.cq.free_entries
+        for first in range(0, len(requests), step):
+            part = requests[first:first + step]
+            ids = self.cq.submit(part)
+            to_dev, _ = self.port.take()
+            while True:
+                try:
+                    cycles += self.port.run_until_idle(RUN_CHUNK_CYCLES)
+                    break
+                except DeviceBusyError:
+                    cycles += RUN_CHUNK_CYCLES
+            done = {o.desc_id: o for o in self.cq.poll()}
+            missing = [i for i in ids if i not in done]
+            if missing:  # idle means complete; a miss is a device fault, not a wait
+                raise RuntimeError(f"device {self.index} idle with descriptors {missing} "
+                                   "incomplete")
+            more_out, from_dev = self.port.take()
+            outputs += [done[i] for i in ids]
+            cxl_ps += (self.cxl.transfer_ps(to_dev + more_out)
+                       + self.cxl.transfer_ps(from_dev))
+        self.descriptors += len(requests)
+        return BatchResult(outputs, cycles, cxl_ps)
+
+    @property
+    def used_bytes(self) -> int:
+        """Device memory held by KV regions."""
+        return self._free0 - self.mem.alloc.bytes_free
+
+    def close(self, shutdown: bool = False) -> None:
+        def _close(slot: DeviceSlot) -> None:
+            if slot.alive and shutdown:
+                try:
+                    slot.remote.shutdown()
+                except Exception as e:  # a device that is gone cannot be asked to go
+                    log.info("device %d shutdown: %s", slot.index, e)
+            slot.remote.close()
+
+        try:
+            self._exec.submit(_close, self).result(timeout=self.timeout_s + 5)
+        except Exception as e:
+            log.warning("closing device %d: %s", self.index, e)
+        self._exec.shutdown(wait=False)

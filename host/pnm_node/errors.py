@@ -1,0 +1,63 @@
+"""Errors a node client raises, one class per error code of the node and the link."""
+
+from __future__ import annotations
+
+from nelssa.emu.link.frame import LinkErrorCode
+from nelssa.emu.link.transport import RemoteError
+from nelssa.host.pnm_node.protocol import NodeErrorCode
+
+
+class NodeError(RemoteError):
+    """The node answered a request with an error."""
+
+
+class BadRequestError(NodeError, ValueError):
+    pass
+
+
+class UnknownSessionError(NodeError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class NotAllocatedError(NodeError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class NodeOutOfMemoryError(NodeError, MemoryError):
+    pass
+
+
+class DeviceDownError(NodeError):
+    pass
+
+
+class DeviceStatusError(NodeError):
+    """A device completed a descriptor with an error status."""
+
+
+class LinkError(NodeError):
+    """The link rejected a frame (malformed, corrupted, unknown operation)."""
+
+
+class ChecksumError(LinkError):
+    pass
+
+
+_BY_CODE: dict[int, type[NodeError]] = {
+    NodeErrorCode.BAD_REQUEST: BadRequestError,
+    NodeErrorCode.UNKNOWN_SESSION: UnknownSessionError,
+    NodeErrorCode.NOT_ALLOCATED: NotAllocatedError,
+    NodeErrorCode.OUT_OF_MEMORY: NodeOutOfMemoryError,
+    NodeErrorCode.DEVICE_DOWN: DeviceDownError,
+    NodeErrorCode.DEVICE_ERROR: DeviceStatusError,
+    LinkErrorCode.CHECKSUM: ChecksumError,
+    LinkErrorCode.MALFORMED_FRAME: LinkError,
+    LinkErrorCode.UNKNOWN_OP: LinkError,
+}
+
+
+def error_for(code: int, text: str) -> NodeError:
+    """The exception for an ERROR frame's code."""
+    return _BY_CODE.get(code, NodeError)(code, text)

@@ -1,0 +1,417 @@
+"""NelssaHost (paper 6.2): the control service, KV partitioner, job dispatcher and output
+aggregator of one PNM node, as the handler of a link server.
+
+Requests are served one at a time in arrival order; inside a request every device it needs
+works concurrently (each device slot has its own thread). Prefill ingestion (WRITE_KV) writes
+device memory through the Memory API and never enters the command rings, so it never queues
+behind decode descriptors in a device (paper 5.1). Every request is checked whole before any
+device is touched, and a device that stops answering fails only the requests that need it.
+
+Emulated time of a request: it arrives (the link model of emu/link), host software takes
+``host_request_ns`` plus ``host_descriptor_ns`` per descriptor, then each device it needs spends
+its CXL transfers (the CXL link model over the bytes its port carried) and its compute cycles;
+the reply leaves when the slowest device is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from construct import ConstructError
+
+from nelssa import __version__
+from nelssa.driver.command import AttnRequest
+from nelssa.driver.formats import LINE_BYTES, MAX_IDS, DescStatus
+from nelssa.driver.memory import KvCapacityError
+from nelssa.emu.link.frame import LinkErrorCode
+from nelssa.emu.link.model import PS_PER_NS, link_preset
+from nelssa.emu.link.transport import Reply, Request, ServiceError
+from nelssa.host.pnm_node import protocol as p
+from nelssa.host.pnm_node.aggregate import merge_partials
+from nelssa.host.pnm_node.devices import BatchResult, DeviceSlot, DeviceUnreachableError
+from nelssa.host.pnm_node.partition import HeadKv, Session, Shard, head_devices, shard_tokens
+from nelssa.host.pnm_node.protocol import NodeErrorCode, NodeOp, Partition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """How NelssaHost reaches its devices and accounts time."""
+
+    devices: tuple[str, ...]
+    """Endpoint of each device process (``nelssa device serve``)."""
+    link: str = "roce-400g"
+    """Link preset toward the GPU node (emu/link/model.PRESETS)."""
+    cxl: str = "cxl-pcie5-x16"
+    """Link preset between the host and each device."""
+    backend: str = "remote"
+    """What the device processes run (``rtl``, ``model``), shown by status."""
+    device_timeout_s: float = 30.0
+    """A device call without an answer for this long marks the device down."""
+    connect_timeout_s: float = 300.0
+    """How long to wait for each device to answer first (an ``rtl`` device may be building)."""
+    host_request_ns: float = 1000.0
+    """Emulated host software time per request (parse, dispatch, aggregate)."""
+    host_descriptor_ns: float = 100.0
+    """Emulated host software time per descriptor built."""
+    core_clock_mhz: float = 800.0
+    """Device core clock: device cycles to emulated time."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.devices) <= 32:
+            raise ValueError(f"devices: a node has 1..32 devices, got {len(self.devices)}")
+        link_preset(self.link)
+        link_preset(self.cxl)
+        for name in ("device_timeout_s", "connect_timeout_s", "core_clock_mhz"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("host_request_ns", "host_descriptor_ns"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+def _fail(code: NodeErrorCode, message: str) -> ServiceError:
+    return ServiceError(code, message)
+
+
+def _wait(futures: dict[int, Future[Any]]) -> dict[int, Any]:
+    """Results by device; the first device failure becomes a DEVICE_DOWN error (after all have
+    finished, so no device is left mid-request)."""
+    out, down = {}, []
+    for dev, f in futures.items():
+        try:
+            out[dev] = f.result()
+        except DeviceUnreachableError as e:
+            down.append(str(e))
+    if down:
+        raise _fail(NodeErrorCode.DEVICE_DOWN, "; ".join(down))
+    return out
+
+
+class NelssaHost:
+    """The node's software over its devices."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.cxl = link_preset(config.cxl)
+        self.slots = [DeviceSlot(i, ep, self.cxl, config.backend, config.connect_timeout_s,
+                                 config.device_timeout_s)
+                      for i, ep in enumerate(config.devices)]
+        self.sessions: dict[int, Session] = {}
+        self._next_session = 1
+        self.requests = self.errors = 0
+        self.stop_requested = False
+        self._ps_per_cycle = 1e6 / config.core_clock_mhz
+        self._ops: dict[int, Callable[[Request], Reply]] = {
+            NodeOp.OPEN_SESSION: self._open_session, NodeOp.CLOSE_SESSION: self._close_session,
+            NodeOp.ALLOC_KV: self._alloc_kv, NodeOp.FREE_KV: self._free_kv,
+            NodeOp.WRITE_KV: self._write_kv, NodeOp.ATTEND: self._attend,
+            NodeOp.STATUS: self._status, NodeOp.SHUTDOWN: self._shutdown,
+        }
+
+    # -- the link handler -------------------------------------------------------------------------
+    def handle(self, request: Request) -> Reply:
+        self.requests += 1
+        op = self._ops.get(request.op)
+        try:
+            if op is None:
+                raise ServiceError(LinkErrorCode.UNKNOWN_OP, f"operation {request.op} is not a "
+                                   f"node operation ({', '.join(o.name for o in NodeOp)})")
+            try:
+                return op(request)
+            except ConstructError as e:
+                raise _fail(NodeErrorCode.BAD_REQUEST,
+                            f"malformed {NodeOp(request.op).name} payload: {e}") from None
+        except ServiceError:
+            self.errors += 1
+            raise
+
+    def _reply(self, op: NodeOp, payload: bytes, request: Request, host_ps: int = 0) -> Reply:
+        return Reply(op, payload, request.arrive_ps + host_ps)
+
+    @property
+    def _host_ps(self) -> int:
+        return round(self.config.host_request_ns * PS_PER_NS)
+
+    # -- sessions and allocation ------------------------------------------------------------------
+    def _session(self, sid: int) -> Session:
+        s = self.sessions.get(sid)
+        if s is None:
+            raise _fail(NodeErrorCode.UNKNOWN_SESSION, f"unknown session {sid}")
+        return s
+
+    def _head(self, s: Session, layer: int, kv_head: int) -> HeadKv:
+        head = s.kv.get((layer, kv_head))
+        if head is None:
+            raise _fail(NodeErrorCode.NOT_ALLOCATED, f"session {s.id} layer {layer} KV head "
+                        f"{kv_head} has no KV allocated")
+        return head
+
+    def _open_session(self, r: Request) -> Reply:
+        q = p.OPEN_SESSION_REQ.parse(r.payload)
+        caps = self.slots[0].dev.caps
+        if q.head_dim not in caps["head_dims"]:
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"head_dim {q.head_dim} not supported by the "
+                        f"devices ({caps['head_dims']})")
+        if not 1 <= q.group <= caps["max_qheads"]:
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"group of {q.group} query heads per KV head;"
+                        f" the devices take 1..{caps['max_qheads']}")
+        sid = self._next_session
+        self._next_session += 1
+        self.sessions[sid] = Session(sid, Partition(int(q.partition)), q.head_dim, q.group)
+        log.info("session %d opened (%s-wise, head_dim %d, group %d)", sid,
+                 Partition(int(q.partition)).name.lower(), q.head_dim, q.group)
+        return self._reply(NodeOp.OPEN_SESSION, p.OPEN_SESSION_REP.build({"session": sid}), r,
+                           self._host_ps)
+
+    def _close_session(self, r: Request) -> Reply:
+        s = self._session(p.SESSION_REQ.parse(r.payload).session)
+        self._release(s, list(s.kv))
+        del self.sessions[s.id]
+        log.info("session %d closed", s.id)
+        return self._reply(NodeOp.CLOSE_SESSION, b"", r, self._host_ps)
+
+    def _alloc_kv(self, r: Request) -> Reply:
+        q = p.ALLOC_KV_REQ.parse(r.payload)
+        s = self._session(q.session)
+        heads = list(q.kv_heads)
+        if not heads or len(set(heads)) != len(heads):
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV heads {heads}: need at least one, "
+                        "each once")
+        for h in heads:
+            if (q.layer, h) in s.kv:
+                raise _fail(NodeErrorCode.BAD_REQUEST, f"session {s.id} layer {q.layer} KV head "
+                            f"{h} is already allocated")
+        if q.max_clusters < 1 or q.max_tokens < 1:
+            raise _fail(NodeErrorCode.BAD_REQUEST, "max_clusters and max_tokens must be >= 1")
+        n = len(self.slots)
+        max_ct = self.slots[0].dev.caps["max_cluster_tokens"]
+        tokens = shard_tokens(s.partition, q.max_tokens, n, max_ct)
+        want = [(h, d) for h in heads for d in head_devices(s.partition, h, n)]
+        self._need_alive({d for _, d in want})
+
+        def alloc(slot: DeviceSlot, h: int) -> Any:
+            return slot.mem.alloc_kv(s.id, q.layer, h, s.head_dim, q.max_clusters, tokens)
+
+        got: dict[tuple[int, int], Any] = {}
+        failure: str | None = None
+        for h, d in want:  # one at a time: a failure stops before more is reserved
+            try:
+                got[(h, d)] = self.slots[d].submit(lambda sl, h=h: alloc(sl, h)).result()
+            except KvCapacityError as e:
+                failure = f"device {d} cannot hold session {s.id} layer {q.layer} KV head {h}: {e}"
+                break
+            except DeviceUnreachableError as e:
+                failure = str(e)
+                break
+        if failure is not None:
+            for (_, d), region in got.items():  # roll back: nothing stays half-allocated
+                self.slots[d].submit(lambda sl, rg=region: sl.mem.free_kv(rg)).result()
+            code = (NodeErrorCode.DEVICE_DOWN if "is down" in failure
+                    else NodeErrorCode.OUT_OF_MEMORY)
+            raise _fail(code, failure)
+        placement = []
+        for h in heads:
+            shards = [Shard(d, got[(h, d)]) for d in head_devices(s.partition, h, n)]
+            head = HeadKv(shards)
+            s.kv[(q.layer, h)] = head
+            placement.append({"kv_head": h, "devices": head.device_mask})
+        return self._reply(NodeOp.ALLOC_KV, p.ALLOC_KV_REP.build(
+            {"count": len(placement), "placement": placement}), r, self._host_ps)
+
+    def _free_kv(self, r: Request) -> Reply:
+        q = p.FREE_KV_REQ.parse(r.payload)
+        s = self._session(q.session)
+        keys = [k for k in s.kv if k[0] == q.layer]
+        if not keys:
+            raise _fail(NodeErrorCode.NOT_ALLOCATED, f"session {s.id} layer {q.layer} has no KV")
+        self._release(s, keys)
+        return self._reply(NodeOp.FREE_KV, b"", r, self._host_ps)
+
+    def _release(self, s: Session, keys: list[tuple[int, int]]) -> None:
+        """Free regions; a region on a device that is down is gone with the device."""
+        futures = []
+        for key in keys:
+            for shard in s.kv.pop(key).shards:
+                slot = self.slots[shard.device]
+                if slot.alive:
+                    futures.append(slot.submit(lambda sl, rg=shard.region: sl.mem.free_kv(rg)))
+        for f in futures:
+            try:
+                f.result()
+            except DeviceUnreachableError as e:
+                log.warning("freeing KV: %s", e)
+
+    def _need_alive(self, devices: set[int]) -> None:
+        down = [self.slots[d].down_message() for d in sorted(devices) if not self.slots[d].alive]
+        if down:
+            raise _fail(NodeErrorCode.DEVICE_DOWN, "; ".join(down))
+
+    # -- data path --------------------------------------------------------------------------------
+    def _write_kv(self, r: Request) -> Reply:
+        q = p.WRITE_KV_REQ.parse(r.payload)
+        s = self._session(q.session)
+        head = self._head(s, q.layer, q.kv_head)
+        tokens = np.frombuffer(q.tokens, dtype="<u4").astype(np.int64)
+        hd = s.head_dim
+        max_ct = self.slots[0].dev.caps["max_cluster_tokens"]
+        if q.count < 1 or tokens.min() < 1 or tokens.max() > max_ct:
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"{q.count} clusters with token counts "
+                        f"{tokens[:8].tolist()}...: need >= 1 cluster of 1..{max_ct} tokens")
+        need = int(tokens.sum()) * hd * 4
+        if len(q.data) != need:
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV data of {len(q.data)} bytes; "
+                        f"{q.count} clusters of {int(tokens.sum())} tokens x head_dim {hd} "
+                        f"need {need}")
+        data = np.frombuffer(q.data, dtype="<u2")
+        keys, values, pos = [], [], 0
+        for t in tokens:
+            n = int(t) * hd
+            keys.append(data[pos:pos + n].reshape(-1, hd))
+            values.append(data[pos + n:pos + 2 * n].reshape(-1, hd))
+            pos += 2 * n
+        where = head.place([int(t) for t in tokens])
+        per_shard: dict[int, list[int]] = {}
+        for i, sh in enumerate(where):
+            per_shard.setdefault(sh, []).append(i)
+        for sh, idx in per_shard.items():  # room everywhere before writing anywhere
+            region = head.shards[sh].region
+            more = sum(-(-int(tokens[i]) * hd * 4 // LINE_BYTES) * LINE_BYTES for i in idx)
+            if (region.num_clusters + len(idx) > region.max_clusters
+                    or region.data_used + more > region.data_bytes):
+                raise _fail(NodeErrorCode.OUT_OF_MEMORY, f"session {s.id} layer {q.layer} KV "
+                            f"head {q.kv_head}: region on device {head.shards[sh].device} is "
+                            f"full ({region.num_clusters}/{region.max_clusters} clusters, "
+                            f"{region.data_bytes - region.data_used} bytes left, {len(idx)} "
+                            f"clusters of {more} bytes asked)")
+        self._need_alive({head.shards[sh].device for sh in per_shard})
+
+        def write(slot: DeviceSlot, region: Any, idx: list[int]) -> tuple[list[int], int]:
+            ids = slot.mem.write_clusters(region, [keys[i] for i in idx],
+                                          [values[i] for i in idx])
+            to_dev, from_dev = slot.port.take()
+            return ids, self.cxl.transfer_ps(to_dev) + self.cxl.transfer_ps(from_dev)
+
+        futures = {sh: self.slots[head.shards[sh].device].submit(
+            lambda sl, rg=head.shards[sh].region, ix=idx: write(sl, rg, ix))
+            for sh, idx in per_shard.items()}
+        results = _wait(futures)
+        local: dict[int, int] = {}
+        for sh, idx in per_shard.items():
+            for i, lid in zip(idx, results[sh][0], strict=True):
+                local[i] = lid
+            head.shards[sh].tokens += int(sum(tokens[i] for i in idx))
+        first = head.num_clusters
+        for i, sh in enumerate(where):
+            head.cluster_shard.append(sh)
+            head.cluster_local.append(local[i])
+        crit = max(results, key=lambda sh: results[sh][1])
+        timing = {"arrive_ps": r.arrive_ps, "host_ps": self._host_ps,
+                  "cxl_ps": results[crit][1], "device_ps": 0,
+                  "done_ps": r.arrive_ps + self._host_ps + results[crit][1], "device_cycles": 0,
+                  "critical_device": head.shards[crit].device}
+        return Reply(NodeOp.WRITE_KV, p.WRITE_KV_REP.build(
+            {"first_id": first, "count": q.count, "timing": timing}), timing["done_ps"])
+
+    def _attend(self, r: Request) -> Reply:
+        q = p.ATTEND_REQ.parse(r.payload)
+        s = self._session(q.session)
+        if q.q_heads != s.group or q.head_dim != s.head_dim:
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"query of {q.q_heads} heads x head_dim "
+                        f"{q.head_dim}; session {s.id} has groups of {s.group} x {s.head_dim}")
+        heads = [g.kv_head for g in q.groups]
+        if not heads or len(set(heads)) != len(heads):
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV heads {heads}: need at least one, "
+                        "each once")
+        scale = None if q.scale == 0 else float(q.scale)
+        # plan every descriptor before touching a device
+        plan: dict[int, list[tuple[int, AttnRequest]]] = {}
+        for gi, g in enumerate(q.groups):
+            head = self._head(s, q.layer, g.kv_head)
+            ids = np.frombuffer(g.ids, dtype="<u4").astype(np.int64)
+            if not 1 <= ids.size <= MAX_IDS:
+                raise _fail(NodeErrorCode.BAD_REQUEST, f"KV head {g.kv_head}: {ids.size} cluster"
+                            f" ids; a request takes 1..{MAX_IDS}")
+            bad = ids[ids >= head.num_clusters]
+            if bad.size:
+                raise _fail(NodeErrorCode.BAD_REQUEST, f"KV head {g.kv_head}: cluster id "
+                            f"{int(bad[0])} not written (0..{head.num_clusters - 1})")
+            qrows = np.frombuffer(g.q, dtype="<u2").reshape(q.q_heads, q.head_dim)
+            shard_of = np.asarray(head.cluster_shard, dtype=np.int64)[ids]
+            local_of = np.asarray(head.cluster_local, dtype=np.int64)[ids]
+            for sh in np.unique(shard_of):
+                shard = head.shards[int(sh)]
+                plan.setdefault(shard.device, []).append(
+                    (gi, AttnRequest(shard.region, qrows, local_of[shard_of == sh].tolist(),
+                                     scale)))
+        self._need_alive(set(plan))
+        futures = {d: self.slots[d].submit(lambda sl, reqs=[a for _, a in items]:
+                                           sl.run_batch(reqs))
+                   for d, items in plan.items()}
+        results: dict[int, BatchResult] = _wait(futures)
+        partials: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for d, items in plan.items():
+            for (gi, _), out in zip(items, results[d].outputs, strict=True):
+                if out.status != DescStatus.OK or out.o is None or out.lse is None:
+                    raise _fail(NodeErrorCode.DEVICE_ERROR, f"device {d}: KV head "
+                                f"{q.groups[gi].kv_head} completed with {out.status.name}")
+                partials.setdefault(gi, []).append((out.o, out.lse))
+        outs = []
+        for gi, g in enumerate(q.groups):
+            o, lse = merge_partials(partials[gi])
+            outs.append({"kv_head": g.kv_head, "o": o.astype("<f4").tobytes(),
+                         "lse": lse.astype("<f4").tobytes()})
+        descriptors = sum(len(v) for v in plan.values())
+        host_ps = self._host_ps + round(self.config.host_descriptor_ns * PS_PER_NS * descriptors)
+        path = {d: res.cxl_ps + round(res.cycles * self._ps_per_cycle)
+                for d, res in results.items()}
+        crit = max(path, key=lambda d: (path[d], -d))
+        timing = {"arrive_ps": r.arrive_ps, "host_ps": host_ps, "cxl_ps": results[crit].cxl_ps,
+                  "device_ps": path[crit] - results[crit].cxl_ps,
+                  "done_ps": r.arrive_ps + host_ps + path[crit],
+                  "device_cycles": results[crit].cycles, "critical_device": crit}
+        devices = [{"device": d, "cycles": res.cycles, "cxl_ps": res.cxl_ps,
+                    "descriptors": len(plan[d])} for d, res in sorted(results.items())]
+        return Reply(NodeOp.ATTEND, p.ATTEND_REP.build(
+            {"timing": timing, "q_heads": q.q_heads, "head_dim": q.head_dim,
+             "count": len(outs), "groups": outs, "ndev": len(devices), "devices": devices}),
+            timing["done_ps"])
+
+    # -- status and shutdown ----------------------------------------------------------------------
+    def _status(self, r: Request) -> Reply:
+        cycles: dict[int, Future[int]] = {sl.index: sl.submit(lambda x: x.port.cycle)
+                                          for sl in self.slots if sl.alive}
+        devices = []
+        for sl in self.slots:
+            cyc = 0
+            if sl.index in cycles:
+                with contextlib.suppress(DeviceUnreachableError):
+                    cyc = cycles[sl.index].result()
+            alive = sl.alive
+            devices.append({
+                "index": sl.index, "alive": int(alive), "endpoint": sl.endpoint,
+                "backend": sl.backend, "mem_bytes": sl.dev.mem_bytes,
+                "used_bytes": sl.used_bytes if alive else 0,
+                "regions": len(sl.mem.regions) if alive else 0,
+                "queue_depth": len(sl.cq._staged) if alive else 0,
+                "descriptors": sl.descriptors, "cycles": cyc,
+                "error": "" if alive else sl.error})
+        return self._reply(NodeOp.STATUS, p.STATUS_REP.build({
+            "version": __version__, "link": self.config.link, "sessions": len(self.sessions),
+            "requests": self.requests, "errors": self.errors, "ndev": len(devices),
+            "devices": devices}), r)
+
+    def _shutdown(self, r: Request) -> Reply:
+        self.stop_requested = True
+        return self._reply(NodeOp.SHUTDOWN, b"", r)
+
+    def close(self, shutdown_devices: bool = False) -> None:
+        for sl in self.slots:
+            sl.close(shutdown_devices)

@@ -1,0 +1,49 @@
+"""Serve NelssaHost at an endpoint until a SHUTDOWN request or ``stop``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from nelssa.emu.link.model import link_preset
+from nelssa.emu.link.security import CurveServerKeys
+from nelssa.emu.link.transport import LinkServer, Reply, Request
+from nelssa.host.pnm_node.host import NelssaHost, NodeConfig
+
+log = logging.getLogger(__name__)
+
+
+class NodeService:
+    """NelssaHost behind a link server."""
+
+    def __init__(self, config: NodeConfig, endpoint: str,
+                 curve: CurveServerKeys | None = None) -> None:
+        self.host = NelssaHost(config)
+        try:
+            self.server = LinkServer(endpoint, self._handle, link_preset(config.link), curve)
+        except Exception:
+            self.host.close()
+            raise
+        self.endpoint = self.server.endpoint
+
+    def _handle(self, request: Request) -> Reply:
+        reply = self.host.handle(request)
+        if self.host.stop_requested:
+            self.server.stop()
+        return reply
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def serve(self, on_ready: Callable[[str], None] | None = None,
+              shutdown_devices: bool = False) -> None:
+        """Serve until stopped; then close the devices (asking them to exit if
+        ``shutdown_devices``)."""
+        if on_ready is not None:
+            on_ready(self.endpoint)
+        try:
+            self.server.serve()
+        finally:
+            self.server.close()
+            self.host.close(shutdown_devices)
+            log.info("node at %s stopped", self.endpoint)

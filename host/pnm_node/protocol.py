@@ -1,0 +1,135 @@
+"""Messages between the GPU node's client and NelssaHost (construct, little endian), carried as
+link frames (emu/link/frame.py) whose ``op`` is a ``NodeOp``.
+
+Arrays travel as raw little-endian bytes (bf16 bits for K, V and Q; u32 cluster ids and token
+counts; f32 outputs), so large payloads cost a copy, not a per-element parse.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from construct import (
+    Array,
+    Bytes,
+    Enum,
+    Float32l,
+    GreedyBytes,
+    Int8ul,
+    Int16ul,
+    Int32ul,
+    Int64ul,
+    PascalString,
+    Struct,
+    this,
+)
+
+
+class NodeOp(IntEnum):
+    OPEN_SESSION = 1
+    CLOSE_SESSION = 2
+    """Frees every KV region of the session on every device."""
+    ALLOC_KV = 3
+    FREE_KV = 4
+    WRITE_KV = 5
+    """Append clusters of one (session, layer, KV head): the Memory API path."""
+    ATTEND = 6
+    """Sparse attention of one layer's KV heads: the Command API path."""
+    STATUS = 7
+    SHUTDOWN = 8
+    """Stop the node (and the device processes it started)."""
+
+
+class Partition(IntEnum):
+    HEAD = 0
+    """Head-wise (the paper's choice): each KV head lives whole on one device."""
+    CLUSTER = 1
+    """Cluster-wise (paper Figure 7(ii)): each KV head's clusters spread over all devices."""
+
+
+class NodeErrorCode(IntEnum):
+    """Errors of the node (link errors are below 100: emu/link/frame.LinkErrorCode)."""
+
+    BAD_REQUEST = 100
+    """A request that cannot be served as asked (shape, range, duplicate allocation)."""
+    UNKNOWN_SESSION = 101
+    NOT_ALLOCATED = 102
+    """A (session, layer, KV head) without a KV region."""
+    OUT_OF_MEMORY = 103
+    """A device has no room; nothing was allocated or written."""
+    DEVICE_DOWN = 104
+    """A device the request needs stopped answering or died."""
+    DEVICE_ERROR = 105
+    """A device completed a descriptor with an error status."""
+
+
+TIMING = Struct(
+    "arrive_ps" / Int64ul,
+    "host_ps" / Int64ul,
+    "cxl_ps" / Int64ul,
+    "device_ps" / Int64ul,
+    "done_ps" / Int64ul,
+    "device_cycles" / Int64ul,
+    "critical_device" / Int8ul,
+)
+"""Emulated time of one request at the node: it arrived at ``arrive_ps``; host software took
+``host_ps``; the device on the critical path (the one that finished last) spent ``cxl_ps`` on
+its CXL transfers and ``device_ps`` (``device_cycles`` at 800 MHz) computing; the reply left at
+``done_ps`` = arrive + host + cxl + device."""
+
+OPEN_SESSION_REQ = Struct("partition" / Enum(Int8ul, Partition), "head_dim" / Int16ul,
+                          "group" / Int8ul)
+"""``group``: query heads per KV head (GQA)."""
+OPEN_SESSION_REP = Struct("session" / Int32ul)
+SESSION_REQ = Struct("session" / Int32ul)
+
+ALLOC_KV_REQ = Struct(
+    "session" / Int32ul, "layer" / Int16ul, "max_clusters" / Int32ul, "max_tokens" / Int32ul,
+    "count" / Int16ul, "kv_heads" / Array(this.count, Int16ul),
+)
+"""Reserve room for ``max_clusters`` clusters and ``max_tokens`` tokens per KV head."""
+ALLOC_KV_REP = Struct("count" / Int16ul, "placement" / Array(this.count, Struct(
+    "kv_head" / Int16ul, "devices" / Int32ul)))
+"""Which devices hold each KV head (a bit per device)."""
+FREE_KV_REQ = Struct("session" / Int32ul, "layer" / Int16ul)
+
+WRITE_KV_REQ = Struct(
+    "session" / Int32ul, "layer" / Int16ul, "kv_head" / Int16ul, "count" / Int32ul,
+    "tokens" / Bytes(this.count * 4), "data" / GreedyBytes,
+)
+"""``tokens``: u32 per cluster; ``data``: each cluster's K rows then V rows, bf16."""
+WRITE_KV_REP = Struct("first_id" / Int32ul, "count" / Int32ul, "timing" / TIMING)
+
+ATTEND_GROUP = Struct(
+    "kv_head" / Int16ul, "num_ids" / Int32ul, "ids" / Bytes(this.num_ids * 4),
+    "q" / Bytes(this._.q_heads * this._.head_dim * 2),
+)
+ATTEND_REQ = Struct(
+    "session" / Int32ul, "layer" / Int16ul, "q_heads" / Int8ul, "head_dim" / Int16ul,
+    "scale" / Float32l, "count" / Int16ul, "groups" / Array(this.count, ATTEND_GROUP),
+)
+"""``scale`` 0 means 1/sqrt(head_dim)."""
+ATTEND_OUT = Struct(
+    "kv_head" / Int16ul, "o" / Bytes(this._.q_heads * this._.head_dim * 4),
+    "lse" / Bytes(this._.q_heads * 4),
+)
+DEVICE_TIME = Struct("device" / Int8ul, "cycles" / Int64ul, "cxl_ps" / Int64ul,
+                     "descriptors" / Int16ul)
+ATTEND_REP = Struct(
+    "timing" / TIMING, "q_heads" / Int8ul, "head_dim" / Int16ul,
+    "count" / Int16ul, "groups" / Array(this.count, ATTEND_OUT),
+    "ndev" / Int8ul, "devices" / Array(this.ndev, DEVICE_TIME),
+)
+
+DEVICE_STATUS = Struct(
+    "index" / Int8ul, "alive" / Int8ul, "endpoint" / PascalString(Int16ul, "utf8"),
+    "backend" / PascalString(Int8ul, "utf8"), "mem_bytes" / Int64ul, "used_bytes" / Int64ul,
+    "regions" / Int32ul, "queue_depth" / Int32ul, "descriptors" / Int64ul, "cycles" / Int64ul,
+    "error" / PascalString(Int16ul, "utf8"),
+)
+STATUS_REP = Struct(
+    "version" / PascalString(Int8ul, "utf8"), "link" / PascalString(Int8ul, "utf8"),
+    "sessions" / Int32ul, "requests" / Int64ul, "errors" / Int64ul,
+    "ndev" / Int8ul, "devices" / Array(this.ndev, DEVICE_STATUS),
+)
+EMPTY = Struct()

@@ -1,0 +1,265 @@
+"""emu/link: frames (literal bytes, every check), the timing and fault models, bind rules and
+CURVE, and requests over real ZeroMQ sockets."""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nelssa.emu.link.frame import (
+    Frame,
+    FrameError,
+    FrameKind,
+    LinkErrorCode,
+    decode_frame,
+    encode_frame,
+    error_payload,
+    parse_error,
+)
+from nelssa.emu.link.model import (
+    PRESETS,
+    FaultInjector,
+    LinkDirection,
+    LinkFaults,
+    LinkSpec,
+    link_preset,
+)
+from nelssa.emu.link.security import (
+    CurveClientKeys,
+    CurveServerKeys,
+    is_loopback,
+    make_keys,
+    secure_server,
+)
+from nelssa.emu.link.transport import (
+    LinkClient,
+    LinkServer,
+    LinkTimeoutError,
+    RemoteError,
+    Reply,
+    Request,
+    ServiceError,
+)
+
+FRAME = Frame(FrameKind.REQUEST, 6, 7, 0, 1_500_000, b"\x01\x02\x03")
+HEADER = bytes.fromhex("4e4c4e4b" "01" "01" "0600" "07000000" "00000000" "60e3160000000000"
+                       "03000000" "4db5c97e")
+
+
+def test_frame_literal_bytes_round_trip() -> None:
+    header, payload = encode_frame(FRAME)
+    assert header == HEADER
+    assert payload == b"\x01\x02\x03"
+    # the CRC covers the header with its CRC field zero, then the payload
+    assert zlib.crc32(payload, zlib.crc32(HEADER[:28] + bytes(4))) == 0x7EC9B54D
+    assert decode_frame([HEADER, payload]) == FRAME
+
+
+@pytest.mark.parametrize("parts, code, words", [
+    ([HEADER], LinkErrorCode.MALFORMED_FRAME, "2 message parts"),
+    ([HEADER[:20], b"\x01\x02\x03"], LinkErrorCode.MALFORMED_FRAME, "20 bytes"),
+    ([b"XXXX" + HEADER[4:], b"\x01\x02\x03"], LinkErrorCode.MALFORMED_FRAME, "magic"),
+    ([HEADER[:4] + b"\x09" + HEADER[5:], b"\x01\x02\x03"], LinkErrorCode.MALFORMED_FRAME,
+     "version 9"),
+    ([HEADER[:5] + b"\x63" + HEADER[6:], b"\x01\x02\x03"], LinkErrorCode.MALFORMED_FRAME,
+     "kind 99"),
+    ([HEADER, b"\x01\x02"], LinkErrorCode.MALFORMED_FRAME, "announces 3 payload bytes"),
+    ([HEADER, b"\x01\x02\x04"], LinkErrorCode.CHECKSUM, "checksum mismatch on frame 7"),
+    ([HEADER[:16] + b"\x61" + HEADER[17:], b"\x01\x02\x03"], LinkErrorCode.CHECKSUM,
+     "checksum"),
+])
+def test_frame_checks_name_the_problem(parts: list[bytes], code: LinkErrorCode,
+                                       words: str) -> None:
+    with pytest.raises(FrameError, match=words) as e:
+        decode_frame(parts)
+    assert e.value.code == code
+
+
+def test_error_payload_round_trip() -> None:
+    raw = error_payload(103, "device 1 is full")
+    assert raw == bytes.fromhex("6700" "1000") + b"device 1 is full"
+    assert parse_error(raw) == (103, "device 1 is full")
+    code, text = parse_error(error_payload(1, "x" * 10_000))
+    assert code == 1 and len(text) < 4200 and text.endswith("...")
+
+
+def test_link_timing_latency_bandwidth_and_queueing() -> None:
+    spec = LinkSpec("test", latency_ns=1000.0, bandwidth_gbps=8.0, packet_payload=100,
+                    packet_overhead=10)
+    assert spec.wire_bytes(250) == 250 + 3 * 10
+    assert spec.serialization_ps(250) == 280 * 1000  # 8 Gb/s: one byte per ns
+    d = LinkDirection(spec)
+    assert d.deliver(0, 250) == 280_000 + 1_000_000
+    # a second message handed over at once waits for the wire, then pays the latency
+    assert d.deliver(0, 90) == 280_000 + 100_000 + 1_000_000
+    # a message after the wire went idle does not wait
+    assert d.deliver(10_000_000, 90) == 10_000_000 + 100_000 + 1_000_000
+    assert (d.messages, d.bytes) == (3, 430)
+
+
+def test_presets() -> None:
+    roce = link_preset("roce-400g")
+    # an 8 KiB query at 400 Gb/s: 2 packets of framing, 1.5 us base latency
+    assert roce.transfer_ps(8192) == round((8192 + 2 * 82) * 8 * 1000 / 400) + 1_500_000
+    assert link_preset("roce-100g").serialization_ps(8192) == 4 * roce.serialization_ps(8192)
+    cxl = link_preset("cxl-pcie5-x16")
+    assert abs(cxl.bandwidth_gbps / 8 - 63.0) < 0.1  # GB/s per direction
+    assert cxl.wire_bytes(64) == 68
+    assert sorted(PRESETS) == ["cxl-pcie5-x16", "roce-100g", "roce-200g", "roce-400g",
+                               "roce-800g"]
+    with pytest.raises(ValueError, match="unknown link preset 'roce-1t'"):
+        link_preset("roce-1t")
+    with pytest.raises(ValueError, match="bandwidth_gbps"):
+        LinkSpec("x", 1.0, 0.0, 64, 4)
+
+
+def test_fault_injector_is_seeded_and_counts() -> None:
+    parts = encode_frame(FRAME)
+    with pytest.raises(ValueError, match="drop must be a probability"):
+        LinkFaults(drop=1.5)
+    assert FaultInjector(LinkFaults(drop=1.0)).apply(parts) == []
+    assert FaultInjector(LinkFaults(duplicate=1.0)).apply(parts) == [parts, parts]
+    (bad,) = FaultInjector(LinkFaults(corrupt=1.0)).apply(parts)
+    with pytest.raises(FrameError) as e:
+        decode_frame(bad)
+    assert e.value.code == LinkErrorCode.CHECKSUM
+    a = FaultInjector(LinkFaults(drop=0.5, seed=3))
+    b = FaultInjector(LinkFaults(drop=0.5, seed=3))
+    assert [len(a.apply(parts)) for _ in range(50)] == [len(b.apply(parts)) for _ in range(50)]
+    assert 0 < a.dropped < 50
+
+
+@pytest.mark.parametrize("endpoint, loop", [
+    ("ipc:///tmp/x", True), ("inproc://x", True), ("tcp://127.0.0.1:5555", True),
+    ("tcp://localhost:5555", True), ("tcp://[::1]:5555", True), ("tcp://*:5555", False),
+    ("tcp://0.0.0.0:5555", False), ("tcp://10.1.2.3:5555", False), ("tcp://eth0:5555", False),
+])
+def test_is_loopback(endpoint: str, loop: bool) -> None:
+    assert is_loopback(endpoint) is loop
+
+
+def test_binding_beyond_loopback_needs_curve() -> None:
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    try:
+        with pytest.raises(ValueError, match="not a loopback address.*CURVE"):
+            secure_server(sock, "tcp://0.0.0.0:5555", None)
+        with pytest.raises(ValueError, match="does not exist"):
+            secure_server(sock, "tcp://0.0.0.0:5555", CurveServerKeys(Path("/nonexistent")))
+    finally:
+        sock.close()
+
+
+def _echo(request: Request) -> Reply:
+    if request.op == 9:
+        raise ServiceError(150, f"op 9 refused ({len(request.payload)} bytes)")
+    if request.op == 8:
+        raise KeyError("boom")
+    return Reply(request.op, request.payload[::-1], request.arrive_ps + 1000)
+
+
+class _Served:
+    def __init__(self, endpoint: str, spec: LinkSpec, curve: CurveServerKeys | None = None):
+        self.server = LinkServer(endpoint, _echo, spec, curve)
+        self.thread = threading.Thread(target=self.server.serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.stop()
+        self.thread.join(5)
+        self.server.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    s = _Served(f"ipc://{tmp_path}/link", link_preset("roce-100g"))
+    yield s
+    s.close()
+
+
+def test_requests_pipelined_with_emulated_time(served: _Served) -> None:
+    spec = link_preset("roce-100g")
+    client = LinkClient(served.server.endpoint, spec, timeout_s=5)
+    try:
+        pending = [client.request(1, bytes([i]) * 4096, send_ps=0) for i in range(4)]
+        replies = [p.result() for p in reversed(pending)][::-1]
+        for i, r in enumerate(replies):
+            assert r.payload == bytes([i]) * 4096
+        # the four requests queued on the wire behind each other: request i arrives after
+        # i + 1 serializations plus one latency, and the reply adds 1 ns of service
+        ser = spec.serialization_ps(4096 + 32)
+        lat = round(spec.latency_ns * 1000)
+        assert [r.server_done_ps for r in replies] == [(i + 1) * ser + lat + 1000
+                                                       for i in range(4)]
+        assert replies[0].arrive_ps == replies[0].server_done_ps + ser + lat
+        assert client.clock_ps == replies[-1].arrive_ps
+        assert client.in_flight == 0
+    finally:
+        client.close()
+
+
+def test_errors_reach_the_caller_and_the_server_goes_on(served: _Served) -> None:
+    client = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=5)
+    try:
+        with pytest.raises(RemoteError, match=r"op 9 refused \(3 bytes\)") as e:
+            client.call(9, b"abc")
+        assert e.value.code == 150
+        with pytest.raises(RemoteError, match="KeyError: 'boom'") as e:
+            client.call(8, b"")
+        assert e.value.code == LinkErrorCode.INTERNAL
+        # a corrupted frame is refused by checksum; a duplicated one is served once
+        bad = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=5,
+                         faults=LinkFaults(corrupt=1.0))
+        with pytest.raises(RemoteError, match="checksum mismatch") as e:
+            bad.call(1, b"payload")
+        assert e.value.code == LinkErrorCode.CHECKSUM
+        bad.close()
+        dup = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=5,
+                         faults=LinkFaults(duplicate=1.0))
+        assert dup.call(1, b"ab").payload == b"ba"
+        assert dup.call(1, b"cd").payload == b"dc"
+        dup.close()
+        assert served.server.duplicates == 2
+        # raw garbage from a foreign socket gets an error frame back
+        raw = zmq.Context.instance().socket(zmq.DEALER)
+        raw.setsockopt(zmq.RCVTIMEO, 5000)
+        raw.connect(served.server.endpoint)
+        raw.send_multipart([b"hello"])
+        frame = decode_frame(raw.recv_multipart())
+        assert frame.kind == FrameKind.ERROR
+        assert parse_error(frame.payload) == (LinkErrorCode.MALFORMED_FRAME,
+                                              "a frame has 2 message parts (header, payload),"
+                                              " got 1")
+        raw.close()
+        assert client.call(1, b"xyz").payload == b"zyx"
+    finally:
+        client.close()
+
+
+def test_dropped_request_times_out_with_a_clear_error(served: _Served) -> None:
+    client = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=0.5,
+                        faults=LinkFaults(drop=1.0))
+    try:
+        with pytest.raises(LinkTimeoutError, match=r"no reply to op 1 \(frame 1\) .* 0.5 s"):
+            client.call(1, b"x")
+    finally:
+        client.close()
+
+
+def test_curve_over_tcp(tmp_path: Path) -> None:
+    public, secret = make_keys(tmp_path / "keys", "node")
+    s = _Served("tcp://127.0.0.1:*", link_preset("roce-400g"), CurveServerKeys(secret))
+    try:
+        good = LinkClient(s.server.endpoint, link_preset("roce-400g"), timeout_s=5,
+                          curve=CurveClientKeys(public))
+        assert good.call(1, b"secret").payload == b"terces"
+        good.close()
+        plain = LinkClient(s.server.endpoint, link_preset("roce-400g"), timeout_s=0.5)
+        with pytest.raises(LinkTimeoutError):  # no handshake without the server's key
+            plain.call(1, b"x")
+        plain.close()
+    finally:
+        s.close()
