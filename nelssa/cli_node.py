@@ -96,7 +96,8 @@ def cmd_node_status(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(st), indent=2))
         return 0
     print(f"NELSSA node at {args.endpoint}: version {st.version}, link {st.link}, "
-          f"{st.sessions} sessions, {st.requests} requests ({st.errors} failed)")
+          f"{st.sessions} sessions, {st.requests} requests ({st.errors} failed), "
+          f"{st.bad_frames} bad frames, {st.duplicates} duplicates dropped")
     print(f"  {'dev':>3} {'state':<6} {'backend':<7} {'used':>10} {'of':>8} {'regions':>7} "
           f"{'queued':>6} {'descs':>7} {'cycles':>12}  endpoint")
     for d in st.devices:

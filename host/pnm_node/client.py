@@ -101,6 +101,11 @@ class NodeStatus:
     sessions: int
     requests: int
     errors: int
+    """Requests answered with an error."""
+    bad_frames: int
+    """Frames the link refused (malformed, corrupted)."""
+    duplicates: int
+    """Duplicated frames the link dropped."""
     devices: list[DeviceInfo]
 
 
@@ -163,7 +168,8 @@ class NodeClient:
         devices = [DeviceInfo(d.index, bool(d.alive), d.endpoint, d.backend, d.mem_bytes,
                               d.used_bytes, d.regions, d.queue_depth, d.descriptors, d.cycles,
                               d.error) for d in rep.devices]
-        return NodeStatus(rep.version, rep.link, rep.sessions, rep.requests, rep.errors, devices)
+        return NodeStatus(rep.version, rep.link, rep.sessions, rep.requests, rep.errors,
+                          rep.bad_frames, rep.duplicates, devices)
 
     def shutdown(self) -> None:
         """Stop the node (it stops the device processes it started)."""

@@ -108,6 +108,8 @@ class NelssaHost:
         self._next_session = 1
         self.requests = self.errors = 0
         self.stop_requested = False
+        self.link_counters: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        """(bad frames, duplicates) of the link server, set by whoever serves this host."""
         self._ps_per_cycle = 1e6 / config.core_clock_mhz
         self._ops: dict[int, Callable[[Request], Reply]] = {
             NodeOp.OPEN_SESSION: self._open_session, NodeOp.CLOSE_SESSION: self._close_session,
@@ -405,7 +407,9 @@ class NelssaHost:
                 "error": "" if alive else sl.error})
         return self._reply(NodeOp.STATUS, p.STATUS_REP.build({
             "version": __version__, "link": self.config.link, "sessions": len(self.sessions),
-            "requests": self.requests, "errors": self.errors, "ndev": len(devices),
+            "requests": self.requests, "errors": self.errors,
+            "bad_frames": self.link_counters()[0], "duplicates": self.link_counters()[1],
+            "ndev": len(devices),
             "devices": devices}), r)
 
     def _shutdown(self, r: Request) -> Reply:

@@ -25,6 +25,7 @@ class NodeService:
             self.host.close()
             raise
         self.endpoint = self.server.endpoint
+        self.host.link_counters = lambda: (self.server.frames_bad, self.server.duplicates)
 
     def _handle(self, request: Request) -> Reply:
         reply = self.host.handle(request)

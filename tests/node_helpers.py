@@ -1,0 +1,163 @@
+"""Start `nelssa node up` as a real process for tests, and the data and reference results they
+compare against."""
+
+from __future__ import annotations
+
+import os
+import re
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nelssa.hw.model.fp import f32_to_bf16_bits
+
+HEAD_DIM = 128
+GROUP = 4
+
+
+class NodeProcess:
+    """A node started with `nelssa node up`, its device pids read from what it prints."""
+
+    def __init__(self, endpoint: str, devices: int, backend: str = "model",
+                 device_timeout: float = 30.0, ready_timeout: float = 300.0) -> None:
+        self.endpoint = endpoint
+        cmd = [sys.executable, "-m", "nelssa.cli", "node", "up", "--devices", str(devices),
+               "--backend", backend, "--endpoint", endpoint, "--device-timeout",
+               str(device_timeout)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1)
+        self.lines: list[str] = []
+        self.device_pids: list[int] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if m := re.search(r"device \d+: .* \(pid (\d+)\)", line):
+                self.device_pids.append(int(m.group(1)))
+            if line.startswith("listening at"):
+                return
+        self.proc.kill()
+        raise RuntimeError("node did not come up:\n" + "\n".join(self.lines))
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            self._queue.put(line.rstrip())
+        self._queue.put(None)
+
+    def output(self) -> str:
+        """Everything printed so far."""
+        time.sleep(0.2)  # let the reader catch up with the last lines
+        return "\n".join(self.lines)
+
+    def interrupt(self, timeout: float = 60.0) -> int:
+        """Ctrl-C; the exit status."""
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        for pid in self.device_pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGCONT)
+        if self.proc.poll() is None:
+            self.interrupt()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def bf16(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
+
+
+@dataclass
+class HeadData:
+    keys: list[np.ndarray]
+    values: list[np.ndarray]
+    q: np.ndarray
+    ids: list[int]
+
+
+@dataclass
+class Workload:
+    """Clustered KV for some KV heads of one layer, a query per head and its selection."""
+
+    heads: dict[int, HeadData] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, seed: int, kv_heads: list[int], clusters: int = 24,
+             selected: int = 8) -> Workload:
+        rng = np.random.default_rng(seed)
+        w = cls()
+        for h in kv_heads:
+            tokens = rng.integers(4, 25, clusters)
+            w.heads[h] = HeadData(
+                [bf16(rng, (int(t), HEAD_DIM)) for t in tokens],
+                [bf16(rng, (int(t), HEAD_DIM)) for t in tokens],
+                bf16(rng, (GROUP, HEAD_DIM)),
+                sorted(rng.choice(clusters, selected, replace=False).tolist()))
+        return w
+
+    @property
+    def max_tokens(self) -> int:
+        return max(sum(k.shape[0] for k in d.keys) for d in self.heads.values())
+
+    @property
+    def max_clusters(self) -> int:
+        return max(len(d.keys) for d in self.heads.values())
+
+
+def single_device_reference(w: Workload) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """(O, LSE) per KV head from one in-process model device through the driver."""
+    from nelssa.driver.command import AttnRequest, CommandQueue
+    from nelssa.driver.device import Device
+    from nelssa.driver.memory import MemoryApi
+    from nelssa.hw.model.device import ModelDevice
+
+    dev = Device(ModelDevice())
+    mem = MemoryApi(dev, 1 << 20, 1 << 32)
+    cq = CommandQueue(mem, entries=16)
+    reqs = []
+    for h, d in w.heads.items():
+        region = mem.alloc_kv(0, 0, h, HEAD_DIM, len(d.keys), sum(k.shape[0] for k in d.keys))
+        mem.write_clusters(region, d.keys, d.values)
+        reqs.append(AttnRequest(region, d.q, d.ids))
+    ids = cq.submit(reqs)
+    out = cq.wait(ids)
+    return {h: (out[i].o, out[i].lse) for h, i in zip(w.heads, ids, strict=True)}
+
+
+def float64_reference(d: HeadData) -> tuple[np.ndarray, np.ndarray]:
+    from nelssa.hw.model.reference import attend_f64
+
+    return attend_f64(d.q, [d.keys[i] for i in d.ids], [d.values[i] for i in d.ids],
+                      np.float32(1 / np.sqrt(HEAD_DIM)))
+
+
+def vmax(d: HeadData) -> float:
+    from nelssa.hw.model.fp import as_f32, bf16_to_f32_bits
+
+    return max(float(np.abs(as_f32(bf16_to_f32_bits(v))).max()) for v in d.values)
