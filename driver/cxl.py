@@ -6,9 +6,10 @@ channel's body. The same bytes cross the ZeroMQ link and the C ABI of the RTL ha
 
 from __future__ import annotations
 
+import struct
 from enum import IntEnum
 
-from construct import Bytes, Enum, Int8ul, Int16ul, Int32ul, Int64ul, Struct, Switch
+from construct import Container, StreamError, Bytes, Enum, Int8ul, Int16ul, Int32ul, Int64ul, Struct, Switch, this
 
 
 class Channel(IntEnum):
@@ -69,38 +70,55 @@ MMIO_REQ = Struct("opcode" / Enum(Int8ul, MmioOpcode), "tag" / Int16ul, "offset"
                   "value" / Int32ul)
 MMIO_RSP = Struct("tag" / Int16ul, "value" / Int32ul)
 
+_BODIES = {Channel.M2S_REQ: M2S_REQ, Channel.M2S_RWD: M2S_RWD, Channel.S2M_NDR: S2M_NDR,
+           Channel.S2M_DRS: S2M_DRS, Channel.MMIO_REQ: MMIO_REQ, Channel.MMIO_RSP: MMIO_RSP}
 MESSAGE = Struct(
     "channel" / Enum(Int8ul, Channel),
-    "body" / Switch(lambda ctx: int(ctx.channel), {
-        Channel.M2S_REQ: M2S_REQ, Channel.M2S_RWD: M2S_RWD, Channel.S2M_NDR: S2M_NDR,
-        Channel.S2M_DRS: S2M_DRS, Channel.MMIO_REQ: MMIO_REQ, Channel.MMIO_RSP: MMIO_RSP,
-    }),
+    # keyed by name (what parsing puts in the context) and by number (what building puts
+    # there), so the struct compiles: the compiled form is ~10x faster on the line path
+    "body" / Switch(this.channel, {**{c.name: b for c, b in _BODIES.items()},
+                                   **{int(c): b for c, b in _BODIES.items()}}),
 )
 """Any port message."""
+_COMPILED = MESSAGE.compile()
+
+
+def parse_message(raw: bytes) -> Container:
+    """``MESSAGE.parse`` through the compiled struct; a short or unknown message raises
+    StreamError naming its length (the compiled parser would raise a bare struct.error)."""
+    try:
+        msg = _COMPILED.parse(raw)
+    except struct.error as e:
+        raise StreamError(f"port message of {len(raw)} bytes is truncated: {e}") from None
+    if msg.body is None:
+        raise StreamError(f"port message on unknown channel {int(msg.channel)}")
+    return msg
+
+
+def build_message(channel: Channel, body: dict[str, object]) -> bytes:
+    return _COMPILED.build({"channel": channel, "body": body})
+
 
 FULL_LINE = (1 << 64) - 1
 """Byte enables of a full-line write."""
 
 
 def mem_rd(tag: int, addr: int) -> bytes:
-    return MESSAGE.build({"channel": Channel.M2S_REQ,
-                          "body": {"opcode": M2SReqOpcode.MEM_RD, "tag": tag, "addr": addr}})
+    return build_message(Channel.M2S_REQ, {"opcode": M2SReqOpcode.MEM_RD, "tag": tag,
+                                           "addr": addr})
 
 
 def mem_wr(tag: int, addr: int, data: bytes, byte_enable: int = FULL_LINE) -> bytes:
     op = M2SRwDOpcode.MEM_WR if byte_enable == FULL_LINE else M2SRwDOpcode.MEM_WR_PTL
-    return MESSAGE.build({"channel": Channel.M2S_RWD,
-                          "body": {"opcode": op, "tag": tag, "addr": addr,
-                                   "byte_enable": byte_enable, "data": data}})
+    return build_message(Channel.M2S_RWD, {"opcode": op, "tag": tag, "addr": addr,
+                                           "byte_enable": byte_enable, "data": data})
 
 
 def mmio_rd(tag: int, offset: int) -> bytes:
-    return MESSAGE.build({"channel": Channel.MMIO_REQ,
-                          "body": {"opcode": MmioOpcode.READ, "tag": tag, "offset": offset,
-                                   "value": 0}})
+    return build_message(Channel.MMIO_REQ, {"opcode": MmioOpcode.READ, "tag": tag,
+                                            "offset": offset, "value": 0})
 
 
 def mmio_wr(tag: int, offset: int, value: int) -> bytes:
-    return MESSAGE.build({"channel": Channel.MMIO_REQ,
-                          "body": {"opcode": MmioOpcode.WRITE, "tag": tag, "offset": offset,
-                                   "value": value}})
+    return build_message(Channel.MMIO_REQ, {"opcode": MmioOpcode.WRITE, "tag": tag,
+                                            "offset": offset, "value": value})

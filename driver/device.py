@@ -45,7 +45,7 @@ class Device:
         waited = 0
         while len(got) < len(want):
             for raw in self.port.receive():
-                msg = cxl.MESSAGE.parse(raw)
+                msg = cxl.parse_message(raw)
                 if int(msg.channel) != channel or msg.body.tag not in want:
                     raise DeviceError(f"unexpected {cxl.Channel(int(msg.channel)).name} message "
                                       f"with tag {msg.body.tag}")

@@ -4,8 +4,8 @@ compare against."""
 from __future__ import annotations
 
 import os
-import re
 import queue
+import re
 import signal
 import subprocess
 import sys

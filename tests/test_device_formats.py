@@ -40,6 +40,20 @@ def test_responses_and_mmio_bytes():
 def test_truncated_message_is_rejected():
     with pytest.raises(StreamError):
         cxl.MESSAGE.parse(bytes.fromhex("00" "01" "3412" "40"))
+    with pytest.raises(StreamError, match="port message of 5 bytes is truncated"):
+        cxl.parse_message(bytes.fromhex("00" "01" "3412" "40"))
+    with pytest.raises(StreamError, match="unknown channel 9"):
+        cxl.parse_message(bytes.fromhex("09" "01" "3412" "40"))
+
+
+def test_compiled_path_equals_the_struct():
+    for raw in (cxl.mem_rd(0x1234, 0x40), cxl.mem_wr(7, 0x80, bytes(range(64)), 0xF0),
+                cxl.mmio_rd(3, 0x10), cxl.mmio_wr(4, 0x14, 0xDEADBEEF),
+                bytes.fromhex("02" "00" "0500" "01"), bytes.fromhex("05" "0900" "78563412")):
+        slow, fast = cxl.MESSAGE.parse(raw), cxl.parse_message(raw)
+        assert int(slow.channel) == int(fast.channel)
+        assert {k: v for k, v in slow.body.items() if k != "_io"} == dict(fast.body)
+        assert cxl.MESSAGE.build(slow) == raw
 
 
 def test_descriptor_bytes():

@@ -145,7 +145,7 @@ def test_is_loopback(endpoint: str, loop: bool) -> None:
 def test_binding_beyond_loopback_needs_curve() -> None:
     sock = zmq.Context.instance().socket(zmq.ROUTER)
     try:
-        with pytest.raises(ValueError, match="not a loopback address.*CURVE"):
+        with pytest.raises(ValueError, match=r"not a loopback address.*CURVE"):
             secure_server(sock, "tcp://0.0.0.0:5555", None)
         with pytest.raises(ValueError, match="does not exist"):
             secure_server(sock, "tcp://0.0.0.0:5555", CurveServerKeys(Path("/nonexistent")))

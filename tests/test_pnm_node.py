@@ -151,14 +151,14 @@ def test_bad_requests_get_clear_errors_and_lose_nothing(node2: NodeProcess) -> N
             c.alloc_kv(b, 0, [0, 1], 1000, 2**31)
         # a region's own capacity: checked on every shard before anything is written
         c.alloc_kv(b, 1, [0], 2, 64)
-        with pytest.raises(NodeOutOfMemoryError, match="region on device . is full"):
+        with pytest.raises(NodeOutOfMemoryError, match=r"region on device \d is full"):
             c.write_kv(b, 1, 0, w.heads[0].keys[:6], w.heads[0].values[:6])
         c.close_session(b)
         assert [d.used_bytes for d in c.status().devices] == used
         # a corrupted frame is caught by its checksum
-        with NodeClient(node2.endpoint, faults=LinkFaults(corrupt=1.0)) as bad:
-            with pytest.raises(ChecksumError, match="checksum mismatch"):
-                bad.attend(a, 0, {0: w.heads[0].q}, {0: [0]})
+        with (NodeClient(node2.endpoint, faults=LinkFaults(corrupt=1.0)) as bad,
+              pytest.raises(ChecksumError, match="checksum mismatch")):
+            bad.attend(a, 0, {0: w.heads[0].q}, {0: [0]})
         # a malformed frame from a foreign socket gets an error frame back
         raw = zmq.Context.instance().socket(zmq.DEALER)
         raw.setsockopt(zmq.RCVTIMEO, 5000)

@@ -171,8 +171,8 @@ class ModelDevice(DevicePort):
                 hi = regs.BY_NAME.get(reg.name[:-3] + "_HI") if reg.name.endswith("_LO") else None
                 if hi is not None:
                     self._latch = (hi.offset, self.regs[hi.offset])
-            self._out.append(cxl.MESSAGE.build({"channel": cxl.Channel.MMIO_RSP,
-                                                "body": {"tag": body.tag, "value": value}}))
+            self._out.append(cxl.build_message(cxl.Channel.MMIO_RSP,
+                                               {"tag": body.tag, "value": value}))
             return
         if reg is None:
             self._bump("ERR_UNMAPPED")
@@ -214,20 +214,18 @@ class ModelDevice(DevicePort):
             self._bump("ERR_MEM")
         if channel == cxl.Channel.M2S_REQ:
             data = self.mem.read(body.addr, LINE_BYTES) if status == cxl.RspStatus.OK else bytes(64)
-            self._out.append(cxl.MESSAGE.build({
-                "channel": cxl.Channel.S2M_DRS,
-                "body": {"opcode": cxl.S2MDrsOpcode.MEM_DATA, "tag": body.tag, "status": status,
-                         "data": data}}))
+            self._out.append(cxl.build_message(cxl.Channel.S2M_DRS, {
+                "opcode": cxl.S2MDrsOpcode.MEM_DATA, "tag": body.tag, "status": status,
+                "data": data}))
         else:
             if status == cxl.RspStatus.OK:
                 self.mem.write_line(body.addr, body.data, body.byte_enable)
-            self._out.append(cxl.MESSAGE.build({
-                "channel": cxl.Channel.S2M_NDR,
-                "body": {"opcode": cxl.S2MNdrOpcode.CMP, "tag": body.tag, "status": status}}))
+            self._out.append(cxl.build_message(cxl.Channel.S2M_NDR, {
+                "opcode": cxl.S2MNdrOpcode.CMP, "tag": body.tag, "status": status}))
 
     # -- port ------------------------------------------------------------------------------------
     def send(self, message: bytes) -> None:
-        msg = cxl.MESSAGE.parse(message)
+        msg = cxl.parse_message(message)
         ch = cxl.Channel(int(msg.channel))
         if ch == cxl.Channel.MMIO_REQ:
             self._mmio(msg.body)
