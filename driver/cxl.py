@@ -9,7 +9,19 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
-from construct import Bytes, Container, StreamError, Enum, Int8ul, Int16ul, Int32ul, Int64ul, Struct, Switch, this
+from construct import (
+    Bytes,
+    Container,
+    Enum,
+    Int8ul,
+    Int16ul,
+    Int32ul,
+    Int64ul,
+    StreamError,
+    Struct,
+    Switch,
+    this,
+)
 
 
 class Channel(IntEnum):

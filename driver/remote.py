@@ -9,6 +9,7 @@ costs one round trip, not one per line. Envelope: ``RPC_REQUEST`` / ``RPC_REPLY`
 from __future__ import annotations
 
 import logging
+import os
 from enum import IntEnum
 
 import zmq
@@ -164,10 +165,11 @@ class RemotePort(DevicePort):
 
 
 def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = None,
-               curve: CurveServerKeys | None = None) -> None:
-    """Serve ``port`` at ``endpoint`` until a SHUTDOWN request. A failing call answers with an
-    error reply naming the problem; the server goes on. Binds to loopback only, unless CURVE
-    keys are given (emu/link/security.py)."""
+               curve: CurveServerKeys | None = None, parent_pid: int | None = None) -> None:
+    """Serve ``port`` at ``endpoint`` until a SHUTDOWN request (or, with ``parent_pid``, until
+    that process is gone, so a node that crashes leaves no device behind). A failing call
+    answers with an error reply naming the problem; the server goes on. Binds to loopback
+    only, unless CURVE keys are given (emu/link/security.py)."""
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.REP)
     sock.setsockopt(zmq.LINGER, 0)
@@ -176,6 +178,11 @@ def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = No
     log.info("device serving at %s", endpoint)
     try:
         while True:
+            if not sock.poll(1000, zmq.POLLIN):
+                if parent_pid is not None and os.getppid() != parent_pid:
+                    log.warning("parent process %d is gone; device exits", parent_pid)
+                    return
+                continue
             raw = sock.recv()
             try:
                 op, arg, messages = decode_request(raw)

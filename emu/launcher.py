@@ -5,6 +5,7 @@ Only processes started here are ever signalled."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,8 @@ class DeviceProcesses:
             for ep in self.endpoints:
                 cmd = [sys.executable, "-m", "nelssa.cli", *(["-v"] if verbose else []),
                        "device", "serve", "--backend", backend, "--endpoint", ep,
-                       "--engines", str(engines), "--preset", preset]
+                       "--engines", str(engines), "--preset", preset,
+                       "--parent-pid", str(os.getpid())]
                 self.procs.append(subprocess.Popen(cmd, start_new_session=True,
                                                    stdin=subprocess.DEVNULL))
                 log.info("started device process %d: %s", self.procs[-1].pid, ep)

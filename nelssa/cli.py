@@ -109,7 +109,7 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
         curve = CurveServerKeys(Path(args.curve_secret))
     log.info("serving a %s device at %s", args.backend, args.endpoint)
     try:
-        serve_port(port, args.endpoint, curve=curve)
+        serve_port(port, args.endpoint, curve=curve, parent_pid=args.parent_pid)
     except ValueError as e:  # a refused bind, a bad key file
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     serve.add_argument("--engines", type=int, default=2, help="attention engines (1..15)")
     serve.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
+    serve.add_argument("--parent-pid", type=int,
+                       help="exit when this process (the node that started the device) is gone")
     serve.add_argument("--curve-secret", help="CURVE secret key file; needed to bind an address "
                                               "other hosts can reach")
     serve.set_defaults(func=cmd_device_serve)

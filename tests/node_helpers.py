@@ -48,7 +48,7 @@ class NodeProcess:
                 self.device_pids.append(int(m.group(1)))
             if line.startswith("listening at"):
                 return
-        self.proc.kill()
+        self.proc.send_signal(signal.SIGINT)  # lets it stop the devices it started
         raise RuntimeError("node did not come up:\n" + "\n".join(self.lines))
 
     def _read(self) -> None:

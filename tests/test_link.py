@@ -11,6 +11,7 @@ import pytest
 import zmq
 
 from nelssa.emu.link.frame import (
+    FRAME_HEADER,
     Frame,
     FrameError,
     FrameKind,
@@ -57,6 +58,11 @@ def test_frame_literal_bytes_round_trip() -> None:
     # the CRC covers the header with its CRC field zero, then the payload
     assert zlib.crc32(payload, zlib.crc32(HEADER[:28] + bytes(4))) == 0x7EC9B54D
     assert decode_frame([HEADER, payload]) == FRAME
+    # the struct path is the construct spec, field for field
+    h = FRAME_HEADER.parse(HEADER)
+    assert (int(h.kind), h.op, h.seq, h.ref, h.emu_time_ps, h.length, h.crc32) == (
+        FrameKind.REQUEST, 6, 7, 0, 1_500_000, 3, 0x7EC9B54D)
+    assert FRAME_HEADER.build(h) == HEADER
 
 
 @pytest.mark.parametrize("parts, code, words", [

@@ -235,3 +235,13 @@ def test_ctrl_c_stops_everything_and_restart_starts_clean(tmp_path: Path) -> Non
                 c.close_session(1)
     finally:
         node.kill()
+
+
+def test_devices_exit_when_their_node_is_killed(tmp_path: Path) -> None:
+    node = NodeProcess(f"ipc://{tmp_path}/node", 2, "model")
+    node.proc.kill()  # no chance to stop anything
+    node.proc.wait(10)
+    deadline = time.monotonic() + 15
+    while any(pid_alive(p) for p in node.device_pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(pid_alive(p) for p in node.device_pids)

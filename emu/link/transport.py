@@ -41,6 +41,10 @@ from nelssa.emu.link.security import (
 
 log = logging.getLogger(__name__)
 
+ZERO_COPY_BYTES = 65536
+"""Payloads from this size are handed to ZeroMQ without a copy (smaller ones are cheaper to
+copy than to track)."""
+
 
 class ServiceError(Exception):
     """Raised by a handler to answer with an ERROR frame carrying ``code``."""
@@ -155,7 +159,8 @@ class LinkServer:
                                       reply.payload))
 
     def _send(self, peer_id: bytes, frame: Frame) -> None:
-        self._sock.send_multipart([peer_id, *encode_frame(frame)], copy=False)
+        parts = encode_frame(frame)
+        self._sock.send_multipart([peer_id, *parts], copy=len(parts[1]) < ZERO_COPY_BYTES)
 
     def close(self) -> None:
         self._sock.close()
@@ -234,7 +239,7 @@ class LinkClient:
         self._seq += 1
         parts = encode_frame(Frame(kind, op, self._seq, 0, send_ps + self._delay_ps, payload))
         for copy in (self._faults.apply(parts) if self._faults else [parts]):
-            self._sock.send_multipart(copy, copy=False)
+            self._sock.send_multipart(copy, copy=len(copy[1]) < ZERO_COPY_BYTES)
         return self._seq
 
     def request(self, op: int, payload: bytes, send_ps: int | None = None) -> PendingReply:
