@@ -11,9 +11,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from nelssa.emu.link.model import PRESETS
+
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "ipc:///tmp/nelssa-node"
+LINKS = sorted(p for p in PRESETS if p.startswith("roce-"))
 
 
 def _curve_server(args: argparse.Namespace):
@@ -136,7 +139,8 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--backend", choices=("model", "rtl"), default="model")
     up.add_argument("--engines", type=int, default=2, help="attention engines per device")
     up.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
-    up.add_argument("--link", default="roce-400g", help="link preset toward the GPU node")
+    up.add_argument("--link", default="roce-400g", choices=LINKS,
+                    help="link preset toward the GPU node")
     up.add_argument("--endpoint", default=DEFAULT_ENDPOINT,
                     help="where to listen (ipc://PATH, tcp://127.0.0.1:PORT; other addresses "
                          "need --curve-secret)")
@@ -153,7 +157,7 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
                              ("stop", cmd_node_stop, "ask a node to stop")):
         p = node_sub.add_parser(name, help=text)
         p.add_argument("--endpoint", default=DEFAULT_ENDPOINT)
-        p.add_argument("--link", default="roce-400g")
+        p.add_argument("--link", default="roce-400g", choices=LINKS)
         p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait")
         p.add_argument("--curve-server-key", help="the node's public key file (.key)")
         p.add_argument("--curve-secret", help="this client's secret key file, if the node "

@@ -160,7 +160,7 @@ def bench_node(folder: str, presets: list[str], devices: int) -> None:
                 for h, (k, v) in kv.items():
                     c.write_kv(s, 0, h, k, v)
                 ingest = time.perf_counter() - t0
-                reps = 5
+                reps = 2
                 t0 = time.perf_counter()
                 results = [c.attend(s, 0, q, ids) for _ in range(reps)]
                 wall = (time.perf_counter() - t0) / reps

@@ -203,22 +203,22 @@ class NelssaHost:
             return slot.mem.alloc_kv(s.id, q.layer, h, s.head_dim, q.max_clusters, tokens)
 
         got: dict[tuple[int, int], Any] = {}
-        failure: str | None = None
+        failure: ServiceError | None = None
         for h, d in want:  # one at a time: a failure stops before more is reserved
             try:
                 got[(h, d)] = self.slots[d].submit(lambda sl, h=h: alloc(sl, h)).result()
             except KvCapacityError as e:
-                failure = f"device {d} cannot hold session {s.id} layer {q.layer} KV head {h}: {e}"
-                break
+                failure = _fail(NodeErrorCode.OUT_OF_MEMORY, f"device {d} cannot hold session "
+                                f"{s.id} layer {q.layer} KV head {h}: {e}")
             except DeviceUnreachableError as e:
-                failure = str(e)
+                failure = _fail(NodeErrorCode.DEVICE_DOWN, str(e))
+            if failure is not None:
                 break
         if failure is not None:
             for (_, d), region in got.items():  # roll back: nothing stays half-allocated
-                self.slots[d].submit(lambda sl, rg=region: sl.mem.free_kv(rg)).result()
-            code = (NodeErrorCode.DEVICE_DOWN if "is down" in failure
-                    else NodeErrorCode.OUT_OF_MEMORY)
-            raise _fail(code, failure)
+                with contextlib.suppress(DeviceUnreachableError):  # gone with its device
+                    self.slots[d].submit(lambda sl, rg=region: sl.mem.free_kv(rg)).result()
+            raise failure
         placement = []
         for h in heads:
             shards = [Shard(d, got[(h, d)]) for d in head_devices(s.partition, h, n)]

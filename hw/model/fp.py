@@ -65,9 +65,11 @@ def daz(bits: npt.ArrayLike) -> U32:
     """Subnormal inputs become signed zero, NaNs become the canonical NaN."""
     b = np.asarray(bits, dtype=np.uint32)
     exp = b & _EXP_MASK
-    mant = b & _MANT_MASK
+    mant_set = (b & _MANT_MASK) != 0
+    if not (mant_set & ((exp == 0) | (exp == _EXP_MASK))).any():
+        return b.copy()  # the common case: no subnormal, no NaN (zeros have no mantissa)
     out = np.where(exp == 0, b & _SIGN, b)
-    return np.where((exp == _EXP_MASK) & (mant != 0), CANON_NAN, out).astype(np.uint32)
+    return np.where((exp == _EXP_MASK) & mant_set, CANON_NAN, out).astype(np.uint32)
 
 
 def _finish(f: npt.NDArray[np.float32]) -> U32:
