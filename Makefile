@@ -6,7 +6,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine bench \
-        bench-ddr5 calibrate-ddr5 bench-device calibrate-device clean
+        bench-ddr5 calibrate-ddr5 bench-device calibrate-device bench-node clean
 
 all: test
 
@@ -54,6 +54,9 @@ calibrate-ddr5: venv
 
 bench-device: venv
 	$(VPY) scripts/bench_device.py
+
+bench-node: venv
+	$(VPY) scripts/bench_node.py
 
 calibrate-device: venv
 	$(VPY) scripts/calibrate_device.py
