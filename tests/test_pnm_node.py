@@ -53,7 +53,8 @@ def _attend(client: NodeClient, s: int, w: Workload, layer: int = 0) -> AttendRe
 
 def _check_timing(r: AttendResult, link: str = "roce-400g") -> None:
     t = r.timing
-    assert t.total_ps == t.link_up_ps + t.host_ps + t.cxl_ps + t.device_ps + t.link_down_ps
+    assert t.total_ps == (t.link_up_ps + t.host_ps + t.queue_ps + t.cxl_ps + t.device_ps
+                          + t.link_down_ps)
     spec = link_preset(link)
     assert t.link_up_ps >= spec.transfer_ps(0) and t.link_down_ps >= spec.transfer_ps(0)
     assert t.device_ps == round(r.device_cycles[t.critical_device] * 1250)
@@ -122,9 +123,17 @@ def test_async_attends_pipeline_and_match_sync(node2: NodeProcess) -> None:
         for r in results:
             for h in w.heads:
                 assert np.array_equal(r.o[h], sync.o[h])
-        # emulated time runs on: each later request was sent no earlier than the one before
+        # emulated time runs on: each later request was sent no earlier than the one before;
+        # sent at once, they queue for the devices one behind the other
         sent = [r.timing.sent_ps for r in results]
         assert sent == sorted(sent)
+        queued = [c.attend_async(s, 0, {h: d.q for h, d in w.heads.items()},
+                                 {h: d.ids for h, d in w.heads.items()}, send_ps=10**12)
+                  for _ in range(3)]
+        t = [f.result().timing for f in queued]
+        assert t[0].queue_ps == 0 and t[1].queue_ps > 0 and t[2].queue_ps > t[1].queue_ps
+        done = [x.sent_ps + x.total_ps - x.link_down_ps for x in t]
+        assert done[1] - done[0] == t[1].cxl_ps + t[1].device_ps
 
 
 def test_bad_requests_get_clear_errors_and_lose_nothing(node2: NodeProcess) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,8 @@ class Timing:
     link_up_ps: int
     """GPU node to PNM node (latency, serialization, queueing behind earlier messages)."""
     host_ps: int
+    queue_ps: int
+    """Waiting for the critical device to finish earlier requests."""
     cxl_ps: int
     """CXL transfers of the device on the critical path."""
     device_ps: int
@@ -39,7 +41,8 @@ class Timing:
 
     @property
     def total_ps(self) -> int:
-        return self.link_up_ps + self.host_ps + self.cxl_ps + self.device_ps + self.link_down_ps
+        return (self.link_up_ps + self.host_ps + self.queue_ps + self.cxl_ps + self.device_ps
+                + self.link_down_ps)
 
     @property
     def arrive_ps(self) -> int:
@@ -52,14 +55,13 @@ class Timing:
         return self.link_up_ps + self.link_down_ps + self.cxl_ps
 
 
-def _timing(info: ReplyInfo, t: object) -> Timing:
-    link_up = t.arrive_ps - info.sent_ps  # type: ignore[attr-defined]
-    parts = t.host_ps + t.cxl_ps + t.device_ps  # type: ignore[attr-defined]
-    if t.arrive_ps + parts != info.server_done_ps:  # type: ignore[attr-defined]
-        raise RuntimeError("node timing does not add up: arrive + host + cxl + device != done")
-    return Timing(info.sent_ps, link_up, t.host_ps, t.cxl_ps, t.device_ps,  # type: ignore
-                  info.arrive_ps - info.server_done_ps, t.device_cycles,  # type: ignore
-                  t.critical_device)  # type: ignore[attr-defined]
+def _timing(info: ReplyInfo, t: Any) -> Timing:
+    if t.arrive_ps + t.host_ps + t.queue_ps + t.cxl_ps + t.device_ps != info.server_done_ps:
+        raise RuntimeError("node timing does not add up: arrive + host + queue + cxl + device "
+                           "!= done")
+    return Timing(info.sent_ps, t.arrive_ps - info.sent_ps, t.host_ps, t.queue_ps, t.cxl_ps,
+                  t.device_ps, info.arrive_ps - info.server_done_ps, t.device_cycles,
+                  t.critical_device)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class AttendResult:
     timing: Timing
     device_cycles: dict[int, int]
     """Cycles each device computed."""
+    device_start_ps: dict[int, int]
+    """Emulated time each device started on the request."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,8 @@ class NodeClient:
                  for g in rep.groups}
             lse = {g.kv_head: np.frombuffer(g.lse, dtype="<f4").copy() for g in rep.groups}
             return AttendResult(o, lse, _timing(info, rep.timing),
-                                {d.device: d.cycles for d in rep.devices})
+                                {d.device: d.cycles for d in rep.devices},
+                                {d.device: d.start_ps for d in rep.devices})
         return NodeFuture(pending, decode)
 
     def attend(self, session: int, layer: int, queries: Mapping[int, npt.NDArray[np.uint16]],

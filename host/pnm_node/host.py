@@ -107,6 +107,7 @@ class NelssaHost:
         self.sessions: dict[int, Session] = {}
         self._next_session = 1
         self.requests = self.errors = 0
+        self._busy_until = [0] * len(self.slots)  # emulated time each device is free again
         self.stop_requested = False
         self.link_counters: Callable[[], tuple[int, int]] = lambda: (0, 0)
         """(bad frames, duplicates) of the link server, set by whoever serves this host."""
@@ -315,7 +316,7 @@ class NelssaHost:
             head.cluster_shard.append(sh)
             head.cluster_local.append(local[i])
         crit = max(results, key=lambda sh: results[sh][1])
-        timing = {"arrive_ps": r.arrive_ps, "host_ps": self._host_ps,
+        timing = {"arrive_ps": r.arrive_ps, "host_ps": self._host_ps, "queue_ps": 0,
                   "cxl_ps": results[crit][1], "device_ps": 0,
                   "done_ps": r.arrive_ps + self._host_ps + results[crit][1], "device_cycles": 0,
                   "critical_device": head.shards[crit].device}
@@ -372,15 +373,22 @@ class NelssaHost:
                          "lse": lse.astype("<f4").tobytes()})
         descriptors = sum(len(v) for v in plan.values())
         host_ps = self._host_ps + round(self.config.host_descriptor_ns * PS_PER_NS * descriptors)
-        path = {d: res.cxl_ps + round(res.cycles * self._ps_per_cycle)
-                for d, res in results.items()}
-        crit = max(path, key=lambda d: (path[d], -d))
-        timing = {"arrive_ps": r.arrive_ps, "host_ps": host_ps, "cxl_ps": results[crit].cxl_ps,
-                  "device_ps": path[crit] - results[crit].cxl_ps,
-                  "done_ps": r.arrive_ps + host_ps + path[crit],
-                  "device_cycles": results[crit].cycles, "critical_device": crit}
-        devices = [{"device": d, "cycles": res.cycles, "cxl_ps": res.cxl_ps,
-                    "descriptors": len(plan[d])} for d, res in sorted(results.items())]
+        # a device busy with an earlier request (in emulated time) starts this one after it
+        ready = r.arrive_ps + host_ps
+        start = {d: max(ready, self._busy_until[d]) for d in results}
+        end = {d: start[d] + res.cxl_ps + round(res.cycles * self._ps_per_cycle)
+               for d, res in results.items()}
+        for d, t in end.items():
+            self._busy_until[d] = t
+        crit = max(end, key=lambda d: (end[d], -d))
+        timing = {"arrive_ps": r.arrive_ps, "host_ps": host_ps,
+                  "queue_ps": start[crit] - ready, "cxl_ps": results[crit].cxl_ps,
+                  "device_ps": end[crit] - start[crit] - results[crit].cxl_ps,
+                  "done_ps": end[crit], "device_cycles": results[crit].cycles,
+                  "critical_device": crit}
+        devices = [{"device": d, "start_ps": start[d], "cycles": res.cycles,
+                    "cxl_ps": res.cxl_ps, "descriptors": len(plan[d])}
+                   for d, res in sorted(results.items())]
         return Reply(NodeOp.ATTEND, p.ATTEND_REP.build(
             {"timing": timing, "q_heads": q.q_heads, "head_dim": q.head_dim,
              "count": len(outs), "groups": outs, "ndev": len(devices), "devices": devices}),

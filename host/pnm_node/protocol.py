@@ -66,6 +66,7 @@ class NodeErrorCode(IntEnum):
 TIMING = Struct(
     "arrive_ps" / Int64ul,
     "host_ps" / Int64ul,
+    "queue_ps" / Int64ul,
     "cxl_ps" / Int64ul,
     "device_ps" / Int64ul,
     "done_ps" / Int64ul,
@@ -73,9 +74,10 @@ TIMING = Struct(
     "critical_device" / Int8ul,
 )
 """Emulated time of one request at the node: it arrived at ``arrive_ps``; host software took
-``host_ps``; the device on the critical path (the one that finished last) spent ``cxl_ps`` on
-its CXL transfers and ``device_ps`` (``device_cycles`` at 800 MHz) computing; the reply left at
-``done_ps`` = arrive + host + cxl + device."""
+``host_ps``; the device on the critical path (the one that finished last) waited ``queue_ps``
+for earlier requests, then spent ``cxl_ps`` on its CXL transfers and ``device_ps``
+(``device_cycles`` at 800 MHz) computing; the reply left at ``done_ps`` = arrive + host + queue +
+cxl + device."""
 
 OPEN_SESSION_REQ = Struct("partition" / Enum(Int8ul, Partition), "head_dim" / Int16ul,
                           "group" / Int8ul)
@@ -113,8 +115,10 @@ ATTEND_OUT = Struct(
     "kv_head" / Int16ul, "o" / Bytes(this._.q_heads * this._.head_dim * 4),
     "lse" / Bytes(this._.q_heads * 4),
 )
-DEVICE_TIME = Struct("device" / Int8ul, "cycles" / Int64ul, "cxl_ps" / Int64ul,
-                     "descriptors" / Int16ul)
+DEVICE_TIME = Struct("device" / Int8ul, "start_ps" / Int64ul, "cycles" / Int64ul,
+                     "cxl_ps" / Int64ul, "descriptors" / Int16ul)
+"""One device's part of a request: it started at ``start_ps`` (emulated), then spent
+``cxl_ps`` and ``cycles``."""
 ATTEND_REP = Struct(
     "timing" / TIMING, "q_heads" / Int8ul, "head_dim" / Int16ul,
     "count" / Int16ul, "groups" / Array(this.count, ATTEND_OUT),

@@ -1,0 +1,81 @@
+"""Segmented spherical k-means of one KV head's keys (RetroInfer, paper 4.2; DESIGN.md Reference
+parameters): keys centred by the head's mean, normalised, clustered by inner product in segments
+of about 8K tokens with about 16 tokens per cluster, 10 iterations, deterministic start. Clusters
+larger than the device takes are split. The Centroid Meta-Info is the mean key of each cluster
+(ranking clusters by q . mean equals ranking by q . centred mean: the head mean adds the same
+q . mu to every cluster)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How keys are clustered."""
+
+    tokens_per_cluster: int = 16
+    """Average cluster size the segment's cluster count is chosen for."""
+    segment_tokens: int = 8192
+    """Tokens clustered together; longer runs are cut into segments."""
+    iterations: int = 10
+    """k-means iterations per segment."""
+    max_cluster_tokens: int = 64
+    """Largest cluster the device takes; larger ones are split in token order."""
+
+    def __post_init__(self) -> None:
+        for name in ("tokens_per_cluster", "segment_tokens", "iterations",
+                     "max_cluster_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class Clusters:
+    members: list[Tensor]
+    """Token indices (into the keys given) of each cluster, ascending."""
+    centroids: Tensor
+    """(clusters, head_dim) mean key of each cluster."""
+
+
+def cluster_keys(keys: Tensor, cfg: ClusterConfig, mean: Tensor | None = None) -> Clusters:
+    """Cluster ``keys`` (tokens, head_dim); ``mean`` is the head's key mean (the keys' own mean
+    when None)."""
+    if keys.ndim != 2 or keys.shape[0] == 0:
+        raise ValueError(f"keys must be (tokens >= 1, head_dim), got {tuple(keys.shape)}")
+    mu = keys.mean(0) if mean is None else mean
+    x = torch.nn.functional.normalize(keys - mu, dim=-1)
+    members: list[Tensor] = []
+    for start in range(0, keys.shape[0], cfg.segment_tokens):
+        seg = x[start:start + cfg.segment_tokens]
+        k = max(1, -(-seg.shape[0] // cfg.tokens_per_cluster))
+        centers = seg[torch.linspace(0, seg.shape[0] - 1, k).round().long()].clone()
+        assign = torch.zeros(seg.shape[0], dtype=torch.long)
+        for _ in range(cfg.iterations):
+            assign = (seg @ centers.T).argmax(dim=1)
+            sums = torch.zeros_like(centers).index_add_(0, assign, seg)
+            counts = torch.bincount(assign, minlength=k)
+            keep = counts > 0  # an empty cluster keeps its old centre
+            centers[keep] = torch.nn.functional.normalize(sums[keep], dim=-1)
+        order = torch.argsort(assign, stable=True)
+        counts = torch.bincount(assign, minlength=k).tolist()
+        pos = 0
+        for n in counts:
+            if n:
+                idx = torch.sort(order[pos:pos + n]).values + start
+                members += list(torch.split(idx, cfg.max_cluster_tokens))
+            pos += n
+    centroids = torch.stack([keys[m].mean(0) for m in members])
+    return Clusters(members, centroids)
+
+
+def select_clusters(q_group: Tensor, centroids: Tensor, count: int) -> Tensor:
+    """Top ``count`` clusters of one KV head for its query heads (group, head_dim): scores
+    summed over the group (GQA); ids ascending."""
+    scores = (q_group @ centroids.T).sum(0)
+    k = min(count, centroids.shape[0])
+    return torch.sort(torch.topk(scores, k).indices).values

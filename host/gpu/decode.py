@@ -1,0 +1,383 @@
+"""Length-aware split-batch decode (paper 4.1, 4.2, 5.2).
+
+Requests whose prompt reaches ``t_input`` tokens go to the PNM tier and never come back (the
+one-way principle): at prefill their keys are clustered per (layer, KV head), the clusters are
+written to the node, and the GPU keeps the sink tokens, the tokens not yet clustered (the recent
+window among them) and the Centroid Meta-Info. Shorter requests stay on the GPU with dense
+attention. One decode step runs QKV and the MLP batched for all requests; per layer, each long
+request's top-K clusters are sent to the node asynchronously, the GPU computes the short
+requests' attention and the long requests' window attention meanwhile, and the two parts of a
+long request are merged by their log-sum-exp when the node answers. Every ``chunk`` generated
+tokens beyond the recent window are clustered and appended to the node.
+
+Emulated time: GPU operations from the roofline model (timing.py), node requests from the
+node's own accounting (link, host, queueing, CXL, device cycles); a layer ends when both the GPU
+work and the slowest node reply are done.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
+from nelssa.host.gpu.clustering import ClusterConfig, cluster_keys, select_clusters
+from nelssa.host.gpu.model import Llama, attention_with_lse, dense_attention
+from nelssa.host.gpu.report import StepReport, TraceRecorder
+from nelssa.host.gpu.timing import GpuSpec, gpu_preset
+from nelssa.host.pnm_node.client import AttendResult, NodeClient, NodeFuture
+
+log = logging.getLogger(__name__)
+Tensor = torch.Tensor
+BF16 = 2  # bytes
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Routing, selection and clustering of the hybrid decode."""
+
+    t_input: int = 1024
+    """Prompts of this many tokens or more go to the PNM tier."""
+    selection: float = 0.04
+    """Share of a KV head's clusters selected per step (at least one)."""
+    sink: int = 4
+    """First tokens of a long request that stay on the GPU."""
+    recent: int = 64
+    """Latest tokens of a long request that stay on the GPU."""
+    chunk: int = 1024
+    """Generated tokens clustered and appended to the node at a time."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """k-means settings."""
+    gpu: str = "h100-nvl"
+    """GPU preset of the roofline time model."""
+    check_accuracy: bool = True
+    """Keep every long request's full KV on the host to measure the hybrid attention against
+    dense attention over the whole context (costs host memory and time)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.selection <= 1.0:
+            raise ValueError(f"selection must be in (0, 1], got {self.selection}")
+        if self.sink < 0 or self.recent < 0 or self.chunk < 1:
+            raise ValueError(f"sink and recent must be >= 0 and chunk >= 1, got {self.sink}, "
+                             f"{self.recent}, {self.chunk}")
+        if self.t_input <= self.sink + self.recent:
+            raise ValueError(f"t_input ({self.t_input}) must exceed sink + recent "
+                             f"({self.sink + self.recent}) so a long request has clusters")
+        gpu_preset(self.gpu)
+
+
+def to_bf16_bits(t: Tensor) -> np.ndarray:
+    return t.contiguous().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+@dataclass
+class Request:
+    """One sequence being decoded."""
+
+    rid: int
+    prompt: list[int]
+    max_new: int
+    generated: list[int] = field(default_factory=list)
+    tier: str = "gpu"
+    """``gpu`` or ``pnm``; a request never moves back."""
+    status: str = "running"
+    """``running``, ``done`` or ``failed``."""
+    note: str = ""
+    """Why it failed, or why a long request stayed on the GPU."""
+    kv: list[tuple[Tensor, Tensor]] = field(default_factory=list)
+    """Per layer, the K and V the GPU holds (all of it, or a long request's window)."""
+    full: list[tuple[Tensor, Tensor]] | None = None
+    """Per layer, the whole context (long requests, with accuracy checks on)."""
+    session: int | None = None
+    offloaded: int = 0
+    """Tokens [sink, sink + offloaded) live on the node."""
+    centroids: list[list[Tensor]] = field(default_factory=list)
+    """Per layer and KV head, (clusters, head_dim)."""
+    sizes: list[list[Tensor]] = field(default_factory=list)
+    """Per layer and KV head, the tokens of each cluster."""
+    key_mean: list[Tensor] = field(default_factory=list)
+    """Per layer, (kv heads, head_dim): the prefill keys' mean that clustering centres by."""
+    max_error: float = 0.0
+    """Largest relative error of its attention against dense, this step."""
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + len(self.generated)
+
+
+class HybridDecoder:
+    """Decode a batch of requests on the GPU and the PNM node behind ``client``."""
+
+    def __init__(self, model: Llama, config: DecodeConfig, client: NodeClient | None,
+                 trace: TraceRecorder | None = None) -> None:
+        self.model, self.cfg, self.client = model, config, client
+        self.gpu: GpuSpec = gpu_preset(config.gpu)
+        self.trace = trace or TraceRecorder()
+        self.requests: list[Request] = []
+        self.now_ps = 0
+        c = model.c
+        self._group = c.group
+        w = c.hidden_size * c.head_dim * (c.num_attention_heads + 2 * c.num_key_value_heads)
+        self._qkv_bytes = w * BF16
+        self._out_bytes = (c.hidden_size * c.head_dim * c.num_attention_heads
+                           + 3 * c.hidden_size * c.intermediate_size) * BF16
+        self._kv_token_bytes = 2 * c.num_key_value_heads * c.head_dim * BF16
+
+    # -- admission ---------------------------------------------------------------------------------
+    def add(self, prompt: list[int], max_new: int) -> Request:
+        """Prefill a request, route it, and make its first token."""
+        c = self.model.c
+        if not prompt:
+            raise ValueError("empty prompt: a request needs at least one token")
+        if max_new < 1:
+            raise ValueError(f"max_new must be >= 1, got {max_new}")
+        if len(prompt) + max_new > c.max_position_embeddings:
+            raise ValueError(f"prompt of {len(prompt)} tokens plus {max_new} new ones exceeds the "
+                             f"model's maximum of {c.max_position_embeddings}")
+        bad = [t for t in prompt if not 0 <= t < c.vocab_size]
+        if bad:
+            raise ValueError(f"token {bad[0]} outside the vocabulary (0..{c.vocab_size - 1})")
+        req = Request(len(self.requests), list(prompt), max_new)
+        logits, kv = self.model.prefill(torch.tensor(prompt))
+        req.generated.append(int(logits[-1].argmax()))
+        req.kv = kv
+        if len(prompt) >= self.cfg.t_input:
+            if self.client is None:
+                req.note = "no PNM node: long request kept on the GPU"
+            else:
+                self._offload(req)
+        self.requests.append(req)
+        if len(req.generated) >= max_new:
+            req.status = "done"
+        return req
+
+    def _offload(self, req: Request) -> None:
+        """Cluster and write a long request's KV to the node; on failure keep it on the GPU and
+        say why."""
+        assert self.client is not None
+        c, cfg = self.model.c, self.cfg
+        n = len(req.prompt)
+        mid = n - cfg.sink - cfg.recent
+        per_chunk = -(-cfg.chunk // cfg.cluster.tokens_per_cluster)
+        max_tokens = n + req.max_new
+        est = -(-mid // cfg.cluster.tokens_per_cluster) * 2 + (
+            -(-req.max_new // cfg.chunk) + 1) * per_chunk * 2 + 16
+        try:
+            s = self.client.open_session(c.head_dim, c.group, "head")
+            req.session = s
+            futures: list[NodeFuture] = []
+            for layer, (k, v) in enumerate(req.kv):
+                self.client.alloc_kv(s, layer, list(range(c.num_key_value_heads)), est,
+                                     max_tokens)
+                mean = k[:n].mean(0)
+                req.key_mean.append(mean)
+                cents, sizes = [], []
+                for h in range(c.num_key_value_heads):
+                    kh, vh = k[cfg.sink:n - cfg.recent, h], v[cfg.sink:n - cfg.recent, h]
+                    cl = cluster_keys(kh, cfg.cluster, mean[h])
+                    cents.append(cl.centroids)
+                    sizes.append(torch.tensor([len(m) for m in cl.members]))
+                    futures.append(self.client.write_kv_async(
+                        s, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
+                        [to_bf16_bits(vh[m]) for m in cl.members]))
+                req.centroids.append(cents)
+                req.sizes.append(sizes)
+            for f in futures:
+                f.result()
+        except (RemoteError, LinkTimeoutError) as e:
+            self._release(req)
+            req.note = f"PNM offload failed ({e}); kept on the GPU"
+            log.warning("request %d: %s", req.rid, req.note)
+            req.centroids, req.sizes, req.key_mean = [], [], []
+            return
+        req.tier = "pnm"
+        req.offloaded = mid
+        if cfg.check_accuracy:
+            req.full = [(k.clone(), v.clone()) for k, v in req.kv]
+        keep = list(range(cfg.sink)) + list(range(n - cfg.recent, n))
+        req.kv = [(k[keep], v[keep]) for k, v in req.kv]
+
+    def _release(self, req: Request) -> None:
+        if req.session is not None and self.client is not None:
+            try:
+                self.client.close_session(req.session)
+            except (RemoteError, LinkTimeoutError) as e:
+                log.warning("closing session %d: %s", req.session, e)
+            req.session = None
+
+    # -- one step ----------------------------------------------------------------------------------
+    def step(self) -> StepReport:
+        """One token for every running request."""
+        live = [r for r in self.requests if r.status == "running"]
+        if not live:
+            raise RuntimeError("no running request to decode")
+        rep = StepReport(len([r for r in live if r.tier == "gpu"]),
+                         len([r for r in live if r.tier == "pnm"]))
+        start = self.now_ps
+        x = self.model.embed(torch.tensor([r.generated[-1] for r in live]))
+        pos = torch.tensor([r.length - 1 for r in live])
+        for r in live:
+            r.max_error = 0.0
+        for layer in range(self.model.c.num_hidden_layers):
+            x = self._layer(layer, live, x, pos, rep)
+        nxt = self.model.logits(x).argmax(dim=-1).tolist()
+        for r, t in zip(live, nxt, strict=True):
+            if r.status != "running":
+                continue
+            r.generated.append(int(t))
+            if r.tier == "pnm":
+                self._chunk_update(r)
+            if len(r.generated) >= r.max_new:
+                r.status = "done"
+                self._release(r)
+        rep.step_ps = self.now_ps - start
+        rep.tokens = len([r for r in live if r.status != "failed"])
+        rep.errors = {r.rid: r.max_error for r in live if r.tier == "pnm"
+                      and self.cfg.check_accuracy and r.status != "failed"}
+        return rep
+
+    def _gpu_op(self, name: str, nbytes: float, flops: float = 0.0) -> int:
+        dur = self.gpu.op_ps(nbytes, flops)
+        self.trace.slice("GPU node", "compute", name, self.now_ps, dur)
+        self.now_ps += dur
+        return dur
+
+    def _layer(self, layer: int, live: list[Request], x: Tensor, pos: Tensor,
+               rep: StepReport) -> Tensor:
+        cfg, g = self.cfg, self._group
+        b = len(live)
+        rep.others_ps += self._gpu_op(f"L{layer} QKV", self._qkv_bytes,
+                                      2 * self._qkv_bytes / BF16 * b)
+        q, k, v = self.model.qkv(layer, x, pos)
+        longs = [i for i, r in enumerate(live) if r.tier == "pnm" and r.status == "running"]
+        for i, r in enumerate(live):
+            kk, vv = r.kv[layer]
+            r.kv[layer] = (torch.cat([kk, k[i:i + 1]]), torch.cat([vv, v[i:i + 1]]))
+            if r.full is not None:
+                fk, fv = r.full[layer]
+                r.full[layer] = (torch.cat([fk, k[i:i + 1]]), torch.cat([fv, v[i:i + 1]]))
+        # top-K cluster selection of the long requests, then their node requests
+        futures: dict[int, NodeFuture[AttendResult]] = {}
+        if longs:
+            cent_bytes = sum(sum(c.numel() for c in live[i].centroids[layer]) * BF16
+                             for i in longs)
+            rep.topk_ps += self._gpu_op(f"L{layer} top-K", cent_bytes, 2 * cent_bytes / BF16 * g)
+            send = self.now_ps
+            for i in longs:
+                r = live[i]
+                queries, ids = {}, {}
+                for h, cents in enumerate(r.centroids[layer]):
+                    qg = q[i, h * g:(h + 1) * g]
+                    count = max(1, math.ceil(cfg.selection * cents.shape[0]))
+                    sel = select_clusters(qg, cents, count)
+                    ids[h] = sel.tolist()
+                    queries[h] = to_bf16_bits(qg)
+                    rep.kv_bytes += int(r.sizes[layer][h][sel].sum()) * self._kv_token_bytes // (
+                        self.model.c.num_key_value_heads)
+                assert self.client is not None and r.session is not None
+                futures[i] = self.client.attend_async(r.session, layer, queries, ids,
+                                                      send_ps=send)
+        # the GPU's own attention meanwhile
+        attn = torch.empty_like(q)
+        local: dict[int, tuple[Tensor, Tensor]] = {}
+        gpu_bytes = 0
+        for i, r in enumerate(live):
+            kk, vv = r.kv[layer]
+            gpu_bytes += kk.shape[0] * self._kv_token_bytes
+            if i in futures:
+                local[i] = attention_with_lse(q[i], kk, vv)
+            else:
+                attn[i] = dense_attention(q[i:i + 1], kk, vv)[0]
+        rep.others_ps += self._gpu_op(f"L{layer} attention", gpu_bytes,
+                                      4 * gpu_bytes / BF16 * g)
+        gpu_done = self.now_ps
+        latest = gpu_done
+        for i, f in futures.items():
+            r = live[i]
+            try:
+                res = f.result()
+            except (RemoteError, LinkTimeoutError) as e:
+                r.status, r.note = "failed", f"node request failed at layer {layer}: {e}"
+                log.error("request %d: %s", r.rid, r.note)
+                attn[i] = local[i][0]
+                continue
+            self._record_node(r, layer, res, rep)
+            t = res.timing
+            latest = max(latest, t.arrive_ps)
+            o_l, lse_l = local[i]
+            merged = torch.empty_like(o_l)
+            for h in range(len(res.o)):
+                rows = slice(h * g, (h + 1) * g)
+                o_n = torch.from_numpy(res.o[h])
+                lse_n = torch.from_numpy(res.lse[h])
+                top = torch.maximum(lse_l[rows], lse_n)
+                wl, wn = torch.exp(lse_l[rows] - top), torch.exp(lse_n - top)
+                merged[rows] = (o_l[rows] * wl[:, None] + o_n * wn[:, None]) / (wl + wn)[:, None]
+            attn[i] = merged
+            if r.full is not None:
+                fk, fv = r.full[layer]
+                ref = dense_attention(q[i:i + 1], fk, fv)[0]
+                err = float((merged - ref).abs().max() / ref.abs().max())
+                r.max_error = max(r.max_error, err)
+        if latest > gpu_done:
+            rep.wait_ps += latest - gpu_done
+            self.trace.slice("GPU node", "compute", f"L{layer} wait for PNM", gpu_done,
+                             latest - gpu_done)
+            self.now_ps = latest
+        rep.others_ps += self._gpu_op(f"L{layer} O-proj + MLP", self._out_bytes,
+                                      2 * self._out_bytes / BF16 * b)
+        return self.model.finish_layer(layer, x, attn)
+
+    def _record_node(self, r: Request, layer: int, res: AttendResult, rep: StepReport) -> None:
+        t = res.timing
+        rep.transfer_ps += t.link_up_ps + t.link_down_ps
+        rep.pnm_overhead_ps += t.host_ps + t.queue_ps + t.cxl_ps
+        rep.pnm_attn_ps += t.device_ps
+        rep.node_requests += 1
+        name = f"req {r.rid} L{layer}"
+        self.trace.slice("link", "RoCE up", name, t.sent_ps, t.link_up_ps)
+        self.trace.slice("link", "RoCE down", name, t.arrive_ps - t.link_down_ps, t.link_down_ps)
+        for d, cycles in res.device_cycles.items():
+            dur = round(cycles * 1250)
+            self.trace.slice("PNM node", f"device {d}", name, res.device_start_ps[d], dur)
+            rep.device_cycles[d] = rep.device_cycles.get(d, 0) + cycles
+
+    # -- chunk update ------------------------------------------------------------------------------
+    def _chunk_update(self, r: Request) -> None:
+        """Cluster the oldest ``chunk`` tokens beyond the recent window and append them."""
+        cfg = self.cfg
+        pending = r.kv[0][0].shape[0] - cfg.sink
+        if pending - cfg.recent < cfg.chunk:
+            return
+        assert self.client is not None and r.session is not None
+        lo, hi = cfg.sink, cfg.sink + cfg.chunk
+        futures = []
+        for layer, (k, v) in enumerate(r.kv):
+            for h in range(k.shape[1]):
+                kh, vh = k[lo:hi, h], v[lo:hi, h]
+                cl = cluster_keys(kh, cfg.cluster, r.key_mean[layer][h])
+                r.centroids[layer][h] = torch.cat([r.centroids[layer][h], cl.centroids])
+                r.sizes[layer][h] = torch.cat([r.sizes[layer][h],
+                                               torch.tensor([len(m) for m in cl.members])])
+                futures.append(self.client.write_kv_async(
+                    r.session, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
+                    [to_bf16_bits(vh[m]) for m in cl.members]))
+            keep = torch.cat([torch.arange(lo), torch.arange(hi, k.shape[0])])
+            r.kv[layer] = (k[keep], v[keep])
+        try:
+            for f in futures:
+                f.result()
+        except (RemoteError, LinkTimeoutError) as e:
+            r.status, r.note = "failed", f"chunk update failed: {e}"
+            log.error("request %d: %s", r.rid, r.note)
+            return
+        r.offloaded += cfg.chunk
+        log.info("request %d: appended %d tokens to the node", r.rid, cfg.chunk)
+
+    def close(self) -> None:
+        for r in self.requests:
+            self._release(r)

@@ -1,0 +1,210 @@
+"""A Llama decoder in PyTorch, split at attention so the decode step can route it: ``qkv``
+gives one layer's post-RoPE queries, keys and values; attention happens elsewhere (dense on the
+GPU or sparse on the PNM node); ``finish_layer`` applies the output projection and the MLP.
+
+Weights use Hugging Face names (``model.layers.{i}.self_attn.q_proj.weight``, ...) and load from
+safetensors; without a file, ``random_weights`` makes a deterministic model. Computation is in
+float32; ``attn_bf16`` rounds q, k and v to bf16 before attention, as the PNM devices hold them,
+so the GPU-only and the hybrid runs see the same inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the usual spelling
+
+from nelssa.host.gpu.config import LlamaConfig
+
+log = logging.getLogger(__name__)
+Tensor = torch.Tensor
+
+
+def bf16_round(t: Tensor) -> Tensor:
+    return t.to(torch.bfloat16).to(torch.float32)
+
+
+def weight_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight a model of this config has, by its Hugging Face name."""
+    h, hd = c.hidden_size, c.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, h),
+                                          "model.norm.weight": (h,)}
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, h)
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (c.num_attention_heads * hd, h),
+            p + "self_attn.k_proj.weight": (c.num_key_value_heads * hd, h),
+            p + "self_attn.v_proj.weight": (c.num_key_value_heads * hd, h),
+            p + "self_attn.o_proj.weight": (h, c.num_attention_heads * hd),
+            p + "mlp.gate_proj.weight": (c.intermediate_size, h),
+            p + "mlp.up_proj.weight": (c.intermediate_size, h),
+            p + "mlp.down_proj.weight": (h, c.intermediate_size),
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+        })
+    return shapes
+
+
+def random_weights(c: LlamaConfig, seed: int = 0) -> dict[str, Tensor]:
+    """A deterministic model: normal weights scaled by 1/sqrt(fan-in), norms at one."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in weight_shapes(c).items():
+        if len(shape) == 1:
+            out[name] = torch.ones(shape)
+        else:
+            out[name] = torch.randn(shape, generator=g) / math.sqrt(shape[1])
+    return out
+
+
+def load_weights(c: LlamaConfig, path: str | Path) -> dict[str, Tensor]:
+    """Weights from safetensors files (a file, or a folder of ``*.safetensors``); every tensor
+    the config needs must be there with its shape."""
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise ValueError(f"no safetensors weights at {p}")
+    tensors: dict[str, Tensor] = {}
+    for f in files:
+        tensors.update(load_file(str(f)))
+    out = {}
+    for name, shape in weight_shapes(c).items():
+        t = tensors.get(name)
+        if t is None:
+            raise ValueError(f"weight {name} missing from {p}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"weight {name} has shape {tuple(t.shape)}, the config needs {shape}")
+        out[name] = t.to(torch.float32)
+    return out
+
+
+def _rope_inv_freq(c: LlamaConfig) -> Tensor:
+    inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float64)
+                                  / c.head_dim))
+    rs = c.rope_scaling
+    if rs and rs.get("rope_type", rs.get("type")) == "llama3":
+        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - lo) / (hi - lo)
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        mid = (wavelen <= old / lo) & (wavelen >= old / hi)
+        inv = torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    return inv.to(torch.float32)
+
+
+class Llama:
+    """The decoder, layer by layer."""
+
+    def __init__(self, config: LlamaConfig, weights: dict[str, Tensor],
+                 attn_bf16: bool = True) -> None:
+        self.c = config
+        self.w = weights
+        self.attn_bf16 = attn_bf16
+        self._inv_freq = _rope_inv_freq(config)
+
+    @classmethod
+    def load(cls, model: str | Path | None, seed: int = 0, attn_bf16: bool = True) -> Llama:
+        """A Hugging Face model folder (config.json and safetensors), or the default random
+        model when ``model`` is None."""
+        if model is None:
+            c = LlamaConfig()
+            return cls(c, random_weights(c, seed), attn_bf16)
+        c = LlamaConfig.from_hf(model)
+        return cls(c, load_weights(c, model), attn_bf16)
+
+    def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
+        var = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(var + self.c.rms_norm_eps) * weight
+
+    def _rope(self, x: Tensor, positions: Tensor) -> Tensor:
+        """x: (tokens, heads, head_dim); HF's rotate-half convention."""
+        freqs = positions.to(torch.float32)[:, None] * self._inv_freq[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rot * sin
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        return F.embedding(tokens, self.w["model.embed_tokens.weight"])
+
+    def qkv(self, layer: int, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Post-RoPE q (tokens, heads, hd), k and v (tokens, kv heads, hd)."""
+        p, c = f"model.layers.{layer}.", self.c
+        h = self._norm(x, self.w[p + "input_layernorm.weight"])
+        q = (h @ self.w[p + "self_attn.q_proj.weight"].T).view(-1, c.num_attention_heads,
+                                                               c.head_dim)
+        k = (h @ self.w[p + "self_attn.k_proj.weight"].T).view(-1, c.num_key_value_heads,
+                                                               c.head_dim)
+        v = (h @ self.w[p + "self_attn.v_proj.weight"].T).view(-1, c.num_key_value_heads,
+                                                               c.head_dim)
+        q, k = self._rope(q, positions), self._rope(k, positions)
+        if self.attn_bf16:
+            q, k, v = bf16_round(q), bf16_round(k), bf16_round(v)
+        return q, k, v
+
+    def finish_layer(self, layer: int, x: Tensor, attn: Tensor) -> Tensor:
+        """Residual stream after the layer, given its attention output (tokens, heads, hd)."""
+        p = f"model.layers.{layer}."
+        x = x + attn.reshape(x.shape[0], -1) @ self.w[p + "self_attn.o_proj.weight"].T
+        h = self._norm(x, self.w[p + "post_attention_layernorm.weight"])
+        gate = F.silu(h @ self.w[p + "mlp.gate_proj.weight"].T)
+        return x + (gate * (h @ self.w[p + "mlp.up_proj.weight"].T)) @ self.w[
+            p + "mlp.down_proj.weight"].T
+
+    def logits(self, x: Tensor) -> Tensor:
+        h = self._norm(x, self.w["model.norm.weight"])
+        head = self.w["model.embed_tokens.weight" if self.c.tie_word_embeddings
+                      else "lm_head.weight"]
+        return h @ head.T
+
+    def prefill(self, tokens: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """Dense causal forward pass of one sequence: logits (tokens, vocab) and each layer's
+        post-RoPE K and V (tokens, kv heads, hd)."""
+        if tokens.ndim != 1 or tokens.numel() == 0:
+            raise ValueError(f"a prompt is a non-empty 1-D token tensor, got {tuple(tokens.shape)}")
+        if tokens.numel() > self.c.max_position_embeddings:
+            raise ValueError(f"prompt of {tokens.numel()} tokens exceeds the model's maximum "
+                             f"{self.c.max_position_embeddings}")
+        pos = torch.arange(tokens.numel())
+        x = self.embed(tokens)
+        kv = []
+        for layer in range(self.c.num_hidden_layers):
+            q, k, v = self.qkv(layer, x, pos)
+            kv.append((k, v))
+            attn = dense_attention(q, k, v, causal=True)
+            x = self.finish_layer(layer, x, attn)
+        return self.logits(x), kv
+
+
+def dense_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False) -> Tensor:
+    """q (tokens, heads, hd) over k, v (ctx, kv heads, hd), GQA, torch SDPA; (tokens, heads, hd).
+    With ``causal`` the last query sees all of the context and earlier ones less."""
+    group = q.shape[1] // k.shape[1]
+    kk = k.repeat_interleave(group, dim=1).transpose(0, 1)
+    vv = v.repeat_interleave(group, dim=1).transpose(0, 1)
+    qq = q.transpose(0, 1)
+    mask = None
+    if causal:
+        n, ctx = q.shape[0], k.shape[0]
+        mask = torch.ones(n, ctx, dtype=torch.bool).tril(ctx - n)
+    return F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask).transpose(0, 1)
+
+
+def attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """One query token's heads (heads, hd) over k, v (ctx, kv heads, hd): O (heads, hd) and the
+    natural-log LSE of the scaled scores (heads,), for merging with the PNM part."""
+    group = q.shape[0] // k.shape[1]
+    kk = k.repeat_interleave(group, dim=1)  # (ctx, heads, hd)
+    vv = v.repeat_interleave(group, dim=1)
+    s = torch.einsum("hd,chd->hc", q, kk) / math.sqrt(q.shape[-1])
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.einsum("hc,chd->hd", torch.exp(s - lse[:, None]), vv), lse

@@ -1,0 +1,113 @@
+"""What a decode run reports: per-step figures (the paper's Figure-11 breakdown, device cycles
+and bandwidth, accuracy), a Chrome/Perfetto trace-event JSON of the run, and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class StepReport:
+    """One decode step, emulated times in picoseconds."""
+
+    short: int
+    """Requests on the GPU tier."""
+    long: int
+    """Requests on the PNM tier."""
+    step_ps: int = 0
+    """The step: others + top-K + wait (exactly)."""
+    others_ps: int = 0
+    """GPU work: QKV, attention of short requests and long requests' windows, O-proj, MLP."""
+    topk_ps: int = 0
+    """GPU: scoring the centroids of long requests."""
+    wait_ps: int = 0
+    """GPU waiting for the node beyond its own work (node time not hidden)."""
+    transfer_ps: int = 0
+    """Node requests: RoCE both ways (summed over requests; mostly overlapped)."""
+    pnm_overhead_ps: int = 0
+    """Node requests: host software, queueing behind other requests, CXL transfers."""
+    pnm_attn_ps: int = 0
+    """Node requests: device compute of the critical device."""
+    node_requests: int = 0
+    device_cycles: dict[int, int] = field(default_factory=dict)
+    """Cycles each device computed this step."""
+    kv_bytes: int = 0
+    """KV bytes the devices read (the selected clusters)."""
+    tokens: int = 0
+    """Tokens generated this step."""
+    errors: dict[int, float] = field(default_factory=dict)
+    """Per long request: the largest relative error of its attention against dense attention
+    over its whole context, over the layers."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / (self.step_ps * 1e-12) if self.step_ps else 0.0
+
+    @property
+    def device_gbs(self) -> float:
+        """Device read bandwidth over the busiest device's compute time (GB/s)."""
+        busiest = max(self.device_cycles.values(), default=0) * 1.25e-9
+        return self.kv_bytes / busiest / 1e9 if busiest else 0.0
+
+
+class TraceRecorder:
+    """Chrome trace events ("X" complete events, microseconds) on named process/thread
+    tracks; opens in Perfetto (ui.perfetto.dev) and chrome://tracing."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, object]] = []
+        self._pids: dict[str, int] = {}
+        self._tids: dict[tuple[str, str], int] = {}
+
+    def _ids(self, process: str, thread: str) -> tuple[int, int]:
+        if process not in self._pids:
+            pid = self._pids[process] = len(self._pids) + 1
+            self.events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                                "args": {"name": process}})
+        pid = self._pids[process]
+        if (process, thread) not in self._tids:
+            tid = self._tids[(process, thread)] = len(self._tids) + 1
+            self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                "args": {"name": thread}})
+        return pid, self._tids[(process, thread)]
+
+    def slice(self, process: str, thread: str, name: str, start_ps: int, dur_ps: int) -> None:
+        pid, tid = self._ids(process, thread)
+        self.events.append({"ph": "X", "name": name, "pid": pid, "tid": tid,
+                            "ts": start_ps / 1e6, "dur": max(dur_ps, 0) / 1e6})
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"traceEvents": self.events,
+                                          "displayTimeUnit": "ns"}))
+
+
+def plot_steps(reports: list[StepReport], path: str | Path, title: str) -> None:
+    """Per-step stacked emulated time (others, top-K, wait for the node) and tokens/s."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = list(range(1, len(reports) + 1))
+    us = 1e-6
+    others = [r.others_ps * us for r in reports]
+    topk = [r.topk_ps * us for r in reports]
+    wait = [r.wait_ps * us for r in reports]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.bar(steps, others, label="GPU (QKV, attention, MLP)", color="#4c72b0")
+    ax.bar(steps, topk, bottom=others, label="top-K search", color="#dd8452")
+    ax.bar(steps, wait, bottom=[a + b for a, b in zip(others, topk, strict=True)],
+           label="waiting for the PNM node", color="#c44e52")
+    ax.set_xlabel("decode step")
+    ax.set_ylabel("emulated time (us)")
+    ax.set_title(title)
+    ax2 = ax.twinx()
+    ax2.plot(steps, [r.tokens_per_s for r in reports], "k.-", label="tokens/s")
+    ax2.set_ylabel("tokens/s (emulated)")
+    ax.legend(loc="upper left", fontsize=8)
+    ax2.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
