@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,3 +62,52 @@ class DeviceProcesses:
                 p.kill()
                 p.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class NodeLauncher:
+    """`nelssa node up` as a child process: started, waited for until it listens, and stopped
+    with Ctrl-C (so it stops its own devices)."""
+
+    def __init__(self, endpoint: str, devices: int, backend: str, link: str,
+                 ready_timeout_s: float = 900.0, extra: list[str] | None = None) -> None:
+        import queue
+        import threading
+
+        cmd = [sys.executable, "-m", "nelssa.cli", "node", "up", "--devices", str(devices),
+               "--backend", backend, "--link", link, "--endpoint", endpoint, *(extra or [])]
+        self.endpoint = endpoint
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, stdin=subprocess.DEVNULL)
+        self.lines: list[str] = []
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.append(line.rstrip())
+                lines.put(line.rstrip())
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if line.startswith("listening at"):
+                return
+        self.stop()
+        raise RuntimeError("the node did not come up:\n" + "\n".join(self.lines[-20:]))
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("node %d did not stop; killing it", self.proc.pid)
+                self.proc.kill()
+                self.proc.wait()

@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from nelssa import __version__
+from nelssa.cli_decode import add_decode_parser, check_decode_args
 from nelssa.cli_node import add_node_parser, check_node_args
 
 log = logging.getLogger(__name__)
@@ -208,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     ddemo.set_defaults(func=cmd_device_demo)
 
     add_node_parser(sub)
+    add_decode_parser(sub)
 
     args = parser.parse_args(argv)
     check_node_args(parser, args)
+    check_decode_args(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.command == "device" and args.device_command == "demo":

@@ -217,6 +217,8 @@ class HybridDecoder:
             raise RuntimeError("no running request to decode")
         rep = StepReport(len([r for r in live if r.tier == "gpu"]),
                          len([r for r in live if r.tier == "pnm"]))
+        if self.client is not None:  # the link may still be busy with prefill KV writes
+            self.now_ps = max(self.now_ps, self.client.link.clock_ps)
         start = self.now_ps
         x = self.model.embed(torch.tensor([r.generated[-1] for r in live]))
         pos = torch.tensor([r.length - 1 for r in live])

@@ -50,15 +50,18 @@ def weight_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def random_weights(c: LlamaConfig, seed: int = 0) -> dict[str, Tensor]:
-    """A deterministic model: normal weights scaled by 1/sqrt(fan-in), norms at one."""
+def random_weights(c: LlamaConfig, seed: int = 0, qk_gain: float = 1.0) -> dict[str, Tensor]:
+    """A deterministic model: normal weights scaled by 1/sqrt(fan-in), norms at one. ``qk_gain``
+    multiplies the query and key projections: above one, attention is peakier, more like a
+    trained model's than the near-uniform attention of a random one."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     for name, shape in weight_shapes(c).items():
         if len(shape) == 1:
             out[name] = torch.ones(shape)
         else:
-            out[name] = torch.randn(shape, generator=g) / math.sqrt(shape[1])
+            gain = qk_gain if name.endswith(("q_proj.weight", "k_proj.weight")) else 1.0
+            out[name] = torch.randn(shape, generator=g) * (gain / math.sqrt(shape[1]))
     return out
 
 

@@ -1,0 +1,172 @@
+"""`nelssa decode`: a mixed batch of short and long requests decoded end to end, the long
+requests' attention on the PNM node's devices (booted here unless --node is given)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from nelssa.emu.link.model import PRESETS
+
+log = logging.getLogger(__name__)
+
+
+def _lengths(spec: str, count: int, rng: Any) -> list[int]:
+    lo, _, hi = spec.partition("..")
+    a, b = int(lo), int(hi or lo)
+    return [int(x) for x in rng.integers(a, b + 1, count)]
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from nelssa.emu.launcher import NodeLauncher
+    from nelssa.host.gpu.clustering import ClusterConfig
+    from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+    from nelssa.host.gpu.model import Llama
+    from nelssa.host.gpu.report import StepReport, plot_steps
+    from nelssa.host.pnm_node.client import NodeClient
+    from nelssa.progress import Progress
+
+    cfg = DecodeConfig(t_input=args.t_input, selection=args.selection, chunk=args.chunk,
+                       gpu=args.gpu, check_accuracy=not args.no_accuracy,
+                       cluster=ClusterConfig())
+    model = Llama.load(args.model, seed=args.seed)
+    c = model.c
+    rng = np.random.default_rng(args.seed)
+    lens = ([("short", n) for n in _lengths(args.short_len, args.short, rng)]
+            + [("long", n) for n in _lengths(args.long_len, args.long, rng)])
+    prompts = [rng.integers(0, c.vocab_size, n).tolist() for _, n in lens]
+    print(f"NELSSA decode: Llama {c.num_hidden_layers} layers, {c.num_attention_heads} query / "
+          f"{c.num_key_value_heads} KV heads x {c.head_dim}, "
+          f"{'weights from ' + str(args.model) if args.model else 'random weights'}; "
+          f"{args.short} short + {args.long} long requests, T_input {cfg.t_input}, "
+          f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
+    launcher = None
+    endpoint = args.node
+    if endpoint is None:
+        folder = tempfile.mkdtemp(prefix="nelssa-decode-")
+        endpoint = f"ipc://{folder}/node"
+        print(f"booting a node: {args.devices} {args.backend} devices, link {args.link} "
+              "(the first rtl run builds the device) ...", flush=True)
+        t0 = time.perf_counter()
+        launcher = NodeLauncher(endpoint, args.devices, args.backend, args.link)
+        print(f"  node up at {endpoint} in {time.perf_counter() - t0:.1f} s")
+    try:
+        client = NodeClient(endpoint, args.link, timeout_s=args.timeout)
+        dec = HybridDecoder(model, cfg, client)
+        bar = Progress(len(prompts), "prefill + offload")
+        t0 = time.perf_counter()
+        for p in prompts:
+            dec.add(p, args.steps + 1)
+            bar.advance()
+        bar.close()
+        print(f"\nrouting (prefill and KV offload took {time.perf_counter() - t0:.1f} s wall):")
+        for r in dec.requests:
+            extra = f" ({r.note})" if r.note else ""
+            where = (f"PNM tier, {r.offloaded} tokens clustered on the node" if r.tier == "pnm"
+                     else "GPU tier, dense attention")
+            print(f"  request {r.rid}: prompt {len(r.prompt):>6} tokens -> {where}{extra}")
+        reports: list[StepReport] = []
+        print(f"\n{'step':>4} {'batch':>9} {'step us':>8} {'GPU':>7} {'top-K':>6} {'wait':>7} "
+              f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
+              f"{'GB/s':>6}  max rel. error vs dense per long request")
+        wall = time.perf_counter()
+        for s in range(args.steps):
+            if not any(r.status == "running" for r in dec.requests):
+                break
+            rep = dec.step()
+            reports.append(rep)
+            us = 1e-6
+            errs = " ".join(f"r{k}:{v:.1e}" for k, v in rep.errors.items())
+            print(f"{s + 1:>4} {rep.short:>3}S+{rep.long:>2}L {rep.step_ps * us:>8.1f} "
+                  f"{rep.others_ps * us:>7.1f} {rep.topk_ps * us:>6.1f} {rep.wait_ps * us:>7.1f} "
+                  f"{rep.tokens_per_s:>8,.0f} {rep.transfer_ps * us:>6.1f} "
+                  f"{rep.pnm_overhead_ps * us:>7.1f} {rep.pnm_attn_ps * us:>8.1f} "
+                  f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f}  "
+                  f"{errs}", flush=True)
+        wall = time.perf_counter() - wall
+        failed = [r for r in dec.requests if r.status == "failed"]
+        dec.close()
+        client.close()
+    finally:
+        if launcher is not None:
+            launcher.stop()
+    if not reports:
+        print("no decode step ran")
+        return 1
+    total = sum(r.step_ps for r in reports)
+    toks = sum(r.tokens for r in reports)
+    sums = {k: sum(getattr(r, k) for r in reports) for k in
+            ("others_ps", "topk_ps", "wait_ps", "transfer_ps", "pnm_overhead_ps", "pnm_attn_ps")}
+    print(f"\ntotal: {toks} tokens in {total * 1e-6:.1f} us emulated = "
+          f"{toks / (total * 1e-12):,.0f} tokens/s ({wall:.1f} s wall)")
+    print("  Figure-11 breakdown of the step time: "
+          f"GPU {100 * sums['others_ps'] / total:.1f} %, top-K search "
+          f"{100 * sums['topk_ps'] / total:.1f} %, waiting for the node "
+          f"{100 * sums['wait_ps'] / total:.1f} %")
+    node_sum = sums["transfer_ps"] + sums["pnm_overhead_ps"] + sums["pnm_attn_ps"]
+    if node_sum:
+        print(f"  node requests (latency, mostly overlapped with GPU work): transfer "
+              f"{100 * sums['transfer_ps'] / node_sum:.1f} %, PNM-overhead "
+              f"{100 * sums['pnm_overhead_ps'] / node_sum:.1f} %, PNM-attn "
+              f"{100 * sums['pnm_attn_ps'] / node_sum:.1f} %")
+    for r in failed:
+        print(f"  request {r.rid} FAILED: {r.note}")
+    trace = Path(args.trace)
+    dec.trace.write(trace)
+    plot_steps(reports, args.plot, f"NELSSA decode: {args.short} short + {args.long} long "
+                                   f"requests, {args.backend} devices")
+    print(f"\nwrote {trace} (open in ui.perfetto.dev) and {args.plot}")
+    return 1 if failed else 0
+
+
+def add_decode_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("decode", help="a mixed batch decoded end to end on the GPU and the node")
+    p.add_argument("--node", help="a running node's endpoint (default: boot one here)")
+    p.add_argument("--devices", type=int, default=4)
+    p.add_argument("--backend", choices=("rtl", "model"), default="rtl")
+    p.add_argument("--link", default="roce-400g", choices=sorted(x for x in PRESETS
+                                                                 if x.startswith("roce")))
+    p.add_argument("--model", help="Hugging Face Llama folder (config.json + safetensors); "
+                                   "default: a small random model")
+    p.add_argument("--short", type=int, default=4, help="short requests")
+    p.add_argument("--long", type=int, default=2, help="long requests")
+    p.add_argument("--short-len", default="64..256", help="prompt lengths LO..HI")
+    p.add_argument("--long-len", default="1536..2048", help="prompt lengths LO..HI")
+    p.add_argument("--t-input", type=int, default=1024, help="routing threshold (tokens)")
+    p.add_argument("--selection", type=float, default=0.04, help="share of clusters selected")
+    p.add_argument("--chunk", type=int, default=16,
+                   help="generated tokens per chunk update (the paper: 1024)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--gpu", default="h100-nvl", help="GPU of the roofline time model")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per node request")
+    p.add_argument("--no-accuracy", action="store_true",
+                   help="skip the comparison with dense attention over the full context")
+    p.add_argument("--trace", default="decode-trace.json", help="Perfetto trace-event JSON")
+    p.add_argument("--plot", default="decode.png", help="PNG plot")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_decode)
+
+
+def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.command != "decode":
+        return
+    for name, lo, hi in (("--devices", 1, 32), ("--short", 0, 256), ("--long", 0, 64),
+                         ("--steps", 1, 100000)):
+        v = getattr(args, name[2:].replace("-", "_"))
+        if not lo <= v <= hi:
+            parser.error(f"{name} must be in {lo}..{hi}, got {v}")
+    if args.short + args.long == 0:
+        parser.error("--short and --long are both 0: nothing to decode")
+    for name in ("--short-len", "--long-len"):
+        spec = getattr(args, name[2:].replace("-", "_"))
+        lo, _, hi = spec.partition("..")
+        if not (lo.isdigit() and (not hi or hi.isdigit()) and 1 <= int(lo) <= int(hi or lo)):
+            parser.error(f"{name} must be N or LO..HI with 1 <= LO <= HI, got {spec!r}")
+    if not 0 < args.selection <= 1:
+        parser.error(f"--selection must be in (0, 1], got {args.selection}")

@@ -1,0 +1,185 @@
+"""The GPU decode node: the Llama decoder against transformers, clustering, routing, the hybrid
+decode against GPU-only decode, chunk updates, faults, the trace, and the needle test."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from node_helpers import NodeProcess
+
+from nelssa.host.gpu.clustering import ClusterConfig, cluster_keys, select_clusters
+from nelssa.host.gpu.config import LlamaConfig
+from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+from nelssa.host.gpu.model import Llama, random_weights
+from nelssa.host.gpu.needle import needle_case
+from nelssa.host.pnm_node.client import NodeClient
+
+SMALL = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                    max_position_embeddings=4096)
+
+
+def _save(c: LlamaConfig, folder: Path, seed: int = 3) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(c.to_hf()))
+    save_file(random_weights(c, seed), str(folder / "model.safetensors"))
+
+
+def test_logits_equal_transformers(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    c = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=32, rope_theta=1e4,
+                    max_position_embeddings=512,
+                    rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 64})
+    _save(c, tmp_path)
+    ours = Llama.load(tmp_path, attn_bf16=False)
+    hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path),
+                                                       dtype=torch.float32).eval()
+    tokens = torch.randint(0, 300, (40,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = hf(tokens[None]).logits[0]
+    logits, _ = ours.prefill(tokens)
+    assert (logits - ref).abs().max().item() < 1e-4 * ref.abs().max().item()
+
+
+def test_model_files_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no model config"):
+        LlamaConfig.from_hf(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(ValueError, match="not a Llama model"):
+        LlamaConfig.from_hf(tmp_path)
+    _save(SMALL, tmp_path / "m")
+    from safetensors.torch import save_file
+
+    w = random_weights(SMALL)
+    w["model.norm.weight"] = torch.ones(7)
+    save_file(w, str(tmp_path / "m" / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"model.norm.weight has shape \(7,\)"):
+        Llama.load(tmp_path / "m")
+    with pytest.raises(ValueError, match="multiple of num_key_value_heads"):
+        LlamaConfig(num_attention_heads=6, num_key_value_heads=4)
+
+
+def test_clustering_partitions_the_keys() -> None:
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randn(3000, 64, generator=g) + 2.0
+    cfg = ClusterConfig(segment_tokens=1024, max_cluster_tokens=24)
+    a, b = cluster_keys(keys, cfg), cluster_keys(keys, cfg)
+    assert all(torch.equal(x, y) for x, y in zip(a.members, b.members, strict=True))
+    allidx = torch.sort(torch.cat(a.members)).values
+    assert torch.equal(allidx, torch.arange(3000))  # every token in exactly one cluster
+    assert max(len(m) for m in a.members) <= 24
+    assert 3000 / 16 * 0.8 <= len(a.members) <= 3000 / 16 * 1.6
+    for m, c in zip(a.members[:20], a.centroids[:20], strict=True):
+        assert torch.allclose(c, keys[m].mean(0), atol=1e-5)
+        assert int(m.max()) // 1024 == int(m.min()) // 1024  # within one segment
+    ids = select_clusters(keys[:4], a.centroids, 10)
+    assert ids.tolist() == sorted(ids.tolist()) and len(ids) == 10
+
+
+def _decode(client: NodeClient | None, selection: float, steps: int, chunk: int = 8,
+            check: bool = True, more: int = 1) -> HybridDecoder:
+    model = Llama(SMALL, random_weights(SMALL, 1))
+    cfg = DecodeConfig(t_input=300, selection=selection, chunk=chunk, recent=16, sink=4,
+                       check_accuracy=check)
+    dec = HybridDecoder(model, cfg, client)
+    g = torch.Generator().manual_seed(2)
+    for n in (40, 90, 400, 520):
+        dec.add(torch.randint(0, 512, (n,), generator=g).tolist(), steps + more)
+    for _ in range(steps):
+        rep = dec.step()
+        assert rep.step_ps == rep.others_ps + rep.topk_ps + rep.wait_ps
+    return dec
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory):
+    n = NodeProcess(f"ipc://{tmp_path_factory.mktemp('gpu')}/node", 2, "model",
+                    device_timeout=5.0)
+    yield n
+    n.kill()
+
+
+def test_full_selection_equals_gpu_only_decode(node: NodeProcess) -> None:
+    gpu_only = _decode(None, 1.0, 12)
+    assert all(r.tier == "gpu" for r in gpu_only.requests)
+    assert "no PNM node" in gpu_only.requests[2].note
+    with NodeClient(node.endpoint) as c:
+        hybrid = _decode(c, 1.0, 12)
+        tiers = [r.tier for r in hybrid.requests]
+        assert tiers == ["gpu", "gpu", "pnm", "pnm"]  # routed by T_input, and stayed there
+        for a, b in zip(gpu_only.requests, hybrid.requests, strict=True):
+            assert a.generated == b.generated
+        for r in hybrid.requests[2:]:
+            # chunks of 8 beyond the 16 recent tokens were clustered and appended
+            assert r.offloaded == len(r.prompt) - 4 - 16 + 8 * (12 // 8)
+            assert r.max_error < 1e-3
+        trace = hybrid.trace.events
+        names = {e["args"]["name"] for e in trace if e["ph"] == "M"}
+        assert {"GPU node", "link", "PNM node", "device 0", "device 1", "RoCE up"} <= names
+        hybrid.close()
+        assert c.status().sessions == 0
+
+
+def test_sparse_selection_runs_and_reports(node: NodeProcess) -> None:
+    with NodeClient(node.endpoint) as c:
+        dec = _decode(c, 0.04, 3, check=True)
+        long = [r for r in dec.requests if r.tier == "pnm"]
+        assert len(long) == 2 and all(r.status == "done" and len(r.generated) == 4
+                                      for r in dec.requests)
+        assert all(r.session is None for r in long)  # finished requests free their KV
+        assert c.status().sessions == 0
+
+
+def test_bad_prompts_are_refused() -> None:
+    dec = HybridDecoder(Llama(SMALL, random_weights(SMALL)), DecodeConfig(t_input=300), None)
+    with pytest.raises(ValueError, match="empty prompt"):
+        dec.add([], 4)
+    with pytest.raises(ValueError, match="exceeds the model's maximum of 4096"):
+        dec.add([1] * 4000, 200)
+    with pytest.raises(ValueError, match="token 999 outside the vocabulary"):
+        dec.add([1, 999], 4)
+    with pytest.raises(ValueError, match="t_input .* must exceed sink \\+ recent"):
+        DecodeConfig(t_input=50)
+
+
+def test_node_that_is_down_gives_a_stated_fallback(tmp_path: Path) -> None:
+    with NodeClient(f"ipc://{tmp_path}/nothing", timeout_s=1.0) as c:
+        dec = HybridDecoder(Llama(SMALL, random_weights(SMALL)), DecodeConfig(t_input=300), c)
+        r = dec.add(list(range(400)), 4)
+        assert r.tier == "gpu" and "PNM offload failed" in r.note and "no reply" in r.note
+        dec.step()
+        assert r.status == "running" and len(r.generated) == 2
+
+
+def test_node_dying_mid_decode_fails_only_long_requests(tmp_path: Path) -> None:
+    n = NodeProcess(f"ipc://{tmp_path}/node", 1, "model")
+    with NodeClient(n.endpoint, timeout_s=2.0) as c:
+        dec = _decode(c, 0.5, 1, check=False, more=5)
+        n.proc.kill()
+        n.proc.wait()
+        dec.step()
+        st = [(r.tier, r.status) for r in dec.requests]
+        assert st == [("gpu", "running"), ("gpu", "running"), ("pnm", "failed"),
+                      ("pnm", "failed")]
+        assert "node request failed at layer 0" in dec.requests[2].note
+        dec.step()  # the short ones go on
+        assert len(dec.requests[0].generated) == 4
+    n.kill()
+
+
+@pytest.mark.parametrize("depth", [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
+def test_needle_found_at_4_percent_in_32k(depth: float) -> None:
+    for seed in range(2):
+        r = needle_case(32768, depth, 0.04, seed)
+        assert r.recall == 1.0, r
+        assert r.rel_error < 0.05, r
+    assert math.isfinite(r.rel_error)
