@@ -19,7 +19,7 @@ $(STAMP): requirements-dev.txt pyproject.toml
 venv: $(STAMP)
 
 demo: venv
-	$(VENV)/bin/nelssa device demo
+	$(VENV)/bin/nelssa decode
 
 test: lint gen-check pytest synth
 

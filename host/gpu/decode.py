@@ -101,8 +101,14 @@ class Request:
     """Per layer and KV head, the tokens of each cluster."""
     key_mean: list[Tensor] = field(default_factory=list)
     """Per layer, (kv heads, head_dim): the prefill keys' mean that clustering centres by."""
+    members: list[list[list[Tensor]]] = field(default_factory=list)
+    """Per layer and KV head, each cluster's token positions (with accuracy checks on)."""
     max_error: float = 0.0
-    """Largest relative error of its attention against dense, this step."""
+    """Largest relative error of its attention against dense attention over the whole
+    context, over the layers of this step (what selection leaves out)."""
+    max_engine_error: float = 0.0
+    """Largest relative error against dense attention over exactly the tokens it attended to
+    (window and selected clusters): the devices' and the merge's own error."""
 
     @property
     def length(self) -> int:
@@ -175,24 +181,27 @@ class HybridDecoder:
                                      max_tokens)
                 mean = k[:n].mean(0)
                 req.key_mean.append(mean)
-                cents, sizes = [], []
+                cents, sizes, members = [], [], []
                 for h in range(c.num_key_value_heads):
                     kh, vh = k[cfg.sink:n - cfg.recent, h], v[cfg.sink:n - cfg.recent, h]
                     cl = cluster_keys(kh, cfg.cluster, mean[h])
                     cents.append(cl.centroids)
                     sizes.append(torch.tensor([len(m) for m in cl.members]))
+                    members.append([m + cfg.sink for m in cl.members])
                     futures.append(self.client.write_kv_async(
                         s, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
                         [to_bf16_bits(vh[m]) for m in cl.members]))
                 req.centroids.append(cents)
                 req.sizes.append(sizes)
+                if cfg.check_accuracy:
+                    req.members.append(members)
             for f in futures:
                 f.result()
         except (RemoteError, LinkTimeoutError) as e:
             self._release(req)
             req.note = f"PNM offload failed ({e}); kept on the GPU"
             log.warning("request %d: %s", req.rid, req.note)
-            req.centroids, req.sizes, req.key_mean = [], [], []
+            req.centroids, req.sizes, req.key_mean, req.members = [], [], [], []
             return
         req.tier = "pnm"
         req.offloaded = mid
@@ -223,7 +232,7 @@ class HybridDecoder:
         x = self.model.embed(torch.tensor([r.generated[-1] for r in live]))
         pos = torch.tensor([r.length - 1 for r in live])
         for r in live:
-            r.max_error = 0.0
+            r.max_error = r.max_engine_error = 0.0
         for layer in range(self.model.c.num_hidden_layers):
             x = self._layer(layer, live, x, pos, rep)
         nxt = self.model.logits(x).argmax(dim=-1).tolist()
@@ -238,8 +247,10 @@ class HybridDecoder:
                 self._release(r)
         rep.step_ps = self.now_ps - start
         rep.tokens = len([r for r in live if r.status != "failed"])
-        rep.errors = {r.rid: r.max_error for r in live if r.tier == "pnm"
-                      and self.cfg.check_accuracy and r.status != "failed"}
+        checked = [r for r in live if r.tier == "pnm" and r.full is not None
+                   and r.status != "failed"]
+        rep.errors = {r.rid: r.max_error for r in checked}
+        rep.engine_errors = {r.rid: r.max_engine_error for r in checked}
         return rep
 
     def _gpu_op(self, name: str, nbytes: float, flops: float = 0.0) -> int:
@@ -264,6 +275,7 @@ class HybridDecoder:
                 r.full[layer] = (torch.cat([fk, k[i:i + 1]]), torch.cat([fv, v[i:i + 1]]))
         # top-K cluster selection of the long requests, then their node requests
         futures: dict[int, NodeFuture[AttendResult]] = {}
+        chosen: dict[int, dict[int, list[int]]] = {}
         if longs:
             cent_bytes = sum(sum(c.numel() for c in live[i].centroids[layer]) * BF16
                              for i in longs)
@@ -283,6 +295,7 @@ class HybridDecoder:
                 assert self.client is not None and r.session is not None
                 futures[i] = self.client.attend_async(r.session, layer, queries, ids,
                                                       send_ps=send)
+                chosen[i] = ids
         # the GPU's own attention meanwhile
         attn = torch.empty_like(q)
         local: dict[int, tuple[Tensor, Tensor]] = {}
@@ -321,10 +334,7 @@ class HybridDecoder:
                 merged[rows] = (o_l[rows] * wl[:, None] + o_n * wn[:, None]) / (wl + wn)[:, None]
             attn[i] = merged
             if r.full is not None:
-                fk, fv = r.full[layer]
-                ref = dense_attention(q[i:i + 1], fk, fv)[0]
-                err = float((merged - ref).abs().max() / ref.abs().max())
-                r.max_error = max(r.max_error, err)
+                self._check(r, layer, q[i], merged, chosen[i])
         if latest > gpu_done:
             rep.wait_ps += latest - gpu_done
             self.trace.slice("GPU node", "compute", f"L{layer} wait for PNM", gpu_done,
@@ -333,6 +343,23 @@ class HybridDecoder:
         rep.others_ps += self._gpu_op(f"L{layer} O-proj + MLP", self._out_bytes,
                                       2 * self._out_bytes / BF16 * b)
         return self.model.finish_layer(layer, x, attn)
+
+    def _check(self, r: Request, layer: int, q: Tensor, merged: Tensor,
+               chosen: dict[int, list[int]]) -> None:
+        """Accuracy of one long request's attention at one layer."""
+        assert r.full is not None
+        fk, fv = r.full[layer]
+        ref = dense_attention(q[None], fk, fv)[0]
+        r.max_error = max(r.max_error, float((merged - ref).abs().max() / ref.abs().max()))
+        g, cfg = self._group, self.cfg
+        window = torch.cat([torch.arange(cfg.sink),
+                            torch.arange(cfg.sink + r.offloaded, fk.shape[0])])
+        for h, ids in chosen.items():
+            pos = torch.cat([window, *(r.members[layer][h][c] for c in ids)])
+            rows = slice(h * g, (h + 1) * g)
+            exact, _ = attention_with_lse(q[rows], fk[pos, h:h + 1], fv[pos, h:h + 1])
+            err = float((merged[rows] - exact).abs().max() / exact.abs().max())
+            r.max_engine_error = max(r.max_engine_error, err)
 
     def _record_node(self, r: Request, layer: int, res: AttendResult, rep: StepReport) -> None:
         t = res.timing
@@ -365,6 +392,9 @@ class HybridDecoder:
                 r.centroids[layer][h] = torch.cat([r.centroids[layer][h], cl.centroids])
                 r.sizes[layer][h] = torch.cat([r.sizes[layer][h],
                                                torch.tensor([len(m) for m in cl.members])])
+                if r.members:
+                    base = cfg.sink + r.offloaded
+                    r.members[layer][h] += [m + base for m in cl.members]
                 futures.append(self.client.write_kv_async(
                     r.session, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
                     [to_bf16_bits(vh[m]) for m in cl.members]))

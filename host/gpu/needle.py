@@ -39,7 +39,8 @@ def needle_case(context: int, depth: float, selection: float, seed: int = 0,
     span = torch.arange(start, start + needle_tokens)
     keys[span] = offset + direction * needle_gain + torch.randn(
         needle_tokens, head_dim, generator=g) * 0.3 / math.sqrt(head_dim)
-    q = direction * needle_gain + torch.randn(group, head_dim, generator=g) * 0.5 / math.sqrt(head_dim)
+    noise = torch.randn(group, head_dim, generator=g) * 0.5 / math.sqrt(head_dim)
+    q = direction * needle_gain + noise
     mid = torch.arange(sink, context - recent)
     cl = cluster_keys(keys[mid], ClusterConfig(), keys.mean(0))
     count = max(1, math.ceil(selection * len(cl.members)))

@@ -39,7 +39,10 @@ class StepReport:
     """Tokens generated this step."""
     errors: dict[int, float] = field(default_factory=dict)
     """Per long request: the largest relative error of its attention against dense attention
-    over its whole context, over the layers."""
+    over its whole context, over the layers (what top-K selection leaves out)."""
+    engine_errors: dict[int, float] = field(default_factory=dict)
+    """Per long request: the same against dense attention over exactly the tokens it attended
+    to (the devices' arithmetic and the LSE merge)."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -106,6 +109,8 @@ def plot_steps(reports: list[StepReport], path: str | Path, title: str) -> None:
     ax2 = ax.twinx()
     ax2.plot(steps, [r.tokens_per_s for r in reports], "k.-", label="tokens/s")
     ax2.set_ylabel("tokens/s (emulated)")
+    ax2.set_ylim(bottom=0)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(loc="upper left", fontsize=8)
     ax2.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
