@@ -122,6 +122,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
               "leaves out, which is large for a random model\n  (its keys have no cluster "
               "structure and its attention is near uniform); --selection 1 makes it the first;"
               "\n  scripts/needle_report.py measures selection on structured attention")
+    for r in dec.requests:
+        if r.tier == "pnm":
+            print(f"  request {r.rid}: {len(r.generated)} tokens generated, {r.chunks} chunk "
+                  f"updates of {cfg.chunk} tokens appended, {r.offloaded} tokens on the node")
     for r in failed:
         print(f"  request {r.rid} FAILED: {r.note}")
     trace = Path(args.trace)
@@ -143,13 +147,13 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                                    "default: a small random model")
     p.add_argument("--short", type=int, default=4, help="short requests")
     p.add_argument("--long", type=int, default=2, help="long requests")
-    p.add_argument("--short-len", default="64..256", help="prompt lengths LO..HI")
-    p.add_argument("--long-len", default="1536..2048", help="prompt lengths LO..HI")
+    p.add_argument("--short-len", default="64..512", help="prompt lengths LO..HI")
+    p.add_argument("--long-len", default="3072..6144", help="prompt lengths LO..HI")
     p.add_argument("--t-input", type=int, default=1024, help="routing threshold (tokens)")
     p.add_argument("--selection", type=float, default=0.04, help="share of clusters selected")
     p.add_argument("--chunk", type=int, default=16,
                    help="generated tokens per chunk update (the paper: 1024)")
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=32)
     p.add_argument("--gpu", default="h100-nvl", help="GPU of the roofline time model")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per node request")
     p.add_argument("--no-accuracy", action="store_true",

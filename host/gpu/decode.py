@@ -93,6 +93,8 @@ class Request:
     full: list[tuple[Tensor, Tensor]] | None = None
     """Per layer, the whole context (long requests, with accuracy checks on)."""
     session: int | None = None
+    chunks: int = 0
+    """Chunk updates appended to the node so far."""
     offloaded: int = 0
     """Tokens [sink, sink + offloaded) live on the node."""
     centroids: list[list[Tensor]] = field(default_factory=list)
@@ -408,6 +410,7 @@ class HybridDecoder:
             log.error("request %d: %s", r.rid, r.note)
             return
         r.offloaded += cfg.chunk
+        r.chunks += 1
         log.info("request %d: appended %d tokens to the node", r.rid, cfg.chunk)
 
     def close(self) -> None:
