@@ -11,7 +11,9 @@ import numpy as np
 
 from nelssa import __version__
 from nelssa.cli_decode import add_decode_parser, check_decode_args
+from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_node_args
+from nelssa.cli_serving import add_serving_parser
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
 
     add_node_parser(sub)
     add_decode_parser(sub)
+    add_latency_parser(sub)
+    add_serving_parser(sub)
 
     args = parser.parse_args(argv)
     check_node_args(parser, args)
@@ -228,7 +232,13 @@ def main(argv: list[str] | None = None) -> int:
             value = getattr(args, name[2:].replace("-", "_"))
             if not lo <= value <= hi:
                 parser.error(f"{name} must be in {lo}..{hi}, got {value}")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ValueError as e:
+        if args.command not in ("crossover", "serve-sim"):
+            raise
+        print(f"error: {e}", file=sys.stderr)  # a bad hardware file or trace, named
+        return 2
 
 
 if __name__ == "__main__":

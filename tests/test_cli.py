@@ -53,3 +53,43 @@ def test_decode_argument_checks(capsys, argv, words):
     with pytest.raises(SystemExit):
         main(argv)
     assert words in capsys.readouterr().err
+
+
+def test_crossover_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "crossover", "--plot",
+                           str(tmp_path / "c.png"), "--json", str(tmp_path / "c.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((tmp_path / "c.json").read_text())
+    assert [r["devices"] for r in rows] == list(range(1, 9))
+    assert "L_crossover" in proc.stdout
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    bad = tmp_path / "hw.json"
+    bad.write_text('{"pnm": {"prototype": {"bw_eff_gbs": 0}}}')
+    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "crossover", "--hardware",
+                           str(bad)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "missing field 'capacity_gb'" in proc.stderr
+
+
+def test_serve_sim_command(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    lines = [json.dumps({"timestamp": i * 200, "input_length": 500 + (i * 997) % 60000,
+                         "output_length": 50 + i % 200}) for i in range(300)]
+    trace.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
+                           str(trace), "--t-input", "32000", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((out / "results.json").read_text())
+    assert res["gpu"]["summary"]["requests"] == 300 == res["nelssa"]["summary"]["requests"]
+    assert res["nelssa"]["summary"]["pnm_requests"] == sum(
+        json.loads(x)["input_length"] >= 32000 for x in lines)
+    assert "NELSSA / GPU-only: throughput x" in proc.stdout
+    for png in ("throughput_queue.png", "tpot.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    trace.write_text(lines[1] + "\n" + lines[0] + "\n")
+    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
+                           str(trace), "--out", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "t.jsonl:2: timestamp 0 is before" in proc.stderr

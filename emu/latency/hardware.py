@@ -1,0 +1,176 @@
+"""Hardware descriptions for the latency model: a GPU, a PNM tier, a link and a model, read from
+JSON files (``hardware.json`` beside this module holds the presets) and validated field by field.
+
+A file is ``{"gpus": {name: {...}}, "pnm": {name: {...}}, "links": {name: {...}},
+"models": {name: {...}}}``; any section may be missing, and a user file adds to or overrides
+the presets.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+PRESETS_FILE = Path(__file__).with_name("hardware.json")
+T = TypeVar("T")
+
+
+def _positive(obj: object, *names: str, allow_zero: bool = False) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if not isinstance(v, int | float) or (v < 0 if allow_zero else v <= 0):
+            raise ValueError(f"{type(obj).__name__} {getattr(obj, 'name', '')!r}: {n} must be a "
+                             f"{'non-negative' if allow_zero else 'positive'} number, got {v!r}")
+
+
+@dataclass(frozen=True)
+class GpuHw:
+    """A GPU (or a tensor-parallel group treated as one)."""
+
+    name: str
+    """Preset name."""
+    hbm_gbs: float
+    """HBM bandwidth in GB/s (BW_GPU)."""
+    memory_gb: float
+    """HBM capacity in GB."""
+    bf16_tflops: float
+    """Dense bf16 peak in TFLOP/s (prefill and GEMMs)."""
+    kernel_us: float = 10.0
+    """Fixed cost of one decode step beyond bandwidth and compute (launches, sampling)."""
+    mem_efficiency: float = 0.8
+    """Share of HBM bandwidth a decode step achieves."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "hbm_gbs", "memory_gb", "bf16_tflops", "mem_efficiency")
+        _positive(self, "kernel_us", allow_zero=True)
+        if self.mem_efficiency > 1:
+            raise ValueError(f"GpuHw {self.name!r}: mem_efficiency must be <= 1, got "
+                             f"{self.mem_efficiency}")
+
+
+@dataclass(frozen=True)
+class PnmHw:
+    """A PNM tier: devices of one kind and the node software around them."""
+
+    name: str
+    """Preset name."""
+    bw_eff_gbs: float
+    """Effective read bandwidth of one device under sparse random cluster reads (BW_PNM^eff)."""
+    capacity_gb: float
+    """KV capacity of one device."""
+    t_base_us: float
+    """Fixed network round trip of a PNM request (all configurations)."""
+    t_dev_us: float
+    """Incremental transfer cost per device."""
+    t_host_us: float
+    """Host dispatch and aggregation overhead, only with more than one device."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "bw_eff_gbs", "capacity_gb")
+        _positive(self, "t_base_us", "t_dev_us", "t_host_us", allow_zero=True)
+
+
+@dataclass(frozen=True)
+class LinkHw:
+    """The GPU node <-> PNM node link."""
+
+    name: str
+    """Preset name."""
+    gbps: float
+    """Line rate, Gb/s."""
+    latency_us: float
+    """One-way base latency."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "gbps")
+        _positive(self, "latency_us", allow_zero=True)
+
+
+@dataclass(frozen=True)
+class ModelHw:
+    """What the latency model needs of an LLM."""
+
+    name: str
+    """Preset name."""
+    layers: int
+    """Decoder layers."""
+    kv_heads: int
+    """KV heads."""
+    q_heads: int
+    """Query heads."""
+    head_dim: int
+    """Head width."""
+    params_b: float
+    """Parameters in billions (bf16 weights are read once per decode step)."""
+    max_context: int
+    """Longest context the model takes."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "layers", "kv_heads", "q_heads", "head_dim", "params_b", "max_context")
+        if self.q_heads % self.kv_heads:
+            raise ValueError(f"ModelHw {self.name!r}: q_heads ({self.q_heads}) must be a multiple "
+                             f"of kv_heads ({self.kv_heads})")
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """M_kv: K and V of every layer in bf16."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params_b * 1e9 * 2
+
+
+def _build(cls: type[T], name: str, raw: Any, where: str) -> T:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: {name} must be an object, got {type(raw).__name__}")
+    spec = {f.name: f for f in fields(cls) if f.name != "name"}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - set(spec))
+    if unknown:
+        raise ValueError(f"{where}: {name}: unknown field {unknown[0]!r} (known: "
+                         f"{', '.join(spec)})")
+    missing = [n for n, f in spec.items() if n not in raw and f.default is MISSING]
+    if missing:
+        raise ValueError(f"{where}: {name}: missing field {missing[0]!r}")
+    return cls(name=name, **raw)
+
+
+@dataclass(frozen=True)
+class HardwareCatalog:
+    gpus: dict[str, GpuHw]
+    pnm: dict[str, PnmHw]
+    links: dict[str, LinkHw]
+    models: dict[str, ModelHw]
+
+    @classmethod
+    def load(cls, *paths: str | Path) -> HardwareCatalog:
+        """The presets, then each file in turn (later entries override earlier ones)."""
+        sections: dict[str, dict[str, Any]] = {"gpus": {}, "pnm": {}, "links": {}, "models": {}}
+        kinds = {"gpus": GpuHw, "pnm": PnmHw, "links": LinkHw, "models": ModelHw}
+        for path in (PRESETS_FILE, *paths):
+            p = Path(path)
+            try:
+                raw = json.loads(p.read_text())
+            except FileNotFoundError:
+                raise ValueError(f"hardware file {p} does not exist") from None
+            except json.JSONDecodeError as e:
+                raise ValueError(f"hardware file {p} is not valid JSON: {e}") from None
+            if not isinstance(raw, dict):
+                raise ValueError(f"hardware file {p}: the top level must be an object")
+            for key in raw:
+                if key not in sections:
+                    raise ValueError(f"hardware file {p}: unknown section {key!r} (known: "
+                                     f"{', '.join(sections)})")
+            for key, kind in kinds.items():
+                for name, entry in raw.get(key, {}).items():
+                    sections[key][name] = _build(kind, name, entry, f"{p} [{key}]")
+        return cls(**sections)
+
+    def get(self, section: str, name: str) -> Any:
+        table = getattr(self, section)
+        if name not in table:
+            raise ValueError(f"unknown {section[:-1] if section.endswith('s') else section} "
+                             f"{name!r}; choose one of {sorted(table)}")
+        return table[name]

@@ -1,0 +1,92 @@
+"""Decode-attention latency of both tiers and their crossover (paper 4.1):
+
+    T_GPU(L)    = L * M_kv / BW_GPU
+    T_PNM(L, N) = L * M_kv / (C * BW_GPU)            centroid search on the GPU
+                + S * L * M_kv / (N * BW_PNM_eff)    sparse attention over N devices
+                + T_comm(N)
+    T_comm(N)   = t_base + N * t_dev + [N > 1] * t_host
+
+with M_kv the KV bytes per token (all layers), C the compression factor of the centroid search
+(tokens per cluster), S the selection ratio. Equating the two gives
+
+    L_crossover(N) = T_comm(N) / (M_kv * ((C - 1) / (C * BW_GPU) - S / (N * BW_PNM_eff)))
+
+which exists only while S / (N * BW_PNM_eff) < (C - 1) / (C * BW_GPU): more devices make it
+easier to meet and move the crossover to shorter contexts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nelssa.emu.latency.hardware import GpuHw, ModelHw, PnmHw
+
+
+@dataclass(frozen=True)
+class Sparsity:
+    """The sparse-attention settings of the PNM tier."""
+
+    selection: float = 0.04
+    """S: share of clusters (and so of KV bytes) read per step."""
+    compression: float = 16.0
+    """C: tokens per cluster; the centroids are 1/C of the keys the GPU would read."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.selection <= 1:
+            raise ValueError(f"selection must be in (0, 1], got {self.selection}")
+        if self.compression <= 1:
+            raise ValueError(f"compression must be > 1, got {self.compression}")
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """The formulas above for one GPU, one PNM tier and one model (seconds)."""
+
+    gpu: GpuHw
+    pnm: PnmHw
+    model: ModelHw
+    sparsity: Sparsity = Sparsity()
+
+    @property
+    def _bw_gpu(self) -> float:
+        return self.gpu.hbm_gbs * 1e9
+
+    @property
+    def _bw_pnm(self) -> float:
+        return self.pnm.bw_eff_gbs * 1e9
+
+    def t_gpu(self, length: float) -> float:
+        """Dense decode attention of one request on the GPU, one step, all layers."""
+        return length * self.model.kv_bytes_per_token / self._bw_gpu
+
+    def t_comm(self, devices: int) -> float:
+        if devices < 1:
+            raise ValueError(f"devices must be >= 1, got {devices}")
+        p = self.pnm
+        return (p.t_base_us + devices * p.t_dev_us + (p.t_host_us if devices > 1 else 0)) * 1e-6
+
+    def t_centroids(self, length: float) -> float:
+        """GPU-side centroid search of one long request, one step."""
+        return length * self.model.kv_bytes_per_token / (self.sparsity.compression
+                                                         * self._bw_gpu)
+
+    def t_sparse(self, length: float, devices: int) -> float:
+        """Sparse attention on the PNM tier, one request, one step."""
+        return (self.sparsity.selection * length * self.model.kv_bytes_per_token
+                / (devices * self._bw_pnm))
+
+    def t_pnm(self, length: float, devices: int) -> float:
+        return self.t_centroids(length) + self.t_sparse(length, devices) + self.t_comm(devices)
+
+    def crossover(self, devices: int) -> float | None:
+        """Context length above which the PNM tier is faster, or None if it never is."""
+        s, c = self.sparsity.selection, self.sparsity.compression
+        slope = (c - 1) / (c * self._bw_gpu) - s / (devices * self._bw_pnm)
+        if slope <= 0:
+            return None
+        return self.t_comm(devices) / (self.model.kv_bytes_per_token * slope)
+
+    def t_input(self, devices: int) -> int | None:
+        """The routing threshold: the crossover rounded up to a whole token."""
+        x = self.crossover(devices)
+        return None if x is None else int(-(-x // 1))

@@ -1,0 +1,71 @@
+"""`nelssa crossover`: the hardware-derived routing threshold T_input for 1..8 PNM devices
+(paper 4.1, Figure 3), printed and plotted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def cmd_crossover(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from nelssa.emu.latency.hardware import HardwareCatalog
+    from nelssa.emu.latency.model import LatencyModel, Sparsity
+
+    cat = HardwareCatalog.load(*args.hardware)
+    gpu, pnm = cat.get("gpus", args.gpu), cat.get("pnm", args.pnm)
+    model = cat.get("models", args.model)
+    lm = LatencyModel(gpu, pnm, model, Sparsity(args.selection, args.compression))
+    print(f"crossover of dense GPU attention and sparse PNM attention: {model.name} "
+          f"(M_kv {model.kv_bytes_per_token // 1024} KiB/token) on {gpu.name} "
+          f"({gpu.hbm_gbs:g} GB/s) vs {pnm.name} devices ({pnm.bw_eff_gbs:g} GB/s effective "
+          f"each), S = {args.selection:g}, C = {args.compression:g}")
+    print(f"  {'N':>2} {'T_comm us':>9} {'L_crossover':>12}  {'T_GPU = T_PNM at it (us)':>24}")
+    rows = []
+    for n in range(1, args.max_devices + 1):
+        x = lm.t_input(n)
+        rows.append({"devices": n, "t_comm_us": lm.t_comm(n) * 1e6, "t_input": x})
+        at = f"{lm.t_gpu(x) * 1e6:24.2f}" if x is not None else f"{'-':>24}"
+        print(f"  {n:>2} {lm.t_comm(n) * 1e6:>9.2f} {x if x is not None else 'none':>12}  {at}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lengths = np.geomspace(64, 1 << 20, 200)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    a.loglog(lengths, [lm.t_gpu(x) * 1e6 for x in lengths], "k-", lw=2, label="GPU dense")
+    for n in (1, 2, 4, 8):
+        if n <= args.max_devices:
+            a.loglog(lengths, [lm.t_pnm(x, n) * 1e6 for x in lengths], label=f"PNM x{n}")
+    a.set_xlabel("context length (tokens)")
+    a.set_ylabel("decode attention per step (us)")
+    a.legend()
+    ns = [r["devices"] for r in rows if r["t_input"] is not None]
+    b.plot(ns, [r["t_input"] for r in rows if r["t_input"] is not None], "o-")
+    b.set_xlabel("PNM devices N")
+    b.set_ylabel("L_crossover (tokens)")
+    b.set_title(f"{gpu.name} vs {pnm.name}")
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+    print(f"wrote {args.plot}")
+    return 0
+
+
+def add_latency_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("crossover", help="the routing threshold T_input for 1..8 PNM devices")
+    p.add_argument("--gpu", default="h100-nvl")
+    p.add_argument("--pnm", default="prototype")
+    p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--hardware", action="append", default=[],
+                   help="a hardware JSON file adding to or overriding the presets")
+    p.add_argument("--selection", type=float, default=0.04, help="S")
+    p.add_argument("--compression", type=float, default=16.0, help="C (tokens per cluster)")
+    p.add_argument("--max-devices", type=int, default=8)
+    p.add_argument("--plot", default="crossover.png")
+    p.add_argument("--json", help="also write the table as JSON here")
+    p.set_defaults(func=cmd_crossover)

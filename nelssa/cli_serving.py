@@ -1,0 +1,117 @@
+"""`nelssa serve-sim`: replay a request trace through the GPU-only baseline and/or NELSSA in
+emulated time; JSON results and PNG plots (throughput and queue over time, TPOT percentiles)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def cmd_serve_sim(args: argparse.Namespace) -> int:
+    from nelssa.emu.latency.hardware import HardwareCatalog
+    from nelssa.emu.latency.model import LatencyModel, Sparsity
+    from nelssa.emu.serving.metrics import series, summarize
+    from nelssa.emu.serving.sim import ServingConfig, ServingSim
+    from nelssa.emu.serving.workload import load_trace, poisson
+    from nelssa.progress import Progress
+
+    cat = HardwareCatalog.load(*args.hardware)
+    lm = LatencyModel(cat.get("gpus", args.gpu), cat.get("pnm", args.pnm),
+                      cat.get("models", args.model), Sparsity(args.selection))
+    reqs = load_trace(args.trace, args.limit)
+    if args.rate:
+        reqs = poisson(reqs, args.rate, args.seed)
+    modes = ["gpu", "nelssa"] if args.mode == "both" else [args.mode]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"serve-sim: {len(reqs)} requests from {args.trace}"
+          f"{f' at {args.rate:g}/s (Poisson)' if args.rate else ' by timestamp'}; "
+          f"{args.model} on {args.gpu}; PNM: {args.devices} x {args.pnm}")
+    results = {}
+    runs = {}
+    for mode in modes:
+        cfg = ServingConfig(mode=mode, devices=args.devices, t_input=args.t_input,
+                            preemption=args.preemption, max_running=args.max_running)
+        sim = ServingSim(lm, cfg)
+        bar = Progress(1000, f"{mode:>6}")
+        t0 = time.perf_counter()
+        run = sim.run(reqs, progress=lambda f, bar=bar: bar.advance(int(f * 1000) - bar.done))
+        bar.close()
+        wall = time.perf_counter() - t0
+        s = summarize(run)
+        s["wall_s"] = wall
+        results[mode] = {"summary": s, "series": series(run)}
+        runs[mode] = run
+        ms = 1e3
+        print(f"  {mode:>6}: {s['requests']} requests ({s['pnm_requests']} on the PNM tier, "
+              f"T_input {s['t_input']}) in {s['duration_s']:.0f} s emulated, {wall:.1f} s wall; "
+              f"decode {s['decode_throughput_tps']:,.0f} tokens/s; TPOT p50/p95/p99 "
+              f"{s['tpot_s']['p50'] * ms:.1f}/{s['tpot_s']['p95'] * ms:.1f}/"
+              f"{s['tpot_s']['p99'] * ms:.1f} ms; TTFT p50/p99 {s['ttft_s']['p50']:.2f}/"
+              f"{s['ttft_s']['p99']:.2f} s; preemptions {s['preemptions']}; mean batch "
+              f"{s['mean_running']:.1f}")
+    if len(modes) == 2:
+        g, n = results["gpu"]["summary"], results["nelssa"]["summary"]
+        ratio = n["decode_throughput_tps"] / g["decode_throughput_tps"]
+        p95 = g["tpot_s"]["p95"] / n["tpot_s"]["p95"]
+        p99 = g["tpot_s"]["p99"] / n["tpot_s"]["p99"]
+        print(f"  NELSSA / GPU-only: throughput x{ratio:.2f}; TPOT P95 x{p95:.2f}, P99 x{p99:.2f} "
+              "(above 1: NELSSA better)")
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    _plots(results, out)
+    print(f"wrote {out / 'results.json'}, {out / 'throughput_queue.png'}, {out / 'tpot.png'}")
+    return 0
+
+
+def _plots(results: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for mode, r in results.items():
+        s = r["series"]
+        a.plot(s["t_s"], s["throughput_tps"], lw=0.8, label=mode)
+        b.plot(s["t_s"], s["waiting"], lw=0.8, label=mode)
+    a.set_ylabel("decode tokens/s")
+    b.set_ylabel("pending requests")
+    b.set_xlabel("emulated time (s)")
+    a.legend()
+    fig.tight_layout()
+    fig.savefig(out / "throughput_queue.png", dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    keys = ["p50", "p95", "p99"]
+    width = 0.8 / max(len(results), 1)
+    for i, (mode, r) in enumerate(results.items()):
+        vals = [r["summary"]["tpot_s"][k] * 1e3 for k in keys]
+        ax.bar([j + i * width for j in range(3)], vals, width, label=mode)
+    ax.set_xticks([j + width * (len(results) - 1) / 2 for j in range(3)], keys)
+    ax.set_ylabel("TPOT (ms)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "tpot.png", dpi=110)
+    plt.close(fig)
+
+
+def add_serving_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve-sim", help="trace-driven serving emulator: GPU-only vs NELSSA")
+    p.add_argument("--trace", required=True, help="Mooncake-format JSONL trace")
+    p.add_argument("--mode", choices=("gpu", "nelssa", "both"), default="both")
+    p.add_argument("--gpu", default="h100-nvl")
+    p.add_argument("--pnm", default="prototype")
+    p.add_argument("--devices", type=int, default=4)
+    p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--hardware", action="append", default=[], help="extra hardware JSON")
+    p.add_argument("--selection", type=float, default=0.04)
+    p.add_argument("--t-input", type=int, help="routing threshold (default: the crossover)")
+    p.add_argument("--rate", type=float, help="resample arrivals as Poisson at this rate (/s)")
+    p.add_argument("--limit", type=int, help="only the first N requests")
+    p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
+    p.add_argument("--max-running", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="serve-sim", help="folder for results.json and plots")
+    p.set_defaults(func=cmd_serve_sim)
