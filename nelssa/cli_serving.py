@@ -14,7 +14,7 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     from nelssa.emu.latency.model import LatencyModel, Sparsity
     from nelssa.emu.serving.metrics import series, summarize
     from nelssa.emu.serving.sim import ServingConfig, ServingSim
-    from nelssa.emu.serving.workload import load_trace, poisson
+    from nelssa.emu.serving.workload import inject_burst, load_trace, poisson
     from nelssa.progress import Progress
 
     cat = HardwareCatalog.load(*args.hardware)
@@ -23,6 +23,9 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     reqs = load_trace(args.trace, args.limit)
     if args.rate:
         reqs = poisson(reqs, args.rate, args.seed)
+    if args.burst:
+        at, count, inp, outp = args.burst
+        reqs = inject_burst(reqs, at, int(count), int(inp), int(outp))
     modes = ["gpu", "nelssa"] if args.mode == "both" else [args.mode]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -33,7 +36,8 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     runs = {}
     for mode in modes:
         cfg = ServingConfig(mode=mode, devices=args.devices, t_input=args.t_input,
-                            preemption=args.preemption, max_running=args.max_running)
+                            preemption=args.preemption, max_running=args.max_running,
+                            prefill=args.prefill, prefill_gpus=args.prefill_gpus)
         sim = ServingSim(lm, cfg)
         bar = Progress(1000, f"{mode:>6}")
         t0 = time.perf_counter()
@@ -72,9 +76,14 @@ def _plots(results: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    import numpy as np
+
     for mode, r in results.items():
         s = r["series"]
-        a.plot(s["t_s"], s["throughput_tps"], lw=0.8, label=mode)
+        tput = np.asarray(s["throughput_tps"])
+        k = min(30, max(1, len(tput) // 20))  # a moving average over k samples
+        smooth = np.convolve(tput, np.ones(k) / k, mode="same") if len(tput) else tput
+        a.plot(s["t_s"], smooth, lw=0.9, label=f"{mode} ({k}-sample mean)")
         b.plot(s["t_s"], s["waiting"], lw=0.8, label=mode)
     a.set_ylabel("decode tokens/s")
     b.set_ylabel("pending requests")
@@ -112,6 +121,11 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="only the first N requests")
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
     p.add_argument("--max-running", type=int, default=256)
+    p.add_argument("--prefill", choices=("colocated", "disaggregated"), default="colocated",
+                   help="prefill on the decode GPU, or on separate prefill GPUs (the paper's)")
+    p.add_argument("--prefill-gpus", type=int, default=1, help="prefill GPUs when disaggregated")
+    p.add_argument("--burst", nargs=4, type=float, metavar=("AT_S", "COUNT", "INPUT", "OUTPUT"),
+                   help="inject COUNT long requests of INPUT/OUTPUT tokens at AT_S seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="serve-sim", help="folder for results.json and plots")
     p.set_defaults(func=cmd_serve_sim)

@@ -186,3 +186,20 @@ def test_a_request_no_tier_holds_is_named() -> None:
         ServingSim(lm, ServingConfig(mode="gpu")).run(huge)
     ok = ServingSim(lm, ServingConfig(mode="nelssa", t_input=10_000)).run(huge)
     assert len(ok.results) == 2
+
+
+def test_disaggregated_prefill_feeds_decode_with_kv() -> None:
+    lm = _small_gpu()
+    reqs = _reqs(80, seed=3)
+    cfg = ServingConfig(mode="gpu", prefill="disaggregated", prefill_gpus=2)
+    sim = ServingSim(lm, cfg)
+    run = sim.run(reqs)
+    assert sorted(r.rid for r in run.results) == list(range(80))
+    by = {r.rid: r for r in run.results}
+    # the first token comes from the prefill GPUs: no earlier than arrival + its own prefill
+    for q in reqs:
+        assert by[q.rid].first_token_s >= q.arrival_s + sim.prefill_s(q.input_len) - 1e-12
+    # a prefill is chunked at max_batched_tokens: two chunks cost more than one of half size
+    assert sim.prefill_s(16384) > 2 * sim.prefill_s(8192) - 1e-12
+    with pytest.raises(ValueError, match="prefill must be 'colocated' or 'disaggregated'"):
+        ServingConfig(prefill="remote")

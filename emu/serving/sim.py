@@ -23,6 +23,7 @@ plus one T_comm for the step) overlapped with the GPU's attention, not with its 
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -60,15 +61,24 @@ class ServingConfig:
     """GPU-resident tokens of a PNM-tier request: sink, recent, one chunk not yet clustered."""
     sample_s: float = 1.0
     """Interval of the time series."""
+    prefill: str = "colocated"
+    """``colocated``: prefill runs in chunks on the decode GPU (vLLM on one GPU);
+    ``disaggregated``: a separate prefill GPU of the same kind serves prefills FCFS and the
+    decode GPU receives their KV (the paper's Prefill Node, section 5)."""
+    prefill_gpus: int = 1
+    """Prefill GPUs when disaggregated (each request goes to the first one free)."""
 
     def __post_init__(self) -> None:
+        if self.prefill not in ("colocated", "disaggregated"):
+            raise ValueError(f"prefill must be 'colocated' or 'disaggregated', got "
+                             f"{self.prefill!r}")
         if self.mode not in ("gpu", "nelssa"):
             raise ValueError(f"mode must be 'gpu' or 'nelssa', got {self.mode!r}")
         if self.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be 'recompute' or 'swap', got "
                              f"{self.preemption!r}")
         for name in ("devices", "max_running", "max_batched_tokens", "block_tokens",
-                     "window_tokens"):
+                     "window_tokens", "prefill_gpus"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("pcie_gbs", "sample_s"):
@@ -214,7 +224,18 @@ class ServingSim:
         self.check(requests)
         cfg = self.cfg
         out = RunResult(cfg, self.t_input, gpu_blocks=self.gpu_blocks)
-        arrivals = deque(sorted(requests, key=lambda r: (r.arrival_s, r.rid)))
+        ordered = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
+        disagg = cfg.prefill == "disaggregated"
+        if disagg:  # the prefill GPU's FCFS queue decides when each request reaches decode
+            ready, servers = [], [0.0] * cfg.prefill_gpus
+            for r in ordered:
+                free_at = heapq.heappop(servers)
+                done = max(free_at, r.arrival_s) + self.prefill_s(r.input_len)
+                heapq.heappush(servers, done)
+                ready.append((done, r))
+            arrivals = deque(sorted(ready, key=lambda x: (x[0], x[1].rid)))
+        else:
+            arrivals = deque((r.arrival_s, r) for r in ordered)
         queues: dict[str, deque[_Live]] = {"gpu": deque(), "pnm": deque()}
         running: dict[int, _Live] = {}  # by admission order: oldest first, newest last
         free = self.gpu_blocks
@@ -225,12 +246,15 @@ class ServingSim:
         tokens_since = 0
         total = len(requests)
         while arrivals or queues["gpu"] or queues["pnm"] or running:
-            while arrivals and arrivals[0].arrival_s <= now:
-                r = arrivals.popleft()
+            while arrivals and arrivals[0][0] <= now:
+                t, r = arrivals.popleft()
                 tier = self._tier(r)
-                queues[tier].append(_Live(r, tier, prefill_target=r.input_len))
+                live = _Live(r, tier, prefill_target=r.input_len)
+                if disagg:  # KV and first token come from the prefill GPU
+                    live.prefilled, live.generated, live.first_token_s = r.input_len, 1, t
+                queues[tier].append(live)
             if not running and not queues["gpu"] and not queues["pnm"]:
-                now = arrivals[0].arrival_s
+                now = arrivals[0][0]
                 continue
             # admission, FCFS per tier; the head that does not fit blocks its queue
             swap_s = 0.0
@@ -270,7 +294,7 @@ class ServingSim:
                     budget -= c
             if not decoding and not chunks:
                 if arrivals:  # nothing fits now: wait for the next arrival
-                    now = max(now, arrivals[0].arrival_s)
+                    now = max(now, arrivals[0][0])
                     continue
                 raise RuntimeError("scheduler stalled with requests that can never run")
             if free < 0 or pnm_free < 0:
@@ -332,6 +356,38 @@ class ServingSim:
                     progress(len(out.results) / total)
         out.end_s = now
         return out
+
+    def prefill_s(self, tokens: int) -> float:
+        """Seconds to prefill ``tokens`` alone, in chunks of ``max_batched_tokens``."""
+        total, done = 0.0, 0
+        while done < tokens:
+            c = min(self.cfg.max_batched_tokens, tokens - done)
+            total += (self.lm.gpu.kernel_us * 1e-6
+                      + max(self._s_weights, c * self._flops_per_token * self._s_flop)
+                      + c * (done + c / 2) * self._attn_flops * self._s_flop)
+            done += c
+        return total
+
+    def max_batch(self, context: int) -> int:
+        """Most requests of ``context`` tokens that can decode together (memory and
+        ``max_running``); 0 if not even one fits."""
+        tier = self._tier(Request(0, 0.0, context, 1))
+        if tier == "gpu":
+            fit = self.gpu_blocks // self._blocks(context + 1)
+        else:
+            per_gpu = self._pnm_gpu_blocks(Request(0, 0.0, context, 1))
+            fit = min(self.gpu_blocks // per_gpu, self.pnm_tokens // (context + 1))
+        return min(fit, self.cfg.max_running)
+
+    def steady_decode(self, context: int, batch: int) -> float:
+        """Seconds of one decode step of ``batch`` requests at ``context`` tokens each."""
+        tier = self._tier(Request(0, 0.0, context, 1))
+        live = []
+        for i in range(batch):
+            x = _Live(Request(i, 0.0, context, 2), tier, prefill_target=context)
+            x.prefilled, x.generated = context, 1
+            live.append(x)
+        return self._step_cost(live, [])
 
     def _preempt(self, victim: _Live, running: dict[int, _Live],
                  queues: dict[str, deque[_Live]]) -> None:
