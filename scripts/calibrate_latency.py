@@ -1,0 +1,50 @@
+"""Calibrate the latency model's PNM tier from a measured device: run one layer of 4 % sparse
+attention over a 128K-token context on the Verilated device (scripts/bench_device.py's
+workload), take the effective read bandwidth from its cycle and byte counters, and write a
+hardware file whose PNM entry carries it (the communication terms are those of the node
+benchmark, `scripts/bench_node.py`). Use the file with `--hardware` in `nelssa crossover` and
+`nelssa serve-sim`.
+
+    .venv/bin/python scripts/calibrate_latency.py [--backend rtl|model] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_device import CLOCK_HZ, run
+
+COMM = {"t_base_us": 5.0, "t_dev_us": 0.2, "t_host_us": 1.0}
+"""RoCE both ways (2 x 1.5 us) and host software (about 2 us) per request, CXL per device,
+host dispatch beyond one device: the node benchmark's figures, rounded."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("rtl", "model"), default="rtl")
+    parser.add_argument("--name", default="calibrated")
+    parser.add_argument("--out", default="pnm-calibrated.json")
+    args = parser.parse_args()
+    if args.backend == "rtl":
+        from nelssa.hw.sim.device import RtlDevice as Port
+    else:
+        from nelssa.hw.model.device import ModelDevice as Port
+    port = Port()
+    r = run(port, SimpleNamespace(context=131072, selection=0.04, kv_heads=2, seed=0))
+    seconds = r["cycles"] / CLOCK_HZ
+    bw = r["bytes"] / seconds / 1e9
+    capacity_gb = 64 * 2**30 / 1e9
+    entry = {"bw_eff_gbs": round(bw, 2), "capacity_gb": round(capacity_gb, 2), **COMM}
+    Path(args.out).write_text(json.dumps({"pnm": {args.name: entry}}, indent=2) + "\n")
+    print(f"{args.backend} device: {r['bytes'] / 1e6:.2f} MB in {r['cycles']:,} cycles "
+          f"({seconds * 1e6:.1f} us at 800 MHz) = {bw:.1f} GB/s effective")
+    print(f"wrote {args.out}: pnm '{args.name}' = {entry}")
+
+
+if __name__ == "__main__":
+    main()
