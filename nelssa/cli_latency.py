@@ -17,11 +17,12 @@ def cmd_crossover(args: argparse.Namespace) -> int:
     cat = HardwareCatalog.load(*args.hardware)
     gpu, pnm = cat.get("gpus", args.gpu), cat.get("pnm", args.pnm)
     model = cat.get("models", args.model)
-    lm = LatencyModel(gpu, pnm, model, Sparsity(args.selection, args.compression))
+    link = cat.get("links", args.link)
+    lm = LatencyModel(gpu, pnm, model, Sparsity(args.selection, args.compression), link)
     print(f"crossover of dense GPU attention and sparse PNM attention: {model.name} "
           f"(M_kv {model.kv_bytes_per_token // 1024} KiB/token) on {gpu.name} "
           f"({gpu.hbm_gbs:g} GB/s) vs {pnm.name} devices ({pnm.bw_eff_gbs:g} GB/s effective "
-          f"each), S = {args.selection:g}, C = {args.compression:g}")
+          f"each), link {link.name}, S = {args.selection:g}, C = {args.compression:g}")
     print(f"  {'N':>2} {'T_comm us':>9} {'L_crossover':>12}  {'T_GPU = T_PNM at it (us)':>24}")
     rows = []
     for n in range(1, args.max_devices + 1):
@@ -61,6 +62,7 @@ def add_latency_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", default="h100-nvl")
     p.add_argument("--pnm", default="prototype")
     p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--link", default="roce-400g")
     p.add_argument("--hardware", action="append", default=[],
                    help="a hardware JSON file adding to or overriding the presets")
     p.add_argument("--selection", type=float, default=0.04, help="S")

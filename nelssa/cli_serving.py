@@ -19,7 +19,8 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
 
     cat = HardwareCatalog.load(*args.hardware)
     lm = LatencyModel(cat.get("gpus", args.gpu), cat.get("pnm", args.pnm),
-                      cat.get("models", args.model), Sparsity(args.selection))
+                      cat.get("models", args.model), Sparsity(args.selection),
+                      cat.get("links", args.link))
     reqs = load_trace(args.trace, args.limit)
     if args.rate:
         reqs = poisson(reqs, args.rate, args.seed)
@@ -114,6 +115,7 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pnm", default="prototype")
     p.add_argument("--devices", type=int, default=4)
     p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--link", default="roce-400g")
     p.add_argument("--hardware", action="append", default=[], help="extra hardware JSON")
     p.add_argument("--selection", type=float, default=0.04)
     p.add_argument("--t-input", type=int, help="routing threshold (default: the crossover)")

@@ -19,9 +19,10 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_device import CLOCK_HZ, run
 
-COMM = {"t_base_us": 5.0, "t_dev_us": 0.2, "t_host_us": 1.0}
-"""RoCE both ways (2 x 1.5 us) and host software (about 2 us) per request, CXL per device,
-host dispatch beyond one device: the node benchmark's figures, rounded."""
+COMM = {"t_base_us": 1.0, "t_dev_us": 0.15, "t_host_us": 0.4}
+"""Per layer: host software per request, CXL per device, descriptors and aggregation beyond
+one device: the node benchmark's figures (host 1.8 us for 4 descriptors, CXL 0.6 us for 2
+heads), rounded; the link's round trip comes from the link description."""
 
 
 def main() -> None:

@@ -21,12 +21,14 @@ from nelssa.emu.serving.workload import load_trace, long_fraction_mix, poisson
 TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake_conversation_trace.jsonl"
 CONTEXTS = (131072, 262144, 524288, 1048576)
 PREFILL_GPUS = 8
+LINK = "roce-400g"
 
 
 def fig10(cat: HardwareCatalog, pnm: str, devices: int) -> list[str]:
     rows = []
     for gpu, paper in (("h100-nvl", "up to 5.5x"), ("2x-h100-nvl", "up to 3.6x")):
-        lm = LatencyModel(cat.gpus[gpu], cat.pnm[pnm], cat.models["llama-3-8b"])
+        lm = LatencyModel(cat.gpus[gpu], cat.pnm[pnm], cat.models["llama-3-8b"],
+                          link=cat.links[LINK])
         g = ServingSim(lm, ServingConfig(mode="gpu"))
         n = ServingSim(lm, ServingConfig(mode="nelssa", devices=devices, t_input=1))
         parts, best = [], 0.0
@@ -61,7 +63,8 @@ def fig10_plot(cat: HardwareCatalog, pnm: str, devices: int, path: Path) -> None
     fig, axes = plt.subplots(1, len(CONTEXTS), figsize=(14, 3.6), sharey=True)
     for ax, ctx in zip(axes, CONTEXTS, strict=True):
         for gpu, style in (("h100-nvl", "-"), ("2x-h100-nvl", "--")):
-            lm = LatencyModel(cat.gpus[gpu], cat.pnm[pnm], cat.models["llama-3-8b"])
+            lm = LatencyModel(cat.gpus[gpu], cat.pnm[pnm], cat.models["llama-3-8b"],
+                          link=cat.links[LINK])
             for mode, color in (("gpu", "#4c72b0"), ("nelssa", "#c44e52")):
                 sim = ServingSim(lm, ServingConfig(mode=mode, devices=devices, t_input=1))
                 top = sim.max_batch(ctx)
@@ -82,7 +85,8 @@ def fig10_plot(cat: HardwareCatalog, pnm: str, devices: int, path: Path) -> None
 
 def mixed(cat: HardwareCatalog, pnm: str, devices: int, rate: float, limit: int,
           t_input: int | None) -> tuple[dict, dict]:
-    lm = LatencyModel(cat.gpus["h100-nvl"], cat.pnm[pnm], cat.models["llama-3-8b"])
+    lm = LatencyModel(cat.gpus["h100-nvl"], cat.pnm[pnm], cat.models["llama-3-8b"],
+                          link=cat.links[LINK])
     reqs = poisson(load_trace(TRACE, limit), rate, seed=0)
     g = summarize(ServingSim(lm, _cfg("gpu", devices)).run(reqs))
     n = summarize(ServingSim(lm, _cfg("nelssa", devices, t_input)).run(reqs))
@@ -100,7 +104,8 @@ def main() -> None:
     args = parser.parse_args()
     t0 = time.perf_counter()
     cat = HardwareCatalog.load()
-    lm = LatencyModel(cat.gpus["h100-nvl"], cat.pnm[args.pnm], cat.models["llama-3-8b"])
+    lm = LatencyModel(cat.gpus["h100-nvl"], cat.pnm[args.pnm], cat.models["llama-3-8b"],
+                          link=cat.links[LINK])
     xs = [lm.t_input(n) for n in range(1, 9)]
     rows = ["| paper figure | what | paper | ours |", "| --- | --- | --- | --- |",
             "| 3 | crossover length against PNM devices N = 1..8 (h100-nvl) | falls as N grows; "

@@ -36,18 +36,29 @@ def test_formulas_by_hand() -> None:
     lm = LatencyModel(GPU, PNM, MODEL, Sparsity(0.04, 16.0))
     assert MODEL.kv_bytes_per_token == 131072  # 2 (K, V) x 32 x 8 x 128 x 2 bytes
     assert lm.t_gpu(10_000) == pytest.approx(10_000 * 131072 / 1e12)  # 1.31072 ms
-    assert lm.t_comm(1) == pytest.approx(5e-6)  # base + 1 device, no host term
-    assert lm.t_comm(4) == pytest.approx((4 + 4 + 2) * 1e-6)
+    assert lm.t_comm(1) == pytest.approx(32 * 5e-6)  # per layer: base + 1 device, no host
+    assert lm.t_comm(4) == pytest.approx(32 * (4 + 4 + 2) * 1e-6)
     # 10K tokens, 4 devices: centroids 1.31072 ms / 16, sparse 0.04 x 1.31072 GB / 400 GB/s
     assert lm.t_pnm(10_000, 4) == pytest.approx(
-        1.31072e-3 / 16 + 0.04 * 10_000 * 131072 / 400e9 + 10e-6)
+        1.31072e-3 / 16 + 0.04 * 10_000 * 131072 / 400e9 + 320e-6)
     # crossover: T_comm / (M_kv (15/16/BW_gpu - 0.04/(N BW_pnm)))
     n = 4
     slope = 15 / 16 / 1e12 - 0.04 / (n * 100e9)
     x = lm.crossover(n)
-    assert x == pytest.approx(10e-6 / (131072 * slope))
+    assert x == pytest.approx(320e-6 / (131072 * slope))
     assert lm.t_gpu(x) == pytest.approx(lm.t_pnm(x, n))
     assert lm.t_input(n) == int(-(-x // 1))
+
+
+def test_link_round_trip_per_layer() -> None:
+    from nelssa.emu.latency.hardware import LinkHw
+
+    link = LinkHw("l", gbps=100.0, latency_us=2.0)
+    lm = LatencyModel(GPU, PNM, MODEL, Sparsity(), link)
+    # query 32 x 128 x 2 B up, output 32 x (128 x 4 + 4) B down, 4 us of latency, per layer
+    nbytes = 32 * 128 * 2 + 32 * 516
+    assert lm.t_link == pytest.approx(4e-6 + nbytes * 8 / 100e9)
+    assert lm.t_comm(1) == pytest.approx(32 * (5e-6 + lm.t_link))
 
 
 def test_crossover_falls_with_devices_and_vanishes_past_the_condition() -> None:
@@ -203,3 +214,17 @@ def test_disaggregated_prefill_feeds_decode_with_kv() -> None:
     assert sim.prefill_s(16384) > 2 * sim.prefill_s(8192) - 1e-12
     with pytest.raises(ValueError, match="prefill must be 'colocated' or 'disaggregated'"):
         ServingConfig(prefill="remote")
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_the_newest_request_is_preempted(preemption: str) -> None:
+    lm = _small_gpu()  # 381 blocks of 16 tokens
+    a = Request(0, 0.0, 2000, 3000)
+    b = Request(1, 0.001, 2000, 3000)  # admitted second: the newest
+    sim = ServingSim(lm, ServingConfig(mode="gpu", preemption=preemption))
+    assert sim.gpu_blocks == 381
+    run = sim.run([a, b])
+    by = {r.rid: r for r in run.results}
+    assert by[0].preemptions == 0 and by[1].preemptions >= 1
+    assert by[1].finish_s > by[0].finish_s
+    assert run.peak_gpu_blocks <= 381

@@ -61,11 +61,12 @@ class PnmHw:
     capacity_gb: float
     """KV capacity of one device."""
     t_base_us: float
-    """Fixed network round trip of a PNM request (all configurations)."""
+    """Fixed cost of one layer's PNM request on the node (host software); the link's round
+    trip is added from the link description."""
     t_dev_us: float
-    """Incremental transfer cost per device."""
+    """Incremental cost per device and layer (its CXL transfers)."""
     t_host_us: float
-    """Host dispatch and aggregation overhead, only with more than one device."""
+    """Host dispatch and aggregation per layer, only with more than one device."""
 
     def __post_init__(self) -> None:
         _positive(self, "bw_eff_gbs", "capacity_gb")

@@ -4,7 +4,7 @@
     T_PNM(L, N) = L * M_kv / (C * BW_GPU)            centroid search on the GPU
                 + S * L * M_kv / (N * BW_PNM_eff)    sparse attention over N devices
                 + T_comm(N)
-    T_comm(N)   = t_base + N * t_dev + [N > 1] * t_host
+    T_comm(N)   = layers * (t_base + t_link + N * t_dev + [N > 1] * t_host)
 
 with M_kv the KV bytes per token (all layers), C the compression factor of the centroid search
 (tokens per cluster), S the selection ratio. Equating the two gives
@@ -13,13 +13,18 @@ with M_kv the KV bytes per token (all layers), C the compression factor of the c
 
 which exists only while S / (N * BW_PNM_eff) < (C - 1) / (C * BW_GPU): more devices make it
 easier to meet and move the crossover to shorter contexts.
+
+T_comm is per decode step: each layer's attention is one round trip to the node (the next layer
+needs its output), so the per-request costs repeat per layer: t_base (host software), t_link
+(the link's round trip plus the serialization of the layer's query and output), t_dev per device
+(its CXL transfers) and t_host beyond one device (dispatch and aggregation).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nelssa.emu.latency.hardware import GpuHw, ModelHw, PnmHw
+from nelssa.emu.latency.hardware import GpuHw, LinkHw, ModelHw, PnmHw
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,18 @@ class LatencyModel:
     pnm: PnmHw
     model: ModelHw
     sparsity: Sparsity = Sparsity()
+    link: LinkHw | None = None
+    """The GPU node <-> PNM node link; None leaves only the PNM tier's own costs."""
+
+    @property
+    def t_link(self) -> float:
+        """One layer's round trip on the link: base latency both ways, the query (bf16) up
+        and the output (fp32 O and LSE per query head) down."""
+        if self.link is None:
+            return 0.0
+        m = self.model
+        nbytes = m.q_heads * m.head_dim * 2 + m.q_heads * (m.head_dim * 4 + 4)
+        return 2 * self.link.latency_us * 1e-6 + nbytes * 8 / (self.link.gbps * 1e9)
 
     @property
     def _bw_gpu(self) -> float:
@@ -63,7 +80,9 @@ class LatencyModel:
         if devices < 1:
             raise ValueError(f"devices must be >= 1, got {devices}")
         p = self.pnm
-        return (p.t_base_us + devices * p.t_dev_us + (p.t_host_us if devices > 1 else 0)) * 1e-6
+        per_layer = (p.t_base_us + devices * p.t_dev_us
+                     + (p.t_host_us if devices > 1 else 0)) * 1e-6 + self.t_link
+        return self.model.layers * per_layer
 
     def t_centroids(self, length: float) -> float:
         """GPU-side centroid search of one long request, one step."""
