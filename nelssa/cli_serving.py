@@ -64,9 +64,33 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
         p99 = g["tpot_s"]["p99"] / n["tpot_s"]["p99"]
         print(f"  NELSSA / GPU-only: throughput x{ratio:.2f}; TPOT P95 x{p95:.2f}, P99 x{p99:.2f} "
               "(above 1: NELSSA better)")
+    if args.sweeps:
+        from dataclasses import replace
+
+        from nelssa.emu.serving import sweeps
+
+        base = ServingConfig(devices=args.devices, preemption=args.preemption,
+                             max_running=args.max_running, prefill=args.prefill,
+                             prefill_gpus=args.prefill_gpus)
+        gpus = {g: replace(lm, gpu=cat.get("gpus", g)) for g in dict.fromkeys(
+            [args.gpu, "2x-h100-nvl"])}
+        cb = sweeps.context_batch(gpus, base)
+        sweeps.plot_context_batch(cb, out / "fig10_context_batch.png")
+        threshold = args.t_input or 32768
+        lf = sweeps.long_fraction(lm, load_trace(args.trace), base, args.rate or 4.0,
+                                  min(1000, len(reqs)), threshold, args.seed)
+        sweeps.plot_long_fraction(lf, out / "fig16_long_fraction.png")
+        results["sweeps"] = {"context_batch": {k: {str(c): {str(b): t for b, t in r.items()}
+                                                   for c, r in v.items()}
+                                               for k, v in cb.items()},
+                             "long_fraction": {str(k): v for k, v in lf.items()}}
+        for frac, v in lf.items():
+            print(f"  long share {frac:>4.0%}: throughput x{v['nelssa_tps'] / v['gpu_tps']:.2f}, "
+                  f"P99 TPOT {v['gpu_tpot_p99'] * 1e3:.0f} -> {v['nelssa_tpot_p99'] * 1e3:.0f} ms")
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    _plots(results, out)
-    print(f"wrote {out / 'results.json'}, {out / 'throughput_queue.png'}, {out / 'tpot.png'}")
+    _plots({k: v for k, v in results.items() if k != "sweeps"}, out)
+    print(f"wrote {out / 'results.json'}, {out / 'throughput_queue.png'}, {out / 'tpot.png'}"
+          + (", fig10_context_batch.png, fig16_long_fraction.png" if args.sweeps else ""))
     return 0
 
 
@@ -129,5 +153,7 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--burst", nargs=4, type=float, metavar=("AT_S", "COUNT", "INPUT", "OUTPUT"),
                    help="inject COUNT long requests of INPUT/OUTPUT tokens at AT_S seconds")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sweeps", action="store_true",
+                   help="also the Figure-10 (context x batch) and Figure-16 (long share) sweeps")
     p.add_argument("--out", default="serve-sim", help="folder for results.json and plots")
     p.set_defaults(func=cmd_serve_sim)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nelssa.emu.latency.hardware import HardwareCatalog
 from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.serving import sweeps
 from nelssa.emu.serving.metrics import summarize
 from nelssa.emu.serving.sim import ServingConfig, ServingSim
 from nelssa.emu.serving.workload import load_trace, long_fraction_mix, poisson
@@ -53,36 +54,6 @@ def _cfg(mode: str, devices: int, t_input: int | None = None) -> ServingConfig:
                          prefill="disaggregated", prefill_gpus=PREFILL_GPUS)
 
 
-def fig10_plot(cat: HardwareCatalog, pnm: str, devices: int, path: Path) -> None:
-    """Decode throughput against batch at each context, GPU-only (1x, 2x H100 NVL) and NELSSA."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(CONTEXTS), figsize=(14, 3.6), sharey=True)
-    for ax, ctx in zip(axes, CONTEXTS, strict=True):
-        for gpu, style in (("h100-nvl", "-"), ("2x-h100-nvl", "--")):
-            lm = LatencyModel(cat.gpus[gpu], cat.pnm[pnm], cat.models["llama-3-8b"],
-                          link=cat.links[LINK])
-            for mode, color in (("gpu", "#4c72b0"), ("nelssa", "#c44e52")):
-                sim = ServingSim(lm, ServingConfig(mode=mode, devices=devices, t_input=1))
-                top = sim.max_batch(ctx)
-                bs = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= top]
-                if bs:
-                    ax.plot(bs, [b / sim.steady_decode(ctx, b) for b in bs], style, color=color,
-                            marker="o", ms=3, label=f"{'NELSSA' if mode == 'nelssa' else 'GPU'}"
-                            f" + {gpu}")
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{ctx >> 10}K context")
-        ax.set_xlabel("batch")
-    axes[0].set_ylabel("decode tokens/s")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def mixed(cat: HardwareCatalog, pnm: str, devices: int, rate: float, limit: int,
           t_input: int | None) -> tuple[dict, dict]:
     lm = LatencyModel(cat.gpus["h100-nvl"], cat.pnm[pnm], cat.models["llama-3-8b"],
@@ -112,7 +83,10 @@ def main() -> None:
             "N = 1 beyond practical lengths | "
             + ", ".join(str(x) if x is not None else "none" for x in xs) + " tokens |"]
     rows += fig10(cat, args.pnm, args.devices)
-    fig10_plot(cat, args.pnm, args.devices, Path(args.out).with_name("fig10.png"))
+    models = {g: LatencyModel(cat.gpus[g], cat.pnm[args.pnm], cat.models["llama-3-8b"],
+                              link=cat.links[LINK]) for g in ("h100-nvl", "2x-h100-nvl")}
+    sweeps.plot_context_batch(sweeps.context_batch(models, _cfg("gpu", args.devices)),
+                              Path(args.out).with_name("fig10.png"))
     for rate in args.rates:
         for label, t_input in (("the crossover", None), ("32K", 32768)):
             g, n = mixed(cat, args.pnm, args.devices, rate, args.limit, t_input)

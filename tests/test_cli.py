@@ -78,15 +78,24 @@ def test_serve_sim_command(tmp_path):
     trace.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                           str(trace), "--t-input", "32000", "--out", str(out)],
+                           str(trace), "--t-input", "32000", "--out", str(out), "--sweeps"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "results.json").read_text())
+    lf = res["sweeps"]["long_fraction"]
+    assert list(lf) == ["0.0", "0.04", "0.08", "0.12", "0.16", "0.2", "0.24"]
+    cb = res["sweeps"]["context_batch"]
+    # GPU-only holds 3 requests of 128K on one H100 NVL; throughput grows with batch
+    gpu128 = cb["gpu/h100-nvl"]["131072"]
+    assert list(gpu128) == ["1", "2", "3"]
+    assert gpu128["1"] < gpu128["2"] < gpu128["3"]
+    assert cb["gpu/h100-nvl"]["524288"] == {}  # does not fit at all
     assert res["gpu"]["summary"]["requests"] == 300 == res["nelssa"]["summary"]["requests"]
     assert res["nelssa"]["summary"]["pnm_requests"] == sum(
         json.loads(x)["input_length"] >= 32000 for x in lines)
     assert "NELSSA / GPU-only: throughput x" in proc.stdout
-    for png in ("throughput_queue.png", "tpot.png"):
+    for png in ("throughput_queue.png", "tpot.png", "fig10_context_batch.png",
+                "fig16_long_fraction.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     trace.write_text(lines[1] + "\n" + lines[0] + "\n")
     proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",

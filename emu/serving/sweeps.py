@@ -1,0 +1,98 @@
+"""The paper's sweeps on the emulator: decode throughput against context and batch
+(Figure 10) and against the share of long requests (Figure 16), as data and as PNG plots."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.serving.metrics import summarize
+from nelssa.emu.serving.sim import ServingConfig, ServingSim
+from nelssa.emu.serving.workload import Request, long_fraction_mix, poisson
+
+CONTEXTS = (131072, 262144, 524288, 1048576)
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+FRACTIONS = (0.0, 0.04, 0.08, 0.12, 0.16, 0.20, 0.24)
+
+
+def context_batch(models: dict[str, LatencyModel], config: ServingConfig
+                  ) -> dict[str, Any]:
+    """Steady decode throughput of identical requests, per GPU, context and batch, GPU-only
+    and NELSSA (every request on the PNM tier); batches stop where memory does."""
+    out: dict[str, Any] = {}
+    for gpu, lm in models.items():
+        for mode in ("gpu", "nelssa"):
+            sim = ServingSim(lm, replace(config, mode=mode, t_input=1))
+            rows = {}
+            for ctx in CONTEXTS:
+                top = sim.max_batch(ctx)
+                pts = [b for b in BATCHES if b <= top] + ([top] if top and top not in BATCHES
+                                                          else [])
+                rows[ctx] = {b: b / sim.steady_decode(ctx, b) for b in sorted(pts)}
+            out[f"{mode}/{gpu}"] = rows
+    return out
+
+
+def long_fraction(lm: LatencyModel, trace: list[Request], config: ServingConfig, rate: float,
+                  count: int, threshold: int, seed: int = 0) -> dict[float, dict[str, float]]:
+    """Throughput and P99 TPOT of both modes against the share of requests >= threshold."""
+    out = {}
+    for frac in FRACTIONS:
+        reqs = poisson(long_fraction_mix(trace, frac, threshold, count, seed), rate, seed)
+        g = summarize(ServingSim(lm, replace(config, mode="gpu")).run(reqs))
+        n = summarize(ServingSim(lm, replace(config, mode="nelssa", t_input=threshold)
+                                 ).run(reqs))
+        out[frac] = {"gpu_tps": g["decode_throughput_tps"], "nelssa_tps":
+                     n["decode_throughput_tps"], "gpu_tpot_p99": g["tpot_s"]["p99"],
+                     "nelssa_tpot_p99": n["tpot_s"]["p99"]}
+    return out
+
+
+def plot_context_batch(data: dict[str, Any], path: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CONTEXTS), figsize=(14, 3.6), sharey=True)
+    for ax, ctx in zip(axes, CONTEXTS, strict=True):
+        for key, rows in data.items():
+            mode, gpu = key.split("/")
+            pts = rows.get(ctx, {})
+            if pts:
+                ax.plot(list(pts), list(pts.values()), "--" if gpu.startswith("2x") else "-",
+                        color="#c44e52" if mode == "nelssa" else "#4c72b0", marker="o", ms=3,
+                        label=f"{'NELSSA' if mode == 'nelssa' else 'GPU only'}, {gpu}")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{ctx >> 10}K context")
+        ax.set_xlabel("batch")
+    axes[0].set_ylabel("decode tokens/s")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_long_fraction(data: dict[float, dict[str, float]], path: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fr = [100 * f for f in data]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    a.plot(fr, [v["gpu_tps"] for v in data.values()], "o-", label="GPU only")
+    a.plot(fr, [v["nelssa_tps"] for v in data.values()], "o-", label="NELSSA")
+    a.set_xlabel("long requests (%)")
+    a.set_ylabel("decode tokens/s")
+    a.legend()
+    b.semilogy(fr, [v["gpu_tpot_p99"] * 1e3 for v in data.values()], "o-", label="GPU only")
+    b.semilogy(fr, [v["nelssa_tpot_p99"] * 1e3 for v in data.values()], "o-", label="NELSSA")
+    b.set_xlabel("long requests (%)")
+    b.set_ylabel("P99 TPOT (ms)")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
