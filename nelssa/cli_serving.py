@@ -38,7 +38,9 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     for mode in modes:
         cfg = ServingConfig(mode=mode, devices=args.devices, t_input=args.t_input,
                             preemption=args.preemption, max_running=args.max_running,
-                            prefill=args.prefill, prefill_gpus=args.prefill_gpus)
+                            prefill=args.prefill, prefill_gpus=args.prefill_gpus,
+                            migration=args.migration and mode == "nelssa",
+                            migrate_at=args.migrate_at)
         sim = ServingSim(lm, cfg)
         bar = Progress(1000, f"{mode:>6}")
         t0 = time.perf_counter()
@@ -55,8 +57,9 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
               f"decode {s['decode_throughput_tps']:,.0f} tokens/s; TPOT p50/p95/p99 "
               f"{s['tpot_s']['p50'] * ms:.1f}/{s['tpot_s']['p95'] * ms:.1f}/"
               f"{s['tpot_s']['p99'] * ms:.1f} ms; TTFT p50/p99 {s['ttft_s']['p50']:.2f}/"
-              f"{s['ttft_s']['p99']:.2f} s; preemptions {s['preemptions']}; mean batch "
-              f"{s['mean_running']:.1f}")
+              f"{s['ttft_s']['p99']:.2f} s; preemptions {s['preemptions']} (recomputing "
+              f"{s['recompute_tokens']:,} tokens); migrations {s['migrations']} "
+              f"({s['migrated_tokens']:,} tokens); mean batch {s['mean_running']:.1f}")
     if len(modes) == 2:
         g, n = results["gpu"]["summary"], results["nelssa"]["summary"]
         ratio = n["decode_throughput_tps"] / g["decode_throughput_tps"]
@@ -153,6 +156,10 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--burst", nargs=4, type=float, metavar=("AT_S", "COUNT", "INPUT", "OUTPUT"),
                    help="inject COUNT long requests of INPUT/OUTPUT tokens at AT_S seconds")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--migration", action="store_true",
+                   help="NELSSA: migrate grown requests to the PNM tier under memory pressure")
+    p.add_argument("--migrate-at", type=float, default=0.95,
+                   help="share of GPU KV in use from which migration starts")
     p.add_argument("--sweeps", action="store_true",
                    help="also the Figure-10 (context x batch) and Figure-16 (long share) sweeps")
     p.add_argument("--out", default="serve-sim", help="folder for results.json and plots")

@@ -241,3 +241,29 @@ def test_gpu_calibration_writes_a_usable_hardware_file(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     gpu = HardwareCatalog.load(out).gpus["here"]
     assert gpu.hbm_gbs > 0.1 and gpu.bf16_tflops > 0 and 0 < gpu.mem_efficiency <= 1
+
+
+def test_migration_replaces_recompute_under_growth() -> None:
+    from nelssa.emu.serving.workload import growing
+
+    lm = _small_gpu()  # 381 blocks = 6,096 tokens of GPU KV
+    reqs = poisson(growing(60, 300, 900, 2.0, seed=4), 20.0, seed=4)
+    base = dict(mode="nelssa", t_input=1000, prefill="disaggregated", prefill_gpus=4)
+    off = ServingSim(lm, ServingConfig(**base)).run(reqs)
+    on_sim = ServingSim(lm, ServingConfig(**base, migration=True))
+    on = on_sim.run(reqs)
+    for run in (off, on):
+        assert sorted(r.rid for r in run.results) == list(range(60))
+        assert run.peak_gpu_blocks <= run.gpu_blocks
+        assert run.peak_pnm_tokens <= on_sim.pnm_tokens
+    assert off.migrations == 0 and off.preemptions > 0
+    assert on.migrations > 0 and on.migrated_tokens > 0
+    assert on.preemptions < off.preemptions
+    assert on.recompute_tokens < off.recompute_tokens
+    migrated = [r for r in on.results if r.migrated]
+    assert len(migrated) == on.migrations and all(r.tier == "pnm" for r in migrated)
+    # one way: the migrated ones started on the GPU tier (inputs below T_input)
+    assert all(r.input_len < 1000 for r in migrated)
+    assert summarize(on)["decode_throughput_tps"] > summarize(off)["decode_throughput_tps"]
+    with pytest.raises(ValueError, match="migration needs mode 'nelssa'"):
+        ServingConfig(mode="gpu", migration=True)

@@ -35,6 +35,9 @@ def summarize(run: RunResult) -> dict[str, Any]:
         "ttft_s": _stats([r.ttft_s for r in res]),
         "tpot_s": _stats(tpot),
         "preemptions": run.preemptions,
+        "recompute_tokens": run.recompute_tokens,
+        "migrations": run.migrations,
+        "migrated_tokens": run.migrated_tokens,
         "steps": run.steps,
         "mean_running": (float(np.mean([s.running for s in run.samples]))
                          if run.samples else 0.0),

@@ -67,6 +67,13 @@ class ServingConfig:
     decode GPU receives their KV (the paper's Prefill Node, section 5)."""
     prefill_gpus: int = 1
     """Prefill GPUs when disaggregated (each request goes to the first one free)."""
+    migration: bool = False
+    """NELSSA: move GPU requests whose context has grown past T_input to the PNM tier in the
+    background when GPU memory runs short (paper 4.3), instead of waiting to preempt."""
+    migrate_at: float = 0.95
+    """Share of the GPU's KV blocks in use from which a migration starts."""
+    link_gbs: float = 50.0
+    """GPU node -> PNM node bandwidth for migrations, GB/s (RoCE 400G)."""
 
     def __post_init__(self) -> None:
         if self.prefill not in ("colocated", "disaggregated"):
@@ -84,6 +91,11 @@ class ServingConfig:
         for name in ("pcie_gbs", "sample_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.migrate_at <= 1 or self.link_gbs <= 0:
+            raise ValueError(f"migrate_at must be in (0, 1] and link_gbs > 0, got "
+                             f"{self.migrate_at}, {self.link_gbs}")
+        if self.migration and self.mode != "nelssa":
+            raise ValueError("migration needs mode 'nelssa' (there is no PNM tier otherwise)")
         if not 0 < self.gpu_mem_util <= 1:
             raise ValueError(f"gpu_mem_util must be in (0, 1], got {self.gpu_mem_util}")
 
@@ -101,6 +113,11 @@ class _Live:
     generated: int = 0
     blocks: int = 0
     swapped: bool = False
+    migrating_until: float | None = None
+    """When a background migration to the PNM tier completes."""
+    pnm_reserved: int = 0
+    """PNM-tier tokens reserved for it (the tier's tokens it will hold)."""
+    migrated: bool = False
     first_token_s: float | None = None
     preemptions: int = 0
 
@@ -119,6 +136,7 @@ class RequestResult:
     first_token_s: float
     finish_s: float
     preemptions: int
+    migrated: bool = False
 
     @property
     def ttft_s(self) -> float:
@@ -159,6 +177,12 @@ class RunResult:
     """GPU KV blocks in all."""
     peak_pnm_tokens: int = 0
     """Most PNM-tier tokens reserved at once."""
+    migrations: int = 0
+    """Requests moved from the GPU to the PNM tier while decoding."""
+    migrated_tokens: int = 0
+    """Context moved by those migrations (clustered once, incrementally)."""
+    recompute_tokens: int = 0
+    """Tokens prefilled again because of recompute preemptions."""
 
 
 class CapacityError(ValueError):
@@ -323,28 +347,35 @@ class ServingSim:
             for x in finished:
                 del running[x.order]
                 free += x.blocks
-                if x.tier == "pnm":
+                if x.tier == "pnm" and not x.migrated:
                     pnm_free += x.req.input_len + x.req.output_len
+                pnm_free += x.pnm_reserved
                 assert x.first_token_s is not None
                 out.results.append(RequestResult(
                     x.req.rid, x.req.input_len, x.req.output_len, x.tier, x.req.arrival_s,
-                    x.first_token_s, now, x.preemptions))
+                    x.first_token_s, now, x.preemptions, x.migrated))
             # KV growth of GPU-tier requests, oldest first; preempt the newest when full
             for x in decoding:  # admission order
                 if x.tier != "gpu" or running.get(x.order) is not x:
                     continue
                 need = self._blocks(x.ctx + 1) - x.blocks
-                while need > free:
-                    victim = running[next(reversed(running))]
+                while need > free:  # the newest GPU-tier request gives way
+                    victim = next(y for y in reversed(running.values()) if y.tier == "gpu")
                     self._preempt(victim, running, queues)
                     free += victim.blocks
                     victim.blocks = 0
+                    pnm_free += victim.pnm_reserved  # a migration under way is abandoned
+                    victim.pnm_reserved, victim.migrating_until = 0, None
                     out.preemptions += 1
+                    if cfg.preemption == "recompute":
+                        out.recompute_tokens += victim.prefill_target
                     if victim is x:
                         break
                 if running.get(x.order) is x and need <= free:
                     free -= need
                     x.blocks += need
+            if cfg.migration:
+                free, pnm_free = self._migrate(running, now, free, pnm_free, out)
             if now >= next_sample:
                 out.samples.append(Sample(now, len(running),
                                           len(queues["gpu"]) + len(queues["pnm"]),
@@ -356,6 +387,43 @@ class ServingSim:
                     progress(len(out.results) / total)
         out.end_s = now
         return out
+
+    def _migrate(self, running: dict[int, _Live], now: float, free: int, pnm_free: int,
+                 out: RunResult) -> tuple[int, int]:
+        """Finish migrations that are done; start one (the link carries one at a time) when
+        memory is short: the GPU request with the largest context past T_input."""
+        busy = False
+        for x in running.values():
+            if x.migrating_until is None:
+                continue
+            if now < x.migrating_until:
+                busy = True
+                continue
+            keep = self._pnm_gpu_blocks(x.req)  # window and centroids stay on the GPU
+            free += max(0, x.blocks - keep)
+            x.blocks = min(x.blocks, keep)
+            x.tier, x.migrated, x.migrating_until = "pnm", True, None
+            out.migrations += 1
+        if busy or free > (1 - self.cfg.migrate_at) * self.gpu_blocks:
+            return free, pnm_free
+        assert self.t_input is not None
+        cands = [x for x in running.values() if x.tier == "gpu" and x.migrating_until is None
+                 and x.prefilled >= x.prefill_target and x.ctx >= self.t_input]
+        if not cands:
+            return free, pnm_free
+        x = max(cands, key=lambda y: (y.ctx, -y.order))
+        total = x.req.input_len + x.req.output_len
+        if total > pnm_free:
+            return free, pnm_free
+        pnm_free -= total
+        x.pnm_reserved = total
+        # stream the KV over the link while the request keeps decoding on the GPU; clustering
+        # reads the keys once per k-means iteration on the GPU, in the background
+        kv = x.ctx * self.m_kv
+        cluster_s = 10 * kv / 2 / (self.lm.gpu.hbm_gbs * 1e9)
+        x.migrating_until = now + kv / (self.cfg.link_gbs * 1e9) + cluster_s
+        out.migrated_tokens += x.ctx
+        return free, pnm_free
 
     def prefill_s(self, tokens: int) -> float:
         """Seconds to prefill ``tokens`` alone, in chunks of ``max_batched_tokens``."""

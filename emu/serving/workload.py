@@ -94,6 +94,19 @@ def long_fraction_mix(requests: list[Request], fraction: float, threshold: int, 
     return [replace(picks[i], rid=k, arrival_s=0.0) for k, i in enumerate(order)]
 
 
+def growing(count: int, input_lo: int, input_hi: int, output_ratio: float = 2.0,
+            seed: int = 0) -> list[Request]:
+    """Requests that start short and grow while decoding (reasoning, agents): inputs uniform in
+    [input_lo, input_hi], outputs ``output_ratio`` times their input (the paper's 1:2)."""
+    if not 1 <= input_lo <= input_hi or output_ratio <= 0 or count < 1:
+        raise ValueError(f"need count >= 1, 1 <= input_lo <= input_hi and output_ratio > 0, got "
+                         f"{count}, {input_lo}, {input_hi}, {output_ratio}")
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(input_lo, input_hi + 1, count)
+    return [Request(i, 0.0, int(n), max(1, round(output_ratio * int(n))))
+            for i, n in enumerate(inputs)]
+
+
 def inject_burst(requests: list[Request], at_s: float, count: int, input_len: int,
                  output_len: int) -> list[Request]:
     """Add ``count`` long requests all arriving at ``at_s``."""
