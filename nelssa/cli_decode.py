@@ -7,6 +7,7 @@ import argparse
 import logging
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +60,18 @@ def cmd_decode(args: argparse.Namespace) -> int:
     try:
         client = NodeClient(endpoint, args.link, timeout_s=args.timeout)
         dec = HybridDecoder(model, cfg, client)
+        if args.grow:  # one request that starts below T_input and grows past it
+            prompts.append(rng.integers(0, c.vocab_size, cfg.t_input - 4).tolist())
         bar = Progress(len(prompts), "prefill + offload")
         t0 = time.perf_counter()
         for p in prompts:
             dec.add(p, args.steps + 1)
             bar.advance()
         bar.close()
+        if args.grow:  # GPU memory just above what is in use: growth forces a migration
+            dec.cfg = replace(cfg, gpu_kv_tokens=dec.gpu_kv_in_use() + 8)
+            print(f"--grow: request {len(prompts) - 1} starts at {cfg.t_input - 4} tokens; "
+                  f"the emulated GPU holds {dec.cfg.gpu_kv_tokens:,} KV tokens")
         print(f"\nrouting (prefill and KV offload took {time.perf_counter() - t0:.1f} s wall):")
         for r in dec.requests:
             extra = f" ({r.note})" if r.note else ""
@@ -76,6 +83,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
               f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
               f"{'GB/s':>6}  max rel. error of long requests: attended tokens / full context")
         wall = time.perf_counter()
+        n_events = len(dec.events)
         for s in range(args.steps):
             if not any(r.status == "running" for r in dec.requests):
                 break
@@ -90,6 +98,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   f"{rep.pnm_overhead_ps * us:>7.1f} {rep.pnm_attn_ps * us:>8.1f} "
                   f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f}  "
                   f"{errs}", flush=True)
+            for e in dec.events[n_events:]:
+                print(f"     {e}")
+            n_events = len(dec.events)
         wall = time.perf_counter() - wall
         failed = [r for r in dec.requests if r.status == "failed"]
         dec.close()
@@ -122,9 +133,18 @@ def cmd_decode(args: argparse.Namespace) -> int:
               "leaves out, which is large for a random model\n  (its keys have no cluster "
               "structure and its attention is near uniform); --selection 1 makes it the first;"
               "\n  scripts/needle_report.py measures selection on structured attention")
+    first = next((i for i, r in enumerate(reports) if r.migrating), None)
+    if first:
+        during = [r.step_ps for r in reports if r.migrating]
+        before = [r.step_ps for r in reports[:first]]
+        a, b = sum(during) / len(during), sum(before) / len(before)
+        print(f"  migration: {len(during)} steps with KV in flight, {a * 1e-6:.1f} us each on "
+              f"average against {b * 1e-6:.1f} us in the steps before "
+              f"({100 * (a - b) / b:+.1f} %: the jitter other requests saw)")
     for r in dec.requests:
         if r.tier == "pnm":
-            print(f"  request {r.rid}: {len(r.generated)} tokens generated, {r.chunks} chunk "
+            how = "migrated while decoding; " if r.migrated else ""
+            print(f"  request {r.rid}: {how}{len(r.generated)} tokens generated, {r.chunks} chunk "
                   f"updates of {cfg.chunk} tokens appended, {r.offloaded} tokens on the node")
     for r in failed:
         print(f"  request {r.rid} FAILED: {r.note}")
@@ -160,6 +180,8 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                    help="skip the comparison with dense attention over the full context")
     p.add_argument("--trace", default="decode-trace.json", help="Perfetto trace-event JSON")
     p.add_argument("--plot", default="decode.png", help="PNG plot")
+    p.add_argument("--grow", action="store_true",
+                   help="add a request that grows past T_input and migrates to the PNM tier")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_decode)
 

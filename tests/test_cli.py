@@ -44,6 +44,20 @@ def test_decode_end_to_end_on_model_devices(tmp_path):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_decode_grow_shows_a_migration(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "model",
+                           "--devices", "2", "--short", "2", "--long", "0", "--steps", "7",
+                           "--grow", "--trace", str(tmp_path / "t.json"), "--plot",
+                           str(tmp_path / "p.png")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "migrating request 2" in out and "migration of request 2 complete" in out
+    assert "request 2: migrated while decoding" in out and "the jitter other requests saw" in out
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert any(e["ph"] == "X" and e["name"] == "req 2 KV" for e in events)
+
+
 @pytest.mark.parametrize("argv, words", [
     (["decode", "--short", "0", "--long", "0"], "nothing to decode"),
     (["decode", "--long-len", "9..3"], "--long-len must be N or LO..HI"),

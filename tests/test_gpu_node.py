@@ -185,3 +185,65 @@ def test_needle_found_at_4_percent_in_32k(depth: float) -> None:
         assert r.recall == 1.0, r
         assert r.rel_error < 0.05, r
     assert math.isfinite(r.rel_error)
+
+
+def _grow(client: NodeClient | None, steps: int, budget: int | None,
+          more: int = 1) -> HybridDecoder:
+    """Two short requests and one that starts just below T_input and grows past it."""
+    model = Llama(SMALL, random_weights(SMALL, 1))
+    cfg = DecodeConfig(t_input=300, selection=1.0, chunk=8, recent=16, sink=4,
+                       gpu_kv_tokens=budget, migrate_at=0.9)
+    dec = HybridDecoder(model, cfg, client)
+    g = torch.Generator().manual_seed(5)
+    for n in (40, 90, 296):
+        dec.add(torch.randint(0, 512, (n,), generator=g).tolist(), steps + more)
+    return dec
+
+
+def test_migration_is_seamless_and_one_way(node: NodeProcess) -> None:
+    steps = 16
+    ref = _grow(None, steps, None)
+    for _ in range(steps):
+        ref.step()
+    with NodeClient(node.endpoint) as c:
+        dec = _grow(c, steps, 440)  # 426 tokens at the start: pressure once the third grows
+        sizes = []
+        for _ in range(steps):
+            rep = dec.step()
+            sizes.append(dec.requests[2].kv[0][0].shape[0])
+            assert rep.step_ps == rep.others_ps + rep.topk_ps + rep.wait_ps
+        r = dec.requests[2]
+        assert r.migrated and r.tier == "pnm" and r.migration is None
+        assert any("migrating request 2" in e for e in dec.events)
+        assert any("migration of request 2 complete" in e for e in dec.events)
+        # the GPU kept all of its KV until the node had it, then only the window
+        assert max(sizes) > 296 and sizes[-1] < 60
+        # generated tokens equal those of the run where it never migrated (full selection)
+        for a, b in zip(ref.requests, dec.requests, strict=True):
+            assert a.generated == b.generated
+        assert r.max_engine_error < 1e-3 and r.max_error < 1e-3
+        assert {"migration"} <= {e["args"]["name"] for e in dec.trace.events if e["ph"] == "M"}
+        dec.close()
+        assert c.status().sessions == 0
+
+
+def test_failed_migration_leaves_the_request_on_the_gpu(tmp_path: Path) -> None:
+    n = NodeProcess(f"ipc://{tmp_path}/node", 1, "model", device_timeout=2.0)
+    with NodeClient(n.endpoint, timeout_s=3.0) as c:
+        ref = _grow(None, 6, None, more=5)
+        dec = _grow(c, 6, 440, more=5)
+        for _ in range(2):
+            ref.step()
+            dec.step()
+        n.proc.kill()  # the node is gone before the request grows past T_input
+        n.proc.wait()
+        for _ in range(4):
+            ref.step()
+            dec.step()
+        r = dec.requests[2]
+        assert r.tier == "gpu" and not r.migrated and r.status == "running"
+        assert "migration failed" in r.note
+        assert any("FAILED" in e for e in dec.events)
+        assert r.kv[0][0].shape[0] == r.length - 1  # its KV is whole on the GPU
+        assert [x.generated for x in dec.requests] == [x.generated for x in ref.requests]
+    n.kill()

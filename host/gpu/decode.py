@@ -57,8 +57,18 @@ class DecodeConfig:
     check_accuracy: bool = True
     """Keep every long request's full KV on the host to measure the hybrid attention against
     dense attention over the whole context (costs host memory and time)."""
+    gpu_kv_tokens: int | None = None
+    """KV tokens the emulated GPU holds; with it, a request that has grown past ``t_input``
+    migrates to the PNM tier in the background once ``migrate_at`` of it is in use (paper
+    4.3). None: no migration."""
+    migrate_at: float = 0.95
+    """Share of ``gpu_kv_tokens`` in use from which a migration starts."""
 
     def __post_init__(self) -> None:
+        if self.gpu_kv_tokens is not None and self.gpu_kv_tokens < 1:
+            raise ValueError(f"gpu_kv_tokens must be >= 1, got {self.gpu_kv_tokens}")
+        if not 0 < self.migrate_at <= 1:
+            raise ValueError(f"migrate_at must be in (0, 1], got {self.migrate_at}")
         if not 0.0 < self.selection <= 1.0:
             raise ValueError(f"selection must be in (0, 1], got {self.selection}")
         if self.sink < 0 or self.recent < 0 or self.chunk < 1:
@@ -72,6 +82,19 @@ class DecodeConfig:
 
 def to_bf16_bits(t: Tensor) -> np.ndarray:
     return t.contiguous().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+@dataclass
+class Migration:
+    """KV of a GPU request on its way to the node; the GPU keeps all of it until every write
+    is confirmed."""
+
+    futures: list[NodeFuture]
+    tokens: int
+    """Cache length when it started: tokens [sink, tokens - recent) are being written."""
+    start_ps: int
+    start_step: int
+    done_ps: int | None = None
 
 
 @dataclass
@@ -108,6 +131,10 @@ class Request:
     max_error: float = 0.0
     """Largest relative error of its attention against dense attention over the whole
     context, over the layers of this step (what selection leaves out)."""
+    migration: Migration | None = None
+    """A background migration under way."""
+    migrated: bool = False
+    """It started on the GPU and moved to the PNM tier while decoding."""
     max_engine_error: float = 0.0
     """Largest relative error against dense attention over exactly the tokens it attended to
     (window and selected clusters): the devices' and the merge's own error."""
@@ -127,6 +154,14 @@ class HybridDecoder:
         self.trace = trace or TraceRecorder()
         self.requests: list[Request] = []
         self.now_ps = 0
+        self.steps = 0
+        self.events: list[str] = []
+        """Migration events, in order, for the caller to print."""
+        # bulk KV transfers (the prefill node's offloads, migrations) go over a queue pair of
+        # their own, so they do not queue ahead of attention requests on the link (sharing of
+        # the link's bandwidth between queue pairs is not modelled)
+        self._bulk = (NodeClient(client.link.endpoint, client.link.spec.name,
+                                 client.link.timeout_s) if client is not None else None)
         c = model.c
         self._group = c.group
         w = c.hidden_size * c.head_dim * (c.num_attention_heads + 2 * c.num_key_value_heads)
@@ -164,53 +199,130 @@ class HybridDecoder:
         return req
 
     def _offload(self, req: Request) -> None:
-        """Cluster and write a long request's KV to the node; on failure keep it on the GPU and
-        say why."""
-        assert self.client is not None
-        c, cfg = self.model.c, self.cfg
-        n = len(req.prompt)
-        mid = n - cfg.sink - cfg.recent
-        per_chunk = -(-cfg.chunk // cfg.cluster.tokens_per_cluster)
-        max_tokens = n + req.max_new
-        est = -(-mid // cfg.cluster.tokens_per_cluster) * 2 + (
-            -(-req.max_new // cfg.chunk) + 1) * per_chunk * 2 + 16
+        """Cluster and write a long prompt's KV to the node (from the prefill node); on failure
+        keep the request on the GPU and say why."""
+        assert self._bulk is not None
         try:
-            s = self.client.open_session(c.head_dim, c.group, "head")
-            req.session = s
-            futures: list[NodeFuture] = []
-            for layer, (k, v) in enumerate(req.kv):
-                self.client.alloc_kv(s, layer, list(range(c.num_key_value_heads)), est,
-                                     max_tokens)
-                mean = k[:n].mean(0)
-                req.key_mean.append(mean)
-                cents, sizes, members = [], [], []
-                for h in range(c.num_key_value_heads):
-                    kh, vh = k[cfg.sink:n - cfg.recent, h], v[cfg.sink:n - cfg.recent, h]
-                    cl = cluster_keys(kh, cfg.cluster, mean[h])
-                    cents.append(cl.centroids)
-                    sizes.append(torch.tensor([len(m) for m in cl.members]))
-                    members.append([m + cfg.sink for m in cl.members])
-                    futures.append(self.client.write_kv_async(
-                        s, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
-                        [to_bf16_bits(vh[m]) for m in cl.members]))
-                req.centroids.append(cents)
-                req.sizes.append(sizes)
-                if cfg.check_accuracy:
-                    req.members.append(members)
+            futures = self._send_kv(req, self._bulk, len(req.prompt), None)
             for f in futures:
                 f.result()
         except (RemoteError, LinkTimeoutError) as e:
-            self._release(req)
-            req.note = f"PNM offload failed ({e}); kept on the GPU"
-            log.warning("request %d: %s", req.rid, req.note)
-            req.centroids, req.sizes, req.key_mean, req.members = [], [], [], []
+            self._abandon(req, f"PNM offload failed ({e}); kept on the GPU")
             return
+        self._switch(req, len(req.prompt))
+
+    def _send_kv(self, req: Request, client: NodeClient, n: int,
+                 send_ps: int | None) -> list[NodeFuture]:
+        """Open a session, cluster cache tokens [sink, n - recent) per layer and KV head, and
+        send them; records centroids (the GPU's Centroid Meta-Info)."""
+        c, cfg = self.model.c, self.cfg
+        mid = n - cfg.sink - cfg.recent
+        left = req.max_new - len(req.generated) + 1
+        per_chunk = -(-cfg.chunk // cfg.cluster.tokens_per_cluster)
+        est = -(-mid // cfg.cluster.tokens_per_cluster) * 2 + (
+            -(-left // cfg.chunk) + 1) * per_chunk * 2 + 16
+        s = client.open_session(c.head_dim, c.group, "head")
+        req.session = s
+        futures: list[NodeFuture] = []
+        for layer, (k, v) in enumerate(req.kv):
+            client.alloc_kv(s, layer, list(range(c.num_key_value_heads)), est, n + left)
+            mean = k[:n].mean(0)
+            req.key_mean.append(mean)
+            cents, sizes, members = [], [], []
+            for h in range(c.num_key_value_heads):
+                kh, vh = k[cfg.sink:n - cfg.recent, h], v[cfg.sink:n - cfg.recent, h]
+                cl = cluster_keys(kh, cfg.cluster, mean[h])
+                cents.append(cl.centroids)
+                sizes.append(torch.tensor([len(m) for m in cl.members]))
+                members.append([m + cfg.sink for m in cl.members])
+                futures.append(client.write_kv_async(
+                    s, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
+                    [to_bf16_bits(vh[m]) for m in cl.members], send_ps=send_ps))
+            req.centroids.append(cents)
+            req.sizes.append(sizes)
+            if cfg.check_accuracy:
+                req.members.append(members)
+        return futures
+
+    def _abandon(self, req: Request, note: str) -> None:
+        """A transfer that failed: free whatever the node holds, keep the GPU's KV."""
+        self._release(req)
+        req.note = note
+        log.warning("request %d: %s", req.rid, note)
+        req.centroids, req.sizes, req.key_mean, req.members = [], [], [], []
+        req.migration = None
+
+    def _switch(self, req: Request, n: int) -> None:
+        """The node holds tokens [sink, n - recent): attend there from now on and keep only
+        the window on the GPU."""
+        cfg = self.cfg
         req.tier = "pnm"
-        req.offloaded = mid
+        req.offloaded = n - cfg.sink - cfg.recent
         if cfg.check_accuracy:
             req.full = [(k.clone(), v.clone()) for k, v in req.kv]
-        keep = list(range(cfg.sink)) + list(range(n - cfg.recent, n))
+        length = req.kv[0][0].shape[0]
+        keep = list(range(cfg.sink)) + list(range(n - cfg.recent, length))
         req.kv = [(k[keep], v[keep]) for k, v in req.kv]
+
+    # -- migration -------------------------------------------------------------------------------
+    def gpu_kv_in_use(self) -> int:
+        """KV tokens the GPU holds for running requests."""
+        return sum(r.kv[0][0].shape[0] for r in self.requests if r.status == "running")
+
+    def _migrations(self) -> None:
+        """Finish a migration whose writes are all confirmed (in wall and emulated time);
+        start one when GPU KV is short."""
+        cfg = self.cfg
+        for r in self.requests:
+            m = r.migration
+            if m is None or r.status != "running":
+                continue
+            if m.done_ps is None:
+                # wait for the replies in wall time (quick), so the switch is decided in
+                # emulated time alone and the run repeats exactly
+                try:
+                    m.done_ps = max(f.result().timing.arrive_ps for f in m.futures)
+                except (RemoteError, LinkTimeoutError) as e:
+                    self.events.append(f"step {self.steps}: migration of request {r.rid} "
+                                       f"FAILED ({e}); it stays on the GPU with its KV")
+                    self._abandon(r, f"migration failed: {e}")
+                    continue
+            if self.now_ps < m.done_ps:
+                continue
+            freed = r.kv[0][0].shape[0]
+            self._switch(r, m.tokens)
+            r.migrated, r.migration = True, None
+            freed -= r.kv[0][0].shape[0]
+            self.trace.slice("link", "migration", f"req {r.rid} KV", m.start_ps,
+                             m.done_ps - m.start_ps)
+            self.events.append(
+                f"step {self.steps}: migration of request {r.rid} complete after "
+                f"{self.steps - m.start_step} steps ({(m.done_ps - m.start_ps) / 1e6:.1f} us "
+                f"emulated): {r.offloaded} tokens on the node, {freed} tokens of GPU KV freed")
+        if cfg.gpu_kv_tokens is None or self._bulk is None:
+            return
+        if any(r.migration is not None for r in self.requests):
+            return  # one at a time over the link
+        if self.gpu_kv_in_use() < cfg.migrate_at * cfg.gpu_kv_tokens:
+            return
+        cands = [r for r in self.requests if r.status == "running" and r.tier == "gpu"
+                 and r.length >= cfg.t_input and not r.note.startswith("migration failed")]
+        if not cands:
+            return
+        r = max(cands, key=lambda x: (x.length, -x.rid))
+        n = r.kv[0][0].shape[0]
+        try:
+            futures = self._send_kv(r, self._bulk, n, self.now_ps)
+        except (RemoteError, LinkTimeoutError) as e:
+            self.events.append(f"step {self.steps}: migration of request {r.rid} FAILED to "
+                               f"start ({e}); it stays on the GPU")
+            self._abandon(r, f"migration failed: {e}")
+            return
+        r.migration = Migration(futures, n, self.now_ps, self.steps)
+        self.events.append(
+            f"step {self.steps}: GPU KV at {self.gpu_kv_in_use():,} of {cfg.gpu_kv_tokens:,} "
+            f"tokens: migrating request {r.rid} ({r.length} tokens) to the PNM tier in the "
+            "background")
 
     def _release(self, req: Request) -> None:
         if req.session is not None and self.client is not None:
@@ -228,8 +340,7 @@ class HybridDecoder:
             raise RuntimeError("no running request to decode")
         rep = StepReport(len([r for r in live if r.tier == "gpu"]),
                          len([r for r in live if r.tier == "pnm"]))
-        if self.client is not None:  # the link may still be busy with prefill KV writes
-            self.now_ps = max(self.now_ps, self.client.link.clock_ps)
+        rep.migrating = [r.rid for r in self.requests if r.migration is not None]
         start = self.now_ps
         x = self.model.embed(torch.tensor([r.generated[-1] for r in live]))
         pos = torch.tensor([r.length - 1 for r in live])
@@ -246,6 +357,13 @@ class HybridDecoder:
                 self._chunk_update(r)
             if len(r.generated) >= r.max_new:
                 r.status = "done"
+                if r.migration is not None:  # let its writes land, then free them
+                    for f in r.migration.futures:
+                        try:
+                            f.result()
+                        except (RemoteError, LinkTimeoutError) as e:
+                            log.warning("request %d: %s", r.rid, e)
+                    r.migration = None
                 self._release(r)
         rep.step_ps = self.now_ps - start
         rep.tokens = len([r for r in live if r.status != "failed"])
@@ -253,6 +371,8 @@ class HybridDecoder:
                    and r.status != "failed"]
         rep.errors = {r.rid: r.max_error for r in checked}
         rep.engine_errors = {r.rid: r.max_engine_error for r in checked}
+        self.steps += 1
+        self._migrations()
         return rep
 
     def _gpu_op(self, name: str, nbytes: float, flops: float = 0.0) -> int:
@@ -415,4 +535,12 @@ class HybridDecoder:
 
     def close(self) -> None:
         for r in self.requests:
+            if r.migration is not None:
+                for f in r.migration.futures:  # let the writes land before closing
+                    try:
+                        f.result()
+                    except (RemoteError, LinkTimeoutError) as e:
+                        log.warning("request %d: %s", r.rid, e)
             self._release(r)
+        if self._bulk is not None:
+            self._bulk.close()

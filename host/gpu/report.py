@@ -40,6 +40,8 @@ class StepReport:
     errors: dict[int, float] = field(default_factory=dict)
     """Per long request: the largest relative error of its attention against dense attention
     over its whole context, over the layers (what top-K selection leaves out)."""
+    migrating: list[int] = field(default_factory=list)
+    """Requests whose KV was on its way to the node during this step."""
     engine_errors: dict[int, float] = field(default_factory=dict)
     """Per long request: the same against dense attention over exactly the tokens it attended
     to (the devices' arithmetic and the LSE merge)."""
