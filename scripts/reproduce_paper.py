@@ -136,6 +136,16 @@ def main() -> None:
         f"migrations moving {on['migrated_tokens']:,} tokens) | without migration these "
         "short-starting requests all stay on the GPU, which thrashes by recompute here; the "
         "paper's setup is milder |")
+    # Figure 18: what a preempted request costs to recompute against what migrating it costs
+    sim = ServingSim(lm, _cfg("nelssa", args.devices, 10000))
+    parts = []
+    for ctx in (8192, 32768, 131072):
+        parts.append(f"{ctx >> 10}K: recompute {sim.prefill_s(ctx) * 1e3:.0f} ms, migrate "
+                     f"{sim.migration_s(ctx) * 1e3:.1f} ms in the background")
+    rows.append("| 18 | recompute cost against incremental clustering / transfer cost as context "
+                "grows (h100-nvl, RoCE 400G) | recompute grows much faster | "
+                + "; ".join(parts) + " | the same trend: prefill attention is quadratic, "
+                "clustering and transfer are linear and off the critical path |")
     text = "\n".join(rows)
     Path(args.out).write_text(f"Settings: PNM {args.pnm} x {args.devices}, Llama-3-8B, prefill "
                               f"on {PREFILL_GPUS} separate GPUs, "

@@ -417,13 +417,15 @@ class ServingSim:
             return free, pnm_free
         pnm_free -= total
         x.pnm_reserved = total
-        # stream the KV over the link while the request keeps decoding on the GPU; clustering
-        # reads the keys once per k-means iteration on the GPU, in the background
-        kv = x.ctx * self.m_kv
-        cluster_s = 10 * kv / 2 / (self.lm.gpu.hbm_gbs * 1e9)
-        x.migrating_until = now + kv / (self.cfg.link_gbs * 1e9) + cluster_s
+        x.migrating_until = now + self.migration_s(x.ctx)
         out.migrated_tokens += x.ctx
         return free, pnm_free
+
+    def migration_s(self, tokens: int) -> float:
+        """Background time to migrate a context: k-means reads the keys once per iteration on
+        the GPU (10 iterations), then the KV streams over the link."""
+        kv = tokens * self.m_kv
+        return 10 * kv / 2 / (self.lm.gpu.hbm_gbs * 1e9) + kv / (self.cfg.link_gbs * 1e9)
 
     def prefill_s(self, tokens: int) -> float:
         """Seconds to prefill ``tokens`` alone, in chunks of ``max_batched_tokens``."""
