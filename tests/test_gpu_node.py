@@ -207,11 +207,18 @@ def test_migration_is_seamless_and_one_way(node: NodeProcess) -> None:
         ref.step()
     with NodeClient(node.endpoint) as c:
         dec = _grow(c, steps, 440)  # 426 tokens at the start: pressure once the third grows
-        sizes = []
+        sizes, reps = [], []
         for _ in range(steps):
             rep = dec.step()
+            reps.append(rep)
             sizes.append(dec.requests[2].kv[0][0].shape[0])
             assert rep.step_ps == rep.others_ps + rep.topk_ps + rep.wait_ps
+        # the transfer does not stall decoding: steps with KV in flight take what the steps
+        # before took (the GPU work grows by a token per step, nothing more)
+        first = next(i for i, x in enumerate(reps) if x.migrating)
+        during = [x.step_ps for x in reps if x.migrating]
+        before = [x.step_ps for x in reps[:first]]
+        assert max(during) <= 1.01 * max(before)
         r = dec.requests[2]
         assert r.migrated and r.tier == "pnm" and r.migration is None
         assert any("migrating request 2" in e for e in dec.events)
