@@ -62,6 +62,18 @@ def _raw_round_trips(endpoint: str, n: int) -> float:
     return rate
 
 
+def _pipelined(client: LinkClient, op: int, payload: bytes, n: int, window: int) -> float:
+    """Requests per second with ``window`` in flight."""
+    t0 = time.perf_counter()
+    inflight = [client.request(op, payload) for _ in range(window)]
+    for _ in range(n - window):
+        inflight.pop(0).result()
+        inflight.append(client.request(op, payload))
+    for p in inflight:
+        p.result()
+    return n / (time.perf_counter() - t0)
+
+
 def bench_link(folder: str) -> None:
     raw_ep = f"ipc://{folder}/raw"
     raw = mp.get_context("spawn").Process(target=_raw_echo, args=(raw_ep,), daemon=True)
@@ -79,25 +91,9 @@ def bench_link(folder: str) -> None:
     for _ in range(n):
         client.call(1, small)
     sync = n / (time.perf_counter() - t0)
-    n, window = 20000, 64
-    t0 = time.perf_counter()
-    inflight = [client.request(1, small) for _ in range(window)]
-    for _ in range(n - window):
-        inflight.pop(0).result()
-        inflight.append(client.request(1, small))
-    for p in inflight:
-        p.result()
-    piped = n / (time.perf_counter() - t0)
+    piped = _pipelined(client, 1, small, 20000, 64)
     big = np.random.default_rng(0).bytes(1 << 20)
-    n, window = 300, 4
-    t0 = time.perf_counter()
-    inflight = [client.request(2, big) for _ in range(window)]
-    for _ in range(n - window):
-        inflight.pop(0).result()
-        inflight.append(client.request(2, big))
-    for p in inflight:
-        p.result()
-    rate = n * len(big) / (time.perf_counter() - t0)
+    rate = _pipelined(client, 2, big, 300, 4) * len(big)
     client.close()
     server.terminate()
     print("ZeroMQ link on this machine (ipc://, framed, CRC-32 checked, wall time):")
