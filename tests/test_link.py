@@ -4,6 +4,7 @@ CURVE, and requests over real ZeroMQ sockets."""
 from __future__ import annotations
 
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -228,6 +229,10 @@ def test_errors_reach_the_caller_and_the_server_goes_on(served: _Served) -> None
         assert dup.call(1, b"ab").payload == b"ba"
         assert dup.call(1, b"cd").payload == b"dc"
         dup.close()
+        # the second copies are dropped after the replies went out: wait for the server thread
+        deadline = time.monotonic() + 5
+        while served.server.duplicates < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert served.server.duplicates == 2
         # raw garbage from a foreign socket gets an error frame back
         raw = zmq.Context.instance().socket(zmq.DEALER)
