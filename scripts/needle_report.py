@@ -18,14 +18,21 @@ def main() -> None:
     parser.add_argument("--ratios", type=float, nargs="+",
                         default=[0.01, 0.02, 0.04, 0.06, 0.08, 0.10])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--distractors", type=float, default=0.03,
+                        help="share of the context made of keys partly aligned with the query")
+    parser.add_argument("--alignment", type=float, default=0.85,
+                        help="how far the distractors point the needle's way (0..1)")
     parser.add_argument("--plot", default="needle.png")
     args = parser.parse_args()
     rows = []
+    print(f"distractors: {args.distractors:.0%} of the context, alignment {args.alignment:g}")
     print(f"{'context':>8} {'selection':>9} {'recall min':>10} {'recall mean':>11} "
           f"{'rel. error mean':>15} {'max':>8}")
     for ctx in args.contexts:
         for ratio in args.ratios:
-            res = [needle_case(ctx, d, ratio, seed) for d in DEPTHS for seed in range(args.seeds)]
+            res = [needle_case(ctx, d, ratio, seed, distractors=args.distractors,
+                               distractor_alignment=args.alignment)
+                   for d in DEPTHS for seed in range(args.seeds)]
             rec = [r.recall for r in res]
             err = [r.rel_error for r in res]
             rows.append((ctx, ratio, min(rec), statistics.mean(rec), statistics.mean(err)))

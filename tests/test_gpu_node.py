@@ -184,6 +184,14 @@ def test_needle_found_at_4_percent_in_32k(depth: float) -> None:
         r = needle_case(32768, depth, 0.04, seed)
         assert r.recall == 1.0, r
         assert r.rel_error < 0.05, r
+        # with 3 % distractors pulling the other way, 4 % still finds it and the output holds
+        d = needle_case(32768, depth, 0.04, seed, distractors=0.03,
+                        distractor_alignment=0.85)
+        assert d.recall == 1.0 and d.rel_error < 0.05, d
+        # while 1 % leaves distractors' attention out and the output goes wrong
+        low = needle_case(32768, depth, 0.01, seed, distractors=0.03,
+                          distractor_alignment=0.85)
+        assert low.rel_error > 5 * d.rel_error, (low, d)
     assert math.isfinite(r.rel_error)
 
 

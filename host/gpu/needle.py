@@ -29,12 +29,23 @@ class NeedleResult:
 def needle_case(context: int, depth: float, selection: float, seed: int = 0,
                 head_dim: int = 128, group: int = 4, needle_tokens: int = 16,
                 sink: int = 4, recent: int = 64, offset_scale: float = 4.0,
-                needle_gain: float = 12.0) -> NeedleResult:
+                needle_gain: float = 12.0, distractors: float = 0.0,
+                distractor_alignment: float = 0.7) -> NeedleResult:
+    """One case. ``distractors``: share of the context made of keys partly aligned with the
+    query (``distractor_alignment`` of the needle's direction), scattered at random positions,
+    so that they compete with the needle for the selected clusters."""
     g = torch.Generator().manual_seed(seed)
     offset = torch.randn(head_dim, generator=g) * offset_scale / math.sqrt(head_dim)
     keys = torch.randn(context, head_dim, generator=g) / math.sqrt(head_dim) * 2 + offset
     values = torch.randn(context, head_dim, generator=g)
     direction = torch.nn.functional.normalize(torch.randn(head_dim, generator=g), dim=0)
+    if distractors:
+        n = int(distractors * context)
+        pos = torch.randperm(context - sink - recent, generator=g)[:n] + sink
+        other = torch.nn.functional.normalize(torch.randn(n, head_dim, generator=g), dim=1)
+        a = distractor_alignment
+        mix = torch.nn.functional.normalize(a * direction + (1 - a * a) ** 0.5 * other, dim=1)
+        keys[pos] = offset + mix * needle_gain
     start = sink + int(depth * (context - sink - recent - needle_tokens))
     span = torch.arange(start, start + needle_tokens)
     keys[span] = offset + direction * needle_gain + torch.randn(
