@@ -98,9 +98,14 @@ class CommandQueue:
 
     # -- submission --------------------------------------------------------------------------------
     @property
+    def in_flight(self) -> int:
+        """Descriptors submitted and not yet completed."""
+        return len(self._staged)
+
+    @property
     def free_entries(self) -> int:
         """Descriptors that can be submitted now (one entry always stays empty)."""
-        return self.entries - 1 - len(self._staged)
+        return self.entries - 1 - self.in_flight
 
     def _validate(self, r: AttnRequest) -> tuple[np.ndarray, np.ndarray]:
         caps = self.dev.caps

@@ -20,7 +20,6 @@ from construct import (
     StreamError,
     Struct,
     Switch,
-    this,
 )
 
 
@@ -82,14 +81,12 @@ MMIO_REQ = Struct("opcode" / Enum(Int8ul, MmioOpcode), "tag" / Int16ul, "offset"
                   "value" / Int32ul)
 MMIO_RSP = Struct("tag" / Int16ul, "value" / Int32ul)
 
-_BODIES = {Channel.M2S_REQ: M2S_REQ, Channel.M2S_RWD: M2S_RWD, Channel.S2M_NDR: S2M_NDR,
-           Channel.S2M_DRS: S2M_DRS, Channel.MMIO_REQ: MMIO_REQ, Channel.MMIO_RSP: MMIO_RSP}
 MESSAGE = Struct(
     "channel" / Enum(Int8ul, Channel),
-    # keyed by name (what parsing puts in the context) and by number (what building puts
-    # there), so the struct compiles: the compiled form is ~10x faster on the line path
-    "body" / Switch(this.channel, {**{c.name: b for c, b in _BODIES.items()},
-                                   **{int(c): b for c, b in _BODIES.items()}}),
+    "body" / Switch(lambda ctx: int(ctx.channel), {
+        Channel.M2S_REQ: M2S_REQ, Channel.M2S_RWD: M2S_RWD, Channel.S2M_NDR: S2M_NDR,
+        Channel.S2M_DRS: S2M_DRS, Channel.MMIO_REQ: MMIO_REQ, Channel.MMIO_RSP: MMIO_RSP,
+    }),
 )
 """Any port message."""
 # The line path packs and unpacks with ``struct`` (tens of times faster than construct); the

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import queue
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -106,25 +102,8 @@ def bench_link(folder: str) -> None:
           "Gb/s)")
 
 
-def _start_node(endpoint: str, devices: int, link: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "nelssa.cli", "node", "up", "--devices",
-                             str(devices), "--backend", "model", "--link", link,
-                             "--endpoint", endpoint], stdout=subprocess.PIPE, text=True)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if lines.get(timeout=1).startswith("listening at"):
-                return proc
-        except queue.Empty:
-            if proc.poll() is not None:
-                break
-    proc.kill()
-    raise RuntimeError("the node did not come up")
-
-
 def bench_node(folder: str, presets: list[str], devices: int) -> None:
+    from nelssa.emu.launcher import NodeLauncher
     from nelssa.host.pnm_node.client import NodeClient
     from nelssa.hw.model.fp import f32_to_bf16_bits
 
@@ -147,7 +126,7 @@ def bench_node(folder: str, presets: list[str], devices: int) -> None:
           f"{'total':>7} {'RoCE %':>7} {'comm %':>7} {'step ms':>8} {'RoCE % @150tok/s':>17}")
     for preset in presets:
         endpoint = f"ipc://{folder}/node-{preset}"
-        proc = _start_node(endpoint, devices, preset)
+        node = NodeLauncher(endpoint, devices, "model", preset, ready_timeout_s=120)
         try:
             with NodeClient(endpoint, preset, timeout_s=600) as c:
                 s = c.open_session(HEAD_DIM, GROUP, "head")
@@ -161,9 +140,8 @@ def bench_node(folder: str, presets: list[str], devices: int) -> None:
                 results = [c.attend(s, 0, q, ids) for _ in range(reps)]
                 wall = (time.perf_counter() - t0) / reps
                 t = results[-1].timing
-                c.shutdown()
         finally:
-            proc.wait(60)
+            node.stop()
         us = 1e-6
         roce = t.link_up_ps + t.link_down_ps
         step_ms = LAYERS * t.total_ps * 1e-9

@@ -21,7 +21,6 @@ from nelssa.emu.serving.sim import ServingConfig, ServingSim
 from nelssa.emu.serving.workload import growing, load_trace, long_fraction_mix, poisson
 
 TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake_conversation_trace.jsonl"
-CONTEXTS = (131072, 262144, 524288, 1048576)
 PREFILL_GPUS = 8
 LINK = "roce-400g"
 WHY_10 = ("the ratio follows the PNM tier's capacity (batch) and bandwidth; the paper does not "
@@ -33,18 +32,15 @@ WHY_14 = ("the ratio depends steeply on load: below memory saturation both tiers
           "The paper's rate is not stated; P95 matches near 3.5/s, where our P99 overshoots")
 
 
-def fig10(cat: HardwareCatalog, pnm: str, devices: int) -> list[str]:
+def fig10(sweep: dict) -> list[str]:
+    """Table rows from ``sweeps.context_batch``: each mode at its largest batch."""
     rows = []
     for gpu, paper in (("h100-nvl", "up to 5.5x"), ("2x-h100-nvl", "up to 3.6x")):
-        lm = LatencyModel(cat.gpus[gpu], cat.pnm[pnm], cat.models["llama-3-8b"],
-                          link=cat.links[LINK])
-        g = ServingSim(lm, ServingConfig(mode="gpu"))
-        n = ServingSim(lm, ServingConfig(mode="nelssa", devices=devices, t_input=1))
         parts, best = [], 0.0
-        for ctx in CONTEXTS:
-            bg, bn = g.max_batch(ctx), n.max_batch(ctx)
-            tg = bg / g.steady_decode(ctx, bg) if bg else 0.0
-            tn = bn / n.steady_decode(ctx, bn) if bn else 0.0
+        for ctx in sweeps.CONTEXTS:
+            g, n = sweep[f"gpu/{gpu}"][ctx], sweep[f"nelssa/{gpu}"][ctx]
+            bg, bn = max(g, default=0), max(n, default=0)
+            tg, tn = g.get(bg, 0.0), n.get(bn, 0.0)
             if tg:
                 best = max(best, tn / tg)
                 parts.append(f"{ctx >> 10}K: x{tn / tg:.1f} (batch {bn} vs {bg})")
@@ -92,11 +88,11 @@ def main() -> None:
             "N = 1 beyond practical lengths | "
             + ", ".join(str(x) if x is not None else "none" for x in xs)
             + " tokens | the same shape; values follow T_comm (one round trip per layer) |"]
-    rows += fig10(cat, args.pnm, args.devices)
     models = {g: LatencyModel(cat.gpus[g], cat.pnm[args.pnm], cat.models["llama-3-8b"],
                               link=cat.links[LINK]) for g in ("h100-nvl", "2x-h100-nvl")}
-    sweeps.plot_context_batch(sweeps.context_batch(models, _cfg("gpu", args.devices)),
-                              Path(args.out).with_name("fig10.png"))
+    sweep = sweeps.context_batch(models, _cfg("gpu", args.devices))
+    rows += fig10(sweep)
+    sweeps.plot_context_batch(sweep, Path(args.out).with_name("fig10.png"))
     for rate in args.rates:
         for label, t_input in (("the crossover", None), ("32K", 32768)):
             g, n = mixed(cat, args.pnm, args.devices, rate, args.limit, t_input)

@@ -4,59 +4,29 @@ compare against."""
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from nelssa.emu.launcher import NodeLauncher
 from nelssa.hw.model.fp import f32_to_bf16_bits
 
 HEAD_DIM = 128
 GROUP = 4
 
 
-class NodeProcess:
+class NodeProcess(NodeLauncher):
     """A node started with `nelssa node up`, its device pids read from what it prints."""
 
     def __init__(self, endpoint: str, devices: int, backend: str = "model",
                  device_timeout: float = 30.0, ready_timeout: float = 300.0) -> None:
-        self.endpoint = endpoint
-        cmd = [sys.executable, "-m", "nelssa.cli", "node", "up", "--devices", str(devices),
-               "--backend", backend, "--endpoint", endpoint, "--device-timeout",
-               str(device_timeout)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1)
-        self.lines: list[str] = []
-        self.device_pids: list[int] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self._queue.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            if m := re.search(r"device \d+: .* \(pid (\d+)\)", line):
-                self.device_pids.append(int(m.group(1)))
-            if line.startswith("listening at"):
-                return
-        self.proc.send_signal(signal.SIGINT)  # lets it stop the devices it started
-        raise RuntimeError("node did not come up:\n" + "\n".join(self.lines))
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-            self._queue.put(line.rstrip())
-        self._queue.put(None)
+        super().__init__(endpoint, devices, backend, "roce-400g", ready_timeout,
+                         extra=["--device-timeout", str(device_timeout)])
+        self.device_pids = [int(m.group(1)) for line in self.lines
+                            if (m := re.search(r"device \d+: .* \(pid (\d+)\)", line))]
 
     def output(self) -> str:
         """Everything printed so far."""
@@ -72,8 +42,7 @@ class NodeProcess:
         for pid in self.device_pids:
             if pid_alive(pid):
                 os.kill(pid, signal.SIGCONT)
-        if self.proc.poll() is None:
-            self.interrupt()
+        self.stop()
 
 
 def pid_alive(pid: int) -> bool:

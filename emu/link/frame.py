@@ -16,7 +16,6 @@ from enum import IntEnum
 
 from construct import (
     Const,
-    Container,
     Enum,
     Int8ul,
     Int16ul,
@@ -120,27 +119,25 @@ def decode_frame(parts: list[bytes]) -> Frame:
         raise FrameError(LinkErrorCode.MALFORMED_FRAME,
                          f"bad frame magic {header[:4]!r}, expected {FRAME_MAGIC!r}")
     _, version, kind_value, op, seq, ref, emu_time_ps, length, crc32 = _HEADER.unpack(header)
-    h = Container(version=version, kind=kind_value, op=op, seq=seq, ref=ref,
-                  emu_time_ps=emu_time_ps, length=length, crc32=crc32)
-    if h.version != FRAME_VERSION:
+    if version != FRAME_VERSION:
         raise FrameError(LinkErrorCode.MALFORMED_FRAME,
-                         f"frame version {h.version}, this side speaks {FRAME_VERSION}", h.seq)
+                         f"frame version {version}, this side speaks {FRAME_VERSION}", seq)
     try:
-        kind = FrameKind(int(h.kind))
+        kind = FrameKind(kind_value)
     except ValueError:
-        raise FrameError(LinkErrorCode.MALFORMED_FRAME, f"unknown frame kind {int(h.kind)}",
-                         h.seq) from None
-    if h.length != len(payload):
+        raise FrameError(LinkErrorCode.MALFORMED_FRAME, f"unknown frame kind {kind_value}",
+                         seq) from None
+    if length != len(payload):
         raise FrameError(LinkErrorCode.MALFORMED_FRAME,
-                         f"frame {h.seq} announces {h.length} payload bytes, carries "
-                         f"{len(payload)}", h.seq)
+                         f"frame {seq} announces {length} payload bytes, carries "
+                         f"{len(payload)}", seq)
     blank = header[:HEADER_BYTES - 4] + bytes(4)
     crc = _crc(blank, payload)
-    if crc != h.crc32:
+    if crc != crc32:
         raise FrameError(LinkErrorCode.CHECKSUM,
-                         f"checksum mismatch on frame {h.seq}: computed {crc:#010x}, header "
-                         f"says {h.crc32:#010x}", h.seq)
-    return Frame(kind, h.op, h.seq, h.ref, h.emu_time_ps, payload)
+                         f"checksum mismatch on frame {seq}: computed {crc:#010x}, header "
+                         f"says {crc32:#010x}", seq)
+    return Frame(kind, op, seq, ref, emu_time_ps, payload)
 
 
 def error_payload(code: int, text: str) -> bytes:

@@ -124,7 +124,9 @@ class LinkServer:
     def serve_one(self) -> None:
         parts = self._sock.recv_multipart()
         peer_id, body = parts[0], parts[1:]
-        peer = self._peers.setdefault(peer_id, _Peer(LinkDirection(self.spec)))
+        peer = self._peers.get(peer_id)
+        if peer is None:
+            peer = self._peers[peer_id] = _Peer(LinkDirection(self.spec))
         self.frames_in += 1
         try:
             frame = decode_frame(body)

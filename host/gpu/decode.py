@@ -250,7 +250,6 @@ class HybridDecoder:
         req.note = note
         log.warning("request %d: %s", req.rid, note)
         req.centroids, req.sizes, req.key_mean, req.members = [], [], [], []
-        req.migration = None
 
     def _switch(self, req: Request, n: int) -> None:
         """The node holds tokens [sink, n - recent): attend there from now on and keep only
@@ -325,6 +324,14 @@ class HybridDecoder:
             "background")
 
     def _release(self, req: Request) -> None:
+        """Free what the node holds for a request, after its in-flight writes have landed."""
+        if req.migration is not None:
+            for f in req.migration.futures:
+                try:
+                    f.result()
+                except (RemoteError, LinkTimeoutError) as e:
+                    log.warning("request %d: %s", req.rid, e)
+            req.migration = None
         if req.session is not None and self.client is not None:
             try:
                 self.client.close_session(req.session)
@@ -357,13 +364,6 @@ class HybridDecoder:
                 self._chunk_update(r)
             if len(r.generated) >= r.max_new:
                 r.status = "done"
-                if r.migration is not None:  # let its writes land, then free them
-                    for f in r.migration.futures:
-                        try:
-                            f.result()
-                        except (RemoteError, LinkTimeoutError) as e:
-                            log.warning("request %d: %s", r.rid, e)
-                    r.migration = None
                 self._release(r)
         rep.step_ps = self.now_ps - start
         rep.tokens = len([r for r in live if r.status != "failed"])
@@ -535,12 +535,6 @@ class HybridDecoder:
 
     def close(self) -> None:
         for r in self.requests:
-            if r.migration is not None:
-                for f in r.migration.futures:  # let the writes land before closing
-                    try:
-                        f.result()
-                    except (RemoteError, LinkTimeoutError) as e:
-                        log.warning("request %d: %s", r.rid, e)
             self._release(r)
         if self._bulk is not None:
             self._bulk.close()

@@ -410,7 +410,7 @@ class NelssaHost:
                 "backend": sl.backend, "mem_bytes": sl.dev.mem_bytes,
                 "used_bytes": sl.used_bytes if alive else 0,
                 "regions": len(sl.mem.regions) if alive else 0,
-                "queue_depth": len(sl.cq._staged) if alive else 0,
+                "queue_depth": sl.cq.in_flight if alive else 0,
                 "descriptors": sl.descriptors, "cycles": cyc,
                 "error": "" if alive else sl.error})
         return self._reply(NodeOp.STATUS, p.STATUS_REP.build({
