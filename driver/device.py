@@ -14,6 +14,8 @@ log = logging.getLogger(__name__)
 
 POLL_CYCLES = 64
 """Device cycles to run while waiting for a response that is not there yet."""
+DMA_MIN_BYTES = 4096
+"""Transfers this long or longer go through the port's DMA engine when it has one."""
 MAX_OUTSTANDING = 256
 """CXL.mem requests the driver keeps in flight (tags are 16-bit; the device may back-pressure)."""
 
@@ -88,6 +90,8 @@ class Device:
         """Write bytes anywhere in device memory (partial lines with byte enables)."""
         data = bytes(data)
         self._check_range(addr, len(data))
+        if len(data) >= DMA_MIN_BYTES and self.port.dma_write(addr, data):
+            return
         pending: set[int] = set()
         pos = 0
         while pos < len(data):
@@ -108,6 +112,10 @@ class Device:
     def mem_read(self, addr: int, n: int) -> bytes:
         """Read bytes anywhere in device memory."""
         self._check_range(addr, n)
+        if n >= DMA_MIN_BYTES:
+            data = self.port.dma_read(addr, n)
+            if data is not None:
+                return data
         first, last = addr // LINE_BYTES, (addr + n - 1) // LINE_BYTES if n else addr // LINE_BYTES
         out = bytearray()
         line = first

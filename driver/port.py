@@ -33,5 +33,14 @@ class DevicePort(ABC):
     def cycle(self) -> int:
         """Core cycles since reset."""
 
+    def dma_write(self, addr: int, data: bytes) -> bool:
+        """Write device memory through a DMA engine; False when the backend has none (the
+        driver then writes line by line through CXL.mem)."""
+        return False
+
+    def dma_read(self, addr: int, n: int) -> bytes | None:
+        """Read device memory through a DMA engine; None when the backend has none."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the backend holds (processes, sockets)."""

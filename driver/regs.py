@@ -47,8 +47,14 @@ REGISTERS: tuple[Register, ...] = (
     Register("CAPS", 0x008, Access.RO, 0,
              "[3:0] engines, [7:4] max query heads per descriptor - 1, [8] head_dim 64, "
              "[9] head_dim 128, [23:16] max tokens per cluster"),
+    Register("IFACE_HASH", 0x00C, Access.RO, 0,
+             "interface hash: the first 32 bits of the SHA-256 of the generated "
+             "nelssa_dev_pkg (register map, descriptor, completion and port formats) the "
+             "device was built with (driver/iface.py)"),
     Register("MEM_SIZE_LO", 0x010, Access.RO, 0, "device memory (HDM window) bytes, low word"),
     Register("MEM_SIZE_HI", 0x014, Access.RO, 0, "device memory bytes, high word"),
+    Register("BUILD_ID", 0x018, Access.RO, 0,
+             "bitstream build id (the manifest's build_id; 0 in simulation)"),
     Register("CONTROL", 0x020, Access.RW, 0, "[0] enable: descriptors are fetched only when set"),
     Register("STATUS", 0x024, Access.RO, 1, "[0] idle (nothing fetched or running), [1] enabled"),
     Register("SQ_BASE_LO", 0x040, Access.RW, 0, "submission ring base (64-byte aligned)"),

@@ -108,7 +108,25 @@ def _fields(lines: list[str], prefix: str, struct) -> None:
 
 
 def render_dev_pkg() -> str:
-    """nelssa_dev_pkg: register offsets, descriptor and completion layouts, CXL.mem opcodes."""
+    """nelssa_dev_pkg: register offsets, descriptor and completion layouts, CXL.mem opcodes,
+    and the interface hash of all of it (the SHA-256 of the package without that line)."""
+    import hashlib
+
+    body = _dev_pkg_lines()
+    digest = hashlib.sha256("\n".join(body).encode()).hexdigest()
+    hash_line = (f"  localparam logic [31:0] IFACE_HASH = 32'h{digest[:8].upper()};  "
+                 f"// sha256 {digest}")
+    return "\n".join([*body[:-1], hash_line, body[-1]]) + "\n"
+
+
+def dev_pkg_digest() -> str:
+    """SHA-256 (hex) of the device interface: the generated package without its hash line."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(_dev_pkg_lines()).encode()).hexdigest()
+
+
+def _dev_pkg_lines() -> list[str]:
     from nelssa.driver import cxl, formats, regs
 
     lines = [
@@ -141,7 +159,7 @@ def render_dev_pkg() -> str:
     _enum(lines, "m2s_rwd_opcode_e", 8, "M2S_RWD_", cxl.M2SRwDOpcode)
     _enum(lines, "rsp_status_e", 8, "RSP_", cxl.RspStatus)
     lines.append("endpackage")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def render_register_doc() -> str:

@@ -11,6 +11,7 @@ import numpy as np
 
 from nelssa import __version__
 from nelssa.cli_decode import add_decode_parser, check_decode_args
+from nelssa.cli_fpga import add_fpga_parser
 from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_node_args
 from nelssa.cli_serving import add_serving_parser
@@ -96,6 +97,18 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
         from nelssa.hw.model.device import DeviceConfig, ModelDevice
 
         port = ModelDevice(DeviceConfig(engines=args.engines, preset=args.preset))
+    elif args.backend == "fpga":
+        from nelssa.hw.fpga.errors import FpgaError
+        from nelssa.hw.fpga.port import open_board
+
+        if not args.bar:
+            print("error: --backend fpga needs --bar", file=sys.stderr)
+            return 2
+        try:
+            port = open_board(args.bar, args.manifest)
+        except FpgaError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     else:
         from nelssa.hw.sim.device import RtlDevice
 
@@ -192,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     device = sub.add_parser("device", help="PNM device processes")
     device_sub = device.add_subparsers(dest="device_command", required=True)
     serve = device_sub.add_parser("serve", help="serve a device's port over ZeroMQ")
-    serve.add_argument("--backend", choices=("model", "rtl"), default="model")
+    serve.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
+    serve.add_argument("--bar", help="with --backend fpga: the board (PCI device folder, "
+                                     "optionally ,H2C,C2H DMA devices)")
+    serve.add_argument("--manifest", help="with --backend fpga: the bitstream's manifest")
     serve.add_argument("--endpoint", default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     serve.add_argument("--engines", type=int, default=2, help="attention engines (1..15)")
@@ -212,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
     add_node_parser(sub)
     add_decode_parser(sub)
+    add_fpga_parser(sub)
     add_latency_parser(sub)
     add_serving_parser(sub)
 

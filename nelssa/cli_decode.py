@@ -52,10 +52,15 @@ def cmd_decode(args: argparse.Namespace) -> int:
     if endpoint is None:
         folder = tempfile.mkdtemp(prefix="nelssa-decode-")
         endpoint = f"ipc://{folder}/node"
-        print(f"booting a node: {args.devices} {args.backend} devices, link {args.link} "
+        print(f"booting a node: {len(args.bar) if args.bar else args.devices} {args.backend} "
+              f"devices, link {args.link} "
               "(the first rtl run builds the device) ...", flush=True)
         t0 = time.perf_counter()
-        launcher = NodeLauncher(endpoint, args.devices, args.backend, args.link)
+        extra = [x for b in args.bar or [] for x in ("--bar", b)]
+        if args.manifest:
+            extra += ["--manifest", args.manifest]
+        devices = len(args.bar) if args.backend == "fpga" else args.devices
+        launcher = NodeLauncher(endpoint, devices, args.backend, args.link, extra=extra)
         print(f"  node up at {endpoint} in {time.perf_counter() - t0:.1f} s")
     try:
         client = NodeClient(endpoint, args.link, timeout_s=args.timeout)
@@ -160,7 +165,11 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("decode", help="a mixed batch decoded end to end on the GPU and the node")
     p.add_argument("--node", help="a running node's endpoint (default: boot one here)")
     p.add_argument("--devices", type=int, default=4)
-    p.add_argument("--backend", choices=("rtl", "model"), default="rtl")
+    p.add_argument("--backend", choices=("rtl", "model", "fpga"), default="rtl")
+    p.add_argument("--bar", action="append", metavar="BOARD",
+                   help="with --backend fpga: a board (PCI device folder, optionally ,H2C,C2H "
+                        "DMA devices); repeat for each")
+    p.add_argument("--manifest", help="with --backend fpga: the bitstream manifest")
     p.add_argument("--link", default="roce-400g", choices=sorted(x for x in PRESETS
                                                                  if x.startswith("roce")))
     p.add_argument("--model", help="Hugging Face Llama folder (config.json + safetensors); "
@@ -196,6 +205,11 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             parser.error(f"{name} must be in {lo}..{hi}, got {v}")
     if args.short + args.long == 0:
         parser.error("--short and --long are both 0: nothing to decode")
+    if args.backend == "fpga" and not args.bar and args.node is None:
+        parser.error("--backend fpga needs --bar BOARD for each board (a PCI device folder, or "
+                     "a fake board from `nelssa fpga fake`)")
+    if args.bar and args.backend != "fpga":
+        parser.error("--bar goes with --backend fpga")
     for name in ("--short-len", "--long-len"):
         spec = getattr(args, name[2:].replace("-", "_"))
         lo, _, hi = spec.partition("..")

@@ -43,12 +43,31 @@ def cmd_node_up(args: argparse.Namespace) -> int:
     from nelssa.host.pnm_node.devices import DeviceUnreachableError
     from nelssa.host.pnm_node.host import NodeConfig
     from nelssa.host.pnm_node.node import NodeService
+    from nelssa.hw.fpga.errors import FpgaError
 
     spec = link_preset(args.link)
     procs = None
+    clock_mhz = 800.0
     if args.attach:
         endpoints = list(args.attach)
         backend = "remote"
+    elif args.backend == "fpga":
+        from nelssa.host.pnm_node.devices import FPGA_PREFIX
+        from nelssa.hw.fpga.manifest import Manifest
+
+        if not args.bar:
+            print("error: --backend fpga needs --bar BOARD for each board (a PCI device "
+                  "folder, or a fake board from `nelssa fpga fake`)", file=sys.stderr)
+            return 2
+        backend = "fpga"
+        endpoints = [FPGA_PREFIX + b for b in args.bar]
+        try:
+            first = Path(args.bar[0].split(",")[0])
+            clock_mhz = Manifest.load(args.manifest or first / "manifest.json"
+                                      ).device.clock_hz / 1e6
+        except FpgaError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     else:
         backend = args.backend
         if backend == "rtl":
@@ -59,13 +78,17 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose)
         endpoints = procs.endpoints
     config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
-                        device_timeout_s=args.device_timeout)
+                        device_timeout_s=args.device_timeout, core_clock_mhz=clock_mhz,
+                        fpga_manifest=args.manifest)
     try:
         try:
             service = NodeService(config, args.endpoint, _curve_server(args))
         except DeviceUnreachableError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        except FpgaError as e:  # a board refused
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         except ValueError as e:  # a refused bind, a bad key file
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -136,7 +159,12 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
 
     up = node_sub.add_parser("up", help="start a node and its device processes; Ctrl-C stops")
     up.add_argument("--devices", type=int, default=4, help="device processes to start (1..32)")
-    up.add_argument("--backend", choices=("model", "rtl"), default="model")
+    up.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
+    up.add_argument("--bar", action="append", metavar="BOARD",
+                    help="with --backend fpga: a board (PCI device folder, optionally ,H2C,C2H "
+                         "DMA devices); repeat for each")
+    up.add_argument("--manifest", help="with --backend fpga: the bitstream manifest (default: "
+                                       "manifest.json in each board folder)")
     up.add_argument("--engines", type=int, default=2, help="attention engines per device")
     up.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
     up.add_argument("--link", default="roce-400g", choices=LINKS,

@@ -8,25 +8,45 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import zmq
 
+from nelssa.driver import cxl as cxl_msg
 from nelssa.driver.command import AttnOutput, AttnRequest, CommandQueue
 from nelssa.driver.device import Device
+from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.memory import MemoryApi
 from nelssa.driver.port import DevicePort
 from nelssa.driver.remote import DeviceBusyError, PortTimeoutError, RemotePort
 from nelssa.emu.link.model import LinkSpec
 
+if TYPE_CHECKING:
+    from nelssa.hw.fpga.port import FpgaPort
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+FPGA_PREFIX = "fpga:"
+"""An endpoint naming a board reached from this process rather than a device process."""
 KV_BASE = 1 << 20
 """Device memory below this stays unused by KV (room for future firmware structures)."""
 RUN_CHUNK_CYCLES = 200_000
 """Cycles per run call while waiting for descriptors, so one call stays well inside the port
 timeout even on the slow ``rtl`` backend."""
+
+
+_RWD_BYTES = len(cxl_msg.mem_wr(0, 0, bytes(LINE_BYTES)))
+_REQ_BYTES = len(cxl_msg.mem_rd(0, 0))
+_NDR_BYTES = len(cxl_msg.build_message(cxl_msg.Channel.S2M_NDR,
+                                       {"opcode": 0, "tag": 0, "status": 0}))
+_DRS_BYTES = len(cxl_msg.build_message(cxl_msg.Channel.S2M_DRS, {"opcode": 0, "tag": 0,
+                                                                  "status": 0,
+                                                                  "data": bytes(LINE_BYTES)}))
+
+
+def _lines(addr: int, n: int) -> int:
+    return (addr + n - 1) // LINE_BYTES - addr // LINE_BYTES + 1 if n else 0
 
 
 class MeteredPort(DevicePort):
@@ -54,6 +74,21 @@ class MeteredPort(DevicePort):
 
     def advance(self, cycles: int) -> None:
         self.inner.advance(cycles)
+
+    # a DMA transfer is metered as the CXL.mem messages it replaces
+    def dma_write(self, addr: int, data: bytes) -> bool:
+        if not self.inner.dma_write(addr, data):
+            return False
+        self.bytes_out += _lines(addr, len(data)) * _RWD_BYTES
+        self.bytes_in += _lines(addr, len(data)) * _NDR_BYTES
+        return True
+
+    def dma_read(self, addr: int, n: int) -> bytes | None:
+        data = self.inner.dma_read(addr, n)
+        if data is not None:
+            self.bytes_out += _lines(addr, n) * _REQ_BYTES
+            self.bytes_in += _lines(addr, n) * _DRS_BYTES
+        return data
 
     def run_until_idle(self, max_cycles: int) -> int:
         return self.inner.run_until_idle(max_cycles)
@@ -84,7 +119,11 @@ class DeviceSlot:
 
     def __init__(self, index: int, endpoint: str, cxl: LinkSpec, backend: str = "remote",
                  connect_timeout_s: float = 300.0, timeout_s: float = 30.0,
-                 ring_entries: int = 256) -> None:
+                 ring_entries: int = 256, fpga_manifest: str | None = None) -> None:
+        """``endpoint``: a device process's ZeroMQ endpoint, or ``fpga:BOARD`` for a board
+        reached from this process (hw/fpga/port.open_board: a PCI device folder, optionally
+        ``,H2C,C2H`` DMA devices), checked against ``fpga_manifest``."""
+        self.fpga_manifest = fpga_manifest
         self.index, self.endpoint, self.backend = index, endpoint, backend
         self.cxl = cxl
         self.timeout_s = timeout_s
@@ -96,7 +135,14 @@ class DeviceSlot:
         self._exec.submit(self._open, connect_timeout_s, ring_entries).result()
 
     def _open(self, connect_timeout_s: float, ring_entries: int) -> None:
-        self.remote = RemotePort(self.endpoint, timeout_ms=int(connect_timeout_s * 1000))
+        if self.endpoint.startswith(FPGA_PREFIX):
+            from nelssa.hw.fpga.port import open_board
+
+            self.remote: RemotePort | FpgaPort = open_board(self.endpoint[len(FPGA_PREFIX):],
+                                                            self.fpga_manifest,
+                                                            stall_timeout_s=self.timeout_s)
+        else:
+            self.remote = RemotePort(self.endpoint, timeout_ms=int(connect_timeout_s * 1000))
         self.port = MeteredPort(self.remote)
         try:
             self.dev = Device(self.port)

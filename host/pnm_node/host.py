@@ -63,6 +63,8 @@ class NodeConfig:
     """Emulated host software time per descriptor built."""
     core_clock_mhz: float = 800.0
     """Device core clock: device cycles to emulated time."""
+    fpga_manifest: str | None = None
+    """Bitstream manifest of ``fpga:`` devices (default: manifest.json in each board folder)."""
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.devices) <= 32:
@@ -102,7 +104,7 @@ class NelssaHost:
         self.config = config
         self.cxl = link_preset(config.cxl)
         self.slots = [DeviceSlot(i, ep, self.cxl, config.backend, config.connect_timeout_s,
-                                 config.device_timeout_s)
+                                 config.device_timeout_s, fpga_manifest=config.fpga_manifest)
                       for i, ep in enumerate(config.devices)]
         self.sessions: dict[int, Session] = {}
         self._next_session = 1

@@ -25,6 +25,7 @@ from nelssa.driver.formats import (
     LINE_BYTES,
     DescStatus,
 )
+from nelssa.driver.iface import interface_hash32
 from nelssa.driver.port import DevicePort
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
@@ -47,12 +48,16 @@ class DeviceConfig:
     """Each engine's parameters (largest head_dim, GQA group, cluster)."""
     preset: str = "ddr5-6400"
     """DDR5 timing preset (hw/model/ddr5_timing.PRESETS)."""
+    build_id: int = 0
+    """What the BUILD_ID register reads (a bitstream's build id; 0 in simulation)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.engines <= 15:
             raise ValueError(f"engines must be 1..15, got {self.engines}")
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if not 0 <= self.build_id <= 0xFFFF_FFFF:
+            raise ValueError(f"build_id must fit 32 bits, got {self.build_id:#x}")
 
     @property
     def mem_bytes(self) -> int:
@@ -119,13 +124,21 @@ class _InFlight:
 class ModelDevice(DevicePort):
     """The ``model`` backend."""
 
-    def __init__(self, config: DeviceConfig | None = None) -> None:
+    def __init__(self, config: DeviceConfig | None = None,
+                 memory: SparseMemory | None = None) -> None:
+        """``memory``: where device memory lives (a fake FPGA board passes its memory BAR
+        file); a fresh :class:`SparseMemory` when None."""
         self.config = config or DeviceConfig()
         self.timing = PRESETS[self.config.preset]
         self.geometry = DeviceGeometry(self.timing)
-        self.mem = SparseMemory(self.config.mem_bytes)
+        self.mem = memory if memory is not None else SparseMemory(self.config.mem_bytes)
+        if self.mem.size != self.config.mem_bytes:
+            raise ValueError(f"memory has {self.mem.size} bytes, the device "
+                             f"{self.config.mem_bytes}")
         self.regs = {r.offset: r.reset for r in regs.REGISTERS}
         self._set("CAPS", self.config.caps)
+        self._set("IFACE_HASH", interface_hash32())
+        self._set("BUILD_ID", self.config.build_id)
         self._set("MEM_SIZE_LO", self.config.mem_bytes & 0xFFFF_FFFF)
         self._set("MEM_SIZE_HI", self.config.mem_bytes >> 32)
         self._out: list[bytes] = []
@@ -201,6 +214,20 @@ class ModelDevice(DevicePort):
             return
         self._set("SQ_TAIL", tail)
         self._fetch()
+
+    def register_file(self) -> dict[int, int]:
+        """Every register's value now, by offset (what a board's BAR would read)."""
+        self._update_perf()
+        return self.regs
+
+    @property
+    def has_work(self) -> bool:
+        """A descriptor is running or would be fetched."""
+        return bool(self._inflight) or self._pending()
+
+    def next_completion(self) -> int | None:
+        """Cycle at which the oldest running descriptor completes; None when none runs."""
+        return self._inflight[0].done_cycle if self._inflight else None
 
     def _update_perf(self) -> None:
         self._set64("PERF_CYCLES", self._now)

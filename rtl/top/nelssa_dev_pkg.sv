@@ -11,8 +11,10 @@ package nelssa_dev_pkg;
   localparam logic [11:0] REG_MAGIC = 12'h000;  // RO
   localparam logic [11:0] REG_VERSION = 12'h004;  // RO
   localparam logic [11:0] REG_CAPS = 12'h008;  // RO
+  localparam logic [11:0] REG_IFACE_HASH = 12'h00C;  // RO
   localparam logic [11:0] REG_MEM_SIZE_LO = 12'h010;  // RO
   localparam logic [11:0] REG_MEM_SIZE_HI = 12'h014;  // RO
+  localparam logic [11:0] REG_BUILD_ID = 12'h018;  // RO
   localparam logic [11:0] REG_CONTROL = 12'h020;  // RW
   localparam logic [11:0] REG_STATUS = 12'h024;  // RO
   localparam logic [11:0] REG_SQ_BASE_LO = 12'h040;  // RW
@@ -134,4 +136,5 @@ package nelssa_dev_pkg;
     RSP_ADDR_ERROR = 8'd1
   } rsp_status_e;
 
+  localparam logic [31:0] IFACE_HASH = 32'hEE294AEC;  // sha256 ee294aecf2fa2ee7fa3d9d079c062dd2066306925b94960d8a74c6b1fee81cd9
 endpackage

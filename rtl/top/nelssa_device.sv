@@ -9,6 +9,7 @@ module nelssa_device
   parameter int unsigned NumUnits    = 2,             // attention units (engines)
   parameter int unsigned AddrW       = 40,            // device-memory address width
   parameter longint      MemBytes    = 64'd1 << 36,   // HDM window (64 GiB)
+  parameter logic [31:0] BuildId     = 32'h0,         // BUILD_ID register (bitstream build id)
   parameter int unsigned HostShare   = 4,             // while attention runs, the host's
                                                       // CXL.mem may start a request every
                                                       // HostShare cycles
@@ -117,6 +118,7 @@ module nelssa_device
 
   nelssa_regs #(
     .Caps    (CAPS),
+    .BuildId (BuildId),
     .MemBytes(MemBytes)
   ) u_regs (
     .clk_i         (clk_i),

@@ -8,6 +8,7 @@ module nelssa_regs
   import nelssa_dev_pkg::*;
 #(
   parameter logic [31:0] Caps     = 32'h0,          // CAPS value (driver/regs.pack_caps)
+  parameter logic [31:0] BuildId  = 32'h0,          // BUILD_ID value (bitstream build id)
   parameter longint      MemBytes = 64'd1 << 36     // device memory bytes
 ) (
   input  logic        clk_i,
@@ -78,6 +79,8 @@ module nelssa_regs
       REG_MAGIC:              rdata = DEVICE_MAGIC;
       REG_VERSION:            rdata = DEVICE_VERSION;
       REG_CAPS:               rdata = Caps;
+      REG_IFACE_HASH:         rdata = IFACE_HASH;
+      REG_BUILD_ID:           rdata = BuildId;
       REG_MEM_SIZE_LO: begin
         rdata = MemBytes[31:0];
         {has_hi, hi_off, hi_value} = {1'b1, REG_MEM_SIZE_HI, MemBytes[63:32]};

@@ -1,0 +1,130 @@
+"""`nelssa fpga ...`: probe a board against its bitstream manifest, write a manifest at build
+time, and serve fake boards (the model device behind BAR files) to rehearse without one."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def cmd_fpga_probe(args: argparse.Namespace) -> int:
+    """Read the identity registers (reads only) and check them and the manifest."""
+    from nelssa.driver import regs
+    from nelssa.driver.iface import interface_digest
+    from nelssa.hw.fpga.errors import FpgaError
+    from nelssa.hw.fpga.port import open_board
+
+    try:
+        port = open_board(args.bar, args.manifest)
+    except FpgaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        m, ident = port.manifest, port.identity
+        caps = regs.unpack_caps(ident["CAPS"])
+        print(f"board {port.files.folder}: {m.board} ({m.part}), build {m.build_id:#010x}"
+              f"{', built ' + m.built if m.built else ''}")
+        print(f"  interface {ident['VERSION'] >> 16}.{ident['VERSION'] & 0xFFFF}, hash "
+              f"{ident['IFACE_HASH']:#010x} (software {interface_digest()[:16]}...): match")
+        print(f"  {caps['engines']} engines, up to {caps['max_qheads']} query heads, head_dim "
+              f"{'/'.join(map(str, caps['head_dims']))}, clusters up to "
+              f"{caps['max_cluster_tokens']} tokens, {ident['MEM_SIZE'] / 2**30:g} GiB at "
+              f"{m.device.clock_hz / 1e6:g} MHz")
+        print(f"  memory BAR {port.files.mem.name}: {port.aperture:#x} bytes mapped; DMA "
+              f"{'yes' if port.has_dma else 'no'}")
+        print(f"  status {port.read_register('STATUS'):#x}, cycles {port.cycle:,}")
+        print("OK")
+    finally:
+        port.close()
+    return 0
+
+
+def cmd_fpga_manifest(args: argparse.Namespace) -> int:
+    """Write the manifest of a bitstream built from this tree."""
+    from datetime import UTC, datetime
+
+    from nelssa.hw.fpga.errors import FpgaError
+    from nelssa.hw.fpga.manifest import DeviceParams, Manifest, PciIds
+
+    try:
+        m = Manifest.for_this_software(
+            board=args.board, part=args.part, build_id=int(args.build_id, 0),
+            device=DeviceParams(args.engines, 8, (64, 128), 64, args.mem_bytes, args.clock_hz),
+            pci=PciIds(int(args.vendor, 0), int(args.device, 0)),
+            built=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        Manifest.from_dict(m.to_dict())  # the checks a reader will make
+    except (FpgaError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    m.save(args.out)
+    print(f"wrote {args.out}: {m.board} ({m.part}), build {m.build_id:#010x}, interface "
+          f"{m.interface_sha256[:16]}...")
+    return 0
+
+
+def cmd_fpga_fake(args: argparse.Namespace) -> int:
+    """Serve fake boards until Ctrl-C or SIGTERM."""
+    from nelssa.hw.fpga.fake import FakeBoard
+    from nelssa.hw.model.device import DeviceConfig
+
+    folder = Path(args.folder)
+    boards = [FakeBoard(folder / f"board{i}", DeviceConfig(engines=args.engines))
+              for i in range(args.boards)]
+    threads = [threading.Thread(target=b.serve_forever, name=f"fake-board{i}", daemon=True)
+               for i, b in enumerate(boards)]
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    for t in threads:
+        t.start()
+    for b in boards:
+        print(f"fake board at {b.folder} (model device, {b.config.engines} engines; "
+              f"`nelssa fpga probe --bar {b.folder}`)")
+    print("serving", flush=True)
+    stop.wait()
+    for b in boards:
+        b.stop()
+    for t in threads:
+        t.join(timeout=5)
+    for b in boards:
+        b.close()
+    print("fake boards stopped", flush=True)
+    return 0
+
+
+def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
+    fpga = sub.add_parser("fpga", help="boards: probe, manifests, fake boards")
+    fsub = fpga.add_subparsers(dest="fpga_command", required=True)
+
+    probe = fsub.add_parser("probe", help="check a board against its bitstream manifest "
+                                          "(reads only)")
+    probe.add_argument("--bar", required=True,
+                       help="the board's PCI device folder (/sys/bus/pci/devices/DDDD:BB:DD.F) "
+                            "or its resourceN file; DIR,H2C,C2H adds a DMA channel")
+    probe.add_argument("--manifest", help="the bitstream's manifest (default: DIR/manifest.json)")
+    probe.set_defaults(func=cmd_fpga_probe)
+
+    man = fsub.add_parser("manifest", help="write the manifest of a bitstream built from this "
+                                           "tree")
+    man.add_argument("--board", required=True)
+    man.add_argument("--part", required=True)
+    man.add_argument("--build-id", required=True, help="32-bit id, also the BUILD_ID parameter")
+    man.add_argument("--engines", type=int, default=2)
+    man.add_argument("--mem-bytes", type=int, default=1 << 36)
+    man.add_argument("--clock-hz", type=int, default=300_000_000)
+    man.add_argument("--vendor", default="0x10ee")
+    man.add_argument("--device", default="0x4e4c")
+    man.add_argument("-o", "--out", required=True)
+    man.set_defaults(func=cmd_fpga_manifest)
+
+    fake = fsub.add_parser("fake", help="serve fake boards (model devices behind BAR files)")
+    fake.add_argument("folder", help="where the boards' folders go (FOLDER/board0, ...)")
+    fake.add_argument("--boards", type=int, default=1)
+    fake.add_argument("--engines", type=int, default=2)
+    fake.set_defaults(func=cmd_fpga_fake)
