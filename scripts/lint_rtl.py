@@ -17,6 +17,7 @@ from nelssa.hw.sim.rtl_sources import (
     DEVICE_SIM,
     ENGINE,
     FP_UNITS,
+    FPGA_TOP,
     PACKAGES,
     VERILATOR_CONFIG,
 )
@@ -38,7 +39,8 @@ def main() -> int:
     runs += [("nelssa_ddr5_checker", DDR5_CHECKER, {}), ("nelssa_ddr5_ctrl", DDR5_CTRL, {}),
              ("nelssa_ddr5_bench_top", DDR5_BENCH, {}), ("nelssa_ddr5_mem", DDR5_MEM, {}),
              ("nelssa_ddr5_system", DDR5_SYSTEM, {}), ("nelssa_device", DEVICE, {}),
-             ("nelssa_device_sim", DEVICE_SIM, {})]
+             ("nelssa_device_sim", DEVICE_SIM, {}), ("nelssa_fpga_top", FPGA_TOP, {}),
+             ("nelssa_fpga_top", FPGA_TOP, {"NumChannels": 1, "NumUnits": 1, "ChanAddrW": 36})]
     amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
     runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
     for top, srcs, params in runs:
