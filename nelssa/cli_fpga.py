@@ -98,6 +98,15 @@ def cmd_fpga_fake(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fpga_sources(args: argparse.Namespace) -> int:
+    """The FPGA top's sources in compile order, for a vendor project."""
+    from nelssa.hw.sim.rtl_sources import FPGA_TOP
+
+    for path in FPGA_TOP:
+        print(path)
+    return 0
+
+
 def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     fpga = sub.add_parser("fpga", help="boards: probe, manifests, fake boards")
     fsub = fpga.add_subparsers(dest="fpga_command", required=True)
@@ -122,6 +131,10 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     man.add_argument("--device", default="0x4e4c")
     man.add_argument("-o", "--out", required=True)
     man.set_defaults(func=cmd_fpga_manifest)
+
+    src = fsub.add_parser("sources", help="the FPGA top's SystemVerilog files in compile order "
+                                          "(top module nelssa_fpga_top)")
+    src.set_defaults(func=cmd_fpga_sources)
 
     fake = fsub.add_parser("fake", help="serve fake boards (model devices behind BAR files)")
     fake.add_argument("folder", help="where the boards' folders go (FOLDER/board0, ...)")

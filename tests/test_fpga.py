@@ -157,7 +157,7 @@ def test_fake_board_in_its_own_process_through_the_cli(tmp_path):
         assert proc.wait(timeout=30) == 0
 
 
-# -- the manifest ------------------------------------------------------------------------------------
+# -- the manifest ----------------------------------------------------------------------------
 def test_manifest_round_trip_and_literal_form(served):
     m = Manifest.load(served.board.folder / "manifest.json")
     assert Manifest.from_dict(json.loads(json.dumps(m.to_dict()))) == m
@@ -263,6 +263,17 @@ def _small_mem(folder: Path) -> None:
     assert real.exists()
 
 
+def test_one_driver_per_board(served):
+    port = FpgaPort(served.board.folder)
+    try:
+        with pytest.raises(BarError, match="in use by another process"):
+            FpgaPort(served.board.folder)
+        assert port.read_register("MAGIC") == regs.DEVICE_MAGIC  # the first one unharmed
+    finally:
+        port.close()
+    FpgaPort(served.board.folder).close()  # free again
+
+
 def test_a_bar_that_is_not_a_nelssa_device(served):
     folder = served.board.folder
     served.board.stop()
@@ -316,3 +327,51 @@ def test_cli_probe_refuses_with_a_clear_message(served, tmp_path):
     m = Manifest.load(tmp_path / "x.json")
     assert m.build_id == 0x42 and m.interface_sha256 == interface_digest()
     assert served.board.writes_taken == 0
+
+
+def _step_lines(out: str) -> list[str]:
+    """The per-step table and the total of `nelssa decode` (emulated figures only)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("step "))
+    return [line.split(" (")[0] for line in lines[start:] if line[:4].strip().isdigit()
+            or line.startswith("total:")]  # minus the wall time of the total
+
+
+def test_decode_on_fake_boards_equals_decode_on_model_devices(tmp_path):
+    """`nelssa decode --backend fpga`: the node reaches the boards through the fpga backend in
+    its own process (BARs, DMA for the KV); every emulated figure of every step equals that of
+    the same run on model devices, since results and device cycles are the model's."""
+    fake = subprocess.Popen([sys.executable, "-m", "nelssa.cli", "fpga", "fake",
+                             str(tmp_path / "boards"), "--boards", "2"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert fake.stdout is not None
+        for line in fake.stdout:
+            if line.strip() == "serving":
+                break
+        common = ["--short", "1", "--long", "1", "--long-len", "1100..1300", "--steps", "2",
+                  "--trace", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png")]
+        boards = [x for i in range(2) for x in ("--bar", str(tmp_path / "boards" / f"board{i}"))]
+        runs = {}
+        for backend, extra in (("fpga", boards), ("model", ["--devices", "2"])):
+            r = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend",
+                                backend, *extra, *common], capture_output=True, text=True,
+                               timeout=600, cwd=tmp_path)
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            assert "-> PNM tier" in r.stdout
+            runs[backend] = _step_lines(r.stdout)
+        assert len(runs["fpga"]) == 3
+        assert runs["fpga"] == runs["model"]
+    finally:
+        fake.terminate()
+        assert fake.wait(timeout=30) == 0
+
+
+def test_decode_refuses_fpga_without_boards(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "fpga"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and "--backend fpga needs --bar" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "nelssa.cli", "node", "up", "--backend", "fpga",
+                        "--bar", str(tmp_path / "nothing")],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and "no bitstream manifest" in r.stderr

@@ -10,6 +10,7 @@ store's TLP does that).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import mmap
 import os
@@ -82,8 +83,12 @@ class BoardFiles:
 class MmioRegion:
     """One BAR, memory-mapped; read-only mappings cannot store at all."""
 
-    def __init__(self, path: Path, min_bytes: int, what: str, writable: bool) -> None:
+    def __init__(self, path: Path, min_bytes: int, what: str, writable: bool,
+                 exclusive: bool = False) -> None:
+        """``exclusive``: hold an advisory lock on the BAR while mapped, so that two processes
+        never drive one board (reads for a probe need none)."""
         self.path, self.what = path, what
+        self._lock_fd = -1
         try:
             self.size = path.stat().st_size
         except OSError as e:
@@ -99,11 +104,23 @@ class MmioRegion:
                 if isinstance(e, PermissionError) else ""
             raise BarError(f"cannot open the {what} BAR {path}: {e}{hint}") from e
         try:
+            if exclusive:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise BarError(f"the board at {path.parent} is in use by another process "
+                                   "(one driver per board)") from None
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             self._mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
         except (OSError, ValueError) as e:
+            os.close(fd)
             raise BarError(f"cannot map the {what} BAR {path}: {e}") from e
-        finally:
+        except BarError:
+            os.close(fd)
+            raise
+        if exclusive:
+            self._lock_fd = fd  # the lock lives as long as this descriptor
+        else:
             os.close(fd)
         self.u32 = np.frombuffer(self._mm, dtype="<u4")
         self.u8 = np.frombuffer(self._mm, dtype=np.uint8)
@@ -123,3 +140,6 @@ class MmioRegion:
     def close(self) -> None:
         del self.u32, self.u8  # the mapping cannot close while views of it exist
         self._mm.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1

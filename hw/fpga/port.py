@@ -90,7 +90,8 @@ class FpgaPort(DevicePort):
             ro.close()
         manifest.check_registers(self.identity)
         self.mem_bytes = manifest.device.mem_bytes
-        self._regs = MmioRegion(self.files.regs, regs.REG_WINDOW_BYTES, "register", True)
+        self._regs = MmioRegion(self.files.regs, regs.REG_WINDOW_BYTES, "register", True,
+                                exclusive=True)
         self._mem = MmioRegion(self.files.mem, LINE_BYTES, "memory", True)
         self.aperture = min(self._mem.size, self.mem_bytes)
         if dma == "auto":

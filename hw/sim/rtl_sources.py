@@ -56,7 +56,8 @@ DEVICE = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv",
           RTL_ROOT / "top" / "nelssa_device.sv"]
 """The synthesizable device: registers, CXL.mem slave, command queue, attention units."""
 FPGA_TOP = [*DEVICE, RTL_ROOT / "top" / "nelssa_axil_regs.sv",
-            RTL_ROOT / "top" / "nelssa_axi_host.sv", RTL_ROOT / "top" / "nelssa_axi_mem.sv",
+            RTL_ROOT / "top" / "nelssa_axi_host.sv", RTL_ROOT / "top" / "nelssa_tag_fifo.sv",
+            RTL_ROOT / "top" / "nelssa_axi_mem.sv",
             RTL_ROOT / "top" / "nelssa_fpga_top.sv"]
 """The board-agnostic FPGA top: the device between AXI host interfaces and AXI memory."""
 DEVICE_SIM = [*DDR5_SYSTEM, *DEVICE, RTL_ROOT / "sim" / "nelssa_device_sim.sv"]

@@ -101,7 +101,7 @@ module nelssa_axi_host #(
   logic             err_q;      // a line was refused
   logic [ReadWindow-1:0]        slot_valid_q;
   logic [ReadWindow-1:0]        slot_err_q;
-  logic [ReadWindow-1:0][511:0] slot_data_q;
+  logic [511:0]                 slot_data_q [ReadWindow];  // no reset: distributed RAM
 
   logic take_aw, take_ar, w_fire, req_fire, r_fire, drs_fire, ndr_fire;
   logic [WinW-1:0] out_slot, drs_slot;
@@ -134,7 +134,6 @@ module nelssa_axi_host #(
       err_q <= 1'b0;
       slot_valid_q <= '0;
       slot_err_q <= '0;
-      slot_data_q <= '0;
     end else begin
       unique case (state_q)
         IDLE: begin
@@ -186,12 +185,15 @@ module nelssa_axi_host #(
         if (drs_fire && drs_slot == WinW'(s)) begin
           slot_valid_q[s] <= 1'b1;
           slot_err_q[s] <= drs_status_i != 8'd0;
-          slot_data_q[s] <= drs_data_i;
         end else if (r_fire && !bad_q && out_slot == WinW'(s)) begin
           slot_valid_q[s] <= 1'b0;
         end
       end
     end
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (drs_fire) slot_data_q[drs_slot] <= drs_data_i;
   end
 
   // line requests

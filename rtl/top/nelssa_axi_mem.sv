@@ -6,7 +6,7 @@
 //
 // Every line is one single-beat burst (64 bytes, INCR). The AXI ID is the device port, so
 // each port's reads (and writes) on a channel come back in order, and a FIFO per port and
-// channel gives each response its request tag back. A port takes up to Outstanding reads and
+// channel (nelssa_tag_fifo) gives each response its request tag back. A port takes up to Outstanding reads and
 // Outstanding writes per channel before it waits. Read data goes out on the lane of its channel
 // (the device takes it without back-pressure, so RREADY stays high); a write completes on its
 // port when B returns, i.e. when a later read is sure to see it. Several channels completing
@@ -69,9 +69,6 @@ module nelssa_axi_mem #(
   input  logic [NumChannels-1:0]                 m_rlast_i,
   output logic                                   err_o
 );
-  localparam int unsigned CntW = $clog2(Outstanding + 1);
-  localparam int unsigned PtrW = $clog2(Outstanding);
-
   if (!(NumChannels inside {1, 2, 4, 8})) begin : gen_channels_check
     $error("nelssa_axi_mem: NumChannels must be 1, 2, 4 or 8 (the device has 8 read lanes)");
   end
@@ -105,14 +102,42 @@ module nelssa_axi_mem #(
   logic [NumChannels-1:0][ChanAddrW-1:0] ar_addr_q, aw_addr_q;
   logic [NumChannels-1:0][511:0]     w_data_q;
   logic [NumChannels-1:0][63:0]      w_strb_q;
-  logic [CntW-1:0] rcount_q [NumChannels][NumPorts];
-  logic [CntW-1:0] wcount_q [NumChannels][NumPorts];
-  logic [PtrW-1:0] rhead_q [NumChannels][NumPorts];
-  logic [PtrW-1:0] rtail_q [NumChannels][NumPorts];
-  logic [PtrW-1:0] whead_q [NumChannels][NumPorts];
-  logic [PtrW-1:0] wtail_q [NumChannels][NumPorts];
-  logic [15:0]     rtag_q [NumChannels][NumPorts][Outstanding];
-  logic [15:0]     wtag_q [NumChannels][NumPorts][Outstanding];
+  // per channel and port: the tags of the reads and of the writes in flight, oldest first
+  logic [NumChannels-1:0][NumPorts-1:0]       r_push, r_pop, r_full, w_push, w_pop, w_full;
+  logic [NumChannels-1:0][NumPorts-1:0][15:0] r_head, w_head;
+
+  for (genvar c = 0; c < NumChannels; c++) begin : gen_chan_fifos
+    for (genvar p = 0; p < NumPorts; p++) begin : gen_port_fifos
+      nelssa_tag_fifo #(
+        .Width(16),
+        .Depth(Outstanding)
+      ) u_reads (
+        .clk_i (clk_i),
+        .rst_ni(rst_ni),
+        .push_i(r_push[c][p]),
+        .data_i(mem_tag_i[p]),
+        .pop_i (r_pop[c][p]),
+        .head_o(r_head[c][p]),
+        .full_o(r_full[c][p])
+      );
+      nelssa_tag_fifo #(
+        .Width(16),
+        .Depth(Outstanding)
+      ) u_writes (
+        .clk_i (clk_i),
+        .rst_ni(rst_ni),
+        .push_i(w_push[c][p]),
+        .data_i(mem_tag_i[p]),
+        .pop_i (w_pop[c][p]),
+        .head_o(w_head[c][p]),
+        .full_o(w_full[c][p])
+      );
+      assign r_push[c][p] = grant_valid[c] && int'(grant_port[c]) == p && !mem_write_i[p];
+      assign w_push[c][p] = grant_valid[c] && int'(grant_port[c]) == p && mem_write_i[p];
+      assign r_pop[c][p] = m_rvalid_i[c] && int'(m_rid_i[c]) == p;
+      assign w_pop[c][p] = m_bvalid_i[c] && m_bready_o[c] && int'(m_bid_i[c]) == p;
+    end
+  end
 
   always_comb begin
     for (int c = 0; c < NumChannels; c++) begin
@@ -125,8 +150,7 @@ module nelssa_axi_mem #(
         automatic int unsigned p = int'(rr_q[c]) + k;
         if (p >= NumPorts) p = p - NumPorts;
         if (!grant_valid[c] && mem_valid_i[p] && chan_of(mem_addr_i[p]) == c
-            && (mem_write_i[p] ? can_w && int'(wcount_q[c][p]) < Outstanding
-                               : can_r && int'(rcount_q[c][p]) < Outstanding)) begin
+            && (mem_write_i[p] ? can_w && !w_full[c][p] : can_r && !r_full[c][p])) begin
           grant_valid[c] = 1'b1;
           grant_port[c] = PortW'(p);
         end
@@ -171,16 +195,6 @@ module nelssa_axi_mem #(
       mem_rd_tag_o <= '0;
       mem_rd_data_o <= '0;
       err_o <= 1'b0;
-      for (int c = 0; c < NumChannels; c++) begin
-        for (int p = 0; p < NumPorts; p++) begin
-          rcount_q[c][p] <= '0;
-          wcount_q[c][p] <= '0;
-          rhead_q[c][p] <= '0;
-          rtail_q[c][p] <= '0;
-          whead_q[c][p] <= '0;
-          wtail_q[c][p] <= '0;
-        end
-      end
     end else begin
       mem_cpl_valid_o <= '0;
       mem_rd_valid_o <= '0;
@@ -188,8 +202,8 @@ module nelssa_axi_mem #(
         automatic int unsigned gp = int'(grant_port[c]);
         automatic int unsigned rp = int'(m_rid_i[c]);
         automatic int unsigned bp = int'(m_bid_i[c]);
-        automatic logic r_pop = m_rvalid_i[c];
-        automatic logic b_pop = m_bvalid_i[c] && m_bready_o[c];
+        automatic logic r_fire = m_rvalid_i[c];
+        automatic logic b_fire = m_bvalid_i[c] && m_bready_o[c];
         automatic logic granted = grant_valid[c];
         automatic logic g_write = mem_write_i[gp];
         // the address and data registers
@@ -205,40 +219,24 @@ module nelssa_axi_mem #(
             w_valid_q[c] <= 1'b1;
             w_data_q[c] <= mem_wdata_i[gp];
             w_strb_q[c] <= mem_wstrb_i[gp];
-            wtag_q[c][gp][wtail_q[c][gp]] <= mem_tag_i[gp];
-            wtail_q[c][gp] <= wtail_q[c][gp] + 1'b1;
           end else begin
             ar_valid_q[c] <= 1'b1;
             ar_id_q[c] <= PortW'(gp);
             ar_addr_q[c] <= chan_addr(mem_addr_i[gp]);
-            rtag_q[c][gp][rtail_q[c][gp]] <= mem_tag_i[gp];
-            rtail_q[c][gp] <= rtail_q[c][gp] + 1'b1;
           end
         end
         // read data onto the channel's lane, its tag from the port's FIFO
-        if (r_pop) begin
+        if (r_fire) begin
           mem_rd_valid_o[c] <= 1'b1;
           mem_rd_port_o[c] <= m_rid_i[c];
-          mem_rd_tag_o[c] <= rtag_q[c][rp][rhead_q[c][rp]];
+          mem_rd_tag_o[c] <= r_head[c][rp];
           mem_rd_data_o[c] <= m_rdata_i[c];
-          rhead_q[c][rp] <= rhead_q[c][rp] + 1'b1;
           if (m_rresp_i[c][1]) err_o <= 1'b1;
         end
-        if (b_pop) begin
+        if (b_fire) begin
           mem_cpl_valid_o[bp] <= 1'b1;
-          mem_cpl_tag_o[bp] <= wtag_q[c][bp][whead_q[c][bp]];
-          whead_q[c][bp] <= whead_q[c][bp] + 1'b1;
+          mem_cpl_tag_o[bp] <= w_head[c][bp];
           if (m_bresp_i[c][1]) err_o <= 1'b1;
-        end
-        for (int p = 0; p < NumPorts; p++) begin
-          automatic logic r_in = granted && !g_write && gp == p;
-          automatic logic w_in = granted && g_write && gp == p;
-          automatic logic r_out = r_pop && rp == p;
-          automatic logic w_out = b_pop && bp == p;
-          if (r_in && !r_out) rcount_q[c][p] <= rcount_q[c][p] + 1'b1;
-          else if (r_out && !r_in) rcount_q[c][p] <= rcount_q[c][p] - 1'b1;
-          if (w_in && !w_out) wcount_q[c][p] <= wcount_q[c][p] + 1'b1;
-          else if (w_out && !w_in) wcount_q[c][p] <= wcount_q[c][p] - 1'b1;
         end
       end
     end

@@ -1,0 +1,46 @@
+// A small FIFO of request tags: one push and one pop per cycle, the head readable without
+// popping. The storage has no reset (only the pointers do), so FPGA tools map it to distributed
+// RAM rather than flip-flops.
+module nelssa_tag_fifo #(
+  parameter int unsigned Width = 16,  // bits per entry
+  parameter int unsigned Depth = 32,  // entries (power of two)
+  localparam int unsigned CntW = $clog2(Depth + 1)  // count width
+) (
+  input  logic             clk_i,
+  input  logic             rst_ni,
+  input  logic             push_i,   // must not be set when full_o
+  input  logic [Width-1:0] data_i,
+  input  logic             pop_i,    // must not be set when empty
+  output logic [Width-1:0] head_o,
+  output logic             full_o
+);
+  localparam int unsigned PtrW = $clog2(Depth);
+
+  if (Depth < 2 || (Depth & (Depth - 1)) != 0) begin : gen_depth_check
+    $error("nelssa_tag_fifo: Depth must be a power of two >= 2");
+  end
+
+  logic [Width-1:0] mem_q [Depth];
+  logic [PtrW-1:0]  wptr_q, rptr_q;
+  logic [CntW-1:0]  count_q;
+
+  always_ff @(posedge clk_i) begin
+    if (push_i) mem_q[wptr_q] <= data_i;
+  end
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      wptr_q <= '0;
+      rptr_q <= '0;
+      count_q <= '0;
+    end else begin
+      if (push_i) wptr_q <= wptr_q + 1'b1;
+      if (pop_i) rptr_q <= rptr_q + 1'b1;
+      if (push_i && !pop_i) count_q <= count_q + 1'b1;
+      else if (pop_i && !push_i) count_q <= count_q - 1'b1;
+    end
+  end
+
+  assign head_o = mem_q[rptr_q];
+  assign full_o = count_q == CntW'(Depth);
+endmodule
