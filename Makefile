@@ -39,6 +39,7 @@ gen-check: venv
 
 synth: venv
 	$(VPY) scripts/synth_units.py
+	$(VPY) scripts/synth_fpga.py
 
 synth-engine: venv
 	$(VPY) scripts/synth_units.py --engine

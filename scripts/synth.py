@@ -119,6 +119,22 @@ class Yosys:
         log.info("%s: %.1f s (%s)", stage, elapsed, self.name)
 
 
+def strip_box_parameters(netlist: Path, boxes: set[str]) -> None:
+    """A black box has no parameters, so its instances may carry none: drop them from the
+    elaborated netlist (RTLIL; the instances' parameters only sized what is now a box)."""
+    out, in_box = [], False
+    for line in netlist.read_text().splitlines(keepends=True):
+        words = line.split()
+        if words[:1] == ["cell"]:
+            in_box = words[1].lstrip("\\") in boxes
+        elif words[:1] == ["end"]:
+            in_box = False
+        elif in_box and words[:1] == ["parameter"]:
+            continue
+        out.append(line)
+    netlist.write_text("".join(out))
+
+
 def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, int]:
     sources = [Path(f).resolve() for f in args.files]
     incdirs = [Path(d).resolve() for d in args.incdir]
@@ -129,6 +145,7 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
 
     slang = ["read_slang", "--threads", "1", "--ignore-assertions", "--top", top]
     slang += [f"-G{p}" for p in args.param]
+    slang += [f"--blackboxed-module {m}" for m in args.blackbox]
     slang += [f"-I{elab.src(d)}" for d in incdirs]
     slang += [elab.src(p) for p in sources]
     handoff = "elab.il" if same else "elab.v"
@@ -138,34 +155,53 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
         else f"opt\nwrite_verilog -noattr {elab.out(handoff)}"
     )
     elab.run("elaborate", [" ".join(slang), f"hierarchy -check -top {top}", write])
+    if args.blackbox:
+        strip_box_parameters(workdir / handoff, set(args.blackbox))
 
     flags = f"-family {args.family} -top {top} -flatten"
     if not args.io:
         flags += " -noiopad -noclkbuf"
     read = "read_rtlil" if same else "read_verilog -sv"
     full = f"synth_xilinx {flags} {args.synth_args}".rstrip()
-    if args.no_share:
-        # synth_xilinx's coarse step minus `share`, whose SAT search does not finish on
-        # datapaths of hundreds of floating-point units; the result is an upper bound.
-        steps = [
-            f"{full} -run :coarse",
-            "techmap -map +/cmp2lut.v -map +/cmp2lcu.v -D LUT_WIDTH=6",
-            "alumacc",
-            "opt",
-            "memory -nomap",
-            "opt_clean",
-            f"{full} -run map_memory:",
-        ]
-    else:
-        steps = [full]
-    synth.run(
-        "synthesize",
-        [
-            f"{read} {synth.out(handoff)}",
-            *steps,
-            f"tee -q -o {synth.out('stat.json')} stat -json",
-        ],
-    )
+
+    def script(classic_abc: bool) -> list[str]:
+        if args.no_share:
+            # synth_xilinx's coarse step minus `share`, whose SAT search does not finish on
+            # datapaths of hundreds of floating-point units; the result is an upper bound.
+            steps = [
+                f"{full} -run :coarse",
+                "techmap -map +/cmp2lut.v -map +/cmp2lcu.v -D LUT_WIDTH=6",
+                "alumacc",
+                "opt",
+                "memory -nomap",
+                "opt_clean",
+            ]
+            first = "map_memory"
+        else:
+            steps = []
+            first = ""
+        if not classic_abc:
+            return [*steps, f"{full} -run {first}:" if first else full]
+        # LUT mapping with the classic ABC instead of ABC9 (whose wasm build traps on some
+        # netlists); the rest of synth_xilinx unchanged
+        return [*steps, f"{full} -run {first}:map_luts",
+                "opt_expr -mux_undef -noclkinv", "abc -luts 2:2,3,6:5,10,20", "clean",
+                "xilinx_srl -fixed -minlen 3",
+                "techmap -map +/xilinx/lut_map.v -map +/xilinx/cells_map.v -D LUT_WIDTH=6",
+                "xilinx_dffopt", "opt_lut_ins -tech xilinx", f"{full} -run finalize:"]
+
+    def run(classic_abc: bool) -> None:
+        synth.run("synthesize", [f"{read} {synth.out(handoff)}", *script(classic_abc),
+                                 f"tee -q -o {synth.out('stat.json')} stat -json"])
+
+    try:
+        run(classic_abc=False)
+    except StageError as exc:
+        if "ABC9" not in str(exc):
+            raise
+        log.warning("%s: ABC9 failed (%s); mapping LUTs with the classic ABC instead", top,
+                    str(exc).splitlines()[-1].strip())
+        run(classic_abc=True)
 
     modules = json.loads((workdir / "stat.json").read_text())["modules"]
     module = modules.get("\\" + top)
@@ -238,6 +274,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="other yosys command for synthesis (hand-off via Verilog)",
     )
+    parser.add_argument("--blackbox", action="append", default=[], metavar="MODULE",
+                        help="keep MODULE out of the count (synthesized on its own elsewhere)")
     parser.add_argument("--json", type=Path, help="also write the counts to this JSON file")
     parser.add_argument("--workdir", type=Path, help="keep intermediate files here")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

@@ -50,14 +50,14 @@ DDR5_SYSTEM = [*DDR5_MEM, RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv",
                RTL_ROOT / "sim" / "nelssa_ddr5_system.sv"]
 """A device's whole memory: front end and 8 sub-channels with data."""
 DEVICE = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv",
-          RTL_ROOT / "top" / "nelssa_dev_pkg.sv", RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv",
+          RTL_ROOT / "top" / "nelssa_dev_pkg.sv", RTL_ROOT / "top" / "nelssa_fifo.sv",
+          RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv",
           RTL_ROOT / "top" / "nelssa_regs.sv", RTL_ROOT / "top" / "nelssa_line_reader.sv",
           RTL_ROOT / "top" / "nelssa_attn_unit.sv", RTL_ROOT / "top" / "nelssa_cmdq.sv",
           RTL_ROOT / "top" / "nelssa_device.sv"]
 """The synthesizable device: registers, CXL.mem slave, command queue, attention units."""
 FPGA_TOP = [*DEVICE, RTL_ROOT / "top" / "nelssa_axil_regs.sv",
-            RTL_ROOT / "top" / "nelssa_axi_host.sv", RTL_ROOT / "top" / "nelssa_tag_fifo.sv",
-            RTL_ROOT / "top" / "nelssa_axi_mem.sv",
+            RTL_ROOT / "top" / "nelssa_axi_host.sv", RTL_ROOT / "top" / "nelssa_axi_mem.sv",
             RTL_ROOT / "top" / "nelssa_fpga_top.sv"]
 """The board-agnostic FPGA top: the device between AXI host interfaces and AXI memory."""
 DEVICE_SIM = [*DDR5_SYSTEM, *DEVICE, RTL_ROOT / "sim" / "nelssa_device_sim.sv"]

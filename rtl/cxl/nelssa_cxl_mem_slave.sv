@@ -1,7 +1,8 @@
 // CXL.mem slave of a PNM device: M2S Req (MemRd) and M2S RwD (MemWr, MemWrPtl) onto one memory
 // request port, S2M NDR (Cmp) and S2M DRS (MemData) back. Tags pass through, so completions may
 // return in any order. A request outside the HDM window (or not 64-byte aligned) is answered
-// with RSP_ADDR_ERROR and never reaches memory. Responses queue in FIFOs; a request is taken
+// with RSP_ADDR_ERROR and never reaches memory. Responses queue in FIFOs (one per source, each
+// with a single write port); a request is taken
 // only when its FIFO has room for its response counting everything in flight, so a host that
 // stops taking responses back-pressures requests and nothing is dropped. hold_i pauses new
 // requests (the device uses it to keep host traffic from crowding out attention reads).
@@ -55,7 +56,6 @@ module nelssa_cxl_mem_slave
   input  logic                                hold_i             // take no request this cycle
 );
   localparam int unsigned CNT_W = $clog2(RspDepth + 1);
-  localparam int unsigned PTR_W = $clog2(RspDepth);
 
   if (RspDepth < 2 || (RspDepth & (RspDepth - 1)) != 0) begin : gen_depth_check
     $error("nelssa_cxl_mem_slave: RspDepth must be a power of two, at least 2");
@@ -75,10 +75,7 @@ module nelssa_cxl_mem_slave
     logic [7:0]  status;
   } ndr_t;
 
-  drs_t             drs_q [RspDepth];
-  ndr_t             ndr_q [RspDepth];
-  logic [PTR_W-1:0] drs_rd_q, drs_wr_q, ndr_rd_q, ndr_wr_q;
-  logic [CNT_W-1:0] drs_n_q, ndr_n_q;          // FIFO entries
+  logic [CNT_W-1:0] drs_n_q, ndr_n_q;          // responses queued
   logic [CNT_W-1:0] reads_q, writes_q;         // requests in memory, their responses owed
 
   // one request per cycle; RwD first on odd cycles so neither channel starves
@@ -114,78 +111,130 @@ module nelssa_cxl_mem_slave
     req_ready_o = take_req && fits && (bad || mem_ready_i);
   end
 
-  // ---- response FIFOs --------------------------------------------------------------------------
-  assign ndr_valid_o  = ndr_n_q != '0;
-  assign ndr_tag_o    = ndr_q[ndr_rd_q].tag;
-  assign ndr_status_o = ndr_q[ndr_rd_q].status;
-  assign drs_valid_o  = drs_n_q != '0;
-  assign drs_tag_o    = drs_q[drs_rd_q].tag;
-  assign drs_status_o = drs_q[drs_rd_q].status;
-  assign drs_data_o   = drs_q[drs_rd_q].data;
+  // ---- response FIFOs ---------------------------------------------------------------------------
+  // One FIFO per source of responses, so that each has a single write port (RAM on an FPGA):
+  // DRS from each memory lane and from the slave itself (ADDR_ERROR), NDR from the memory's
+  // write completions and from the slave. Sources take turns at the output. Each FIFO is as
+  // deep as the whole budget, which the request-side accounting never exceeds.
+  localparam int unsigned DS = ReadLanes + 1;  // DRS sources; the last is the slave
+  localparam int unsigned DSW = $clog2(DS);
+
+  logic [DS-1:0]       d_push, d_pop, d_empty;
+  drs_t [DS-1:0]       d_in, d_head;
+  logic [1:0]          n_push, n_pop, n_empty;
+  ndr_t [1:0]          n_in, n_head;
+  logic [DSW-1:0]      d_sel, d_rr_q;
+  logic                n_sel, n_rr_q;
+  /* verilator lint_off UNUSEDSIGNAL */
+  logic [DS-1:0]       d_full;  // never set: requests are taken only with room
+  logic [1:0]          n_full;
+  /* verilator lint_on UNUSEDSIGNAL */
+
+  for (genvar i = 0; i < DS; i++) begin : gen_drs
+    nelssa_fifo #(
+      .Width($bits(drs_t)),
+      .Depth(RspDepth)
+    ) u_fifo (
+      .clk_i  (clk_i),
+      .rst_ni (rst_ni),
+      .push_i (d_push[i]),
+      .data_i (d_in[i]),
+      .pop_i  (d_pop[i]),
+      .head_o (d_head[i]),
+      .full_o (d_full[i]),
+      .empty_o(d_empty[i])
+    );
+  end
+  for (genvar i = 0; i < 2; i++) begin : gen_ndr
+    nelssa_fifo #(
+      .Width($bits(ndr_t)),
+      .Depth(RspDepth)
+    ) u_fifo (
+      .clk_i  (clk_i),
+      .rst_ni (rst_ni),
+      .push_i (n_push[i]),
+      .data_i (n_in[i]),
+      .pop_i  (n_pop[i]),
+      .head_o (n_head[i]),
+      .full_o (n_full[i]),
+      .empty_o(n_empty[i])
+    );
+  end
+
+  always_comb begin
+    for (int l = 0; l < ReadLanes; l++) begin
+      d_push[l] = mem_rd_valid_i[l];
+      d_in[l] = '{tag: mem_rd_tag_i[l], status: 8'(RSP_OK), data: mem_rd_data_i[l]};
+    end
+    d_push[DS-1] = req_valid_i && req_ready_o && bad;
+    d_in[DS-1] = '{tag: req_tag_i, status: 8'(RSP_ADDR_ERROR), data: '0};
+    n_push[0] = mem_cpl_valid_i;
+    n_in[0] = '{tag: mem_cpl_tag_i, status: 8'(RSP_OK)};
+    n_push[1] = rwd_valid_i && rwd_ready_o && bad;
+    n_in[1] = '{tag: rwd_tag_i, status: 8'(RSP_ADDR_ERROR)};
+    // the first non-empty source at or after the one after the last served
+    d_sel = d_rr_q;
+    for (int k = DS - 1; k >= 0; k--) begin
+      automatic int unsigned i = int'(d_rr_q) + k;
+      if (i >= DS) i = i - DS;
+      if (!d_empty[i]) d_sel = DSW'(i);
+    end
+    n_sel = n_empty[n_rr_q] ? !n_rr_q : n_rr_q;
+    d_pop = '0;
+    d_pop[d_sel] = drs_valid_o && drs_ready_i;
+    n_pop = '0;
+    n_pop[n_sel] = ndr_valid_o && ndr_ready_i;
+  end
+
+  assign drs_valid_o  = d_empty != '1;
+  assign drs_tag_o    = d_head[d_sel].tag;
+  assign drs_status_o = d_head[d_sel].status;
+  assign drs_data_o   = d_head[d_sel].data;
+  assign ndr_valid_o  = n_empty != '1;
+  assign ndr_tag_o    = n_head[n_sel].tag;
+  assign ndr_status_o = n_head[n_sel].status;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      drs_rd_q <= '0;
-      drs_wr_q <= '0;
-      ndr_rd_q <= '0;
-      ndr_wr_q <= '0;
+      d_rr_q <= '0;
+      n_rr_q <= 1'b0;
       drs_n_q <= '0;
       ndr_n_q <= '0;
       reads_q <= '0;
       writes_q <= '0;
       prefer_rwd_q <= 1'b0;
     end else begin
-      automatic logic [PTR_W-1:0] dw = drs_wr_q;
-      automatic logic [PTR_W-1:0] nw = ndr_wr_q;
       automatic int dn = int'(drs_n_q);
       automatic int nn = int'(ndr_n_q);
       automatic int rd = int'(reads_q);
       automatic int wr = int'(writes_q);
       prefer_rwd_q <= !prefer_rwd_q;
-      // read data from the memory lanes, lowest lane first
       for (int l = 0; l < ReadLanes; l++) begin
         if (mem_rd_valid_i[l]) begin
-          drs_q[dw] <= '{tag: mem_rd_tag_i[l], status: 8'(RSP_OK), data: mem_rd_data_i[l]};
-          dw = dw + 1'b1;
           dn++;
           rd--;
         end
       end
       if (mem_cpl_valid_i) begin
-        ndr_q[nw] <= '{tag: mem_cpl_tag_i, status: 8'(RSP_OK)};
-        nw = nw + 1'b1;
         nn++;
         wr--;
       end
-      // requests answered here, or sent to memory
       if (req_valid_i && req_ready_o) begin
-        if (bad) begin
-          drs_q[dw] <= '{tag: req_tag_i, status: 8'(RSP_ADDR_ERROR), data: '0};
-          dw = dw + 1'b1;
-          dn++;
-        end else begin
-          rd++;
-        end
+        if (bad) dn++;
+        else rd++;
       end
       if (rwd_valid_i && rwd_ready_o) begin
-        if (bad) begin
-          ndr_q[nw] <= '{tag: rwd_tag_i, status: 8'(RSP_ADDR_ERROR)};
-          nw = nw + 1'b1;
-          nn++;
-        end else begin
-          wr++;
-        end
+        if (bad) nn++;
+        else wr++;
       end
       if (drs_valid_o && drs_ready_i) begin
-        drs_rd_q <= drs_rd_q + 1'b1;
         dn--;
+        d_rr_q <= (int'(d_sel) + 1 >= DS) ? '0 : d_sel + 1'b1;
       end
       if (ndr_valid_o && ndr_ready_i) begin
-        ndr_rd_q <= ndr_rd_q + 1'b1;
         nn--;
+        n_rr_q <= !n_sel;
       end
-      drs_wr_q <= dw;
-      ndr_wr_q <= nw;
       drs_n_q <= CNT_W'(dn);
       ndr_n_q <= CNT_W'(nn);
       reads_q <= CNT_W'(rd);

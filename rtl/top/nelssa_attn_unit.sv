@@ -14,7 +14,8 @@ module nelssa_attn_unit
   parameter int unsigned HeadDim          = 128,  // engine: largest head_dim
   parameter int unsigned NumQHeads        = 8,    // engine: largest GQA group
   parameter int unsigned MaxClusterTokens = 64,   // engine: largest cluster
-  parameter int unsigned ReadDepth        = 128   // reads in flight (covers the memory latency)
+  parameter int unsigned ReadDepth        = 128,  // reads in flight (covers the memory latency)
+  parameter int unsigned Lanes            = 8     // memory read-data lanes in use
 ) (
   input  logic              clk_i,
   input  logic              rst_ni,
@@ -61,9 +62,17 @@ module nelssa_attn_unit
   logic [63:0]  q_addr_q, dir_addr_q, ids_addr_q, out_addr_q;
   logic [63:0]  lo_q, hi_q;
 
-  logic [31:0]      ids_q [MaxIds];
+  // the selected ids as the lines they arrive in (one write per cycle: RAM on an FPGA)
+  localparam int unsigned ID_LINES = (MaxIds + 15) / 16;
+  localparam int unsigned ILW = (ID_LINES > 1) ? $clog2(ID_LINES) : 1;
+  logic [511:0]     id_lines_q [ID_LINES];
   logic [15:0]      tok_q [MaxIds];
   logic [63:0]      kv_q [MaxIds];
+  logic [31:0]      kv_sum_q;  // KV lines of the clusters read from the directory so far
+
+  function automatic logic [31:0] id_at(logic [IDW-1:0] j);
+    return id_lines_q[ILW'(j >> 4)][32*j[3:0] +: 32];
+  endfunction
   logic             id_bad_q, len_bad_q;
   logic [7:0]       first_fail_q;
 
@@ -85,7 +94,8 @@ module nelssa_attn_unit
 
   nelssa_line_reader #(
     .AddrW(AddrW),
-    .Depth(ReadDepth)
+    .Depth(ReadDepth),
+    .Lanes(Lanes)
   ) u_reader (
     .clk_i       (clk_i),
     .rst_ni      (rst_ni),
@@ -202,7 +212,7 @@ module nelssa_attn_unit
         ra_addr = AddrW'(ids_addr_q + 64'(gen_i_q) * 64);
       end
       StDir: begin
-        automatic logic [63:0] a = dir_addr_q + 64'(ids_q[gen_j_q[IDW-1:0]]) * 16;
+        automatic logic [63:0] a = dir_addr_q + 64'(id_at(gen_j_q[IDW-1:0])) * 16;
         ra_valid = !gen_done_q && !id_bad_q;  // a bad id ends the descriptor: read no more
         ra_addr = AddrW'(a & ~64'd63);
       end
@@ -248,7 +258,7 @@ module nelssa_attn_unit
       {id_bad_q, len_bad_q, first_fail_q} <= '0;
       {gen_i_q, gen_j_q, use_i_q, use_j_q, gen_done_q} <= '0;
       {out_beat_q, writes_q, cpls_q, engine_done_q} <= '0;
-      {cmd_sent_q, clu_sent_q, kv_beats_q, kv_total_q} <= '0;
+      {cmd_sent_q, clu_sent_q, kv_beats_q, kv_total_q, kv_sum_q} <= '0;
     end else begin
       if (mem_valid_o && mem_ready_i && wr_pending) begin
         out_beat_q <= out_beat_q + 1;
@@ -271,7 +281,7 @@ module nelssa_attn_unit
           {id_bad_q, len_bad_q, first_fail_q} <= '0;
           {gen_i_q, gen_j_q, use_i_q, use_j_q, gen_done_q} <= '0;
           {out_beat_q, writes_q, cpls_q, engine_done_q} <= '0;
-          {cmd_sent_q, clu_sent_q, kv_beats_q} <= '0;
+          {cmd_sent_q, clu_sent_q, kv_beats_q, kv_sum_q} <= '0;
           status_q <= static_status;
           state_q <= (static_status != 8'(DESC_OK)) ? StDone : StIds;
         end
@@ -281,11 +291,12 @@ module nelssa_attn_unit
             if (gen_i_q + 1 == id_lines) gen_done_q <= 1'b1;
           end
           if (rd_out_valid) begin
+            // words past num_ids are stored too but never read
+            id_lines_q[ILW'(use_i_q)] <= rd_out_data;
             for (int k = 0; k < 16; k++) begin
               automatic int unsigned j = use_i_q * 16 + k;
-              if (j < 32'(num_ids_q)) begin
-                ids_q[j[IDW-1:0]] <= rd_out_data[32*k +: 32];
-                if (rd_out_data[32*k +: 32] >= num_clusters_q) id_bad_q <= 1'b1;
+              if (j < 32'(num_ids_q) && rd_out_data[32*k +: 32] >= num_clusters_q) begin
+                id_bad_q <= 1'b1;
               end
             end
             use_i_q <= use_i_q + 1;
@@ -307,13 +318,14 @@ module nelssa_attn_unit
             end
             if (rd_out_valid) begin
               // the entry's offset in its line (dir_addr is line aligned)
-              automatic logic [5:0] off = 6'(ids_q[use_j_q[IDW-1:0]] * 16);
+              automatic logic [5:0] off = 6'(id_at(use_j_q[IDW-1:0]) * 16);
               automatic logic [79:0] e = rd_out_data[8*off +: 80];
               automatic logic [63:0] kv = e[63:0];
               automatic logic [15:0] tok = e[79:64];
               automatic logic [63:0] len = 64'(tok) * 64'(row_bytes) * 2;
               tok_q[use_j_q[IDW-1:0]] <= tok;
               kv_q[use_j_q[IDW-1:0]] <= kv;
+              kv_sum_q <= kv_sum_q + kv_lines(tok, row_bytes);
               if (tok == 0 || 32'(tok) > MaxClusterTokens) len_bad_q <= 1'b1;
               if (first_fail_q == 0) begin
                 if (kv[5:0] != 0) first_fail_q <= 8'(DESC_ERR_ALIGN);
@@ -336,11 +348,7 @@ module nelssa_attn_unit
             status_q <= first_fail_q;
             state_q <= StDrain;
           end else begin
-            automatic logic [31:0] total = q_lines;
-            for (int j = 0; j < MaxIds; j++) begin
-              if (j < 32'(num_ids_q)) total = total + kv_lines(tok_q[j], row_bytes);
-            end
-            kv_total_q <= total;
+            kv_total_q <= q_lines + kv_sum_q;
             state_q <= StRun;
           end
         end

@@ -6,7 +6,7 @@
 //
 // Every line is one single-beat burst (64 bytes, INCR). The AXI ID is the device port, so
 // each port's reads (and writes) on a channel come back in order, and a FIFO per port and
-// channel (nelssa_tag_fifo) gives each response its request tag back. A port takes up to Outstanding reads and
+// channel (nelssa_fifo) gives each response its request tag back. A port takes up to Outstanding reads and
 // Outstanding writes per channel before it waits. Read data goes out on the lane of its channel
 // (the device takes it without back-pressure, so RREADY stays high); a write completes on its
 // port when B returns, i.e. when a later read is sure to see it. Several channels completing
@@ -104,11 +104,14 @@ module nelssa_axi_mem #(
   logic [NumChannels-1:0][63:0]      w_strb_q;
   // per channel and port: the tags of the reads and of the writes in flight, oldest first
   logic [NumChannels-1:0][NumPorts-1:0]       r_push, r_pop, r_full, w_push, w_pop, w_full;
+  /* verilator lint_off UNUSEDSIGNAL */
+  logic [NumChannels-1:0][NumPorts-1:0]       r_empty, w_empty;  // a response always has a tag
+  /* verilator lint_on UNUSEDSIGNAL */
   logic [NumChannels-1:0][NumPorts-1:0][15:0] r_head, w_head;
 
   for (genvar c = 0; c < NumChannels; c++) begin : gen_chan_fifos
     for (genvar p = 0; p < NumPorts; p++) begin : gen_port_fifos
-      nelssa_tag_fifo #(
+      nelssa_fifo #(
         .Width(16),
         .Depth(Outstanding)
       ) u_reads (
@@ -117,10 +120,11 @@ module nelssa_axi_mem #(
         .push_i(r_push[c][p]),
         .data_i(mem_tag_i[p]),
         .pop_i (r_pop[c][p]),
-        .head_o(r_head[c][p]),
-        .full_o(r_full[c][p])
+        .head_o (r_head[c][p]),
+        .full_o (r_full[c][p]),
+        .empty_o(r_empty[c][p])
       );
-      nelssa_tag_fifo #(
+      nelssa_fifo #(
         .Width(16),
         .Depth(Outstanding)
       ) u_writes (
@@ -129,8 +133,9 @@ module nelssa_axi_mem #(
         .push_i(w_push[c][p]),
         .data_i(mem_tag_i[p]),
         .pop_i (w_pop[c][p]),
-        .head_o(w_head[c][p]),
-        .full_o(w_full[c][p])
+        .head_o (w_head[c][p]),
+        .full_o (w_full[c][p]),
+        .empty_o(w_empty[c][p])
       );
       assign r_push[c][p] = grant_valid[c] && int'(grant_port[c]) == p && !mem_write_i[p];
       assign w_push[c][p] = grant_valid[c] && int'(grant_port[c]) == p && mem_write_i[p];

@@ -10,6 +10,9 @@ module nelssa_device
   parameter int unsigned AddrW       = 40,            // device-memory address width
   parameter longint      MemBytes    = 64'd1 << 36,   // HDM window (64 GiB)
   parameter logic [31:0] BuildId     = 32'h0,         // BUILD_ID register (bitstream build id)
+  parameter int unsigned MemLanes    = 8,             // read-data lanes the memory uses
+                                                      // (the lowest ones): 8 sub-channels in
+                                                      // simulation, a board's channel count
   parameter int unsigned HostShare   = 4,             // while attention runs, the host's
                                                       // CXL.mem may start a request every
                                                       // HostShare cycles
@@ -69,6 +72,9 @@ module nelssa_device
 );
   if (NumUnits < 1 || NumUnits > 6) begin : gen_units_check
     $error("nelssa_device: NumUnits must be 1..6 (the memory front end has 8 ports)");
+  end
+  if (MemLanes < 1 || MemLanes > 8) begin : gen_lanes_check
+    $error("nelssa_device: MemLanes must be 1..8");
   end
   if (HostShare < 1 || HostShare > 256) begin : gen_share_check
     $error("nelssa_device: HostShare must be 1..256");
@@ -155,8 +161,9 @@ module nelssa_device
   );
 
   nelssa_cxl_mem_slave #(
-    .AddrW   (AddrW),
-    .MemBytes(MemBytes)
+    .AddrW    (AddrW),
+    .MemBytes (MemBytes),
+    .ReadLanes(MemLanes)
   ) u_cxl (
     .clk_i          (clk_i),
     .rst_ni         (rst_ni),
@@ -188,9 +195,9 @@ module nelssa_device
     .mem_wstrb_o    (mem_wstrb_o[0]),
     .mem_cpl_valid_i(mem_cpl_valid_i[0]),
     .mem_cpl_tag_i  (mem_cpl_tag_i[0]),
-    .mem_rd_valid_i (lane_valid[0]),
-    .mem_rd_tag_i   (mem_rd_tag_i),
-    .mem_rd_data_i  (mem_rd_data_i),
+    .mem_rd_valid_i (lane_valid[0][MemLanes-1:0]),
+    .mem_rd_tag_i   (mem_rd_tag_i[MemLanes-1:0]),
+    .mem_rd_data_i  (mem_rd_data_i[MemLanes-1:0]),
     .err_o          (err_mem),
     .hold_i         (host_hold)
   );
@@ -239,7 +246,8 @@ module nelssa_device
 
   for (genvar u = 0; u < NumUnits; u++) begin : gen_unit
     nelssa_attn_unit #(
-      .AddrW(AddrW)
+      .AddrW(AddrW),
+      .Lanes(MemLanes)
     ) u_unit (
       .clk_i      (clk_i),
       .rst_ni     (rst_ni),

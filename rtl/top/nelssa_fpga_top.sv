@@ -231,7 +231,8 @@ module nelssa_fpga_top #(
     .NumUnits(NumUnits),
     .AddrW   (AddrW),
     .MemBytes(MemBytes),
-    .BuildId (BuildId)
+    .BuildId (BuildId),
+    .MemLanes(NumChannels)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

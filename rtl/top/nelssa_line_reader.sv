@@ -1,10 +1,13 @@
 // In-order line reader: takes 64-byte line addresses, keeps up to Depth reads in flight on one
 // memory port (tag = sequence number), and returns the data in address order whatever order the
 // sub-channels answer in (a reorder buffer indexed by tag). Its user takes all the data it asked
-// for before it asks for more of something else.
+// for before it asks for more of something else. The buffer has a bank per lane, each written
+// by its lane only (one write port: RAM on an FPGA), and a small table of which bank holds
+// each line.
 module nelssa_line_reader #(
   parameter int unsigned AddrW = 40,  // device-memory address width
-  parameter int unsigned Depth = 64   // reads in flight (reorder-buffer lines), power of two
+  parameter int unsigned Depth = 64,  // reads in flight (reorder-buffer lines), power of two
+  parameter int unsigned Lanes = 8    // read-data lanes that carry data (the lowest ones)
 ) (
   input  logic                     clk_i,
   input  logic                     rst_ni,
@@ -28,15 +31,28 @@ module nelssa_line_reader #(
   output logic                     idle_o      // nothing in flight or buffered
 );
   localparam int unsigned IW = $clog2(Depth);
+  localparam int unsigned LW = (Lanes > 1) ? $clog2(Lanes) : 1;
 
   if (Depth < 2 || (Depth & (Depth - 1)) != 0 || Depth > 32768) begin : gen_depth_check
     $error("nelssa_line_reader: Depth must be a power of two in 2..32768");
   end
+  if (Lanes < 1 || Lanes > 8) begin : gen_lanes_check
+    $error("nelssa_line_reader: Lanes must be 1..8");
+  end
 
   logic [15:0]  issue_q, deliver_q;  // sequence numbers: next to issue, next to deliver
   logic [Depth-1:0] have_q;
-  logic [511:0] rob_q [Depth];
+  logic [LW-1:0] bank_of_q [Depth];  // which lane's bank holds each line
+  logic [Lanes-1:0][511:0] bank_out;
   logic [15:0]  in_flight;
+
+  for (genvar l = 0; l < Lanes; l++) begin : gen_bank
+    logic [511:0] bank_q [Depth];  // no reset: RAM
+    always_ff @(posedge clk_i) begin
+      if (rd_valid_i[l]) bank_q[rd_tag_i[l][IW-1:0]] <= rd_data_i[l];
+    end
+    assign bank_out[l] = bank_q[deliver_q[IW-1:0]];
+  end
 
   assign in_flight = issue_q - deliver_q;
   assign mem_valid_o = addr_valid_i && in_flight < 16'(Depth);
@@ -44,7 +60,7 @@ module nelssa_line_reader #(
   assign mem_tag_o = issue_q;
   assign addr_ready_o = mem_valid_o && mem_ready_i;
   assign out_valid_o = have_q[deliver_q[IW-1:0]];
-  assign out_data_o = rob_q[deliver_q[IW-1:0]];
+  assign out_data_o = bank_out[(Lanes > 1) ? int'(bank_of_q[deliver_q[IW-1:0]]) : 0];
   assign idle_o = in_flight == '0;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
@@ -58,14 +74,21 @@ module nelssa_line_reader #(
         have[deliver_q[IW-1:0]] = 1'b0;
         deliver_q <= deliver_q + 1'b1;
       end
-      for (int l = 0; l < 8; l++) begin
+      for (int l = 0; l < Lanes; l++) begin
         if (rd_valid_i[l]) begin
           have[rd_tag_i[l][IW-1:0]] = 1'b1;
-          rob_q[rd_tag_i[l][IW-1:0]] <= rd_data_i[l];
+          bank_of_q[rd_tag_i[l][IW-1:0]] <= LW'(l);
         end
       end
       have_q <= have;
       if (addr_ready_o) issue_q <= issue_q + 1'b1;
     end
+  end
+
+  if (Lanes < 8) begin : gen_idle_lanes
+    /* verilator lint_off UNUSEDSIGNAL */
+    logic unused;  // lanes above Lanes carry nothing for this reader
+    /* verilator lint_on UNUSEDSIGNAL */
+    assign unused = ^{rd_valid_i[7:Lanes], rd_tag_i[7:Lanes], rd_data_i[7:Lanes]};
   end
 endmodule

@@ -1,7 +1,6 @@
-// A small FIFO of request tags: one push and one pop per cycle, the head readable without
-// popping. The storage has no reset (only the pointers do), so FPGA tools map it to distributed
-// RAM rather than flip-flops.
-module nelssa_tag_fifo #(
+// A FIFO with one push and one pop per cycle, the head readable without popping. The storage
+// has no reset (only the pointers do), so FPGA tools map it to RAM rather than flip-flops.
+module nelssa_fifo #(
   parameter int unsigned Width = 16,  // bits per entry
   parameter int unsigned Depth = 32,  // entries (power of two)
   localparam int unsigned CntW = $clog2(Depth + 1)  // count width
@@ -12,12 +11,13 @@ module nelssa_tag_fifo #(
   input  logic [Width-1:0] data_i,
   input  logic             pop_i,    // must not be set when empty
   output logic [Width-1:0] head_o,
-  output logic             full_o
+  output logic             full_o,
+  output logic             empty_o
 );
   localparam int unsigned PtrW = $clog2(Depth);
 
   if (Depth < 2 || (Depth & (Depth - 1)) != 0) begin : gen_depth_check
-    $error("nelssa_tag_fifo: Depth must be a power of two >= 2");
+    $error("nelssa_fifo: Depth must be a power of two >= 2");
   end
 
   logic [Width-1:0] mem_q [Depth];
@@ -43,4 +43,5 @@ module nelssa_tag_fifo #(
 
   assign head_o = mem_q[rptr_q];
   assign full_o = count_q == CntW'(Depth);
+  assign empty_o = count_q == '0;
 endmodule
