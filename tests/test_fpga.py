@@ -375,3 +375,31 @@ def test_decode_refuses_fpga_without_boards(tmp_path):
                         "--bar", str(tmp_path / "nothing")],
                        capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and "no bitstream manifest" in r.stderr
+
+
+def test_a_board_served_as_a_remote_device(served, tmp_path):
+    """`nelssa device serve --backend fpga`: a board behind a device process, reached over
+    ZeroMQ like any device; a refused board makes the server exit 2 with the reason."""
+    from nelssa.driver.remote import RemotePort
+
+    endpoint = f"ipc://{tmp_path}/dev0"
+    proc = subprocess.Popen([sys.executable, "-m", "nelssa.cli", "device", "serve", "--backend",
+                             "fpga", "--bar", str(served.board.folder), "--endpoint", endpoint],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        remote = RemotePort(endpoint, timeout_ms=30_000)
+        got = _workload(remote)
+        remote.shutdown()
+        remote.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    want = _workload(ModelDevice())
+    want["regs"]["BUILD_ID"] = served.board.config.build_id
+    assert got == want
+    bad = subprocess.run([sys.executable, "-m", "nelssa.cli", "device", "serve", "--backend",
+                          "fpga", "--bar", str(tmp_path / "nothing"), "--endpoint", endpoint],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no bitstream manifest" in bad.stderr
