@@ -195,8 +195,10 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
                                  f"tee -q -o {synth.out('stat.json')} stat -json"])
 
     try:
-        run(classic_abc=False)
+        run(classic_abc=args.classic_abc)
     except StageError as exc:
+        if args.classic_abc:
+            raise
         if "ABC9" not in str(exc):
             raise
         log.warning("%s: ABC9 failed (%s); mapping LUTs with the classic ABC instead", top,
@@ -274,6 +276,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="other yosys command for synthesis (hand-off via Verilog)",
     )
+    parser.add_argument("--classic-abc", action="store_true",
+                        help="map LUTs with the classic ABC rather than ABC9")
     parser.add_argument("--blackbox", action="append", default=[], metavar="MODULE",
                         help="keep MODULE out of the count (synthesized on its own elsewhere)")
     parser.add_argument("--json", type=Path, help="also write the counts to this JSON file")

@@ -250,6 +250,7 @@ def test_absent_small_and_foreign_bars_refused_before_any_write(served, tmp_path
     with pytest.raises(BarError, match="no DMA channel"):
         _small_mem(folder)
     assert served.board.writes_taken == 0
+    FpgaPort(folder).close()  # the failed open let go of the board
 
 
 def _small_mem(folder: Path) -> None:

@@ -172,6 +172,7 @@ class FakeBoard:
         """Take stores and run the clock until :meth:`stop`."""
         sel = selectors.DefaultSelector()
         sel.register(self._listener, selectors.EVENT_READ)
+        partial: dict[socket.socket, bytes] = {}  # a store announcement split by the stream
         busy = False
         try:
             while not self._stop.is_set():
@@ -184,11 +185,16 @@ class FakeBoard:
                     data = sock.recv(4096)  # type: ignore[union-attr]
                     if not data:
                         sel.unregister(sock)
+                        partial.pop(sock, None)  # type: ignore[call-overload]
                         sock.close()  # type: ignore[union-attr]
                         continue
-                    for (off,) in struct.iter_unpack("<I", data):
+                    data = partial.pop(sock, b"") + data  # type: ignore[call-overload]
+                    whole = len(data) // 4 * 4
+                    if whole < len(data):
+                        partial[sock] = data[whole:]  # type: ignore[index]
+                    for (off,) in struct.iter_unpack("<I", data[:whole]):
                         self._take_store(off)
-                    sock.sendall(b"\x01" * (len(data) // 4))  # type: ignore[union-attr]
+                    sock.sendall(b"\x01" * (whole // 4))  # type: ignore[union-attr]
                 busy = self._tick()
         finally:
             for key in list(sel.get_map().values()):

@@ -90,6 +90,21 @@ class FpgaPort(DevicePort):
             ro.close()
         manifest.check_registers(self.identity)
         self.mem_bytes = manifest.device.mem_bytes
+        self._h2c = self._c2h = -1
+        self._tap: socket.socket | None = None
+        try:
+            self._open(dma)
+        except BaseException:
+            self.close()  # a half-open board keeps neither its lock nor its descriptors
+            raise
+        self._out: list[bytes] = []
+        self._busy_mark: int | None = None
+        log.info("board %s: %s (%s), build %#x, %d engines, %d GiB, memory BAR %#x bytes, "
+                 "DMA %s", self.files.folder, manifest.board, manifest.part, manifest.build_id,
+                 manifest.device.engines, self.mem_bytes >> 30, self._mem.size,
+                 "yes" if self._h2c >= 0 else "no")
+
+    def _open(self, dma: DmaPaths | str | None) -> None:
         self._regs = MmioRegion(self.files.regs, regs.REG_WINDOW_BYTES, "register", True,
                                 exclusive=True)
         self._mem = MmioRegion(self.files.mem, LINE_BYTES, "memory", True)
@@ -97,35 +112,24 @@ class FpgaPort(DevicePort):
         if dma == "auto":
             h2c, c2h = self.files.folder / DMA_H2C_NAME, self.files.folder / DMA_C2H_NAME
             dma = DmaPaths(h2c, c2h) if h2c.exists() and c2h.exists() else None
-        self._h2c = self._c2h = -1
         if isinstance(dma, DmaPaths):
             try:
                 self._h2c = os.open(dma.h2c, os.O_WRONLY)
                 self._c2h = os.open(dma.c2h, os.O_RDONLY)
             except OSError as e:
-                self.close()
                 raise BarError(f"cannot open the DMA channel: {e}") from e
         if self.aperture < self.mem_bytes and self._h2c < 0:
-            self.close()
             raise BarError(f"the memory BAR {self.files.mem} maps {self.aperture:#x} bytes of "
                            f"the device's {self.mem_bytes:#x} and there is no DMA channel for "
-                           "the rest: give one (dma=DmaPaths(...), --dma-h2c/--dma-c2h)")
-        self._tap: socket.socket | None = None
+                           "the rest: give one (--bar DIR,H2C,C2H)")
         if self.files.tap is not None:
             self._tap = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self._tap.settimeout(stall_timeout_s)
+            self._tap.settimeout(self.stall_timeout_s)
             try:
                 self._tap.connect(str(self.files.tap))
             except OSError as e:
-                self.close()
                 raise DeviceNotAnsweringError(f"the fake board at {self.files.folder} is not "
                                               f"served: {e}") from e
-        self._out: list[bytes] = []
-        self._busy_mark: int | None = None
-        log.info("board %s: %s (%s), build %#x, %d engines, %d GiB, memory BAR %#x bytes, "
-                 "DMA %s", self.files.folder, manifest.board, manifest.part, manifest.build_id,
-                 manifest.device.engines, self.mem_bytes >> 30, self._mem.size,
-                 "yes" if self._h2c >= 0 else "no")
 
     # -- registers --------------------------------------------------------------------------------
     def _rd32(self, off: int) -> int:
