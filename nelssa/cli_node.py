@@ -61,6 +61,11 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             return 2
         backend = "fpga"
         endpoints = [FPGA_PREFIX + b for b in args.bar]
+        missing = [b for b in args.bar if not Path(b.split(",")[0]).exists()]
+        if missing:
+            print(f"error: no board at {missing[0]}: give the PCI device folder "
+                  "(/sys/bus/pci/devices/DDDD:BB:DD.F) or its resourceN file", file=sys.stderr)
+            return 2
         try:
             first = Path(args.bar[0].split(",")[0])
             clock_mhz = Manifest.load(args.manifest or first / "manifest.json"

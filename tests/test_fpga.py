@@ -210,6 +210,9 @@ def _refused(served, exc, match, bar=None, manifest=None, **kw):
 def test_missing_and_malformed_manifests_refused_before_any_write(served, tmp_path):
     folder = served.board.folder
     _refused(served, ManifestError, "no bitstream manifest", manifest=tmp_path / "none.json")
+    (folder / "manifest.json").rename(tmp_path / "kept.json")  # none beside the board either
+    _refused(served, ManifestError, "no bitstream manifest at .*board0/manifest.json")
+    (tmp_path / "kept.json").rename(folder / "manifest.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     _refused(served, ManifestError, "not valid JSON", manifest=bad)
@@ -375,7 +378,7 @@ def test_decode_refuses_fpga_without_boards(tmp_path):
     r = subprocess.run([sys.executable, "-m", "nelssa.cli", "node", "up", "--backend", "fpga",
                         "--bar", str(tmp_path / "nothing")],
                        capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert r.returncode == 2 and "no bitstream manifest" in r.stderr
+    assert r.returncode == 2 and "no board at" in r.stderr
 
 
 def test_a_board_served_as_a_remote_device(served, tmp_path):
@@ -403,4 +406,4 @@ def test_a_board_served_as_a_remote_device(served, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "nelssa.cli", "device", "serve", "--backend",
                           "fpga", "--bar", str(tmp_path / "nothing"), "--endpoint", endpoint],
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "no bitstream manifest" in bad.stderr
+    assert bad.returncode == 2 and "no board at" in bad.stderr

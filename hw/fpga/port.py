@@ -75,6 +75,9 @@ class FpgaPort(DevicePort):
         ``stall_timeout_s``: how long the device may stand still (its cycle counter, a store
         announcement) before it counts as not answering."""
         folder = Path(bar).parent if Path(bar).is_file() else Path(bar)
+        if manifest is None and not folder.is_dir():  # a mistyped board, not a missing manifest
+            raise BarError(f"no board at {bar}: give the PCI device folder "
+                           "(/sys/bus/pci/devices/DDDD:BB:DD.F) or its resourceN file")
         if not isinstance(manifest, Manifest):
             manifest = Manifest.load(manifest if manifest is not None
                                      else folder / "manifest.json")
