@@ -52,11 +52,19 @@ def cmd_fpga_manifest(args: argparse.Namespace) -> int:
     from nelssa.hw.fpga.errors import FpgaError
     from nelssa.hw.fpga.manifest import DeviceParams, Manifest, PciIds
 
+    ints = {}
+    for flag in ("build_id", "vendor", "device"):
+        try:
+            ints[flag] = int(getattr(args, flag), 0)
+        except ValueError:
+            print(f"error: --{flag.replace('_', '-')} must be an integer (decimal or 0x...), "
+                  f"got {getattr(args, flag)!r}", file=sys.stderr)
+            return 2
     try:
         m = Manifest.for_this_software(
-            board=args.board, part=args.part, build_id=int(args.build_id, 0),
+            board=args.board, part=args.part, build_id=ints["build_id"],
             device=DeviceParams(args.engines, 8, (64, 128), 64, args.mem_bytes, args.clock_hz),
-            pci=PciIds(int(args.vendor, 0), int(args.device, 0)),
+            pci=PciIds(ints["vendor"], ints["device"]),
             built=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         Manifest.from_dict(m.to_dict())  # the checks a reader will make
     except (FpgaError, ValueError) as e:

@@ -330,6 +330,14 @@ def test_cli_probe_refuses_with_a_clear_message(served, tmp_path):
     assert r.returncode == 0, r.stderr
     m = Manifest.load(tmp_path / "x.json")
     assert m.build_id == 0x42 and m.interface_sha256 == interface_digest()
+    for flags, message in ((["--build-id", "forty-two"], "--build-id must be an integer"),
+                           (["--build-id", "0x1ffffffff"], "field 'build_id' must be in"),
+                           (["--build-id", "1", "--engines", "0"], "'device.engines'")):
+        r = subprocess.run([sys.executable, "-m", "nelssa.cli", "fpga", "manifest", "--board",
+                            "b", "--part", "p", *flags, "-o", str(tmp_path / "y.json")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not (tmp_path / "y.json").exists()
     assert served.board.writes_taken == 0
 
 
