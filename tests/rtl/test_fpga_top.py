@@ -300,7 +300,8 @@ def model_case(seed: int) -> Case:
     mem = MemoryApi(dev, 1 << 20, 1 << 26)
     rng = np.random.default_rng(seed)
     reqs = []
-    for head, (hd, heads, n, sel) in enumerate([(128, 4, 12, 5), (64, 2, 6, 6)]):
+    for head, (hd, heads, n, sel) in enumerate([(128, 4, 12, 5), (64, 2, 6, 6), (128, 8, 9, 4),
+                                                (64, 1, 3, 1)]):
         tokens = rng.integers(1, 33, n)
         ks = [fp.f32_to_bf16_bits(rng.standard_normal((t, hd)).astype(np.float32))
               for t in tokens]
