@@ -110,10 +110,8 @@ def _fields(lines: list[str], prefix: str, struct) -> None:
 def render_dev_pkg() -> str:
     """nelssa_dev_pkg: register offsets, descriptor and completion layouts, CXL.mem opcodes,
     and the interface hash of all of it (the SHA-256 of the package without that line)."""
-    import hashlib
-
     body = _dev_pkg_lines()
-    digest = hashlib.sha256("\n".join(body).encode()).hexdigest()
+    digest = _digest(body)
     hash_line = (f"  localparam logic [31:0] IFACE_HASH = 32'h{digest[:8].upper()};  "
                  f"// sha256 {digest}")
     return "\n".join([*body[:-1], hash_line, body[-1]]) + "\n"
@@ -121,9 +119,13 @@ def render_dev_pkg() -> str:
 
 def dev_pkg_digest() -> str:
     """SHA-256 (hex) of the device interface: the generated package without its hash line."""
+    return _digest(_dev_pkg_lines())
+
+
+def _digest(lines: list[str]) -> str:
     import hashlib
 
-    return hashlib.sha256("\n".join(_dev_pkg_lines()).encode()).hexdigest()
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def _dev_pkg_lines() -> list[str]:

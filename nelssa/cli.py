@@ -11,7 +11,7 @@ import numpy as np
 
 from nelssa import __version__
 from nelssa.cli_decode import add_decode_parser, check_decode_args
-from nelssa.cli_fpga import add_fpga_parser
+from nelssa.cli_fpga import add_board_args, add_fpga_parser
 from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_node_args
 from nelssa.cli_serving import add_serving_parser
@@ -206,9 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     device_sub = device.add_subparsers(dest="device_command", required=True)
     serve = device_sub.add_parser("serve", help="serve a device's port over ZeroMQ")
     serve.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
-    serve.add_argument("--bar", help="with --backend fpga: the board (PCI device folder, "
-                                     "optionally ,H2C,C2H DMA devices)")
-    serve.add_argument("--manifest", help="with --backend fpga: the bitstream's manifest")
+    add_board_args(serve, several=False)
     serve.add_argument("--endpoint", default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     serve.add_argument("--engines", type=int, default=2, help="attention engines (1..15)")

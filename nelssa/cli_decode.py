@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nelssa.cli_fpga import add_board_args
 from nelssa.emu.link.model import PRESETS
 
 log = logging.getLogger(__name__)
@@ -166,10 +167,7 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--node", help="a running node's endpoint (default: boot one here)")
     p.add_argument("--devices", type=int, default=4)
     p.add_argument("--backend", choices=("rtl", "model", "fpga"), default="rtl")
-    p.add_argument("--bar", action="append", metavar="BOARD",
-                   help="with --backend fpga: a board (PCI device folder, optionally ,H2C,C2H "
-                        "DMA devices); repeat for each")
-    p.add_argument("--manifest", help="with --backend fpga: the bitstream manifest")
+    add_board_args(p, several=True)
     p.add_argument("--link", default="roce-400g", choices=sorted(x for x in PRESETS
                                                                  if x.startswith("roce")))
     p.add_argument("--model", help="Hugging Face Llama folder (config.json + safetensors); "

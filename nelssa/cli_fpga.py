@@ -51,6 +51,7 @@ def cmd_fpga_manifest(args: argparse.Namespace) -> int:
 
     from nelssa.hw.fpga.errors import FpgaError
     from nelssa.hw.fpga.manifest import DeviceParams, Manifest, PciIds
+    from nelssa.hw.model.engine import EngineParams
 
     ints = {}
     for flag in ("build_id", "vendor", "device"):
@@ -63,7 +64,7 @@ def cmd_fpga_manifest(args: argparse.Namespace) -> int:
     try:
         m = Manifest.for_this_software(
             board=args.board, part=args.part, build_id=ints["build_id"],
-            device=DeviceParams(args.engines, 8, (64, 128), 64, args.mem_bytes, args.clock_hz),
+            device=DeviceParams.of(args.engines, EngineParams(), args.mem_bytes, args.clock_hz),
             pci=PciIds(ints["vendor"], ints["device"]),
             built=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         Manifest.from_dict(m.to_dict())  # the checks a reader will make
@@ -113,6 +114,15 @@ def cmd_fpga_sources(args: argparse.Namespace) -> int:
     for path in FPGA_TOP:
         print(path)
     return 0
+
+
+def add_board_args(p: argparse.ArgumentParser, several: bool) -> None:
+    """--bar and --manifest of the commands that take --backend fpga."""
+    p.add_argument("--bar", action="append" if several else "store", metavar="BOARD",
+                   help="with --backend fpga: a board (PCI device folder, optionally ,H2C,C2H "
+                        "DMA devices)" + ("; repeat for each" if several else ""))
+    p.add_argument("--manifest", help="with --backend fpga: the bitstream manifest (default: "
+                                      "manifest.json in the board folder)")
 
 
 def add_fpga_parser(sub: argparse._SubParsersAction) -> None:

@@ -11,6 +11,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from nelssa.cli_fpga import add_board_args
 from nelssa.emu.link.model import PRESETS
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         backend = "remote"
     elif args.backend == "fpga":
         from nelssa.host.pnm_node.devices import FPGA_PREFIX
-        from nelssa.hw.fpga.manifest import Manifest
+        from nelssa.hw.fpga.port import board_manifest, parse_board
 
         if not args.bar:
             print("error: --backend fpga needs --bar BOARD for each board (a PCI device "
@@ -61,15 +62,9 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             return 2
         backend = "fpga"
         endpoints = [FPGA_PREFIX + b for b in args.bar]
-        missing = [b for b in args.bar if not Path(b.split(",")[0]).exists()]
-        if missing:
-            print(f"error: no board at {missing[0]}: give the PCI device folder "
-                  "(/sys/bus/pci/devices/DDDD:BB:DD.F) or its resourceN file", file=sys.stderr)
-            return 2
-        try:
-            first = Path(args.bar[0].split(",")[0])
-            clock_mhz = Manifest.load(args.manifest or first / "manifest.json"
-                                      ).device.clock_hz / 1e6
+        try:  # the device clock, for emulated time
+            first, _ = parse_board(args.bar[0])
+            clock_mhz = board_manifest(first, args.manifest).device.clock_hz / 1e6
         except FpgaError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -165,11 +160,7 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
     up = node_sub.add_parser("up", help="start a node and its device processes; Ctrl-C stops")
     up.add_argument("--devices", type=int, default=4, help="device processes to start (1..32)")
     up.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
-    up.add_argument("--bar", action="append", metavar="BOARD",
-                    help="with --backend fpga: a board (PCI device folder, optionally ,H2C,C2H "
-                         "DMA devices); repeat for each")
-    up.add_argument("--manifest", help="with --backend fpga: the bitstream manifest (default: "
-                                       "manifest.json in each board folder)")
+    add_board_args(up, several=True)
     up.add_argument("--engines", type=int, default=2, help="attention engines per device")
     up.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
     up.add_argument("--link", default="roce-400g", choices=LINKS,

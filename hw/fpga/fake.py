@@ -49,7 +49,7 @@ class FileMemory:
             self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED)
         finally:
             os.close(fd)
-        self._fd_path = path
+        self._path = path
 
     def read(self, addr: int, n: int) -> bytes:
         return self._mm[addr:addr + n]
@@ -68,7 +68,7 @@ class FileMemory:
     def image(self) -> dict[int, bytes]:
         """Every line that is not all zero, by line address (walks only the file's data)."""
         out: dict[int, bytes] = {}
-        fd = os.open(self._fd_path, os.O_RDONLY)
+        fd = os.open(self._path, os.O_RDONLY)
         try:
             pos = 0
             while pos < self.size:
@@ -100,12 +100,10 @@ class FakeBoard:
         base = config or DeviceConfig()
         self.config = DeviceConfig(engines=base.engines, engine=base.engine, preset=base.preset,
                                    build_id=FAKE_BUILD_ID)
-        e = self.config.engine
         self.manifest = Manifest.for_this_software(
             board="nelssa-fake", part="model", build_id=FAKE_BUILD_ID,
-            device=DeviceParams(self.config.engines, e.num_qheads,
-                                tuple(d for d in (64, 128) if d <= e.head_dim),
-                                e.max_cluster_tokens, self.config.mem_bytes, clock_hz))
+            device=DeviceParams.of(self.config.engines, self.config.engine,
+                                   self.config.mem_bytes, clock_hz))
         pci = self.manifest.pci
         (self.folder / "vendor").write_text(f"{pci.vendor:#06x}\n")
         (self.folder / "device").write_text(f"{pci.device:#06x}\n")

@@ -19,12 +19,15 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nelssa.driver import regs
-from nelssa.driver.iface import interface_digest, interface_hash32, version_major
+from nelssa.driver.iface import interface_digest, version_major
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.fpga.errors import ManifestError, MismatchError
+
+if TYPE_CHECKING:
+    from nelssa.hw.model.engine import EngineParams
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,13 @@ class DeviceParams:
     """Device memory behind the memory controllers (MEM_SIZE)."""
     clock_hz: int
     """Core clock of the device (PERF_CYCLES counts it)."""
+
+    @classmethod
+    def of(cls, engines: int, e: EngineParams, mem_bytes: int, clock_hz: int) -> DeviceParams:
+        """The parameters of a device of ``engines`` engines built with ``e``."""
+        return cls(engines, e.num_qheads,
+                   tuple(d for d in SUPPORTED_HEAD_DIMS if d <= e.head_dim),
+                   e.max_cluster_tokens, mem_bytes, clock_hz)
 
     @property
     def caps(self) -> int:
@@ -191,7 +201,8 @@ class Manifest:
 
     def check_registers(self, values: dict[str, int]) -> None:
         """Refuse a board whose identity registers differ from this manifest (a bitstream
-        loaded that is not the one the manifest describes)."""
+        loaded that is not the one the manifest describes). With :meth:`check_software`
+        passed first, IFACE_HASH matching the manifest means matching this software."""
         expect = {"MAGIC": regs.DEVICE_MAGIC, "VERSION": self.interface_version,
                   "IFACE_HASH": int(self.interface_sha256[:8], 16), "BUILD_ID": self.build_id,
                   "CAPS": self.device.caps, "MEM_SIZE": self.device.mem_bytes}
@@ -200,9 +211,6 @@ class Manifest:
         if wrong:
             raise MismatchError("the board does not hold the bitstream of this manifest: "
                                 + "; ".join(wrong))
-        if values["IFACE_HASH"] != interface_hash32():
-            raise MismatchError(f"the board's IFACE_HASH {values['IFACE_HASH']:#010x} is not "
-                                f"this software's {interface_hash32():#010x}")
 
 
 class _Fields:

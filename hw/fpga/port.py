@@ -47,9 +47,14 @@ def read_identity(read32: Callable[[int], int]) -> dict[str, int]:
         raise BarError(f"not a NELSSA device: MAGIC reads {magic:#010x}, expected "
                        f"{regs.DEVICE_MAGIC:#010x}")
     values = {n: read32(regs.offset(n)) for n in IDENTITY if n != "MEM_SIZE"}
-    lo = read32(regs.offset("MEM_SIZE_LO"))  # LO first: it latches HI
-    values["MEM_SIZE"] = lo | read32(regs.offset("MEM_SIZE_HI")) << 32
+    values["MEM_SIZE"] = read64(read32, "MEM_SIZE")
     return values
+
+
+def read64(read32: Callable[[int], int], name: str) -> int:
+    """A LO/HI register pair, LO first (reading LO latches HI)."""
+    lo = read32(regs.offset(f"{name}_LO"))
+    return lo | read32(regs.offset(f"{name}_HI")) << 32
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,6 @@ class DmaPaths:
 class FpgaPort(DevicePort):
     """A device on a board (or a fake board), behind the port every backend implements."""
 
-    DMA_MIN_BYTES = 4096
-    """Transfers this long or longer go through the DMA channel when there is one."""
-
     def __init__(self, bar: Path | str, manifest: Path | str | Manifest | None = None, *,
                  dma: DmaPaths | str | None = "auto", stall_timeout_s: float = 10.0,
                  poll_s: float = 20e-6) -> None:
@@ -74,13 +76,7 @@ class FpgaPort(DevicePort):
         the DMA channel; "auto" takes a fake board's, None uses the memory BAR only.
         ``stall_timeout_s``: how long the device may stand still (its cycle counter, a store
         announcement) before it counts as not answering."""
-        folder = Path(bar).parent if Path(bar).is_file() else Path(bar)
-        if manifest is None and not folder.is_dir():  # a mistyped board, not a missing manifest
-            raise BarError(f"no board at {bar}: give the PCI device folder "
-                           "(/sys/bus/pci/devices/DDDD:BB:DD.F) or its resourceN file")
-        if not isinstance(manifest, Manifest):
-            manifest = Manifest.load(manifest if manifest is not None
-                                     else folder / "manifest.json")
+        manifest = board_manifest(bar, manifest)
         manifest.check_software()
         self.manifest = manifest
         self.files = BoardFiles.locate(bar, manifest.pci)
@@ -166,8 +162,7 @@ class FpgaPort(DevicePort):
         return self._h2c >= 0
 
     def _rd64(self, name: str) -> int:
-        lo = self._rd32(regs.offset(f"{name}_LO"))
-        return lo | self._rd32(regs.offset(f"{name}_HI")) << 32
+        return read64(self._rd32, name)
 
     # -- memory -----------------------------------------------------------------------------------
     def _mem_read(self, addr: int, n: int) -> bytes:
@@ -327,11 +322,29 @@ class FpgaPort(DevicePort):
             tap.close()
 
 
-def open_board(spec: str, manifest: Path | str | None = None, **kwargs) -> FpgaPort:
-    """A board from ``DIR`` or ``DIR,H2C,C2H`` (its PCI device folder, then optionally its DMA
-    channel's host-to-card and card-to-host devices, e.g. /dev/xdma0_h2c_0,/dev/xdma0_c2h_0)."""
+def board_manifest(bar: Path | str, manifest: Path | str | Manifest | None) -> Manifest:
+    """The manifest of the board at ``bar``: the one given, or ``manifest.json`` in the board's
+    folder. A board folder that does not exist is named as such, not as a missing manifest."""
+    if isinstance(manifest, Manifest):
+        return manifest
+    folder = Path(bar).parent if Path(bar).is_file() else Path(bar)
+    if manifest is None and not folder.is_dir():
+        raise BarError(f"no board at {bar}: give the PCI device folder "
+                       "(/sys/bus/pci/devices/DDDD:BB:DD.F) or its resourceN file")
+    return Manifest.load(manifest if manifest is not None else folder / "manifest.json")
+
+
+def parse_board(spec: str) -> tuple[Path, DmaPaths | str]:
+    """``DIR`` or ``DIR,H2C,C2H``: the board's PCI device folder, then optionally its DMA
+    channel's host-to-card and card-to-host devices (e.g. /dev/xdma0_h2c_0,/dev/xdma0_c2h_0);
+    "auto" when not given."""
     parts = spec.split(",")
     if len(parts) not in (1, 3) or not all(parts):
         raise BarError(f"board {spec!r}: expected DIR or DIR,H2C,C2H")
-    dma: DmaPaths | str = DmaPaths(Path(parts[1]), Path(parts[2])) if len(parts) == 3 else "auto"
-    return FpgaPort(parts[0], manifest, dma=dma, **kwargs)
+    return Path(parts[0]), DmaPaths(Path(parts[1]), Path(parts[2])) if len(parts) == 3 else "auto"
+
+
+def open_board(spec: str, manifest: Path | str | None = None, **kwargs) -> FpgaPort:
+    """The board of a :func:`parse_board` spec."""
+    bar, dma = parse_board(spec)
+    return FpgaPort(bar, manifest, dma=dma, **kwargs)

@@ -278,7 +278,7 @@ class ModelDevice(DevicePort):
 
     def run_until_idle(self, max_cycles: int) -> int:
         start = self._now
-        while self._inflight or self._pending():
+        while self.has_work:
             if self._now - start >= max_cycles:
                 raise TimeoutError(f"device still busy after {max_cycles} cycles")
             target = self._inflight[0].done_cycle if self._inflight else self._now + 1
