@@ -1,19 +1,33 @@
 // Memory controller of one 32-bit DDR5 sub-channel, clocked at 800 MHz (4 tCK per cycle).
 //
 // The policy of hw/model/ddr5_subchannel.py, cycle for cycle: read and write queues in age order,
-// FR-FCFS (one READ/WRITE and up to RowCmdsPerCycle ACT/PRE/REF per cycle, each at the earliest
-// tCK of the cycle that the JEDEC rules and the CA bus allow), open page with close-after-idle,
-// write drain between two watermarks, all-bank refresh every nREFI. Commands leave on three
-// slots stamped with their tCK (slot 0: READ/WRITE, slots 1-2: row commands) toward the DRAM or
-// its model; the request tag rides along with READ/WRITE. Requests enter one per cycle and may
-// be scheduled from the next cycle; a request whose line sits in the other queue waits, so the
-// reads and writes of one line complete in request order.
+// FR-FCFS (one READ/WRITE and up to two ACT/PRE/REF per cycle, each at the earliest tCK of the
+// cycle that the JEDEC rules and the CA bus allow), open page with close-after-idle, write drain
+// between two watermarks, all-bank refresh every nREFI. Commands leave on three slots stamped
+// with their tCK (slot 0: READ/WRITE, slots 1-2: row commands) toward the DRAM or its model; the
+// request tag rides along with READ/WRITE. Requests enter one per cycle and may be scheduled from
+// the next cycle; a request whose line sits in the other queue waits, so the reads and writes of
+// one line complete in request order.
+//
+// Structure. Each queue is kept in age order (position 0 is the oldest) with bit masks over its
+// positions: the entries of each bank, the entries whose bank is open and the entries whose row
+// is open (row hits). The masks change only when a command issues or a request enters or
+// leaves. A choice is then "the oldest entry of a mask whose bank can take the command": the
+// lowest set bit is tried and, if its bank cannot take the command this cycle, every entry of
+// that bank leaves the mask, since they would all fail alike. Usually the first try succeeds, so
+// a cycle costs a few mask operations instead of a scan of both queues (what makes eight
+// sub-channels simulate at device speed), and the hardware is priority encoders over masks.
+//
+// Each JEDEC rule is kept as the earliest tCK it allows, raised when a command issues, in
+// TckW-bit registers that wrap: times are compared through their difference, and a scrubber
+// pulls any register that lies more than Horizon tCK in the past up to now - Horizon (a bank and
+// a bank group per cycle), so no difference ever reaches half the range.
 module nelssa_ddr5_ctrl
   import nelssa_ddr5_pkg::*;
 #(
   parameter timing_t     T           = DDR5_6400,  // timing preset (nelssa_ddr5_pkg)
-  parameter int unsigned ReadQueue   = 32,         // read-queue entries
-  parameter int unsigned WriteQueue  = 32,         // write-queue entries
+  parameter int unsigned ReadQueue   = 32,         // read-queue entries (1 to 32)
+  parameter int unsigned WriteQueue  = 32,         // write-queue entries (1 to 32)
   parameter int unsigned WriteHigh   = 24,         // write-queue level that starts a drain
   parameter int unsigned WriteLow    = 8,          // level at which a drain stops
   parameter int unsigned CloseIdle   = 64,         // tCK an unrequested open row stays open
@@ -42,204 +56,256 @@ module nelssa_ddr5_ctrl
   output logic [TagW-1:0]     cmd_tag_o,   // slot 0
   output logic                cmd_write_o  // slot 0 is a WRITE
 );
-  localparam int NB = 32;
-  localparam int NG = 8;
-  localparam int QMAX = (ReadQueue > WriteQueue) ? ReadQueue : WriteQueue;
-  localparam int NO_BANK = 32;  // a bank index that matches no bank
-  // timings as 64-bit tCK counts
-  localparam longint NCWL = longint'(T.nCWL);
-  localparam longint NRCD = longint'(T.nRCD);
-  localparam longint NRP = longint'(T.nRP);
-  localparam longint NRAS = longint'(T.nRAS);
-  localparam longint NRC = longint'(T.nRC);
-  localparam longint NRTP = longint'(T.nRTP);
-  localparam longint NCCD_S = longint'(T.nCCD_S);
-  localparam longint NCCD_L = longint'(T.nCCD_L);
-  localparam longint NCCD_L_WR = longint'(T.nCCD_L_WR);
-  localparam longint NRRD_S = longint'(T.nRRD_S);
-  localparam longint NRRD_L = longint'(T.nRRD_L);
-  localparam longint NFAW = longint'(T.nFAW);
-  localparam longint NRFC = longint'(T.nRFC);
-  localparam longint NREFI = longint'(T.nREFI);
-  localparam longint BURST = 64'sd8;  // tCK of a BL16 burst
-  localparam longint WTR_S = NCWL + BURST + longint'(T.nWTR_S);  // WR to RD, other group
-  localparam longint WTR_L = NCWL + BURST + longint'(T.nWTR_L);  // WR to RD, same group
-  localparam longint WTP = NCWL + BURST + longint'(T.nWR);       // WR to PRE
-  localparam longint NCL_RTW = longint'(T.nCL) + BURST + 64'sd1 - NCWL;
-  localparam longint RTW = (NCL_RTW > NCCD_S) ? NCL_RTW : NCCD_S;  // RD to WR
+  localparam int NB = 32;         // banks
+  localparam int NG = 8;          // bank groups
+  localparam int QW = 32;         // queue mask width
+  localparam int TCK_W = 20;      // width of the wrapping tCK registers
+  localparam int HORIZON = 1 << (TCK_W - 2);  // how far in the past a rule register may lie
+  localparam int WHEEL_W = $clog2((CloseIdle + 3) / 4 + 2);  // close-after-idle timing wheel
+  localparam int WHEEL = 1 << WHEEL_W;
+
+  typedef logic [TCK_W-1:0] tck_t;
+  typedef logic signed [TCK_W-1:0] dtck_t;
+  typedef logic [QW-1:0] qmask_t;
+
+  // timings in tCK
+  localparam tck_t NRCD = tck_t'(T.nRCD);
+  localparam tck_t NRP = tck_t'(T.nRP);
+  localparam tck_t NRAS = tck_t'(T.nRAS);
+  localparam tck_t NRC = tck_t'(T.nRC);
+  localparam tck_t NRTP = tck_t'(T.nRTP);
+  localparam tck_t NCCD_S = tck_t'(T.nCCD_S);
+  localparam tck_t NCCD_L = tck_t'(T.nCCD_L);
+  localparam tck_t NCCD_L_WR = tck_t'(T.nCCD_L_WR);
+  localparam tck_t NRRD_S = tck_t'(T.nRRD_S);
+  localparam tck_t NRRD_L = tck_t'(T.nRRD_L);
+  localparam tck_t NFAW = tck_t'(T.nFAW);
+  localparam tck_t NRFC = tck_t'(T.nRFC);
+  localparam tck_t NREFI = tck_t'(T.nREFI);
+  localparam int BURST = 8;  // tCK of a BL16 burst
+  localparam tck_t WTR_S = tck_t'(T.nCWL + BURST + T.nWTR_S);  // WR to RD, other group
+  localparam tck_t WTR_L = tck_t'(T.nCWL + BURST + T.nWTR_L);  // WR to RD, same group
+  localparam tck_t WTP = tck_t'(T.nCWL + BURST + T.nWR);       // WR to PRE
+  localparam int NCL_RTW = T.nCL + BURST + 1 - T.nCWL;
+  localparam tck_t RTW = tck_t'((NCL_RTW > T.nCCD_S) ? NCL_RTW : T.nCCD_S);  // RD to WR
 
   if (T.bank_groups != NG || T.banks_per_group != NB / NG) begin : gen_geometry_check
     $error("nelssa_ddr5_ctrl: built for 8 bank groups of 4 banks");
+  end
+  if (ReadQueue < 1 || ReadQueue > QW || WriteQueue < 1 || WriteQueue > QW)
+  begin : gen_queue_check
+    $error("nelssa_ddr5_ctrl: ReadQueue and WriteQueue must be 1 to 32");
   end
   if (!(WriteLow < WriteHigh && WriteHigh <= WriteQueue)) begin : gen_watermark_check
     $error("nelssa_ddr5_ctrl: need WriteLow < WriteHigh <= WriteQueue");
   end
   // Commands of one cycle never touch the same bank, and a cycle holds at most one ACT and one
-  // REF, when these gaps exceed the 4 tCK of a cycle; the state update below relies on it.
+  // REF, when these gaps exceed the 4 tCK of a cycle; the scheduling below relies on it.
   if (T.nRP < 4 || T.nRAS < 4 || T.nRTP < 4 || T.nRRD_S < 4 || T.nRFC < 4 || T.nRCD < 4)
   begin : gen_gap_check
     $error("nelssa_ddr5_ctrl: needs nRP, nRAS, nRTP, nRRD_S, nRFC and nRCD of 4 tCK or more");
   end
+  // Wrapping times stay unambiguous while every register lies within Horizon (plus the scrub
+  // period) behind now and within the longest gap ahead of it.
+  if (T.nREFI + T.nRFC + T.nRC + 1024 >= HORIZON || CloseIdle < 1 || CloseIdle >= HORIZON)
+  begin : gen_time_check
+    $error("nelssa_ddr5_ctrl: nREFI or nRFC too long for the tCK registers, or CloseIdle not 1 to 2^18");
+  end
 
   typedef struct packed {
-    logic [2:0]      bg;
-    logic [1:0]      bank;
-    logic [15:0]     row;
-    logic [5:0]      col;
-    logic [TagW-1:0] tag;
+    logic [4:0]  bank;  // {bank group, bank}
+    logic [15:0] row;
+    logic [5:0]  col;
   } entry_t;
 
   // ---------------------------------------------------------------------------------------------
-  // State. Instead of the times of the last commands, each rule is kept as the earliest tCK it
-  // allows, raised as commands issue: the earliest tCK of a command is then the maximum of a few
-  // registers, not a search over the bank groups (same values as hw/model/ddr5_subchannel.py,
-  // whose command times only grow).
-  entry_t      rq_q [ReadQueue];
-  entry_t      wq_q [WriteQueue];
-  int          rq_n_q, wq_n_q;
-  logic [NB-1:0] open_q;
-  logic [15:0] orow_q [NB];
-  longint      row_used_q [NB];  // tCK of the last ACT or column command to the open row
-  longint      act_bank_q [NB];  // ACT: tRP, tRC
-  longint      col_bank_q [NB];  // READ/WRITE: tRCD
-  longint      pre_bank_q [NB];  // PRE: tRAS, tRTP, tWR
-  longint      act_grp_q [NG];   // ACT into the group: tRRD_S/L
-  longint      rd_grp_q [NG];    // READ to the group: tCCD_S/L, tWTR_S/L
-  longint      wr_grp_q [NG];    // WRITE to the group: tCCD_S, tCCD_L_WR, read-to-write
-  longint      acts_q [4];       // the last four ACTs (tFAW)
-  longint      ref_ready_q;      // REF or ACT after REF: tRFC
-  longint      pre_all_q;        // REF after the last PRE: tRP
-  longint      next_refresh_q;
-  logic        draining_q;
-  logic        ca_carry_q;       // tCK 0 of this cycle is taken by a command of the last cycle
-  longint      cycle_q;
+  // State. Queue 0 holds reads, queue 1 writes. An entry stays in its slot from arrival to
+  // service; its age is its position. Per position, bit planes give the slot and the bank of the
+  // entry there (plane j holds bit j of every position), so the entries of a bank are five mask
+  // operations away and a served entry leaves by dropping one bit of each plane.
+  entry_t          ent_q [2][QW];
+  logic [TagW-1:0] tag_q [2][QW];
+  logic [QW-1:0]   free_q [2];        // free slots
+  qmask_t          slot_q [2][5];     // slot planes, by position
+  qmask_t          bankp_q [2][5];    // bank planes, by position
+  qmask_t          qopen_q [2];       // positions whose bank is open
+  qmask_t          qhit_q [2];        // positions whose row is open
+  logic [5:0]      n_q [2];
+  logic [NB-1:0]   open_q;
+  logic [15:0]     orow_q [NB];
+  // Close-after-idle: a bank is aged once CloseIdle tCK have passed since its last ACT or column
+  // command. Each such command sets the bank's bit in a timing wheel at the cycle it will age;
+  // the wheel slot of the cycle joins the aged mask, so no bank's time is compared per cycle.
+  logic [NB-1:0]   aged_q;
+  logic [NB-1:0]   wheel_q [WHEEL];
+  logic [WHEEL_W-1:0] due_q [NB];     // the wheel slot that holds the bank
+  tck_t            act_bank_q [NB];  // ACT: tRP, tRC
+  tck_t            col_bank_q [NB];  // READ/WRITE: tRCD
+  tck_t            pre_bank_q [NB];  // PRE: tRAS, tRTP, tWR
+  tck_t            act_grp_q [NG];   // ACT into the group: tRRD_L
+  tck_t            act_all_q;        // ACT into any group: tRRD_S
+  tck_t            rd_grp_q [NG];    // READ to the group: tCCD_L, tWTR_L
+  tck_t            rd_all_q;         // READ to any group: tCCD_S, tWTR_S
+  tck_t            wr_grp_q [NG];    // WRITE to the group: tCCD_L_WR
+  tck_t            wr_all_q;         // WRITE to any group: tCCD_S, read-to-write
+  tck_t            acts_q [4];       // the last four ACTs (tFAW)
+  tck_t            ref_ready_q;      // REF or ACT after REF: tRFC
+  tck_t            pre_all_q;        // REF after the last PRE: tRP
+  tck_t            next_refresh_q;
+  logic            draining_q;
+  logic            ca_carry_q;       // tCK 0 of this cycle is taken by a command of the last cycle
+  logic [61:0]     cycle_q;
 
-  function automatic longint lmax(longint a, longint b);
-    return (a > b) ? a : b;
-  endfunction
+  // Helpers as macros, not functions: Verilator lowers each function call to copies through
+  // module-level temporaries, which cost more than these one-line expressions themselves.
+  // a is after b (wrapping tCK)
+  `define NELSSA_AFTER(a, b) (dtck_t'((a) - (b)) > 0)
+  `define NELSSA_TMAX(a, b) (`NELSSA_AFTER(a, b) ? (a) : (b))
+  // position of the lowest set bit (mask not zero)
+  `define NELSSA_LOWEST(m) 5'($countones((m) ^ ((m) - 1)) - 1)
+  // a mask without position p, the positions above it moved down by one
+  `define NELSSA_DROP(m, p) \
+    (((m) & ((qmask_t'(1) << (p)) - 1)) | (((m) >> 1) & ~((qmask_t'(1) << (p)) - 1)))
+  // the value that five bit planes pl[0..4] hold at position p
+  `define NELSSA_AT(pl, p) {pl[4][p], pl[3][p], pl[2][p], pl[1][p], pl[0][p]}
+  // the positions at which five bit planes hold v
+  `define NELSSA_HOLDING(pl, v) \
+    (~(pl[0] ^ {QW{v[0]}}) & ~(pl[1] ^ {QW{v[1]}}) & ~(pl[2] ^ {QW{v[2]}}) & \
+     ~(pl[3] ^ {QW{v[3]}}) & ~(pl[4] ^ {QW{v[4]}}))
+  // the positions at which bank planes 2..4 hold bank group g
+  `define NELSSA_HOLDING_GROUP(pl, g) \
+    (~(pl[2] ^ {QW{g[0]}}) & ~(pl[3] ^ {QW{g[1]}}) & ~(pl[4] ^ {QW{g[2]}}))
+  // a rule register pulled up to now - Horizon when it lies further behind
+  `define NELSSA_SCRUB(v) ((dtck_t'(now - (v)) > dtck_t'(HORIZON)) ? now - PAST : (v))
 
-  // first k in 0..3 with lo+k >= earliest whose `len` CA slots are free; -1 if none
-  function automatic int place(longint earliest, int len, logic [4:0] ca, longint lo);
-    for (int k = 0; k < 4; k++) begin
-      if (lo + longint'(k) >= earliest && !ca[k] && (len == 1 || !ca[k+1])) return k;
+  // {found, k}: the first offset k in 0..3 of this cycle at or after `earliest` whose CA slots
+  // (two if `two`) are free in `busy`; into pk, through the temporaries d and ok
+  `define NELSSA_PLACE(earliest, two) \
+    begin \
+      d = dtck_t'((earliest) - lo); \
+      ok = ~busy[3:0] & ((two) ? ~busy[4:1] : 4'hf); \
+      if (d > 3) ok = '0; \
+      else if (d > 0) ok &= 4'hf << d[1:0]; \
+      pk = {ok != '0, ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3}; \
     end
-    return -1;
-  endfunction
 
   // ---------------------------------------------------------------------------------------------
   // Scheduling of one cycle: a column command, then up to two row commands, each seeing the
-  // commands before it. The decisions go to the command slots and to the state update below.
+  // commands before it.
+  tck_t               lo;
   logic               write_active, refreshing, draining_d;
-  int                 n_active;
+  qmask_t             live;       // positions of the active queue that hold entries
+  qmask_t             act_hit;
   logic               col_valid;
-  int                 col_idx;   // queue position of the served request
-  longint             col_tck;
+  logic [4:0]         col_idx;    // position of the served entry
+  logic [4:0]         col_slot;
+  logic [1:0]         col_k;
   logic [4:0]         col_bank;
-  logic [15:0]        col_row;
-  logic [5:0]         col_col;
-  logic [TagW-1:0]    col_tag;
+  entry_t             col_e;
   logic [1:0]         row_valid;
   dram_cmd_e [1:0]    row_cmd;
-  longint             row_tck [2];
+  logic [1:0][1:0]    row_k;
   logic [1:0][4:0]    row_bank;
   logic [1:0][15:0]   row_row;
   logic               ca_carry_d;
+  logic [NB-1:0]      aged_now;   // banks unused for CloseIdle tCK
 
   always_comb begin
-    automatic longint lo = cycle_q * 4;
-    automatic logic [4:0] ca = {4'b0, ca_carry_q};
-    automatic logic [NB-1:0] hit_wanted = '0;   // an active request wants the open row
-    automatic logic [NB-1:0] any_wanted = '0;   // an active request wants the bank
-    automatic logic [NB-1:0] open;
+    automatic logic [4:0] busy = {4'b0, ca_carry_q};
+    automatic logic wa;
+    automatic logic [5:0] n_active;
+    automatic qmask_t cand, others, act_open;
     automatic logic stop = 1'b0;
+    automatic logic [2:0] pk;
+    automatic dtck_t d;
+    automatic logic [3:0] ok;
+    automatic logic group_blocked = 1'b0;
+    automatic logic [4:0] b, p;
     automatic entry_t e;
-    automatic logic [4:0] b;
-    automatic int k;
-    // what the first row command changed, for the second
-    automatic logic ov_act = 1'b0, ov_pre = 1'b0, ov_ref = 1'b0;
-    automatic int ov_bank = NO_BANK;
-    automatic longint ov_tck = 0;
-    automatic logic [15:0] ov_row = '0;
+    automatic tck_t ep;
+    // the first row command, for the second
+    automatic logic ov_valid = 1'b0, ov_act = 1'b0, ov_ref = 1'b0;
+    automatic logic [4:0] ov_bank = '0;
+    automatic tck_t ov_tck = '0;
 
-    if (wq_n_q >= WriteHigh || (wq_n_q > 0 && rq_n_q == 0)) draining_d = 1'b1;
-    else if (wq_n_q <= WriteLow && rq_n_q > 0) draining_d = 1'b0;
+    lo = tck_t'({cycle_q, 2'b00});
+    aged_now = aged_q | wheel_q[cycle_q[WHEEL_W-1:0]];
+    if (n_q[1] >= 6'(WriteHigh) || (n_q[1] != 0 && n_q[0] == 0)) draining_d = 1'b1;
+    else if (n_q[1] <= 6'(WriteLow) && n_q[0] != 0) draining_d = 1'b0;
     else draining_d = draining_q;
     write_active = draining_d;
-    n_active = write_active ? wq_n_q : rq_n_q;
-    refreshing = Refresh && lo >= next_refresh_q;
-    open = open_q;
+    wa = draining_d;
+    n_active = n_q[wa];
+    live = n_active[5] ? '1 : (qmask_t'(1) << n_active[4:0]) - 1;
+    act_hit = qhit_q[wa] & live;
+    act_open = qopen_q[wa] & live;
+    refreshing = Refresh && !`NELSSA_AFTER(next_refresh_q, lo);
 
-    // column command: the oldest active request whose row is open
+    // column command: the oldest row hit whose bank and group allow it
     col_valid = 1'b0;
-    col_idx = QMAX;
-    col_tck = 0;
-    col_bank = '0;
-    col_row = '0;
-    col_col = '0;
-    col_tag = '0;
-    if (!refreshing || open != '0) begin
-      for (int i = 0; i < QMAX; i++) begin
-        if (!col_valid && i < n_active) begin
-          e = write_active ? wq_q[i] : rq_q[i];
-          b = {e.bg, e.bank};
-          if (open[b] && orow_q[b] == e.row) begin
-            k = place(lmax(col_bank_q[b], write_active ? wr_grp_q[e.bg] : rd_grp_q[e.bg]), 2,
-                      ca, lo);
-            if (k >= 0) begin
-              col_valid = 1'b1;
-              col_idx = i;
-              col_tck = lo + longint'(k);
-              col_bank = b;
-              col_row = e.row;
-              col_col = e.col;
-              col_tag = e.tag;
-              ca[k] = 1'b1;
-              ca[k+1] = 1'b1;
-            end
-          end
+    col_idx = '0;
+    col_slot = '0;
+    col_k = '0;
+    col_e = '0;
+    // (when the rule over all groups leaves no slot this cycle, none is tried; when a group's
+    // rule leaves none, that group's entries leave the mask, otherwise that bank's)
+    cand = act_hit;
+    `NELSSA_PLACE(wa ? wr_all_q : rd_all_q, 1'b1)
+    if (!pk[2]) cand = '0;
+    for (int t = 0; t < NB; t++) begin
+      if (cand == '0 || col_valid) break;
+      p = `NELSSA_LOWEST(cand);
+      e = ent_q[wa][`NELSSA_AT(slot_q[wa], p)];
+      ep = wa ? `NELSSA_TMAX(wr_all_q, wr_grp_q[e.bank[4:2]])
+              : `NELSSA_TMAX(rd_all_q, rd_grp_q[e.bank[4:2]]);
+      `NELSSA_PLACE(ep, 1'b1)
+      if (!pk[2]) begin
+        cand &= ~`NELSSA_HOLDING_GROUP(bankp_q[wa], e.bank[4:2]);
+      end else begin
+        ep = `NELSSA_TMAX(ep, col_bank_q[e.bank]);
+        `NELSSA_PLACE(ep, 1'b1)
+        if (pk[2]) begin
+          col_valid = 1'b1;
+          col_idx = p;
+          col_slot = `NELSSA_AT(slot_q[wa], p);
+          col_k = pk[1:0];
+          col_e = e;
+          busy[3'(pk[1:0])] = 1'b1;
+          busy[3'(pk[1:0]) + 3'd1] = 1'b1;
+        end else begin
+          cand &= ~`NELSSA_HOLDING(bankp_q[wa], e.bank);
         end
       end
     end
-
-    // which banks the active requests (less the one just served) want
-    if (!refreshing) begin
-      for (int i = 0; i < QMAX; i++) begin
-        if (i < n_active && i != col_idx) begin
-          e = write_active ? wq_q[i] : rq_q[i];
-          b = {e.bg, e.bank};
-          any_wanted[b] = 1'b1;
-          if (open[b] && orow_q[b] == e.row) hit_wanted[b] = 1'b1;
-        end
-      end
-    end
+    col_bank = col_e.bank;
+    // the entries left to want a bank this cycle
+    others = live & ~(col_valid ? qmask_t'(1) << col_idx : '0);
 
     // row commands
     row_valid = '0;
-    for (int r = 0; r < 2; r++) begin
-      row_cmd[r] = CMD_ACT;
-      row_tck[r] = 0;
-      row_bank[r] = '0;
-      row_row[r] = '0;
-    end
+    row_cmd = {CMD_ACT, CMD_ACT};
+    row_k = '0;
+    row_bank = '0;
+    row_row = '0;
     for (int r = 0; r < 2; r++) begin
       automatic logic issued = 1'b0;
       automatic dram_cmd_e c = CMD_ACT;
       automatic logic [4:0] cb = '0;
       automatic logic [15:0] crow = '0;
-      automatic int ck = -1;
-      automatic longint best, ep;
-      automatic logic found;
+      automatic logic [1:0] ck = '0;
+      automatic logic [NB-1:0] open_now = open_q;
+      if (ov_valid) open_now[ov_bank] = ov_act;
       if (!stop) begin
         if (refreshing) begin
-          // close the open bank that may close first, then refresh
-          found = 1'b0;
-          best = 0;
+          // close the open bank that may close first (the lowest on a tie), then refresh
+          automatic logic found = 1'b0;
+          automatic tck_t best = '0;
           for (int x = 0; x < NB; x++) begin
-            if (open[x]) begin
+            if (open_now[x]) begin
               ep = pre_bank_q[x];
-              if (5'(x) == col_bank && col_valid)
-                ep = lmax(ep, col_tck + (write_active ? WTP : NRTP));
-              if (!found || ep < best) begin
+              if (col_valid && 5'(x) == col_bank)
+                ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
+              if (!found || `NELSSA_AFTER(best, ep)) begin
                 best = ep;
                 cb = 5'(x);
               end
@@ -248,222 +314,385 @@ module nelssa_ddr5_ctrl
           end
           if (found) begin
             c = CMD_PRE;
-            ck = place(best, 1, ca, lo);
+            `NELSSA_PLACE(best, 1'b0)
           end else begin
             c = CMD_REF;
-            ck = place(lmax(lmax(pre_all_q, ov_pre ? ov_tck + NRP : pre_all_q),
-                            ov_ref ? ov_tck + NRFC : ref_ready_q), 1, ca, lo);
+            ep = `NELSSA_TMAX(pre_all_q, ref_ready_q);
+            if (ov_valid) ep = `NELSSA_TMAX(ep, ov_tck + (ov_ref ? NRFC : NRP));
+            `NELSSA_PLACE(ep, 1'b0)
           end
-          issued = (ck >= 0);
+          issued = pk[2];
+          ck = pk[1:0];
         end else begin
-          for (int i = 0; i < QMAX; i++) begin  // oldest first
-            if (!issued && i < n_active && i != col_idx) begin
-              e = write_active ? wq_q[i] : rq_q[i];
-              b = {e.bg, e.bank};
-              if (!open[b]) begin
-                ep = lmax(lmax(act_bank_q[b], act_grp_q[e.bg]),
-                          lmax(ref_ready_q, (ov_act ? acts_q[1] : acts_q[0]) + NFAW));
-                if (ov_act) ep = lmax(ep, ov_tck + ((3'(ov_bank >> 2) == e.bg) ? NRRD_L : NRRD_S));
-                if (ov_pre && int'(b) == ov_bank) ep = lmax(ep, ov_tck + NRP);
-                ck = place(ep, 2, ca, lo);
-                if (ck >= 0) begin
-                  issued = 1'b1;
-                  c = CMD_ACT;
-                  cb = b;
-                  crow = e.row;
-                end
-              end else if (!hit_wanted[b] &&
-                           ((ov_act && int'(b) == ov_bank) ? ov_row : orow_q[b]) != e.row) begin
+          // the oldest entry that is not a row hit and whose bank can take an ACT or a PRE;
+          // the first slot's bank is done for this cycle (its entries hit, or wait for tRP)
+          automatic tck_t act_any = `NELSSA_TMAX(ref_ready_q, (ov_act ? acts_q[1] : acts_q[0]) + NFAW);
+          act_any = `NELSSA_TMAX(act_any, act_all_q);
+          if (ov_act) act_any = `NELSSA_TMAX(act_any, ov_tck + NRRD_S);
+          cand = others & ~act_hit;
+          if (ov_valid) cand &= ~`NELSSA_HOLDING(bankp_q[wa], ov_bank);
+          `NELSSA_PLACE(act_any, 1'b1)
+          if (!pk[2]) cand &= act_open;  // no ACT fits this cycle
+          for (int t = 0; t < NB; t++) begin
+            if (cand == '0 || issued) break;
+            e = ent_q[wa][`NELSSA_AT(slot_q[wa], `NELSSA_LOWEST(cand))];
+            b = e.bank;
+            if (open_q[b]) begin
+              // a PRE only if no entry left wants the open row
+              if ((`NELSSA_HOLDING(bankp_q[wa], b) & act_hit & others) == '0) begin
                 ep = pre_bank_q[b];
-                if (b == col_bank && col_valid) ep = lmax(ep, col_tck + (write_active ? WTP : NRTP));
-                ck = place(ep, 1, ca, lo);
-                if (ck >= 0) begin
+                if (col_valid && b == col_bank)
+                  ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
+                `NELSSA_PLACE(ep, 1'b0)
+                if (pk[2]) begin
                   issued = 1'b1;
                   c = CMD_PRE;
-                  cb = b;
+                end
+              end
+            end else begin
+              // the group's rules first: if they leave no slot, no closed bank of the group can
+              // take its ACT this cycle
+              ep = `NELSSA_TMAX(act_grp_q[b[4:2]], act_any);
+              if (ov_act && ov_bank[4:2] == b[4:2]) ep = `NELSSA_TMAX(ep, ov_tck + NRRD_L);
+              `NELSSA_PLACE(ep, 1'b1)
+              if (!pk[2]) begin
+                group_blocked = 1'b1;
+              end else begin
+                ep = `NELSSA_TMAX(ep, act_bank_q[b]);
+                `NELSSA_PLACE(ep, 1'b1)
+                if (pk[2]) begin
+                  issued = 1'b1;
+                  c = CMD_ACT;
+                  crow = e.row;
                 end
               end
             end
+            if (issued) begin
+              cb = b;
+              ck = pk[1:0];
+            end else if (group_blocked) begin
+              cand &= ~(`NELSSA_HOLDING_GROUP(bankp_q[wa], b[4:2]) & ~act_open);
+              group_blocked = 1'b0;
+            end else begin
+              cand &= ~`NELSSA_HOLDING(bankp_q[wa], b);
+            end
           end
-          for (int x = 0; x < NB; x++) begin  // close rows left idle
-            if (!issued && open[x] && !any_wanted[x] && !(col_valid && 5'(x) == col_bank) &&
-                !(ov_act && x == ov_bank) && lo - row_used_q[x] >= longint'(CloseIdle)) begin
-              ck = place(pre_bank_q[x], 1, ca, lo);
-              if (ck >= 0) begin
-                issued = 1'b1;
-                c = CMD_PRE;
-                cb = 5'(x);
+          // close a row left idle: open, wanted by no entry left, unused for CloseIdle
+          if (!issued) begin
+            automatic logic [NB-1:0] idle = open_now & aged_now;
+            if (col_valid) idle[col_bank] = 1'b0;
+            if (ov_valid) idle[ov_bank] = 1'b0;
+            for (int x = 0; x < NB; x++) begin
+              if (idle == '0 || issued) break;
+              b = `NELSSA_LOWEST(idle);
+              if ((`NELSSA_HOLDING(bankp_q[wa], b) & others) == '0) begin
+                `NELSSA_PLACE(pre_bank_q[b], 1'b0)
+                if (pk[2]) begin
+                  issued = 1'b1;
+                  c = CMD_PRE;
+                  cb = b;
+                  ck = pk[1:0];
+                end
               end
+              idle[b] = 1'b0;
             end
           end
         end
         if (issued) begin
-          ca[ck] = 1'b1;
-          if (c == CMD_ACT) ca[ck+1] = 1'b1;
+          busy[3'(ck)] = 1'b1;
+          if (c == CMD_ACT) busy[3'(ck) + 3'd1] = 1'b1;
           row_valid[r] = 1'b1;
           row_cmd[r] = c;
-          row_tck[r] = lo + longint'(ck);
+          row_k[r] = ck;
           row_bank[r] = cb;
           row_row[r] = crow;
+          ov_valid = 1'b1;
           ov_act = (c == CMD_ACT);
-          ov_pre = (c == CMD_PRE);
           ov_ref = (c == CMD_REF);
-          ov_bank = int'(cb);
-          ov_tck = lo + longint'(ck);
-          ov_row = crow;
-          if (c == CMD_ACT) begin
-            open[cb] = 1'b1;
-            hit_wanted[cb] = 1'b1;
-          end
-          if (c == CMD_PRE) open[cb] = 1'b0;
+          ov_bank = cb;
+          ov_tck = lo + tck_t'(ck);
         end else begin
           stop = 1'b1;
         end
       end
     end
-    ca_carry_d = ca[4];
+    ca_carry_d = busy[4];
   end
 
   // ---------------------------------------------------------------------------------------------
-  // State update: the served request leaves its queue (the younger ones move up), the rules'
-  // earliest times rise by the commands of the cycle, and an accepted request joins the end of
-  // its queue.
+  // Requests. The queue a request needs must have room at the start of the cycle, and the other
+  // queue must not hold its line: reads and writes of one line complete in request order.
   entry_t req_entry;
-  assign req_entry = '{bg: req_bg_i, bank: req_bank_i, row: req_row_i, col: req_col_i,
-                       tag: req_tag_i};
+  assign req_entry = '{bank: {req_bg_i, req_bank_i}, row: req_row_i, col: req_col_i};
 
-  // The queue a request needs must have room at the start of the cycle, and the other queue
-  // must not hold its line: reads and writes of one line complete in request order.
   always_comb begin
+    automatic logic other = !req_write_i;
+    automatic logic [5:0] n_other = n_q[other];
+    automatic qmask_t same = `NELSSA_HOLDING(bankp_q[other], req_entry.bank) &
+                             (n_other[5] ? '1 : (qmask_t'(1) << n_other[4:0]) - 1);
     automatic logic same_line = 1'b0;
-    if (req_write_i) begin
-      for (int i = 0; i < ReadQueue; i++) begin
-        if (i < rq_n_q && rq_q[i].bg == req_bg_i && rq_q[i].bank == req_bank_i &&
-            rq_q[i].row == req_row_i && rq_q[i].col == req_col_i) same_line = 1'b1;
-      end
-      req_ready_o = (wq_n_q < WriteQueue) && !same_line;
-    end else begin
-      for (int i = 0; i < WriteQueue; i++) begin
-        if (i < wq_n_q && wq_q[i].bg == req_bg_i && wq_q[i].bank == req_bank_i &&
-            wq_q[i].row == req_row_i && wq_q[i].col == req_col_i) same_line = 1'b1;
-      end
-      req_ready_o = (rq_n_q < ReadQueue) && !same_line;
+    for (int t = 0; t < QW; t++) begin
+      if (same == '0 || same_line) break;
+      same_line = ent_q[other][`NELSSA_AT(slot_q[other], `NELSSA_LOWEST(same))] == req_entry;
+      same &= same - 1;
     end
+    req_ready_o = !same_line && n_q[req_write_i] < (req_write_i ? 6'(WriteQueue)
+                                                                  : 6'(ReadQueue));
   end
 
-  localparam longint NEVER = -64'sd1099511627776;  // -2^40 tCK
+  // ---------------------------------------------------------------------------------------------
+  // State update: the rules' earliest times rise by the commands of the cycle, the masks follow
+  // the banks that opened and closed, the served request leaves its queue (the younger ones move
+  // down a position) and an accepted request joins the end of its queue.
+
+  // positions of queue q, among `m`, whose entry wants `row`
+  function automatic qmask_t row_matches(logic q, qmask_t m, logic [15:0] row);
+    automatic qmask_t left = m, hits = '0;
+    for (int t = 0; t < QW; t++) begin
+      if (left == '0) break;
+      if (ent_q[q][`NELSSA_AT(slot_q[q], `NELSSA_LOWEST(left))].row == row) hits |= left & ~(left - 1);
+      left &= left - 1;
+    end
+    return hits;
+  endfunction
+
+  localparam tck_t PAST = tck_t'(HORIZON);
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      rq_n_q <= 0;
-      wq_n_q <= 0;
+      // verilator unroll_full
+      for (int q = 0; q < 2; q++) begin
+        n_q[q]     <= '0;
+        free_q[q]  <= '1;
+        // verilator unroll_full
+        for (int j = 0; j < 5; j++) begin
+          slot_q[q][j]  <= '0;
+          bankp_q[q][j] <= '0;
+        end
+        qopen_q[q] <= '0;
+        qhit_q[q]  <= '0;
+      end
       open_q <= '0;
+      // verilator unroll_full
       for (int x = 0; x < NB; x++) begin
         orow_q[x]     <= '0;
-        row_used_q[x] <= 0;
-        act_bank_q[x] <= 0;
-        col_bank_q[x] <= 0;
-        pre_bank_q[x] <= 0;
+        due_q[x]      <= '0;
+        act_bank_q[x] <= '0;
+        col_bank_q[x] <= '0;
+        pre_bank_q[x] <= '0;
       end
+      // verilator unroll_full
       for (int x = 0; x < NG; x++) begin
-        act_grp_q[x] <= 0;
-        rd_grp_q[x]  <= 0;
-        wr_grp_q[x]  <= 0;
+        act_grp_q[x] <= '0;
+        rd_grp_q[x]  <= '0;
+        wr_grp_q[x]  <= '0;
       end
-      for (int x = 0; x < 4; x++) acts_q[x] <= NEVER;
-      ref_ready_q    <= 0;
-      pre_all_q      <= 0;
+      act_all_q <= '0;
+      rd_all_q <= '0;
+      wr_all_q <= '0;
+      // verilator unroll_full
+      for (int x = 0; x < 4; x++) acts_q[x] <= -PAST;
+      ref_ready_q    <= '0;
+      pre_all_q      <= '0;
+      aged_q         <= '0;
+      // verilator unroll_full
+      for (int x = 0; x < WHEEL; x++) wheel_q[x] <= '0;
       next_refresh_q <= NREFI;
       draining_q     <= 1'b0;
       ca_carry_q     <= 1'b0;
-      cycle_q        <= 0;
+      cycle_q        <= '0;
     end else begin
-      automatic int rq_n = rq_n_q;
-      automatic int wq_n = wq_n_q;
+      automatic qmask_t qopen [2] = qopen_q;
+      automatic qmask_t qhit [2] = qhit_q;
+      automatic logic [NB-1:0] open = open_q;
+      // the banks whose row a command used this cycle (a column command and at most one ACT)
+      automatic logic [1:0] used_valid = '0;
+      automatic logic [1:0][4:0] used_bank = '0;
+      automatic tck_t used_tck [2] = '{default: '0};
+      automatic logic [15:0] req_orow = orow_q[req_entry.bank];
+      automatic tck_t now = lo + tck_t'(4);
+      automatic logic [4:0] sb = cycle_q[4:0];  // the bank and group the scrubber visits
+      automatic logic [2:0] sg = cycle_q[2:0];
+      automatic tck_t acts [4];
+      automatic tck_t pre_all = `NELSSA_SCRUB(pre_all_q);
+      automatic tck_t act_all = `NELSSA_SCRUB(act_all_q);
+      automatic tck_t rd_all = `NELSSA_SCRUB(rd_all_q);
+      automatic tck_t wr_all = `NELSSA_SCRUB(wr_all_q);
+      // verilator unroll_full
+      for (int x = 0; x < 4; x++) acts[x] = `NELSSA_SCRUB(acts_q[x]);
       draining_q <= draining_d;
       ca_carry_q <= ca_carry_d;
       cycle_q    <= cycle_q + 1;
 
+      // scrub one bank and one group a cycle (the bank and group of a command write them below)
+      act_bank_q[sb] <= `NELSSA_SCRUB(act_bank_q[sb]);
+      col_bank_q[sb] <= `NELSSA_SCRUB(col_bank_q[sb]);
+      pre_bank_q[sb] <= `NELSSA_SCRUB(pre_bank_q[sb]);
+      act_grp_q[sg]  <= `NELSSA_SCRUB(act_grp_q[sg]);
+      rd_grp_q[sg]   <= `NELSSA_SCRUB(rd_grp_q[sg]);
+      wr_grp_q[sg]   <= `NELSSA_SCRUB(wr_grp_q[sg]);
+      ref_ready_q    <= `NELSSA_SCRUB(ref_ready_q);
+
+      // the column command
       if (col_valid) begin
-        row_used_q[col_bank] <= col_tck;
+        automatic tck_t tck = lo + tck_t'(col_k);
+        used_valid[0] = 1'b1;
+        used_bank[0] = col_bank;
+        used_tck[0] = tck;
         if (write_active) begin
-          for (int i = 0; i < WriteQueue - 1; i++) if (i >= col_idx) wq_q[i] <= wq_q[i+1];
-          wq_n = wq_n - 1;
-          pre_bank_q[col_bank] <= lmax(pre_bank_q[col_bank], col_tck + WTP);
-          for (int x = 0; x < NG; x++) begin
-            wr_grp_q[x] <= lmax(wr_grp_q[x], col_tck +
-                                ((3'(x) == col_bank[4:2]) ? NCCD_L_WR : NCCD_S));
-            rd_grp_q[x] <= lmax(rd_grp_q[x], col_tck + ((3'(x) == col_bank[4:2]) ? WTR_L : WTR_S));
-          end
+          pre_bank_q[col_bank] <= `NELSSA_TMAX(pre_bank_q[col_bank], tck + WTP);
+          wr_grp_q[col_bank[4:2]] <= `NELSSA_TMAX(wr_grp_q[col_bank[4:2]], tck + NCCD_L_WR);
+          wr_all = `NELSSA_TMAX(wr_all, tck + NCCD_S);
+          rd_grp_q[col_bank[4:2]] <= `NELSSA_TMAX(rd_grp_q[col_bank[4:2]], tck + WTR_L);
+          rd_all = `NELSSA_TMAX(rd_all, tck + WTR_S);
         end else begin
-          for (int i = 0; i < ReadQueue - 1; i++) if (i >= col_idx) rq_q[i] <= rq_q[i+1];
-          rq_n = rq_n - 1;
-          pre_bank_q[col_bank] <= lmax(pre_bank_q[col_bank], col_tck + NRTP);
-          for (int x = 0; x < NG; x++) begin
-            rd_grp_q[x] <= lmax(rd_grp_q[x], col_tck + ((3'(x) == col_bank[4:2]) ? NCCD_L : NCCD_S));
-            wr_grp_q[x] <= lmax(wr_grp_q[x], col_tck + RTW);
-          end
+          pre_bank_q[col_bank] <= `NELSSA_TMAX(pre_bank_q[col_bank], tck + NRTP);
+          rd_grp_q[col_bank[4:2]] <= `NELSSA_TMAX(rd_grp_q[col_bank[4:2]], tck + NCCD_L);
+          rd_all = `NELSSA_TMAX(rd_all, tck + NCCD_S);
+          wr_all = `NELSSA_TMAX(wr_all, tck + RTW);
         end
       end
 
+      // the row commands, and what they do to the masks
+      // verilator unroll_full
       for (int r = 0; r < 2; r++) begin
         if (row_valid[r]) begin
+          automatic tck_t tck = lo + tck_t'(row_k[r]);
+          automatic logic [4:0] b = row_bank[r];
           unique case (row_cmd[r])
             CMD_ACT: begin
-              open_q[row_bank[r]]     <= 1'b1;
-              orow_q[row_bank[r]]     <= row_row[r];
-              row_used_q[row_bank[r]] <= row_tck[r];
-              act_bank_q[row_bank[r]] <= lmax(act_bank_q[row_bank[r]], row_tck[r] + NRC);
-              col_bank_q[row_bank[r]] <= row_tck[r] + NRCD;
-              pre_bank_q[row_bank[r]] <= lmax(pre_bank_q[row_bank[r]], row_tck[r] + NRAS);
-              for (int x = 0; x < NG; x++) begin
-                act_grp_q[x] <= lmax(act_grp_q[x], row_tck[r] +
-                                     ((3'(x) == row_bank[r][4:2]) ? NRRD_L : NRRD_S));
+              open[b] = 1'b1;
+              orow_q[b]     <= row_row[r];
+              used_valid[1] = 1'b1;
+              used_bank[1] = b;
+              used_tck[1] = tck;
+              act_bank_q[b] <= `NELSSA_TMAX(act_bank_q[b], tck + NRC);
+              col_bank_q[b] <= tck + NRCD;
+              pre_bank_q[b] <= `NELSSA_TMAX(pre_bank_q[b], tck + NRAS);
+              act_grp_q[b[4:2]] <= `NELSSA_TMAX(act_grp_q[b[4:2]], tck + NRRD_L);
+              act_all = `NELSSA_TMAX(act_all, tck + NRRD_S);
+              acts[0] = acts[1];
+              acts[1] = acts[2];
+              acts[2] = acts[3];
+              acts[3] = tck;
+              // verilator unroll_full
+              for (int q = 0; q < 2; q++) begin
+                qopen[q] |= `NELSSA_HOLDING(bankp_q[q], b);
+                qhit[q] |= row_matches(q[0], `NELSSA_HOLDING(bankp_q[q], b), row_row[r]);
               end
-              acts_q[0] <= acts_q[1];
-              acts_q[1] <= acts_q[2];
-              acts_q[2] <= acts_q[3];
-              acts_q[3] <= row_tck[r];
+              if (b == req_entry.bank) req_orow = row_row[r];
             end
             CMD_PRE: begin
-              open_q[row_bank[r]]     <= 1'b0;
-              act_bank_q[row_bank[r]] <= lmax(act_bank_q[row_bank[r]], row_tck[r] + NRP);
+              open[b] = 1'b0;
+              act_bank_q[b] <= `NELSSA_TMAX(act_bank_q[b], tck + NRP);
+              pre_all = `NELSSA_TMAX(pre_all, tck + NRP);
+              // verilator unroll_full
+              for (int q = 0; q < 2; q++) begin
+                qopen[q] &= ~`NELSSA_HOLDING(bankp_q[q], b);
+                qhit[q] &= ~`NELSSA_HOLDING(bankp_q[q], b);
+              end
             end
             CMD_REF: begin
-              ref_ready_q    <= row_tck[r] + NRFC;
+              ref_ready_q    <= tck + NRFC;
               next_refresh_q <= next_refresh_q + NREFI;
             end
             default: ;
           endcase
         end
       end
-      // the later of the cycle's PREs (two can issue while refresh closes the banks)
-      pre_all_q <= lmax(pre_all_q,
-                        lmax((row_valid[0] && row_cmd[0] == CMD_PRE) ? row_tck[0] + NRP : 0,
-                             (row_valid[1] && row_cmd[1] == CMD_PRE) ? row_tck[1] + NRP : 0));
+      open_q <= open;
 
-      if (req_valid_i && req_ready_o) begin
-        if (req_write_i) begin
-          wq_q[wq_n] <= req_entry;
-          wq_n = wq_n + 1;
-        end else begin
-          rq_q[rq_n] <= req_entry;
-          rq_n = rq_n + 1;
+      // the timing wheel: this cycle's slot has joined the aged mask; a used bank ages again
+      // CloseIdle tCK after its use, in the cycle ceil((use + CloseIdle) / 4)
+      begin
+        automatic logic [NB-1:0] wheel [WHEEL] = wheel_q;
+        automatic logic [NB-1:0] aged = aged_now;
+        wheel[cycle_q[WHEEL_W-1:0]] = '0;
+        // verilator unroll_full
+        for (int u = 0; u < 2; u++) begin
+          if (used_valid[u]) begin
+            automatic logic [WHEEL_W-1:0] slot =
+                WHEEL_W'((used_tck[u] + tck_t'(CloseIdle + 3)) >> 2);
+            wheel[due_q[used_bank[u]]][used_bank[u]] = 1'b0;
+            wheel[slot][used_bank[u]] = 1'b1;
+            aged[used_bank[u]] = 1'b0;
+            due_q[used_bank[u]] <= slot;
+          end
         end
+        wheel_q <= wheel;
+        aged_q <= aged;
       end
-      rq_n_q <= rq_n;
-      wq_n_q <= wq_n;
+      pre_all_q <= pre_all;
+      act_all_q <= act_all;
+      rd_all_q <= rd_all;
+      wr_all_q <= wr_all;
+      acts_q <= acts;
+
+      // the served request leaves its queue and an accepted one joins the end of its own
+      begin
+        automatic logic wa = write_active;
+        automatic logic wq = req_write_i;
+        automatic logic enters = req_valid_i && req_ready_o;
+        automatic qmask_t slots [2][5] = slot_q;
+        automatic qmask_t banks [2][5] = bankp_q;
+        automatic logic [QW-1:0] free [2] = free_q;
+        automatic logic [5:0] n [2] = n_q;
+        if (col_valid) begin
+          // verilator unroll_full
+          for (int j = 0; j < 5; j++) begin
+            slots[wa][j] = `NELSSA_DROP(slots[wa][j], col_idx);
+            banks[wa][j] = `NELSSA_DROP(banks[wa][j], col_idx);
+          end
+          qopen[wa] = `NELSSA_DROP(qopen[wa], col_idx);
+          qhit[wa] = `NELSSA_DROP(qhit[wa], col_idx);
+          free[wa][col_slot] = 1'b1;
+          n[wa] = n[wa] - 1;
+        end
+        if (enters) begin
+          automatic logic [4:0] s = `NELSSA_LOWEST(free[wq]);
+          automatic logic [4:0] at_n = n[wq][4:0];
+          ent_q[wq][s] <= req_entry;
+          tag_q[wq][s] <= req_tag_i;
+          free[wq][s] = 1'b0;
+          // verilator unroll_full
+          for (int j = 0; j < 5; j++) begin
+            slots[wq][j][at_n] = s[j];
+            banks[wq][j][at_n] = req_entry.bank[j];
+          end
+          qopen[wq][at_n] = open[req_entry.bank];
+          qhit[wq][at_n] = open[req_entry.bank] && req_orow == req_entry.row;
+          n[wq] = n[wq] + 1;
+        end
+        slot_q <= slots;
+        bankp_q <= banks;
+        free_q <= free;
+        n_q <= n;
+      end
+      qopen_q <= qopen;
+      qhit_q <= qhit;
     end
   end
 
   // command slots: 0 carries the READ/WRITE, 1 and 2 the row commands
+  logic [63:0] lo64;
+  assign lo64        = {cycle_q, 2'b00};
   assign cmd_valid_o = {row_valid, col_valid};
   assign cmd_o       = {row_cmd[1], row_cmd[0], write_active ? CMD_WR : CMD_RD};
-  assign cmd_tck_o   = {64'(row_tck[1]), 64'(row_tck[0]), 64'(col_tck)};
+  assign cmd_tck_o   = {lo64 + 64'(row_k[1]), lo64 + 64'(row_k[0]), lo64 + 64'(col_k)};
   assign cmd_bg_o    = {row_bank[1][4:2], row_bank[0][4:2], col_bank[4:2]};
   assign cmd_bank_o  = {row_bank[1][1:0], row_bank[0][1:0], col_bank[1:0]};
-  assign cmd_row_o   = {{1'b0, row_row[1]}, {1'b0, row_row[0]}, {1'b0, col_row}};
-  assign cmd_col_o   = col_col;
-  assign cmd_tag_o   = col_tag;
+  assign cmd_row_o   = {{1'b0, row_row[1]}, {1'b0, row_row[0]}, {1'b0, col_e.row}};
+  assign cmd_col_o   = col_e.col;
+  assign cmd_tag_o   = tag_q[write_active][col_slot];
   assign cmd_write_o = col_valid && write_active;
 endmodule
+
+`undef NELSSA_AFTER
+`undef NELSSA_TMAX
+`undef NELSSA_LOWEST
+`undef NELSSA_DROP
+`undef NELSSA_AT
+`undef NELSSA_HOLDING
+`undef NELSSA_HOLDING_GROUP
+`undef NELSSA_SCRUB
+`undef NELSSA_PLACE
