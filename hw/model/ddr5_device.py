@@ -70,14 +70,29 @@ class DeviceRun:
         return self.bytes_moved / (self.cycles * peak_per_cycle)
 
 
+def arrival_cycles(n: int, lines_per_cycle: int, arrival: np.ndarray | None) -> np.ndarray:
+    """The cycle each of n requests reaches its sub-channel: ``arrival`` checked, or
+    ``lines_per_cycle`` a cycle in order."""
+    if arrival is None:
+        return np.arange(n, dtype=np.int64) // lines_per_cycle
+    a = np.asarray(arrival, dtype=np.int64)
+    if a.shape != (n,):
+        raise ValueError(f"arrival has shape {a.shape}, want ({n},)")
+    if n and (a[0] < 0 or np.any(np.diff(a) < 0) or a[-1] >= 2**32):
+        raise ValueError("arrival must be non-decreasing cycles from 0 to 2**32 - 1")
+    return a
+
+
 def run_device(addrs: np.ndarray, writes: np.ndarray | None, geometry: DeviceGeometry,
                address_map: str = "cacheline", config: ControllerConfig | None = None,
-               lines_per_cycle: int = 4, check: bool = True) -> DeviceRun:
+               lines_per_cycle: int = 4, check: bool = True,
+               arrival: np.ndarray | None = None) -> DeviceRun:
     """Replay byte addresses (64-byte requests) through the front end and every sub-channel.
-    Requests leave the front end at ``lines_per_cycle`` per cycle, in order."""
+    Requests leave the front end at ``lines_per_cycle`` per cycle, in order, or each at its
+    ``arrival`` cycle when given (non-decreasing)."""
     d = decode(addrs, geometry, address_map)
     w = np.zeros(len(addrs), bool) if writes is None else np.asarray(writes, bool)
-    arrival = np.arange(len(addrs), dtype=np.int64) // lines_per_cycle
+    arrival = arrival_cycles(len(addrs), lines_per_cycle, arrival)
     stats = []
     for sc in range(geometry.subchannels):
         sel = d.subchannel == sc

@@ -10,6 +10,7 @@ import numpy as np
 from construct import Const, Float64l, Int32ul, Int64ul, Struct
 
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
+from nelssa.hw.model.ddr5_device import arrival_cycles
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS, DDR5Timing
 from nelssa.hw.sim.rtl_sources import DDR5_BENCH, DDR5_VERILATOR_ARGS, VERILATOR_CONFIG
@@ -77,7 +78,7 @@ class RtlMemory:
 
     def run(self, addrs: np.ndarray, writes: np.ndarray | None = None,
             address_map: str = "cacheline", lines_per_cycle: int = 4,
-            max_cycles: int = 100_000_000) -> RtlMemoryRun:
+            max_cycles: int = 100_000_000, arrival: np.ndarray | None = None) -> RtlMemoryRun:
         """Replay byte addresses as the model's run_device does (same arrivals, same map)."""
         geo = DeviceGeometry(self.timing, self.subchannels)
         d = decode(addrs, geo, address_map)
@@ -85,7 +86,7 @@ class RtlMemory:
         req["sub"], req["bg"], req["bank"] = d.subchannel, d.bank_group, d.bank
         req["row"], req["col"] = d.row, d.column
         req["write"] = 0 if writes is None else np.asarray(writes, bool)
-        req["arrival"] = np.arange(len(addrs)) // lines_per_cycle
+        req["arrival"] = arrival_cycles(len(addrs), lines_per_cycle, arrival)
         t = self.timing
         header = DDR5_IN.build({"num_sub": self.subchannels, "num_requests": len(addrs),
                                 "ncl": t.nCL, "ncwl": t.nCWL, "burst": t.burst_cycles,

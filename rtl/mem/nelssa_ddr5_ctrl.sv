@@ -221,6 +221,7 @@ module nelssa_ddr5_ctrl
     automatic logic [3:0] ok;
     automatic logic group_blocked = 1'b0;
     automatic logic [4:0] b, p;
+    automatic logic [2:0] g;
     automatic entry_t e;
     automatic tck_t ep;
     // the first row command, for the second
@@ -256,11 +257,12 @@ module nelssa_ddr5_ctrl
       if (cand == '0 || col_valid) break;
       p = `NELSSA_LOWEST(cand);
       e = ent_q[wa][`NELSSA_AT(slot_q[wa], p)];
+      g = e.bank[4:2];
       ep = wa ? `NELSSA_TMAX(wr_all_q, wr_grp_q[e.bank[4:2]])
               : `NELSSA_TMAX(rd_all_q, rd_grp_q[e.bank[4:2]]);
       `NELSSA_PLACE(ep, 1'b1)
       if (!pk[2]) begin
-        cand &= ~`NELSSA_HOLDING_GROUP(bankp_q[wa], e.bank[4:2]);
+        cand &= ~`NELSSA_HOLDING_GROUP(bankp_q[wa], g);
       end else begin
         ep = `NELSSA_TMAX(ep, col_bank_q[e.bank]);
         `NELSSA_PLACE(ep, 1'b1)
@@ -337,6 +339,7 @@ module nelssa_ddr5_ctrl
             if (cand == '0 || issued) break;
             e = ent_q[wa][`NELSSA_AT(slot_q[wa], `NELSSA_LOWEST(cand))];
             b = e.bank;
+            g = b[4:2];
             if (open_q[b]) begin
               // a PRE only if no entry left wants the open row
               if ((`NELSSA_HOLDING(bankp_q[wa], b) & act_hit & others) == '0) begin
@@ -371,7 +374,7 @@ module nelssa_ddr5_ctrl
               cb = b;
               ck = pk[1:0];
             end else if (group_blocked) begin
-              cand &= ~(`NELSSA_HOLDING_GROUP(bankp_q[wa], b[4:2]) & ~act_open);
+              cand &= ~(`NELSSA_HOLDING_GROUP(bankp_q[wa], g) & ~act_open);
               group_blocked = 1'b0;
             end else begin
               cand &= ~`NELSSA_HOLDING(bankp_q[wa], b);
