@@ -43,12 +43,15 @@ def main() -> int:
              ("nelssa_fpga_top", FPGA_TOP, {"NumChannels": 1, "NumUnits": 1, "ChanAddrW": 36})]
     amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
     runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
-    for top, srcs, params in runs:
+    runs = [(top, srcs, params, ()) for top, srcs, params in runs]
+    # the controller's synthesis form (see rtl/mem/nelssa_ddr5_ctrl.sv)
+    runs.append(("nelssa_ddr5_ctrl", DDR5_CTRL, {}, ("NELSSA_DDR5_PARALLEL",)))
+    for top, srcs, params, defines in runs:
         cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top,
-               *(f"-G{k}={v}" for k, v in params.items()), str(VERILATOR_CONFIG),
-               *map(str, srcs)]
+               *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),
+               str(VERILATOR_CONFIG), *map(str, srcs)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        label = top + (f" {params}" if params else "")
+        label = top + (f" {params}" if params else "") + "".join(f" +{d}" for d in defines)
         if proc.returncode != 0:
             failed.append(label)
             print(f"FAIL {label}\n{proc.stderr.strip()}")

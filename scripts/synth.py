@@ -145,6 +145,7 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
 
     slang = ["read_slang", "--threads", "1", "--ignore-assertions", "--top", top]
     slang += [f"-G{p}" for p in args.param]
+    slang += [f"-D{d}" for d in args.define]
     slang += [f"--blackboxed-module {m}" for m in args.blackbox]
     slang += [f"-I{elab.src(d)}" for d in incdirs]
     slang += [elab.src(p) for p in sources]
@@ -254,6 +255,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="`include search directory",
     )
+    parser.add_argument("-D", dest="define", action="append", default=[], metavar="MACRO[=VALUE]",
+                        help="preprocessor define for the elaboration")
     parser.add_argument("--family", default="xcup", help="synth_xilinx -family (default: xcup)")
     parser.add_argument(
         "--io", action="store_true", help="insert I/O and clock buffers (default: out-of-context)"

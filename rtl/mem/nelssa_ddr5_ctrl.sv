@@ -9,19 +9,24 @@
 // the next cycle; a request whose line sits in the other queue waits, so the reads and writes of
 // one line complete in request order.
 //
-// Structure. Each queue is kept in age order (position 0 is the oldest) with bit masks over its
-// positions: the entries of each bank, the entries whose bank is open and the entries whose row
-// is open (row hits). The masks change only when a command issues or a request enters or
-// leaves. A choice is then "the oldest entry of a mask whose bank can take the command": the
-// lowest set bit is tried and, if its bank cannot take the command this cycle, every entry of
-// that bank leaves the mask, since they would all fail alike. Usually the first try succeeds, so
-// a cycle costs a few mask operations instead of a scan of both queues (what makes eight
-// sub-channels simulate at device speed), and the hardware is priority encoders over masks.
+// Structure. Each queue keeps its entries in fixed slots and its age order (position 0 is the
+// oldest) as bit planes over positions: per position, the slot and the bank of the entry there,
+// and masks of the positions whose bank is open and whose row is open (row hits). A served
+// entry leaves by dropping one bit of each plane; "the entries of bank b" is five mask
+// operations. A choice is "the oldest entry of a mask whose bank can take the command", made in
+// one of two forms that issue the same commands (tests/rtl/test_ddr5_ctrl.py runs both):
+//  - tries (simulation, the default): the lowest set bit is tried and, if its bank or its whole
+//    bank group cannot take the command this cycle, all of their entries leave the mask at once.
+//    Usually the first try wins, so a cycle costs a few mask operations.
+//  - parallel (NELSSA_DDR5_PARALLEL, for synthesis): every bank's readiness at once, gathered
+//    per position, and one priority encoder, instead of a chain of up to 32 tries.
+// Close-after-idle ages banks through a timing wheel rather than comparing every bank's last use
+// each cycle.
 //
 // Each JEDEC rule is kept as the earliest tCK it allows, raised when a command issues, in
-// TckW-bit registers that wrap: times are compared through their difference, and a scrubber
-// pulls any register that lies more than Horizon tCK in the past up to now - Horizon (a bank and
-// a bank group per cycle), so no difference ever reaches half the range.
+// 20-bit registers that wrap: times are compared through their difference, and a scrubber
+// pulls any register that lies more than 2^18 tCK in the past up to that horizon (a bank and a
+// bank group per cycle), so no difference ever reaches half the range.
 module nelssa_ddr5_ctrl
   import nelssa_ddr5_pkg::*;
 #(
@@ -210,6 +215,7 @@ module nelssa_ddr5_ctrl
   logic               ca_carry_d;
   logic [NB-1:0]      aged_now;   // banks unused for CloseIdle tCK
 
+`ifndef NELSSA_DDR5_PARALLEL
   always_comb begin
     automatic logic [4:0] busy = {4'b0, ca_carry_q};
     automatic logic wa;
@@ -421,6 +427,191 @@ module nelssa_ddr5_ctrl
     end
     ca_carry_d = busy[4];
   end
+`else
+  // The same choices in parallel, for synthesis: every bank's readiness at once, gathered per
+  // queue position through the bank planes, then one priority encoder per choice. Simulation
+  // builds use the tries above, which cost a few mask operations a cycle instead of a pass over
+  // all banks; tests/rtl/test_ddr5_ctrl.py checks both forms against the model.
+  always_comb begin
+    automatic logic [4:0] busy = {4'b0, ca_carry_q};
+    automatic logic wa;
+    automatic logic [5:0] n_active;
+    automatic qmask_t cand, others;
+    automatic qmask_t of_bank [NB];     // positions of each bank's entries
+    automatic logic [NB-1:0] hit_wanted, any_wanted, ok_bank;
+    automatic logic [3:0] fit [NB];
+    automatic logic stop = 1'b0;
+    automatic logic [2:0] pk;
+    automatic dtck_t d;
+    automatic logic [3:0] ok;
+    automatic logic [4:0] p;
+    automatic tck_t ep;
+    automatic logic ov_valid = 1'b0, ov_act = 1'b0, ov_ref = 1'b0;
+    automatic logic [4:0] ov_bank = '0;
+    automatic tck_t ov_tck = '0;
+
+    lo = tck_t'({cycle_q, 2'b00});
+    aged_now = aged_q | wheel_q[cycle_q[WHEEL_W-1:0]];
+    if (n_q[1] >= 6'(WriteHigh) || (n_q[1] != 0 && n_q[0] == 0)) draining_d = 1'b1;
+    else if (n_q[1] <= 6'(WriteLow) && n_q[0] != 0) draining_d = 1'b0;
+    else draining_d = draining_q;
+    write_active = draining_d;
+    wa = draining_d;
+    n_active = n_q[wa];
+    live = n_active[5] ? '1 : (qmask_t'(1) << n_active[4:0]) - 1;
+    act_hit = qhit_q[wa] & live;
+    refreshing = Refresh && !`NELSSA_AFTER(next_refresh_q, lo);
+    for (int x = 0; x < NB; x++) begin
+      automatic logic [4:0] xb = 5'(x);
+      of_bank[x] = `NELSSA_HOLDING(bankp_q[wa], xb) & live;
+    end
+
+    // column command: the oldest row hit whose bank allows it
+    ok_bank = '0;
+    for (int x = 0; x < NB; x++) begin
+      ep = wa ? `NELSSA_TMAX(`NELSSA_TMAX(wr_all_q, wr_grp_q[x / 4]), col_bank_q[x])
+              : `NELSSA_TMAX(`NELSSA_TMAX(rd_all_q, rd_grp_q[x / 4]), col_bank_q[x]);
+      `NELSSA_PLACE(ep, 1'b1)
+      fit[x] = ok;
+      ok_bank[x] = pk[2];
+    end
+    cand = '0;
+    for (int x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
+    cand &= act_hit;
+    col_valid = cand != '0;
+    col_idx = col_valid ? `NELSSA_LOWEST(cand) : '0;
+    col_slot = col_valid ? `NELSSA_AT(slot_q[wa], col_idx) : '0;
+    col_e = col_valid ? ent_q[wa][col_slot] : '0;
+    col_bank = col_e.bank;
+    ok = fit[col_bank];
+    col_k = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
+    if (col_valid) begin
+      busy[3'(col_k)] = 1'b1;
+      busy[3'(col_k) + 3'd1] = 1'b1;
+    end
+    others = live & ~(col_valid ? qmask_t'(1) << col_idx : '0);
+    for (int x = 0; x < NB; x++) begin
+      hit_wanted[x] = (of_bank[x] & act_hit & others) != '0;
+      any_wanted[x] = (of_bank[x] & others) != '0;
+    end
+
+    // row commands
+    row_valid = '0;
+    row_cmd = {CMD_ACT, CMD_ACT};
+    row_k = '0;
+    row_bank = '0;
+    row_row = '0;
+    for (int r = 0; r < 2; r++) begin
+      automatic logic issued = 1'b0;
+      automatic dram_cmd_e c = CMD_ACT;
+      automatic logic [4:0] cb = '0;
+      automatic logic [15:0] crow = '0;
+      automatic logic [1:0] ck = '0;
+      automatic logic [NB-1:0] open_now = open_q;
+      automatic logic [3:0] pre_fit [NB];
+      automatic logic [NB-1:0] pre_ok;
+      if (ov_valid) open_now[ov_bank] = ov_act;
+      for (int x = 0; x < NB; x++) begin
+        ep = pre_bank_q[x];
+        if (col_valid && 5'(x) == col_bank)
+          ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
+        `NELSSA_PLACE(ep, 1'b0)
+        pre_fit[x] = ok;
+        pre_ok[x] = pk[2];
+      end
+      if (!stop) begin
+        if (refreshing) begin
+          automatic logic found = 1'b0;
+          automatic tck_t best = '0;
+          for (int x = 0; x < NB; x++) begin
+            if (open_now[x]) begin
+              ep = pre_bank_q[x];
+              if (col_valid && 5'(x) == col_bank)
+                ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
+              if (!found || `NELSSA_AFTER(best, ep)) begin
+                best = ep;
+                cb = 5'(x);
+              end
+              found = 1'b1;
+            end
+          end
+          if (found) begin
+            c = CMD_PRE;
+            `NELSSA_PLACE(best, 1'b0)
+          end else begin
+            c = CMD_REF;
+            ep = `NELSSA_TMAX(pre_all_q, ref_ready_q);
+            if (ov_valid) ep = `NELSSA_TMAX(ep, ov_tck + (ov_ref ? NRFC : NRP));
+            `NELSSA_PLACE(ep, 1'b0)
+          end
+          issued = pk[2];
+          ck = pk[1:0];
+        end else begin
+          automatic tck_t act_any = `NELSSA_TMAX(ref_ready_q,
+                                                 (ov_act ? acts_q[1] : acts_q[0]) + NFAW);
+          automatic logic [3:0] act_fit [NB];
+          act_any = `NELSSA_TMAX(act_any, act_all_q);
+          if (ov_act) act_any = `NELSSA_TMAX(act_any, ov_tck + NRRD_S);
+          ok_bank = '0;
+          for (int x = 0; x < NB; x++) begin
+            ep = `NELSSA_TMAX(`NELSSA_TMAX(act_bank_q[x], act_grp_q[x / 4]), act_any);
+            if (ov_act && 32'(ov_bank[4:2]) == x / 4) ep = `NELSSA_TMAX(ep, ov_tck + NRRD_L);
+            `NELSSA_PLACE(ep, 1'b1)
+            act_fit[x] = ok;
+            ok_bank[x] = open_q[x] ? !hit_wanted[x] && pre_ok[x] : pk[2];
+          end
+          if (ov_valid) ok_bank[ov_bank] = 1'b0;
+          cand = '0;
+          for (int x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
+          cand &= others & ~act_hit;
+          if (cand != '0) begin
+            p = `NELSSA_LOWEST(cand);
+            cb = ent_q[wa][`NELSSA_AT(slot_q[wa], p)].bank;
+            issued = 1'b1;
+            if (open_q[cb]) begin
+              c = CMD_PRE;
+              ok = pre_fit[cb];
+            end else begin
+              c = CMD_ACT;
+              crow = ent_q[wa][`NELSSA_AT(slot_q[wa], p)].row;
+              ok = act_fit[cb];
+            end
+            ck = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
+          end else begin
+            // close a row left idle: open, wanted by no entry left, unused for CloseIdle
+            automatic logic [NB-1:0] idle = open_now & aged_now & ~any_wanted & pre_ok;
+            if (col_valid) idle[col_bank] = 1'b0;
+            if (ov_valid) idle[ov_bank] = 1'b0;
+            if (idle != '0) begin
+              cb = `NELSSA_LOWEST(idle);
+              issued = 1'b1;
+              c = CMD_PRE;
+              ok = pre_fit[cb];
+              ck = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
+            end
+          end
+        end
+        if (issued) begin
+          busy[3'(ck)] = 1'b1;
+          if (c == CMD_ACT) busy[3'(ck) + 3'd1] = 1'b1;
+          row_valid[r] = 1'b1;
+          row_cmd[r] = c;
+          row_k[r] = ck;
+          row_bank[r] = cb;
+          row_row[r] = crow;
+          ov_valid = 1'b1;
+          ov_act = (c == CMD_ACT);
+          ov_ref = (c == CMD_REF);
+          ov_bank = cb;
+          ov_tck = lo + tck_t'(ck);
+        end else begin
+          stop = 1'b1;
+        end
+      end
+    end
+    ca_carry_d = busy[4];
+  end
+`endif
 
   // ---------------------------------------------------------------------------------------------
   // Requests. The queue a request needs must have room at the start of the cycle, and the other
@@ -428,6 +619,15 @@ module nelssa_ddr5_ctrl
   entry_t req_entry;
   assign req_entry = '{bank: {req_bg_i, req_bank_i}, row: req_row_i, col: req_col_i};
 
+`ifdef NELSSA_DDR5_PARALLEL
+  always_comb begin
+    automatic logic other = !req_write_i;
+    automatic logic same_line = 1'b0;
+    for (int s = 0; s < QW; s++) same_line |= !free_q[other][s] && ent_q[other][s] == req_entry;
+    req_ready_o = !same_line && n_q[req_write_i] < (req_write_i ? 6'(WriteQueue)
+                                                                  : 6'(ReadQueue));
+  end
+`else
   always_comb begin
     automatic logic other = !req_write_i;
     automatic logic [5:0] n_other = n_q[other];
@@ -442,6 +642,7 @@ module nelssa_ddr5_ctrl
     req_ready_o = !same_line && n_q[req_write_i] < (req_write_i ? 6'(WriteQueue)
                                                                   : 6'(ReadQueue));
   end
+`endif
 
   // ---------------------------------------------------------------------------------------------
   // State update: the rules' earliest times rise by the commands of the cycle, the masks follow
@@ -450,6 +651,16 @@ module nelssa_ddr5_ctrl
 
   // positions of queue q, among `m`, whose entry wants `row`
   function automatic qmask_t row_matches(logic q, qmask_t m, logic [15:0] row);
+`ifdef NELSSA_DDR5_PARALLEL
+    automatic logic [QW-1:0] slot_match;
+    automatic qmask_t hits = '0;
+    for (int s = 0; s < QW; s++) slot_match[s] = ent_q[q][s].row == row;
+    for (int x = 0; x < QW; x++) begin
+      automatic logic [4:0] xp = 5'(x);
+      hits[x] = m[x] && slot_match[`NELSSA_AT(slot_q[q], xp)];
+    end
+    return hits;
+`else
     automatic qmask_t left = m, hits = '0;
     for (int t = 0; t < QW; t++) begin
       if (left == '0) break;
@@ -457,6 +668,7 @@ module nelssa_ddr5_ctrl
       left &= left - 1;
     end
     return hits;
+`endif
   endfunction
 
   localparam tck_t PAST = tck_t'(HORIZON);

@@ -119,8 +119,12 @@ async def same_line_reads_and_writes(dut):
 
 
 @pytest.mark.rtl
-def test_ddr5_ctrl():
+@pytest.mark.parametrize("form", ["tries", "parallel"])
+def test_ddr5_ctrl(form):
+    """Both forms of the scheduler: the tries that simulation builds use and the parallel form
+    that synthesis builds use (NELSSA_DDR5_PARALLEL)."""
     from cocotb_runner import run_cocotb
 
+    define = ["+define+NELSSA_DDR5_PARALLEL"] if form == "parallel" else []
     run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", sources=DDR5_CTRL,
-               build_extra=DDR5_VERILATOR_ARGS)
+               build_extra=[*DDR5_VERILATOR_ARGS, *define])
