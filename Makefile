@@ -5,7 +5,7 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine bench \
+.PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine synth-ddr5 bench \
         bench-ddr5 calibrate-ddr5 bench-device calibrate-device bench-node clean
 
 all: test
@@ -43,6 +43,12 @@ synth: venv
 
 synth-engine: venv
 	$(VPY) scripts/synth_units.py --engine
+
+# one DDR5 sub-channel controller in its synthesis form (about 15 minutes; not part of `test`)
+synth-ddr5: venv
+	mkdir -p build/synth
+	$(VPY) scripts/synth.py rtl/mem/nelssa_ddr5_pkg.sv rtl/mem/nelssa_ddr5_ctrl.sv \
+	  --top nelssa_ddr5_ctrl -D NELSSA_DDR5_PARALLEL --classic-abc --json build/synth/ddr5_ctrl.json
 
 bench: venv
 	$(VPY) scripts/bench_engine.py
