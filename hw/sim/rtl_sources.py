@@ -76,6 +76,7 @@ def unit_sources(top: str) -> list[Path]:
     return [*PACKAGES, *units]
 
 DDR5_VERILATOR_ARGS = ["--unroll-count", "1"]
-"""Verilator arguments of every DDR5 build: the controller's scans over its queues stay loops.
-Unrolled, one sub-channel became ~50k lines of C++ that ran at half the speed (instruction-cache
-bound) and took minutes to compile for eight sub-channels."""
+"""Verilator arguments of every DDR5 build: the controller's tries stay loops (its reset and
+fixed two- and five-step loops are unrolled by `verilator unroll_full`). Unrolled, one sub-channel
+became tens of thousands of lines of C++ that ran slower (instruction-cache bound) and took
+minutes to compile for eight sub-channels."""
