@@ -215,21 +215,32 @@ module nelssa_ddr5_ctrl
   logic               ca_carry_d;
   logic [NB-1:0]      aged_now;   // banks unused for CloseIdle tCK
 
-`ifndef NELSSA_DDR5_PARALLEL
+  // The choices come in two forms that issue the same commands: the tries (simulation, the
+  // default), and for synthesis (NELSSA_DDR5_PARALLEL) every bank's readiness at once, gathered
+  // per queue position through the bank planes, then one priority encoder, instead of a chain
+  // of up to 32 tries.
   always_comb begin
     automatic logic [4:0] busy = {4'b0, ca_carry_q};
     automatic logic wa;
     automatic logic [5:0] n_active;
-    automatic qmask_t cand, others, act_open;
+    automatic qmask_t cand, others;
     automatic logic stop = 1'b0;
     automatic logic [2:0] pk;
     automatic dtck_t d;
     automatic logic [3:0] ok;
+    automatic logic [4:0] p;
+    automatic tck_t ep;
+`ifdef NELSSA_DDR5_PARALLEL
+    automatic qmask_t of_bank [NB];     // positions of each bank's entries
+    automatic logic [NB-1:0] hit_wanted, any_wanted, ok_bank;
+    automatic logic [3:0] fit [NB];
+`else
     automatic logic group_blocked = 1'b0;
-    automatic logic [4:0] b, p;
+    automatic qmask_t act_open;
+    automatic logic [4:0] b;
     automatic logic [2:0] g;
     automatic entry_t e;
-    automatic tck_t ep;
+`endif
     // the first row command, for the second
     automatic logic ov_valid = 1'b0, ov_act = 1'b0, ov_ref = 1'b0;
     automatic logic [4:0] ov_bank = '0;
@@ -245,7 +256,9 @@ module nelssa_ddr5_ctrl
     n_active = n_q[wa];
     live = n_active[5] ? '1 : (qmask_t'(1) << n_active[4:0]) - 1;
     act_hit = qhit_q[wa] & live;
+`ifndef NELSSA_DDR5_PARALLEL
     act_open = qopen_q[wa] & live;
+`endif
     refreshing = Refresh && !`NELSSA_AFTER(next_refresh_q, lo);
 
     // column command: the oldest row hit whose bank and group allow it
@@ -254,6 +267,31 @@ module nelssa_ddr5_ctrl
     col_slot = '0;
     col_k = '0;
     col_e = '0;
+`ifdef NELSSA_DDR5_PARALLEL
+    for (int x = 0; x < NB; x++) begin
+      automatic logic [4:0] xb = 5'(x);
+      of_bank[x] = `NELSSA_HOLDING(bankp_q[wa], xb) & live;
+    end
+    ok_bank = '0;
+    for (int x = 0; x < NB; x++) begin
+      ep = wa ? `NELSSA_TMAX(`NELSSA_TMAX(wr_all_q, wr_grp_q[x / 4]), col_bank_q[x])
+              : `NELSSA_TMAX(`NELSSA_TMAX(rd_all_q, rd_grp_q[x / 4]), col_bank_q[x]);
+      `NELSSA_PLACE(ep, 1'b1)
+      fit[x] = ok;
+      ok_bank[x] = pk[2];
+    end
+    cand = '0;
+    for (int x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
+    cand &= act_hit;
+    if (cand != '0) begin
+      col_valid = 1'b1;
+      col_idx = `NELSSA_LOWEST(cand);
+      col_slot = `NELSSA_AT(slot_q[wa], col_idx);
+      col_e = ent_q[wa][col_slot];
+      ok = fit[col_e.bank];
+      col_k = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
+    end
+`else
     // (when the rule over all groups leaves no slot this cycle, none is tried; when a group's
     // rule leaves none, that group's entries leave the mask, otherwise that bank's)
     cand = act_hit;
@@ -278,16 +316,25 @@ module nelssa_ddr5_ctrl
           col_slot = `NELSSA_AT(slot_q[wa], p);
           col_k = pk[1:0];
           col_e = e;
-          busy[3'(pk[1:0])] = 1'b1;
-          busy[3'(pk[1:0]) + 3'd1] = 1'b1;
         end else begin
           cand &= ~`NELSSA_HOLDING(bankp_q[wa], e.bank);
         end
       end
     end
+`endif
+    if (col_valid) begin
+      busy[3'(col_k)] = 1'b1;
+      busy[3'(col_k) + 3'd1] = 1'b1;
+    end
     col_bank = col_e.bank;
     // the entries left to want a bank this cycle
     others = live & ~(col_valid ? qmask_t'(1) << col_idx : '0);
+`ifdef NELSSA_DDR5_PARALLEL
+    for (int x = 0; x < NB; x++) begin
+      hit_wanted[x] = (of_bank[x] & act_hit & others) != '0;
+      any_wanted[x] = (of_bank[x] & others) != '0;
+    end
+`endif
 
     // row commands
     row_valid = '0;
@@ -332,11 +379,62 @@ module nelssa_ddr5_ctrl
           issued = pk[2];
           ck = pk[1:0];
         end else begin
-          // the oldest entry that is not a row hit and whose bank can take an ACT or a PRE;
-          // the first slot's bank is done for this cycle (its entries hit, or wait for tRP)
-          automatic tck_t act_any = `NELSSA_TMAX(ref_ready_q, (ov_act ? acts_q[1] : acts_q[0]) + NFAW);
+          // the oldest entry that is not a row hit and whose bank can take an ACT or a PRE (a
+          // PRE only if no entry left wants the open row); the first slot's bank is done for
+          // this cycle (its entries hit, or wait for tRP)
+          automatic tck_t act_any = `NELSSA_TMAX(ref_ready_q,
+                                                 (ov_act ? acts_q[1] : acts_q[0]) + NFAW);
           act_any = `NELSSA_TMAX(act_any, act_all_q);
           if (ov_act) act_any = `NELSSA_TMAX(act_any, ov_tck + NRRD_S);
+`ifdef NELSSA_DDR5_PARALLEL
+          begin
+            automatic logic [3:0] pre_fit [NB];
+            automatic logic [3:0] act_fit [NB];
+            automatic logic [NB-1:0] pre_ok;
+            for (int x = 0; x < NB; x++) begin
+              ep = pre_bank_q[x];
+              if (col_valid && 5'(x) == col_bank)
+                ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
+              `NELSSA_PLACE(ep, 1'b0)
+              pre_fit[x] = ok;
+              pre_ok[x] = pk[2];
+              ep = `NELSSA_TMAX(`NELSSA_TMAX(act_bank_q[x], act_grp_q[x / 4]), act_any);
+              if (ov_act && 32'(ov_bank[4:2]) == x / 4) ep = `NELSSA_TMAX(ep, ov_tck + NRRD_L);
+              `NELSSA_PLACE(ep, 1'b1)
+              act_fit[x] = ok;
+              ok_bank[x] = open_q[x] ? !hit_wanted[x] && pre_ok[x] : pk[2];
+            end
+            if (ov_valid) ok_bank[ov_bank] = 1'b0;
+            cand = '0;
+            for (int x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
+            cand &= others & ~act_hit;
+            if (cand != '0) begin
+              p = `NELSSA_LOWEST(cand);
+              cb = ent_q[wa][`NELSSA_AT(slot_q[wa], p)].bank;
+              issued = 1'b1;
+              if (open_q[cb]) begin
+                c = CMD_PRE;
+                ok = pre_fit[cb];
+              end else begin
+                c = CMD_ACT;
+                crow = ent_q[wa][`NELSSA_AT(slot_q[wa], p)].row;
+                ok = act_fit[cb];
+              end
+            end else begin
+              // close a row left idle: open, wanted by no entry left, unused for CloseIdle
+              automatic logic [NB-1:0] idle = open_now & aged_now & ~any_wanted & pre_ok;
+              if (col_valid) idle[col_bank] = 1'b0;
+              if (ov_valid) idle[ov_bank] = 1'b0;
+              if (idle != '0) begin
+                cb = `NELSSA_LOWEST(idle);
+                issued = 1'b1;
+                c = CMD_PRE;
+                ok = pre_fit[cb];
+              end
+            end
+            ck = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
+          end
+`else
           cand = others & ~act_hit;
           if (ov_valid) cand &= ~`NELSSA_HOLDING(bankp_q[wa], ov_bank);
           `NELSSA_PLACE(act_any, 1'b1)
@@ -347,7 +445,6 @@ module nelssa_ddr5_ctrl
             b = e.bank;
             g = b[4:2];
             if (open_q[b]) begin
-              // a PRE only if no entry left wants the open row
               if ((`NELSSA_HOLDING(bankp_q[wa], b) & act_hit & others) == '0) begin
                 ep = pre_bank_q[b];
                 if (col_valid && b == col_bank)
@@ -406,212 +503,28 @@ module nelssa_ddr5_ctrl
               idle[b] = 1'b0;
             end
           end
-        end
-        if (issued) begin
-          busy[3'(ck)] = 1'b1;
-          if (c == CMD_ACT) busy[3'(ck) + 3'd1] = 1'b1;
-          row_valid[r] = 1'b1;
-          row_cmd[r] = c;
-          row_k[r] = ck;
-          row_bank[r] = cb;
-          row_row[r] = crow;
-          ov_valid = 1'b1;
-          ov_act = (c == CMD_ACT);
-          ov_ref = (c == CMD_REF);
-          ov_bank = cb;
-          ov_tck = lo + tck_t'(ck);
-        end else begin
-          stop = 1'b1;
-        end
-      end
-    end
-    ca_carry_d = busy[4];
-  end
-`else
-  // The same choices in parallel, for synthesis: every bank's readiness at once, gathered per
-  // queue position through the bank planes, then one priority encoder per choice. Simulation
-  // builds use the tries above, which cost a few mask operations a cycle instead of a pass over
-  // all banks; tests/rtl/test_ddr5_ctrl.py checks both forms against the model.
-  always_comb begin
-    automatic logic [4:0] busy = {4'b0, ca_carry_q};
-    automatic logic wa;
-    automatic logic [5:0] n_active;
-    automatic qmask_t cand, others;
-    automatic qmask_t of_bank [NB];     // positions of each bank's entries
-    automatic logic [NB-1:0] hit_wanted, any_wanted, ok_bank;
-    automatic logic [3:0] fit [NB];
-    automatic logic stop = 1'b0;
-    automatic logic [2:0] pk;
-    automatic dtck_t d;
-    automatic logic [3:0] ok;
-    automatic logic [4:0] p;
-    automatic tck_t ep;
-    automatic logic ov_valid = 1'b0, ov_act = 1'b0, ov_ref = 1'b0;
-    automatic logic [4:0] ov_bank = '0;
-    automatic tck_t ov_tck = '0;
-
-    lo = tck_t'({cycle_q, 2'b00});
-    aged_now = aged_q | wheel_q[cycle_q[WHEEL_W-1:0]];
-    if (n_q[1] >= 6'(WriteHigh) || (n_q[1] != 0 && n_q[0] == 0)) draining_d = 1'b1;
-    else if (n_q[1] <= 6'(WriteLow) && n_q[0] != 0) draining_d = 1'b0;
-    else draining_d = draining_q;
-    write_active = draining_d;
-    wa = draining_d;
-    n_active = n_q[wa];
-    live = n_active[5] ? '1 : (qmask_t'(1) << n_active[4:0]) - 1;
-    act_hit = qhit_q[wa] & live;
-    refreshing = Refresh && !`NELSSA_AFTER(next_refresh_q, lo);
-    for (int x = 0; x < NB; x++) begin
-      automatic logic [4:0] xb = 5'(x);
-      of_bank[x] = `NELSSA_HOLDING(bankp_q[wa], xb) & live;
-    end
-
-    // column command: the oldest row hit whose bank allows it
-    ok_bank = '0;
-    for (int x = 0; x < NB; x++) begin
-      ep = wa ? `NELSSA_TMAX(`NELSSA_TMAX(wr_all_q, wr_grp_q[x / 4]), col_bank_q[x])
-              : `NELSSA_TMAX(`NELSSA_TMAX(rd_all_q, rd_grp_q[x / 4]), col_bank_q[x]);
-      `NELSSA_PLACE(ep, 1'b1)
-      fit[x] = ok;
-      ok_bank[x] = pk[2];
-    end
-    cand = '0;
-    for (int x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
-    cand &= act_hit;
-    col_valid = cand != '0;
-    col_idx = col_valid ? `NELSSA_LOWEST(cand) : '0;
-    col_slot = col_valid ? `NELSSA_AT(slot_q[wa], col_idx) : '0;
-    col_e = col_valid ? ent_q[wa][col_slot] : '0;
-    col_bank = col_e.bank;
-    ok = fit[col_bank];
-    col_k = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
-    if (col_valid) begin
-      busy[3'(col_k)] = 1'b1;
-      busy[3'(col_k) + 3'd1] = 1'b1;
-    end
-    others = live & ~(col_valid ? qmask_t'(1) << col_idx : '0);
-    for (int x = 0; x < NB; x++) begin
-      hit_wanted[x] = (of_bank[x] & act_hit & others) != '0;
-      any_wanted[x] = (of_bank[x] & others) != '0;
-    end
-
-    // row commands
-    row_valid = '0;
-    row_cmd = {CMD_ACT, CMD_ACT};
-    row_k = '0;
-    row_bank = '0;
-    row_row = '0;
-    for (int r = 0; r < 2; r++) begin
-      automatic logic issued = 1'b0;
-      automatic dram_cmd_e c = CMD_ACT;
-      automatic logic [4:0] cb = '0;
-      automatic logic [15:0] crow = '0;
-      automatic logic [1:0] ck = '0;
-      automatic logic [NB-1:0] open_now = open_q;
-      automatic logic [3:0] pre_fit [NB];
-      automatic logic [NB-1:0] pre_ok;
-      if (ov_valid) open_now[ov_bank] = ov_act;
-      for (int x = 0; x < NB; x++) begin
-        ep = pre_bank_q[x];
-        if (col_valid && 5'(x) == col_bank)
-          ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
-        `NELSSA_PLACE(ep, 1'b0)
-        pre_fit[x] = ok;
-        pre_ok[x] = pk[2];
-      end
-      if (!stop) begin
-        if (refreshing) begin
-          automatic logic found = 1'b0;
-          automatic tck_t best = '0;
-          for (int x = 0; x < NB; x++) begin
-            if (open_now[x]) begin
-              ep = pre_bank_q[x];
-              if (col_valid && 5'(x) == col_bank)
-                ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
-              if (!found || `NELSSA_AFTER(best, ep)) begin
-                best = ep;
-                cb = 5'(x);
-              end
-              found = 1'b1;
-            end
-          end
-          if (found) begin
-            c = CMD_PRE;
-            `NELSSA_PLACE(best, 1'b0)
-          end else begin
-            c = CMD_REF;
-            ep = `NELSSA_TMAX(pre_all_q, ref_ready_q);
-            if (ov_valid) ep = `NELSSA_TMAX(ep, ov_tck + (ov_ref ? NRFC : NRP));
-            `NELSSA_PLACE(ep, 1'b0)
-          end
-          issued = pk[2];
-          ck = pk[1:0];
-        end else begin
-          automatic tck_t act_any = `NELSSA_TMAX(ref_ready_q,
-                                                 (ov_act ? acts_q[1] : acts_q[0]) + NFAW);
-          automatic logic [3:0] act_fit [NB];
-          act_any = `NELSSA_TMAX(act_any, act_all_q);
-          if (ov_act) act_any = `NELSSA_TMAX(act_any, ov_tck + NRRD_S);
-          ok_bank = '0;
-          for (int x = 0; x < NB; x++) begin
-            ep = `NELSSA_TMAX(`NELSSA_TMAX(act_bank_q[x], act_grp_q[x / 4]), act_any);
-            if (ov_act && 32'(ov_bank[4:2]) == x / 4) ep = `NELSSA_TMAX(ep, ov_tck + NRRD_L);
-            `NELSSA_PLACE(ep, 1'b1)
-            act_fit[x] = ok;
-            ok_bank[x] = open_q[x] ? !hit_wanted[x] && pre_ok[x] : pk[2];
-          end
-          if (ov_valid) ok_bank[ov_bank] = 1'b0;
-          cand = '0;
-          for (int x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
-          cand &= others & ~act_hit;
-          if (cand != '0) begin
-            p = `NELSSA_LOWEST(cand);
-            cb = ent_q[wa][`NELSSA_AT(slot_q[wa], p)].bank;
-            issued = 1'b1;
-            if (open_q[cb]) begin
-              c = CMD_PRE;
-              ok = pre_fit[cb];
-            end else begin
-              c = CMD_ACT;
-              crow = ent_q[wa][`NELSSA_AT(slot_q[wa], p)].row;
-              ok = act_fit[cb];
-            end
-            ck = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
-          end else begin
-            // close a row left idle: open, wanted by no entry left, unused for CloseIdle
-            automatic logic [NB-1:0] idle = open_now & aged_now & ~any_wanted & pre_ok;
-            if (col_valid) idle[col_bank] = 1'b0;
-            if (ov_valid) idle[ov_bank] = 1'b0;
-            if (idle != '0) begin
-              cb = `NELSSA_LOWEST(idle);
-              issued = 1'b1;
-              c = CMD_PRE;
-              ok = pre_fit[cb];
-              ck = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
-            end
-          end
-        end
-        if (issued) begin
-          busy[3'(ck)] = 1'b1;
-          if (c == CMD_ACT) busy[3'(ck) + 3'd1] = 1'b1;
-          row_valid[r] = 1'b1;
-          row_cmd[r] = c;
-          row_k[r] = ck;
-          row_bank[r] = cb;
-          row_row[r] = crow;
-          ov_valid = 1'b1;
-          ov_act = (c == CMD_ACT);
-          ov_ref = (c == CMD_REF);
-          ov_bank = cb;
-          ov_tck = lo + tck_t'(ck);
-        end else begin
-          stop = 1'b1;
-        end
-      end
-    end
-    ca_carry_d = busy[4];
-  end
 `endif
+        end
+        if (issued) begin
+          busy[3'(ck)] = 1'b1;
+          if (c == CMD_ACT) busy[3'(ck) + 3'd1] = 1'b1;
+          row_valid[r] = 1'b1;
+          row_cmd[r] = c;
+          row_k[r] = ck;
+          row_bank[r] = cb;
+          row_row[r] = crow;
+          ov_valid = 1'b1;
+          ov_act = (c == CMD_ACT);
+          ov_ref = (c == CMD_REF);
+          ov_bank = cb;
+          ov_tck = lo + tck_t'(ck);
+        end else begin
+          stop = 1'b1;
+        end
+      end
+    end
+    ca_carry_d = busy[4];
+  end
 
   // ---------------------------------------------------------------------------------------------
   // Requests. The queue a request needs must have room at the start of the cycle, and the other
