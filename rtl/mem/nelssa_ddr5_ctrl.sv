@@ -114,7 +114,8 @@ module nelssa_ddr5_ctrl
   // period) behind now and within the longest gap ahead of it.
   if (T.nREFI + T.nRFC + T.nRC + 1024 >= HORIZON || CloseIdle < 1 || CloseIdle >= HORIZON)
   begin : gen_time_check
-    $error("nelssa_ddr5_ctrl: nREFI or nRFC too long for the tCK registers, or CloseIdle not 1 to 2^18");
+    $error("nelssa_ddr5_ctrl: nREFI or nRFC too long for the tCK registers, %s",
+           "or CloseIdle not 1 to 2^18");
   end
 
   typedef struct packed {
@@ -180,6 +181,10 @@ module nelssa_ddr5_ctrl
   // the positions at which bank planes 2..4 hold bank group g
   `define NELSSA_HOLDING_GROUP(pl, g) \
     (~(pl[2] ^ {QW{g[0]}}) & ~(pl[3] ^ {QW{g[1]}}) & ~(pl[4] ^ {QW{g[2]}}))
+  // the positions of a queue of n entries
+  `define NELSSA_LIVE(n) ((n[5]) ? '1 : (qmask_t'(1) << n[4:0]) - 1)
+  // the first offset set in a mask of fitting offsets 0..3
+  `define NELSSA_FIRST(ok) (ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3)
   // a rule register pulled up to now - Horizon when it lies further behind
   `define NELSSA_SCRUB(v) ((dtck_t'(now - (v)) > dtck_t'(HORIZON)) ? now - PAST : (v))
 
@@ -191,7 +196,7 @@ module nelssa_ddr5_ctrl
       ok = ~busy[3:0] & ((two) ? ~busy[4:1] : 4'hf); \
       if (d > 3) ok = '0; \
       else if (d > 0) ok &= 4'hf << d[1:0]; \
-      pk = {ok != '0, ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3}; \
+      pk = {ok != '0, `NELSSA_FIRST(ok)}; \
     end
 
   // ---------------------------------------------------------------------------------------------
@@ -254,7 +259,7 @@ module nelssa_ddr5_ctrl
     write_active = draining_d;
     wa = draining_d;
     n_active = n_q[wa];
-    live = n_active[5] ? '1 : (qmask_t'(1) << n_active[4:0]) - 1;
+    live = `NELSSA_LIVE(n_active);
     act_hit = qhit_q[wa] & live;
 `ifndef NELSSA_DDR5_PARALLEL
     act_open = qopen_q[wa] & live;
@@ -289,7 +294,7 @@ module nelssa_ddr5_ctrl
       col_slot = `NELSSA_AT(slot_q[wa], col_idx);
       col_e = ent_q[wa][col_slot];
       ok = fit[col_e.bank];
-      col_k = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
+      col_k = `NELSSA_FIRST(ok);
     end
 `else
     // (when the rule over all groups leaves no slot this cycle, none is tried; when a group's
@@ -302,8 +307,7 @@ module nelssa_ddr5_ctrl
       p = `NELSSA_LOWEST(cand);
       e = ent_q[wa][`NELSSA_AT(slot_q[wa], p)];
       g = e.bank[4:2];
-      ep = wa ? `NELSSA_TMAX(wr_all_q, wr_grp_q[e.bank[4:2]])
-              : `NELSSA_TMAX(rd_all_q, rd_grp_q[e.bank[4:2]]);
+      ep = wa ? `NELSSA_TMAX(wr_all_q, wr_grp_q[g]) : `NELSSA_TMAX(rd_all_q, rd_grp_q[g]);
       `NELSSA_PLACE(ep, 1'b1)
       if (!pk[2]) begin
         cand &= ~`NELSSA_HOLDING_GROUP(bankp_q[wa], g);
@@ -432,7 +436,7 @@ module nelssa_ddr5_ctrl
                 ok = pre_fit[cb];
               end
             end
-            ck = ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3;
+            ck = `NELSSA_FIRST(ok);
           end
 `else
           cand = others & ~act_hit;
@@ -545,7 +549,7 @@ module nelssa_ddr5_ctrl
     automatic logic other = !req_write_i;
     automatic logic [5:0] n_other = n_q[other];
     automatic qmask_t same = `NELSSA_HOLDING(bankp_q[other], req_entry.bank) &
-                             (n_other[5] ? '1 : (qmask_t'(1) << n_other[4:0]) - 1);
+                             `NELSSA_LIVE(n_other);
     automatic logic same_line = 1'b0;
     for (int t = 0; t < QW; t++) begin
       if (same == '0 || same_line) break;
@@ -577,7 +581,8 @@ module nelssa_ddr5_ctrl
     automatic qmask_t left = m, hits = '0;
     for (int t = 0; t < QW; t++) begin
       if (left == '0) break;
-      if (ent_q[q][`NELSSA_AT(slot_q[q], `NELSSA_LOWEST(left))].row == row) hits |= left & ~(left - 1);
+      if (ent_q[q][`NELSSA_AT(slot_q[q], `NELSSA_LOWEST(left))].row == row)
+        hits |= left & ~(left - 1);
       left &= left - 1;
     end
     return hits;
@@ -822,5 +827,7 @@ endmodule
 `undef NELSSA_AT
 `undef NELSSA_HOLDING
 `undef NELSSA_HOLDING_GROUP
+`undef NELSSA_LIVE
+`undef NELSSA_FIRST
 `undef NELSSA_SCRUB
 `undef NELSSA_PLACE
