@@ -41,8 +41,9 @@ synth: venv
 	$(VPY) scripts/synth_units.py
 	$(VPY) scripts/synth_fpga.py
 
+# the attention engine alone, with its arithmetic units (also part of `synth`)
 synth-engine: venv
-	$(VPY) scripts/synth_units.py --engine
+	$(VPY) scripts/synth_fpga.py --only nelssa_attn_engine
 
 # one DDR5 sub-channel controller in its synthesis form (about 15 minutes; not part of `test`)
 synth-ddr5: venv

@@ -16,6 +16,8 @@ from nelssa.hw.sim.rtl_sources import (
     DEVICE,
     DEVICE_SIM,
     ENGINE,
+    ENGINE_BENCH_TOP,
+    ENGINE_PARTS,
     FP_UNITS,
     FPGA_TOP,
     PACKAGES,
@@ -46,6 +48,10 @@ def main() -> int:
     runs = [(top, srcs, params, ()) for top, srcs, params in runs]
     # the controller's synthesis form (see rtl/mem/nelssa_ddr5_ctrl.sv)
     runs.append(("nelssa_ddr5_ctrl", DDR5_CTRL, {}, ("NELSSA_DDR5_PARALLEL",)))
+    # the engine's composite blocks, and its units as simulation builds use them
+    runs += [(part.stem, ENGINE, {}, ()) for part in ENGINE_PARTS]
+    runs += [("nelssa_attn_engine", ENGINE, v, ("NELSSA_FP_GATED",)) for v in ENGINE_VARIANTS]
+    runs.append(("nelssa_engine_bench_top", [*ENGINE, ENGINE_BENCH_TOP], {}, ("NELSSA_FP_GATED",)))
     for top, srcs, params, defines in runs:
         cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top,
                *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),

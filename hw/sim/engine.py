@@ -13,7 +13,7 @@ from construct import Bytes, Const, Float64l, Int32ul, Int64ul, Struct
 
 from nelssa.driver.status import ENGINE_BEAT_BYTES, AttnStatus
 from nelssa.hw.model.engine import AttnResult, EngineCommand, EngineParams
-from nelssa.hw.sim.rtl_sources import ENGINE, VERILATOR_CONFIG
+from nelssa.hw.sim.rtl_sources import ENGINE, ENGINE_BENCH_TOP, FP_GATED_ARGS, VERILATOR_CONFIG
 from nelssa.hw.sim.verilator import build_executable, run_harness
 
 log = logging.getLogger(__name__)
@@ -83,15 +83,15 @@ class RtlEngine:
         self.params = params or EngineParams()
         self.exe = build_executable(
             "engine-harness",
-            "nelssa_attn_engine",
-            [VERILATOR_CONFIG, *ENGINE],
+            "nelssa_engine_bench_top",
+            [VERILATOR_CONFIG, *ENGINE, ENGINE_BENCH_TOP],
             [HARNESS_CPP],
             parameters={
                 "HeadDim": self.params.head_dim,
                 "NumQHeads": self.params.num_qheads,
                 "MaxClusterTokens": self.params.max_cluster_tokens,
             },
-            extra_args=["-CFLAGS", "-O2"],
+            extra_args=["-CFLAGS", "-O2", *FP_GATED_ARGS],
         )
 
     def run(self, cmd: EngineCommand, repeat: int = 1, kv_gap_period: int = 0,

@@ -1,4 +1,4 @@
-// C++ harness around the Verilated nelssa_attn_engine: reads one command (header, cluster
+// C++ harness around the Verilated nelssa_attn_engine (in rtl/sim/nelssa_engine_bench_top.sv): reads one command (header, cluster
 // lengths, 64-byte beats) from a file, plays it through the engine `repeat` times back to back,
 // and writes the status, cycle counts and result beats of the last run. Python never toggles
 // signals on this path. File formats: hw/sim/engine.py (HARNESS_IN / HARNESS_OUT).
@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "Vnelssa_attn_engine.h"
+#include "Vnelssa_engine_bench_top.h"
 #include "verilated.h"
 
 namespace {
@@ -58,25 +58,43 @@ int main(int argc, char** argv) {
   std::fclose(in);
 
   auto ctx = std::make_unique<VerilatedContext>();
-  auto top = std::make_unique<Vnelssa_attn_engine>(ctx.get());
-  // The engine's outputs depend only on its registers, so one evaluation per clock level
-  // suffices: inputs for the next cycle are applied together with the falling edge.
+  auto top = std::make_unique<Vnelssa_engine_bench_top>(ctx.get());
+  // nelssa_engine_bench_top registers the engine's inputs, so what is applied before a rising
+  // edge is what the engine sees in the cycle after it, and the engine's outputs depend only on
+  // registers: the datapath is evaluated once per cycle, after the rising edge. (The falling
+  // edge is evaluated too, so that the model sees the next rising one; nothing runs there.)
   auto tick = [&]() {
     top->clk_i = 1;
     top->eval();
     top->clk_i = 0;
+    top->eval();
+  };
+  // what the engine sees in a cycle
+  struct Inputs {
+    bool cmd_valid = false, clu_valid = false, kv_valid = false;
+  };
+  auto apply = [&](const Inputs& in, uint32_t clu_i, uint32_t kv_i) {
+    top->cmd_valid_i = in.cmd_valid;
+    top->cmd_head_dim_i = h.head_dim;
+    top->cmd_num_qheads_i = h.num_qheads;
+    top->cmd_num_clusters_i = h.num_clusters;
+    top->cmd_scale_i = h.scale_bits;
+    top->clu_valid_i = in.clu_valid;
+    top->clu_tokens_i = in.clu_valid ? lens[clu_i] : 0;
+    top->kv_valid_i = in.kv_valid;
+    if (kv_i < h.num_beats) {
+      for (int w = 0; w < kBeatWords; ++w) {
+        top->kv_data_i[w] = beats[static_cast<size_t>(kv_i) * kBeatWords + w];
+      }
+      top->kv_last_i = (kv_i == h.last_index);
+    }
+    top->res_ready_i = 1;
   };
   top->clk_i = 0;
   top->rst_ni = 0;
-  top->cmd_valid_i = 0;
-  top->clu_valid_i = 0;
-  top->kv_valid_i = 0;
-  top->res_ready_i = 1;
+  apply(Inputs{}, 0, h.num_beats);
   top->eval();
-  for (int i = 0; i < 3; ++i) {
-    tick();
-    top->eval();
-  }
+  for (int i = 0; i < 3; ++i) tick();
   top->rst_ni = 1;
   tick();
 
@@ -90,32 +108,25 @@ int main(int argc, char** argv) {
     uint64_t cycles = 0, accepted_at = 0, first_kv = 0, last_kv = 0;
     bool any_kv = false, done = false;
     results.clear();
+    auto offer = [&](uint64_t cycle) {
+      const bool gap = h.kv_gap_period && (cycle % h.kv_gap_period) == h.kv_gap_period - 1;
+      Inputs in;
+      in.cmd_valid = cmd_pending;
+      in.clu_valid = clu_i < h.num_lens;
+      in.kv_valid = kv_i < h.num_beats && !gap;
+      apply(in, clu_i, kv_i);
+      return in;
+    };
+    Inputs cur = offer(0);  // reaches the engine after one edge, at which it is idle
+    tick();
+    ++out.total_cycles;
     while (!done) {
-      top->cmd_valid_i = cmd_pending;
-      top->cmd_head_dim_i = h.head_dim;
-      top->cmd_num_qheads_i = h.num_qheads;
-      top->cmd_num_clusters_i = h.num_clusters;
-      top->cmd_scale_i = h.scale_bits;
-      const bool clu_valid = clu_i < h.num_lens;
-      top->clu_valid_i = clu_valid;
-      top->clu_tokens_i = clu_valid ? lens[clu_i] : 0;
-      const bool gap = h.kv_gap_period && (cycles % h.kv_gap_period) == h.kv_gap_period - 1;
-      const bool kv_valid = kv_i < h.num_beats && !gap;
-      top->kv_valid_i = kv_valid;
-      if (kv_i < h.num_beats) {
-        for (int w = 0; w < kBeatWords; ++w) {
-          top->kv_data_i[w] = beats[static_cast<size_t>(kv_i) * kBeatWords + w];
-        }
-        top->kv_last_i = (kv_i == h.last_index);
-      }
-      top->res_ready_i = 1;
-      top->eval();  // falling edge and new inputs; outputs reflect the current state
-      if (cmd_pending && top->cmd_ready_o) {
+      if (cur.cmd_valid && top->cmd_ready_o) {
         cmd_pending = false;
         accepted_at = cycles;
       }
-      if (clu_valid && top->clu_ready_o) ++clu_i;
-      if (kv_valid && top->kv_ready_o) {
+      if (cur.clu_valid && top->clu_ready_o) ++clu_i;
+      if (cur.kv_valid && top->kv_ready_o) {
         if (!any_kv) first_kv = cycles;
         any_kv = true;
         last_kv = cycles;
@@ -128,6 +139,8 @@ int main(int argc, char** argv) {
         done = true;
         out.status = top->status_o;
       }
+      cur = done ? Inputs{} : offer(cycles + 1);
+      if (done) apply(cur, 0, h.num_beats);
       tick();
       ++cycles;
       ++out.total_cycles;
@@ -136,9 +149,6 @@ int main(int argc, char** argv) {
         return 3;
       }
     }
-    top->cmd_valid_i = 0;
-    top->kv_valid_i = 0;
-    top->clu_valid_i = 0;
     out.cycles = cycles - accepted_at;
     out.kv_span = any_kv ? last_kv - first_kv + 1 : 0;
     out.kv_consumed = kv_i;

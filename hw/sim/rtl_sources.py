@@ -26,8 +26,13 @@ FP_UNITS = [
 ]
 """Arithmetic units, each its own module."""
 
-ENGINE = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv"]
+ENGINE_PARTS = [CORE / "nelssa_beat_dot.sv", CORE / "nelssa_softmax_weight.sv"]
+"""The engine's composite datapath blocks, made of arithmetic units."""
+
+ENGINE = [*PACKAGES, *FP_UNITS, *ENGINE_PARTS, CORE / "nelssa_attn_engine.sv"]
 """Everything the attention engine elaborates from."""
+ENGINE_BENCH_TOP = RTL_ROOT / "sim" / "nelssa_engine_bench_top.sv"
+"""The engine behind registered inputs, for the C++ harness."""
 
 DDR5_CHECKER = [
     RTL_ROOT / "mem" / "nelssa_ddr5_pkg.sv",
@@ -49,7 +54,7 @@ DDR5_SYSTEM = [*DDR5_MEM, RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv",
                RTL_ROOT / "mem" / "nelssa_ddr5_frontend.sv",
                RTL_ROOT / "sim" / "nelssa_ddr5_system.sv"]
 """A device's whole memory: front end and 8 sub-channels with data."""
-DEVICE = [*PACKAGES, *FP_UNITS, CORE / "nelssa_attn_engine.sv",
+DEVICE = [*ENGINE,
           RTL_ROOT / "top" / "nelssa_dev_pkg.sv", RTL_ROOT / "top" / "nelssa_fifo.sv",
           RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv",
           RTL_ROOT / "top" / "nelssa_regs.sv", RTL_ROOT / "top" / "nelssa_line_reader.sv",
@@ -72,7 +77,7 @@ VERILATOR_CONFIG = RTL_ROOT / "verilator.vlt"
 def unit_sources(top: str) -> list[Path]:
     """Packages plus the fp units plus ``top``'s own file when it is not among them."""
     own = CORE / f"{top}.sv"
-    units = FP_UNITS if own in FP_UNITS else [*FP_UNITS, own]
+    units = FP_UNITS if own in FP_UNITS else [*FP_UNITS, *ENGINE_PARTS, own]
     return [*PACKAGES, *units]
 
 DDR5_VERILATOR_ARGS = ["--unroll-count", "1"]
@@ -80,3 +85,9 @@ DDR5_VERILATOR_ARGS = ["--unroll-count", "1"]
 fixed two- and five-step loops are unrolled by `verilator unroll_full`). Unrolled, one sub-channel
 became tens of thousands of lines of C++ that ran slower (instruction-cache bound) and took
 minutes to compile for eight sub-channels."""
+
+FP_GATED_ARGS = ["+define+NELSSA_FP_GATED"]
+"""Verilator arguments of every build that holds the engine: each arithmetic unit computes only
+when its result is used (rtl/core/nelssa_fp32_add.sv), so a cycle costs the active phase's
+units, not all of them. Results are the same either way; tests/rtl/test_attn_engine.py runs
+both."""

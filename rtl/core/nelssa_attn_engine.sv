@@ -17,7 +17,6 @@
 // two stall cycles at its K->V turn (last score, softmax set-up); the first cluster one more.
 module nelssa_attn_engine
   import nelssa_engine_pkg::*;
-  import nelssa_fp_pkg::*;
 #(
   parameter int unsigned HeadDim          = 128,  // largest head_dim accepted: 64 or 128
   parameter int unsigned NumQHeads        = 8,    // largest GQA group (query heads), 1..8
@@ -68,7 +67,6 @@ module nelssa_attn_engine
   localparam int unsigned MAX_BPR = HeadDim / LANES;                     // beats per row
   localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;      // beat-in-row width
   localparam int unsigned OUT_LANES = BEAT_W / 32;                       // fp32 per result beat
-  localparam logic [31:0] SIGN = 32'h8000_0000;
 
   typedef enum logic [3:0] {
     StIdle, StQ, StClu, StK, StKDrain, StSetup, StV, StFinal, StOut, StDrain, StDone
@@ -90,22 +88,17 @@ module nelssa_attn_engine
   logic        last_seen_q, last_seen_d;    // kv_last_i consumed (drain)
   logic [31:0] c_q;            // scale * log2(e)
 
-  // Datapath state
-  logic [BEAT_W-1:0] q_q [NumQHeads][MAX_BPR];        // query rows, as they arrived
-  logic [31:0] o_q      [NumQHeads][MAX_BPR][LANES];  // unnormalised output
-  logic [31:0] score_q  [MaxClusterTokens][NumQHeads];
-  logic [31:0] m_q      [NumQHeads];   // running max (log2 domain)
-  logic [31:0] mrun_q   [NumQHeads];   // max including the current cluster
-  logic [31:0] l_q      [NumQHeads];   // running softmax denominator
-  logic [31:0] acc_q    [NumQHeads];   // dot-product accumulator of the current row
-  logic [31:0] alpha_q  [NumQHeads];
-  logic [31:0] p_q      [NumQHeads];   // exp2(t_j - m) of the current V row
-  logic [31:0] lse_q    [NumQHeads];
+  // Datapath state. Each query head's registers are in gen_head (each lane's output in
+  // gen_head.gen_lane), written at constant indices, so synthesis maps them to flip-flops; what
+  // the finalisation and the result beats read by head is gathered here.
+  logic [31:0] o_head   [NumQHeads][MAX_BPR][LANES];  // unnormalised output
+  logic [31:0] m_head   [NumQHeads];                  // running max (log2 domain)
+  logic [31:0] l_head   [NumQHeads];                  // running softmax denominator
+  logic [31:0] lse_head [NumQHeads];
 
-  // K pipeline: s1 holds the per-head sums of the last accepted K beat
+  // K pipeline: stage 1 holds the beat sums of the last accepted K beat (gen_head's s1_sum_q)
   logic              s1_valid_q, s1_valid_d, s1_last_row_q;
   logic [TW-1:0]     s1_tok_q;
-  logic [31:0]       s1_sum_q [NumQHeads];
 
   // Cluster entry taken ahead of time
   logic              next_valid_q, next_valid_d;
@@ -140,56 +133,265 @@ module nelssa_attn_engine
   assign cmd_nq_ok = (cmd_num_qheads_i != 4'd0) && (32'(cmd_num_qheads_i) <= NumQHeads);
 
   // ---------------------------------------------------------------------------------------------
-  // Arithmetic. The datapath below is written as registers loaded from nelssa_fp_pkg functions:
-  // in hardware every call is a unit of its own (about 1,300 at HeadDim 128, 8 heads), in the
-  // Verilated model only the calls of the active phase run, once per clock edge.
-
-  // Dot product of one beat with the matching Q slice: 32 bf16 products summed in a binary tree
-  // (level v, element k = elements 2k and 2k+1 of level v-1), the order of docs/numerics.md.
-  function automatic logic [31:0] beat_dot(input logic [BEAT_W-1:0] q, input logic [BEAT_W-1:0] k);
-    logic [31:0] s [LANES];
-    for (int i = 0; i < LANES; i++) s[i] = bf16_mul(q[16*i +: 16], k[16*i +: 16]);
-    for (int v = 1; v <= $clog2(LANES); v++) begin
-      for (int n = 0; n < (LANES >> v); n++) s[n] = fp32_add(s[2*n], s[2*n+1]);
-    end
-    return s[0];
-  endfunction
-
-  // exp2(t - m): a softmax weight in the log2 domain; 0 while the running max m is still -Inf
-  // (every score so far is -Inf), so such tokens add nothing instead of NaN (-Inf - -Inf)
-  function automatic logic [31:0] weight(input logic [31:0] t, input logic [31:0] m);
-    return (m == FP32_NEG_INF) ? 32'd0 : fp32_exp2(fp32_add(t, m ^ SIGN));
-  endfunction
-
+  // Arithmetic. Every floating-point operation is an instance of a unit (rtl/core), about 1,300
+  // at HeadDim 128 and 8 heads, so synthesis maps each kind of unit once. A unit's en_i is
+  // exactly the condition under which the register it feeds loads: a simulation built with
+  // NELSSA_FP_GATED computes only the active phase's units, and the engine's tests also run
+  // without it, which shows no other unit output is ever read.
   logic first_row;
   assign first_row = (tok_q == 8'd0);
 
   logic [TW-1:0] ptok;  // score row of the next V row's weight
   assign ptok = (32'(tok_q) + 1 < MaxClusterTokens) ? TW'(tok_q + 8'd1) : '0;
 
-  // ---------------------------------------------------------------------------------------------
-  // Result beats: O of head head_q scaled by 1/l (16 products), then the LSE beat
-  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
-  logic [HW-1:0] out_head;
-  logic [31:0]   out_inv;  // 1/l of the head being output (one reciprocal unit)
+  logic cmd_take, k_beat, v_beat, setup, out_beat, lse_step;
+  assign cmd_take = (state_q == StIdle) && cmd_valid_i;
+  assign k_beat   = (state_q == StK) && kv_fire;
+  assign v_beat   = (state_q == StV) && kv_fire;
+  assign setup    = (state_q == StSetup);
+  assign out_beat = (state_q == StOut) && (head_q != nq_q);  // an O beat (not the LSE beat)
+  assign lse_step = (state_q == StFinal);
+
+  logic [PW-1:0] part;      // beat within the row, as an index
+  logic [HW-1:0] out_head;  // head being finalised or output
+  assign part     = PW'(part_q);
   assign out_head = HW'(head_q);
+
+  // the softmax scale in the log2 domain, c = scale * log2(e)
+  logic [31:0] c_d;
+  nelssa_fp32_mul u_scale (
+    .en_i  (cmd_take),
+    .a_i   (cmd_scale_i),
+    .b_i   (FP32_LOG2E),
+    .prod_o(c_d)
+  );
+
+  logic [31:0] l_log2, lse_log2, lse_val;  // finalisation (below)
+
+  for (genvar h = 0; h < NumQHeads; h++) begin : gen_head
+    logic [MAX_BPR-1:0][BEAT_W-1:0] q_q;     // query row, as it arrived
+    logic [31:0] score_q [MaxClusterTokens];  // scores of the current cluster
+    logic [31:0] m_q;       // running max (log2 domain)
+    logic [31:0] mrun_q;    // max including the current cluster
+    logic [31:0] l_q;       // running softmax denominator
+    logic [31:0] acc_q;     // dot-product accumulator of the current row
+    logic [31:0] s1_sum_q;  // K stage 1: sum of the last accepted beat
+    logic [31:0] alpha_q;   // rescale of the clusters before: exp2(m - mrun)
+    logic [31:0] p_q;       // exp2(t_j - m) of the current V row
+    logic [31:0] lse_q;
+
+    logic on;  // the head is in this command
+    logic row_score, l_step, p_step;
+    logic [31:0] dot_sum, acc_sum, score, score_max, alpha_w, p_w, l_scaled, l_sum;
+    assign on        = (4'(h) < nq_q);
+    assign row_score = s1_valid_q && s1_last_row_q && on;
+    assign l_step    = v_beat && on && (part_q == 2'd0);
+    assign p_step    = on && (setup || (v_beat && row_end));
+
+    assign m_head[h]   = m_q;
+    assign l_head[h]   = l_q;
+    assign lse_head[h] = lse_q;
+
+    // K: stage 1 forms the beat's sum, stage 2 accumulates it; at a row's end the score is
+    // scaled into the log2 domain and the running max updated
+    nelssa_beat_dot u_dot (
+      .en_i (k_beat && on),
+      .a_i  (q_q[part]),
+      .b_i  (kv_data_i),
+      .dot_o(dot_sum)
+    );
+    nelssa_fp32_add u_acc (
+      .en_i (s1_valid_q && on),
+      .a_i  (acc_q),
+      .b_i  (s1_sum_q),
+      .sum_o(acc_sum)
+    );
+    nelssa_fp32_mul u_score (
+      .en_i  (row_score),
+      .a_i   (acc_sum),
+      .b_i   (c_q),
+      .prod_o(score)
+    );
+    nelssa_fp32_max u_max (
+      .en_i (row_score),
+      .a_i  (mrun_q),
+      .b_i  (score),
+      .max_o(score_max)
+    );
+
+    // set-up: the rescale of what the clusters before gave, and the first V row's weight;
+    // V: the next row's weight at each row's end
+    nelssa_softmax_weight u_alpha (
+      .en_i(setup && on),
+      .t_i (m_q),
+      .m_i (mrun_q),
+      .w_o (alpha_w)
+    );
+    nelssa_softmax_weight u_p (
+      .en_i(p_step),
+      .t_i (setup ? score_q[0] : score_q[ptok]),
+      .m_i (mrun_q),
+      .w_o (p_w)
+    );
+
+    // V: l = l * (first row ? alpha : 1) + p once per row (o alike in gen_lane); x * 1 is x
+    // for every value they can hold
+    nelssa_fp32_mul u_l_scale (
+      .en_i  (l_step && first_row),
+      .a_i   (l_q),
+      .b_i   (alpha_q),
+      .prod_o(l_scaled)
+    );
+    nelssa_fp32_add u_l (
+      .en_i (l_step),
+      .a_i  (first_row ? l_scaled : l_q),
+      .b_i  (p_q),
+      .sum_o(l_sum)
+    );
+
+    // This head's registers (no reset: every command initialises what it reads). mrun_q equals
+    // m_q outside a K phase (set-up copies it back), so a cluster's running max starts from the
+    // max of all clusters before it.
+    always_ff @(posedge clk_i) begin
+      unique case (state_q)
+        StIdle: begin
+          if (cmd_valid_i) begin
+            m_q    <= FP32_NEG_INF;
+            mrun_q <= FP32_NEG_INF;
+            l_q    <= 32'd0;
+            acc_q  <= 32'd0;
+          end
+        end
+        StQ: begin
+          if (kv_fire && HW'(head_q) == HW'(h)) begin
+            for (int b = 0; b < MAX_BPR; b++) begin
+              if (part == PW'(b)) q_q[b] <= kv_data_i;
+            end
+          end
+        end
+        StSetup: begin
+          if (on) begin
+            alpha_q <= alpha_w;
+            p_q     <= p_w;
+            m_q     <= mrun_q;
+          end
+        end
+        StV: begin
+          if (kv_fire && on) begin
+            if (part_q == 2'd0) l_q <= l_sum;
+            if (row_end) p_q <= p_w;
+          end
+        end
+        StFinal: begin
+          if (out_head == HW'(h)) lse_q <= lse_val;
+        end
+        default: ;
+      endcase
+
+      if (k_beat && on) s1_sum_q <= dot_sum;
+      if (s1_valid_q && on) begin
+        if (s1_last_row_q) begin
+          acc_q             <= 32'd0;
+          score_q[s1_tok_q] <= score;
+          mrun_q            <= score_max;
+        end else begin
+          acc_q <= acc_sum;
+        end
+      end
+    end
+
+    // V, per lane: o = o * (first row ? alpha : 1) + p * v
+    for (genvar i = 0; i < LANES; i++) begin : gen_lane
+      logic [MAX_BPR-1:0][31:0] o_q;  // this lane of each beat of the output row
+      logic [31:0] o_scaled, o_pv, o_sum;
+
+      for (genvar b = 0; b < MAX_BPR; b++) begin : gen_part
+        assign o_head[h][b][i] = o_q[b];
+      end
+
+      nelssa_fp32_mul u_o_scale (
+        .en_i  (v_beat && on && first_row),
+        .a_i   (o_q[part]),
+        .b_i   (alpha_q),
+        .prod_o(o_scaled)
+      );
+      nelssa_fp32_mul u_pv (
+        .en_i  (v_beat && on),
+        .a_i   (p_q),
+        .b_i   ({kv_data_i[16*i +: 16], 16'h0000}),
+        .prod_o(o_pv)
+      );
+      nelssa_fp32_add u_o (
+        .en_i (v_beat && on),
+        .a_i  (first_row ? o_scaled : o_q[part]),
+        .b_i  (o_pv),
+        .sum_o(o_sum)
+      );
+
+      always_ff @(posedge clk_i) begin
+        if (cmd_take) begin
+          o_q <= '0;
+        end else if (v_beat && on) begin
+          for (int b = 0; b < MAX_BPR; b++) begin
+            if (part == PW'(b)) o_q[b] <= o_sum;
+          end
+        end
+      end
+    end
+  end
+
+  // finalisation, one head per cycle: LSE = (m + log2 l) * ln 2
+
+  nelssa_fp32_log2 u_lse_log2 (
+    .en_i(lse_step),
+    .x_i (l_head[out_head]),
+    .y_o (l_log2)
+  );
+  nelssa_fp32_add u_lse_add (
+    .en_i (lse_step),
+    .a_i  (m_head[out_head]),
+    .b_i  (l_log2),
+    .sum_o(lse_log2)
+  );
+  nelssa_fp32_mul u_lse_ln (
+    .en_i  (lse_step),
+    .a_i   (lse_log2),
+    .b_i   (FP32_LN2),
+    .prod_o(lse_val)
+  );
+
+  // ---------------------------------------------------------------------------------------------
+  // Result beats: O of head head_q scaled by 1/l (one reciprocal, OUT_LANES products), then
+  // the LSE beat
+  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
+  logic [PW-1:0] out_part;  // input beat of o_q that holds this result beat
+  logic [31:0]   out_inv;   // 1/l of the head being output
+  logic [31:0]   out_val [OUT_LANES];
+  assign out_part = PW'(obeat_q / 3'(OUT_PER_PART));
+
+  nelssa_fp32_recip u_out_inv (
+    .en_i(out_beat),
+    .x_i (l_head[out_head]),
+    .y_o (out_inv)
+  );
+  for (genvar k = 0; k < OUT_LANES; k++) begin : gen_out
+    nelssa_fp32_mul u_out (
+      .en_i  (out_beat),
+      .a_i   (o_head[out_head][out_part][(32'(obeat_q) % OUT_PER_PART) * OUT_LANES + k]),
+      .b_i   (out_inv),
+      .prod_o(out_val[k])
+    );
+  end
 
   always_comb begin
     res_data_o = '0;
-    out_inv    = '0;
     if (state_q == StOut) begin
       if (head_q == nq_q) begin
         for (int h = 0; h < NumQHeads; h++) begin
-          if (h < 32'(nq_q)) res_data_o[32*h +: 32] = lse_q[h];
+          if (h < 32'(nq_q)) res_data_o[32*h +: 32] = lse_head[h];
         end
       end else begin
-        out_inv = fp32_recip(l_q[out_head]);
-        for (int k = 0; k < OUT_LANES; k++) begin
-          res_data_o[32*k +: 32] = fp32_mul(
-              o_q[out_head][PW'(obeat_q / 3'(OUT_PER_PART))]
-                 [(32'(obeat_q) % OUT_PER_PART) * OUT_LANES + k],
-              out_inv);
-        end
+        for (int k = 0; k < OUT_LANES; k++) res_data_o[32*k +: 32] = out_val[k];
       end
     end
   end
@@ -407,81 +609,12 @@ module nelssa_attn_engine
   end
 
   // ---------------------------------------------------------------------------------------------
-  // Datapath registers (no reset: every command initialises what it reads)
+  // Shared datapath registers (no reset: every command initialises what it reads; the heads'
+  // registers are in gen_head)
   always_ff @(posedge clk_i) begin
     s1_tok_q      <= TW'(tok_q);
     s1_last_row_q <= row_end;
-
-    unique case (state_q)
-      StIdle: begin
-        if (cmd_valid_i) begin
-          c_q <= fp32_mul(cmd_scale_i, FP32_LOG2E);
-          for (int h = 0; h < NumQHeads; h++) begin
-            m_q[h]    <= FP32_NEG_INF;
-            mrun_q[h] <= FP32_NEG_INF;
-            l_q[h]   <= 32'd0;
-            acc_q[h] <= 32'd0;
-            for (int b = 0; b < MAX_BPR; b++) begin
-              for (int i = 0; i < LANES; i++) o_q[h][b][i] <= 32'd0;
-            end
-          end
-        end
-      end
-      StQ: begin
-        if (kv_fire) q_q[HW'(head_q)][PW'(part_q)] <= kv_data_i;
-      end
-      StSetup: begin
-        for (int h = 0; h < NumQHeads; h++) begin
-          if (h < 32'(nq_q)) begin
-            alpha_q[h] <= weight(m_q[h], mrun_q[h]);
-            p_q[h]     <= weight(score_q[0][h], mrun_q[h]);
-            m_q[h]     <= mrun_q[h];
-          end
-        end
-      end
-      StV: begin
-        // o = o * (first row ? alpha : 1) + p * v; o * 1 is o for every value o can hold
-        if (kv_fire) begin
-          for (int h = 0; h < NumQHeads; h++) begin
-            if (h < 32'(nq_q)) begin
-              for (int i = 0; i < LANES; i++) begin
-                o_q[h][PW'(part_q)][i] <= fp32_add(
-                    first_row ? fp32_mul(o_q[h][PW'(part_q)][i], alpha_q[h]) : o_q[h][PW'(part_q)][i],
-                    fp32_mul(p_q[h], {kv_data_i[16*i +: 16], 16'h0000}));
-              end
-              if (part_q == 2'd0) begin
-                l_q[h] <= fp32_add(first_row ? fp32_mul(l_q[h], alpha_q[h]) : l_q[h], p_q[h]);
-              end
-              if (row_end) p_q[h] <= weight(score_q[ptok][h], mrun_q[h]);
-            end
-          end
-        end
-      end
-      StFinal: begin
-        lse_q[out_head] <= fp32_mul(fp32_add(m_q[out_head], fp32_log2(l_q[out_head])), FP32_LN2);
-      end
-      default: ;
-    endcase
-
-    // K pipeline: stage 1 forms the beat sums of an accepted K beat, stage 2 accumulates them;
-    // at a row's end the score is scaled into the log2 domain, stored, and the running max
-    // updated. mrun_q equals m_q outside a K phase (set-up copies it back), so a cluster's
-    // running max starts from the max of all clusters before it.
-    for (int h = 0; h < NumQHeads; h++) begin
-      if (state_q == StK && kv_fire && h < 32'(nq_q)) begin
-        s1_sum_q[h] <= beat_dot(q_q[h][PW'(part_q)], kv_data_i);
-      end
-      if (s1_valid_q && h < 32'(nq_q)) begin
-        if (s1_last_row_q) begin
-          acc_q[h]             <= 32'd0;
-          score_q[s1_tok_q][h] <= fp32_mul(fp32_add(acc_q[h], s1_sum_q[h]), c_q);
-          mrun_q[h]            <= fp32_max(mrun_q[h],
-                                           fp32_mul(fp32_add(acc_q[h], s1_sum_q[h]), c_q));
-        end else begin
-          acc_q[h] <= fp32_add(acc_q[h], s1_sum_q[h]);
-        end
-      end
-    end
+    if (cmd_take) c_q <= c_d;
   end
 
   assign done_o   = (state_q == StDone);

@@ -12,6 +12,7 @@ import pytest
 from nelssa.driver.status import AttnStatus
 from nelssa.hw.model import fp
 from nelssa.hw.model.engine import pack_stream
+from nelssa.hw.sim.rtl_sources import FP_GATED_ARGS
 
 from engine_tb import TB, Command, Workload, assert_error_bound
 
@@ -183,26 +184,32 @@ def _params(head_dim: int, num_qheads: int, max_cluster_tokens: int) -> dict[str
     return {"HeadDim": head_dim, "NumQHeads": num_qheads, "MaxClusterTokens": max_cluster_tokens}
 
 
-def _run(params: dict[str, int], test_filter: str | None = None) -> None:
+def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = True) -> None:
     from cocotb_runner import run_cocotb
 
     env = {"NELSSA_ENGINE_PARAMS": json.dumps({
         "head_dim": params["HeadDim"], "num_qheads": params["NumQHeads"],
         "max_cluster_tokens": params["MaxClusterTokens"]})}
     run_cocotb(TOP, "test_attn_engine", parameters=params, extra_env=env,
-               test_filter=test_filter)
+               test_filter=test_filter, build_extra=FP_GATED_ARGS if gated else ())
 
 
 @pytest.mark.rtl
-def test_attn_engine_full():
-    """The device's engine: HeadDim 128, up to 8 query heads, clusters up to 64 tokens."""
-    _run(_params(128, 8, 64))
+@pytest.mark.parametrize("units", ["gated", "eager"])
+def test_attn_engine_full(units):
+    """The device's engine: HeadDim 128, up to 8 query heads, clusters up to 64 tokens. Gated
+    units (NELSSA_FP_GATED, what every simulation build uses) output zero unless their en_i says
+    the result is used; eager ones always compute, as hardware does. Both must match the model
+    bit for bit, so no unit output is read while its en_i is low."""
+    _run(_params(128, 8, 64), gated=units == "gated")
 
 
 @pytest.mark.rtl
-def test_attn_engine_small():
+@pytest.mark.parametrize("units", ["gated", "eager"])
+def test_attn_engine_small(units):
     """A small instance (HeadDim 64, 2 query heads, clusters up to 16): parameters matter."""
-    _run(_params(64, 2, 16), test_filter="directed_shapes|constrained_random|malformed_streams")
+    _run(_params(64, 2, 16), test_filter="directed_shapes|constrained_random|malformed_streams",
+         gated=units == "gated")
 
 
 def test_pack_stream_layout():

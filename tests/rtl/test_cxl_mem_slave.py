@@ -13,7 +13,12 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from nelssa.driver.cxl import RspStatus
-from nelssa.hw.sim.rtl_sources import DDR5_STORE_CPP, DDR5_VERILATOR_ARGS, DEVICE_SIM
+from nelssa.hw.sim.rtl_sources import (
+    DDR5_STORE_CPP,
+    DDR5_VERILATOR_ARGS,
+    DEVICE_SIM,
+    FP_GATED_ARGS,
+)
 
 MEM_BYTES = 1 << 36
 MASK512 = (1 << 512) - 1
@@ -176,4 +181,4 @@ def test_cxl_mem_slave():
     from cocotb_runner import run_cocotb
 
     run_cocotb("nelssa_device_sim", "test_cxl_mem_slave", sources=DEVICE_SIM,
-               build_extra=[str(DDR5_STORE_CPP), *DDR5_VERILATOR_ARGS])
+               build_extra=[str(DDR5_STORE_CPP), *DDR5_VERILATOR_ARGS, *FP_GATED_ARGS])

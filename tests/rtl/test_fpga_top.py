@@ -25,7 +25,7 @@ from nelssa.driver.iface import interface_hash32
 from nelssa.driver.memory import MemoryApi
 from nelssa.hw.model import fp
 from nelssa.hw.model.device import ModelDevice
-from nelssa.hw.sim.rtl_sources import FPGA_TOP
+from nelssa.hw.sim.rtl_sources import FP_GATED_ARGS, FPGA_TOP
 
 CHANNELS = 4
 CHAN_ADDR_W = 28
@@ -408,4 +408,5 @@ async def bar_refusals_touch_nothing(dut):
 def test_fpga_top():
     from cocotb_runner import run_cocotb
 
-    run_cocotb("nelssa_fpga_top", "test_fpga_top", parameters=PARAMS, sources=FPGA_TOP)
+    run_cocotb("nelssa_fpga_top", "test_fpga_top", parameters=PARAMS, sources=FPGA_TOP,
+               build_extra=FP_GATED_ARGS)
