@@ -21,7 +21,10 @@ venv: $(STAMP)
 demo: venv
 	$(VENV)/bin/nelssa decode
 
-test: lint gen-check pytest synth
+# pytest and synthesis side by side (synthesis is one single-threaded yosys): each target's
+# output is printed whole when it ends
+test: lint gen-check
+	$(MAKE) --no-print-directory -j2 --output-sync=target pytest synth
 
 pytest: venv
 	$(VPY) -m pytest -q
