@@ -180,5 +180,7 @@ async def a_host_that_stops_taking_responses_back_pressures(dut):
 def test_cxl_mem_slave():
     from cocotb_runner import run_cocotb
 
+    # one attention unit: the slave is what is tested, and one engine builds faster than two
     run_cocotb("nelssa_device_sim", "test_cxl_mem_slave", sources=DEVICE_SIM,
+               parameters={"NumUnits": 1},
                build_extra=[str(DDR5_STORE_CPP), *DDR5_VERILATOR_ARGS, *FP_GATED_ARGS])
