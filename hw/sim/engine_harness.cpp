@@ -1,7 +1,7 @@
-// C++ harness around the Verilated nelssa_attn_engine (in rtl/sim/nelssa_engine_bench_top.sv): reads one command (header, cluster
-// lengths, 64-byte beats) from a file, plays it through the engine `repeat` times back to back,
-// and writes the status, cycle counts and result beats of the last run. Python never toggles
-// signals on this path. File formats: hw/sim/engine.py (HARNESS_IN / HARNESS_OUT).
+// C++ harness around the Verilated nelssa_attn_engine (in nelssa_engine_bench_top): reads one
+// command (header, cluster lengths, 64-byte beats) from a file, plays it through the engine
+// `repeat` times back to back, and writes the status, cycle counts and result beats of the last
+// run. Python never toggles signals on this path. File formats: hw/sim/engine.py (HARNESS_IN / HARNESS_OUT).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -139,8 +139,12 @@ int main(int argc, char** argv) {
         done = true;
         out.status = top->status_o;
       }
-      cur = done ? Inputs{} : offer(cycles + 1);
-      if (done) apply(cur, 0, h.num_beats);
+      if (done) {
+        cur = Inputs{};
+        apply(cur, 0, h.num_beats);
+      } else {
+        cur = offer(cycles + 1);
+      }
       tick();
       ++cycles;
       ++out.total_cycles;

@@ -255,7 +255,7 @@ module nelssa_attn_engine
     always_ff @(posedge clk_i) begin
       unique case (state_q)
         StIdle: begin
-          if (cmd_valid_i) begin
+          if (cmd_take) begin
             m_q    <= FP32_NEG_INF;
             mrun_q <= FP32_NEG_INF;
             l_q    <= 32'd0;
