@@ -1,8 +1,10 @@
 """The Verilated memory subsystem (up to 8 sub-channel controllers, each with its timing checker)
-behind a Python call, through the C++ harness hw/sim/ddr5_harness.cpp."""
+behind a Python call, through the C++ harness hw/sim/ddr5_harness.cpp: one Verilated model per
+sub-channel, run on one or more threads."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +21,9 @@ from nelssa.hw.sim.verilator import build_executable, run_harness
 HARNESS_CPP = Path(__file__).resolve().parent / "ddr5_harness.cpp"
 
 DDR5_IN = Struct(
-    "magic" / Const(b"NSDM"), "version" / Const(1, Int32ul), "num_sub" / Int32ul,
+    "magic" / Const(b"NSDM"), "version" / Const(2, Int32ul), "num_sub" / Int32ul,
     "num_requests" / Int32ul, "ncl" / Int32ul, "ncwl" / Int32ul, "burst" / Int32ul,
-    "max_cycles" / Int64ul,
+    "threads" / Int32ul, "max_cycles" / Int64ul,
 )
 """Header of a request file; 12-byte requests follow (sub, write, bg, bank: u8; row: u16;
 column, pad: u8; arrival cycle: u32)."""
@@ -47,7 +49,9 @@ class RtlMemoryRun:
     violations: int
     """Timing-checker violations (a violation also ends the run)."""
     simulated_cycles: int
+    """Cycles every sub-channel was clocked (until the slowest served its last request)."""
     sim_seconds: float
+    """Wall time of the simulation proper (not the build, the reset or the file transfers)."""
 
     def bandwidth_fraction(self, timing: DDR5Timing, subchannels: int) -> float:
         peak = subchannels * timing.burst_bytes * TCK_PER_CYCLE / timing.burst_cycles
@@ -55,26 +59,30 @@ class RtlMemoryRun:
 
 
 class RtlMemory:
-    """A cached Verilator build of 8 sub-channel controllers with checkers, for one preset."""
+    """A cached Verilator build of a sub-channel controller with its checker, for one preset,
+    instantiated once per sub-channel by the harness."""
 
-    def __init__(self, preset: str = "ddr5-6400", subchannels: int = 8, threads: int = 1) -> None:
-        """``threads`` > 1 builds a multi-threaded model (Verilator --threads); on the 2-core
-        machines here it gained nothing (see README), on larger hosts it may."""
+    def __init__(self, preset: str = "ddr5-6400", subchannels: int = 8,
+                 threads: int | None = None) -> None:
+        """``threads``: how many threads run the sub-channels (sub-channel s on thread s mod
+        threads); by default one per core, at most one per sub-channel. Results do not depend
+        on it, only the simulation speed."""
         if preset not in PRESETS:
             raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
         if not 1 <= subchannels <= 8:
             raise ValueError(f"subchannels must be 1 to 8, got {subchannels}")
-        if threads < 1:
-            raise ValueError(f"threads must be at least 1, got {threads}")
+        if threads is None:
+            threads = min(os.cpu_count() or 1, subchannels)
+        if not 1 <= threads <= 64:
+            raise ValueError(f"threads must be 1 to 64, got {threads}")
         self.timing = PRESETS[preset]
         self.subchannels = subchannels
-        # -O3: about 1.3x the -O2 speed on eight sub-channels (README, DDR5 memory subsystem)
+        self.threads = threads
+        # -O3: about 1.3x the -O2 speed (README, DDR5 memory subsystem)
         self.exe = build_executable(
             "ddr5-harness", "nelssa_ddr5_bench_top", [VERILATOR_CONFIG, *DDR5_BENCH],
-            [HARNESS_CPP],
-            parameters={"PresetId": list(PRESETS).index(preset), "NumSub": subchannels},
-            extra_args=["-CFLAGS", "-O3", *DDR5_VERILATOR_ARGS,
-                        *(["--threads", str(threads)] if threads > 1 else [])],
+            [HARNESS_CPP], parameters={"PresetId": list(PRESETS).index(preset)},
+            extra_args=["-CFLAGS", "-O3", *DDR5_VERILATOR_ARGS],
         )
 
     def run(self, addrs: np.ndarray, writes: np.ndarray | None = None,
@@ -91,7 +99,7 @@ class RtlMemory:
         t = self.timing
         header = DDR5_IN.build({"num_sub": self.subchannels, "num_requests": len(addrs),
                                 "ncl": t.nCL, "ncwl": t.nCWL, "burst": t.burst_cycles,
-                                "max_cycles": max_cycles})
+                                "threads": self.threads, "max_cycles": max_cycles})
         raw = run_harness(self.exe, header + req.tobytes(), "memory")
         hdr = DDR5_OUT.parse(raw)
         per = np.frombuffer(raw[DDR5_OUT.sizeof():], dtype="<u8").reshape(-1, 2)

@@ -1,11 +1,21 @@
-// C++ harness of the Verilated memory subsystem (rtl/sim/nelssa_ddr5_bench_top.sv): plays a
-// request file through the sub-channel controllers, one request per sub-channel per cycle in
-// file order, and writes what it measured. Formats: hw/sim/ddr5.py (DDR5_IN / DDR5_OUT).
+// C++ harness of the Verilated memory subsystem: one model of rtl/sim/nelssa_ddr5_bench_top.sv
+// (a sub-channel controller with its timing checker) per sub-channel. It plays a request file
+// through them, one request per sub-channel per cycle in file order, and writes what it
+// measured. Formats: hw/sim/ddr5.py (DDR5_IN / DDR5_OUT).
+//
+// The sub-channels share no state, so each runs on its own and they may run on several threads
+// (sub-channel s on thread s mod T). Every sub-channel is clocked for the same number of cycles:
+// until its last request is served, then idle up to the cycle at which the slowest one served
+// its last, which is the cycle at which a lockstep run of all of them would stop. The results
+// do not depend on the thread count.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "Vnelssa_ddr5_bench_top.h"
@@ -15,11 +25,12 @@ namespace {
 
 constexpr uint32_t kMagicIn = 0x4d44534e;   // "NSDM"
 constexpr uint32_t kMagicOut = 0x5244534e;  // "NSDR"
-constexpr int kMaxSub = 8;
+constexpr uint32_t kMaxSub = 8;
+constexpr uint32_t kMaxThreads = 64;
 
 #pragma pack(push, 1)
 struct InHeader {
-  uint32_t magic, version, num_sub, num_requests, ncl, ncwl, burst;
+  uint32_t magic, version, num_sub, num_requests, ncl, ncwl, burst, threads;
   uint64_t max_cycles;
 };
 struct Request {
@@ -38,40 +49,100 @@ struct SubStats {
 };
 #pragma pack(pop)
 
-// Bit-field access that works whatever C++ type Verilator picked for a port (it depends on the
-// port's width, so on NumSub): plain integers up to 64 bits, VlWide above.
-template <typename T>
-void clear(T& sig) {
-  sig = 0;
-}
-template <std::size_t N>
-void clear(VlWide<N>& sig) {
-  for (std::size_t w = 0; w < N; ++w) sig[w] = 0;
-}
-template <typename T>
-void put(T& sig, unsigned lsb, uint64_t value) {
-  sig |= static_cast<T>(value << lsb);
-}
-template <std::size_t N>
-void put(VlWide<N>& sig, unsigned lsb, uint64_t value) {
-  // fields never straddle more than three 32-bit words (width <= 64)
-  const unsigned w = lsb / 32, s = lsb % 32;
-  sig[w] |= static_cast<uint32_t>(value << s);
-  if (w + 1 < N) sig[w + 1] |= static_cast<uint32_t>((value << s) >> 32);
-  if (s && w + 2 < N) sig[w + 2] |= static_cast<uint32_t>(value >> (64 - s));
-}
-template <typename T>
-uint64_t get(const T& sig, unsigned lsb, unsigned width) {
-  const uint64_t v = static_cast<uint64_t>(sig) >> lsb;
-  return width >= 64 ? v : v & ((uint64_t(1) << width) - 1);
-}
-template <std::size_t N>
-uint64_t get(const VlWide<N>& sig, unsigned lsb, unsigned width) {
-  const unsigned w = lsb / 32, s = lsb % 32;
-  uint64_t v = sig[w] >> s;
-  if (w + 1 < N) v |= static_cast<uint64_t>(sig[w + 1]) << (32 - s);
-  if (s && w + 2 < N) v |= static_cast<uint64_t>(sig[w + 2]) << (64 - s);
-  return width >= 64 ? v : v & ((uint64_t(1) << width) - 1);
+// One sub-channel: its model, its requests in file order and what it measured.
+class Subchannel {
+ public:
+  Subchannel(std::deque<Request> requests, const InHeader& h)
+      : ctx_(std::make_unique<VerilatedContext>()),
+        top_(std::make_unique<Vnelssa_ddr5_bench_top>(ctx_.get())),
+        queue_(std::move(requests)),
+        remaining_(queue_.size()),
+        h_(h) {
+    top_->clk_i = 0;
+    top_->rst_ni = 0;
+    top_->req_valid_i = 0;
+    top_->eval();
+    for (int i = 0; i < 2; ++i) {
+      top_->clk_i = 1;
+      top_->eval();
+      top_->clk_i = 0;
+      top_->eval();
+    }
+    top_->rst_ni = 1;
+  }
+
+  // Clocks until the last request is served; false if that takes more than max_cycles.
+  bool run_to_last() {
+    while (remaining_ > 0) {
+      if (h_.max_cycles && cycle_ >= h_.max_cycles) return false;
+      step();
+    }
+    return true;
+  }
+
+  // Clocks idle cycles until `cycles` have passed in all.
+  void run_until(uint64_t cycles) {
+    while (cycle_ < cycles) step();
+  }
+
+  uint64_t cycle() const { return cycle_; }
+  const SubStats& stats() const { return stats_; }
+  uint32_t violations() {
+    top_->eval();
+    return top_->violations_o;
+  }
+  void finish() { top_->final(); }
+
+ private:
+  void step() {
+    const bool valid = !queue_.empty() && queue_.front().arrival <= cycle_;
+    if (valid) {
+      const Request& r = queue_.front();
+      top_->req_write_i = r.write;
+      top_->req_bg_i = r.bg;
+      top_->req_bank_i = r.bank;
+      top_->req_row_i = r.row;
+      top_->req_col_i = r.col;
+    }
+    top_->req_valid_i = valid;
+    top_->eval();
+    if (valid && top_->req_ready_o) queue_.pop_front();
+    if (top_->served_o) {
+      const uint64_t done =
+          top_->served_tck_o + (top_->served_write_o ? h_.ncwl : h_.ncl) + h_.burst;
+      stats_.served++;
+      stats_.last_done_tck = std::max(stats_.last_done_tck, done);
+      --remaining_;
+    }
+    top_->clk_i = 1;
+    top_->eval();
+    top_->clk_i = 0;
+    ++cycle_;
+  }
+
+  std::unique_ptr<VerilatedContext> ctx_;
+  std::unique_ptr<Vnelssa_ddr5_bench_top> top_;
+  std::deque<Request> queue_;
+  uint64_t remaining_;
+  const InHeader& h_;
+  uint64_t cycle_ = 0;
+  SubStats stats_{};
+};
+
+// Runs fn(s) for every sub-channel s, sub-channel s on thread s mod `threads`.
+template <typename Fn>
+void for_each_sub(uint32_t num_sub, uint32_t threads, Fn fn) {
+  if (threads <= 1) {
+    for (uint32_t s = 0; s < num_sub; ++s) fn(s);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (uint32_t t = 0; t < threads; ++t) {
+    pool.emplace_back([=] {
+      for (uint32_t s = t; s < num_sub; s += threads) fn(s);
+    });
+  }
+  for (auto& th : pool) th.join();
 }
 
 }  // namespace
@@ -83,9 +154,10 @@ int main(int argc, char** argv) {
   }
   FILE* in = std::fopen(argv[1], "rb");
   InHeader h{};
-  if (!in || std::fread(&h, sizeof h, 1, in) != 1 || h.magic != kMagicIn || h.version != 1 ||
-      h.num_sub == 0 || h.num_sub > kMaxSub) {
-    std::fprintf(stderr, "%s: not a version-1 memory request file\n", argv[1]);
+  if (!in || std::fread(&h, sizeof h, 1, in) != 1 || h.magic != kMagicIn || h.version != 2 ||
+      h.num_sub == 0 || h.num_sub > kMaxSub || h.threads == 0 || h.threads > kMaxThreads) {
+    std::fprintf(stderr, "%s: not a version-2 memory request file (1 to %u sub-channels, "
+                 "1 to %u threads)\n", argv[1], kMaxSub, kMaxThreads);
     return 2;
   }
   std::vector<std::deque<Request>> queues(h.num_sub);
@@ -99,77 +171,39 @@ int main(int argc, char** argv) {
   }
   std::fclose(in);
 
-  auto ctx = std::make_unique<VerilatedContext>();
-  auto top = std::make_unique<Vnelssa_ddr5_bench_top>(ctx.get());
-  top->clk_i = 0;
-  top->rst_ni = 0;
-  top->req_valid_i = 0;
-  top->eval();
-  for (int i = 0; i < 2; ++i) {
-    top->clk_i = 1;
-    top->eval();
-    top->clk_i = 0;
-    top->eval();
+  std::vector<std::unique_ptr<Subchannel>> subs;
+  for (uint32_t s = 0; s < h.num_sub; ++s) {
+    subs.push_back(std::make_unique<Subchannel>(std::move(queues[s]), h));
   }
-  top->rst_ni = 1;
-
-  std::vector<SubStats> stats(h.num_sub);
-  uint64_t remaining = h.num_requests, cycle = 0;
+  const uint32_t threads = std::min(h.threads, h.num_sub);
+  std::atomic<bool> overran{false};
   const auto t0 = std::chrono::steady_clock::now();
-  while (remaining > 0) {
-    if (h.max_cycles && cycle >= h.max_cycles) {
-      std::fprintf(stderr, "memory subsystem did not finish in %llu cycles\n",
-                   static_cast<unsigned long long>(h.max_cycles));
-      return 3;
-    }
-    uint32_t valid = 0;
-    clear(top->req_write_i);
-    clear(top->req_bg_i);
-    clear(top->req_bank_i);
-    clear(top->req_row_i);
-    clear(top->req_col_i);
-    for (uint32_t s = 0; s < h.num_sub; ++s) {
-      if (queues[s].empty() || queues[s].front().arrival > cycle) continue;
-      const Request& r = queues[s].front();
-      valid |= 1u << s;
-      put(top->req_write_i, s, r.write);
-      put(top->req_bg_i, 3 * s, r.bg);
-      put(top->req_bank_i, 2 * s, r.bank);
-      put(top->req_row_i, 16 * s, r.row);
-      put(top->req_col_i, 6 * s, r.col);
-    }
-    top->req_valid_i = valid;
-    top->eval();
-    const uint32_t ready = top->req_ready_o;
-    const uint32_t served = top->served_o;
-    for (uint32_t s = 0; s < h.num_sub; ++s) {
-      if ((valid >> s) & (ready >> s) & 1) queues[s].pop_front();
-      if ((served >> s) & 1) {
-        const uint64_t tck = get(top->served_tck_o, 64 * s, 64);
-        const bool wr = (top->served_write_o >> s) & 1;
-        const uint64_t done = tck + (wr ? h.ncwl : h.ncl) + h.burst;
-        stats[s].served++;
-        if (done > stats[s].last_done_tck) stats[s].last_done_tck = done;
-        --remaining;
-      }
-    }
-    top->clk_i = 1;
-    top->eval();
-    top->clk_i = 0;
-    ++cycle;
+  for_each_sub(h.num_sub, threads, [&](uint32_t s) {
+    if (!subs[s]->run_to_last()) overran = true;
+  });
+  if (overran) {
+    std::fprintf(stderr, "memory subsystem did not finish in %llu cycles\n",
+                 static_cast<unsigned long long>(h.max_cycles));
+    return 3;
   }
+  uint64_t cycles = 0;
+  for (const auto& s : subs) cycles = std::max(cycles, s->cycle());
+  for_each_sub(h.num_sub, threads, [&](uint32_t s) { subs[s]->run_until(cycles); });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
   OutHeader out{};
   out.magic = kMagicOut;
   out.num_sub = h.num_sub;
-  out.sim_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  out.simulated_cycles = cycle;
-  top->eval();
-  out.violations = top->violations_o;
-  for (const auto& s : stats) {
-    const uint64_t c = (s.last_done_tck + 3) / 4;
-    if (c > out.cycles) out.cycles = c;
+  out.sim_seconds = seconds;
+  out.simulated_cycles = cycles;
+  std::vector<SubStats> stats;
+  for (auto& s : subs) {
+    out.violations += s->violations();
+    out.cycles = std::max(out.cycles, (s->stats().last_done_tck + 3) / 4);
+    stats.push_back(s->stats());
+    s->finish();
   }
-  top->final();
   FILE* f = std::fopen(argv[2], "wb");
   if (!f) return 2;
   std::fwrite(&out, sizeof out, 1, f);

@@ -66,12 +66,21 @@ module nelssa_ddr5_ctrl
   localparam int QW = 32;         // queue mask width
   localparam int TCK_W = 20;      // width of the wrapping tCK registers
   localparam int HORIZON = 1 << (TCK_W - 2);  // how far in the past a rule register may lie
+  localparam int HALF = 1 << (TCK_W - 1);     // differences from HALF on are negative
   localparam int WHEEL_W = $clog2((CloseIdle + 3) / 4 + 2);  // close-after-idle timing wheel
   localparam int WHEEL = 1 << WHEEL_W;
 
   typedef logic [TCK_W-1:0] tck_t;
-  typedef logic signed [TCK_W-1:0] dtck_t;
   typedef logic [QW-1:0] qmask_t;
+
+`ifndef NELSSA_DDR5_PARALLEL
+  // bit position of 2^k from the top five bits of 2^k * 0x077CB531 (a de Bruijn sequence)
+  localparam logic [4:0] DE_BRUIJN [32] = '{
+    5'd0, 5'd1, 5'd28, 5'd2, 5'd29, 5'd14, 5'd24, 5'd3, 5'd30, 5'd22, 5'd20, 5'd15, 5'd25, 5'd17,
+    5'd4, 5'd8, 5'd31, 5'd27, 5'd13, 5'd23, 5'd21, 5'd19, 5'd16, 5'd7, 5'd26, 5'd12, 5'd18, 5'd6,
+    5'd11, 5'd5, 5'd10, 5'd9
+  };
+`endif
 
   // timings in tCK
   localparam tck_t NRCD = tck_t'(T.nRCD);
@@ -136,6 +145,16 @@ module nelssa_ddr5_ctrl
   qmask_t          bankp_q [2][5];    // bank planes, by position
   qmask_t          qopen_q [2];       // positions whose bank is open
   qmask_t          qhit_q [2];        // positions whose row is open
+`ifndef NELSSA_DDR5_PARALLEL
+  // per queue, the live entries of each bank, and the banks that have any: which open rows no
+  // entry wants, without gathering each bank's positions from the bank planes
+  logic [5:0]      bank_n_q [2][NB];
+  logic [NB-1:0]   wanted_q [2];
+  // per queue, the row hits of each bank, and the positions whose bank is open with a row hit
+  // waiting ("held"): no ACT or PRE can serve them while the hits wait, so the tries skip them
+  logic [5:0]      hit_n_q [2][NB];
+  qmask_t          qheld_q [2];
+`endif
   logic [5:0]      n_q [2];
   logic [NB-1:0]   open_q;
   logic [15:0]     orow_q [NB];
@@ -164,11 +183,19 @@ module nelssa_ddr5_ctrl
 
   // Helpers as macros, not functions: Verilator lowers each function call to copies through
   // module-level temporaries, which cost more than these one-line expressions themselves.
-  // a is after b (wrapping tCK)
-  `define NELSSA_AFTER(a, b) (dtck_t'((a) - (b)) > 0)
+  // a is after b (wrapping tCK): their difference is 1 to 2^19 - 1. Times compare through
+  // unsigned differences throughout: a signed compare of a 20-bit value costs Verilator a sign
+  // extension per operand.
+  `define NELSSA_AFTER(a, b) (tck_t'((a) - (b) - tck_t'(1)) < tck_t'(HALF - 1))
   `define NELSSA_TMAX(a, b) (`NELSSA_AFTER(a, b) ? (a) : (b))
-  // position of the lowest set bit (mask not zero)
+  // position of the lowest set bit of a 32-bit mask (not zero): for synthesis a count of the bits
+  // below it; for simulation a de Bruijn multiply and a table, which Verilator makes a few
+  // instructions where it makes a population count a few dozen
+`ifdef NELSSA_DDR5_PARALLEL
   `define NELSSA_LOWEST(m) 5'($countones((m) ^ ((m) - 1)) - 1)
+`else
+  `define NELSSA_LOWEST(m) DE_BRUIJN[5'(32'(((m) & (~(m) + 32'd1)) * 32'h077CB531) >> 27)]
+`endif
   // a mask without position p, the positions above it moved down by one
   `define NELSSA_DROP(m, p) \
     (((m) & ((qmask_t'(1) << (p)) - 1)) | (((m) >> 1) & ~((qmask_t'(1) << (p)) - 1)))
@@ -186,16 +213,20 @@ module nelssa_ddr5_ctrl
   // the first offset set in a mask of fitting offsets 0..3
   `define NELSSA_FIRST(ok) (ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3)
   // a rule register pulled up to now - Horizon when it lies further behind
-  `define NELSSA_SCRUB(v) ((dtck_t'(now - (v)) > dtck_t'(HORIZON)) ? now - PAST : (v))
+  // (it lies Horizon + 1 to 2^19 - 1 behind)
+  `define NELSSA_SCRUB(v) \
+    ((tck_t'(now - (v) - tck_t'(HORIZON + 1)) < tck_t'(HORIZON - 1)) ? now - PAST : (v))
 
   // {found, k}: the first offset k in 0..3 of this cycle at or after `earliest` whose CA slots
   // (two if `two`) are free in `busy`; into pk, through the temporaries d and ok
   `define NELSSA_PLACE(earliest, two) \
     begin \
-      d = dtck_t'((earliest) - lo); \
+      d = tck_t'((earliest) - lo); \
       ok = ~busy[3:0] & ((two) ? ~busy[4:1] : 4'hf); \
-      if (d > 3) ok = '0; \
-      else if (d > 0) ok &= 4'hf << d[1:0]; \
+      if (!d[TCK_W-1]) begin \
+        if (d > 3) ok = '0; \
+        else if (d != 0) ok &= 4'hf << d[1:0]; \
+      end \
       pk = {ok != '0, `NELSSA_FIRST(ok)}; \
     end
 
@@ -231,7 +262,7 @@ module nelssa_ddr5_ctrl
     automatic qmask_t cand, others;
     automatic logic stop = 1'b0;
     automatic logic [2:0] pk;
-    automatic dtck_t d;
+    automatic tck_t d;
     automatic logic [3:0] ok;
     automatic logic [4:0] p;
     automatic tck_t ep;
@@ -241,7 +272,7 @@ module nelssa_ddr5_ctrl
     automatic logic [3:0] fit [NB];
 `else
     automatic logic group_blocked = 1'b0;
-    automatic qmask_t act_open;
+    automatic qmask_t act_open, of_b;
     automatic logic [4:0] b;
     automatic logic [2:0] g;
     automatic entry_t e;
@@ -439,7 +470,9 @@ module nelssa_ddr5_ctrl
             ck = `NELSSA_FIRST(ok);
           end
 `else
-          cand = others & ~act_hit;
+          // (a held bank's try would fail: a hit among the entries left, or the served entry was
+          // its last hit and its PRE must wait for tRTP or tWR after this cycle's column command)
+          cand = others & ~act_hit & ~qheld_q[wa];
           if (ov_valid) cand &= ~`NELSSA_HOLDING(bankp_q[wa], ov_bank);
           `NELSSA_PLACE(act_any, 1'b1)
           if (!pk[2]) cand &= act_open;  // no ACT fits this cycle
@@ -448,8 +481,9 @@ module nelssa_ddr5_ctrl
             e = ent_q[wa][`NELSSA_AT(slot_q[wa], `NELSSA_LOWEST(cand))];
             b = e.bank;
             g = b[4:2];
+            of_b = `NELSSA_HOLDING(bankp_q[wa], b);
             if (open_q[b]) begin
-              if ((`NELSSA_HOLDING(bankp_q[wa], b) & act_hit & others) == '0) begin
+              if ((of_b & act_hit & others) == '0) begin
                 ep = pre_bank_q[b];
                 if (col_valid && b == col_bank)
                   ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
@@ -484,25 +518,24 @@ module nelssa_ddr5_ctrl
               cand &= ~(`NELSSA_HOLDING_GROUP(bankp_q[wa], g) & ~act_open);
               group_blocked = 1'b0;
             end else begin
-              cand &= ~`NELSSA_HOLDING(bankp_q[wa], b);
+              cand &= ~of_b;
             end
           end
-          // close a row left idle: open, wanted by no entry left, unused for CloseIdle
+          // close a row left idle: open, wanted by no entry left, unused for CloseIdle (for a
+          // bank other than the column command's, the entries left are all the live ones)
           if (!issued) begin
-            automatic logic [NB-1:0] idle = open_now & aged_now;
+            automatic logic [NB-1:0] idle = open_now & aged_now & ~wanted_q[wa];
             if (col_valid) idle[col_bank] = 1'b0;
             if (ov_valid) idle[ov_bank] = 1'b0;
             for (int x = 0; x < NB; x++) begin
               if (idle == '0 || issued) break;
               b = `NELSSA_LOWEST(idle);
-              if ((`NELSSA_HOLDING(bankp_q[wa], b) & others) == '0) begin
-                `NELSSA_PLACE(pre_bank_q[b], 1'b0)
-                if (pk[2]) begin
-                  issued = 1'b1;
-                  c = CMD_PRE;
-                  cb = b;
-                  ck = pk[1:0];
-                end
+              `NELSSA_PLACE(pre_bank_q[b], 1'b0)
+              if (pk[2]) begin
+                issued = 1'b1;
+                c = CMD_PRE;
+                cb = b;
+                ck = pk[1:0];
               end
               idle[b] = 1'b0;
             end
@@ -604,6 +637,15 @@ module nelssa_ddr5_ctrl
         end
         qopen_q[q] <= '0;
         qhit_q[q]  <= '0;
+`ifndef NELSSA_DDR5_PARALLEL
+        wanted_q[q] <= '0;
+        qheld_q[q] <= '0;
+        // verilator unroll_full
+        for (int x = 0; x < NB; x++) begin
+          bank_n_q[q][x] <= '0;
+          hit_n_q[q][x] <= '0;
+        end
+`endif
       end
       open_q <= '0;
       // verilator unroll_full
@@ -637,6 +679,10 @@ module nelssa_ddr5_ctrl
     end else begin
       automatic qmask_t qopen [2] = qopen_q;
       automatic qmask_t qhit [2] = qhit_q;
+`ifndef NELSSA_DDR5_PARALLEL
+      automatic qmask_t qheld [2] = qheld_q;
+      automatic logic [5:0] hit_n [2][NB] = hit_n_q;
+`endif
       automatic logic [NB-1:0] open = open_q;
       // the banks whose row a command used this cycle (a column command and at most one ACT)
       automatic logic [1:0] used_valid = '0;
@@ -710,8 +756,15 @@ module nelssa_ddr5_ctrl
               acts[3] = tck;
               // verilator unroll_full
               for (int q = 0; q < 2; q++) begin
-                qopen[q] |= `NELSSA_HOLDING(bankp_q[q], b);
-                qhit[q] |= row_matches(q[0], `NELSSA_HOLDING(bankp_q[q], b), row_row[r]);
+                automatic qmask_t of_b = `NELSSA_HOLDING(bankp_q[q], b);
+                automatic qmask_t hits = row_matches(q[0], of_b, row_row[r]);
+                qopen[q] |= of_b;
+                qhit[q] |= hits;
+`ifndef NELSSA_DDR5_PARALLEL
+                // (the masks hold stale bits above the live positions)
+                hit_n[q][b] = 6'($countones(hits & `NELSSA_LIVE(n_q[q])));
+                if (hit_n[q][b] != '0) qheld[q] |= of_b;
+`endif
               end
               if (b == req_entry.bank) req_orow = row_row[r];
             end
@@ -721,8 +774,13 @@ module nelssa_ddr5_ctrl
               pre_all = `NELSSA_TMAX(pre_all, tck + NRP);
               // verilator unroll_full
               for (int q = 0; q < 2; q++) begin
-                qopen[q] &= ~`NELSSA_HOLDING(bankp_q[q], b);
-                qhit[q] &= ~`NELSSA_HOLDING(bankp_q[q], b);
+                automatic qmask_t of_b = `NELSSA_HOLDING(bankp_q[q], b);
+                qopen[q] &= ~of_b;
+                qhit[q] &= ~of_b;
+`ifndef NELSSA_DDR5_PARALLEL
+                hit_n[q][b] = '0;
+                qheld[q] &= ~of_b;
+`endif
               end
             end
             CMD_REF: begin
@@ -771,6 +829,13 @@ module nelssa_ddr5_ctrl
         automatic logic [QW-1:0] free [2] = free_q;
         automatic logic [5:0] n [2] = n_q;
         if (col_valid) begin
+`ifndef NELSSA_DDR5_PARALLEL
+          // the served entry was a row hit of its bank; with the last one gone, the bank's
+          // other entries are no longer held
+          hit_n[wa][col_bank] = hit_n[wa][col_bank] - 6'd1;
+          if (hit_n[wa][col_bank] == '0) qheld[wa] &= ~`NELSSA_HOLDING(bankp_q[wa], col_bank);
+          qheld[wa] = `NELSSA_DROP(qheld[wa], col_idx);
+`endif
           // verilator unroll_full
           for (int j = 0; j < 5; j++) begin
             slots[wa][j] = `NELSSA_DROP(slots[wa][j], col_idx);
@@ -795,14 +860,47 @@ module nelssa_ddr5_ctrl
           qopen[wq][at_n] = open[req_entry.bank];
           qhit[wq][at_n] = open[req_entry.bank] && req_orow == req_entry.row;
           n[wq] = n[wq] + 1;
+`ifndef NELSSA_DDR5_PARALLEL
+          // a new hit holds its bank's entries, the new one included; any other new entry is
+          // held if its bank already is
+          if (qhit[wq][at_n]) begin
+            hit_n[wq][req_entry.bank] = hit_n[wq][req_entry.bank] + 6'd1;
+            if (hit_n[wq][req_entry.bank] == 6'd1)
+              qheld[wq] |= `NELSSA_HOLDING(banks[wq], req_entry.bank);
+            else qheld[wq][at_n] = 1'b1;
+          end else begin
+            qheld[wq][at_n] = open[req_entry.bank] && hit_n[wq][req_entry.bank] != '0;
+          end
+`endif
         end
         slot_q <= slots;
         bankp_q <= banks;
         free_q <= free;
         n_q <= n;
+`ifndef NELSSA_DDR5_PARALLEL
+        begin
+          // the live entries per bank (a request joining the bank that an entry leaves in the
+          // same queue changes nothing)
+          automatic logic same = col_valid && enters && wq == wa && req_entry.bank == col_bank;
+          automatic logic [NB-1:0] wanted [2] = wanted_q;
+          if (col_valid && !same) begin
+            bank_n_q[wa][col_bank] <= bank_n_q[wa][col_bank] - 6'd1;
+            if (bank_n_q[wa][col_bank] == 6'd1) wanted[wa][col_bank] = 1'b0;
+          end
+          if (enters && !same) begin
+            bank_n_q[wq][req_entry.bank] <= bank_n_q[wq][req_entry.bank] + 6'd1;
+            wanted[wq][req_entry.bank] = 1'b1;
+          end
+          wanted_q <= wanted;
+        end
+`endif
       end
       qopen_q <= qopen;
       qhit_q <= qhit;
+`ifndef NELSSA_DDR5_PARALLEL
+      qheld_q <= qheld;
+      hit_n_q <= hit_n;
+`endif
     end
   end
 

@@ -6,6 +6,10 @@
 // "<rule> violated at cycle <tCK>, bank group <g> bank <b>: <detail>". With Fatal (the default)
 // the first violation ends the simulation with $fatal; otherwise each is a $warning. The rules and their names are those of
 // hw/model/ddr5_checker.py, which the testbench compares against command by command.
+// The rules between bank groups compare with the latest command of the kind in any group other
+// than the command's own, kept with the latest overall, rather than with every other group in
+// turn: one comparison per rule instead of seven, and the same verdict, since a gap to every
+// other group is long enough exactly when the gap to the latest of them is.
 // A rule of the command at tCK `cycle` to bank `k` of group `g` (names in scope where it is
 // used): the message is formatted only when the rule is broken, since formatting it for every
 // command cost more than the checks themselves.
@@ -42,15 +46,38 @@ module nelssa_ddr5_checker
     $error("nelssa_ddr5_checker: built for 8 bank groups of 4 banks");
   end
 
+  // kinds of command whose latest time is kept over the bank groups
+  localparam int KIND_ACT = 0;
+  localparam int KIND_RD = 1;
+  localparam int KIND_WR = 2;
+
   // bank state and the last command times, in tCK
   longint open_row [NB];
+  logic [NB-1:0] open_mask;
   longint last_act [NB], last_pre [NB], last_rd [NB], last_wr [NB];
   longint group_act [NG], group_rd [NG], group_wr [NG];
-  longint any_rd, ref_cycle, last_ref, ca_free, now;
+  // per kind: the latest command (time, group) and the latest in any other group
+  longint latest_t [3], other_t [3];
+  int     latest_g [3], other_g [3];
+  longint any_rd, ref_cycle, last_ref, ca_free, now, latest_pre;
   longint acts [4];
   int     num_acts;
   logic [NUM_RULES-1:0] mask;
   int unsigned count;
+
+  // the latest command of kind k in a bank group other than g, and that group
+  `define NELSSA_OTHER_T(k, g) ((latest_g[k] != (g)) ? latest_t[k] : other_t[k])
+  `define NELSSA_OTHER_G(k, g) ((latest_g[k] != (g)) ? latest_g[k] : other_g[k])
+  // a command of kind k in group g at tCK `cycle` (commands come in tCK order)
+  `define NELSSA_NOTE(k, g) \
+    begin \
+      if (latest_g[k] != (g)) begin \
+        other_t[k] = latest_t[k]; \
+        other_g[k] = latest_g[k]; \
+        latest_g[k] = (g); \
+      end \
+      latest_t[k] = cycle; \
+    end
 
   function automatic string rule_name(int r);
     unique case (r)
@@ -111,35 +138,33 @@ module nelssa_ddr5_checker
 
   task automatic precharge(longint cycle, int g, int k);
     int b = g * 4 + k;
-    if (open_row[b] < 0) return;  // precharging a closed bank is a no-op
+    if (!open_mask[b]) return;  // precharging a closed bank is a no-op
     `NELSSA_NEED(RULE_TRAS, last_act[b], T.nRAS, "ACT to PRE")
     `NELSSA_NEED(RULE_TRTP, last_rd[b], T.nRTP, "RD to PRE")
     `NELSSA_NEED(RULE_TWR, last_wr[b], T.nCWL + 8 + T.nWR, "WR to PRE")
     open_row[b] = -1;
+    open_mask[b] = 1'b0;
     last_pre[b] = cycle;
+    latest_pre = cycle;
   endtask
 
   task automatic check(longint cycle, dram_cmd_e c, int g, int k, longint row);
     int b = g * 4 + k;
     int rtw;
-    longint latest_pre;
     now = cycle;
     if (cycle < ca_free) fail(RULE_CA, cycle, g, k, $sformatf("command bus busy until %0d",
                                                               ca_free));
     ca_free = cycle + longint'(ca_cycles(c));
     unique case (c)
       CMD_ACT: begin
-        if (open_row[b] >= 0) fail(RULE_STATE, cycle, g, k,
-                                   $sformatf("ACT to a bank with row %0d open", open_row[b]));
+        if (open_mask[b]) fail(RULE_STATE, cycle, g, k,
+                               $sformatf("ACT to a bank with row %0d open", open_row[b]));
         `NELSSA_NEED(RULE_TRP, last_pre[b], T.nRP, "PRE to ACT")
         `NELSSA_NEED(RULE_TRC, last_act[b], T.nRC, "ACT to ACT, same bank")
         `NELSSA_NEED(RULE_TRFC, ref_cycle, T.nRFC, "REF to ACT")
-        for (int x = 0; x < NG; x++) begin
-          if (x == g) `NELSSA_NEED(RULE_TRRD_L, group_act[x], T.nRRD_L,
-                                   "ACT to ACT, same bank group")
-          else `NELSSA_NEED(RULE_TRRD_S, group_act[x], T.nRRD_S,
-                            $sformatf("ACT to ACT, other bank group %0d", x))
-        end
+        `NELSSA_NEED(RULE_TRRD_L, group_act[g], T.nRRD_L, "ACT to ACT, same bank group")
+        `NELSSA_NEED(RULE_TRRD_S, `NELSSA_OTHER_T(KIND_ACT, g), T.nRRD_S,
+                     $sformatf("ACT to ACT, other bank group %0d", `NELSSA_OTHER_G(KIND_ACT, g)))
         if (num_acts == 4) `NELSSA_NEED(RULE_TFAW, acts[0], T.nFAW, "fifth ACT in a window")
         acts[0] = acts[1];
         acts[1] = acts[2];
@@ -147,38 +172,35 @@ module nelssa_ddr5_checker
         acts[3] = cycle;
         if (num_acts < 4) num_acts++;
         open_row[b] = row;
+        open_mask[b] = 1'b1;
         last_act[b] = cycle;
         group_act[g] = cycle;
+        `NELSSA_NOTE(KIND_ACT, g)
       end
-      CMD_RD, CMD_WR: begin
-        if (open_row[b] < 0) fail(RULE_STATE, cycle, g, k,
-                                  $sformatf("%s to a precharged bank", c == CMD_RD ? "RD" : "WR"));
-        `NELSSA_NEED(RULE_TRCD, last_act[b], T.nRCD, c == CMD_RD ? "ACT to RD" : "ACT to WR")
-        for (int x = 0; x < NG; x++) begin
-          if (c == CMD_RD) begin
-            if (x == g) begin
-              `NELSSA_NEED(RULE_TCCD_L, group_rd[x], T.nCCD_L, "RD to RD")
-              `NELSSA_NEED(RULE_TWTR_L, group_wr[x], T.nCWL + 8 + T.nWTR_L, "WR to RD")
-            end else begin
-              `NELSSA_NEED(RULE_TCCD_S, group_rd[x], T.nCCD_S, "RD to RD")
-              `NELSSA_NEED(RULE_TWTR_S, group_wr[x], T.nCWL + 8 + T.nWTR_S, "WR to RD")
-            end
-          end else begin
-            if (x == g) `NELSSA_NEED(RULE_TCCD_L_WR, group_wr[x], T.nCCD_L_WR, "WR to WR")
-            else `NELSSA_NEED(RULE_TCCD_S, group_wr[x], T.nCCD_S, "WR to WR")
-          end
-        end
-        if (c == CMD_WR) begin
-          rtw = T.nCL + 8 - T.nCWL + 1;
-          if (rtw < T.nCCD_S) rtw = T.nCCD_S;
-          `NELSSA_NEED(RULE_TRTW, any_rd, rtw, "RD to WR")
-          last_wr[b] = cycle;
-          group_wr[g] = cycle;
-        end else begin
-          last_rd[b] = cycle;
-          group_rd[g] = cycle;
-          any_rd = cycle;
-        end
+      CMD_RD: begin
+        if (!open_mask[b]) fail(RULE_STATE, cycle, g, k, "RD to a precharged bank");
+        `NELSSA_NEED(RULE_TRCD, last_act[b], T.nRCD, "ACT to RD")
+        `NELSSA_NEED(RULE_TCCD_L, group_rd[g], T.nCCD_L, "RD to RD")
+        `NELSSA_NEED(RULE_TCCD_S, `NELSSA_OTHER_T(KIND_RD, g), T.nCCD_S, "RD to RD")
+        `NELSSA_NEED(RULE_TWTR_L, group_wr[g], T.nCWL + 8 + T.nWTR_L, "WR to RD")
+        `NELSSA_NEED(RULE_TWTR_S, `NELSSA_OTHER_T(KIND_WR, g), T.nCWL + 8 + T.nWTR_S,
+                     "WR to RD")
+        last_rd[b] = cycle;
+        group_rd[g] = cycle;
+        any_rd = cycle;
+        `NELSSA_NOTE(KIND_RD, g)
+      end
+      CMD_WR: begin
+        if (!open_mask[b]) fail(RULE_STATE, cycle, g, k, "WR to a precharged bank");
+        `NELSSA_NEED(RULE_TRCD, last_act[b], T.nRCD, "ACT to WR")
+        `NELSSA_NEED(RULE_TCCD_L_WR, group_wr[g], T.nCCD_L_WR, "WR to WR")
+        `NELSSA_NEED(RULE_TCCD_S, `NELSSA_OTHER_T(KIND_WR, g), T.nCCD_S, "WR to WR")
+        rtw = T.nCL + 8 - T.nCWL + 1;
+        if (rtw < T.nCCD_S) rtw = T.nCCD_S;
+        `NELSSA_NEED(RULE_TRTW, any_rd, rtw, "RD to WR")
+        last_wr[b] = cycle;
+        group_wr[g] = cycle;
+        `NELSSA_NOTE(KIND_WR, g)
       end
       CMD_PRE: precharge(cycle, g, k);
       CMD_PREA: begin
@@ -187,14 +209,15 @@ module nelssa_ddr5_checker
         end
       end
       CMD_REF: begin
-        for (int x = 0; x < NB; x++) begin
-          if (open_row[x] >= 0) begin
-            fail(RULE_STATE, cycle, x / 4, x % 4, "REF with bank(s) open");
-            break;
+        if (open_mask != '0) begin
+          for (int x = 0; x < NB; x++) begin
+            if (open_mask[x]) begin
+              fail(RULE_STATE, cycle, x / 4, x % 4,
+                   $sformatf("REF with %0d bank(s) open", $countones(open_mask)));
+              break;
+            end
           end
         end
-        latest_pre = NEVER;
-        for (int x = 0; x < NB; x++) if (last_pre[x] > latest_pre) latest_pre = last_pre[x];
         need(RULE_TRP, cycle, latest_pre, T.nRP, 0, 0, "PRE to REF");
         need(RULE_TRFC, cycle, ref_cycle, T.nRFC, 0, 0, "REF to REF");
         if (cycle - last_ref > (longint'(T.max_postponed_refresh) + 64'sd1) * longint'(T.nREFI)) begin
@@ -210,6 +233,7 @@ module nelssa_ddr5_checker
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
+      open_mask = '0;
       for (int b = 0; b < NB; b++) begin
         open_row[b] = -1;
         last_act[b] = NEVER;
@@ -222,33 +246,38 @@ module nelssa_ddr5_checker
         group_rd[g]  = NEVER;
         group_wr[g]  = NEVER;
       end
+      for (int i = 0; i < 3; i++) begin
+        latest_t[i] = NEVER;
+        other_t[i]  = NEVER;
+        latest_g[i] = 0;
+        other_g[i]  = 0;
+      end
       for (int i = 0; i < 4; i++) acts[i] = NEVER;
       num_acts  = 0;
       any_rd    = NEVER;
       ref_cycle = NEVER;
       last_ref  = 0;
       ca_free   = 0;
+      latest_pre = NEVER;
       now       = NEVER;
       count     = 0;
       violation_o <= '0;
     end else begin
-      logic [NumSlots-1:0] done;
+      logic [NumSlots-1:0] left;
       mask = '0;
-      done = '0;
+      left = cmd_valid_i;
       // the commands of one clock in tCK order
-      for (int n = 0; n < NumSlots; n++) begin
+      while (left != '0) begin
         automatic int pick = -1;
         for (int s = 0; s < NumSlots; s++) begin
-          if (cmd_valid_i[s] && !done[s] && (pick < 0 || tck_i[s] < tck_i[pick])) pick = s;
+          if (left[s] && (pick < 0 || tck_i[s] < tck_i[pick])) pick = s;
         end
-        if (pick >= 0) begin
-          done[pick] = 1'b1;
-          if (longint'(tck_i[pick]) < now) begin
-            $fatal(1, "nelssa_ddr5_checker: command at tCK %0d after one at %0d", tck_i[pick], now);
-          end
-          check(longint'(tck_i[pick]), cmd_i[pick], int'(bg_i[pick]), int'(bank_i[pick]),
-                longint'(row_i[pick]));
+        left[pick] = 1'b0;
+        if (longint'(tck_i[pick]) < now) begin
+          $fatal(1, "nelssa_ddr5_checker: command at tCK %0d after one at %0d", tck_i[pick], now);
         end
+        check(longint'(tck_i[pick]), cmd_i[pick], int'(bg_i[pick]), int'(bank_i[pick]),
+              longint'(row_i[pick]));
       end
       violation_o <= mask;
     end
@@ -258,3 +287,6 @@ module nelssa_ddr5_checker
 endmodule
 
 `undef NELSSA_NEED
+`undef NELSSA_OTHER_T
+`undef NELSSA_OTHER_G
+`undef NELSSA_NOTE
