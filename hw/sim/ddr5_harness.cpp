@@ -62,13 +62,12 @@ class Subchannel {
     top_->rst_ni = 0;
     top_->req_valid_i = 0;
     top_->eval();
-    for (int i = 0; i < 2; ++i) {
-      top_->clk_i = 1;
-      top_->eval();
-      top_->clk_i = 0;
+    for (int i = 0; i < 2; ++i) {  // two edges in reset
+      top_->clk_i = !top_->clk_i;
       top_->eval();
     }
     top_->rst_ni = 1;
+    top_->eval();
   }
 
   // Clocks until the last request is served; false if that takes more than max_cycles.
@@ -94,7 +93,16 @@ class Subchannel {
   void finish() { top_->final(); }
 
  private:
+  // One cycle: the command the controller issues in it (its outputs follow its state), then
+  // the edge, with the cycle's request; one evaluation (see the bench top).
   void step() {
+    if (top_->served_o) {
+      const uint64_t done =
+          top_->served_tck_o + (top_->served_write_o ? h_.ncwl : h_.ncl) + h_.burst;
+      stats_.served++;
+      stats_.last_done_tck = std::max(stats_.last_done_tck, done);
+      --remaining_;
+    }
     const bool valid = !queue_.empty() && queue_.front().arrival <= cycle_;
     if (valid) {
       const Request& r = queue_.front();
@@ -105,18 +113,9 @@ class Subchannel {
       top_->req_col_i = r.col;
     }
     top_->req_valid_i = valid;
+    top_->clk_i = !top_->clk_i;
     top_->eval();
-    if (valid && top_->req_ready_o) queue_.pop_front();
-    if (top_->served_o) {
-      const uint64_t done =
-          top_->served_tck_o + (top_->served_write_o ? h_.ncwl : h_.ncl) + h_.burst;
-      stats_.served++;
-      stats_.last_done_tck = std::max(stats_.last_done_tck, done);
-      --remaining_;
-    }
-    top_->clk_i = 1;
-    top_->eval();
-    top_->clk_i = 0;
+    if (valid && top_->req_taken_o) queue_.pop_front();
     ++cycle_;
   }
 

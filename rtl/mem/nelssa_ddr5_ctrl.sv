@@ -25,8 +25,9 @@
 //
 // Each JEDEC rule is kept as the earliest tCK it allows, raised when a command issues, in
 // 20-bit registers that wrap: times are compared through their difference, and a scrubber
-// pulls any register that lies more than 2^18 tCK in the past up to that horizon (a bank and a
-// bank group per cycle), so no difference ever reaches half the range.
+// pulls any register that lies more than 2^18 tCK in the past up to that horizon (a bank, a
+// bank group and one of the registers shared by all banks per cycle, so each register at least
+// every 32 cycles), so no difference ever reaches half the range.
 module nelssa_ddr5_ctrl
   import nelssa_ddr5_pkg::*;
 #(
@@ -581,9 +582,10 @@ module nelssa_ddr5_ctrl
   always_comb begin
     automatic logic other = !req_write_i;
     automatic logic [5:0] n_other = n_q[other];
-    automatic qmask_t same = `NELSSA_HOLDING(bankp_q[other], req_entry.bank) &
-                             `NELSSA_LIVE(n_other);
+    automatic qmask_t same = '0;
     automatic logic same_line = 1'b0;
+    if (wanted_q[other][req_entry.bank])
+      same = `NELSSA_HOLDING(bankp_q[other], req_entry.bank) & `NELSSA_LIVE(n_other);
     for (int t = 0; t < QW; t++) begin
       if (same == '0 || same_line) break;
       same_line = ent_q[other][`NELSSA_AT(slot_q[other], `NELSSA_LOWEST(same))] == req_entry;
@@ -692,13 +694,24 @@ module nelssa_ddr5_ctrl
       automatic tck_t now = lo + tck_t'(4);
       automatic logic [4:0] sb = cycle_q[4:0];  // the bank and group the scrubber visits
       automatic logic [2:0] sg = cycle_q[2:0];
-      automatic tck_t acts [4];
-      automatic tck_t pre_all = `NELSSA_SCRUB(pre_all_q);
-      automatic tck_t act_all = `NELSSA_SCRUB(act_all_q);
-      automatic tck_t rd_all = `NELSSA_SCRUB(rd_all_q);
-      automatic tck_t wr_all = `NELSSA_SCRUB(wr_all_q);
-      // verilator unroll_full
-      for (int x = 0; x < 4; x++) acts[x] = `NELSSA_SCRUB(acts_q[x]);
+      automatic tck_t acts [4] = acts_q;
+      automatic tck_t pre_all = pre_all_q;
+      automatic tck_t act_all = act_all_q;
+      automatic tck_t rd_all = rd_all_q;
+      automatic tck_t wr_all = wr_all_q;
+      // scrub one of the registers shared by all banks a cycle, each once every 16 cycles
+      unique case (cycle_q[3:0])
+        4'd0: pre_all = `NELSSA_SCRUB(pre_all);
+        4'd1: act_all = `NELSSA_SCRUB(act_all);
+        4'd2: rd_all = `NELSSA_SCRUB(rd_all);
+        4'd3: wr_all = `NELSSA_SCRUB(wr_all);
+        4'd4: acts[0] = `NELSSA_SCRUB(acts[0]);
+        4'd5: acts[1] = `NELSSA_SCRUB(acts[1]);
+        4'd6: acts[2] = `NELSSA_SCRUB(acts[2]);
+        4'd7: acts[3] = `NELSSA_SCRUB(acts[3]);
+        4'd8: ref_ready_q <= `NELSSA_SCRUB(ref_ready_q);
+        default: ;
+      endcase
       draining_q <= draining_d;
       ca_carry_q <= ca_carry_d;
       cycle_q    <= cycle_q + 1;
@@ -710,7 +723,6 @@ module nelssa_ddr5_ctrl
       act_grp_q[sg]  <= `NELSSA_SCRUB(act_grp_q[sg]);
       rd_grp_q[sg]   <= `NELSSA_SCRUB(rd_grp_q[sg]);
       wr_grp_q[sg]   <= `NELSSA_SCRUB(wr_grp_q[sg]);
-      ref_ready_q    <= `NELSSA_SCRUB(ref_ready_q);
 
       // the column command
       if (col_valid) begin

@@ -5,15 +5,22 @@
 // addresses over them runs in the harness's caller, hw/model/ddr5_addr.py), and one model class
 // for all eight keeps a single copy of the code hot, where one top with eight instances
 // generates eight.
+//
+// One model evaluation per cycle: the harness toggles clk_i once per cycle, with the cycle's
+// request, and every change of clk_i makes a rising edge of the controller's clock (which
+// falls again within the same evaluation). With an ordinary clock each cycle would take two
+// evaluations, one per level, and an evaluation's fixed cost in Verilator is about a tenth of a
+// sub-channel cycle. Whether the request was taken at the edge comes back on req_taken_o.
 module nelssa_ddr5_bench_top
   import nelssa_ddr5_pkg::*;
 #(
   parameter int unsigned PresetId = 0  // index into hw/model/ddr5_timing.PRESETS
 ) (
-  input  logic        clk_i,
+  input  logic        clk_i,          // toggled once per cycle
   input  logic        rst_ni,
   input  logic        req_valid_i,
   output logic        req_ready_o,
+  output logic        req_taken_o,    // the request presented with the last edge was taken
   input  logic        req_write_i,
   input  logic [2:0]  req_bg_i,
   input  logic [1:0]  req_bank_i,
@@ -25,6 +32,20 @@ module nelssa_ddr5_bench_top
   output logic [31:0] violations_o    // timing violations so far
 );
   localparam timing_t T = preset_timing(PresetId);
+
+  logic clk_seen_q;  // clk_i at the last edge
+  logic clk;         // rises at every change of clk_i
+  assign clk = clk_i ^ clk_seen_q;
+
+  always_ff @(posedge clk or negedge rst_ni) begin
+    if (!rst_ni) begin
+      clk_seen_q  <= clk_i;
+      req_taken_o <= 1'b0;
+    end else begin
+      clk_seen_q  <= clk_i;
+      req_taken_o <= req_valid_i && req_ready_o;
+    end
+  end
 
   logic      [2:0]       cmd_valid;
   dram_cmd_e [2:0]       cmd;
@@ -43,7 +64,7 @@ module nelssa_ddr5_bench_top
     .T   (T),
     .TagW(16)
   ) u_ctrl (
-    .clk_i      (clk_i),
+    .clk_i      (clk),
     .rst_ni     (rst_ni),
     .req_valid_i(req_valid_i),
     .req_ready_o(req_ready_o),
@@ -69,7 +90,7 @@ module nelssa_ddr5_bench_top
     .NumSlots(3),
     .Fatal   (1'b1)
   ) u_checker (
-    .clk_i       (clk_i),
+    .clk_i       (clk),
     .rst_ni      (rst_ni),
     .cmd_valid_i (cmd_valid),
     .cmd_i       (cmd),

@@ -264,19 +264,22 @@ module nelssa_ddr5_checker
       violation_o <= '0;
     end else begin
       logic [NumSlots-1:0] left;
+      logic [63:0] tck [NumSlots];  // unpacked: a packed slot picked at run time costs shifts
       mask = '0;
       left = cmd_valid_i;
+      // verilator unroll_full
+      for (int s = 0; s < NumSlots; s++) tck[s] = tck_i[s];
       // the commands of one clock in tCK order
       while (left != '0) begin
         automatic int pick = -1;
         for (int s = 0; s < NumSlots; s++) begin
-          if (left[s] && (pick < 0 || tck_i[s] < tck_i[pick])) pick = s;
+          if (left[s] && (pick < 0 || tck[s] < tck[pick])) pick = s;
         end
         left[pick] = 1'b0;
-        if (longint'(tck_i[pick]) < now) begin
-          $fatal(1, "nelssa_ddr5_checker: command at tCK %0d after one at %0d", tck_i[pick], now);
+        if (longint'(tck[pick]) < now) begin
+          $fatal(1, "nelssa_ddr5_checker: command at tCK %0d after one at %0d", tck[pick], now);
         end
-        check(longint'(tck_i[pick]), cmd_i[pick], int'(bg_i[pick]), int'(bank_i[pick]),
+        check(longint'(tck[pick]), cmd_i[pick], int'(bg_i[pick]), int'(bank_i[pick]),
               longint'(row_i[pick]));
       end
       violation_o <= mask;
