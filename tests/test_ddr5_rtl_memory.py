@@ -57,3 +57,58 @@ def test_arrival_must_be_ordered_and_match(rtl_one):
         rtl_one.run(addrs, arrival=np.array([0, 5, 3, 9]))
     with pytest.raises(ValueError, match="shape"):
         rtl_one.run(addrs, arrival=np.array([0, 1]))
+
+
+@pytest.fixture(scope="module")
+def rtl_device():
+    from nelssa.hw.sim.ddr5 import RtlMemory
+
+    return {t: RtlMemory("ddr5-6400", subchannels=8, threads=t) for t in (1, 2, 3)}
+
+
+def test_device_rtl_equals_model_on_any_thread_count(rtl_device):
+    """Eight sub-channel models, each clocked on its own (on 1, 2 or 3 threads, so unevenly
+    shared too), serve 8 KB cluster reads mixed with writes in exactly the model's cycles."""
+    from nelssa.hw.model.ddr5_addr import decode
+
+    timing = PRESETS["ddr5-6400"]
+    geo = DeviceGeometry(timing)
+    rng = np.random.default_rng(11)
+    base = rng.integers(0, geo.capacity_bytes // 8192, 40) * 8192
+    addrs = (base[:, None] + np.arange(128)[None, :] * 64).ravel()
+    writes = rng.random(len(addrs)) < 0.2
+    model = run_device(addrs, writes, geo)
+    per_sub = np.bincount(decode(addrs, geo, "cacheline").subchannel, minlength=8).tolist()
+    runs = {t: mem.run(addrs, writes) for t, mem in rtl_device.items()}
+    for t, run in runs.items():
+        assert run.violations == 0, t
+        assert run.served == per_sub, t
+        assert run.cycles == model.cycles, t
+    assert len({(r.cycles, r.simulated_cycles) for r in runs.values()}) == 1
+
+
+def test_thread_count_is_checked():
+    from nelssa.hw.sim.ddr5 import RtlMemory
+
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="threads"):
+            RtlMemory("ddr5-6400", subchannels=8, threads=bad)
+
+
+def test_harness_refuses_a_bad_request_file(rtl_one):
+    from nelssa.hw.sim.ddr5 import DDR5_IN
+    from nelssa.hw.sim.verilator import run_harness
+
+    good = dict(num_sub=1, num_requests=0, ncl=1, ncwl=1, burst=8, threads=1, max_cycles=10)
+    header = bytearray(DDR5_IN.build(good))
+    header[4] = 1  # version 1, the format before one model per sub-channel
+    with pytest.raises(RuntimeError, match="version-2"):
+        run_harness(rtl_one.exe, bytes(header), "memory")
+    with pytest.raises(RuntimeError, match="threads"):
+        run_harness(rtl_one.exe, DDR5_IN.build({**good, "threads": 0}), "memory")
+    # a request for a sub-channel the file does not have
+    req = np.zeros(1, dtype=[("sub", "u1"), ("rest", "u1", 11)])
+    req["sub"] = 3
+    with pytest.raises(RuntimeError, match="missing sub-channel"):
+        run_harness(rtl_one.exe, DDR5_IN.build({**good, "num_requests": 1}) + req.tobytes(),
+                    "memory")

@@ -153,10 +153,13 @@ int main(int argc, char** argv) {
   }
   FILE* in = std::fopen(argv[1], "rb");
   InHeader h{};
-  if (!in || std::fread(&h, sizeof h, 1, in) != 1 || h.magic != kMagicIn || h.version != 2 ||
-      h.num_sub == 0 || h.num_sub > kMaxSub || h.threads == 0 || h.threads > kMaxThreads) {
-    std::fprintf(stderr, "%s: not a version-2 memory request file (1 to %u sub-channels, "
-                 "1 to %u threads)\n", argv[1], kMaxSub, kMaxThreads);
+  if (!in || std::fread(&h, sizeof h, 1, in) != 1 || h.magic != kMagicIn || h.version != 2) {
+    std::fprintf(stderr, "%s: not a version-2 memory request file\n", argv[1]);
+    return 2;
+  }
+  if (h.num_sub == 0 || h.num_sub > kMaxSub || h.threads == 0 || h.threads > kMaxThreads) {
+    std::fprintf(stderr, "%s: %u sub-channels and %u threads; need 1 to %u and 1 to %u\n",
+                 argv[1], h.num_sub, h.threads, kMaxSub, kMaxThreads);
     return 2;
   }
   std::vector<std::deque<Request>> queues(h.num_sub);

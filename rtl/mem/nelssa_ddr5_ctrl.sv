@@ -479,7 +479,8 @@ module nelssa_ddr5_ctrl
           if (!pk[2]) cand &= act_open;  // no ACT fits this cycle
           for (int t = 0; t < NB; t++) begin
             if (cand == '0 || issued) break;
-            e = ent_q[wa][`NELSSA_AT(slot_q[wa], `NELSSA_LOWEST(cand))];
+            p = `NELSSA_LOWEST(cand);  // once: the plane gather below reads it five times
+            e = ent_q[wa][`NELSSA_AT(slot_q[wa], p)];
             b = e.bank;
             g = b[4:2];
             of_b = `NELSSA_HOLDING(bankp_q[wa], b);
@@ -584,11 +585,13 @@ module nelssa_ddr5_ctrl
     automatic logic [5:0] n_other = n_q[other];
     automatic qmask_t same = '0;
     automatic logic same_line = 1'b0;
+    automatic logic [4:0] p;
     if (wanted_q[other][req_entry.bank])
       same = `NELSSA_HOLDING(bankp_q[other], req_entry.bank) & `NELSSA_LIVE(n_other);
     for (int t = 0; t < QW; t++) begin
       if (same == '0 || same_line) break;
-      same_line = ent_q[other][`NELSSA_AT(slot_q[other], `NELSSA_LOWEST(same))] == req_entry;
+      p = `NELSSA_LOWEST(same);
+      same_line = ent_q[other][`NELSSA_AT(slot_q[other], p)] == req_entry;
       same &= same - 1;
     end
     req_ready_o = !same_line && n_q[req_write_i] < (req_write_i ? 6'(WriteQueue)
@@ -614,9 +617,11 @@ module nelssa_ddr5_ctrl
     return hits;
 `else
     automatic qmask_t left = m, hits = '0;
+    automatic logic [4:0] p;
     for (int t = 0; t < QW; t++) begin
       if (left == '0) break;
-      if (ent_q[q][`NELSSA_AT(slot_q[q], `NELSSA_LOWEST(left))].row == row)
+      p = `NELSSA_LOWEST(left);
+      if (ent_q[q][`NELSSA_AT(slot_q[q], p)].row == row)
         hits |= left & ~(left - 1);
       left &= left - 1;
     end
