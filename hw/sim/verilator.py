@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -123,12 +123,21 @@ def build_executable(
     parameters: Mapping[str, object] | None = None,
     extra_args: Sequence[str] = (),
     jobs: int | None = None,
+    pgo_train: Callable[[Path], object] | None = None,
+    pgo_key: str = "",
 ) -> Path:
-    """`verilator --cc --exe --build` a C++ harness around ``top``; reuses a cached binary."""
+    """`verilator --cc --exe --build` a C++ harness around ``top``; reuses a cached binary.
+
+    With ``pgo_train`` the compiler optimizes from a profile (gcc -fprofile-use): the harness is
+    built with -fprofile-generate first, ``pgo_train(exe)`` runs it on a training workload, and
+    the build is then repeated from that profile in the same folder. Results do not change, only
+    the code layout and branch choices. ``pgo_key`` names the training workload in the cache
+    key, so that a new workload gives a new build."""
     setup_environment()
     params = dict(parameters or {})
     all_sources = [*sources, *cpp_sources]
-    d = cached_build_dir(name, all_sources, params, [top, *extra_args])
+    key = [top, *extra_args, *([f"pgo:{pgo_key}"] if pgo_train else [])]
+    d = cached_build_dir(name, all_sources, params, key)
     exe = d / f"V{top}"
     stamp = d / "build.ok"
     if exe.exists() and stamp.exists():
@@ -143,13 +152,31 @@ def build_executable(
         *(str(Path(s).resolve()) for s in sources),
         *(str(Path(s).resolve()) for s in cpp_sources),
     ]
+    if pgo_train is not None:
+        for f in d.glob("*.gcda"):
+            f.unlink()
+        _verilate(name, [*cmd, "-CFLAGS", "-fprofile-generate", "-LDFLAGS", "-fprofile-generate"])
+        log.info("training %s for profile-guided optimization", name)
+        pgo_train(exe)
+        if not any(d.glob("*.gcda")):
+            raise RuntimeError(f"profile-guided build of {name}: training wrote no profile")
+        # objects, archives and precompiled headers of the instrumented build must not be reused
+        for pattern in ("*.o", "*.a", "*.gch", exe.name):
+            for f in d.glob(pattern):
+                f.unlink()
+        cmd += ["-CFLAGS", "-fprofile-use -fprofile-partial-training -Wno-missing-profile",
+                "-LDFLAGS", "-fprofile-use"]
+    _verilate(name, cmd)
+    stamp.write_text(" ".join(cmd))
+    return exe
+
+
+def _verilate(name: str, cmd: list[str]) -> None:
     log.info("building %s: %s", name, " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
         raise RuntimeError(f"verilator build of {name} failed:\n{tail}")
-    stamp.write_text(" ".join(cmd))
-    return exe
 
 
 def run_harness(exe: Path, payload: bytes, what: str) -> bytes:
