@@ -17,7 +17,10 @@
 // one of two forms that issue the same commands (tests/rtl/test_ddr5_ctrl.py runs both):
 //  - tries (simulation, the default): the lowest set bit is tried and, if its bank or its whole
 //    bank group cannot take the command this cycle, all of their entries leave the mask at once.
-//    Usually the first try wins, so a cycle costs a few mask operations.
+//    Per-bank counts of live entries and of row hits, kept as entries come and go, let the row
+//    choice skip before its first try the entries that must wait behind a row hit of their
+//    bank, and find open rows no entry wants without a try per bank. Usually the first try
+//    wins, so a cycle costs a few mask operations.
 //  - parallel (NELSSA_DDR5_PARALLEL, for synthesis): every bank's readiness at once, gathered
 //    per position, and one priority encoder, instead of a chain of up to 32 tries.
 // Close-after-idle ages banks through a timing wheel rather than comparing every bank's last use
@@ -472,7 +475,8 @@ module nelssa_ddr5_ctrl
           end
 `else
           // (a held bank's try would fail: a hit among the entries left, or the served entry was
-          // its last hit and its PRE must wait for tRTP or tWR after this cycle's column command)
+          // its last hit and its PRE must wait for tRTP or tWR, 4 tCK or more, after this
+          // cycle's column command)
           cand = others & ~act_hit & ~qheld_q[wa];
           if (ov_valid) cand &= ~`NELSSA_HOLDING(bankp_q[wa], ov_bank);
           `NELSSA_PLACE(act_any, 1'b1)
