@@ -112,3 +112,19 @@ def test_harness_refuses_a_bad_request_file(rtl_one):
     with pytest.raises(RuntimeError, match="missing sub-channel"):
         run_harness(rtl_one.exe, DDR5_IN.build({**good, "num_requests": 1}) + req.tobytes(),
                     "memory")
+
+
+def test_a_violation_stops_the_run_and_names_rule_cycle_and_bank():
+    """The DDR5-6400 controller (nRRD_S 8, nFAW 32) checked against DDR5_6400AN's timings
+    (nRRD_S 16, nFAW 64): random lines need ACTs back to back, and the first one too close
+    ends the run with the checker's message, on any thread."""
+    from nelssa.hw.sim.ddr5 import RtlMemory
+
+    rtl = RtlMemory("ddr5-6400", subchannels=8, threads=2, check_preset="ddr5-6400an")
+    geo = DeviceGeometry(PRESETS["ddr5-6400"])
+    addrs = np.random.default_rng(5).integers(0, geo.capacity_bytes // 64, 4000) * 64
+    with pytest.raises(RuntimeError, match=r"(tRRD_S|tFAW) violated at cycle \d+, "
+                                           r"bank group \d bank \d: (ACT to ACT|fifth ACT)"):
+        rtl.run(addrs)
+    with pytest.raises(KeyError, match="ddr5-9999"):
+        RtlMemory("ddr5-6400", check_preset="ddr5-9999")

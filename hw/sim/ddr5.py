@@ -69,12 +69,16 @@ class RtlMemory:
     instantiated once per sub-channel by the harness."""
 
     def __init__(self, preset: str = "ddr5-6400", subchannels: int = 8,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, check_preset: str | None = None) -> None:
         """``threads``: how many threads run the sub-channels (sub-channel s on thread s mod
         threads); by default one per core, at most one per sub-channel. Results do not depend
-        on it, only the simulation speed."""
-        if preset not in PRESETS:
-            raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        on it, only the simulation speed. ``check_preset``: the timings the checkers enforce,
+        by default the controller's own; a stricter part's show what a violation does (the run
+        stops with the rule, the cycle and the bank)."""
+        check_preset = preset if check_preset is None else check_preset
+        for name in (preset, check_preset):
+            if name not in PRESETS:
+                raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
         if not 1 <= subchannels <= 8:
             raise ValueError(f"subchannels must be 1 to 8, got {subchannels}")
         if threads is None:
@@ -89,9 +93,11 @@ class RtlMemory:
         # a training mix (not the benchmark's pattern): about 1.2x (README)
         self.exe = build_executable(
             "ddr5-harness", "nelssa_ddr5_bench_top", [VERILATOR_CONFIG, *DDR5_BENCH],
-            [HARNESS_CPP], parameters={"PresetId": list(PRESETS).index(preset)},
+            [HARNESS_CPP], parameters={"PresetId": list(PRESETS).index(preset),
+                                       "CheckPresetId": list(PRESETS).index(check_preset)},
             extra_args=["-CFLAGS", "-O3 -flto", "-LDFLAGS", "-O3 -flto", *DDR5_VERILATOR_ARGS],
-            pgo_train=self._train, pgo_key=TRAINING_KEY,
+            # (a checker stricter than the controller would stop the training run)
+            pgo_train=self._train if check_preset == preset else None, pgo_key=TRAINING_KEY,
         )
 
     def _train(self, exe: Path) -> None:

@@ -14,7 +14,8 @@
 module nelssa_ddr5_bench_top
   import nelssa_ddr5_pkg::*;
 #(
-  parameter int unsigned PresetId = 0  // index into hw/model/ddr5_timing.PRESETS
+  parameter int unsigned PresetId      = 0,        // index into hw/model/ddr5_timing.PRESETS
+  parameter int unsigned CheckPresetId = PresetId  // the preset the checker enforces
 ) (
   input  logic        clk_i,          // toggled once per cycle
   input  logic        rst_ni,
@@ -86,7 +87,7 @@ module nelssa_ddr5_bench_top
   );
 
   nelssa_ddr5_checker #(
-    .T       (T),
+    .T       (preset_timing(CheckPresetId)),
     .NumSlots(3),
     .Fatal   (1'b1)
   ) u_checker (
