@@ -20,7 +20,7 @@ import numpy as np
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_device import read_loadstore_trace, run_device
 from nelssa.hw.model.ddr5_estimate import estimate_device
-from nelssa.hw.model.ddr5_patterns import benchmark_patterns
+from nelssa.hw.model.ddr5_patterns import benchmark_patterns, random_blocks
 from nelssa.hw.model.ddr5_subchannel import ControllerConfig, SubchannelModel, requests_from_lines
 from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2, PRESETS
 
@@ -57,10 +57,7 @@ def rtl_device(tmg, addrs: np.ndarray, model_cycles: int, args: argparse.Namespa
     print(f"  RTL: {r.bandwidth_fraction(tmg, 8) * 100:.1f} % "
           f"(model-RTL {(model_cycles - r.cycles) / r.cycles * 100:+.2f} %)")
     geo = DeviceGeometry(tmg)
-    rng = np.random.default_rng(1)
-    per = 8192 // 64
-    base = rng.integers(0, geo.capacity_bytes // 8192, args.speed_lines // per) * 8192
-    long = (base[:, None] + np.arange(per)[None, :] * 64).ravel()
+    long = random_blocks(args.speed_lines, 8192, geo, np.random.default_rng(1))
     rates: dict[int, list[float]] = {t: [] for t in counts}
     for _ in range(args.repeat):
         for t in counts:

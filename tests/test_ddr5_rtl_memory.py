@@ -70,12 +70,11 @@ def test_device_rtl_equals_model_on_any_thread_count(rtl_device):
     """Eight sub-channel models, each clocked on its own (on 1, 2 or 3 threads, so unevenly
     shared too), serve 8 KB cluster reads mixed with writes in exactly the model's cycles."""
     from nelssa.hw.model.ddr5_addr import decode
+    from nelssa.hw.model.ddr5_patterns import random_blocks
 
-    timing = PRESETS["ddr5-6400"]
-    geo = DeviceGeometry(timing)
+    geo = DeviceGeometry(PRESETS["ddr5-6400"])
     rng = np.random.default_rng(11)
-    base = rng.integers(0, geo.capacity_bytes // 8192, 40) * 8192
-    addrs = (base[:, None] + np.arange(128)[None, :] * 64).ravel()
+    addrs = random_blocks(40 * 128, 8192, geo, rng)
     writes = rng.random(len(addrs)) < 0.2
     model = run_device(addrs, writes, geo)
     per_sub = np.bincount(decode(addrs, geo, "cacheline").subchannel, minlength=8).tolist()

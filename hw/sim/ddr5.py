@@ -14,6 +14,7 @@ from construct import Const, Float64l, Int32ul, Int64ul, Struct
 
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
 from nelssa.hw.model.ddr5_device import arrival_cycles
+from nelssa.hw.model.ddr5_patterns import random_blocks
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS, DDR5Timing
 from nelssa.hw.sim.rtl_sources import DDR5_BENCH, DDR5_VERILATOR_ARGS, VERILATOR_CONFIG
@@ -107,9 +108,7 @@ class RtlMemory:
         rng = np.random.default_rng(TRAINING_SEED)
         lines = geo.capacity_bytes // 64
         parts = [rng.integers(0, lines, 6_000) * 64]                       # random lines
-        for block in (4096, 8192):                                         # clusters
-            base = rng.integers(0, geo.capacity_bytes // block, 30_000 * 64 // block) * block
-            parts.append((base[:, None] + np.arange(block // 64)[None, :] * 64).ravel())
+        parts += [random_blocks(30_000, block, geo, rng) for block in (4096, 8192)]  # clusters
         parts.append(np.arange(8_000) * 64)                                # sequential
         hot = rng.integers(0, lines // 4096, 4) * 4096                     # a few rows
         parts.append((hot[rng.integers(0, 4, 6_000)] + rng.integers(0, 256, 6_000)) * 64)

@@ -1,7 +1,8 @@
 // C++ harness around the Verilated nelssa_attn_engine (in nelssa_engine_bench_top): reads one
 // command (header, cluster lengths, 64-byte beats) from a file, plays it through the engine
 // `repeat` times back to back, and writes the status, cycle counts and result beats of the last
-// run. Python never toggles signals on this path. File formats: hw/sim/engine.py (HARNESS_IN / HARNESS_OUT).
+// run. Python never toggles signals on this path. File formats: hw/sim/engine.py (HARNESS_IN /
+// HARNESS_OUT).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>

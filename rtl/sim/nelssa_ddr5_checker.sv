@@ -4,8 +4,9 @@
 // and reports every broken rule: violation_o carries a mask of nelssa_ddr5_pkg RULE_* bits for
 // the commands of that clock, violations_o counts them, and each one is printed as
 // "<rule> violated at cycle <tCK>, bank group <g> bank <b>: <detail>". With Fatal (the default)
-// the first violation ends the simulation with $fatal; otherwise each is a $warning. The rules and their names are those of
-// hw/model/ddr5_checker.py, which the testbench compares against command by command.
+// the first violation ends the simulation with $fatal; otherwise each is a $warning. The rules
+// and their names are those of hw/model/ddr5_checker.py, which the testbench compares against
+// command by command.
 // The rules between bank groups compare with the latest command of the kind in any group other
 // than the command's own, kept with the latest overall, rather than with every other group in
 // turn: one comparison per rule instead of seven, and the same verdict, since a gap to every
@@ -41,6 +42,8 @@ module nelssa_ddr5_checker
   localparam int NB = 32;
   localparam int NG = 8;
   localparam longint NEVER = -64'sd1000000000000;
+  // READ to WRITE: the read's data and a turnaround tCK before the write's, and at least tCCD_S
+  localparam int RTW = (T.nCL + 8 - T.nCWL + 1 < T.nCCD_S) ? T.nCCD_S : T.nCL + 8 - T.nCWL + 1;
 
   if (T.bank_groups != NG || T.banks_per_group != NB / NG) begin : gen_geometry_check
     $error("nelssa_ddr5_checker: built for 8 bank groups of 4 banks");
@@ -52,7 +55,7 @@ module nelssa_ddr5_checker
   localparam int KIND_WR = 2;
 
   // bank state and the last command times, in tCK
-  longint open_row [NB];
+  longint open_row [NB];   // the row of the last ACT to each bank (open_mask: still open)
   logic [NB-1:0] open_mask;
   longint last_act [NB], last_pre [NB], last_rd [NB], last_wr [NB];
   longint group_act [NG], group_rd [NG], group_wr [NG];
@@ -142,7 +145,6 @@ module nelssa_ddr5_checker
     `NELSSA_NEED(RULE_TRAS, last_act[b], T.nRAS, "ACT to PRE")
     `NELSSA_NEED(RULE_TRTP, last_rd[b], T.nRTP, "RD to PRE")
     `NELSSA_NEED(RULE_TWR, last_wr[b], T.nCWL + 8 + T.nWR, "WR to PRE")
-    open_row[b] = -1;
     open_mask[b] = 1'b0;
     last_pre[b] = cycle;
     latest_pre = cycle;
@@ -150,7 +152,6 @@ module nelssa_ddr5_checker
 
   task automatic check(longint cycle, dram_cmd_e c, int g, int k, longint row);
     int b = g * 4 + k;
-    int rtw;
     now = cycle;
     if (cycle < ca_free) fail(RULE_CA, cycle, g, k, $sformatf("command bus busy until %0d",
                                                               ca_free));
@@ -195,9 +196,7 @@ module nelssa_ddr5_checker
         `NELSSA_NEED(RULE_TRCD, last_act[b], T.nRCD, "ACT to WR")
         `NELSSA_NEED(RULE_TCCD_L_WR, group_wr[g], T.nCCD_L_WR, "WR to WR")
         `NELSSA_NEED(RULE_TCCD_S, `NELSSA_OTHER_T(KIND_WR, g), T.nCCD_S, "WR to WR")
-        rtw = T.nCL + 8 - T.nCWL + 1;
-        if (rtw < T.nCCD_S) rtw = T.nCCD_S;
-        `NELSSA_NEED(RULE_TRTW, any_rd, rtw, "RD to WR")
+        `NELSSA_NEED(RULE_TRTW, any_rd, RTW, "RD to WR")
         last_wr[b] = cycle;
         group_wr[g] = cycle;
         `NELSSA_NOTE(KIND_WR, g)
@@ -220,7 +219,8 @@ module nelssa_ddr5_checker
         end
         need(RULE_TRP, cycle, latest_pre, T.nRP, 0, 0, "PRE to REF");
         need(RULE_TRFC, cycle, ref_cycle, T.nRFC, 0, 0, "REF to REF");
-        if (cycle - last_ref > (longint'(T.max_postponed_refresh) + 64'sd1) * longint'(T.nREFI)) begin
+        if (cycle - last_ref > (longint'(T.max_postponed_refresh) + 64'sd1) *
+                               longint'(T.nREFI)) begin
           fail(RULE_TREFI, cycle, 0, 0, $sformatf("%0d tCK since the last refresh",
                                                   cycle - last_ref));
         end
@@ -235,7 +235,7 @@ module nelssa_ddr5_checker
     if (!rst_ni) begin
       open_mask = '0;
       for (int b = 0; b < NB; b++) begin
-        open_row[b] = -1;
+        open_row[b] = '0;
         last_act[b] = NEVER;
         last_pre[b] = NEVER;
         last_rd[b]  = NEVER;
