@@ -31,3 +31,29 @@ def test_cache_key_tracks_content_parameters_and_arguments(tmp_path):
 def test_build_root_override(monkeypatch, tmp_path):
     monkeypatch.setenv("NELSSA_BUILD_CACHE", str(tmp_path))
     assert vl.build_root() == tmp_path
+
+
+def test_build_lock_excludes_another_process(tmp_path):
+    """A second process waits for the folder's lock and gets it once the first lets go."""
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "design-0123"
+    folder.mkdir()
+    child = (
+        "import sys, time; from pathlib import Path\n"
+        "from nelssa.hw.sim.verilator import build_lock\n"
+        "with build_lock(Path(sys.argv[1])):\n"
+        "    print(time.monotonic(), flush=True)\n"
+    )
+    with vl.build_lock(folder):
+        proc = subprocess.Popen([sys.executable, "-c", child, str(folder)],
+                                stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        assert proc.poll() is None, "the second process took a held lock"
+        released = time.monotonic()
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert float(out) >= released
+    assert (tmp_path / "design-0123.lock").exists()

@@ -9,6 +9,8 @@ repeated runs reuse a build and two parameter sets never clobber each other.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -17,7 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,24 @@ def cached_build_dir(
     return d
 
 
+@contextlib.contextmanager
+def build_lock(build_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``build_dir`` (a sibling ``.lock`` file) while building or
+    running in it, so that processes sharing the cache (pytest workers, a bench beside the tests)
+    never build the same design at once or read a half-written one. Blocks until free."""
+    lock_path = build_dir.parent / f"{build_dir.name}.lock"
+    with open(lock_path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process using %s", build_dir)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def build_executable(
     name: str,
     top: str,
@@ -143,6 +163,18 @@ def build_executable(
     if exe.exists() and stamp.exists():
         log.info("reusing cached build %s", exe)
         return exe
+    with build_lock(d):
+        if exe.exists() and stamp.exists():  # another process built it while we waited
+            return exe
+        _build(name, d, exe, stamp, top, params, extra_args, sources, cpp_sources, jobs, pgo_train)
+    return exe
+
+
+def _build(name: str, d: Path, exe: Path, stamp: Path, top: str, params: Mapping[str, object],
+           extra_args: Sequence[str], sources: Sequence[Path | str],
+           cpp_sources: Sequence[Path | str], jobs: int | None,
+           pgo_train: Callable[[Path], object] | None) -> None:
+    stamp.unlink(missing_ok=True)
     cmd = [
         "verilator", "--cc", "--exe", "--build", "-O3", "--top-module", top,
         "--Mdir", str(d), "-o", exe.name, "-j", str(jobs or os.cpu_count() or 1),
@@ -168,7 +200,6 @@ def build_executable(
                 "-LDFLAGS", "-fprofile-use"]
     _verilate(name, cmd)
     stamp.write_text(" ".join(cmd))
-    return exe
 
 
 def _verilate(name: str, cmd: list[str]) -> None:

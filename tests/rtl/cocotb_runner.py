@@ -10,7 +10,12 @@ from pathlib import Path
 from cocotb_tools.check_results import get_results
 
 from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG, unit_sources
-from nelssa.hw.sim.verilator import cached_build_dir, fst_available, setup_environment
+from nelssa.hw.sim.verilator import (
+    build_lock,
+    cached_build_dir,
+    fst_available,
+    setup_environment,
+)
 
 TESTS_RTL = Path(__file__).resolve().parent
 log = logging.getLogger(__name__)
@@ -49,26 +54,28 @@ def run_cocotb(
         build_args += wave_args()
     hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
     build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, build_args)
-    runner = get_runner("verilator")
-    runner.build(
-        sources=srcs,
-        hdl_toplevel=top,
-        parameters=params,
-        build_dir=build_dir,
-        build_args=build_args,
-        waves=waves,
-    )
-    env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
-    env.update(extra_env or {})
-    results = runner.test(
-        hdl_toplevel=top,
-        test_module=test_module,
-        build_dir=build_dir,
-        test_dir=build_dir,
-        extra_env=env,
-        waves=waves,
-        test_filter=test_filter,
-    )
-    num_tests, num_failed = get_results(Path(results))
+    # one build folder holds the model and the run's results: one process at a time
+    with build_lock(build_dir):
+        runner = get_runner("verilator")
+        runner.build(
+            sources=srcs,
+            hdl_toplevel=top,
+            parameters=params,
+            build_dir=build_dir,
+            build_args=build_args,
+            waves=waves,
+        )
+        env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
+        env.update(extra_env or {})
+        results = runner.test(
+            hdl_toplevel=top,
+            test_module=test_module,
+            build_dir=build_dir,
+            test_dir=build_dir,
+            extra_env=env,
+            waves=waves,
+            test_filter=test_filter,
+        )
+        num_tests, num_failed = get_results(Path(results))
     assert num_tests > 0, f"{test_module}: no cocotb test ran"
     assert num_failed == 0, f"{test_module}: {num_failed} of {num_tests} cocotb tests failed"
