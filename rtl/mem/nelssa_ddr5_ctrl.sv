@@ -693,6 +693,9 @@ module nelssa_ddr5_ctrl
 `ifndef NELSSA_DDR5_PARALLEL
       automatic qmask_t qheld [2] = qheld_q;
       automatic logic [5:0] hit_n [2][NB] = hit_n_q;
+      // (whole-array copies: a non-blocking write of one element of a two-dimensional array
+      // costs Verilator a flag per element, each checked every cycle)
+      automatic logic [5:0] bank_n [2][NB] = bank_n_q;
 `endif
       automatic logic [NB-1:0] open = open_q;
       // the banks whose row a command used this cycle (a column command and at most one ACT)
@@ -900,19 +903,18 @@ module nelssa_ddr5_ctrl
         n_q <= n;
 `ifndef NELSSA_DDR5_PARALLEL
         begin
-          // the live entries per bank (a request joining the bank that an entry leaves in the
-          // same queue changes nothing)
-          automatic logic same = col_valid && enters && wq == wa && req_entry.bank == col_bank;
+          // the live entries per bank
           automatic logic [NB-1:0] wanted [2] = wanted_q;
-          if (col_valid && !same) begin
-            bank_n_q[wa][col_bank] <= bank_n_q[wa][col_bank] - 6'd1;
-            if (bank_n_q[wa][col_bank] == 6'd1) wanted[wa][col_bank] = 1'b0;
+          if (col_valid) begin
+            bank_n[wa][col_bank] = bank_n[wa][col_bank] - 6'd1;
+            if (bank_n[wa][col_bank] == '0) wanted[wa][col_bank] = 1'b0;
           end
-          if (enters && !same) begin
-            bank_n_q[wq][req_entry.bank] <= bank_n_q[wq][req_entry.bank] + 6'd1;
+          if (enters) begin
+            bank_n[wq][req_entry.bank] = bank_n[wq][req_entry.bank] + 6'd1;
             wanted[wq][req_entry.bank] = 1'b1;
           end
           wanted_q <= wanted;
+          bank_n_q <= bank_n;
         end
 `endif
       end
