@@ -71,11 +71,12 @@ class RtlMemory:
 
     def __init__(self, preset: str = "ddr5-6400", subchannels: int = 8,
                  threads: int | None = None, check_preset: str | None = None) -> None:
-        """``threads``: how many threads run the sub-channels (sub-channel s on thread s mod
-        threads); by default one per core, at most one per sub-channel. Results do not depend
-        on it, only the simulation speed. ``check_preset``: the timings the checkers enforce,
-        by default the controller's own; a stricter part's show what a violation does (the run
-        stops with the rule, the cycle and the bank)."""
+        """``threads``: how many threads run the sub-channels (each takes slices of one
+        sub-channel at a time from a shared queue); by default one per core, at most one per
+        sub-channel. Results do not depend on it, only the simulation speed.
+        ``check_preset``: the timings the checkers enforce, by default the controller's own; a
+        stricter part's show what a violation does (the run stops with the rule, the cycle and
+        the bank)."""
         check_preset = preset if check_preset is None else check_preset
         for name in (preset, check_preset):
             if name not in PRESETS:

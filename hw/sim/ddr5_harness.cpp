@@ -3,17 +3,21 @@
 // through them, one request per sub-channel per cycle in file order, and writes what it
 // measured. Formats: hw/sim/ddr5.py (DDR5_IN / DDR5_OUT).
 //
-// The sub-channels share no state, so each runs on its own and they may run on several threads
-// (sub-channel s on thread s mod T). Every sub-channel is clocked for the same number of cycles:
-// until its last request is served, then idle up to the cycle at which the slowest one served
-// its last, which is the cycle at which a lockstep run of all of them would stop. The results
-// do not depend on the thread count.
+// The sub-channels share no state, so each runs on its own and they may run on several threads:
+// the threads take slices of kSliceCycles cycles of one sub-channel at a time from a shared
+// round-robin queue, so the sub-channels advance together and the threads finish together (a
+// fixed split, sub-channel s on thread s mod T, left one thread idle whenever the machine slowed
+// the other). Every sub-channel is clocked for the same number of cycles: until its last request
+// is served, then idle up to the cycle at which the slowest one served its last, which is the
+// cycle at which a lockstep run of all of them would stop. The results do not depend on the
+// thread count or the slicing.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -35,6 +39,7 @@ constexpr uint32_t kMagicIn = 0x4d44534e;   // "NSDM"
 constexpr uint32_t kMagicOut = 0x5244534e;  // "NSDR"
 constexpr uint32_t kMaxSub = 8;
 constexpr uint32_t kMaxThreads = 64;
+constexpr uint64_t kSliceCycles = 4096;  // about a millisecond of one sub-channel
 
 #pragma pack(push, 1)
 struct InHeader {
@@ -78,20 +83,26 @@ class Subchannel {
     top_->eval();
   }
 
-  // Clocks until the last request is served; false if that takes more than max_cycles.
-  bool run_to_last() {
-    while (remaining_ > 0) {
-      if (h_.max_cycles && cycle_ >= h_.max_cycles) return false;
+  // Clocks up to `budget` cycles toward the last request being served; true once it has been,
+  // or once max_cycles have passed without it (overran()).
+  bool run_to_last(uint64_t budget) {
+    for (; budget > 0 && remaining_ > 0; --budget) {
+      if (h_.max_cycles && cycle_ >= h_.max_cycles) {
+        overran_ = true;
+        return true;
+      }
       step();
     }
-    return true;
+    return remaining_ == 0;
   }
 
-  // Clocks idle cycles until `cycles` have passed in all.
-  void run_until(uint64_t cycles) {
-    while (cycle_ < cycles) step();
+  // Clocks up to `budget` idle cycles toward `cycles` in all; true once they have passed.
+  bool run_until(uint64_t cycles, uint64_t budget) {
+    for (; budget > 0 && cycle_ < cycles; --budget) step();
+    return cycle_ >= cycles;
   }
 
+  bool overran() const { return overran_; }
   uint64_t cycle() const { return cycle_; }
   const SubStats& stats() const { return stats_; }
   uint32_t violations() const { return top_->violations_o; }
@@ -131,22 +142,37 @@ class Subchannel {
   uint64_t remaining_;
   const InHeader& h_;
   uint64_t cycle_ = 0;
+  bool overran_ = false;
   SubStats stats_{};
 };
 
-// Runs fn(s) for every sub-channel s, sub-channel s on thread s mod `threads`.
+// Calls slice(s) for every sub-channel s until it returns true (done), on `threads` threads
+// that take the next sub-channel from a shared queue and put it back at the end after its
+// slice. A thread that finds the queue empty leaves: every sub-channel still unfinished is then
+// in the hands of another thread, which keeps it to the end.
 template <typename Fn>
-void for_each_sub(uint32_t num_sub, uint32_t threads, Fn fn) {
-  if (threads <= 1) {
-    for (uint32_t s = 0; s < num_sub; ++s) fn(s);
-    return;
-  }
+void run_shared(uint32_t num_sub, uint32_t threads, Fn slice) {
+  std::mutex mu;
+  std::deque<uint32_t> todo;
+  for (uint32_t s = 0; s < num_sub; ++s) todo.push_back(s);
+  auto worker = [&] {
+    for (;;) {
+      uint32_t s;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (todo.empty()) return;
+        s = todo.front();
+        todo.pop_front();
+      }
+      if (!slice(s)) {
+        std::lock_guard<std::mutex> lock(mu);
+        todo.push_back(s);
+      }
+    }
+  };
   std::vector<std::thread> pool;
-  for (uint32_t t = 0; t < threads; ++t) {
-    pool.emplace_back([=] {
-      for (uint32_t s = t; s < num_sub; s += threads) fn(s);
-    });
-  }
+  for (uint32_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
   for (auto& th : pool) th.join();
 }
 
@@ -184,19 +210,17 @@ int main(int argc, char** argv) {
     subs.push_back(std::make_unique<Subchannel>(std::move(queues[s]), h));
   }
   const uint32_t threads = std::min(h.threads, h.num_sub);
-  std::atomic<bool> overran{false};
   const auto t0 = std::chrono::steady_clock::now();
-  for_each_sub(h.num_sub, threads, [&](uint32_t s) {
-    if (!subs[s]->run_to_last()) overran = true;
-  });
-  if (overran) {
+  run_shared(h.num_sub, threads, [&](uint32_t s) { return subs[s]->run_to_last(kSliceCycles); });
+  if (std::any_of(subs.begin(), subs.end(), [](const auto& s) { return s->overran(); })) {
     std::fprintf(stderr, "memory subsystem did not finish in %llu cycles\n",
                  static_cast<unsigned long long>(h.max_cycles));
     return 3;
   }
   uint64_t cycles = 0;
   for (const auto& s : subs) cycles = std::max(cycles, s->cycle());
-  for_each_sub(h.num_sub, threads, [&](uint32_t s) { subs[s]->run_until(cycles); });
+  run_shared(h.num_sub, threads,
+             [&](uint32_t s) { return subs[s]->run_until(cycles, kSliceCycles); });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

@@ -29,8 +29,8 @@
 // Each JEDEC rule is kept as the earliest tCK it allows, raised when a command issues, in
 // 20-bit registers that wrap: times are compared through their difference, and a scrubber
 // pulls any register that lies more than 2^18 tCK in the past up to that horizon (a bank, a
-// bank group and one of the registers shared by all banks per cycle, so each register at least
-// every 32 cycles), so no difference ever reaches half the range.
+// bank group and one of the registers shared by all banks every fourth cycle, so each register
+// at least every 128 cycles, 512 tCK), so no difference ever reaches half the range.
 module nelssa_ddr5_ctrl
   import nelssa_ddr5_pkg::*;
 #(
@@ -124,7 +124,7 @@ module nelssa_ddr5_ctrl
     $error("nelssa_ddr5_ctrl: needs nRP, nRAS, nRTP, nRRD_S, nRFC and nRCD of 4 tCK or more");
   end
   // Wrapping times stay unambiguous while every register lies within Horizon (plus the scrub
-  // period) behind now and within the longest gap ahead of it.
+  // period, 512 tCK) behind now and within the longest gap ahead of it.
   if (T.nREFI + T.nRFC + T.nRC + 1024 >= HORIZON || CloseIdle < 1 || CloseIdle >= HORIZON)
   begin : gen_time_check
     $error("nelssa_ddr5_ctrl: nREFI or nRFC too long for the tCK registers, %s",
@@ -276,7 +276,7 @@ module nelssa_ddr5_ctrl
     automatic logic [3:0] fit [NB];
 `else
     automatic logic group_blocked = 1'b0;
-    automatic qmask_t act_open, of_b;
+    automatic qmask_t act_open;
     automatic logic [4:0] b;
     automatic logic [2:0] g;
     automatic entry_t e;
@@ -487,17 +487,16 @@ module nelssa_ddr5_ctrl
             e = ent_q[wa][`NELSSA_AT(slot_q[wa], p)];
             b = e.bank;
             g = b[4:2];
-            of_b = `NELSSA_HOLDING(bankp_q[wa], b);
             if (open_q[b]) begin
-              if ((of_b & act_hit & others) == '0) begin
-                ep = pre_bank_q[b];
-                if (col_valid && b == col_bank)
-                  ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
-                `NELSSA_PLACE(ep, 1'b0)
-                if (pk[2]) begin
-                  issued = 1'b1;
-                  c = CMD_PRE;
-                end
+              // (no entry left wants its open row: the entries of an open bank with a row hit
+              // waiting are held, and left out above)
+              ep = pre_bank_q[b];
+              if (col_valid && b == col_bank)
+                ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
+              `NELSSA_PLACE(ep, 1'b0)
+              if (pk[2]) begin
+                issued = 1'b1;
+                c = CMD_PRE;
               end
             end else begin
               // the group's rules first: if they leave no slot, no closed bank of the group can
@@ -524,7 +523,7 @@ module nelssa_ddr5_ctrl
               cand &= ~(`NELSSA_HOLDING_GROUP(bankp_q[wa], g) & ~act_open);
               group_blocked = 1'b0;
             end else begin
-              cand &= ~of_b;
+              cand &= ~`NELSSA_HOLDING(bankp_q[wa], b);
             end
           end
           // close a row left idle: open, wanted by no entry left, unused for CloseIdle (for a
@@ -704,15 +703,19 @@ module nelssa_ddr5_ctrl
       automatic tck_t used_tck [2] = '{default: '0};
       automatic logic [15:0] req_orow = orow_q[req_entry.bank];
       automatic tck_t now = lo + tck_t'(4);
-      automatic logic [4:0] sb = cycle_q[4:0];  // the bank and group the scrubber visits
-      automatic logic [2:0] sg = cycle_q[2:0];
+      // a scrub step every fourth cycle (each costs about as much as the cycle's other register
+      // updates, and every 512 tCK is still far inside the horizon's margin), visiting a bank,
+      // a group and a shared register
+      automatic logic scrub = cycle_q[1:0] == 2'd0;
+      automatic logic [4:0] sb = cycle_q[6:2];
+      automatic logic [2:0] sg = cycle_q[4:2];
       automatic tck_t acts [4] = acts_q;
       automatic tck_t pre_all = pre_all_q;
       automatic tck_t act_all = act_all_q;
       automatic tck_t rd_all = rd_all_q;
       automatic tck_t wr_all = wr_all_q;
-      // scrub one of the registers shared by all banks a cycle, each once every 16 cycles
-      unique case (cycle_q[3:0])
+      // the registers shared by all banks, each once every 16 steps
+      if (scrub) unique case (cycle_q[5:2])
         4'd0: pre_all = `NELSSA_SCRUB(pre_all);
         4'd1: act_all = `NELSSA_SCRUB(act_all);
         4'd2: rd_all = `NELSSA_SCRUB(rd_all);
@@ -728,13 +731,15 @@ module nelssa_ddr5_ctrl
       ca_carry_q <= ca_carry_d;
       cycle_q    <= cycle_q + 1;
 
-      // scrub one bank and one group a cycle (the bank and group of a command write them below)
-      act_bank_q[sb] <= `NELSSA_SCRUB(act_bank_q[sb]);
-      col_bank_q[sb] <= `NELSSA_SCRUB(col_bank_q[sb]);
-      pre_bank_q[sb] <= `NELSSA_SCRUB(pre_bank_q[sb]);
-      act_grp_q[sg]  <= `NELSSA_SCRUB(act_grp_q[sg]);
-      rd_grp_q[sg]   <= `NELSSA_SCRUB(rd_grp_q[sg]);
-      wr_grp_q[sg]   <= `NELSSA_SCRUB(wr_grp_q[sg]);
+      // a bank and a group (the bank and group of a command write them below)
+      if (scrub) begin
+        act_bank_q[sb] <= `NELSSA_SCRUB(act_bank_q[sb]);
+        col_bank_q[sb] <= `NELSSA_SCRUB(col_bank_q[sb]);
+        pre_bank_q[sb] <= `NELSSA_SCRUB(pre_bank_q[sb]);
+        act_grp_q[sg]  <= `NELSSA_SCRUB(act_grp_q[sg]);
+        rd_grp_q[sg]   <= `NELSSA_SCRUB(rd_grp_q[sg]);
+        wr_grp_q[sg]   <= `NELSSA_SCRUB(wr_grp_q[sg]);
+      end
 
       // the column command
       if (col_valid) begin

@@ -272,6 +272,7 @@ module nelssa_ddr5_checker
       // the commands of one clock in tCK order
       while (left != '0) begin
         automatic int pick = -1;
+        // verilator unroll_full
         for (int s = 0; s < NumSlots; s++) begin
           if (left[s] && (pick < 0 || tck[s] < tck[pick])) pick = s;
         end
