@@ -27,10 +27,11 @@ test: lint gen-check
 	$(MAKE) --no-print-directory -j2 --output-sync=target pytest synth
 
 # pytest-xdist workers, a test file per worker at a time (builds are shared through a lock per
-# build folder); PYTEST_WORKERS=0 runs in this one process
+# build folder), the files with RTL tests first (tests/conftest.py); PYTEST_WORKERS=0 runs in
+# this one process
 PYTEST_WORKERS ?= 2
 pytest: venv
-	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15
+	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 lint: lint-py lint-rtl
 

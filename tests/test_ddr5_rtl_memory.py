@@ -11,6 +11,8 @@ from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_device import run_device
 from nelssa.hw.model.ddr5_timing import PRESETS
 
+pytestmark = pytest.mark.rtl
+
 WRAP_CYCLES = 2**20 // 4  # controller cycles after which its tCK registers wrap
 
 
