@@ -15,8 +15,5 @@ def pytest_collection_modifyitems(session, config, items):
     each file's tests in their own order: with `--dist loadfile --no-loadscope-reorder` the
     pytest-xdist workers then start on the long files and end on short ones, instead of meeting
     a long file last while the other worker idles."""
-    def has_rtl(item) -> bool:
-        return item.get_closest_marker("rtl") is not None
-
-    rtl_files = {item.path for item in items if has_rtl(item)}
+    rtl_files = {item.path for item in items if item.get_closest_marker("rtl") is not None}
     items.sort(key=lambda item: item.path not in rtl_files)  # stable: keeps the order within

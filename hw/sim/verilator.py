@@ -160,46 +160,39 @@ def build_executable(
     d = cached_build_dir(name, all_sources, params, key)
     exe = d / f"V{top}"
     stamp = d / "build.ok"
-    if exe.exists() and stamp.exists():
-        log.info("reusing cached build %s", exe)
-        return exe
-    with build_lock(d):
-        if exe.exists() and stamp.exists():  # another process built it while we waited
+    with build_lock(d):  # (a build another process finished while we waited is reused)
+        if exe.exists() and stamp.exists():
+            log.info("reusing cached build %s", exe)
             return exe
-        _build(name, d, exe, stamp, top, params, extra_args, sources, cpp_sources, jobs, pgo_train)
-    return exe
-
-
-def _build(name: str, d: Path, exe: Path, stamp: Path, top: str, params: Mapping[str, object],
-           extra_args: Sequence[str], sources: Sequence[Path | str],
-           cpp_sources: Sequence[Path | str], jobs: int | None,
-           pgo_train: Callable[[Path], object] | None) -> None:
-    stamp.unlink(missing_ok=True)
-    cmd = [
-        "verilator", "--cc", "--exe", "--build", "-O3", "--top-module", top,
-        "--Mdir", str(d), "-o", exe.name, "-j", str(jobs or os.cpu_count() or 1),
-        "-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast",
-        *(f"-G{k}={v}" for k, v in params.items()),
-        *extra_args,
-        *(str(Path(s).resolve()) for s in sources),
-        *(str(Path(s).resolve()) for s in cpp_sources),
-    ]
-    if pgo_train is not None:
-        for f in d.glob("*.gcda"):
-            f.unlink()
-        _verilate(name, [*cmd, "-CFLAGS", "-fprofile-generate", "-LDFLAGS", "-fprofile-generate"])
-        log.info("training %s for profile-guided optimization", name)
-        pgo_train(exe)
-        if not any(d.glob("*.gcda")):
-            raise RuntimeError(f"profile-guided build of {name}: training wrote no profile")
-        # objects, archives and precompiled headers of the instrumented build must not be reused
-        for pattern in ("*.o", "*.a", "*.gch", exe.name):
-            for f in d.glob(pattern):
+        stamp.unlink(missing_ok=True)  # a build that fails part way must not be taken for done
+        cmd = [
+            "verilator", "--cc", "--exe", "--build", "-O3", "--top-module", top,
+            "--Mdir", str(d), "-o", exe.name, "-j", str(jobs or os.cpu_count() or 1),
+            "-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast",
+            *(f"-G{k}={v}" for k, v in params.items()),
+            *extra_args,
+            *(str(Path(s).resolve()) for s in sources),
+            *(str(Path(s).resolve()) for s in cpp_sources),
+        ]
+        if pgo_train is not None:
+            for f in d.glob("*.gcda"):
                 f.unlink()
-        cmd += ["-CFLAGS", "-fprofile-use -fprofile-partial-training -Wno-missing-profile",
-                "-LDFLAGS", "-fprofile-use"]
-    _verilate(name, cmd)
-    stamp.write_text(" ".join(cmd))
+            _verilate(name, [*cmd, "-CFLAGS", "-fprofile-generate",
+                             "-LDFLAGS", "-fprofile-generate"])
+            log.info("training %s for profile-guided optimization", name)
+            pgo_train(exe)
+            if not any(d.glob("*.gcda")):
+                raise RuntimeError(f"profile-guided build of {name}: training wrote no profile")
+            # objects, archives and precompiled headers of the instrumented build must not be
+            # reused
+            for pattern in ("*.o", "*.a", "*.gch", exe.name):
+                for f in d.glob(pattern):
+                    f.unlink()
+            cmd += ["-CFLAGS", "-fprofile-use -fprofile-partial-training -Wno-missing-profile",
+                    "-LDFLAGS", "-fprofile-use"]
+        _verilate(name, cmd)
+        stamp.write_text(" ".join(cmd))
+    return exe
 
 
 def _verilate(name: str, cmd: list[str]) -> None:

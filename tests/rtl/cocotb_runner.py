@@ -54,9 +54,11 @@ def run_cocotb(
         build_args += wave_args()
     hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
     build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, build_args)
+    runner = get_runner("verilator")
+    env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
+    env.update(extra_env or {})
     # one build folder holds the model and the run's results: one process at a time
     with build_lock(build_dir):
-        runner = get_runner("verilator")
         runner.build(
             sources=srcs,
             hdl_toplevel=top,
@@ -65,8 +67,6 @@ def run_cocotb(
             build_args=build_args,
             waves=waves,
         )
-        env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
-        env.update(extra_env or {})
         results = runner.test(
             hdl_toplevel=top,
             test_module=test_module,
