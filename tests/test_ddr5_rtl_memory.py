@@ -1,6 +1,6 @@
 """The Verilated sub-channel controllers (hw/sim/ddr5.py) against the cycle model over runs long
-enough for the controller's wrapping 20-bit tCK registers to wrap and to be scrubbed, and the
-harness's refusals."""
+enough for the controller's wrapping tCK registers, at their synthesis width of 20 bits, to wrap
+and to be scrubbed, and the harness's refusals."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ WRAP_CYCLES = 2**20 // 4  # controller cycles after which its tCK registers wrap
 def rtl_one():
     from nelssa.hw.sim.ddr5 import RtlMemory
 
-    return RtlMemory("ddr5-6400", subchannels=1)
+    return RtlMemory("ddr5-6400", subchannels=1, tck_bits=20)
 
 
 def bursts(rng, starts, per_burst, geo):
@@ -88,12 +88,15 @@ def test_device_rtl_equals_model_on_any_thread_count(rtl_device):
     assert len({(r.cycles, r.simulated_cycles) for r in runs.values()}) == 1
 
 
-def test_thread_count_is_checked():
+def test_thread_count_and_register_width_are_checked():
     from nelssa.hw.sim.ddr5 import RtlMemory
 
     for bad in (0, 65):
         with pytest.raises(ValueError, match="threads"):
             RtlMemory("ddr5-6400", subchannels=8, threads=bad)
+    for bad in (19, 33):
+        with pytest.raises(ValueError, match="tck_bits"):
+            RtlMemory("ddr5-6400", tck_bits=bad)
 
 
 def test_harness_refuses_a_bad_request_file(rtl_one):

@@ -70,19 +70,25 @@ class RtlMemory:
     instantiated once per sub-channel by the harness."""
 
     def __init__(self, preset: str = "ddr5-6400", subchannels: int = 8,
-                 threads: int | None = None, check_preset: str | None = None) -> None:
+                 threads: int | None = None, check_preset: str | None = None,
+                 tck_bits: int = 32) -> None:
         """``threads``: how many threads run the sub-channels (each takes slices of one
         sub-channel at a time from a shared queue); by default one per core, at most one per
         sub-channel. Results do not depend on it, only the simulation speed.
         ``check_preset``: the timings the checkers enforce, by default the controller's own; a
         stricter part's show what a violation does (the run stops with the rule, the cycle and
-        the bank)."""
+        the bank).
+        ``tck_bits``: the width of the controllers' wrapping tCK registers, 20 to 32. Results do
+        not depend on it; 32 is the fastest to simulate, 20 (the synthesis width) wraps within a
+        test's run."""
         check_preset = preset if check_preset is None else check_preset
         for name in (preset, check_preset):
             if name not in PRESETS:
                 raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
         if not 1 <= subchannels <= 8:
             raise ValueError(f"subchannels must be 1 to 8, got {subchannels}")
+        if not 20 <= tck_bits <= 32:
+            raise ValueError(f"tck_bits must be 20 to 32, got {tck_bits}")
         if threads is None:
             threads = min(os.cpu_count() or 1, subchannels)
         if not 1 <= threads <= 64:
@@ -96,10 +102,12 @@ class RtlMemory:
         self.exe = build_executable(
             "ddr5-harness", "nelssa_ddr5_bench_top", [VERILATOR_CONFIG, *DDR5_BENCH],
             [HARNESS_CPP], parameters={"PresetId": list(PRESETS).index(preset),
-                                       "CheckPresetId": list(PRESETS).index(check_preset)},
+                                       "CheckPresetId": list(PRESETS).index(check_preset),
+                                       "TckW": tck_bits},
             extra_args=["-CFLAGS", "-O3 -flto", "-LDFLAGS", "-O3 -flto", *DDR5_VERILATOR_ARGS],
             # (a checker stricter than the controller would stop the training run)
-            pgo_train=self._train if check_preset == preset else None, pgo_key=TRAINING_KEY,
+            pgo_train=self._train if check_preset == preset and tck_bits == 32 else None,
+            pgo_key=TRAINING_KEY,
         )
 
     def _train(self, exe: Path) -> None:

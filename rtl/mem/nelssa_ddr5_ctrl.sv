@@ -27,10 +27,11 @@
 // each cycle.
 //
 // Each JEDEC rule is kept as the earliest tCK it allows, raised when a command issues, in
-// 20-bit registers that wrap: times are compared through their difference, and a scrubber
-// pulls any register that lies more than 2^18 tCK in the past up to that horizon (a bank, a
-// bank group and one of the registers shared by all banks every fourth cycle, so each register
-// at least every 128 cycles, 512 tCK), so no difference ever reaches half the range.
+// registers of TckW bits that wrap (20 for synthesis, 32 in simulation): times are compared
+// through their difference, and a scrubber pulls any register that lies more than a quarter of
+// the range (the horizon) in the past up to it (a bank, a bank group and one of the registers
+// shared by all banks every 64th cycle, so each register at least every 2,048 cycles, 8,192
+// tCK), so no difference ever reaches half the range.
 module nelssa_ddr5_ctrl
   import nelssa_ddr5_pkg::*;
 #(
@@ -41,7 +42,10 @@ module nelssa_ddr5_ctrl
   parameter int unsigned WriteLow    = 8,          // level at which a drain stops
   parameter int unsigned CloseIdle   = 64,         // tCK an unrequested open row stays open
   parameter bit          Refresh     = 1'b1,       // issue all-bank refresh
-  parameter int unsigned TagW        = 16          // request tag width
+  parameter int unsigned TagW        = 16,         // request tag width
+  // width of the wrapping tCK registers: 20 is the fewest flops the horizon allows; 32, a
+  // native word, spares Verilator a mask after every subtraction (3 % of a simulated cycle)
+  parameter int unsigned TckW        = 20
 ) (
   input  logic                clk_i,
   input  logic                rst_ni,
@@ -68,9 +72,9 @@ module nelssa_ddr5_ctrl
   localparam int NB = 32;         // banks
   localparam int NG = 8;          // bank groups
   localparam int QW = 32;         // queue mask width
-  localparam int TCK_W = 20;      // width of the wrapping tCK registers
+  localparam int TCK_W = TckW;    // width of the wrapping tCK registers
   localparam int HORIZON = 1 << (TCK_W - 2);  // how far in the past a rule register may lie
-  localparam int HALF = 1 << (TCK_W - 1);     // differences from HALF on are negative
+  localparam int HALF_M1 = (1 << (TCK_W - 2)) * 2 - 1;  // the largest difference not negative
   localparam int WHEEL_W = $clog2((CloseIdle + 3) / 4 + 2);  // close-after-idle timing wheel
   localparam int WHEEL = 1 << WHEEL_W;
 
@@ -123,12 +127,13 @@ module nelssa_ddr5_ctrl
   begin : gen_gap_check
     $error("nelssa_ddr5_ctrl: needs nRP, nRAS, nRTP, nRRD_S, nRFC and nRCD of 4 tCK or more");
   end
-  // Wrapping times stay unambiguous while every register lies within Horizon (plus the scrub
-  // period, 512 tCK) behind now and within the longest gap ahead of it.
-  if (T.nREFI + T.nRFC + T.nRC + 1024 >= HORIZON || CloseIdle < 1 || CloseIdle >= HORIZON)
+  // Wrapping times stay unambiguous while every register lies within the horizon (plus the
+  // scrub period, 8,192 tCK) behind now and within the longest gap ahead of it.
+  if (TckW < 20 || TckW > 32 || T.nREFI + T.nRFC + T.nRC + 16384 >= HORIZON || CloseIdle < 1 ||
+      CloseIdle >= HORIZON)
   begin : gen_time_check
-    $error("nelssa_ddr5_ctrl: nREFI or nRFC too long for the tCK registers, %s",
-           "or CloseIdle not 1 to 2^18");
+    $error("nelssa_ddr5_ctrl: TckW must be 20 to 32, nREFI and nRFC short enough for it, %s",
+           "and CloseIdle 1 to 2^(TckW-2)");
   end
 
   typedef struct packed {
@@ -190,7 +195,7 @@ module nelssa_ddr5_ctrl
   // a is after b (wrapping tCK): their difference is 1 to 2^19 - 1. Times compare through
   // unsigned differences throughout: a signed compare of a 20-bit value costs Verilator a sign
   // extension per operand.
-  `define NELSSA_AFTER(a, b) (tck_t'((a) - (b) - tck_t'(1)) < tck_t'(HALF - 1))
+  `define NELSSA_AFTER(a, b) (tck_t'((a) - (b) - tck_t'(1)) < tck_t'(HALF_M1))
   `define NELSSA_TMAX(a, b) (`NELSSA_AFTER(a, b) ? (a) : (b))
   // position of the lowest set bit of a 32-bit mask (not zero): for synthesis a count of the bits
   // below it; for simulation a de Bruijn multiply and a table, which Verilator makes a few
@@ -703,19 +708,18 @@ module nelssa_ddr5_ctrl
       automatic tck_t used_tck [2] = '{default: '0};
       automatic logic [15:0] req_orow = orow_q[req_entry.bank];
       automatic tck_t now = lo + tck_t'(4);
-      // a scrub step every fourth cycle (each costs about as much as the cycle's other register
-      // updates, and every 512 tCK is still far inside the horizon's margin), visiting a bank,
-      // a group and a shared register
-      automatic logic scrub = cycle_q[1:0] == 2'd0;
-      automatic logic [4:0] sb = cycle_q[6:2];
-      automatic logic [2:0] sg = cycle_q[4:2];
+      // a scrub step every 64th cycle, visiting a bank, a group and a shared register (every
+      // register at least each 2,048 cycles, 8,192 tCK, still far inside the horizon's margin)
+      automatic logic scrub = cycle_q[5:0] == 6'd0;
+      automatic logic [4:0] sb = cycle_q[10:6];
+      automatic logic [2:0] sg = cycle_q[8:6];
       automatic tck_t acts [4] = acts_q;
       automatic tck_t pre_all = pre_all_q;
       automatic tck_t act_all = act_all_q;
       automatic tck_t rd_all = rd_all_q;
       automatic tck_t wr_all = wr_all_q;
       // the registers shared by all banks, each once every 16 steps
-      if (scrub) unique case (cycle_q[5:2])
+      if (scrub) unique case (cycle_q[9:6])
         4'd0: pre_all = `NELSSA_SCRUB(pre_all);
         4'd1: act_all = `NELSSA_SCRUB(act_all);
         4'd2: rd_all = `NELSSA_SCRUB(rd_all);

@@ -15,7 +15,9 @@ module nelssa_ddr5_bench_top
   import nelssa_ddr5_pkg::*;
 #(
   parameter int unsigned PresetId      = 0,        // index into hw/model/ddr5_timing.PRESETS
-  parameter int unsigned CheckPresetId = PresetId  // the preset the checker enforces
+  parameter int unsigned CheckPresetId = PresetId, // the preset the checker enforces
+  parameter int unsigned TckW          = 32        // the controller's tCK register width (20
+                                                   // to 32; 20 makes it wrap within tests)
 ) (
   input  logic        clk_i,          // toggled once per cycle
   input  logic        rst_ni,
@@ -63,7 +65,8 @@ module nelssa_ddr5_bench_top
 
   nelssa_ddr5_ctrl #(
     .T   (T),
-    .TagW(16)
+    .TagW(16),
+    .TckW(TckW)
   ) u_ctrl (
     .clk_i      (clk),
     .rst_ni     (rst_ni),

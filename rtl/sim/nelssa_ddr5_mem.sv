@@ -6,7 +6,8 @@ module nelssa_ddr5_mem
 #(
   parameter int unsigned PresetId = 0,   // index into hw/model/ddr5_timing.PRESETS
   parameter int unsigned SubId    = 0,   // sub-channel number
-  parameter int unsigned TagW     = 16   // request tag width
+  parameter int unsigned TagW     = 16,  // request tag width
+  parameter int unsigned TckW     = 32   // the controller's tCK register width (20 to 32)
 ) (
   input  logic            clk_i,
   input  logic            rst_ni,
@@ -42,7 +43,8 @@ module nelssa_ddr5_mem
 
   nelssa_ddr5_ctrl #(
     .T   (T),
-    .TagW(TagW)
+    .TagW(TagW),
+    .TckW(TckW)
   ) u_ctrl (
     .clk_i      (clk_i),
     .rst_ni     (rst_ni),
