@@ -116,6 +116,11 @@ def test_harness_refuses_a_bad_request_file(rtl_one):
     with pytest.raises(RuntimeError, match="missing sub-channel"):
         run_harness(rtl_one.exe, DDR5_IN.build({**good, "num_requests": 1}) + req.tobytes(),
                     "memory")
+    # a header that claims far more requests than follow it (nothing is allocated for them)
+    req["sub"] = 0
+    with pytest.raises(RuntimeError, match="request 1 truncated"):
+        run_harness(rtl_one.exe, DDR5_IN.build({**good, "num_requests": 2**32 - 1}) +
+                    req.tobytes(), "memory")
 
 
 def test_a_violation_stops_the_run_and_names_rule_cycle_and_bank():

@@ -68,6 +68,7 @@ class Subchannel {
   Subchannel(std::vector<Request> requests, const InHeader& h)
       : ctx_(std::make_unique<VerilatedContext>()),
         top_(std::make_unique<Vnelssa_ddr5_bench_top>(ctx_.get())),
+        root_(top_->rootp),
         queue_(std::move(requests)),
         remaining_(queue_.size()),
         h_(h) {
@@ -81,6 +82,7 @@ class Subchannel {
     }
     top_->rst_ni = 1;
     top_->eval();
+    present_head();
   }
 
   // Clocks up to `budget` cycles toward the last request being served; true once it has been,
@@ -110,35 +112,50 @@ class Subchannel {
 
  private:
   // One cycle: the command the controller issues in it (its outputs follow its state), then
-  // the edge, with the cycle's request; one evaluation (see the bench top).
+  // the edge, with the cycle's request; one evaluation (see the bench top). The ports are the
+  // model root's own, which the model class only refers to.
   void step() {
-    if (top_->served_o) {
-      const uint64_t done =
-          top_->served_tck_o + (top_->served_write_o ? h_.ncwl : h_.ncl) + h_.burst;
+    Vnelssa_ddr5_bench_top___024root& m = *root_;
+    if (m.served_o) {
+      const uint64_t done = m.served_tck_o + (m.served_write_o ? h_.ncwl : h_.ncl) + h_.burst;
       stats_.served++;
       stats_.last_done_tck = std::max(stats_.last_done_tck, done);
       --remaining_;
     }
-    const bool valid = head_ < queue_.size() && queue_[head_].arrival <= cycle_;
-    if (valid) {
-      const Request& r = queue_[head_];
-      top_->req_write_i = r.write;
-      top_->req_bg_i = r.bg;
-      top_->req_bank_i = r.bank;
-      top_->req_row_i = r.row;
-      top_->req_col_i = r.col;
+    const bool valid = head_arrival_ <= cycle_;
+    m.req_valid_i = valid;
+    m.clk_i = !m.clk_i;
+    Vnelssa_ddr5_bench_top___024root___eval(root_);
+    if (valid && m.req_taken_o) {
+      ++head_;
+      present_head();
     }
-    top_->req_valid_i = valid;
-    top_->clk_i = !top_->clk_i;
-    Vnelssa_ddr5_bench_top___024root___eval(top_->rootp);
-    if (valid && top_->req_taken_o) ++head_;
     ++cycle_;
+  }
+
+  // The request ports hold the oldest request not yet taken, from the cycle it is taken on
+  // until the next is (they are set only when it changes); head_arrival_ is its arrival cycle,
+  // or never once all are taken.
+  void present_head() {
+    if (head_ == queue_.size()) {
+      head_arrival_ = UINT64_MAX;
+      return;
+    }
+    const Request& r = queue_[head_];
+    root_->req_write_i = r.write;
+    root_->req_bg_i = r.bg;
+    root_->req_bank_i = r.bank;
+    root_->req_row_i = r.row;
+    root_->req_col_i = r.col;
+    head_arrival_ = r.arrival;
   }
 
   std::unique_ptr<VerilatedContext> ctx_;
   std::unique_ptr<Vnelssa_ddr5_bench_top> top_;
+  Vnelssa_ddr5_bench_top___024root* root_;
   std::vector<Request> queue_;  // in file order; the ones before head_ are taken
   size_t head_ = 0;
+  uint64_t head_arrival_ = UINT64_MAX;
   uint64_t remaining_;
   const InHeader& h_;
   uint64_t cycle_ = 0;
@@ -194,16 +211,22 @@ int main(int argc, char** argv) {
                  argv[1], h.num_sub, h.threads, kMaxSub, kMaxThreads);
     return 2;
   }
+  // (the requests the file holds, so that a header claiming more allocates nothing for them)
+  const long at = std::ftell(in);
+  std::fseek(in, 0, SEEK_END);
+  const size_t held = static_cast<size_t>(std::ftell(in) - at) / sizeof(Request);
+  std::fseek(in, at, SEEK_SET);
+  std::vector<Request> all(std::min<size_t>(h.num_requests, held));
+  const size_t got = std::fread(all.data(), sizeof(Request), all.size(), in);
+  std::fclose(in);
   std::vector<std::vector<Request>> queues(h.num_sub);
   for (uint32_t i = 0; i < h.num_requests; ++i) {
-    Request r{};
-    if (std::fread(&r, sizeof r, 1, in) != 1 || r.sub >= h.num_sub) {
+    if (i >= got || all[i].sub >= h.num_sub) {
       std::fprintf(stderr, "%s: request %u truncated or for a missing sub-channel\n", argv[1], i);
       return 2;
     }
-    queues[r.sub].push_back(r);
+    queues[all[i].sub].push_back(all[i]);
   }
-  std::fclose(in);
 
   std::vector<std::unique_ptr<Subchannel>> subs;
   for (uint32_t s = 0; s < h.num_sub; ++s) {

@@ -150,7 +150,8 @@ module nelssa_ddr5_checker
     latest_pre = cycle;
   endtask
 
-  task automatic check(longint cycle, dram_cmd_e c, int g, int k, longint row);
+  // (the row is read from its slot only for an ACT, the one command that uses it)
+  task automatic check(longint cycle, dram_cmd_e c, int g, int k, int slot);
     int b = g * 4 + k;
     now = cycle;
     if (cycle < ca_free) fail(RULE_CA, cycle, g, k, $sformatf("command bus busy until %0d",
@@ -172,7 +173,7 @@ module nelssa_ddr5_checker
         acts[2] = acts[3];
         acts[3] = cycle;
         if (num_acts < 4) num_acts++;
-        open_row[b] = row;
+        open_row[b] = longint'(row_i[slot]);
         open_mask[b] = 1'b1;
         last_act[b] = cycle;
         group_act[g] = cycle;
@@ -280,8 +281,7 @@ module nelssa_ddr5_checker
         if (longint'(tck[pick]) < now) begin
           $fatal(1, "nelssa_ddr5_checker: command at tCK %0d after one at %0d", tck[pick], now);
         end
-        check(longint'(tck[pick]), cmd_i[pick], int'(bg_i[pick]), int'(bank_i[pick]),
-              longint'(row_i[pick]));
+        check(longint'(tck[pick]), cmd_i[pick], int'(bg_i[pick]), int'(bank_i[pick]), pick);
       end
       violation_o <= mask;
     end
