@@ -233,6 +233,12 @@ module nelssa_ddr5_checker
   endtask
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
+    // (the temporaries of a clock declared at the top of the block, where the Verilated model
+    // keeps them in the evaluation's locals rather than in its own state)
+    automatic logic [NumSlots-1:0] left;
+    // (unpacked: a packed slot picked at run time costs shifts)
+    automatic logic [63:0] tck [NumSlots];
+    automatic int pick;
     if (!rst_ni) begin
       open_mask = '0;
       for (int b = 0; b < NB; b++) begin
@@ -264,15 +270,13 @@ module nelssa_ddr5_checker
       count     = 0;
       violation_o <= '0;
     end else begin
-      logic [NumSlots-1:0] left;
-      logic [63:0] tck [NumSlots];  // unpacked: a packed slot picked at run time costs shifts
       mask = '0;
       left = cmd_valid_i;
       // verilator unroll_full
       for (int s = 0; s < NumSlots; s++) tck[s] = tck_i[s];
       // the commands of one clock in tCK order
       while (left != '0) begin
-        automatic int pick = -1;
+        pick = -1;
         // verilator unroll_full
         for (int s = 0; s < NumSlots; s++) begin
           if (left[s] && (pick < 0 || tck[s] < tck[pick])) pick = s;
