@@ -875,11 +875,12 @@ module nelssa_ddr5_ctrl
       open_q <= open;
 
       // the timing wheel: this cycle's slot has joined the aged mask; a used bank ages again
-      // CloseIdle tCK after its use, in the cycle ceil((use + CloseIdle) / 4)
-      begin
+      // CloseIdle tCK after its use, in the cycle ceil((use + CloseIdle) / 4). A bank's bit
+      // stays in its slot until the bank is used again (so the wheel changes only then): when
+      // the wheel comes round to the slot again, the bank is already aged.
+      aged = aged_now;
+      if (used_valid != '0) begin
         wheel = wheel_q;
-        aged = aged_now;
-        wheel[cycle_q[WHEEL_W-1:0]] = '0;
         // verilator unroll_full
         for (int u = 0; u < 2; u++) begin
           if (used_valid[u]) begin
@@ -892,8 +893,8 @@ module nelssa_ddr5_ctrl
           end
         end
         wheel_q <= wheel;
-        aged_q <= aged;
       end
+      aged_q <= aged;
       pre_all_q <= pre_all;
       act_all_q <= act_all;
       rd_all_q <= rd_all;
