@@ -620,9 +620,10 @@ module nelssa_ddr5_ctrl
   // the banks that opened and closed, the served request leaves its queue (the younger ones move
   // down a position) and an accepted request joins the end of its queue.
 
-  // positions of queue q, among `m`, whose entry wants `row`
-  function automatic qmask_t row_matches(logic q, qmask_t m, logic [15:0] row);
 `ifdef NELSSA_DDR5_PARALLEL
+  // positions of queue q, among `m`, whose entry wants `row` (the tries form finds them with a
+  // loop over the bank's live entries in the update below, counting them as it goes)
+  function automatic qmask_t row_matches(logic q, qmask_t m, logic [15:0] row);
     automatic logic [QW-1:0] slot_match;
     automatic qmask_t hits = '0;
     for (int s = 0; s < QW; s++) slot_match[s] = ent_q[q][s].row == row;
@@ -631,19 +632,8 @@ module nelssa_ddr5_ctrl
       hits[x] = m[x] && slot_match[`NELSSA_AT(slot_q[q], xp)];
     end
     return hits;
-`else
-    automatic qmask_t left = m, hits = '0;
-    automatic logic [4:0] p;
-    for (int t = 0; t < QW; t++) begin
-      if (left == '0) break;
-      p = `NELSSA_LOWEST(left);
-      if (ent_q[q][`NELSSA_AT(slot_q[q], p)].row == row)
-        hits |= left & ~(left - 1);
-      left &= left - 1;
-    end
-    return hits;
-`endif
   endfunction
+`endif
 
   localparam tck_t PAST = tck_t'(HORIZON);
 
@@ -687,6 +677,10 @@ module nelssa_ddr5_ctrl
     automatic logic [NB-1:0] wanted [2];
     automatic logic [5:0] hit_n [2][NB];
     automatic logic [5:0] bank_n [2][NB];
+    automatic qmask_t left;
+    automatic logic [5:0] nhit;
+    automatic logic [4:0] p;
+    automatic int t;
 `endif
     if (!rst_ni) begin
       // verilator unroll_full
@@ -838,14 +832,28 @@ module nelssa_ddr5_ctrl
               // verilator unroll_full
               for (int q = 0; q < 2; q++) begin
                 of_b = `NELSSA_HOLDING(bankp_q[q], b);
+`ifdef NELSSA_DDR5_PARALLEL
                 hits = row_matches(q[0], of_b, row_row[r]);
+`else
+                // the bank's live entries that want the row, and how many (the masks hold stale
+                // bits above the live positions)
+                hits = '0;
+                nhit = '0;
+                left = of_b & `NELSSA_LIVE(n_q[q]);
+                for (t = 0; t < QW; t++) begin
+                  if (left == '0) break;
+                  p = `NELSSA_LOWEST(left);
+                  if (ent_q[q][`NELSSA_AT(slot_q[q], p)].row == row_row[r]) begin
+                    hits |= left & ~(left - 1);
+                    nhit++;
+                  end
+                  left &= left - 1;
+                end
+                hit_n[q][b] = nhit;
+                if (nhit != '0) qheld[q] |= of_b;
+`endif
                 qopen[q] |= of_b;
                 qhit[q] |= hits;
-`ifndef NELSSA_DDR5_PARALLEL
-                // (the masks hold stale bits above the live positions)
-                hit_n[q][b] = 6'($countones(hits & `NELSSA_LIVE(n_q[q])));
-                if (hit_n[q][b] != '0) qheld[q] |= of_b;
-`endif
               end
               if (b == req_entry.bank) req_orow = row_row[r];
             end
