@@ -1,4 +1,4 @@
-"""The Verilator locator and the build cache key."""
+"""The Verilator locator, the build cache key and the cached builds."""
 
 from __future__ import annotations
 
@@ -57,3 +57,25 @@ def test_build_lock_excludes_another_process(tmp_path):
     assert proc.returncode == 0
     assert float(out) >= released
     assert (tmp_path / "design-0123.lock").exists()
+
+
+def test_a_build_killed_part_way_is_redone(monkeypatch, tmp_path):
+    """A build killed in its link leaves an empty binary and no build.ok: the next call builds
+    again rather than handing make (which takes the binary for up to date) a broken one."""
+    import subprocess
+
+    monkeypatch.setenv("NELSSA_BUILD_CACHE", str(tmp_path / "cache"))
+    sv = tmp_path / "blink.sv"
+    sv.write_text("module blink (input logic clk_i, output logic q_o);\n"
+                  "  always_ff @(posedge clk_i) q_o <= !q_o;\nendmodule\n")
+    cpp = tmp_path / "main.cpp"
+    cpp.write_text('#include "Vblink.h"\n#include <cstdio>\n'
+                   "int main() { Vblink top; top.eval(); std::puts(\"built\"); return 0; }\n")
+    exe = vl.build_executable("blink", "blink", [sv], [cpp])
+    assert subprocess.run([exe], capture_output=True, text=True).stdout == "built\n"
+    (exe.parent / "build.ok").unlink()
+    exe.write_bytes(b"")
+    exe.chmod(0o644)
+    again = vl.build_executable("blink", "blink", [sv], [cpp])
+    assert again == exe
+    assert subprocess.run([again], capture_output=True, text=True).stdout == "built\n"

@@ -165,6 +165,8 @@ def build_executable(
             log.info("reusing cached build %s", exe)
             return exe
         stamp.unlink(missing_ok=True)  # a build that fails part way must not be taken for done
+        # (nor its binary: one a killed link left empty would look up to date to make)
+        exe.unlink(missing_ok=True)
         cmd = [
             "verilator", "--cc", "--exe", "--build", "-O3", "--top-module", top,
             "--Mdir", str(d), "-o", exe.name, "-j", str(jobs or os.cpu_count() or 1),
