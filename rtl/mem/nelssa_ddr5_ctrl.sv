@@ -192,8 +192,8 @@ module nelssa_ddr5_ctrl
 
   // Helpers as macros, not functions: Verilator lowers each function call to copies through
   // module-level temporaries, which cost more than these one-line expressions themselves.
-  // a is after b (wrapping tCK): their difference is 1 to 2^19 - 1. Times compare through
-  // unsigned differences throughout: a signed compare of a 20-bit value costs Verilator a sign
+  // a is after b (wrapping tCK): their difference is 1 to 2^(TckW-1) - 1. Times compare through
+  // unsigned differences throughout: a signed compare of a narrow value costs Verilator a sign
   // extension per operand.
   `define NELSSA_AFTER(a, b) (tck_t'((a) - (b) - tck_t'(1)) < tck_t'(HALF_M1))
   `define NELSSA_TMAX(a, b) (`NELSSA_AFTER(a, b) ? (a) : (b))
