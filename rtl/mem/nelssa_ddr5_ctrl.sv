@@ -72,13 +72,12 @@ module nelssa_ddr5_ctrl
   localparam int NB = 32;         // banks
   localparam int NG = 8;          // bank groups
   localparam int QW = 32;         // queue mask width
-  localparam int TCK_W = TckW;    // width of the wrapping tCK registers
-  localparam int HORIZON = 1 << (TCK_W - 2);  // how far in the past a rule register may lie
-  localparam int HALF_M1 = (1 << (TCK_W - 2)) * 2 - 1;  // the largest difference not negative
+  localparam int HORIZON = 1 << (TckW - 2);  // how far in the past a rule register may lie
+  localparam int HALF_M1 = HORIZON - 1 + HORIZON;  // the largest difference not negative
   localparam int WHEEL_W = $clog2((CloseIdle + 3) / 4 + 2);  // close-after-idle timing wheel
   localparam int WHEEL = 1 << WHEEL_W;
 
-  typedef logic [TCK_W-1:0] tck_t;
+  typedef logic [TckW-1:0] tck_t;
   typedef logic [QW-1:0] qmask_t;
 
 `ifndef NELSSA_DDR5_PARALLEL
@@ -232,7 +231,7 @@ module nelssa_ddr5_ctrl
     begin \
       d = tck_t'((earliest) - lo); \
       ok = ~busy[3:0] & ((two) ? ~busy[4:1] : 4'hf); \
-      if (!d[TCK_W-1]) begin \
+      if (!d[TckW-1]) begin \
         if (d > 3) ok = '0; \
         else if (d != 0) ok &= 4'hf << d[1:0]; \
       end \
