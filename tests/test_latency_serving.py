@@ -267,3 +267,19 @@ def test_migration_replaces_recompute_under_growth() -> None:
     assert summarize(on)["decode_throughput_tps"] > summarize(off)["decode_throughput_tps"]
     with pytest.raises(ValueError, match="migration needs mode 'nelssa'"):
         ServingConfig(mode="gpu", migration=True)
+
+
+def test_a_recomputed_request_holds_only_the_tokens_it_has() -> None:
+    """Regression: after a recompute preemption the generated tokens were counted twice (once in
+    the rebuilt prefill, once more on top), so the request asked for blocks it did not need and
+    preempted itself again."""
+    lm = _small_gpu()  # 381 blocks = 6,096 tokens
+    a = Request(0, 0.0, 1000, 3500)
+    b = Request(1, 0.001, 1000, 3500)
+    run = ServingSim(lm, ServingConfig(mode="gpu")).run([a, b])
+    by = {r.rid: r for r in run.results}
+    # B gives way once, when both together outgrow the cache (about 3,048 tokens each); back
+    # after A has finished, it rebuilds prompt + generated and then fits to its end (4,500)
+    assert by[0].preemptions == 0 and by[1].preemptions == 1 and run.preemptions == 1
+    assert 2000 < run.recompute_tokens < 4500
+    assert sum(r.output_len - 1 for r in run.results) == run.decode_tokens

@@ -111,6 +111,8 @@ class _Live:
     recompute)."""
     prefilled: int = 0
     generated: int = 0
+    rebuilt: int = 0
+    """Generated tokens that ``prefill_target`` already holds (rebuilt after a recompute)."""
     blocks: int = 0
     swapped: bool = False
     migrating_until: float | None = None
@@ -123,7 +125,9 @@ class _Live:
 
     @property
     def ctx(self) -> int:
-        return self.prefilled + (self.generated if self.prefilled >= self.prefill_target else 0)
+        if self.prefilled < self.prefill_target:
+            return self.prefilled
+        return self.prefilled + self.generated - self.rebuilt
 
 
 @dataclass
@@ -467,6 +471,7 @@ class ServingSim:
             victim.swapped = True
         else:  # recompute: rebuild prompt and generated tokens by prefill
             victim.prefill_target = victim.req.input_len + victim.generated
+            victim.rebuilt = victim.generated
             victim.prefilled = 0
         queues[victim.tier].appendleft(victim)
 
