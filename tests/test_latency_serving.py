@@ -230,19 +230,6 @@ def test_the_newest_request_is_preempted(preemption: str) -> None:
     assert run.peak_gpu_blocks <= 381
 
 
-def test_gpu_calibration_writes_a_usable_hardware_file(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    out = tmp_path / "gpu.json"
-    script = Path(__file__).resolve().parents[1] / "scripts/calibrate_gpu.py"
-    proc = subprocess.run([sys.executable, str(script), "--out", str(out), "--scale", "0.05",
-                           "--name", "here"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    gpu = HardwareCatalog.load(out).gpus["here"]
-    assert gpu.hbm_gbs > 0.1 and gpu.bf16_tflops > 0 and 0 < gpu.mem_efficiency <= 1
-
-
 def test_migration_replaces_recompute_under_growth() -> None:
     from nelssa.emu.serving.workload import growing
 

@@ -9,6 +9,7 @@ the presets.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,36 +19,88 @@ T = TypeVar("T")
 
 
 def _positive(obj: object, *names: str, allow_zero: bool = False) -> None:
+    """Each field a finite number > 0 (>= 0 with ``allow_zero``): not a bool, not NaN or
+    infinite, and an int where the field is declared ``int`` (a float such as 8.0 is refused)."""
+    declared = {f.name: f.type for f in fields(obj)}  # type: ignore[arg-type]
     for n in names:
         v = getattr(obj, n)
-        if not isinstance(v, int | float) or (v < 0 if allow_zero else v <= 0):
+        want_int = declared.get(n) in ("int", int)
+        kind = "integer" if want_int else "number"
+        sign = "non-negative" if allow_zero else "positive"
+        ok = (isinstance(v, int) if want_int else isinstance(v, int | float))
+        ok = ok and not isinstance(v, bool) and (isinstance(v, int) or math.isfinite(v))
+        if not ok or (v < 0 if allow_zero else v <= 0):
             raise ValueError(f"{type(obj).__name__} {getattr(obj, 'name', '')!r}: {n} must be a "
-                             f"{'non-negative' if allow_zero else 'positive'} number, got {v!r}")
+                             f"{sign} {kind}, got {v!r}")
+
+
+def _fraction(obj: object, *names: str) -> None:
+    """Each field a share in (0, 1]."""
+    _positive(obj, *names)
+    for n in names:
+        v = getattr(obj, n)
+        if v > 1:
+            raise ValueError(f"{type(obj).__name__} {getattr(obj, 'name', '')!r}: {n} must be "
+                             f"in (0, 1], got {v!r}")
 
 
 @dataclass(frozen=True)
 class GpuHw:
-    """A GPU (or a tensor-parallel group treated as one)."""
+    """A GPU (or a tensor-parallel group treated as one).
+
+    Its time model: a decode step moves bytes at ``hbm_gbs * mem_efficiency``; a prefill's
+    linear layers run at ``bf16_tflops * linear_efficiency`` and its attention at
+    ``bf16_tflops * attn_efficiency``. The compute efficiency defaults are published Hopper
+    measurements taken as shares of the H100 SXM5's datasheet peak (sources below and in each
+    preset's ``source``) and applied to every Hopper preset; ``scripts/calibrate_gpu.py`` fits
+    all three from kernel times on the GPU at hand.
+    """
 
     name: str
     """Preset name."""
     hbm_gbs: float
-    """HBM bandwidth in GB/s (BW_GPU)."""
+    """HBM bandwidth in GB/s (BW_GPU): the datasheet value, or a measured one with
+    ``mem_efficiency`` relative to it."""
     memory_gb: float
     """HBM capacity in GB."""
     bf16_tflops: float
-    """Dense bf16 peak in TFLOP/s (prefill and GEMMs)."""
+    """Dense bf16 peak in TFLOP/s: the datasheet value, or a measured one with the two compute
+    efficiencies relative to it."""
     kernel_us: float = 10.0
     """Fixed cost of one decode step beyond bandwidth and compute (launches, sampling)."""
     mem_efficiency: float = 0.8
-    """Share of HBM bandwidth a decode step achieves."""
+    """Share of HBM bandwidth a decode step reaches (weights and KV cache read once per step).
+    An estimate, not a measurement: no published whole-decode-step figure for Hopper was found.
+    Its upper bound is the FlashInfer blog "Accelerating Self-Attentions for LLM Serving with
+    FlashInfer" (2024-02-02), Figure 5: decode attention alone on an H100 SXM 80GB reaches
+    "close to 100%" of the bandwidth for long sequences; a step also runs the weight GEMVs and
+    short kernels, hence less."""
+    linear_efficiency: float = 0.79
+    """Share of ``bf16_tflops`` that the linear layers (GEMMs) of a prefill reach. Measured:
+    OpenXLA's matmul performance table for sm_90 (``xla/service/gpu/model/
+    matmul_interpolator_data.h``, ``kDefaultMatmulPTable``, bf16xbf16->bf16) gives
+    783.3 TFLOP/s for a 4096 x 4096 x 4096 GEMM, 0.79 of the 989 TFLOP/s H100 SXM5 peak
+    (738.5 TFLOP/s, 0.75, for 4096 x 1024 x 4096). That is cuBLAS GEMMs alone at square-ish
+    shapes; a whole prefill's linear layers (with their elementwise work) reach less: issue 21
+    quotes about two thirds from H100 profiles of a 7B model at 3K tokens, without a source, so
+    it is not used here."""
+    attn_efficiency: float = 0.585
+    """Share of ``bf16_tflops`` that prefill attention (FlashAttention-style kernels) reaches.
+    Measured: FlashAttention-3 (Shah et al., 2024, arXiv:2407.08608), Figure 5(d), forward,
+    causal mask, head dim 128, BF16/FP16 on an H100 80GB SXM5: 579 TFLOP/s at 4K tokens,
+    0.585 of 989 (521 at 2K, 602 at 8K); FlashAttention-2 reaches 319 (0.32) there."""
+    source: str | None = None
+    """Where the efficiencies come from (a paper and figure, or the calibration run that fitted
+    them); a non-empty string when given."""
 
     def __post_init__(self) -> None:
-        _positive(self, "hbm_gbs", "memory_gb", "bf16_tflops", "mem_efficiency")
+        _positive(self, "hbm_gbs", "memory_gb", "bf16_tflops")
         _positive(self, "kernel_us", allow_zero=True)
-        if self.mem_efficiency > 1:
-            raise ValueError(f"GpuHw {self.name!r}: mem_efficiency must be <= 1, got "
-                             f"{self.mem_efficiency}")
+        _fraction(self, "mem_efficiency", "linear_efficiency", "attn_efficiency")
+        if self.source is not None and (not isinstance(self.source, str)
+                                        or not self.source.strip()):
+            raise ValueError(f"GpuHw {self.name!r}: source must be a non-empty string, got "
+                             f"{self.source!r}")
 
 
 @dataclass(frozen=True)
@@ -135,7 +188,10 @@ def _build(cls: type[T], name: str, raw: Any, where: str) -> T:
     missing = [n for n, f in spec.items() if n not in raw and f.default is MISSING]
     if missing:
         raise ValueError(f"{where}: {name}: missing field {missing[0]!r}")
-    return cls(name=name, **raw)
+    try:
+        return cls(name=name, **raw)
+    except ValueError as e:
+        raise ValueError(f"{where}: {name}: {e}") from None
 
 
 @dataclass(frozen=True)
