@@ -4,8 +4,11 @@ PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
+# vLLM's own scheduler, for `serve-sim --scheduler vllm`, lives in an environment of its own
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements-vllm.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: all venv demo test pytest lint lint-py lint-rtl gen-check synth synth-engine synth-ddr5 bench \
+.PHONY: all venv vllm demo test pytest lint lint-py lint-rtl gen-check synth synth-engine synth-ddr5 bench \
         bench-ddr5 calibrate-ddr5 bench-device calibrate-device bench-node clean
 
 all: test
@@ -18,12 +21,22 @@ $(STAMP): requirements-dev.txt pyproject.toml
 
 venv: $(STAMP)
 
+# every package --no-deps: vllm's metadata asks for a CUDA torch; the scheduler path needs none
+# of it. The project itself goes in too (no deps), so the replay runs our cost model there.
+$(VLLM_STAMP): requirements-vllm.txt pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
+	rm -f $(VLLM_VENV)/.installed-* && touch $@
+
+vllm: $(VLLM_STAMP)
+
 demo: venv
 	$(VENV)/bin/nelssa decode
 
 # pytest and synthesis side by side (synthesis is one single-threaded yosys): each target's
 # output is printed whole when it ends
-test: lint gen-check
+test: lint gen-check vllm
 	$(MAKE) --no-print-directory -j2 --output-sync=target pytest synth
 
 # pytest-xdist workers, a test file per worker at a time (builds are shared through a lock per

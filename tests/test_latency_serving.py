@@ -195,7 +195,12 @@ def test_a_request_no_tier_holds_is_named() -> None:
     huge = [Request(0, 0.0, 100, 10, line=1), Request(1, 1.0, 20_000, 10, line=2)]
     with pytest.raises(CapacityError, match="trace line 2: 20010 tokens exceed the GPU's KV"):
         ServingSim(lm, ServingConfig(mode="gpu")).run(huge)
-    ok = ServingSim(lm, ServingConfig(mode="nelssa", t_input=10_000)).run(huge)
+    # on the PNM tier it decodes, but a colocated prefill holds its whole prompt's KV on the GPU
+    with pytest.raises(CapacityError, match=r"trace line 2: its prefill needs the KV of 20000 "
+                       r"tokens on the GPU.*--prefill disaggregated"):
+        ServingSim(lm, ServingConfig(mode="nelssa", t_input=10_000)).run(huge)
+    ok = ServingSim(lm, ServingConfig(mode="nelssa", t_input=10_000,
+                                      prefill="disaggregated")).run(huge)
     assert len(ok.results) == 2
 
 
@@ -245,7 +250,7 @@ def test_migration_replaces_recompute_under_growth() -> None:
         assert run.peak_pnm_tokens <= on_sim.pnm_tokens
     assert off.migrations == 0 and off.preemptions > 0
     assert on.migrations > 0 and on.migrated_tokens > 0
-    assert on.preemptions < off.preemptions
+    # fewer tokens to rebuild (the memory it frees admits more, which may give way more often)
     assert on.recompute_tokens < off.recompute_tokens
     migrated = [r for r in on.results if r.migrated]
     assert len(migrated) == on.migrations and all(r.tier == "pnm" for r in migrated)

@@ -1,10 +1,12 @@
 """Workloads: Mooncake traces (one JSON object per line: ``timestamp`` in ms, ``input_length``,
-``output_length``), Poisson resampling at a chosen rate (the paper's method), a long-request
+``output_length``, and ``hash_ids``, one id per 512-token block of the prompt), Poisson
+resampling at a chosen rate (the paper's method), a long-request
 fraction sweep, and injected bursts of long requests. Bad lines are refused by line number."""
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,14 +21,39 @@ class Request:
     output_len: int
     line: int = 0
     """Line of the trace it came from (0 when made up)."""
+    hash_ids: tuple[int, ...] | None = None
+    """The prompt's 512-token blocks by content (read when prefix caching asks for them)."""
 
 
 class TraceError(ValueError):
     """A trace line that cannot be used."""
 
 
-def load_trace(path: str | Path, limit: int | None = None) -> list[Request]:
-    """Read a trace; every line is checked and a bad one raises TraceError naming it."""
+HASH_BLOCK_TOKENS = 512
+"""Prompt tokens per Mooncake hash id."""
+
+
+def _hash_ids(obj: dict, inp: int, where: str) -> tuple[int, ...]:
+    ids = obj.get("hash_ids")
+    if ids is None:
+        raise TraceError(f"{where}: missing field 'hash_ids' (prefix caching needs it)")
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool)
+                                            and h >= 0 for h in ids):
+        raise TraceError(f"{where}: hash_ids must be a list of integers >= 0")
+    need = -(-inp // HASH_BLOCK_TOKENS)
+    if len(ids) < need:
+        raise TraceError(f"{where}: hash_ids has {len(ids)} ids, fewer than the {need} that "
+                         f"{inp} prompt tokens need (one per {HASH_BLOCK_TOKENS} tokens)")
+    return tuple(ids[:need])
+
+
+def load_trace(path: str | Path, limit: int | None = None,
+               hash_ids: bool = False) -> list[Request]:
+    """Read a trace; every line is checked and a bad one raises TraceError naming it. With
+    ``hash_ids`` (prefix caching), each line's hash ids are read and checked too."""
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                              or limit < 1):
+        raise TraceError(f"limit must be an integer >= 1, got {limit!r}")
     p = Path(path)
     out: list[Request] = []
     last = -1.0
@@ -49,8 +76,9 @@ def load_trace(path: str | Path, limit: int | None = None) -> list[Request]:
                 if key not in obj:
                     raise TraceError(f"{where}: missing field {key!r}")
             ts, inp, outp = obj["timestamp"], obj["input_length"], obj["output_length"]
-            if not isinstance(ts, int | float) or ts < 0:
-                raise TraceError(f"{where}: timestamp must be a number >= 0, got {ts!r}")
+            if (not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts)
+                    or ts < 0):
+                raise TraceError(f"{where}: timestamp must be a finite number >= 0, got {ts!r}")
             for key, v in (("input_length", inp), ("output_length", outp)):
                 if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                     raise TraceError(f"{where}: {key} must be a positive integer, got {v!r}")
@@ -58,7 +86,8 @@ def load_trace(path: str | Path, limit: int | None = None) -> list[Request]:
                 raise TraceError(f"{where}: timestamp {ts} is before the previous line's {last} "
                                  "(the trace must be sorted by time)")
             last = ts
-            out.append(Request(len(out), ts / 1000.0, inp, outp, n))
+            out.append(Request(len(out), ts / 1000.0, inp, outp, n,
+                               _hash_ids(obj, inp, where) if hash_ids else None))
             if limit is not None and len(out) >= limit:
                 break
     if not out:

@@ -1,0 +1,95 @@
+"""Settings of one serving-emulator run: scheduler, tiers and policies (defaults and their
+meaning live here, the command line reads them)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from nelssa.emu.serving.cost import CHUNK_TOKENS, RECENT_TOKENS, SINK_TOKENS
+
+
+class SchedulerKind(enum.Enum):
+    OURS = "ours"
+    """This emulator's scheduler, which follows vLLM v1's algorithm (the fast path)."""
+    VLLM = "vllm"
+    """vLLM's own v1 Scheduler and KVCacheManager, unmodified (in the vLLM environment)."""
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """Scheduler and tier settings of one run."""
+
+    mode: str = "gpu"
+    """``gpu`` (GPU-only baseline) or ``nelssa``."""
+    devices: int = 4
+    """PNM devices (NELSSA)."""
+    max_running: int = 256
+    """Most requests in the running batch (vLLM max_num_seqs)."""
+    max_batched_tokens: int = 8192
+    """Tokens per step, decode tokens and prefill chunks together (vLLM max_num_batched_tokens)."""
+    block_tokens: int = 16
+    """Tokens per KV block (vLLM block_size)."""
+    gpu_mem_util: float = 0.9
+    """Share of GPU memory for weights and KV (vLLM gpu_memory_utilization)."""
+    preemption: str = "recompute"
+    """``recompute`` (vLLM v1's only kind) or ``swap`` (our scheduler only)."""
+    pcie_gbs: float = 55.0
+    """Host link bandwidth for swapping, GB/s."""
+    t_input: int | None = None
+    """Routing threshold in tokens; None takes the latency model's crossover for ``devices``."""
+    window_tokens: int = SINK_TOKENS + RECENT_TOKENS + CHUNK_TOKENS
+    """Tokens of a PNM-tier request that the GPU attends to densely: sink, recent, one chunk
+    not yet clustered."""
+    sample_s: float = 1.0
+    """Interval of the time series."""
+    prefill: str = "colocated"
+    """``colocated``: prefill runs in chunks on the decode GPU (vLLM on one GPU);
+    ``disaggregated``: a separate prefill GPU of the same kind serves prefills FCFS and the
+    decode GPU receives their KV (the paper's Prefill Node, section 5)."""
+    prefill_gpus: int = 1
+    """Prefill GPUs when disaggregated (each request goes to the first one free)."""
+    migration: bool = False
+    """NELSSA: move GPU requests whose context has grown past T_input to the PNM tier in the
+    background when GPU memory runs short (paper 4.3), instead of waiting to preempt."""
+    migrate_at: float = 0.95
+    """Share of the GPU's KV blocks in use from which a migration starts."""
+    link_gbs: float = 50.0
+    """GPU node -> PNM node bandwidth for migrations, GB/s (RoCE 400G)."""
+    prefix_caching: bool = False
+    """Automatic prefix caching over the trace's ``hash_ids`` (vLLM's default is on; our
+    replays default to off so that traces without ``hash_ids`` run as they are)."""
+    scheduler: SchedulerKind = SchedulerKind.OURS
+    """Whose scheduler replays the trace."""
+
+    def __post_init__(self) -> None:
+        if self.prefill not in ("colocated", "disaggregated"):
+            raise ValueError(f"prefill must be 'colocated' or 'disaggregated', got "
+                             f"{self.prefill!r}")
+        if self.mode not in ("gpu", "nelssa"):
+            raise ValueError(f"mode must be 'gpu' or 'nelssa', got {self.mode!r}")
+        if self.preemption not in ("recompute", "swap"):
+            raise ValueError(f"preemption must be 'recompute' or 'swap', got "
+                             f"{self.preemption!r}")
+        if not isinstance(self.scheduler, SchedulerKind):
+            raise ValueError(f"scheduler must be a SchedulerKind, got {self.scheduler!r}")
+        if self.scheduler is SchedulerKind.VLLM and self.preemption == "swap":
+            raise ValueError("vLLM v1 preempts by recompute only: swap needs --scheduler ours")
+        for name in ("devices", "max_running", "max_batched_tokens", "block_tokens",
+                     "window_tokens", "prefill_gpus"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.t_input is not None and (not isinstance(self.t_input, int)
+                                         or isinstance(self.t_input, bool) or self.t_input < 1):
+            raise ValueError(f"t_input must be an integer >= 1 token, got {self.t_input!r}")
+        for name in ("pcie_gbs", "sample_s"):
+            if not getattr(self, name) > 0 or getattr(self, name) == float("inf"):
+                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
+        if not 0 < self.migrate_at <= 1 or not 0 < self.link_gbs < float("inf"):
+            raise ValueError(f"migrate_at must be in (0, 1] and link_gbs > 0, got "
+                             f"{self.migrate_at}, {self.link_gbs}")
+        if self.migration and self.mode != "nelssa":
+            raise ValueError("migration needs mode 'nelssa' (there is no PNM tier otherwise)")
+        if not 0 < self.gpu_mem_util <= 1:
+            raise ValueError(f"gpu_mem_util must be in (0, 1], got {self.gpu_mem_util}")

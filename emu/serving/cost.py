@@ -1,0 +1,114 @@
+"""What a step costs and what a request holds: the serving emulator's cost model, shared by both
+schedulers (ours and vLLM's), so that they differ only in what they schedule.
+
+Step cost: kernel overhead + max(weights over bandwidth, GEMM FLOPs over the linear layers'
+achieved FLOP/s) for the batch's computed tokens + attention. GPU tier: every decoding request's
+KV over the achieved bandwidth; prefill attention FLOPs over the attention kernels' achieved
+FLOP/s. PNM tier: centroid search and window attention on the GPU, and the PNM tier's sparse
+attention (selected KV over N devices, plus one T_comm for the step) overlapped with the GPU's
+attention, not with its GEMMs. Achieved rates are the GPU description's efficiencies times its
+peaks (``linear_efficiency``, ``attn_efficiency``, ``mem_efficiency``).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from nelssa.emu.latency.model import LatencyModel
+
+
+class Tier(enum.Enum):
+    GPU = "gpu"
+    PNM = "pnm"
+
+
+SINK_TOKENS = 4
+"""Attention-sink tokens a PNM-tier request keeps on the GPU (paper 4.2)."""
+RECENT_TOKENS = 64
+"""Recent tokens a PNM-tier request keeps on the GPU."""
+CHUNK_TOKENS = 1024
+"""Generated tokens held on the GPU before they are clustered and appended (paper 4.3)."""
+KMEANS_ITERATIONS = 10
+"""k-means passes over the keys when a context is clustered (RetroInfer)."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Tokens of one request computed in one step."""
+
+    start: int
+    """Tokens whose KV already exists (the chunk attends to them)."""
+    tokens: int
+    computed: bool = True
+    """False for KV that arrives rather than being computed (from a prefill GPU, or a PNM-tier
+    request's GPU-resident window taken in through the token budget): no FLOPs are charged."""
+
+
+class CostModel:
+    """Seconds of one step, for one latency model and tier layout."""
+
+    def __init__(self, latency: LatencyModel, devices: int, window_tokens: int,
+                 pcie_gbs: float, link_gbs: float) -> None:
+        self.lm = latency
+        m, g = latency.model, latency.gpu
+        self.window_tokens = window_tokens
+        self.kv_bytes = m.kv_bytes_per_token
+        bw = g.hbm_gbs * 1e9 * g.mem_efficiency
+        self._s_per_kv_token = self.kv_bytes / bw
+        self._s_weights = m.weight_bytes / bw
+        self._s_linear_flop = 1.0 / (g.bf16_tflops * 1e12 * g.linear_efficiency)
+        self._s_attn_flop = 1.0 / (g.bf16_tflops * 1e12 * g.attn_efficiency)
+        self._flops_per_token = 2 * m.params_b * 1e9
+        self._attn_flops = 4 * m.head_dim * m.q_heads * m.layers  # per query token x context
+        self._pnm_s_per_token = (latency.sparsity.selection * self.kv_bytes
+                                 / (devices * latency.pnm.bw_eff_gbs * 1e9))
+        self._t_comm = latency.t_comm(devices)
+        self._centroid_frac = 1.0 / latency.sparsity.compression
+        self._s_per_swap_token = self.kv_bytes / (pcie_gbs * 1e9)
+        self._s_per_link_token = self.kv_bytes / (link_gbs * 1e9)
+        self._s_per_key_pass = self.kv_bytes / 2 / (g.hbm_gbs * 1e9)
+
+    def step_s(self, gpu_ctx: int, pnm_ctxs: list[int], chunks: list[Chunk],
+               swap_tokens: int = 0) -> float:
+        """One step: ``gpu_ctx`` tokens of GPU-tier decode context in all (one decode token per
+        request is a one-token chunk in ``chunks``), the contexts of the PNM-tier requests
+        decoding, and the prefill chunks."""
+        tokens = 0
+        prefill_pairs = 0.0
+        for c in chunks:
+            if c.computed:
+                tokens += c.tokens
+                if c.tokens > 1:
+                    prefill_pairs += c.tokens * (c.start + c.tokens / 2)
+        tokens += len(pnm_ctxs)
+        t_lin = max(self._s_weights, tokens * self._flops_per_token * self._s_linear_flop)
+        pnm_ctx = sum(pnm_ctxs)
+        window = sum(min(x, self.window_tokens) for x in pnm_ctxs)
+        t_gpu_attn = ((gpu_ctx + pnm_ctx * self._centroid_frac + window) * self._s_per_kv_token
+                      + prefill_pairs * self._attn_flops * self._s_attn_flop)
+        t_pnm = pnm_ctx * self._pnm_s_per_token + (self._t_comm if pnm_ctxs else 0.0)
+        return (self.lm.gpu.kernel_us * 1e-6 + t_lin + max(t_gpu_attn, t_pnm)
+                + swap_tokens * self._s_per_swap_token)
+
+    def prefill_s(self, tokens: int, chunk: int) -> float:
+        """Seconds to prefill ``tokens`` alone in chunks of ``chunk`` tokens."""
+        total, done = 0.0, 0
+        while done < tokens:
+            c = min(chunk, tokens - done)
+            total += self.step_s(0, [], [Chunk(done, c)]) if c > 1 else self.step_s(done, [], [
+                Chunk(done, 1)])
+            done += c
+        return total
+
+    def migration_s(self, tokens: int) -> float:
+        """Background time to migrate a context: k-means reads the keys once per iteration on
+        the GPU, then the KV streams over the link."""
+        return tokens * (KMEANS_ITERATIONS * self._s_per_key_pass + self._s_per_link_token)
+
+    def pnm_resident_tokens(self, context: int) -> int:
+        """GPU-resident KV of a PNM-tier request of ``context`` tokens, in token-equivalents:
+        sink and recent tokens, and one centroid (keys only) per cluster."""
+        return (min(context, SINK_TOKENS + RECENT_TOKENS)
+                + math.ceil(context * self._centroid_frac / 2))

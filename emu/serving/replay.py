@@ -1,0 +1,346 @@
+"""A trace replay in emulated time: arrivals, routing, the PNM tier's capacity and migrations on
+one side, a scheduler (ours or vLLM's) on the other, the cost model in between. Both schedulers
+see the same jobs and every step is costed by the same model, so they differ only in what they
+schedule.
+
+Requests become vLLM requests ("jobs") as the paper put NELSSA into an unmodified vLLM (8.3):
+
+- a GPU-tier request is one job: its prompt, then ``output_len`` tokens;
+- a PNM-tier request is prefilled on the GPU as a job of one output token (chunked, its prompt's
+  KV on the GPU while it is built, as chunked prefill needs), then decodes as a second job whose
+  prompt is what it keeps on the GPU: sink and recent tokens and its centroids. That prompt's KV
+  comes from the prefill (no compute is charged for it), but it passes through the token budget
+  and the FCFS queue as vLLM would take it; each decode step costs the PNM tier's attention over
+  the whole context;
+- with disaggregated prefill, a request reaches the decode GPU when a prefill GPU is done with it
+  (its first token made there): a GPU-tier request as a job whose prompt KV arrives (no compute,
+  unless a preemption makes the decode GPU recompute it), a PNM-tier request straight as its
+  second job;
+- a migration (paper 4.3) ends the GPU job and starts the second job of the PNM tier.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from nelssa.emu.serving.cost import Chunk, Tier
+from nelssa.emu.serving.prefix import Content, Kind
+from nelssa.emu.serving.results import RequestResult, RunResult, Sample
+from nelssa.emu.serving.scheduler import JobSpec, OurScheduler, Scheduler
+from nelssa.emu.serving.workload import Request
+
+if TYPE_CHECKING:
+    from nelssa.emu.serving.sim import ServingSim
+
+log = logging.getLogger(__name__)
+
+
+class JobKind(enum.Enum):
+    GPU = "gpu"
+    """A GPU-tier request, prefilled here."""
+    GPU_KV_IN = "gpu-kv-in"
+    """A GPU-tier request whose prompt KV arrives from a prefill GPU."""
+    PNM_PREFILL = "pnm-prefill"
+    """A PNM-tier request's prefill on the GPU."""
+    PNM_RESIDENT = "pnm-resident"
+    """A PNM-tier request decoding: its GPU-resident window and centroids."""
+
+
+@dataclass(eq=False)
+class _Req:
+    req: Request
+    tier: Tier
+    generated: int = 0
+    first_token_s: float | None = None
+    preemptions: int = 0
+    migrated: bool = False
+    pnm_reserved: int = 0
+    migrating_until: float | None = None
+
+
+@dataclass(eq=False)
+class _Job:
+    rq: _Req
+    kind: JobKind
+    prompt: int
+    outputs: int = 0
+    decoding: bool = False
+    recomputes: bool = False
+    """Preempted at least once: prompt KV that arrived must now be computed."""
+
+
+def make_scheduler(sim: ServingSim) -> Scheduler:
+    from nelssa.emu.serving.config import SchedulerKind
+
+    cfg = sim.cfg
+    if cfg.scheduler is SchedulerKind.VLLM:
+        from nelssa.emu.serving.vllm_sched import VllmScheduler
+
+        return VllmScheduler(sim.lm.model, sim.gpu_blocks, cfg.block_tokens, cfg.max_running,
+                             cfg.max_batched_tokens, cfg.prefix_caching)
+    return OurScheduler(sim.gpu_blocks, cfg.block_tokens, cfg.max_running,
+                        cfg.max_batched_tokens, cfg.prefix_caching, cfg.preemption == "swap")
+
+
+class Replay:
+    """One run of ``requests`` through ``sim``'s configuration."""
+
+    def __init__(self, sim: ServingSim, requests: list[Request]) -> None:
+        self.sim, self.cfg, self.cost = sim, sim.cfg, sim.cost
+        self.sched = make_scheduler(sim)
+        self.out = RunResult(self.cfg, sim.t_input, gpu_blocks=sim.gpu_blocks,
+                             scheduler=self.cfg.scheduler.value)
+        self.jobs: dict[str, _Job] = {}
+        self.pnm_queue: deque[tuple[_Req, JobKind]] = deque()
+        self.pnm_free = sim.pnm_tokens
+        self.live: list[_Req] = []
+        self.now = 0.0
+        ordered = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
+        if self.cfg.prefill == "disaggregated":  # the prefill GPUs' FCFS queue
+            ready, servers = [], [0.0] * self.cfg.prefill_gpus
+            for r in ordered:
+                done = max(heapq.heappop(servers), r.arrival_s) + sim.prefill_s(r.input_len)
+                heapq.heappush(servers, done)
+                ready.append((done, r))
+            self.arrivals = deque(sorted(ready, key=lambda x: (x[0], x[1].rid)))
+        else:
+            self.arrivals = deque((r.arrival_s, r) for r in ordered)
+        self.total = len(requests)
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def _add_job(self, rq: _Req, kind: JobKind) -> None:
+        r = rq.req
+        if kind is JobKind.PNM_RESIDENT:
+            ctx = r.input_len + rq.generated
+            prompt = self.cost.pnm_resident_tokens(ctx)
+            content = Content(r.rid, Kind.RESIDENT)
+            jid = f"{r.rid}.r"
+        else:
+            prompt = r.input_len
+            content = Content(r.rid, Kind.PROMPT, r.hash_ids)
+            jid = str(r.rid)
+        max_tokens = 1 if kind is JobKind.PNM_PREFILL else r.output_len - rq.generated
+        self.jobs[jid] = _Job(rq, kind, prompt)
+        # a PNM-tier request prefilled here, or migrated, is in service: it goes on first
+        front = rq.migrated or (kind is JobKind.PNM_RESIDENT and self.cfg.prefill == "colocated")
+        self.sched.add(JobSpec(jid, prompt, max_tokens, content), front=front)
+
+    def _arrive(self, t: float, r: Request) -> None:
+        tier = self.sim.tier(r)
+        rq = _Req(r, tier)
+        self.live.append(rq)
+        disagg = self.cfg.prefill == "disaggregated"
+        if disagg:  # first token from the prefill GPU
+            rq.generated, rq.first_token_s = 1, t
+            if r.output_len == 1:
+                self._finish(rq, t)
+                return
+        if tier is Tier.GPU:
+            self._add_job(rq, JobKind.GPU_KV_IN if disagg else JobKind.GPU)
+        else:
+            self.pnm_queue.append((rq, JobKind.PNM_RESIDENT if disagg else JobKind.PNM_PREFILL))
+
+    def _admit_pnm(self) -> None:
+        """The PNM tier's FCFS queue: a request enters vLLM once the tier can hold it."""
+        while self.pnm_queue:
+            rq, kind = self.pnm_queue[0]
+            need = rq.req.input_len + rq.req.output_len
+            if need > self.pnm_free:
+                break
+            self.pnm_queue.popleft()
+            self.pnm_free -= need
+            rq.pnm_reserved = need
+            self._add_job(rq, kind)
+        self.out.peak_pnm_tokens = max(self.out.peak_pnm_tokens,
+                                       self.sim.pnm_tokens - self.pnm_free)
+
+    def _finish(self, rq: _Req, now: float) -> None:
+        self.pnm_free += rq.pnm_reserved
+        rq.pnm_reserved = 0
+        self.live.remove(rq)
+        assert rq.first_token_s is not None
+        r = rq.req
+        self.out.results.append(RequestResult(
+            r.rid, r.input_len, r.output_len, rq.tier.value, r.arrival_s, rq.first_token_s, now,
+            rq.preemptions, rq.migrated))
+
+    # -- one step ------------------------------------------------------------------------------
+    def _step_cost(self, plan: Any) -> float:
+        gpu_ctx = 0
+        pnm_ctxs: list[int] = []
+        chunks: list[Chunk] = []
+        for p in plan.scheduled:
+            job = self.jobs[p.jid]
+            end = p.start + p.tokens
+            samples = end >= job.prompt + job.outputs
+            if job.kind is JobKind.PNM_RESIDENT or (job.kind is JobKind.GPU_KV_IN
+                                                    and not job.recomputes):
+                # KV that arrived: only the step that samples computes (one decode token)
+                if samples:
+                    if job.kind is JobKind.PNM_RESIDENT:
+                        pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
+                    else:
+                        gpu_ctx += end
+                        chunks.append(Chunk(end - 1, 1))
+            elif p.tokens == 1:
+                gpu_ctx += end
+                chunks.append(Chunk(p.start, 1))
+            else:
+                chunks.append(Chunk(p.start, p.tokens))
+        return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens)
+
+    def _on_preempted(self, plan: Any) -> None:
+        for jid, tokens in plan.preempted:
+            job = self.jobs[jid]
+            rq = job.rq
+            rq.preemptions += 1
+            job.decoding = False
+            job.recomputes = True
+            self.out.preemptions += 1
+            if self.cfg.preemption == "recompute":
+                self.out.recompute_tokens += tokens
+            if rq.migrating_until is not None:  # a migration under way is abandoned
+                self.pnm_free += rq.pnm_reserved
+                rq.pnm_reserved, rq.migrating_until = 0, None
+
+    def _on_tokens(self, events: list[tuple[str, bool]], now: float) -> int:
+        tokens = 0
+        for jid, finished in events:
+            job = self.jobs[jid]
+            rq = job.rq
+            job.outputs += 1
+            job.decoding = True
+            rq.generated += 1
+            if rq.first_token_s is None:
+                rq.first_token_s = now
+            else:
+                tokens += 1
+            if finished:
+                del self.jobs[jid]
+                if rq.generated >= rq.req.output_len:
+                    self._finish(rq, now)
+                elif job.kind is JobKind.PNM_PREFILL:
+                    self._add_job(rq, JobKind.PNM_RESIDENT)
+        return tokens
+
+    def _migrate(self, now: float) -> None:
+        """Finish migrations that are done; start one (the link carries one at a time) when the
+        GPU's KV is short: the decoding GPU-tier request with the longest context past T_input."""
+        busy = False
+        for rq in self.live:
+            if rq.migrating_until is None:
+                continue
+            if now < rq.migrating_until:
+                busy = True
+                continue
+            rq.migrating_until = None
+            self.sched.abort(str(rq.req.rid))
+            del self.jobs[str(rq.req.rid)]
+            rq.tier, rq.migrated = Tier.PNM, True
+            self.out.migrations += 1
+            self._add_job(rq, JobKind.PNM_RESIDENT)
+        if busy or self.sched.used_blocks() < self.cfg.migrate_at * self.sim.gpu_blocks:
+            return
+        assert self.sim.t_input is not None
+        best = None
+        for job in self.jobs.values():
+            rq = job.rq
+            ctx = rq.req.input_len + rq.generated
+            if (job.kind in (JobKind.GPU, JobKind.GPU_KV_IN) and job.decoding
+                    and rq.migrating_until is None and ctx >= self.sim.t_input
+                    and (best is None or ctx > best[0])):
+                best = (ctx, rq)
+        if best is None:
+            return
+        ctx, rq = best
+        need = rq.req.input_len + rq.req.output_len
+        if need > self.pnm_free:
+            return
+        self.pnm_free -= need
+        rq.pnm_reserved = need
+        rq.migrating_until = now + self.cost.migration_s(ctx)
+        self.out.migrated_tokens += ctx
+
+    def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+        out, cfg, sched = self.out, self.cfg, self.sched
+        next_sample = cfg.sample_s
+        tokens_since = 0
+        while self.arrivals or self.pnm_queue or self.jobs:
+            while self.arrivals and self.arrivals[0][0] <= self.now:
+                self._arrive(*self.arrivals.popleft())
+            self._admit_pnm()
+            if not self.jobs:
+                if self.arrivals:
+                    self.now = max(self.now, self.arrivals[0][0])
+                    continue
+                if self.pnm_queue:
+                    raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
+                break
+            plan = sched.schedule()
+            self._on_preempted(plan)
+            out.prefix_hit_tokens += plan.prefix_hit_tokens
+            if not plan.scheduled:
+                if self.arrivals:
+                    self.now = max(self.now, self.arrivals[0][0])
+                    continue
+                raise RuntimeError("scheduler stalled with requests that can never run")
+            out.peak_gpu_blocks = max(out.peak_gpu_blocks, sched.used_blocks())
+            self.now += self._step_cost(plan)
+            out.steps += 1
+            made = self._on_tokens(sched.update(plan), self.now)
+            out.decode_tokens += made
+            tokens_since += made
+            if cfg.migration:
+                self._migrate(self.now)
+            if self.now >= next_sample:
+                running, waiting = sched.counts()
+                out.samples.append(Sample(
+                    self.now, running, waiting + len(self.pnm_queue),
+                    sched.used_blocks() / self.sim.gpu_blocks, tokens_since,
+                    sum(1 for j in self.jobs.values() if j.kind is JobKind.PNM_RESIDENT)))
+                tokens_since = 0
+                next_sample = self.now + cfg.sample_s
+                if progress is not None:
+                    progress(len(out.results) / self.total)
+        out.end_s = self.now
+        return out
+
+
+def replay(sim: ServingSim, requests: list[Request],
+           progress: Callable[[float], None] | None = None) -> RunResult:
+    return Replay(sim, requests).run(progress)
+
+
+# -- the replay as JSON, for the vLLM environment's process ------------------------------------
+def job_to_json(sim: ServingSim, requests: list[Request]) -> dict[str, Any]:
+    lm = sim.lm
+    cfg = {f.name: getattr(sim.cfg, f.name) for f in fields(sim.cfg)}
+    cfg["scheduler"] = sim.cfg.scheduler.value
+    return {"config": cfg, "gpu": asdict(lm.gpu), "pnm": asdict(lm.pnm),
+            "model": asdict(lm.model), "link": asdict(lm.link) if lm.link else None,
+            "sparsity": asdict(lm.sparsity),
+            "requests": [[r.rid, r.arrival_s, r.input_len, r.output_len, r.line,
+                          list(r.hash_ids) if r.hash_ids is not None else None]
+                         for r in requests]}
+
+
+def job_from_json(job: dict[str, Any]) -> tuple[ServingSim, list[Request]]:
+    from nelssa.emu.latency.hardware import GpuHw, LinkHw, ModelHw, PnmHw
+    from nelssa.emu.latency.model import LatencyModel, Sparsity
+    from nelssa.emu.serving.config import SchedulerKind, ServingConfig
+    from nelssa.emu.serving.sim import ServingSim
+
+    lm = LatencyModel(GpuHw(**job["gpu"]), PnmHw(**job["pnm"]), ModelHw(**job["model"]),
+                      Sparsity(**job["sparsity"]),
+                      LinkHw(**job["link"]) if job["link"] else None)
+    cfg = ServingConfig(**{**job["config"],
+                           "scheduler": SchedulerKind(job["config"]["scheduler"])})
+    reqs = [Request(rid, t, i, o, line, tuple(h) if h is not None else None)
+            for rid, t, i, o, line, h in job["requests"]]
+    return ServingSim(lm, cfg), reqs

@@ -1,0 +1,83 @@
+"""What a serving-emulator run produces: per-request results, the time series and the run's
+counters, with a JSON form (the vLLM-driven replay runs in another process and returns one)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RequestResult:
+    rid: int
+    input_len: int
+    output_len: int
+    tier: str
+    arrival_s: float
+    first_token_s: float
+    finish_s: float
+    preemptions: int
+    migrated: bool = False
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.output_len < 2:
+            return None
+        return (self.finish_s - self.first_token_s) / (self.output_len - 1)
+
+
+@dataclass
+class Sample:
+    t_s: float
+    running: int
+    waiting: int
+    gpu_kv_used: float
+    """Share of the GPU's KV blocks in use."""
+    decode_tokens: int
+    """Decode tokens produced since the previous sample."""
+    pnm_running: int = 0
+
+
+@dataclass
+class RunResult:
+    config: Any
+    """The ServingConfig of the run."""
+    t_input: int | None
+    results: list[RequestResult] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    steps: int = 0
+    preemptions: int = 0
+    end_s: float = 0.0
+    decode_tokens: int = 0
+    peak_gpu_blocks: int = 0
+    """Most GPU KV blocks in use at once."""
+    gpu_blocks: int = 0
+    """GPU KV blocks in all."""
+    peak_pnm_tokens: int = 0
+    """Most PNM-tier tokens reserved at once."""
+    migrations: int = 0
+    """Requests moved from the GPU to the PNM tier while decoding."""
+    migrated_tokens: int = 0
+    """Context moved by those migrations (clustered once, incrementally)."""
+    recompute_tokens: int = 0
+    """Tokens to be prefilled again because of recompute preemptions."""
+    prefix_hit_tokens: int = 0
+    """Prompt tokens found in the prefix cache instead of being computed."""
+    scheduler: str = "ours"
+    """Whose scheduler ran: ``ours`` or ``vllm``."""
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("config", "results", "samples")}
+        d["results"] = [asdict(r) for r in self.results]
+        d["samples"] = [asdict(s) for s in self.samples]
+        return d
+
+    @classmethod
+    def from_json(cls, config: Any, d: dict[str, Any]) -> RunResult:
+        rest = {k: v for k, v in d.items() if k not in ("results", "samples")}
+        return cls(config=config, results=[RequestResult(**r) for r in d["results"]],
+                   samples=[Sample(**s) for s in d["samples"]], **rest)
