@@ -5,23 +5,63 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 import time
 from pathlib import Path
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return v
 
 
 def cmd_serve_sim(args: argparse.Namespace) -> int:
     from nelssa.emu.latency.hardware import HardwareCatalog
     from nelssa.emu.latency.model import LatencyModel, Sparsity
     from nelssa.emu.serving.metrics import series, summarize
-    from nelssa.emu.serving.sim import ServingConfig, ServingSim
+    from nelssa.emu.serving.sim import SchedulerKind, ServingConfig, ServingSim
+    from nelssa.emu.serving.vllm_env import VllmEnvError, vllm_python
     from nelssa.emu.serving.workload import inject_burst, load_trace, poisson
     from nelssa.progress import Progress
+
+    scheduler = SchedulerKind(args.scheduler)
+    caching = args.prefix_caching == "on"
+    if args.burst:
+        at, count, inp, outp = args.burst
+        if not (math.isfinite(at) and at >= 0) or any(
+                not (v >= 1 and float(v).is_integer()) for v in (count, inp, outp)):
+            print(f"error: --burst: AT_S must be a finite time >= 0 and COUNT, INPUT, OUTPUT "
+                  f"integers >= 1, got {' '.join(f'{v:g}' for v in args.burst)}",
+                  file=sys.stderr)
+            return 2
+    if scheduler is SchedulerKind.VLLM:
+        try:
+            vllm_python()
+        except VllmEnvError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
 
     cat = HardwareCatalog.load(*args.hardware)
     lm = LatencyModel(cat.get("gpus", args.gpu), cat.get("pnm", args.pnm),
                       cat.get("models", args.model), Sparsity(args.selection),
                       cat.get("links", args.link))
-    reqs = load_trace(args.trace, args.limit)
+    reqs = load_trace(args.trace, args.limit, hash_ids=caching)
     if args.rate:
         reqs = poisson(reqs, args.rate, args.seed)
     if args.burst:
@@ -32,7 +72,8 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"serve-sim: {len(reqs)} requests from {args.trace}"
           f"{f' at {args.rate:g}/s (Poisson)' if args.rate else ' by timestamp'}; "
-          f"{args.model} on {args.gpu}; PNM: {args.devices} x {args.pnm}")
+          f"{args.model} on {args.gpu}; PNM: {args.devices} x {args.pnm}; {scheduler.value} "
+          f"scheduler, prefix caching {args.prefix_caching}")
     results = {}
     runs = {}
     for mode in modes:
@@ -40,11 +81,18 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
                             preemption=args.preemption, max_running=args.max_running,
                             prefill=args.prefill, prefill_gpus=args.prefill_gpus,
                             migration=args.migration and mode == "nelssa",
-                            migrate_at=args.migrate_at)
+                            migrate_at=args.migrate_at, prefix_caching=caching,
+                            scheduler=scheduler)
         sim = ServingSim(lm, cfg)
         bar = Progress(1000, f"{mode:>6}")
         t0 = time.perf_counter()
-        run = sim.run(reqs, progress=lambda f, bar=bar: bar.advance(int(f * 1000) - bar.done))
+        try:
+            run = sim.run(reqs, progress=lambda f, bar=bar: bar.advance(int(f * 1000)
+                                                                         - bar.done))
+        except VllmEnvError as e:
+            bar.close()
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         bar.close()
         wall = time.perf_counter() - t0
         s = summarize(run)
@@ -74,13 +122,15 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
 
         base = ServingConfig(devices=args.devices, preemption=args.preemption,
                              max_running=args.max_running, prefill=args.prefill,
-                             prefill_gpus=args.prefill_gpus)
+                             prefill_gpus=args.prefill_gpus, prefix_caching=caching,
+                             scheduler=scheduler)
         gpus = {g: replace(lm, gpu=cat.get("gpus", g)) for g in dict.fromkeys(
             [args.gpu, "2x-h100-nvl"])}
         cb = sweeps.context_batch(gpus, base)
         sweeps.plot_context_batch(cb, out / "fig10_context_batch.png")
         threshold = args.t_input or 32768
-        lf = sweeps.long_fraction(lm, load_trace(args.trace), base, args.rate or 4.0,
+        lf = sweeps.long_fraction(lm, load_trace(args.trace, hash_ids=caching), base,
+                                  args.rate or 4.0,
                                   min(1000, len(reqs)), threshold, args.seed)
         sweeps.plot_long_fraction(lf, out / "fig16_long_fraction.png")
         results["sweeps"] = {"context_batch": {k: {str(c): {str(b): t for b, t in r.items()}
@@ -135,30 +185,41 @@ def _plots(results: dict, out: Path) -> None:
 
 
 def add_serving_parser(sub: argparse._SubParsersAction) -> None:
+    from nelssa.emu.serving.config import SchedulerKind
+
     p = sub.add_parser("serve-sim", help="trace-driven serving emulator: GPU-only vs NELSSA")
     p.add_argument("--trace", required=True, help="Mooncake-format JSONL trace")
     p.add_argument("--mode", choices=("gpu", "nelssa", "both"), default="both")
     p.add_argument("--gpu", default="h100-nvl")
     p.add_argument("--pnm", default="prototype")
-    p.add_argument("--devices", type=int, default=4)
+    p.add_argument("--scheduler", choices=[k.value for k in SchedulerKind], default="ours",
+                   help="ours: this emulator's scheduler, which follows vLLM v1's (fast); vllm: "
+                   "vLLM's own v1 scheduler, unmodified, in its environment (make vllm)")
+    p.add_argument("--prefix-caching", choices=("on", "off"), default="on",
+                   help="automatic prefix caching over the trace's hash_ids (vLLM's default: "
+                   "on; a trace without hash_ids needs off)")
+    p.add_argument("--devices", type=_positive_int, default=4)
     p.add_argument("--model", default="llama-3-8b")
     p.add_argument("--link", default="roce-400g")
     p.add_argument("--hardware", action="append", default=[], help="extra hardware JSON")
-    p.add_argument("--selection", type=float, default=0.04)
-    p.add_argument("--t-input", type=int, help="routing threshold (default: the crossover)")
-    p.add_argument("--rate", type=float, help="resample arrivals as Poisson at this rate (/s)")
-    p.add_argument("--limit", type=int, help="only the first N requests")
+    p.add_argument("--selection", type=_positive_float, default=0.04)
+    p.add_argument("--t-input", type=_positive_int,
+                   help="routing threshold in tokens (default: the crossover)")
+    p.add_argument("--rate", type=_positive_float,
+                   help="resample arrivals as Poisson at this rate (/s)")
+    p.add_argument("--limit", type=_positive_int, help="only the first N requests")
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
-    p.add_argument("--max-running", type=int, default=256)
+    p.add_argument("--max-running", type=_positive_int, default=256)
     p.add_argument("--prefill", choices=("colocated", "disaggregated"), default="colocated",
                    help="prefill on the decode GPU, or on separate prefill GPUs (the paper's)")
-    p.add_argument("--prefill-gpus", type=int, default=1, help="prefill GPUs when disaggregated")
+    p.add_argument("--prefill-gpus", type=_positive_int, default=1,
+                   help="prefill GPUs when disaggregated")
     p.add_argument("--burst", nargs=4, type=float, metavar=("AT_S", "COUNT", "INPUT", "OUTPUT"),
                    help="inject COUNT long requests of INPUT/OUTPUT tokens at AT_S seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--migration", action="store_true",
                    help="NELSSA: migrate grown requests to the PNM tier under memory pressure")
-    p.add_argument("--migrate-at", type=float, default=0.95,
+    p.add_argument("--migrate-at", type=_positive_float, default=0.95,
                    help="share of GPU KV in use from which migration starts")
     p.add_argument("--sweeps", action="store_true",
                    help="also the Figure-10 (context x batch) and Figure-16 (long share) sweeps")

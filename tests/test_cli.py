@@ -92,7 +92,8 @@ def test_serve_sim_command(tmp_path):
     trace.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                           str(trace), "--t-input", "32000", "--out", str(out), "--sweeps"],
+                           str(trace), "--t-input", "32000", "--out", str(out), "--sweeps",
+                           "--prefix-caching", "off"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "results.json").read_text())
@@ -113,6 +114,20 @@ def test_serve_sim_command(tmp_path):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     trace.write_text(lines[1] + "\n" + lines[0] + "\n")
     proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
+                           str(trace), "--out", str(out), "--prefix-caching", "off"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "t.jsonl:2: timestamp 0 is before" in proc.stderr
+    # prefix caching is on by default (as vLLM's) and reads the hash ids
+    trace.write_text(lines[0] + "\n")
+    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
                            str(trace), "--out", str(out)], capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 2 and "t.jsonl:2: timestamp 0 is before" in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "t.jsonl:1: missing field 'hash_ids'" in proc.stderr, proc.stderr
+    for bad in (["--limit", "0"], ["--t-input", "-5"], ["--rate", "nan"],
+                ["--burst", "1", "-2", "100", "10"], ["--devices", "0"]):
+        proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
+                               str(trace), "--out", str(out), *bad], capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (bad, proc.stderr)
+        assert bad[0] in proc.stderr, (bad, proc.stderr)

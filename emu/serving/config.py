@@ -56,9 +56,9 @@ class ServingConfig:
     """Share of the GPU's KV blocks in use from which a migration starts."""
     link_gbs: float = 50.0
     """GPU node -> PNM node bandwidth for migrations, GB/s (RoCE 400G)."""
-    prefix_caching: bool = False
-    """Automatic prefix caching over the trace's ``hash_ids`` (vLLM's default is on; our
-    replays default to off so that traces without ``hash_ids`` run as they are)."""
+    prefix_caching: bool = True
+    """Automatic prefix caching (vLLM's default), over the trace's ``hash_ids``; a request
+    without them (made up, not from a trace) shares no prefix."""
     scheduler: SchedulerKind = SchedulerKind.OURS
     """Whose scheduler replays the trace."""
 

@@ -36,7 +36,8 @@ HASH_BLOCK_TOKENS = 512
 def _hash_ids(obj: dict, inp: int, where: str) -> tuple[int, ...]:
     ids = obj.get("hash_ids")
     if ids is None:
-        raise TraceError(f"{where}: missing field 'hash_ids' (prefix caching needs it)")
+        raise TraceError(f"{where}: missing field 'hash_ids' (prefix caching needs it; replay "
+                         "with prefix caching off)")
     if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool)
                                             and h >= 0 for h in ids):
         raise TraceError(f"{where}: hash_ids must be a list of integers >= 0")
