@@ -36,14 +36,16 @@ demo: venv
 
 # pytest and synthesis side by side (synthesis is one single-threaded yosys): each target's
 # output is printed whole when it ends
-test: lint gen-check vllm
+test: lint gen-check
 	$(MAKE) --no-print-directory -j2 --output-sync=target pytest synth
 
 # pytest-xdist workers, a test file per worker at a time (builds are shared through a lock per
 # build folder), the files with RTL tests first (tests/conftest.py); PYTEST_WORKERS=0 runs in
 # this one process
 PYTEST_WORKERS ?= 2
-pytest: venv
+# the vLLM environment is built here, beside synthesis, for the tests that hold our scheduler to
+# vLLM's
+pytest: venv vllm
 	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 lint: lint-py lint-rtl

@@ -120,11 +120,46 @@ def _trace(tmp_path: Path, lines: list[str]) -> Path:
      "t.jsonl:2: timestamp 1 is before the previous line's 2"),
     ('[1, 2]', "t.jsonl:2: a line must be a JSON object"),
     ('{"timestamp": 5', "t.jsonl:2: not JSON"),
+    ('{"timestamp": NaN, "input_length": 3, "output_length": 2}',
+     "t.jsonl:2: timestamp must be a finite number >= 0, got nan"),
+    ('{"timestamp": Infinity, "input_length": 3, "output_length": 2}',
+     "t.jsonl:2: timestamp must be a finite number >= 0, got inf"),
+    ('{"timestamp": true, "input_length": 3, "output_length": 2}',
+     "t.jsonl:2: timestamp must be a finite number >= 0, got True"),
+    ('{"timestamp": 5, "input_length": 3.0, "output_length": 2}',
+     "t.jsonl:2: input_length must be a positive integer, got 3.0"),
 ])
 def test_bad_trace_lines_are_named(tmp_path: Path, bad: str, words: str) -> None:
     p = _trace(tmp_path, ['{"timestamp": 2, "input_length": 10, "output_length": 5}', bad])
     with pytest.raises(TraceError, match=words.replace("(", r"\(").replace(")", r"\)")):
         load_trace(p)
+
+
+@pytest.mark.parametrize("bad, words", [
+    ('{"timestamp": 5, "input_length": 600, "output_length": 2}',
+     "t.jsonl:2: missing field 'hash_ids'"),
+    ('{"timestamp": 5, "input_length": 600, "output_length": 2, "hash_ids": [1, 2.5]}',
+     "t.jsonl:2: hash_ids must be a list of integers >= 0"),
+    ('{"timestamp": 5, "input_length": 600, "output_length": 2, "hash_ids": [1, true]}',
+     "t.jsonl:2: hash_ids must be a list of integers >= 0"),
+    ('{"timestamp": 5, "input_length": 600, "output_length": 2, "hash_ids": "12"}',
+     "t.jsonl:2: hash_ids must be a list of integers >= 0"),
+    ('{"timestamp": 5, "input_length": 1100, "output_length": 2, "hash_ids": [1, 2]}',
+     "t.jsonl:2: hash_ids has 2 ids, fewer than the 3 that 1100 prompt tokens need"),
+])
+def test_bad_hash_ids_are_named_when_prefix_caching_needs_them(tmp_path: Path, bad: str,
+                                                               words: str) -> None:
+    good = '{"timestamp": 2, "input_length": 10, "output_length": 5, "hash_ids": [7]}'
+    p = _trace(tmp_path, [good, bad])
+    with pytest.raises(TraceError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        load_trace(p, hash_ids=True)
+    assert len(load_trace(p)) == 2  # without prefix caching they are not read
+    reqs = load_trace(_trace(tmp_path, [good]), hash_ids=True)
+    assert reqs[0].hash_ids == (7,)
+    with pytest.raises(ValueError, match="trace line 1: prefix caching needs hash_ids"):
+        ServingSim(_small_gpu(), ServingConfig()).run(load_trace(p, limit=1))
+    with pytest.raises(TraceError, match="limit must be an integer >= 1, got 0"):
+        load_trace(p, limit=0)
 
 
 def test_workload_tools() -> None:
@@ -194,13 +229,13 @@ def test_a_request_no_tier_holds_is_named() -> None:
     lm = _small_gpu()
     huge = [Request(0, 0.0, 100, 10, line=1), Request(1, 1.0, 20_000, 10, line=2)]
     with pytest.raises(CapacityError, match="trace line 2: 20010 tokens exceed the GPU's KV"):
-        ServingSim(lm, ServingConfig(mode="gpu")).run(huge)
+        ServingSim(lm, ServingConfig(mode="gpu", prefix_caching=False)).run(huge)
     # on the PNM tier it decodes, but a colocated prefill holds its whole prompt's KV on the GPU
     with pytest.raises(CapacityError, match=r"trace line 2: its prefill needs the KV of 20000 "
                        r"tokens on the GPU.*--prefill disaggregated"):
-        ServingSim(lm, ServingConfig(mode="nelssa", t_input=10_000)).run(huge)
+        ServingSim(lm, ServingConfig(mode="nelssa", t_input=10_000, prefix_caching=False)).run(huge)
     ok = ServingSim(lm, ServingConfig(mode="nelssa", t_input=10_000,
-                                      prefill="disaggregated")).run(huge)
+                                      prefill="disaggregated", prefix_caching=False)).run(huge)
     assert len(ok.results) == 2
 
 

@@ -314,7 +314,12 @@ class Replay:
 
 def replay(sim: ServingSim, requests: list[Request],
            progress: Callable[[float], None] | None = None) -> RunResult:
-    return Replay(sim, requests).run(progress)
+    import time
+
+    t0 = time.perf_counter()
+    run = Replay(sim, requests).run(progress)
+    run.wall_s = time.perf_counter() - t0
+    return run
 
 
 # -- the replay as JSON, for the vLLM environment's process ------------------------------------

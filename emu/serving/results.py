@@ -69,6 +69,8 @@ class RunResult:
     """Prompt tokens found in the prefix cache instead of being computed."""
     scheduler: str = "ours"
     """Whose scheduler ran: ``ours`` or ``vllm``."""
+    wall_s: float = 0.0
+    """Wall time of the replay itself (for vLLM: in its process, without its start)."""
 
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("config", "results", "samples")}

@@ -41,10 +41,18 @@ def vllm_python() -> Path:
 
 def run_in_vllm_env(sim: ServingSim, requests: list[Request],
                     progress: Callable[[float], None] | None = None) -> RunResult:
+    (run,) = run_many_in_vllm_env([(sim, requests)])
+    if progress is not None:
+        progress(1.0)
+    return run
+
+
+def run_many_in_vllm_env(replays: list[tuple[ServingSim, list[Request]]]) -> list[RunResult]:
+    """Several replays in one process of the vLLM environment (its start takes seconds)."""
     from nelssa.emu.serving.replay import job_to_json
 
     python = vllm_python()
-    job = json.dumps(job_to_json(sim, requests))
+    job = json.dumps({"jobs": [job_to_json(sim, reqs) for sim, reqs in replays]})
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR"}
     proc = subprocess.run([str(python), "-m", "nelssa.emu.serving.vllm_sched"], input=job,
                           capture_output=True, text=True, env=env, check=False)
@@ -53,9 +61,8 @@ def run_in_vllm_env(sim: ServingSim, requests: list[Request],
         raise VllmEnvError(f"the vLLM-driven replay failed (exit {proc.returncode}):\n{tail}")
     for line in proc.stderr.splitlines():
         log.debug("vllm: %s", line)
-    if progress is not None:
-        progress(1.0)
-    return RunResult.from_json(sim.cfg, json.loads(proc.stdout))
+    runs = json.loads(proc.stdout)["runs"]
+    return [RunResult.from_json(sim.cfg, d) for (sim, _), d in zip(replays, runs, strict=True)]
 
 
 if __name__ == "__main__":  # pragma: no cover - a look at where it is

@@ -147,14 +147,21 @@ class VllmScheduler:
 
 
 def main() -> int:
-    """Read a replay job (JSON) on stdin, replay it through vLLM, write the result on stdout."""
+    """Read replay jobs (``{"jobs": [...]}``) on stdin, replay each through vLLM, write
+    ``{"runs": [...]}`` with their results and wall times on stdout."""
+    import time
+
     from nelssa.emu.serving.replay import job_from_json, replay
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    job = json.load(sys.stdin)
-    sim, requests = job_from_json(job)
-    result = replay(sim, requests)
-    json.dump(result.to_json(), sys.stdout)
+    runs = []
+    for job in json.load(sys.stdin)["jobs"]:
+        sim, requests = job_from_json(job)
+        t0 = time.perf_counter()
+        result = replay(sim, requests).to_json()
+        result["wall_s"] = time.perf_counter() - t0
+        runs.append(result)
+    json.dump({"runs": runs}, sys.stdout)
     return 0
 
 
