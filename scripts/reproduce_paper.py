@@ -17,7 +17,7 @@ from nelssa.emu.latency.hardware import HardwareCatalog
 from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.serving import sweeps
 from nelssa.emu.serving.metrics import summarize
-from nelssa.emu.serving.sim import ServingConfig, ServingSim
+from nelssa.emu.serving.sim import SchedulerKind, ServingConfig, ServingSim
 from nelssa.emu.serving.workload import growing, load_trace, long_fraction_mix, poisson
 
 TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake_conversation_trace.jsonl"
@@ -52,17 +52,22 @@ def fig10(sweep: dict) -> list[str]:
     return rows
 
 
+SCHEDULER = SchedulerKind.VLLM
+"""Whose scheduler replays: vLLM's own, as the paper's baseline (8.3); --scheduler ours."""
+
+
 def _cfg(mode: str, devices: int, t_input: int | None = None) -> ServingConfig:
     # the paper's layout: prefill on separate GPUs, the decode GPU receives the KV
     return ServingConfig(mode=mode, devices=devices, t_input=t_input,
-                         prefill="disaggregated", prefill_gpus=PREFILL_GPUS)
+                         prefill="disaggregated", prefill_gpus=PREFILL_GPUS,
+                         scheduler=SCHEDULER)
 
 
 def mixed(cat: HardwareCatalog, pnm: str, devices: int, rate: float, limit: int,
           t_input: int | None) -> tuple[dict, dict]:
     lm = LatencyModel(cat.gpus["h100-nvl"], cat.pnm[pnm], cat.models["llama-3-8b"],
                           link=cat.links[LINK])
-    reqs = poisson(load_trace(TRACE, limit), rate, seed=0)
+    reqs = poisson(load_trace(TRACE, limit, hash_ids=True), rate, seed=0)
     g = summarize(ServingSim(lm, _cfg("gpu", devices)).run(reqs))
     n = summarize(ServingSim(lm, _cfg("nelssa", devices, t_input)).run(reqs))
     return g, n
@@ -76,7 +81,11 @@ def main() -> None:
                         help="Poisson rates (requests/s) for Fig. 14/15 and 16")
     parser.add_argument("--limit", type=int, default=1500, help="trace requests for Fig. 14/15")
     parser.add_argument("--out", default="docs/reproduction.md")
+    parser.add_argument("--scheduler", choices=[k.value for k in SchedulerKind], default="vllm",
+                        help="the baseline's scheduler: vLLM's own (make vllm) or ours")
     args = parser.parse_args()
+    global SCHEDULER
+    SCHEDULER = SchedulerKind(args.scheduler)
     t0 = time.perf_counter()
     cat = HardwareCatalog.load()
     lm = LatencyModel(cat.gpus["h100-nvl"], cat.pnm[args.pnm], cat.models["llama-3-8b"],
@@ -105,7 +114,7 @@ def main() -> None:
                 f"{g['preemptions']} preemptions; NELSSA {n['tpot_s']['p99'] * 1e3:.0f} ms); "
                 f"throughput x{n['decode_throughput_tps'] / g['decode_throughput_tps']:.2f} | "
                 f"{WHY_14} |")
-    trace = load_trace(TRACE)
+    trace = load_trace(TRACE, hash_ids=True)
     rate = max(args.rates)
     parts = []
     for frac in (0.0, 0.08, 0.16, 0.24):
@@ -144,9 +153,11 @@ def main() -> None:
                 "clustering and transfer are linear and off the critical path |")
     text = "\n".join(rows)
     Path(args.out).write_text(f"Settings: PNM {args.pnm} x {args.devices}, Llama-3-8B, prefill "
-                              f"on {PREFILL_GPUS} separate GPUs, "
-                              f"`scripts/reproduce_paper.py` ({time.perf_counter() - t0:.0f} s)."
-                              f"\n\n{text}\n")
+                              f"on {PREFILL_GPUS} separate GPUs, {SCHEDULER.value} scheduler "
+                              "(vLLM 0.33.0's own v1 scheduler unless `ours`), prefix caching "
+                              "on, GPU efficiencies of `hardware.json`; "
+                              f"`scripts/reproduce_paper.py --scheduler {SCHEDULER.value}` "
+                              f"({time.perf_counter() - t0:.0f} s).\n\n{text}\n")
     print(text)
     print(f"wrote {args.out} in {time.perf_counter() - t0:.0f} s")
 
