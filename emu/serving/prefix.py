@@ -89,7 +89,7 @@ class BlockPool:
     """vLLM's block pool in miniature: reference counts, an LRU free queue, cached full blocks."""
 
     def __init__(self, blocks: int) -> None:
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(blocks))
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, blocks))
         self.ref = [0] * blocks
         self.key: list[object | None] = [None] * blocks
         self.cached: dict[object, dict[int, None]] = {}
@@ -138,7 +138,14 @@ class BlockPool:
                 self.cached.setdefault(key, {})[b] = None
 
     def release(self, blocks: list[int]) -> None:
+        first = []
         for b in reversed(blocks):
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.free[b] = None
+                if self.key[b] is None:
+                    first.append(b)
+                else:
+                    self.free[b] = None
+        for b in reversed(first):
+            self.free[b] = None
+            self.free.move_to_end(b, last=False)

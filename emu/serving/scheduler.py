@@ -121,7 +121,7 @@ class OurScheduler:
         self.budget = max_batched_tokens
         self.swap = swap
         self.pool = BlockPool(blocks) if prefix_caching else None
-        self.free = blocks  # without a pool
+        self.free = blocks - 1  # without a pool (vLLM's null block is never free)
         self.jobs: dict[str, _Job] = {}
         self.running: list[_Job] = []
         self.waiting: deque[_Job] = deque()
