@@ -83,12 +83,18 @@ class CostModel:
                 if c.tokens > 1:
                     prefill_pairs += c.tokens * (c.start + c.tokens / 2)
         tokens += len(pnm_ctxs)
-        t_lin = max(self._s_weights, tokens * self._flops_per_token * self._s_linear_flop)
-        pnm_ctx = sum(pnm_ctxs)
         window = sum(min(x, self.window_tokens) for x in pnm_ctxs)
+        return self.step_agg_s(tokens, gpu_ctx, sum(pnm_ctxs), len(pnm_ctxs), window,
+                               prefill_pairs, swap_tokens)
+
+    def step_agg_s(self, tokens: int, gpu_ctx: int, pnm_ctx: int, pnm_n: int, window: int,
+                   prefill_pairs: float = 0.0, swap_tokens: int = 0) -> float:
+        """``step_s`` from its sums: computed tokens, GPU decode context, PNM-tier context,
+        PNM-tier requests, their GPU windows, prefill (query, key) pairs, swapped-in tokens."""
+        t_lin = max(self._s_weights, tokens * self._flops_per_token * self._s_linear_flop)
         t_gpu_attn = ((gpu_ctx + pnm_ctx * self._centroid_frac + window) * self._s_per_kv_token
                       + prefill_pairs * self._attn_flops * self._s_attn_flop)
-        t_pnm = pnm_ctx * self._pnm_s_per_token + (self._t_comm if pnm_ctxs else 0.0)
+        t_pnm = pnm_ctx * self._pnm_s_per_token + (self._t_comm if pnm_n else 0.0)
         return (self.lm.gpu.kernel_us * 1e-6 + t_lin + max(t_gpu_attn, t_pnm)
                 + swap_tokens * self._s_per_swap_token)
 

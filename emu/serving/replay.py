@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.prefix import Content, Kind
 from nelssa.emu.serving.results import RequestResult, RunResult, Sample
@@ -91,7 +92,7 @@ def make_scheduler(sim: ServingSim) -> Scheduler:
 class Replay:
     """One run of ``requests`` through ``sim``'s configuration."""
 
-    def __init__(self, sim: ServingSim, requests: list[Request]) -> None:
+    def __init__(self, sim: ServingSim, requests: list[Request], fast: bool = True) -> None:
         self.sim, self.cfg, self.cost = sim, sim.cfg, sim.cost
         self.sched = make_scheduler(sim)
         self.out = RunResult(self.cfg, sim.t_input, gpu_blocks=sim.gpu_blocks,
@@ -112,6 +113,8 @@ class Replay:
         else:
             self.arrivals = deque((r.arrival_s, r) for r in ordered)
         self.total = len(requests)
+        self.fast = self.sched if fast and isinstance(self.sched, OurScheduler) else None
+        """Our scheduler takes runs of pure decode steps many at a time (``fastpath.py``)."""
 
     # -- jobs ----------------------------------------------------------------------------------
     def _add_job(self, rq: _Req, kind: JobKind) -> None:
@@ -267,6 +270,79 @@ class Replay:
         rq.migrating_until = now + self.cost.migration_s(ctx)
         self.out.migrated_tokens += ctx
 
+    def _decode_run(self, next_sample: float) -> int:
+        """Take the pure decode steps ahead, up to the first event this replay watches (an
+        arrival, a sample, a migration that starts or ends); the number taken, 0 if none."""
+        sched = self.fast
+        assert sched is not None
+        k_max = fastpath.steady_steps(sched, 4096)
+        if k_max < 2:
+            return 0
+        gpu_n = gpu_ctx0 = pnm_ctx0 = 0
+        pnm: list[int] = []
+        for j in sched.running:
+            job = self.jobs[j.spec.jid]
+            if job.kind is JobKind.PNM_RESIDENT:
+                pnm.append(job.rq.req.input_len + job.rq.generated)
+            else:
+                gpu_n += 1
+                gpu_ctx0 += j.computed
+        pnm_n = len(pnm)
+        pnm_ctx0 = sum(pnm)
+        w = self.cost.window_tokens
+        window = sum(min(x, w) for x in pnm)
+        growing = sum(1 for x in pnm if x < w)  # windows that still grow, and when they stop
+        stops: dict[int, int] = {}
+        for x in pnm:
+            if x < w:
+                stops[w - x + 1] = stops.get(w - x + 1, 0) + 1
+        tokens = gpu_n + pnm_n
+        watch = self.cfg.migration
+        if watch:
+            busy_until = min((rq.migrating_until for rq in self.live
+                              if rq.migrating_until is not None), default=None)
+            per_step = fastpath.alloc_per_step(sched, k_max)
+            used = sched.used_blocks()
+            threshold = self.cfg.migrate_at * self.sim.gpu_blocks
+            best = None
+            for job in self.jobs.values():
+                rq = job.rq
+                ctx = rq.req.input_len + rq.generated
+                if (job.kind in (JobKind.GPU, JobKind.GPU_KV_IN) and job.decoding
+                        and rq.migrating_until is None and (best is None or ctx > best[0])):
+                    best = (ctx, rq)
+            can_start = (best is not None and busy_until is None
+                         and best[1].req.input_len + best[1].req.output_len <= self.pnm_free)
+        arrival = self.arrivals[0][0] if self.arrivals else None
+        now = self.now
+        k = 0
+        for i in range(1, k_max + 1):
+            if i > 1:
+                window += growing
+                growing -= stops.get(i, 0)
+            now += self.cost.step_agg_s(tokens, gpu_ctx0 + i * gpu_n,
+                                        pnm_ctx0 + (i - 1) * pnm_n, pnm_n, window)
+            k = i
+            if (arrival is not None and now >= arrival) or now >= next_sample:
+                break
+            if watch:
+                used += per_step[i]
+                if busy_until is not None and now >= busy_until:
+                    break
+                assert self.sim.t_input is not None
+                if (can_start and used >= threshold and best is not None
+                        and best[0] + i >= self.sim.t_input):
+                    break
+        fastpath.advance(sched, k)
+        self.now = now
+        self.out.steps += k
+        self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
+        for j in sched.running:
+            job = self.jobs[j.spec.jid]
+            job.outputs += k
+            job.rq.generated += k
+        return k
+
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         out, cfg, sched = self.out, self.cfg, self.sched
         next_sample = cfg.sample_s
@@ -282,6 +358,26 @@ class Replay:
                 if self.pnm_queue:
                     raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
                 break
+            if self.fast is not None:
+                k = self._decode_run(next_sample)
+                if k:
+                    made = k * len(self.fast.running)
+                    out.decode_tokens += made
+                    tokens_since += made
+                    if cfg.migration:
+                        self._migrate(self.now)
+                    if self.now >= next_sample:
+                        running, waiting = sched.counts()
+                        out.samples.append(Sample(
+                            self.now, running, waiting + len(self.pnm_queue),
+                            sched.used_blocks() / self.sim.gpu_blocks, tokens_since,
+                            sum(1 for j in self.jobs.values()
+                                if j.kind is JobKind.PNM_RESIDENT)))
+                        tokens_since = 0
+                        next_sample = self.now + cfg.sample_s
+                        if progress is not None:
+                            progress(len(out.results) / self.total)
+                    continue
             plan = sched.schedule()
             self._on_preempted(plan)
             out.prefix_hit_tokens += plan.prefix_hit_tokens
@@ -313,11 +409,12 @@ class Replay:
 
 
 def replay(sim: ServingSim, requests: list[Request],
-           progress: Callable[[float], None] | None = None) -> RunResult:
+           progress: Callable[[float], None] | None = None, fast: bool = True) -> RunResult:
+    """Run the replay; ``fast=False`` steps our scheduler one step at a time (a check)."""
     import time
 
     t0 = time.perf_counter()
-    run = Replay(sim, requests).run(progress)
+    run = Replay(sim, requests, fast).run(progress)
     run.wall_s = time.perf_counter() - t0
     return run
 

@@ -16,6 +16,14 @@ follows vLLM v1's algorithm so that it can stand in for it at a fraction of the 
 - a job whose computed tokens reach its token count samples a token; it finishes at
   ``max_tokens`` and frees its blocks (cached blocks stay in the prefix cache until evicted).
 
+As in vLLM, block 0 is the null block (``blocks - 1`` to hand out, ``used_blocks`` counts it),
+the longest prefix hit stops one token short of the job's tokens, a full block is cached when
+it is scheduled (prompt and generated tokens alike) and the gate counts hits that are free as
+blocks to take. Left out, as they are inactive in the replays' configuration: the watermark,
+``long_prefill_token_threshold``, ``max_model_len`` caps, speculative decoding, connectors and
+partial-block hits (the hash block is the block). vLLM reports a step's preempted requests as
+a set; ours lists them in preemption order.
+
 Where ours goes beyond vLLM v1: swap preemption (the job's KV kept in host memory and brought
 back over PCIe when it is admitted again).
 """
@@ -43,7 +51,7 @@ class JobSpec:
     content: Content
 
 
-@dataclass
+@dataclass(slots=True)
 class Planned:
     jid: str
     start: int
@@ -92,26 +100,45 @@ class Status(enum.Enum):
     PREEMPTED = "preempted"
 
 
-@dataclass(eq=False)
+_WAITING, _RUNNING, _PREEMPTED = Status.WAITING, Status.RUNNING, Status.PREEMPTED
+
+
 class _Job:
-    spec: JobSpec
-    keys: BlockKeys | None
-    computed: int = 0
-    outputs: int = 0
-    blocks: list[int] = field(default_factory=list)
-    nblocks: int = 0
-    status: Status = Status.WAITING
-    swapped: int = 0
-    """Computed tokens held in host memory after a swap preemption."""
+    """A job in our scheduler (``outputs`` is derived: ``num_tokens`` is what the hot loop
+    reads)."""
+
+    __slots__ = ("blocks", "computed", "jid", "keys", "max_tokens", "nblocks", "num_tokens",
+                 "prompt", "spec", "status", "swapped")
+
+    def __init__(self, spec: JobSpec, keys: BlockKeys | None) -> None:
+        self.spec = spec
+        self.jid = spec.jid
+        self.max_tokens = spec.max_tokens
+        self.keys = keys
+        self.computed = 0
+        self.prompt = spec.prompt_tokens
+        self.num_tokens = spec.prompt_tokens
+        """Prompt and generated tokens."""
+        self.blocks: list[int] = []
+        """Its blocks in the pool (with prefix caching)."""
+        self.nblocks = 0
+        self.status = _WAITING
+        self.swapped = 0
+        """Computed tokens held in host memory after a swap preemption."""
 
     @property
-    def num_tokens(self) -> int:
-        return self.spec.prompt_tokens + self.outputs
+    def outputs(self) -> int:
+        """Tokens generated."""
+        return self.num_tokens - self.prompt
+
+    @outputs.setter
+    def outputs(self, n: int) -> None:
+        self.num_tokens = self.prompt + n
 
 
 class OurScheduler:
     """vLLM v1's scheduling algorithm over a block count (or, with prefix caching, a block
-    pool of vLLM's kind)."""
+    pool of vLLM's kind). Like vLLM's, the pool's block 0 is a null block that is never free."""
 
     def __init__(self, blocks: int, block_tokens: int, max_running: int, max_batched_tokens: int,
                  prefix_caching: bool = False, swap: bool = False) -> None:
@@ -125,12 +152,16 @@ class OurScheduler:
         self.jobs: dict[str, _Job] = {}
         self.running: list[_Job] = []
         self.waiting: deque[_Job] = deque()
+        self._plan: StepPlan | None = None
+        self._planned: list[_Job] = []
+        """The jobs of the last plan, in its order."""
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bt)
 
     def _free(self) -> int:
-        return self.free if self.pool is None else self.pool.free_blocks()
+        pool = self.pool
+        return self.free if pool is None else len(pool.uncached) + len(pool.evictable)
 
     def add(self, spec: JobSpec, front: bool = False) -> None:
         keys = (spec.content.block_keys(spec.prompt_tokens, self.bt) if self.pool is not None
@@ -148,111 +179,135 @@ class OurScheduler:
     def used_blocks(self) -> int:
         return self.total - self._free()
 
-    def _grow(self, job: _Job, tokens: int) -> None:
-        """Give ``job`` the blocks for ``tokens`` (they are known to fit)."""
-        need = self._blocks(tokens) - job.nblocks
-        if need > 0:
-            if self.pool is None:
-                self.free -= need
-            else:
-                job.blocks += self.pool.allocate(need)
-            job.nblocks += need
-        if self.pool is not None:
-            assert job.keys is not None
-            self.pool.cache(job.blocks, job.keys, 0, min(tokens, job.num_tokens) // self.bt)
-
     def _release(self, job: _Job) -> None:
         if self.pool is None:
             self.free += job.nblocks
         else:
-            self.pool.release(job.blocks)
+            assert job.keys is not None
+            self.pool.release(job.blocks, job.keys)
             job.blocks = []
         job.nblocks = 0
 
     def _preempt(self, job: _Job, plan: StepPlan) -> None:
-        plan.preempted.append((job.spec.jid, job.num_tokens))
+        plan.preempted.append((job.jid, job.num_tokens))
         self._release(job)
         if self.swap:
             job.swapped = job.computed
         job.computed = 0
-        job.status = Status.PREEMPTED
+        job.status = _PREEMPTED
         self.waiting.appendleft(job)
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
+        scheduled = plan.scheduled
+        planned: list[_Job] = []
+        self._plan, self._planned = plan, planned
         budget = self.budget
+        bt = self.bt
+        pool = self.pool
+        running = self.running
         i = 0
-        while i < len(self.running) and budget > 0:
-            job = self.running[i]
-            n = min(job.num_tokens - job.computed, budget)
-            while self._blocks(job.computed + n) - job.nblocks > self._free():
-                victim = self.running.pop()
-                self._preempt(victim, plan)
-                if victim is job:
+        while i < len(running) and budget > 0:
+            job = running[i]
+            start = job.computed
+            n = job.num_tokens - start
+            if n > budget:
+                n = budget
+            end = start + n
+            need = (end + bt - 1) // bt - job.nblocks
+            if need > 0:
+                while need > self._free():
+                    victim = running.pop()
+                    self._preempt(victim, plan)
+                    if victim is job:
+                        break
+                if job.status is not _RUNNING:
                     break
-            if job.status is not Status.RUNNING:
-                break
-            self._grow(job, job.computed + n)
-            plan.scheduled.append(Planned(job.spec.jid, job.computed, n))
+                if pool is None:
+                    self.free -= need
+                else:
+                    job.blocks += pool.allocate(need)
+                job.nblocks += need
+            if pool is not None:
+                keys = job.keys
+                assert keys is not None
+                if end // bt > keys.ncached:
+                    pool.cache(job.blocks, keys, keys.ncached, end // bt)
+            scheduled.append(Planned(job.jid, start, n))
+            planned.append(job)
+            job.computed = end
             budget -= n
             i += 1
         if not plan.preempted:
-            while self.waiting and budget > 0 and len(self.running) < self.max_running:
-                job = self.waiting[0]
+            waiting = self.waiting
+            while waiting and budget > 0 and len(running) < self.max_running:
+                job = waiting[0]
                 hits: list[int] = []
                 computed = 0
                 evictable = 0
                 if job.swapped:
                     computed = job.swapped
-                elif self.pool is not None:
+                elif pool is not None:
                     assert job.keys is not None
-                    hits = self.pool.hits(job.keys, (job.num_tokens - 1) // self.bt)
-                    computed = len(hits) * self.bt
-                    evictable = sum(1 for b in hits if self.pool.ref[b] == 0)
-                n = min(job.num_tokens - computed, budget)
-                if self._blocks(job.num_tokens) - len(hits) + evictable > self._free():
+                    hits, evictable = pool.lookup(job.keys, (job.num_tokens - 1) // bt)
+                    computed = len(hits) * bt
+                n = job.num_tokens - computed
+                if n > budget:
+                    n = budget
+                if (job.num_tokens + bt - 1) // bt - len(hits) + evictable > self._free():
                     break  # the whole sequence must fit
-                self.waiting.popleft()
-                if self.pool is not None:
-                    self.pool.touch(hits)
-                    job.blocks, job.nblocks = hits, len(hits)
-                job.computed = computed
-                self._grow(job, computed + n)
+                waiting.popleft()
+                end = computed + n
+                need = (end + bt - 1) // bt - len(hits)
+                if pool is None:
+                    self.free -= need
+                else:
+                    pool.touch(hits)
+                    hits += pool.allocate(need)
+                    job.blocks = hits
+                    keys = job.keys
+                    assert keys is not None
+                    keys.ncached = 0 if job.swapped else computed // bt
+                    pool.cache(hits, keys, keys.ncached, end // bt)
+                job.nblocks = (end + bt - 1) // bt
                 if job.swapped:
                     plan.swap_in_tokens += job.swapped
                     job.swapped = 0
                 else:
                     plan.prefix_hit_tokens += computed
-                job.status = Status.RUNNING
-                self.running.append(job)
-                plan.scheduled.append(Planned(job.spec.jid, computed, n))
+                job.status = _RUNNING
+                running.append(job)
+                scheduled.append(Planned(job.jid, computed, n))
+                planned.append(job)
+                job.computed = end
                 budget -= n
-        for p in plan.scheduled:
-            self.jobs[p.jid].computed += p.tokens
         return plan
 
     def update(self, plan: StepPlan) -> list[tuple[str, bool]]:
+        jobs = (self._planned if plan is self._plan
+                else [self.jobs[p.jid] for p in plan.scheduled])
         out = []
-        done = set()
-        for p in plan.scheduled:
-            job = self.jobs[p.jid]
+        done = False
+        for job in jobs:
             if job.computed < job.num_tokens:
                 continue  # a prefill chunk short of the end
-            job.outputs += 1
-            finished = job.outputs >= job.spec.max_tokens
-            out.append((p.jid, finished))
+            job.num_tokens += 1
+            finished = job.num_tokens - job.prompt >= job.max_tokens
+            out.append((job.jid, finished))
             if finished:
                 self._release(job)
-                del self.jobs[p.jid]
-                done.add(p.jid)
+                del self.jobs[job.jid]
+                job.status = Status.WAITING  # gone: marks it for removal from running
+                done = True
         if done:
-            self.running = [j for j in self.running if j.spec.jid not in done]
+            self.running = [j for j in self.running if j.status is _RUNNING]
+        self._plan = None
         return out
 
     def abort(self, jid: str) -> None:
         job = self.jobs.pop(jid)
         self._release(job)
-        if job.status is Status.RUNNING:
+        if job.status is _RUNNING:
             self.running.remove(job)
         else:
             self.waiting.remove(job)

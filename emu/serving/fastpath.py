@@ -1,0 +1,107 @@
+"""Runs of pure decode steps for our scheduler, taken many at a time.
+
+Between events (an arrival, a finish, a preemption, an admission, a sample, a migration) every
+running job of our scheduler decodes one token per step and nothing else changes but contexts
+and blocks. ``steady_steps`` says how many such steps lie ahead as far as the scheduler can see
+(no job finishes, every block it will need is free, the waiting queue's head stays blocked:
+free blocks only fall in such a run, so a head that does not fit now does not fit later), and
+``advance`` applies them in one go, allocating each block at the step and in the order the
+step-by-step schedule would have. The replay prices the steps one by one from sums (a few
+operations each) and stops at its own events, so a run gives bit for bit what stepping gives.
+"""
+
+from __future__ import annotations
+
+from nelssa.emu.serving.scheduler import OurScheduler, Status, _Job
+
+
+def _first_alloc(job: _Job, bt: int) -> int:
+    """The step of the run (1-based) at which ``job`` next takes a block: step ``i`` computes
+    token ``computed + i`` of it."""
+    return (-job.computed) % bt + 1
+
+
+def allocations(sched: OurScheduler, k: int) -> int:
+    """Blocks the running jobs take in the first ``k`` steps of a run."""
+    bt = sched.bt
+    total = 0
+    for job in sched.running:
+        i0 = _first_alloc(job, bt)
+        if k >= i0:
+            total += (k - i0) // bt + 1
+    return total
+
+
+def _head_blocked(sched: OurScheduler) -> bool:
+    if not sched.waiting:
+        return True
+    if len(sched.running) >= sched.max_running or sched.budget - len(sched.running) <= 0:
+        return True
+    job = sched.waiting[0]
+    hits: list[int] = []
+    evictable = 0
+    if not job.swapped and sched.pool is not None:
+        assert job.keys is not None
+        hits, evictable = sched.pool.lookup(job.keys, (job.num_tokens - 1) // sched.bt)
+    return sched._blocks(job.num_tokens) - len(hits) + evictable > sched._free()
+
+
+def steady_steps(sched: OurScheduler, limit: int) -> int:
+    """Most steps (at most ``limit``) of pure decode ahead; 0 when the next step is not one."""
+    running = sched.running
+    if not running or len(running) > sched.budget:
+        return 0
+    k = limit
+    for job in running:
+        if job.computed != job.num_tokens - 1 or job.status is not Status.RUNNING:
+            return 0
+        k = min(k, job.spec.max_tokens - job.outputs - 1)  # no job finishes inside the run
+    if k < 1 or not _head_blocked(sched):
+        return 0
+    free = sched._free()
+    if allocations(sched, k) > free:  # the most steps whose blocks all fit
+        lo, hi = 0, k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if allocations(sched, mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        k = lo
+    return k
+
+
+def alloc_per_step(sched: OurScheduler, k: int) -> list[int]:
+    """Blocks taken at each step 1..k of a run (for the KV use the replay watches)."""
+    per = [0] * (k + 1)
+    bt = sched.bt
+    for job in sched.running:
+        for i in range(_first_alloc(job, bt), k + 1, bt):
+            per[i] += 1
+    return per
+
+
+def advance(sched: OurScheduler, k: int) -> None:
+    """Apply ``k`` steps of pure decode (``steady_steps`` said they are)."""
+    bt = sched.bt
+    pool = sched.pool
+    if pool is None:
+        for job in sched.running:
+            i0 = _first_alloc(job, bt)
+            if k >= i0:
+                n = (k - i0) // bt + 1
+                job.nblocks += n
+                sched.free -= n
+    else:
+        events = sorted((i, order) for order, job in enumerate(sched.running)
+                        for i in range(_first_alloc(job, bt), k + 1, bt))
+        for _, order in events:  # step by step, running order within a step
+            job = sched.running[order]
+            job.blocks += pool.allocate(1)
+            job.nblocks += 1
+    for job in sched.running:
+        job.computed += k
+        job.outputs += k
+        if pool is not None:
+            assert job.keys is not None
+            pool.cache(job.blocks, job.keys, 0, job.computed // bt)

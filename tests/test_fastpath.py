@@ -1,0 +1,85 @@
+"""Our scheduler's runs of pure decode steps, taken many at a time, give bit for bit what
+stepping one at a time gives: every per-request time, every counter, every sample."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from nelssa.emu.latency.hardware import GpuHw, ModelHw, PnmHw
+from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.serving import fastpath
+from nelssa.emu.serving.config import ServingConfig
+from nelssa.emu.serving.prefix import Content, Kind
+from nelssa.emu.serving.replay import replay
+from nelssa.emu.serving.scheduler import JobSpec, OurScheduler
+from nelssa.emu.serving.sim import ServingSim
+from nelssa.emu.serving.workload import Request, growing, poisson
+
+LM = LatencyModel(
+    GpuHw("g", hbm_gbs=1000.0, memory_gb=18.2, bf16_tflops=500.0),
+    PnmHw("p", bw_eff_gbs=100.0, capacity_gb=2.0, t_base_us=4.0, t_dev_us=1.0, t_host_us=2.0),
+    ModelHw("m", layers=32, kv_heads=8, q_heads=32, head_dim=128, params_b=8.0,
+            max_context=1 << 20))
+
+
+def _mixed(n: int, seed: int) -> list[Request]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    shared = tuple(range(40))
+    out = []
+    for i in range(n):
+        inp = int(rng.integers(100, 1500))
+        ids = shared[:int(rng.integers(0, 4))] + tuple(1000 + 50 * i + k for k in range(40))
+        out.append(Request(i, 0.0, inp, int(rng.integers(1, 600)), line=0,
+                           hash_ids=ids[:-(-inp // 512)]))
+    return poisson(out, 4.0, seed)
+
+
+CASES = {
+    "gpu": ServingConfig(mode="gpu"),
+    "gpu, no caching": ServingConfig(mode="gpu", prefix_caching=False),
+    "nelssa": ServingConfig(mode="nelssa", t_input=1200, devices=2),
+    "swap": ServingConfig(mode="gpu", preemption="swap", prefix_caching=False),
+    "disaggregated migration": ServingConfig(mode="nelssa", t_input=1500, migration=True,
+                                             prefill="disaggregated", prefill_gpus=2),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_runs_equal_steps(name: str) -> None:
+    cfg = CASES[name]
+    reqs = (poisson(growing(60, 300, 900, 2.0, seed=2), 20.0, seed=2) if cfg.migration
+            else _mixed(80, 1))
+    sim = ServingSim(LM, cfg)
+    fast = replay(sim, reqs)
+    slow = replay(sim, reqs, fast=False)
+    a, b = fast.to_json(), slow.to_json()
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+    assert fast.steps > 1000 and len(fast.results) == len(reqs)
+    if cfg.migration:
+        assert fast.migrations > 0
+    else:
+        assert fast.preemptions > 0  # memory is short enough to matter
+
+
+def test_steady_steps_stop_before_a_finish_and_at_full_memory() -> None:
+    s = OurScheduler(blocks=12, block_tokens=16, max_running=8, max_batched_tokens=64,
+                     prefix_caching=False)
+    s.add(JobSpec("a", 20, 50, Content(0, Kind.PROMPT)))
+    s.add(JobSpec("b", 30, 5, Content(1, Kind.PROMPT)))
+    s.update(s.schedule())  # both prefilled in one step, one token each
+    assert fastpath.steady_steps(s, 1000) == 3  # b's 5th token would finish it
+    s2 = OurScheduler(blocks=6, block_tokens=16, max_running=8, max_batched_tokens=64,
+                      prefix_caching=False)
+    s2.add(JobSpec("a", 20, 500, Content(0, Kind.PROMPT)))
+    s2.update(s2.schedule())
+    # 5 usable blocks (block 0 is vLLM's null block); a has computed 20 tokens, and step i of
+    # the run computes token 20 + i: 60 steps fit
+    assert fastpath.steady_steps(s2, 1000) == 5 * 16 - 20
+    fastpath.advance(s2, 5 * 16 - 20)
+    assert s2.used_blocks() == 6 and fastpath.steady_steps(s2, 1000) == 0
+    assert replace(CASES["gpu"], prefix_caching=True).prefix_caching
