@@ -115,6 +115,10 @@ class Replay:
         self.total = len(requests)
         self.fast = self.sched if fast and isinstance(self.sched, OurScheduler) else None
         """Our scheduler takes runs of pure decode steps many at a time (``fastpath.py``)."""
+        self.progress: Callable[[float], None] | None = None
+        self.next_sample = self.cfg.sample_s
+        self.tokens_since = 0
+        """Decode tokens since the last sample."""
 
     # -- jobs ----------------------------------------------------------------------------------
     def _add_job(self, rq: _Req, kind: JobKind) -> None:
@@ -343,10 +347,29 @@ class Replay:
             job.rq.generated += k
         return k
 
+    def _after_step(self, made: int) -> None:
+        """What follows every step: decode tokens counted, migration, a sample when due."""
+        out, cfg = self.out, self.cfg
+        out.decode_tokens += made
+        self.tokens_since += made
+        if cfg.migration:
+            self._migrate(self.now)
+        if self.now >= self.next_sample:
+            running, waiting = self.sched.counts()
+            out.samples.append(Sample(
+                self.now, running, waiting + len(self.pnm_queue),
+                self.sched.used_blocks() / self.sim.gpu_blocks, self.tokens_since,
+                sum(1 for j in self.jobs.values() if j.kind is JobKind.PNM_RESIDENT)))
+            self.tokens_since = 0
+            self.next_sample = self.now + cfg.sample_s
+            if self.progress is not None:
+                self.progress(len(out.results) / self.total)
+
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
-        out, cfg, sched = self.out, self.cfg, self.sched
-        next_sample = cfg.sample_s
-        tokens_since = 0
+        out, sched = self.out, self.sched
+        self.progress = progress
+        self.next_sample = self.cfg.sample_s
+        self.tokens_since = 0
         while self.arrivals or self.pnm_queue or self.jobs:
             while self.arrivals and self.arrivals[0][0] <= self.now:
                 self._arrive(*self.arrivals.popleft())
@@ -359,24 +382,9 @@ class Replay:
                     raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
                 break
             if self.fast is not None:
-                k = self._decode_run(next_sample)
+                k = self._decode_run(self.next_sample)
                 if k:
-                    made = k * len(self.fast.running)
-                    out.decode_tokens += made
-                    tokens_since += made
-                    if cfg.migration:
-                        self._migrate(self.now)
-                    if self.now >= next_sample:
-                        running, waiting = sched.counts()
-                        out.samples.append(Sample(
-                            self.now, running, waiting + len(self.pnm_queue),
-                            sched.used_blocks() / self.sim.gpu_blocks, tokens_since,
-                            sum(1 for j in self.jobs.values()
-                                if j.kind is JobKind.PNM_RESIDENT)))
-                        tokens_since = 0
-                        next_sample = self.now + cfg.sample_s
-                        if progress is not None:
-                            progress(len(out.results) / self.total)
+                    self._after_step(k * len(self.fast.running))
                     continue
             plan = sched.schedule()
             self._on_preempted(plan)
@@ -389,21 +397,7 @@ class Replay:
             out.peak_gpu_blocks = max(out.peak_gpu_blocks, sched.used_blocks())
             self.now += self._step_cost(plan)
             out.steps += 1
-            made = self._on_tokens(sched.update(plan), self.now)
-            out.decode_tokens += made
-            tokens_since += made
-            if cfg.migration:
-                self._migrate(self.now)
-            if self.now >= next_sample:
-                running, waiting = sched.counts()
-                out.samples.append(Sample(
-                    self.now, running, waiting + len(self.pnm_queue),
-                    sched.used_blocks() / self.sim.gpu_blocks, tokens_since,
-                    sum(1 for j in self.jobs.values() if j.kind is JobKind.PNM_RESIDENT)))
-                tokens_since = 0
-                next_sample = self.now + cfg.sample_s
-                if progress is not None:
-                    progress(len(out.results) / self.total)
+            self._after_step(self._on_tokens(sched.update(plan), self.now))
         out.end_s = self.now
         return out
 
