@@ -98,6 +98,8 @@ class Replay:
         self.out = RunResult(self.cfg, sim.t_input, gpu_blocks=sim.gpu_blocks,
                              scheduler=self.cfg.scheduler.value)
         self.jobs: dict[str, _Job] = {}
+        self.resident_jobs = 0
+        """Jobs of PNM-tier requests decoding (for the time series)."""
         self.pnm_queue: deque[tuple[_Req, JobKind]] = deque()
         self.pnm_free = sim.pnm_tokens
         self.live: list[_Req] = []
@@ -134,6 +136,7 @@ class Replay:
             jid = str(r.rid)
         max_tokens = 1 if kind is JobKind.PNM_PREFILL else r.output_len - rq.generated
         self.jobs[jid] = _Job(rq, kind, prompt)
+        self.resident_jobs += kind is JobKind.PNM_RESIDENT
         # a PNM-tier request prefilled here, or migrated, is in service: it goes on first
         front = rq.migrated or (kind is JobKind.PNM_RESIDENT and self.cfg.prefill == "colocated")
         self.sched.add(JobSpec(jid, prompt, max_tokens, content), front=front)
@@ -230,6 +233,7 @@ class Replay:
                 tokens += 1
             if finished:
                 del self.jobs[jid]
+                self.resident_jobs -= job.kind is JobKind.PNM_RESIDENT
                 if rq.generated >= rq.req.output_len:
                     self._finish(rq, now)
                 elif job.kind is JobKind.PNM_PREFILL:
@@ -359,7 +363,7 @@ class Replay:
             out.samples.append(Sample(
                 self.now, running, waiting + len(self.pnm_queue),
                 self.sched.used_blocks() / self.sim.gpu_blocks, self.tokens_since,
-                sum(1 for j in self.jobs.values() if j.kind is JobKind.PNM_RESIDENT)))
+                self.resident_jobs))
             self.tokens_since = 0
             self.next_sample = self.now + cfg.sample_s
             if self.progress is not None:
