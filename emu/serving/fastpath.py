@@ -52,10 +52,10 @@ def steady_steps(sched: OurScheduler, limit: int) -> int:
     if not running or len(running) > sched.budget:
         return 0
     k = limit
-    for job in running:
+    for job in reversed(running):  # the newest is the one most likely still in prefill
         if job.computed != job.num_tokens - 1 or job.status is not Status.RUNNING:
             return 0
-        k = min(k, job.spec.max_tokens - job.outputs - 1)  # no job finishes inside the run
+        k = min(k, job.max_tokens - (job.num_tokens - job.prompt) - 1)  # no finish inside
     if k < 1 or not _head_blocked(sched):
         return 0
     free = sched._free()
