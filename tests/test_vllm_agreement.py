@@ -17,7 +17,7 @@ from nelssa.emu.serving.sim import ServingSim
 from nelssa.emu.serving.vllm_env import run_many_in_vllm_env
 from nelssa.emu.serving.workload import Request
 
-TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake_conversation_trace.jsonl"
+TRACE = Path(__file__).resolve().parent / "data/mooncake_conversation_head.jsonl"
 
 
 def test_every_regime_agrees_with_vllm() -> None:
