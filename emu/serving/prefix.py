@@ -32,8 +32,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import compress, count, repeat
 
-HASH_BLOCK_TOKENS = 512
-"""Tokens per Mooncake hash id."""
+from nelssa.emu.serving.workload import HASH_BLOCK_TOKENS
 
 # token-id ranges of the replay through vLLM, far above any hash id's tokens (2^40 > ids * 512)
 _OWN_PROMPT = 1 << 40

@@ -259,15 +259,8 @@ class Replay:
         if busy or self.sched.used_blocks() < self.cfg.migrate_at * self.sim.gpu_blocks:
             return
         assert self.sim.t_input is not None
-        best = None
-        for job in self.jobs.values():
-            rq = job.rq
-            ctx = rq.req.input_len + rq.generated
-            if (job.kind in (JobKind.GPU, JobKind.GPU_KV_IN) and job.decoding
-                    and rq.migrating_until is None and ctx >= self.sim.t_input
-                    and (best is None or ctx > best[0])):
-                best = (ctx, rq)
-        if best is None:
+        best = self._longest_decoding_gpu_request()
+        if best is None or best[0] < self.sim.t_input:
             return
         ctx, rq = best
         need = rq.req.input_len + rq.req.output_len
@@ -277,6 +270,18 @@ class Replay:
         rq.pnm_reserved = need
         rq.migrating_until = now + self.cost.migration_s(ctx)
         self.out.migrated_tokens += ctx
+
+    def _longest_decoding_gpu_request(self) -> tuple[int, _Req] | None:
+        """The decoding GPU-tier request with the longest context not migrating yet (the first
+        of equals), with that context: the one a migration would move."""
+        best = None
+        for job in self.jobs.values():
+            rq = job.rq
+            ctx = rq.req.input_len + rq.generated
+            if (job.kind in (JobKind.GPU, JobKind.GPU_KV_IN) and job.decoding
+                    and rq.migrating_until is None and (best is None or ctx > best[0])):
+                best = (ctx, rq)
+        return best
 
     def _decode_run(self, next_sample: float) -> int:
         """Take the pure decode steps ahead, up to the first event this replay watches (an
@@ -312,13 +317,7 @@ class Replay:
             per_step = fastpath.alloc_per_step(sched, k_max)
             used = sched.used_blocks()
             threshold = self.cfg.migrate_at * self.sim.gpu_blocks
-            best = None
-            for job in self.jobs.values():
-                rq = job.rq
-                ctx = rq.req.input_len + rq.generated
-                if (job.kind in (JobKind.GPU, JobKind.GPU_KV_IN) and job.decoding
-                        and rq.migrating_until is None and (best is None or ctx > best[0])):
-                    best = (ctx, rq)
+            best = self._longest_decoding_gpu_request()  # it stays the longest in a run
             can_start = (best is not None and busy_until is None
                          and best[1].req.input_len + best[1].req.output_len <= self.pnm_free)
         arrival = self.arrivals[0][0] if self.arrivals else None
