@@ -78,12 +78,12 @@ class VllmPool:
     def free_blocks(self) -> int:
         return len(self.queue)
 
-    def cached_keys(self) -> dict[int, int]:
+    def cached_keys(self) -> dict[tuple[int, int], int]:
         return {k: len(v) for k, v in self.cached.items()}
 
 
-def _cached_keys(pool: BlockPool) -> dict[int, int]:
-    return {k: len(v) if isinstance(v, list) else 1 for k, v in pool.cached.items()}
+def _cached_keys(pool: BlockPool) -> dict[tuple[int, int], int]:
+    return pool.cached_keys()
 
 
 def _keys(rid: int, hash_ids: tuple[int, ...] | None, tokens: int, bt: int) -> BlockKeys:
@@ -113,7 +113,7 @@ def test_eviction_order_of_a_hand_built_case() -> None:
     assert ab[4] in got and _cached_keys(pool) == dict.fromkeys([a[0], a[1], a[2], a[3], b[2]],
                                                                  1)
     assert pool.allocate(1) == [ab[3]]  # then A's last cached block, the least recently freed
-    assert a[3] not in pool.cached
+    assert a[3] not in pool.cached_keys()
     hits, free = pool.lookup(a, 3)
     assert hits == ab[:3] and free == 1  # (2, 0) is free, hash id 1's blocks are B's
     pool.release(bb, b)  # B's blocks after A's in the queue: (2, 0) goes first, B's tail next
@@ -134,14 +134,15 @@ def _differential(seed: int) -> None:
             ours.release(ba, ka)
             theirs.release(bb)
         elif live and rng.random() < 0.3:
-            r = rng.choice(sorted(live))  # a job grows by a block
+            r = rng.choice(sorted(live))  # a job grows by a block (or a chunk of them)
             ka, kb, ba, bb, n = live[r]
-            if ours.free_blocks():
-                ba += ours.allocate(1)
-                bb += theirs.allocate(1)
-                ours.cache(ba, ka, ka.ncached, n + 1)
-                theirs.cache(bb, kb, 0, n + 1)
-                live[r] = (ka, kb, ba, bb, n + 1)
+            g = rng.choice((1, 1, 12))
+            if ours.free_blocks() >= g:
+                ba += ours.allocate(g)
+                bb += theirs.allocate(g)
+                ours.cache(ba, ka, ka.ncached, n + g)
+                theirs.cache(bb, kb, 0, n + g)
+                live[r] = (ka, kb, ba, bb, n + g)
         else:  # a job is admitted with what it finds in the cache
             ids = rng.choice(prefixes) + tuple(rng.randrange(8) for _ in range(rng.randrange(3)))
             tokens = rng.randrange(100, 512 * len(ids) + 1)

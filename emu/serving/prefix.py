@@ -21,16 +21,16 @@ FreeKVCacheBlockQueue:
 Since uncached blocks only ever enter the free queue at its front and cached ones at its back,
 the queue is always the uncached free blocks followed by the cached ones; which uncached block is
 handed out changes nothing, so they are a plain stack here and only the cached ones keep vLLM's
-order (an insertion-ordered dict, first evicted first).
+order (a queue of freed jobs' blocks, first evicted first). Keys are kept a hash block (a group
+of blocks) at a time, so that a prompt's thousand blocks cost a few dozen dict operations.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Collection
 from dataclasses import dataclass
-from itertools import compress, count, repeat
+from itertools import compress, count
 
 from nelssa.emu.serving.workload import HASH_BLOCK_TOKENS
 
@@ -41,7 +41,7 @@ _OUTPUT = 3 << 40
 
 _MASK64 = (1 << 64) - 1
 _OWN_SPAN = 1 << 40
-"""Own keys of one job: ``-(uid * 2^40) - 1 - k`` for block ``k`` (shared keys are >= 0)."""
+"""Own key groups of one job: ``-(uid * 2^40) - 1 - g`` for group ``g`` (shared ones are >= 0)."""
 
 
 class Kind(enum.Enum):
@@ -77,11 +77,14 @@ class Content:
 
 
 class BlockKeys:
-    """Key of each block of one job, for our pool (equal keys: equal token prefixes), as ints:
-    the prompt's full blocks under hash ids (``shared``, >= 0, one chain hash per hash id and the
-    block's place in it) then the job's own blocks (< 0)."""
+    """Key of each block of one job, for our pool (equal keys: equal token prefixes). Keys come
+    in groups of ``per`` blocks (one 512-token hash block): block ``k`` is position ``k % per``
+    of group ``k // per``, and the pool keeps a group's blocks in one list. The prompt's full
+    blocks under hash ids (the first ``nshared``) are in groups keyed by the chain hash of the
+    hash ids up to theirs (``chain``, >= 0); every other block is the job's own, in groups keyed
+    ``own - g`` (< 0)."""
 
-    __slots__ = ("ncached", "own", "shared")
+    __slots__ = ("chain", "ncached", "nshared", "own", "per")
 
     def __init__(self, content: Content, prompt_tokens: int, block_tokens: int) -> None:
         self.ncached = 0
@@ -89,86 +92,85 @@ class BlockKeys:
         filled); the pool keeps it."""
         uid = 2 * content.rid + (content.kind is Kind.RESIDENT)
         self.own = -uid * _OWN_SPAN - 1
-        self.shared: list[int] = []
+        self.per = max(1, HASH_BLOCK_TOKENS // block_tokens)
+        self.chain: list[int] = []
+        self.nshared = 0
         if content.kind is Kind.PROMPT and content.hash_ids is not None:
             if HASH_BLOCK_TOKENS % block_tokens:
                 raise ValueError(f"block_tokens {block_tokens} must divide "
                                  f"{HASH_BLOCK_TOKENS} for prefix caching over hash ids")
-            per_hash = HASH_BLOCK_TOKENS // block_tokens
-            shift = per_hash.bit_length()
             n = prompt_tokens // block_tokens
-            keys = self.shared
             h = 0
-            for hid in content.hash_ids[:-(-n // per_hash)]:
+            for hid in content.hash_ids[:-(-n // self.per)]:
                 h = hash((h, hid))
-                base = (h & _MASK64) << shift
-                keys.extend(range(base, base + per_hash))
-            del keys[n:]
+                self.chain.append(h & _MASK64)
+            self.nshared = min(n, len(self.chain) * self.per)
 
-    def __getitem__(self, k: int) -> int:
-        shared = self.shared
-        return shared[k] if k < len(shared) else self.own - k
+    def at(self, k: int) -> tuple[int, int]:
+        """Group and position of block ``k``."""
+        g, p = divmod(k, self.per)
+        return (self.chain[g] if k < self.nshared else self.own - g), p
 
-    def range(self, first: int, last: int) -> list[int]:
-        """Keys of blocks ``first`` .. ``last - 1``."""
-        shared = self.shared
-        ns = len(shared)
-        if last <= ns:
-            return shared[first:last]
-        own = self.own
-        out = shared[first:] if first < ns else []
-        out.extend(range(own - max(first, ns), own - last, -1))
+    __getitem__ = at
+
+    def spans(self, first: int, last: int) -> list[tuple[int, int, int]]:
+        """Blocks ``first`` .. ``last - 1`` as pieces ``(group, p0, p1)`` of one group each,
+        in order."""
+        per, ns = self.per, self.nshared
+        out = []
+        k = first
+        while k < last:
+            g = k // per
+            end = min(last, (g + 1) * per)
+            if k < ns:
+                end = min(end, ns)
+                gk = self.chain[g]
+            else:
+                gk = self.own - g
+            p = k - g * per
+            out.append((gk, p, p + end - k))
+            k = end
         return out
-
-
-class _Refs:
-    """``pool.ref[b]`` for a cached block ``b``: how many jobs hold it (0 when it is free)."""
-
-    __slots__ = ("pool",)
-
-    def __init__(self, pool: BlockPool) -> None:
-        self.pool = pool
-
-    def __getitem__(self, b: int) -> int:
-        pool = self.pool
-        return 0 if b in pool.evictable else 1 + pool.shared.get(b, 0)
 
 
 class BlockPool:
     """vLLM's block pool in miniature: the free queue (uncached blocks, then cached ones in
     eviction order), cached full blocks by key, the holders of the cached blocks that more than
     one job holds. A job's first ``keys.ncached`` blocks are the cached ones (its hits, then
-    those it filled); a block held by one job (nearly all) costs no bookkeeping but its key's
-    entry, and a freed job's cached blocks enter the queue as one segment. Bulk operations run
-    in the dict, set and list builtins."""
+    those it filled); a block held by one job (nearly all) costs no bookkeeping but its slot in
+    its key's group, and a freed job's cached blocks enter the queue as one segment. Bulk
+    operations run in the dict, set and list builtins, a group of keys at a time."""
 
-    __slots__ = ("cached", "evictable", "ndup", "queue", "shared", "stale", "uncached")
+    __slots__ = ("cached", "dups", "evictable", "queue", "shared", "stale", "uncached")
 
     def __init__(self, blocks: int) -> None:
         self.uncached: list[int] = list(range(blocks - 1, 0, -1))
         """Free blocks without a key (a stack; block 0 is the null block)."""
         self.queue: deque[list] = deque()
         """The free cached blocks, the first to be evicted first: segments ``[blocks, keys,
-        n, done]``, a freed job's first ``n`` blocks tail first (``blocks``), their keys
-        ``keys[n - 1 - i]``, ``done`` of them gone. Entries of blocks that were held when
-        freed, or that a hit took out of the queue since, are stale (``stale``)."""
+        n, done]``, a freed job's first ``n`` blocks tail first (``blocks``: block ``i`` is
+        the job's block ``n - 1 - i``), ``done`` of them gone. Entries of blocks that were held
+        when freed, or that a hit took out of the queue since, are stale (``stale``)."""
         self.evictable: set[int] = set()
         """The free cached blocks."""
         self.stale: dict[int, int] = {}
         """Block -> its entries in ``queue`` that are stale (always its oldest)."""
         self.shared: dict[int, int] = {}
         """Held cached block -> holders beyond the first (only blocks held by two or more)."""
-        self.cached: dict[int, int | list[int]] = {}
-        """Key -> the block (or blocks, oldest first) cached under it."""
-        self.ndup = 0
-        """Keys cached in more than one block (list values of ``cached``)."""
-
-    @property
-    def ref(self) -> _Refs:
-        return _Refs(self)
+        self.cached: dict[int, list] = {}
+        """Group key -> the block cached at each position (None: none; a list, oldest first,
+        for a key cached in several blocks)."""
+        self.dups: dict[int, int] = {}
+        """Group key -> its positions cached in several blocks (only groups with some)."""
 
     def free_blocks(self) -> int:
         return len(self.uncached) + len(self.evictable)
+
+    def cached_keys(self) -> dict[tuple[int, int], int]:
+        """Blocks cached under each key."""
+        return {(gk, p): len(w) if w.__class__ is list else 1
+                for gk, slots in self.cached.items() for p, w in enumerate(slots)
+                if w is not None}
 
     def hits(self, keys: BlockKeys, max_blocks: int) -> list[int]:
         """The cached blocks of the longest cached prefix (at most ``max_blocks``)."""
@@ -178,17 +180,27 @@ class BlockPool:
         """``hits``, and how many of them are free (vLLM's evictable count: a hit takes them
         out of the free queue, so the admission gate counts them)."""
         get = self.cached.get
+        per, ns, chain, own = keys.per, keys.nshared, keys.chain, keys.own
         out: list[int] = []
-        first, step = 0, 16
-        while first < max_blocks:  # in growing chunks: hits stop at the first miss
-            last = min(first + step, max_blocks)
-            got = list(map(get, keys.range(first, last)))
-            if None in got:
-                out += got[:got.index(None)]
+        k = 0
+        while k < max_blocks:  # a group at a time: hits stop at the first miss
+            g = k // per
+            end = min(max_blocks, (g + 1) * per)
+            if k < ns:
+                end = min(end, ns)
+                slots = get(chain[g])
+            else:
+                slots = get(own - g)
+            if slots is None:
                 break
-            out += got
-            first, step = last, 4 * step
-        if self.ndup:
+            p = k - g * per
+            part = slots[p:p + end - k]
+            if None in part:
+                out += part[:part.index(None)]
+                break
+            out += part
+            k = end
+        if self.dups:
             out = [b[0] if b.__class__ is list else b for b in out]
         return out, sum(map(self.evictable.__contains__, out))
 
@@ -215,7 +227,7 @@ class BlockPool:
         queue, stale = self.queue, self.stale
         m = n - len(out)
         if m < 8:  # one by one
-            ev, cached = self.evictable, self.cached
+            ev = self.evictable
             while m:
                 seg = queue[0]
                 bl, keys, nc, done = seg
@@ -232,10 +244,7 @@ class BlockPool:
                         del stale[b]
                     continue
                 ev.remove(b)
-                k = keys[nc - 1 - done]
-                w = cached.pop(k)
-                if w.__class__ is list:
-                    self._unlist(k, w, (b,))
+                self._drop(b, *keys.at(nc - 1 - done))
                 out.append(b)
                 m -= 1
             return out
@@ -244,49 +253,85 @@ class BlockPool:
             bl, keys, nc, done = seg
             take = min(m, len(bl) - done)
             bs = bl[done:done + take]
-            ks = keys.range(nc - done - take, nc - done)[::-1]
             if done + take == len(bl):
                 queue.popleft()
             else:
                 seg[3] = done + take
-            if stale and not stale.keys().isdisjoint(bs):  # drop stale entries, oldest first
-                keep = [True] * len(bs)
+            top = nc - done  # bs are the job's blocks top - 1 down to top - take
+            if stale and not stale.keys().isdisjoint(bs):  # stale entries are passed over
+                held = []
                 for i in compress(count(), map(stale.__contains__, bs)):
                     b = bs[i]
-                    c = stale.get(b)
-                    if c:
-                        keep[i] = False
-                        if c > 1:
-                            stale[b] = c - 1
-                        else:
-                            del stale[b]
-                bs = list(compress(bs, keep))
-                ks = list(compress(ks, keep))
-            if bs:
-                m -= len(bs)
-                self._evict(bs, ks)
-                out += bs
+                    c = stale[b]
+                    if c > 1:
+                        stale[b] = c - 1
+                    else:
+                        del stale[b]
+                    held.append(i)
+                held.append(take)
+                kept: list[int] = []
+                at = 0
+                for i in held:  # the runs between them are evicted
+                    if i > at:
+                        run = bs[at:i]
+                        self._evict(run, keys, top - i, top - at)
+                        kept += run
+                    at = i + 1
+                bs = kept
+            else:
+                self._evict(bs, keys, top - take, top)
+            m -= len(bs)
+            out += bs
         return out
 
-    def _evict(self, bs: list[int], ks: list[int]) -> None:
+    def _evict(self, bs: list[int], keys: BlockKeys, lo: int, hi: int) -> None:
+        """Free cached blocks ``bs``, a job's blocks ``hi - 1`` down to ``lo``, lose their
+        keys."""
         self.evictable.difference_update(bs)
-        cached = self.cached
-        where = list(map(cached.pop, ks, repeat(None)))
-        if self.ndup:  # a key of several blocks keeps those not evicted
-            gone = set(bs)
-            for k, w in zip(ks, where, strict=True):
-                if w.__class__ is list:
-                    self._unlist(k, w, gone)
+        cached, dups = self.cached, self.dups
+        k = lo
+        for gk, p0, p1 in keys.spans(lo, hi):
+            if dups and gk in dups:  # a key of several blocks keeps those not evicted
+                for p in range(p0, p1):
+                    self._drop(bs[hi - 1 - (k + p - p0)], gk, p)
+            else:
+                slots = cached[gk]
+                slots[p0:p1] = [None] * (p1 - p0)
+                if slots.count(None) == len(slots):
+                    del cached[gk]
+            k += p1 - p0
 
-    def _unlist(self, k: int, blocks: list[int], gone: Collection[int]) -> None:
-        """Key ``k`` of several ``blocks`` (taken out of ``cached``) keeps those not gone."""
-        rest = [b for b in blocks if b not in gone]
-        if len(rest) > 1:
-            self.cached[k] = rest
+    def _drop(self, b: int, gk: int, p: int) -> None:
+        """Block ``b`` loses its key, position ``p`` of group ``gk``."""
+        slots = self.cached[gk]
+        w = slots[p]
+        if w.__class__ is list:
+            w.remove(b)
+            if len(w) == 1:
+                slots[p] = w[0]
+                c = self.dups[gk] - 1
+                if c:
+                    self.dups[gk] = c
+                else:
+                    del self.dups[gk]
         else:
-            self.ndup -= 1
-            if rest:
-                self.cached[k] = rest[0]
+            slots[p] = None
+            if slots.count(None) == len(slots):
+                del self.cached[gk]
+
+    def _put(self, b: int, gk: int, p: int, per: int) -> None:
+        """Cache block ``b`` at position ``p`` of group ``gk``."""
+        slots = self.cached.get(gk)
+        if slots is None:
+            slots = self.cached[gk] = [None] * per
+        w = slots[p]
+        if w is None:
+            slots[p] = b
+        elif w.__class__ is list:
+            w.append(b)
+        else:
+            slots[p] = [w, b]
+            self.dups[gk] = self.dups.get(gk, 0) + 1
 
     def cache(self, blocks: list[int], keys: BlockKeys, first: int, last: int) -> None:
         """Register blocks ``first`` .. ``last - 1`` of a job (all full) under their keys (those
@@ -295,32 +340,27 @@ class BlockPool:
         if last <= first:
             return
         keys.ncached = last
-        cached = self.cached
+        per = keys.per
         if last == first + 1:
-            k = keys[first]
-            w = cached.get(k)
-            if w is None:
-                cached[k] = blocks[first]
-            elif w.__class__ is list:
-                w.append(blocks[first])
-            else:
-                cached[k] = [w, blocks[first]]
-                self.ndup += 1
+            self._put(blocks[first], *keys.at(first), per)
             return
-        bl = blocks[first:last]
-        ks = keys.range(first, last)
-        if cached.keys().isdisjoint(ks):
-            cached.update(zip(ks, bl, strict=True))
-            return
-        for b, k in zip(bl, ks, strict=True):  # keys cached already, in other blocks
-            w = cached.get(k)
-            if w is None:
-                cached[k] = b
-            elif w.__class__ is list:
-                w.append(b)
-            else:
-                cached[k] = [w, b]
-                self.ndup += 1
+        cached = self.cached
+        k = first
+        for gk, p0, p1 in keys.spans(first, last):
+            n = p1 - p0
+            slots = cached.get(gk)
+            if slots is None:
+                if n == per:
+                    cached[gk] = blocks[k:k + n]
+                else:
+                    slots = cached[gk] = [None] * per
+                    slots[p0:p1] = blocks[k:k + n]
+            elif slots[p0:p1].count(None) == n:
+                slots[p0:p1] = blocks[k:k + n]
+            else:  # keys cached already, in other blocks
+                for i in range(n):
+                    self._put(blocks[k + i], gk, p0 + i, per)
+            k += n
 
     def release(self, blocks: list[int], keys: BlockKeys) -> None:
         """Free a job's blocks, tail first: uncached ones to the front of the free queue,
@@ -334,16 +374,16 @@ class BlockPool:
         ev = self.evictable
         ev.update(rb)
         sh = self.shared
-        if sh:
+        if sh and not sh.keys().isdisjoint(rb):
             held = [b for b in rb if b in sh]
-            if held:  # still held by others: their entries are stale from the start
-                ev.difference_update(held)
-                stale = self.stale
-                for b in held:
-                    c = sh[b]
-                    if c > 1:
-                        sh[b] = c - 1
-                    else:
-                        del sh[b]
-                    stale[b] = stale.get(b, 0) + 1
+            # still held by others: their entries are stale from the start
+            ev.difference_update(held)
+            stale = self.stale
+            for b in held:
+                c = sh[b]
+                if c > 1:
+                    sh[b] = c - 1
+                else:
+                    del sh[b]
+                stale[b] = stale.get(b, 0) + 1
         self.queue.append([rb, keys, nc, 0])
