@@ -1,32 +1,43 @@
 """A device port in another process, over ZeroMQ: ``RemotePort`` (client, a DevicePort) and
 ``serve_port`` (the server loop of ``nelssa device serve``).
 
-One REQ/REP exchange per call that needs an answer. Messages the driver sends (CXL.mem and MMIO
-requests) are buffered and travel in order with the next exchange, so a burst of line writes
-costs one round trip, not one per line. Envelope: ``RPC_REQUEST`` / ``RPC_REPLY`` below.
+The calls travel as link frames (emu/link/frame.py: sequence numbers, CRC-32) between a
+``LinkClient`` and a ``LinkServer`` (emu/link/transport.py): a lost or damaged call is sent
+again, and a call the device already ran is answered from the reply it gave, never run twice.
+The frame's ``op`` is an ``RpcOp``; the payloads are ``RPC_REQUEST`` and ``RPC_REPLY`` below.
+Messages the driver sends (CXL.mem and MMIO requests) are buffered and travel in order with the
+next call, so a burst of line writes costs one round trip, not one per line.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
-import time
+import struct
 from enum import IntEnum
 
 import zmq
-from construct import Enum, Int8ul, Int64sl, Int64ul, Struct
+from construct import GreedyBytes, GreedyRange, Int32ul, Int64ul, Prefixed, Struct
 
+from nelssa.driver import cxl
 from nelssa.driver.port import DevicePort
-from nelssa.emu.link.security import (
-    CurveClientKeys,
-    CurveServerKeys,
-    secure_client,
-    secure_server,
+from nelssa.emu.link.frame import LinkErrorCode
+from nelssa.emu.link.model import LinkFaults, link_preset
+from nelssa.emu.link.security import CurveClientKeys, CurveServerKeys
+from nelssa.emu.link.transport import (
+    LinkClient,
+    LinkLimits,
+    LinkServer,
+    LinkTimeoutError,
+    Reply,
+    Request,
+    RetryPolicy,
+    ServiceError,
 )
 
 log = logging.getLogger(__name__)
+CXL_LINK = "cxl-pcie5-x16"
+"""The link preset of the host-device connection."""
 
 
 class RpcOp(IntEnum):
@@ -42,39 +53,59 @@ class RpcOp(IntEnum):
     """Deliver, then reply with the device's cycle count."""
     SHUTDOWN = 5
     """Stop the server."""
-    WAIT = 6
-    """Wait for the call answered PENDING (up to ``HEARTBEAT_S``); reply with its result, or
-    PENDING again."""
 
 
-class RpcStatus(IntEnum):
-    OK = 0
-    ERROR = 1
-    """The call failed in the device; ``text`` says why."""
-    TIMEOUT = 2
-    PENDING = 3
-    """The call is still running (a heartbeat): ``value`` is the CPU time in ns the device has
-    spent on it so far; ask again with WAIT."""
+class RpcErrorCode(IntEnum):
+    """Errors of the device server (link errors are below 100: frame.LinkErrorCode)."""
+
+    BAD_REQUEST = 100
+    """A call that cannot be served as sent (payload, argument range, a message that does not
+    parse); nothing was delivered."""
+    DEVICE_ERROR = 101
+    """The device refused or failed the call."""
+    DEVICE_BUSY = 102
+    """The device ran the cycles it was given and is still busy."""
 
 
-HEARTBEAT_S = 0.2
-"""A call still running after this long is answered PENDING, and so is each WAIT after it: a
-device answers within this whatever its work costs, so a client judges liveness by answers
-and progress, never by how long legitimate work takes."""
-_POLL_S = 0.05
-"""How often a waiting client looks whether its call was abandoned (``RemotePort.abort``)."""
+MESSAGES = GreedyRange(Prefixed(Int32ul, GreedyBytes))
+"""A list of port messages: u32 length, bytes; repeated to the end."""
+RPC_REQUEST = Struct("arg" / Int64ul, "messages" / MESSAGES)
+"""A call: its argument (cycles for ADVANCE and RUN_UNTIL_IDLE), then the messages to deliver
+first."""
+RPC_REPLY = Struct("value" / Int64ul, "messages" / MESSAGES)
+"""An answer: a value (cycles run, the cycle count), then the device's messages (RECEIVE)."""
+_ARG = struct.Struct("<Q")
+"""RPC_REQUEST and RPC_REPLY's head for ``struct``, the per-call path (tests hold it to them)."""
+_LEN = struct.Struct("<I")
+
+MAX_CALL_CYCLES = 1 << 24
+"""Most cycles one ADVANCE or RUN_UNTIL_IDLE may ask for (21 ms at 800 MHz; about 17 s of
+``rtl``), so no call holds a device for long or carries its clock anywhere near overflow."""
+MAX_BATCH_MESSAGES = 4096
+"""Messages one call carries; a port sends a fuller buffer on its own first."""
+MAX_PORT_MESSAGE = 1 + max(s.sizeof() for s in (cxl.M2S_REQ, cxl.M2S_RWD, cxl.S2M_NDR,
+                                                 cxl.S2M_DRS, cxl.MMIO_REQ, cxl.MMIO_RSP))
+"""The largest port message (driver/cxl.py: a channel byte and the largest body)."""
+MAX_RPC_PAYLOAD = _ARG.size + MAX_BATCH_MESSAGES * (_LEN.size + MAX_PORT_MESSAGE)
+"""The largest legal call; the server refuses a larger message before reading it."""
+MAX_RPC_REPLY = _ARG.size + (1 << 16) * (_LEN.size + MAX_PORT_MESSAGE)
+"""The largest legal answer: a response for each of the 2^16 tags a host can have out."""
+RPC_RETRY = RetryPolicy(rto_s=0.1, max_rto_s=1.0)
+"""Device calls are short: a lost one is sent again after 0.1 s."""
 
 
 def _pack_list(items: list[bytes]) -> bytes:
-    return b"".join(len(m).to_bytes(4, "little") + m for m in items)
+    return b"".join(_LEN.pack(len(m)) + m for m in items)
 
 
-def _unpack_list(data: bytes) -> list[bytes]:
-    out, pos = [], 0
+def _unpack_list(data: bytes, pos: int = 0, limit: int | None = None) -> list[bytes]:
+    out = []
     while pos < len(data):
+        if limit is not None and len(out) >= limit:
+            raise ValueError(f"more than {limit} messages in one call")
         if pos + 4 > len(data):
             raise ValueError("message list truncated in a length field")
-        n = int.from_bytes(data[pos:pos + 4], "little")
+        (n,) = _LEN.unpack_from(data, pos)
         if pos + 4 + n > len(data):
             raise ValueError(f"message list truncated: {n} bytes announced, "
                              f"{len(data) - pos - 4} left")
@@ -83,22 +114,33 @@ def _unpack_list(data: bytes) -> list[bytes]:
     return out
 
 
-REQUEST = Struct("op" / Enum(Int8ul, RpcOp), "arg" / Int64ul)
-"""Fixed part of a request; the message list (u32 length, bytes; repeated) follows."""
-REPLY = Struct("status" / Enum(Int8ul, RpcStatus), "value" / Int64sl)
-"""Fixed part of a reply; the message list, or the error text, follows."""
+def encode_request(arg: int, messages: list[bytes]) -> bytes:
+    """An ``RPC_REQUEST`` payload."""
+    return _ARG.pack(arg) + _pack_list(messages)
 
 
-def encode_request(op: RpcOp, arg: int, messages: list[bytes]) -> bytes:
-    return REQUEST.build({"op": op, "arg": arg}) + _pack_list(messages)
+def decode_request(data: bytes) -> tuple[int, list[bytes]]:
+    """(arg, messages) of an ``RPC_REQUEST``; ValueError naming what is wrong."""
+    if len(data) < _ARG.size:
+        raise ValueError(f"call of {len(data)} bytes is shorter than its {_ARG.size}-byte "
+                         "argument")
+    return _ARG.unpack_from(data)[0], _unpack_list(data, _ARG.size, MAX_BATCH_MESSAGES)
 
 
-def decode_request(data: bytes) -> tuple[RpcOp, int, list[bytes]]:
-    head = REQUEST.sizeof()
-    if len(data) < head:
-        raise ValueError(f"request of {len(data)} bytes is shorter than its {head}-byte header")
-    r = REQUEST.parse(data[:head])
-    return RpcOp(int(r.op)), r.arg, _unpack_list(data[head:])
+def encode_reply(value: int, messages: list[bytes]) -> bytes:
+    return _ARG.pack(value) + _pack_list(messages)
+
+
+def decode_reply(data: bytes) -> tuple[int, list[bytes]]:
+    if len(data) < _ARG.size:
+        raise ValueError(f"answer of {len(data)} bytes is shorter than its {_ARG.size}-byte "
+                         "value")
+    return _ARG.unpack_from(data)[0], _unpack_list(data, _ARG.size)
+
+
+def _check_cycles(cycles: int) -> None:
+    if not 0 <= cycles <= MAX_CALL_CYCLES:
+        raise ValueError(f"cycles must be in 0..{MAX_CALL_CYCLES}, got {cycles}")
 
 
 class PortTimeoutError(TimeoutError):
@@ -106,104 +148,67 @@ class PortTimeoutError(TimeoutError):
     port cannot be used again."""
 
 
-class PortAbortedError(PortTimeoutError):
-    """The call was abandoned from another thread (``RemotePort.abort``: e.g. the device's
-    process exited); the port cannot be used again."""
-
-
 class DeviceBusyError(TimeoutError):
     """The device ran the cycles it was given and is still busy (it answered: it is alive)."""
 
 
 class RemotePort(DevicePort):
-    """A device served by ``nelssa device serve`` at ``endpoint``."""
+    """A device served by ``nelssa device serve`` at ``endpoint``; ``faults`` are injected at
+    this end of the link, both directions (for tests)."""
 
     def __init__(self, endpoint: str, timeout_ms: int = 60_000,
-                 context: zmq.Context | None = None, curve: CurveClientKeys | None = None
-                 ) -> None:
+                 context: zmq.Context | None = None, curve: CurveClientKeys | None = None,
+                 faults: LinkFaults | None = None, retry: RetryPolicy = RPC_RETRY) -> None:
         self.endpoint = endpoint
-        self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.REQ)
-        self._sock.setsockopt(zmq.LINGER, 0)
         self._broken = False
-        self._abort = threading.Event()
-        self._abort_reason = ""
-        self.set_timeout(timeout_ms)
-        secure_client(self._sock, curve)
-        self._sock.connect(endpoint)
+        self.link = LinkClient(endpoint, link_preset(CXL_LINK), timeout_ms / 1000, faults,
+                               curve, context, self._error, retry, MAX_RPC_REPLY)
+        self._timeout_ms = timeout_ms
         self._pending: list[bytes] = []
 
+    def _error(self, code: int, text: str) -> Exception:
+        if code == RpcErrorCode.DEVICE_BUSY:
+            return DeviceBusyError(text)
+        return RuntimeError(f"device at {self.endpoint}: {text}")
+
     def set_timeout(self, timeout_ms: int) -> None:
-        """How long a call waits for an answer, and for progress while the device works on it
-        (each answer is due within ``HEARTBEAT_S``; the work itself may take longer)."""
+        """How long a call waits for the device's answer (retransmissions included)."""
+        self.link.set_timeout(timeout_ms / 1000)
         self._timeout_ms = timeout_ms
-        self._sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
 
-    def abort(self, reason: str) -> None:
-        """Abandon the call in progress, and every later one, with PortAbortedError(reason);
-        safe from any thread (the socket stays with the thread that uses the port)."""
-        self._abort_reason = reason
-        self._abort.set()
-
-    def _answer(self, op: RpcOp) -> bytes:
-        """The next reply, or PortTimeoutError after the timeout (PortAbortedError at once
-        when aborted)."""
-        deadline = time.monotonic() + self._timeout_ms / 1000
-        while not self._sock.poll(round(_POLL_S * 1000), zmq.POLLIN):
-            if self._abort.is_set():
-                self._broken = True
-                raise PortAbortedError(f"device at {self.endpoint}: {self._abort_reason}")
-            if time.monotonic() >= deadline:
-                self._broken = True
-                raise PortTimeoutError(f"device at {self.endpoint} did not answer {op.name} "
-                                       f"within {self._timeout_ms / 1000:g} s")
-        return self._sock.recv()
-
-    def _call(self, op: RpcOp, arg: int = 0) -> tuple[int, bytes]:
-        if self._abort.is_set():
-            self._broken = True
-            raise PortAbortedError(f"device at {self.endpoint}: {self._abort_reason}")
+    def _call(self, op: RpcOp, arg: int = 0) -> tuple[int, list[bytes]]:
         if self._broken:
             raise PortTimeoutError(f"device at {self.endpoint} stopped answering earlier; the "
                                    "port is closed")
         msgs, self._pending = self._pending, []
-        self._sock.send(encode_request(op, arg, msgs))
-        raw = self._answer(op)
-        head = REPLY.sizeof()
-        rep = REPLY.parse(raw[:head])
-        status = RpcStatus(int(rep.status))
-        cpu_ns, since = -1, time.monotonic()
-        while status == RpcStatus.PENDING:  # a heartbeat: alive; stuck unless the CPU time grows
-            now = time.monotonic()
-            if rep.value > cpu_ns:
-                cpu_ns, since = rep.value, now
-            elif now - since >= self._timeout_ms / 1000:
-                self._broken = True
-                raise PortTimeoutError(f"device at {self.endpoint} made no progress on "
-                                       f"{op.name} for {self._timeout_ms / 1000:g} s (busy "
-                                       f"{cpu_ns / 1e9:.1f} CPU s on it)")
-            self._sock.send(encode_request(RpcOp.WAIT, 0, []))
-            raw = self._answer(op)
-            rep = REPLY.parse(raw[:head])
-            status = RpcStatus(int(rep.status))
-        if status == RpcStatus.TIMEOUT:
-            raise DeviceBusyError(raw[head:].decode(errors="replace"))
-        if status != RpcStatus.OK:
-            raise RuntimeError(f"device at {self.endpoint}: {raw[head:].decode(errors='replace')}")
-        return rep.value, raw[head:]
+        try:
+            info = self.link.call(op, encode_request(arg, msgs))
+        except LinkTimeoutError:
+            self._broken = True
+            raise PortTimeoutError(f"device at {self.endpoint} did not answer {op.name} within "
+                                   f"{self._timeout_ms / 1000:g} s") from None
+        try:
+            return decode_reply(info.payload)
+        except ValueError as e:
+            raise RuntimeError(f"device at {self.endpoint}: {op.name} answer: {e}") from None
 
     def send(self, message: bytes) -> None:
+        if len(message) > MAX_PORT_MESSAGE:
+            raise ValueError(f"port message of {len(message)} bytes; the largest is "
+                             f"{MAX_PORT_MESSAGE}")
         self._pending.append(bytes(message))
+        if len(self._pending) >= MAX_BATCH_MESSAGES:
+            self._call(RpcOp.SEND)
 
     def receive(self) -> list[bytes]:
-        return _unpack_list(self._call(RpcOp.RECEIVE)[1])
+        return self._call(RpcOp.RECEIVE)[1]
 
     def advance(self, cycles: int) -> None:
-        if cycles < 0:
-            raise ValueError(f"cycles must be >= 0, got {cycles}")
+        _check_cycles(cycles)
         self._call(RpcOp.ADVANCE, cycles)
 
     def run_until_idle(self, max_cycles: int) -> int:
+        _check_cycles(max_cycles)
         return self._call(RpcOp.RUN_UNTIL_IDLE, max_cycles)[0]
 
     @property
@@ -217,116 +222,85 @@ class RemotePort(DevicePort):
     def close(self) -> None:
         if self._pending and not self._broken:
             self._call(RpcOp.SEND)
-        self._sock.close()
+        self.link.close()
 
 
-def _reply(status: RpcStatus, value: int = 0, body: bytes = b"") -> bytes:
-    return REPLY.build({"status": status, "value": value}) + body
-
-
-def _execute(port: DevicePort, op: RpcOp, arg: int, messages: list[bytes]) -> bytes:
-    """Deliver a call's messages, carry out its operation; the reply (an error reply naming
-    the problem when it fails)."""
-    try:
-        for m in messages:
-            port.send(m)
-        value, body = 0, b""
-        if op == RpcOp.RECEIVE:
-            body = _pack_list(port.receive())
-        elif op == RpcOp.ADVANCE:
-            port.advance(arg)
-        elif op == RpcOp.RUN_UNTIL_IDLE:
-            value = port.run_until_idle(arg)
-        elif op == RpcOp.CYCLE:
-            value = port.cycle
-        return _reply(RpcStatus.OK, value, body)
-    except TimeoutError as e:
-        return _reply(RpcStatus.TIMEOUT, 0, str(e).encode())
-    except Exception as e:
-        log.warning("request failed: %s", e)
-        return _reply(RpcStatus.ERROR, 0, f"{type(e).__name__}: {e}".encode())
-
-
-class _Calls:
-    """The port's calls, one at a time on a thread of their own, so the server answers
-    (PENDING, with the thread's CPU time as progress) while a long one runs."""
+class _Served:
+    """The handler of ``serve_port``: every call checked whole before the device sees any of
+    it."""
 
     def __init__(self, port: DevicePort) -> None:
-        self._port = port
-        self._jobs: queue.SimpleQueue[tuple[RpcOp, int, list[bytes]]] = queue.SimpleQueue()
-        self._done = threading.Event()
-        self._result = b""
-        self.running = False
-        thread = threading.Thread(target=self._work, name="device-calls", daemon=True)
-        thread.start()  # a daemon: a call stuck in the device does not keep the process
-        assert thread.ident is not None
-        self._clock = time.pthread_getcpuclockid(thread.ident)
-        self._cpu0 = 0
+        self.port = port
+        self.shutdown = False
 
-    def _work(self) -> None:
-        while True:
-            self._result = _execute(self._port, *self._jobs.get())
-            self._done.set()
-
-    def start(self, op: RpcOp, arg: int, messages: list[bytes]) -> bytes:
-        self.running = True
-        self._done.clear()
-        self._cpu0 = time.clock_gettime_ns(self._clock)
-        self._jobs.put((op, arg, messages))
-        return self.wait()
-
-    def wait(self) -> bytes:
-        """The running call's reply, or PENDING if it is still running after HEARTBEAT_S."""
-        if not self._done.wait(HEARTBEAT_S):
-            return _reply(RpcStatus.PENDING, time.clock_gettime_ns(self._clock) - self._cpu0)
-        self.running = False
-        return self._result
+    def __call__(self, request: Request) -> Reply:
+        try:
+            op = RpcOp(request.op)
+        except ValueError:
+            raise ServiceError(LinkErrorCode.UNKNOWN_OP, f"operation {request.op} is not a device "
+                               f"call ({', '.join(o.name for o in RpcOp)})") from None
+        try:
+            arg, messages = decode_request(request.payload)
+            if op in (RpcOp.ADVANCE, RpcOp.RUN_UNTIL_IDLE) and arg > MAX_CALL_CYCLES:
+                raise ValueError(f"{op.name} of {arg} cycles: one call runs at most "
+                                 f"{MAX_CALL_CYCLES}")
+            for i, m in enumerate(messages):
+                try:
+                    cxl.parse_message(m)
+                except Exception as e:
+                    raise ValueError(f"message {i}: {e}") from None
+        except ValueError as e:
+            raise ServiceError(RpcErrorCode.BAD_REQUEST, f"{op.name}: {e}") from None
+        value, out = 0, []
+        try:
+            for m in messages:
+                self.port.send(m)
+            if op == RpcOp.RECEIVE:
+                out = self.port.receive()
+            elif op == RpcOp.ADVANCE:
+                self.port.advance(arg)
+            elif op == RpcOp.RUN_UNTIL_IDLE:
+                value = self.port.run_until_idle(arg)
+            elif op == RpcOp.CYCLE:
+                value = self.port.cycle
+        except TimeoutError as e:
+            raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
+        except Exception as e:
+            log.warning("%s failed: %s", op.name, e)
+            raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}") from None
+        if op == RpcOp.SHUTDOWN:
+            self.shutdown = True
+        return Reply(op, encode_reply(value, out), request.arrive_ps)
 
 
 def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = None,
-               curve: CurveServerKeys | None = None, parent_pid: int | None = None) -> None:
+               curve: CurveServerKeys | None = None, parent_pid: int | None = None,
+               faults: LinkFaults | None = None) -> None:
     """Serve ``port`` at ``endpoint`` until a SHUTDOWN request (or, with ``parent_pid``, until
-    that process is gone, so a node that crashes leaves no device behind). A failing call
-    answers with an error reply naming the problem; the server goes on. A call still running
-    after HEARTBEAT_S is answered PENDING until it is done. Binds to loopback only, unless
-    CURVE keys are given (emu/link/security.py)."""
-    ctx = context or zmq.Context.instance()
-    sock = ctx.socket(zmq.REP)
-    sock.setsockopt(zmq.LINGER, 0)
-    secure_server(sock, endpoint, curve)
-    sock.bind(endpoint)
+    that process is gone, so a node that crashes leaves no device behind). A failing or
+    malformed call answers with an error naming the problem; the server goes on. Binds to
+    loopback only, unless CURVE keys are given (emu/link/security.py); ``faults`` are injected
+    at this end of the link, both directions (for tests)."""
+    handler = _Served(port)
+    server = LinkServer(endpoint, handler, link_preset(CXL_LINK), curve, context,
+                        LinkLimits(max_payload=MAX_RPC_PAYLOAD), faults)
+
+    def idle() -> bool:
+        if parent_pid is not None and os.getppid() != parent_pid:
+            log.warning("parent process %d is gone; device exits", parent_pid)
+            return True
+        return False
+
+    def handle(request: Request) -> Reply:
+        reply = handler(request)
+        if handler.shutdown:
+            server.stop()
+        return reply
+
+    server.handler = handle
     log.info("device serving at %s", endpoint)
-    calls = _Calls(port)
     try:
-        while True:
-            if not sock.poll(1000, zmq.POLLIN):
-                if parent_pid is not None and os.getppid() != parent_pid:
-                    log.warning("parent process %d is gone; device exits", parent_pid)
-                    return
-                continue
-            raw = sock.recv()
-            try:
-                op, arg, messages = decode_request(raw)
-            except Exception as e:
-                log.warning("request failed: %s", e)
-                sock.send(_reply(RpcStatus.ERROR, 0, f"{type(e).__name__}: {e}".encode()))
-                continue
-            if op == RpcOp.WAIT:
-                sock.send(calls.wait() if calls.running else _reply(
-                    RpcStatus.ERROR, 0, b"WAIT with no call in progress"))
-            elif op == RpcOp.SHUTDOWN:
-                if calls.running:  # a call stuck in the device does not stop a shutdown
-                    log.warning("shutting down with a call still running in the device")
-                    sock.send(_reply(RpcStatus.OK))
-                    return
-                sock.send(_execute(port, op, arg, messages))
-                return
-            elif calls.running:
-                sock.send(_reply(RpcStatus.ERROR, 0, f"{op.name} while an earlier call is "
-                                 "still running; WAIT for it".encode()))
-            else:
-                sock.send(calls.start(op, arg, messages))
+        server.serve(1000, idle)
     finally:
-        sock.close()
-        if not calls.running:  # else the device is still inside a call; the process ends it
-            port.close()
+        server.close()
+        port.close()

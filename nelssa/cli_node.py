@@ -92,6 +92,8 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         except ValueError as e:  # a refused bind, a bad key file
             print(f"error: {e}", file=sys.stderr)
             return 2
+        if procs is not None:
+            service.host.watch_processes(procs.dead)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: service.stop())
         print(f"NELSSA node: {len(endpoints)} {backend} devices; link {spec.name} "

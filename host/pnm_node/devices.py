@@ -5,6 +5,7 @@ CXL link model, and the device's health."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,8 +33,10 @@ FPGA_PREFIX = "fpga:"
 KV_BASE = 1 << 20
 """Device memory below this stays unused by KV (room for future firmware structures)."""
 RUN_CHUNK_CYCLES = 200_000
-"""Cycles per run call while waiting for descriptors, so one call stays well inside the port
-timeout even on the slow ``rtl`` backend."""
+"""Cycles per run call while waiting for descriptors (how long a call takes in wall time does
+not matter: a served device answers while it works, driver/remote.HEARTBEAT_S)."""
+WATCH_PERIOD_S = 0.1
+"""How often the node looks whether a device process it started has exited."""
 
 
 _RWD_BYTES = len(cxl_msg.mem_wr(0, 0, bytes(LINE_BYTES)))
@@ -173,10 +176,22 @@ class DeviceSlot:
         try:
             return fn(self)
         except (PortTimeoutError, zmq.ZMQError) as e:
-            self.alive = False
-            self.error = str(e)
-            log.error("device %d marked down: %s", self.index, e)
+            if self.alive:  # the first reason stays (mark_down may have given it)
+                self.alive = False
+                self.error = str(e)
+                log.error("device %d marked down: %s", self.index, e)
             raise DeviceUnreachableError(self.down_message()) from e
+
+    def mark_down(self, reason: str) -> None:
+        """The device is gone (e.g. its process exited): down from now on, and the call it is
+        in, if any, fails at once. Safe from any thread."""
+        if not self.alive:
+            return
+        self.error = reason
+        self.alive = False
+        log.error("device %d marked down: %s", self.index, reason)
+        if isinstance(self.remote, RemotePort):
+            self.remote.abort(reason)
 
     def down_message(self) -> str:
         return f"device {self.index} at {self.endpoint} is down: {self.error}"
@@ -227,3 +242,26 @@ class DeviceSlot:
         except Exception as e:
             log.warning("closing device %d: %s", self.index, e)
         self._exec.shutdown(wait=False)
+
+
+class ProcessWatch:
+    """Marks a device down as soon as its process exits, for the device processes the node
+    started: ``exited()`` gives (slot index, exit status) of those that have (emu/launcher.py
+    DeviceProcesses.dead)."""
+
+    def __init__(self, slots: list[DeviceSlot], exited: Callable[[], list[tuple[int, int]]],
+                 period_s: float = WATCH_PERIOD_S) -> None:
+        self._slots, self._exited, self._period_s = slots, exited, period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="device-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            for index, status in self._exited():
+                how = f"signal {-status}" if status < 0 else f"status {status}"
+                self._slots[index].mark_down(f"its process exited ({how})")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -34,7 +34,12 @@ from nelssa.emu.link.model import PS_PER_NS, link_preset
 from nelssa.emu.link.transport import Reply, Request, ServiceError
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.aggregate import merge_partials
-from nelssa.host.pnm_node.devices import BatchResult, DeviceSlot, DeviceUnreachableError
+from nelssa.host.pnm_node.devices import (
+    BatchResult,
+    DeviceSlot,
+    DeviceUnreachableError,
+    ProcessWatch,
+)
 from nelssa.host.pnm_node.partition import HeadKv, Session, Shard, head_devices, shard_tokens
 from nelssa.host.pnm_node.protocol import NodeErrorCode, NodeOp, Partition
 
@@ -111,6 +116,7 @@ class NelssaHost:
         self.requests = self.errors = 0
         self._busy_until = [0] * len(self.slots)  # emulated time each device is free again
         self.stop_requested = False
+        self._watch: ProcessWatch | None = None
         self.link_counters: Callable[[], tuple[int, int]] = lambda: (0, 0)
         """(bad frames, duplicates) of the link server, set by whoever serves this host."""
         self._ps_per_cycle = 1e6 / config.core_clock_mhz
@@ -196,10 +202,12 @@ class NelssaHost:
                             f"{h} is already allocated")
         if q.max_clusters < 1 or q.max_tokens < 1:
             raise _fail(NodeErrorCode.BAD_REQUEST, "max_clusters and max_tokens must be >= 1")
-        n = len(self.slots)
+        up = [sl.index for sl in self.slots if sl.alive]  # new KV goes to the devices up
+        if not up:
+            self._need_alive(set(range(len(self.slots))))
         max_ct = self.slots[0].dev.caps["max_cluster_tokens"]
-        tokens = shard_tokens(s.partition, q.max_tokens, n, max_ct)
-        want = [(h, d) for h in heads for d in head_devices(s.partition, h, n)]
+        tokens = shard_tokens(s.partition, q.max_tokens, len(up), max_ct)
+        want = [(h, d) for h in heads for d in head_devices(s.partition, h, up)]
         self._need_alive({d for _, d in want})
 
         def alloc(slot: DeviceSlot, h: int) -> Any:
@@ -224,7 +232,7 @@ class NelssaHost:
             raise failure
         placement = []
         for h in heads:
-            shards = [Shard(d, got[(h, d)]) for d in head_devices(s.partition, h, n)]
+            shards = [Shard(d, got[(h, d)]) for d in head_devices(s.partition, h, up)]
             head = HeadKv(shards)
             s.kv[(q.layer, h)] = head
             placement.append({"kv_head": h, "devices": head.device_mask})
@@ -426,6 +434,13 @@ class NelssaHost:
         self.stop_requested = True
         return self._reply(NodeOp.SHUTDOWN, b"", r)
 
+    def watch_processes(self, exited: Callable[[], list[tuple[int, int]]]) -> None:
+        """Mark a device down as soon as its process exits (processes the node started:
+        ``exited`` is emu/launcher.py DeviceProcesses.dead)."""
+        self._watch = ProcessWatch(self.slots, exited)
+
     def close(self, shutdown_devices: bool = False) -> None:
+        if self._watch is not None:  # the devices are asked to exit now
+            self._watch.stop()
         for sl in self.slots:
             sl.close(shutdown_devices)

@@ -9,6 +9,7 @@ a shard sized ceil(max_tokens / N) + one cluster always has room.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nelssa.driver.memory import KvRegion
@@ -70,11 +71,12 @@ class Session:
     """By (layer, KV head)."""
 
 
-def head_devices(partition: Partition, kv_head: int, devices: int) -> list[int]:
-    """The devices that hold a KV head."""
+def head_devices(partition: Partition, kv_head: int, devices: Sequence[int]) -> list[int]:
+    """The devices that hold a KV head, among ``devices`` (those up when it is allocated: a
+    device that is down takes no new KV, so what was lost with it goes to the survivors)."""
     if partition == Partition.HEAD:
-        return [kv_head % devices]
-    return list(range(devices))
+        return [devices[kv_head % len(devices)]]
+    return list(devices)
 
 
 def shard_tokens(partition: Partition, max_tokens: int, devices: int,
