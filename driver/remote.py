@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import struct
+import threading
+import time
+from collections.abc import Callable
 from enum import IntEnum
 
 import zmq
-from construct import GreedyBytes, GreedyRange, Int32ul, Int64ul, Prefixed, Struct
+from construct import Enum, GreedyBytes, GreedyRange, Int8ul, Int32ul, Int64ul, Prefixed, Struct
 
 from nelssa.driver import cxl
 from nelssa.driver.port import DevicePort
@@ -53,6 +57,18 @@ class RpcOp(IntEnum):
     """Deliver, then reply with the device's cycle count."""
     SHUTDOWN = 5
     """Stop the server."""
+    WAIT = 6
+    """Wait for the call answered PENDING (up to ``HEARTBEAT_S``); reply with its result, or
+    PENDING again."""
+
+
+class RpcStatus(IntEnum):
+    """What a REPLY frame says (a failed call is an ERROR frame instead: ``RpcErrorCode``)."""
+
+    OK = 0
+    PENDING = 1
+    """The call is still running (a heartbeat): ``value`` is the CPU time in ns the device has
+    spent on it so far; ask again with WAIT."""
 
 
 class RpcErrorCode(IntEnum):
@@ -60,22 +76,32 @@ class RpcErrorCode(IntEnum):
 
     BAD_REQUEST = 100
     """A call that cannot be served as sent (payload, argument range, a message that does not
-    parse); nothing was delivered."""
+    parse, a call while another runs); nothing was delivered."""
     DEVICE_ERROR = 101
     """The device refused or failed the call."""
     DEVICE_BUSY = 102
     """The device ran the cycles it was given and is still busy."""
 
 
+HEARTBEAT_S = 0.1
+"""A call still running after this long is answered PENDING, and so is each WAIT after it: a
+device answers within this whatever its work costs, so a client judges liveness by answers
+and progress, never by how long legitimate work takes."""
+_POLL_S = 0.05
+"""How often a waiting client looks whether its call was abandoned (``RemotePort.abort``)."""
+
 MESSAGES = GreedyRange(Prefixed(Int32ul, GreedyBytes))
 """A list of port messages: u32 length, bytes; repeated to the end."""
 RPC_REQUEST = Struct("arg" / Int64ul, "messages" / MESSAGES)
 """A call: its argument (cycles for ADVANCE and RUN_UNTIL_IDLE), then the messages to deliver
 first."""
-RPC_REPLY = Struct("value" / Int64ul, "messages" / MESSAGES)
-"""An answer: a value (cycles run, the cycle count), then the device's messages (RECEIVE)."""
+RPC_REPLY = Struct("status" / Enum(Int8ul, RpcStatus), "value" / Int64ul, "messages" / MESSAGES)
+"""An answer: a status, a value (cycles run, the cycle count, CPU ns while PENDING), then the
+device's messages (RECEIVE)."""
 _ARG = struct.Struct("<Q")
-"""RPC_REQUEST and RPC_REPLY's head for ``struct``, the per-call path (tests hold it to them)."""
+"""RPC_REQUEST's head for ``struct``, the per-call path (tests hold it to the spec)."""
+_REPLY_HEAD = struct.Struct("<BQ")
+"""RPC_REPLY's head for ``struct``."""
 _LEN = struct.Struct("<I")
 
 MAX_CALL_CYCLES = 1 << 24
@@ -88,10 +114,11 @@ MAX_PORT_MESSAGE = 1 + max(s.sizeof() for s in (cxl.M2S_REQ, cxl.M2S_RWD, cxl.S2
 """The largest port message (driver/cxl.py: a channel byte and the largest body)."""
 MAX_RPC_PAYLOAD = _ARG.size + MAX_BATCH_MESSAGES * (_LEN.size + MAX_PORT_MESSAGE)
 """The largest legal call; the server refuses a larger message before reading it."""
-MAX_RPC_REPLY = _ARG.size + (1 << 16) * (_LEN.size + MAX_PORT_MESSAGE)
+MAX_RPC_REPLY = _REPLY_HEAD.size + (1 << 16) * (_LEN.size + MAX_PORT_MESSAGE)
 """The largest legal answer: a response for each of the 2^16 tags a host can have out."""
-RPC_RETRY = RetryPolicy(rto_s=0.1, max_rto_s=1.0)
-"""Device calls are short: a lost one is sent again after 0.1 s."""
+RPC_RETRY = RetryPolicy(rto_s=2 * HEARTBEAT_S, max_rto_s=1.0)
+"""Every call is answered within a heartbeat: one lost is sent again after two, until the
+round trips measured say sooner."""
 
 
 def _pack_list(items: list[bytes]) -> bytes:
@@ -127,15 +154,23 @@ def decode_request(data: bytes) -> tuple[int, list[bytes]]:
     return _ARG.unpack_from(data)[0], _unpack_list(data, _ARG.size, MAX_BATCH_MESSAGES)
 
 
-def encode_reply(value: int, messages: list[bytes]) -> bytes:
-    return _ARG.pack(value) + _pack_list(messages)
+def encode_reply(value: int, messages: list[bytes], status: RpcStatus = RpcStatus.OK
+                 ) -> bytes:
+    """An ``RPC_REPLY`` payload."""
+    return _REPLY_HEAD.pack(status, value) + _pack_list(messages)
 
 
-def decode_reply(data: bytes) -> tuple[int, list[bytes]]:
-    if len(data) < _ARG.size:
-        raise ValueError(f"answer of {len(data)} bytes is shorter than its {_ARG.size}-byte "
-                         "value")
-    return _ARG.unpack_from(data)[0], _unpack_list(data, _ARG.size)
+def decode_reply(data: bytes) -> tuple[RpcStatus, int, list[bytes]]:
+    """(status, value, messages) of an ``RPC_REPLY``; ValueError naming what is wrong."""
+    if len(data) < _REPLY_HEAD.size:
+        raise ValueError(f"answer of {len(data)} bytes is shorter than its "
+                         f"{_REPLY_HEAD.size}-byte head")
+    status, value = _REPLY_HEAD.unpack_from(data)
+    try:
+        status = RpcStatus(status)
+    except ValueError:
+        raise ValueError(f"answer with unknown status {status}") from None
+    return status, value, _unpack_list(data, _REPLY_HEAD.size)
 
 
 def _check_cycles(cycles: int) -> None:
@@ -146,6 +181,11 @@ def _check_cycles(cycles: int) -> None:
 class PortTimeoutError(TimeoutError):
     """The device process did not answer within the port's timeout (it may have died); the
     port cannot be used again."""
+
+
+class PortAbortedError(PortTimeoutError):
+    """The call was abandoned from another thread (``RemotePort.abort``: its device process
+    exited); the port cannot be used again."""
 
 
 class DeviceBusyError(TimeoutError):
@@ -161,6 +201,8 @@ class RemotePort(DevicePort):
                  faults: LinkFaults | None = None, retry: RetryPolicy = RPC_RETRY) -> None:
         self.endpoint = endpoint
         self._broken = False
+        self._abort = threading.Event()
+        self._abort_reason = ""
         self.link = LinkClient(endpoint, link_preset(CXL_LINK), timeout_ms / 1000, faults,
                                curve, context, self._error, retry, MAX_RPC_REPLY)
         self._timeout_ms = timeout_ms
@@ -172,25 +214,62 @@ class RemotePort(DevicePort):
         return RuntimeError(f"device at {self.endpoint}: {text}")
 
     def set_timeout(self, timeout_ms: int) -> None:
-        """How long a call waits for the device's answer (retransmissions included)."""
+        """How long a call waits for an answer (retransmissions included), and for progress
+        while the device works on it (each answer is due within ``HEARTBEAT_S``; the work
+        itself may take longer)."""
         self.link.set_timeout(timeout_ms / 1000)
         self._timeout_ms = timeout_ms
 
+    def abort(self, reason: str) -> None:
+        """Abandon the call in progress, and every later one, with PortAbortedError(reason);
+        safe from any thread (the socket stays with the thread that uses the port)."""
+        self._abort_reason = reason
+        self._abort.set()
+
+    def _aborted(self) -> PortAbortedError:
+        self._broken = True
+        return PortAbortedError(f"device at {self.endpoint}: {self._abort_reason}")
+
+    def _exchange(self, op: RpcOp, call: RpcOp, payload: bytes) -> tuple[RpcStatus, int,
+                                                                          list[bytes]]:
+        """One request and its answer, for ``call``: PortTimeoutError after the timeout,
+        PortAbortedError at once when aborted."""
+        pending = self.link.request(op, payload)
+        while not pending.wait(_POLL_S):
+            if self._abort.is_set():
+                self.link.forget(pending)
+                raise self._aborted()
+        try:
+            info = pending.result()
+        except LinkTimeoutError:
+            self._broken = True
+            raise PortTimeoutError(f"device at {self.endpoint} did not answer {call.name} "
+                                   f"within {self._timeout_ms / 1000:g} s") from None
+        try:
+            return decode_reply(info.payload)
+        except ValueError as e:
+            raise RuntimeError(f"device at {self.endpoint}: {call.name} answer: {e}") from None
+
     def _call(self, op: RpcOp, arg: int = 0) -> tuple[int, list[bytes]]:
+        if self._abort.is_set():
+            raise self._aborted()
         if self._broken:
             raise PortTimeoutError(f"device at {self.endpoint} stopped answering earlier; the "
                                    "port is closed")
         msgs, self._pending = self._pending, []
-        try:
-            info = self.link.call(op, encode_request(arg, msgs))
-        except LinkTimeoutError:
-            self._broken = True
-            raise PortTimeoutError(f"device at {self.endpoint} did not answer {op.name} within "
-                                   f"{self._timeout_ms / 1000:g} s") from None
-        try:
-            return decode_reply(info.payload)
-        except ValueError as e:
-            raise RuntimeError(f"device at {self.endpoint}: {op.name} answer: {e}") from None
+        status, value, out = self._exchange(op, op, encode_request(arg, msgs))
+        cpu_ns, since = -1, time.monotonic()
+        while status == RpcStatus.PENDING:  # a heartbeat: alive; stuck unless the CPU time grows
+            now = time.monotonic()
+            if value > cpu_ns:
+                cpu_ns, since = value, now
+            elif now - since >= self._timeout_ms / 1000:
+                self._broken = True
+                raise PortTimeoutError(f"device at {self.endpoint} made no progress on "
+                                       f"{op.name} for {self._timeout_ms / 1000:g} s (busy "
+                                       f"{cpu_ns / 1e9:.1f} CPU s on it)")
+            status, value, out = self._exchange(RpcOp.WAIT, op, encode_request(0, []))
+        return value, out
 
     def send(self, message: bytes) -> None:
         if len(message) > MAX_PORT_MESSAGE:
@@ -220,18 +299,104 @@ class RemotePort(DevicePort):
         self._call(RpcOp.SHUTDOWN)
 
     def close(self) -> None:
-        if self._pending and not self._broken:
+        if self._pending and not self._broken and not self._abort.is_set():
             self._call(RpcOp.SEND)
         self.link.close()
 
 
-class _Served:
-    """The handler of ``serve_port``: every call checked whole before the device sees any of
-    it."""
+def _check_call(op: RpcOp, payload: bytes) -> tuple[int, list[bytes]]:
+    """A call's (arg, messages), checked whole before the device sees any of it."""
+    try:
+        arg, messages = decode_request(payload)
+        if op in (RpcOp.ADVANCE, RpcOp.RUN_UNTIL_IDLE) and arg > MAX_CALL_CYCLES:
+            raise ValueError(f"{op.name} of {arg} cycles: one call runs at most "
+                             f"{MAX_CALL_CYCLES}")
+        for i, m in enumerate(messages):
+            try:
+                cxl.parse_message(m)
+            except Exception as e:
+                raise ValueError(f"message {i}: {e}") from None
+    except ValueError as e:
+        raise ServiceError(RpcErrorCode.BAD_REQUEST, f"{op.name}: {e}") from None
+    return arg, messages
+
+
+def _execute(port: DevicePort, op: RpcOp, arg: int, messages: list[bytes]) -> bytes:
+    """Deliver a call's messages and carry out its operation: the reply payload, or
+    ServiceError naming what failed."""
+    value, out = 0, []
+    try:
+        for m in messages:
+            port.send(m)
+        if op == RpcOp.RECEIVE:
+            out = port.receive()
+        elif op == RpcOp.ADVANCE:
+            port.advance(arg)
+        elif op == RpcOp.RUN_UNTIL_IDLE:
+            value = port.run_until_idle(arg)
+        elif op == RpcOp.CYCLE:
+            value = port.cycle
+    except TimeoutError as e:
+        raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
+    except Exception as e:
+        log.warning("%s failed: %s", op.name, e)
+        raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}") from None
+    return encode_reply(value, out)
+
+
+class _Calls:
+    """The port's calls, one at a time on a thread of their own, so the server answers
+    (PENDING, with the thread's CPU time as progress) while a long one runs."""
 
     def __init__(self, port: DevicePort) -> None:
+        self._port = port
+        self._jobs: queue.SimpleQueue[tuple[RpcOp, int, list[bytes]]] = queue.SimpleQueue()
+        self._done = threading.Event()
+        self._result: bytes | ServiceError = b""
+        self.running = False
+        thread = threading.Thread(target=self._work, name="device-calls", daemon=True)
+        thread.start()  # a daemon: a call stuck in the device does not keep the process
+        assert thread.ident is not None
+        self._clock = time.pthread_getcpuclockid(thread.ident)
+        self._cpu0 = 0
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                self._result = _execute(self._port, *job)
+            except ServiceError as e:
+                self._result = e
+            except Exception as e:  # _execute classifies; this keeps the worker alive
+                self._result = ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}")
+            self._done.set()
+
+    def start(self, op: RpcOp, arg: int, messages: list[bytes]) -> bytes:
+        self.running = True
+        self._done.clear()
+        self._cpu0 = time.clock_gettime_ns(self._clock)
+        self._jobs.put((op, arg, messages))
+        return self.wait()
+
+    def wait(self) -> bytes:
+        """The running call's reply (or its ServiceError), or PENDING if it is still running
+        after HEARTBEAT_S."""
+        if not self._done.wait(HEARTBEAT_S):
+            cpu = time.clock_gettime_ns(self._clock) - self._cpu0
+            return encode_reply(max(0, cpu), [], RpcStatus.PENDING)
+        self.running = False
+        if isinstance(self._result, ServiceError):
+            raise self._result
+        return self._result
+
+
+class _Served:
+    """The handler of ``serve_port``."""
+
+    def __init__(self, port: DevicePort, on_shutdown: Callable[[], None]) -> None:
         self.port = port
-        self.shutdown = False
+        self.calls = _Calls(port)
+        self._on_shutdown = on_shutdown
 
     def __call__(self, request: Request) -> Reply:
         try:
@@ -239,38 +404,24 @@ class _Served:
         except ValueError:
             raise ServiceError(LinkErrorCode.UNKNOWN_OP, f"operation {request.op} is not a device "
                                f"call ({', '.join(o.name for o in RpcOp)})") from None
-        try:
-            arg, messages = decode_request(request.payload)
-            if op in (RpcOp.ADVANCE, RpcOp.RUN_UNTIL_IDLE) and arg > MAX_CALL_CYCLES:
-                raise ValueError(f"{op.name} of {arg} cycles: one call runs at most "
-                                 f"{MAX_CALL_CYCLES}")
-            for i, m in enumerate(messages):
-                try:
-                    cxl.parse_message(m)
-                except Exception as e:
-                    raise ValueError(f"message {i}: {e}") from None
-        except ValueError as e:
-            raise ServiceError(RpcErrorCode.BAD_REQUEST, f"{op.name}: {e}") from None
-        value, out = 0, []
-        try:
-            for m in messages:
-                self.port.send(m)
-            if op == RpcOp.RECEIVE:
-                out = self.port.receive()
-            elif op == RpcOp.ADVANCE:
-                self.port.advance(arg)
-            elif op == RpcOp.RUN_UNTIL_IDLE:
-                value = self.port.run_until_idle(arg)
-            elif op == RpcOp.CYCLE:
-                value = self.port.cycle
-        except TimeoutError as e:
-            raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
-        except Exception as e:
-            log.warning("%s failed: %s", op.name, e)
-            raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}") from None
-        if op == RpcOp.SHUTDOWN:
-            self.shutdown = True
-        return Reply(op, encode_reply(value, out), request.arrive_ps)
+        arg, messages = _check_call(op, request.payload)
+        if op == RpcOp.WAIT:
+            if not self.calls.running:
+                raise ServiceError(RpcErrorCode.BAD_REQUEST, "WAIT with no call in progress")
+            body = self.calls.wait()
+        elif op == RpcOp.SHUTDOWN:
+            if self.calls.running:  # a call stuck in the device does not stop a shutdown
+                log.warning("shutting down with a call still running in the device")
+                body = encode_reply(0, [])
+            else:
+                body = _execute(self.port, op, arg, messages)
+            self._on_shutdown()  # the server stops after this reply
+        elif self.calls.running:
+            raise ServiceError(RpcErrorCode.BAD_REQUEST, f"{op.name} while an earlier call is "
+                               "still running; WAIT for it")
+        else:
+            body = self.calls.start(op, arg, messages)
+        return Reply(op, body, request.arrive_ps)
 
 
 def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = None,
@@ -278,10 +429,11 @@ def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = No
                faults: LinkFaults | None = None) -> None:
     """Serve ``port`` at ``endpoint`` until a SHUTDOWN request (or, with ``parent_pid``, until
     that process is gone, so a node that crashes leaves no device behind). A failing or
-    malformed call answers with an error naming the problem; the server goes on. Binds to
+    malformed call answers with an error naming the problem; the server goes on. A call still
+    running after HEARTBEAT_S is answered PENDING until it is done. Binds to
     loopback only, unless CURVE keys are given (emu/link/security.py); ``faults`` are injected
     at this end of the link, both directions (for tests)."""
-    handler = _Served(port)
+    handler = _Served(port, lambda: server.stop())
     server = LinkServer(endpoint, handler, link_preset(CXL_LINK), curve, context,
                         LinkLimits(max_payload=MAX_RPC_PAYLOAD), faults)
 
@@ -291,16 +443,10 @@ def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = No
             return True
         return False
 
-    def handle(request: Request) -> Reply:
-        reply = handler(request)
-        if handler.shutdown:
-            server.stop()
-        return reply
-
-    server.handler = handle
     log.info("device serving at %s", endpoint)
     try:
         server.serve(1000, idle)
     finally:
         server.close()
-        port.close()
+        if not handler.calls.running:  # else the device is still inside a call; exit ends it
+            port.close()

@@ -13,6 +13,7 @@ import zmq
 
 from nelssa.emu.link.frame import (
     FRAME_HEADER,
+    HEADER_BYTES,
     Frame,
     FrameError,
     FrameKind,
@@ -44,12 +45,19 @@ from nelssa.emu.link.transport import (
     RemoteError,
     Reply,
     Request,
+    RetryPolicy,
     ServiceError,
 )
 
 FRAME = Frame(FrameKind.REQUEST, 6, 7, 0, 1_500_000, b"\x01\x02\x03")
 HEADER = bytes.fromhex("4e4c4e4b" "01" "01" "0600" "07000000" "00000000" "60e3160000000000"
                        "03000000" "4db5c97e")
+
+
+def _resealed(header: bytes, payload: bytes = b"\x01\x02\x03") -> bytes:
+    """``header`` with the CRC it would have, so a check after the checksum's is reached."""
+    crc = zlib.crc32(payload, zlib.crc32(header[:28] + bytes(4)))
+    return header[:28] + crc.to_bytes(4, "little")
 
 
 def test_frame_literal_bytes_round_trip() -> None:
@@ -72,8 +80,10 @@ def test_frame_literal_bytes_round_trip() -> None:
     ([b"XXXX" + HEADER[4:], b"\x01\x02\x03"], LinkErrorCode.MALFORMED_FRAME, "magic"),
     ([HEADER[:4] + b"\x09" + HEADER[5:], b"\x01\x02\x03"], LinkErrorCode.MALFORMED_FRAME,
      "version 9"),
-    ([HEADER[:5] + b"\x63" + HEADER[6:], b"\x01\x02\x03"], LinkErrorCode.MALFORMED_FRAME,
-     "kind 99"),
+    ([_resealed(HEADER[:5] + b"\x63" + HEADER[6:]), b"\x01\x02\x03"],
+     LinkErrorCode.MALFORMED_FRAME, "kind 99"),
+    ([_resealed(HEADER[:16] + bytes([255] * 8) + HEADER[24:]), b"\x01\x02\x03"],
+     LinkErrorCode.FIELD_RANGE, "emulated time 18446744073709551615 ps"),
     ([HEADER, b"\x01\x02"], LinkErrorCode.MALFORMED_FRAME, "announces 3 payload bytes"),
     ([HEADER, b"\x01\x02\x04"], LinkErrorCode.CHECKSUM, "checksum mismatch on frame 7"),
     ([HEADER[:16] + b"\x61" + HEADER[17:], b"\x01\x02\x03"], LinkErrorCode.CHECKSUM,
@@ -128,16 +138,37 @@ def test_fault_injector_is_seeded_and_counts() -> None:
     parts = encode_frame(FRAME)
     with pytest.raises(ValueError, match="drop must be a probability"):
         LinkFaults(drop=1.5)
+    with pytest.raises(ValueError, match="late_ms must be >= 0 and finite"):
+        LinkFaults(late_ms=float("nan"))
     assert FaultInjector(LinkFaults(drop=1.0)).apply(parts) == []
     assert FaultInjector(LinkFaults(duplicate=1.0)).apply(parts) == [parts, parts]
-    (bad,) = FaultInjector(LinkFaults(corrupt=1.0)).apply(parts)
-    with pytest.raises(FrameError) as e:
-        decode_frame(bad)
-    assert e.value.code == LinkErrorCode.CHECKSUM
     a = FaultInjector(LinkFaults(drop=0.5, seed=3))
     b = FaultInjector(LinkFaults(drop=0.5, seed=3))
     assert [len(a.apply(parts)) for _ in range(50)] == [len(b.apply(parts)) for _ in range(50)]
     assert 0 < a.dropped < 50
+    # a late frame is held back, then delivered with what travels with it
+    late = FaultInjector(LinkFaults(late=1.0, late_ms=20))
+    assert late.apply(parts, "peer") == [] and late.next_due() is not None
+    assert late.due() == []
+    time.sleep(0.03)
+    assert late.due() == [(parts, "peer")] and late.next_due() is None
+
+
+def test_every_corruption_is_refused() -> None:
+    """One changed byte anywhere in a frame (header or payload) never passes decode_frame; the
+    injector counts exactly the damaged frames it delivered."""
+    frames = [encode_frame(Frame(FrameKind.REQUEST, 3, i, i, i * 1000, bytes(range(i % 97))))
+              for i in range(1, 400)]
+    inj = FaultInjector(LinkFaults(corrupt=1.0, duplicate=0.3, late=0.2, late_ms=0, seed=5))
+    out = [c for f in frames for c in inj.apply(f)] + [c for c, _ in inj.due(everything=True)]
+    codes = []
+    for copy in out:
+        with pytest.raises(FrameError) as e:
+            decode_frame(copy)
+        codes.append(e.value.code)
+    assert inj.corrupted == len(out) == len(frames) + inj.duplicated
+    assert {LinkErrorCode.CHECKSUM, LinkErrorCode.MALFORMED_FRAME} == set(codes)
+    assert codes.count(LinkErrorCode.CHECKSUM) > len(codes) // 2
 
 
 @pytest.mark.parametrize("endpoint, loop", [
@@ -165,6 +196,8 @@ def _echo(request: Request) -> Reply:
         raise ServiceError(150, f"op 9 refused ({len(request.payload)} bytes)")
     if request.op == 8:
         raise KeyError("boom")
+    if request.op == 7:  # a reply time beyond what a frame header holds
+        return Reply(7, b"", 2**64)
     return Reply(request.op, request.payload[::-1], request.arrive_ps + 1000)
 
 
@@ -217,12 +250,17 @@ def test_errors_reach_the_caller_and_the_server_goes_on(served: _Served) -> None
         with pytest.raises(RemoteError, match="KeyError: 'boom'") as e:
             client.call(8, b"")
         assert e.value.code == LinkErrorCode.INTERNAL
-        # a corrupted frame is refused by checksum; a duplicated one is served once
+        # a damaged frame is refused and sent again; a link that damages every copy fails the
+        # request after RetryPolicy.max_refusals + 1 of them
         bad = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=5,
-                         faults=LinkFaults(corrupt=1.0))
-        with pytest.raises(RemoteError, match="checksum mismatch") as e:
+                         faults=LinkFaults(corrupt=1.0), retry=RetryPolicy(max_refusals=3))
+        with pytest.raises(RemoteError, match=r"checksum mismatch: 4 damaged copies of frame 1 "
+                           r"to ipc://.*, given up \(the last: ") as e:
             bad.call(1, b"payload")
         assert e.value.code == LinkErrorCode.CHECKSUM
+        # every damaged copy, either way, was caught by a check
+        assert bad.faults_out.corrupted == served.server.frames_bad >= 1
+        assert bad.faults_in.corrupted == bad.frames_bad
         bad.close()
         dup = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=5,
                          faults=LinkFaults(duplicate=1.0))
@@ -274,3 +312,54 @@ def test_curve_over_tcp(tmp_path: Path) -> None:
         plain.close()
     finally:
         s.close()
+
+
+def _raw_dealer(endpoint: str) -> zmq.Socket:
+    raw = zmq.Context.instance().socket(zmq.DEALER)
+    raw.setsockopt(zmq.RCVTIMEO, 5000)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(endpoint)
+    return raw
+
+
+def test_no_frame_stops_the_server(served: _Served) -> None:
+    """Defect 2 of issue 20: a well-formed request whose emulated time is 2^64 - 1 made the
+    server raise struct.error packing its reply, and the node exited."""
+    raw = _raw_dealer(served.server.endpoint)
+    try:
+        raw.send_multipart(encode_frame(Frame(FrameKind.REQUEST, 1, 1, 0, 2**64 - 1, b"abc")))
+        frame = decode_frame(raw.recv_multipart())
+        assert (frame.kind, frame.ref) == (FrameKind.ERROR, 1)
+        code, text = parse_error(frame.payload)
+        assert code == LinkErrorCode.FIELD_RANGE
+        assert "emulated time 18446744073709551615 ps" in text
+        # garbage of every shape: each gets an error frame, none stops the server
+        for parts in ([b""], [b"", b""], [b"x"] * 3, [bytes(HEADER_BYTES), b""],
+                      [HEADER, b"\x01\x02\x03", b"more"]):
+            raw.send_multipart(parts)
+            frame = decode_frame(raw.recv_multipart())
+            assert frame.kind == FrameKind.ERROR
+            assert parse_error(frame.payload)[0] == LinkErrorCode.MALFORMED_FRAME
+        # frames a server does not take: a reply, an error, sequence number 0
+        for bad, words in ((Frame(FrameKind.REPLY, 1, 2, 0, 0, b""), "REPLY frame"),
+                           (Frame(FrameKind.ERROR, 1, 2, 0, 0, b""), "ERROR frame"),
+                           (Frame(FrameKind.REQUEST, 1, 0, 0, 0, b""), "sequence number 0")):
+            raw.send_multipart(encode_frame(bad))
+            frame = decode_frame(raw.recv_multipart())
+            assert frame.kind == FrameKind.ERROR
+            code, text = parse_error(frame.payload)
+            assert code == LinkErrorCode.FIELD_RANGE and words in text
+        # a handler's reply time that the header cannot hold is an error reply, not a crash
+        raw.send_multipart(encode_frame(Frame(FrameKind.REQUEST, 7, 2, 0, 0, b"")))
+        frame = decode_frame(raw.recv_multipart())
+        code, text = parse_error(frame.payload)
+        assert (frame.kind, code) == (FrameKind.ERROR, LinkErrorCode.FIELD_RANGE)
+        assert "reply time" in text
+    finally:
+        raw.close()
+    assert served.thread.is_alive()
+    client = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=5)
+    try:
+        assert client.call(1, b"xyz").payload == b"zyx"
+    finally:
+        client.close()

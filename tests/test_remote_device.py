@@ -5,24 +5,66 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
+import zmq
 
+from nelssa.driver import cxl, regs
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.memory import MemoryApi
-from nelssa.driver.remote import RemotePort, RpcOp, decode_request, encode_request
+from nelssa.driver.remote import (
+    MAX_BATCH_MESSAGES,
+    MAX_PORT_MESSAGE,
+    MAX_RPC_PAYLOAD,
+    RPC_REPLY,
+    RPC_REQUEST,
+    RemotePort,
+    RpcErrorCode,
+    RpcOp,
+    RpcStatus,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+)
+from nelssa.emu.link.frame import (
+    HEADER_BYTES,
+    Frame,
+    FrameKind,
+    LinkErrorCode,
+    decode_frame,
+    encode_frame,
+    parse_error,
+)
 from nelssa.hw.model.device import ModelDevice
 
 
-def test_request_envelope_round_trip():
-    raw = encode_request(RpcOp.ADVANCE, 77, [b"ab", b"", b"xyz"])
-    assert raw == bytes.fromhex("02" "4d00000000000000" "02000000") + b"ab" + bytes(4) + \
+def test_call_payloads_literal_bytes():
+    raw = encode_request(77, [b"ab", b"", b"xyz"])
+    assert raw == bytes.fromhex("4d00000000000000" "02000000") + b"ab" + bytes(4) + \
         bytes.fromhex("03000000") + b"xyz"
-    assert decode_request(raw) == (RpcOp.ADVANCE, 77, [b"ab", b"", b"xyz"])
+    assert decode_request(raw) == (77, [b"ab", b"", b"xyz"])
+    # the struct path is the construct spec
+    assert RPC_REQUEST.build({"arg": 77, "messages": [b"ab", b"", b"xyz"]}) == raw
+    rep = encode_reply(5, [b"q"], RpcStatus.PENDING)
+    assert rep == bytes.fromhex("01" "0500000000000000" "01000000") + b"q"
+    assert RPC_REPLY.build({"status": RpcStatus.PENDING, "value": 5, "messages": [b"q"]}) == rep
+    assert decode_reply(rep) == (RpcStatus.PENDING, 5, [b"q"])
+    assert decode_reply(encode_reply(2**64 - 1, [])) == (RpcStatus.OK, 2**64 - 1, [])
+    with pytest.raises(ValueError, match="unknown status 7"):
+        decode_reply(b"\x07" + bytes(8))
     with pytest.raises(ValueError, match="truncated"):
         decode_request(raw[:-1])
+    with pytest.raises(ValueError, match="shorter than its 8-byte argument"):
+        decode_request(b"\x01")
+    with pytest.raises(ValueError, match="more than 4096 messages"):
+        decode_request(encode_request(0, [b""] * (MAX_BATCH_MESSAGES + 1)))
+    # the largest legal call: a full batch of the largest port message
+    assert MAX_PORT_MESSAGE == 1 + 83  # an M2S RwD
+    assert len(encode_request(0, [bytes(MAX_PORT_MESSAGE)] * 4096)) == MAX_RPC_PAYLOAD
 
 
 def _run(port) -> tuple[np.ndarray, np.ndarray, int]:
@@ -69,3 +111,103 @@ def test_served_device_matches_in_process_model(tmp_path, backend):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _peak_rss(pid: int) -> int:
+    """Peak resident memory of a process, bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    """A `nelssa device serve` process (model backend) and its endpoint."""
+    endpoint = f"ipc://{tmp_path_factory.mktemp('dev')}/dev"
+    proc = subprocess.Popen([sys.executable, "-m", "nelssa.cli", "device", "serve",
+                             "--backend", "model", "--endpoint", endpoint],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = RemotePort(endpoint, timeout_ms=30_000)
+    port.cycle  # noqa: B018 - wait until it serves
+    yield proc, endpoint, port
+    port.close()
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _raw(endpoint: str, kind: int) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(endpoint)
+    return sock
+
+
+def test_malformed_messages_do_not_stop_the_server(device):
+    """Defect 4 of issue 20: a two-part message made the REP server raise EFSM inside its own
+    error handler, and the device process exited."""
+    proc, endpoint, port = device
+    req = _raw(endpoint, zmq.REQ)
+    req.send_multipart([b"\x04" + bytes(8), b"a second part"])
+    req.close()
+    dealer = _raw(endpoint, zmq.DEALER)
+    try:
+        for parts in ([b"one part"], [b"two", b"parts"], [b"", b"", b""], [b"x" * 32, b""]):
+            dealer.send_multipart(parts)
+            frame = decode_frame(dealer.recv_multipart())
+            assert frame.kind == FrameKind.ERROR
+            assert parse_error(frame.payload)[0] == LinkErrorCode.MALFORMED_FRAME
+    finally:
+        dealer.close()
+    assert proc.poll() is None
+    assert port.cycle >= 0
+
+
+def test_huge_advance_is_refused(device):
+    """Defect 4 of issue 20: ADVANCE 2^64 - 1 was run, and then most requests failed."""
+    _, endpoint, port = device
+    before = port.cycle
+    with pytest.raises(ValueError, match=r"cycles must be in 0\.\.16777216"):
+        port.advance(2**64 - 1)
+    # the server refuses it too, whoever sends it
+    dealer = _raw(endpoint, zmq.DEALER)
+    try:
+        for op in (RpcOp.ADVANCE, RpcOp.RUN_UNTIL_IDLE):
+            dealer.send_multipart(encode_frame(Frame(FrameKind.REQUEST, op, 1 + op, 0, 0,
+                                                     encode_request(2**64 - 1, []))))
+            frame = decode_frame(dealer.recv_multipart())
+            code, text = parse_error(frame.payload)
+            assert (frame.kind, code) == (FrameKind.ERROR, RpcErrorCode.BAD_REQUEST)
+            assert "18446744073709551615 cycles" in text
+    finally:
+        dealer.close()
+    port.advance(1000)
+    assert port.cycle == before + 1000
+    port.send(cxl.mmio_rd(1, regs.offset("VERSION")))
+    (rsp,) = port.receive()
+    assert cxl.parse_message(rsp).body.tag == 1
+
+
+def test_oversize_message_refused_before_it_is_read(device):
+    """Defect 10 of issue 20 (device server): a huge malformed message was read whole before it
+    was refused. It is now refused by its announced size: quickly, in bounded memory."""
+    proc, endpoint, port = device
+    peak = _peak_rss(proc.pid)
+    big = bytes(MAX_RPC_PAYLOAD + 1)
+    blob = bytes(256 << 20)
+    dealer = _raw(endpoint, zmq.DEALER)
+    try:
+        t0 = time.monotonic()
+        dealer.send_multipart([bytes(HEADER_BYTES), big])
+        dealer.send_multipart([bytes(HEADER_BYTES), blob])
+        assert port.cycle >= 0  # a legal client is served meanwhile
+        took = time.monotonic() - t0
+    finally:
+        dealer.close()
+    assert took < 2.0
+    grew = _peak_rss(proc.pid) - peak
+    assert grew < 32 << 20, f"the server's peak memory grew by {grew >> 20} MiB"
+    assert proc.poll() is None

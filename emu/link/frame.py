@@ -2,9 +2,11 @@
 
 A frame is two ZeroMQ message parts: a fixed 32-byte header and the payload. The header carries
 the kind (request, reply, error, one-sided data), an operation code owned by the layer above, a
-sequence number, the sequence number of the request a reply answers, the sender's emulated time
-in picoseconds, the payload length and a CRC-32 over the header (with the CRC field zero) and the
-payload. ``decode_frame`` checks all of it and names the first thing that is wrong.
+sequence number, a reference (in a reply: the sequence number of the request it answers; in a
+request: the sender's acknowledgement floor, the lowest sequence number whose reply it still
+waits for), the sender's emulated time in picoseconds, the payload length and a CRC-32 over the
+header (with the CRC field zero) and the payload. ``decode_frame`` checks all of it, every field
+against its range, and names the first thing that is wrong.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from enum import IntEnum
 
 from construct import (
     Const,
+    ConstructError,
     Enum,
     Int8ul,
     Int16ul,
@@ -53,6 +56,21 @@ class LinkErrorCode(IntEnum):
     """The handler failed in a way it did not classify."""
     TIMEOUT = 5
     """Something behind the server did not answer in time."""
+    FIELD_RANGE = 6
+    """A header field outside what this side takes: a kind it does not serve, sequence number
+    0, a reference past the sequence number, an emulated time (or a reply time) past
+    ``MAX_EMU_TIME_PS``."""
+    REPLY_LOST = 7
+    """A retransmitted request whose reply the server no longer holds; it ran once and is not
+    run again."""
+    STOPPING = 8
+    """The server is shutting down; the request was not run."""
+
+
+MAX_EMU_TIME_PS = (1 << 62) - 1
+"""The latest emulated time a frame may carry (53 days): past any run, and far enough below the
+header's 2^64 that times derived from it (arrival, service) cannot wrap before they are
+checked."""
 
 
 FRAME_HEADER = Struct(
@@ -76,12 +94,14 @@ ERROR_BODY = Struct("code" / Int16ul, "text" / PascalString(Int16ul, "utf8"))
 
 
 class FrameError(ValueError):
-    """A frame that cannot be accepted; ``code`` says which kind of problem."""
+    """A frame that cannot be accepted; ``code`` says which kind of problem. ``seq`` and ``ref``
+    are what the header claims (0 where it could not be read): hints, not trusted values."""
 
-    def __init__(self, code: LinkErrorCode, message: str, seq: int = 0) -> None:
+    def __init__(self, code: LinkErrorCode, message: str, seq: int = 0, ref: int = 0) -> None:
         super().__init__(message)
         self.code = code
         self.seq = seq
+        self.ref = ref
 
 
 @dataclass(frozen=True)
@@ -98,8 +118,17 @@ def _crc(header_zero_crc: bytes, payload: bytes) -> int:
     return zlib.crc32(payload, zlib.crc32(header_zero_crc))
 
 
+_FIELD_BITS = {"op": 16, "seq": 32, "ref": 32, "emu_time_ps": 64}
+
+
 def encode_frame(frame: Frame) -> list[bytes]:
-    """The two message parts of ``frame``."""
+    """The two message parts of ``frame``; ValueError naming a field its header cannot hold."""
+    for name, bits in _FIELD_BITS.items():
+        value = getattr(frame, name)
+        if not 0 <= value < 1 << bits:
+            raise ValueError(f"frame field {name} = {value} does not fit {bits} bits")
+    if len(frame.payload) >= 1 << 32:
+        raise ValueError(f"a frame payload holds < 4 GiB, got {len(frame.payload)} bytes")
     fields = (FRAME_MAGIC, FRAME_VERSION, frame.kind, frame.op, frame.seq, frame.ref,
               frame.emu_time_ps, len(frame.payload))
     header = _HEADER.pack(*fields, _crc(_HEADER.pack(*fields, 0), frame.payload))
@@ -107,7 +136,10 @@ def encode_frame(frame: Frame) -> list[bytes]:
 
 
 def decode_frame(parts: list[bytes]) -> Frame:
-    """Parse and check a received frame; raises FrameError naming what is wrong."""
+    """Parse and check a received frame; raises FrameError naming what is wrong. The checks run
+    in an order that blames corruption on the checksum: the parts, the magic, the version and
+    the length first (what a foreign or newer sender gets wrong), then the CRC, then the field
+    ranges."""
     if len(parts) != 2:
         raise FrameError(LinkErrorCode.MALFORMED_FRAME,
                          f"a frame has 2 message parts (header, payload), got {len(parts)}")
@@ -121,22 +153,26 @@ def decode_frame(parts: list[bytes]) -> Frame:
     _, version, kind_value, op, seq, ref, emu_time_ps, length, crc32 = _HEADER.unpack(header)
     if version != FRAME_VERSION:
         raise FrameError(LinkErrorCode.MALFORMED_FRAME,
-                         f"frame version {version}, this side speaks {FRAME_VERSION}", seq)
-    try:
-        kind = FrameKind(kind_value)
-    except ValueError:
-        raise FrameError(LinkErrorCode.MALFORMED_FRAME, f"unknown frame kind {kind_value}",
-                         seq) from None
+                         f"frame version {version}, this side speaks {FRAME_VERSION}", seq, ref)
     if length != len(payload):
         raise FrameError(LinkErrorCode.MALFORMED_FRAME,
                          f"frame {seq} announces {length} payload bytes, carries "
-                         f"{len(payload)}", seq)
+                         f"{len(payload)}", seq, ref)
     blank = header[:HEADER_BYTES - 4] + bytes(4)
     crc = _crc(blank, payload)
     if crc != crc32:
         raise FrameError(LinkErrorCode.CHECKSUM,
                          f"checksum mismatch on frame {seq}: computed {crc:#010x}, header "
-                         f"says {crc32:#010x}", seq)
+                         f"says {crc32:#010x}", seq, ref)
+    try:
+        kind = FrameKind(kind_value)
+    except ValueError:
+        raise FrameError(LinkErrorCode.MALFORMED_FRAME, f"unknown frame kind {kind_value}",
+                         seq, ref) from None
+    if emu_time_ps > MAX_EMU_TIME_PS:
+        raise FrameError(LinkErrorCode.FIELD_RANGE,
+                         f"frame {seq} carries emulated time {emu_time_ps} ps, past the "
+                         f"{MAX_EMU_TIME_PS} ps a link takes", seq, ref)
     return Frame(kind, op, seq, ref, emu_time_ps, payload)
 
 
@@ -148,5 +184,11 @@ def error_payload(code: int, text: str) -> bytes:
 
 
 def parse_error(payload: bytes) -> tuple[int, str]:
-    body = ERROR_BODY.parse(payload)
+    """(code, text) of an ERROR frame's payload; FrameError if it is not an ``ERROR_BODY``."""
+    try:
+        body = ERROR_BODY.parse(payload)
+    except (ConstructError, UnicodeDecodeError) as e:
+        raise FrameError(LinkErrorCode.MALFORMED_FRAME,
+                         f"error frame payload of {len(payload)} bytes does not parse: "
+                         f"{e}") from None
     return body.code, body.text

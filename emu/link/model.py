@@ -10,6 +10,7 @@ UDP, BTH, ICRC, preamble and inter-frame gap each; CXL 68-byte flits carrying 64
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 
 PS_PER_NS = 1000
@@ -91,54 +92,98 @@ class LinkDirection:
 
 @dataclass(frozen=True)
 class LinkFaults:
-    """Faults a sender injects into the frames it sends (for tests and robustness studies)."""
+    """Faults injected into the frames of one connection, for tests and robustness studies.
+    The end given them applies them to both directions: to each frame as it sends it, and to
+    each frame as it receives it, before any check (so a server's replies are faulted even
+    when only its client is told)."""
 
     drop: float = 0.0
-    """Probability that a frame is not sent at all."""
+    """Probability that a frame is lost."""
     duplicate: float = 0.0
-    """Probability that a frame is sent twice."""
+    """Probability that a frame arrives twice."""
     corrupt: float = 0.0
-    """Probability that one payload byte (or a header byte of an empty payload) is flipped
-    after the checksum was computed."""
+    """Probability that one byte of a frame (header or payload, after the checksum was
+    computed) is changed."""
+    late: float = 0.0
+    """Probability that a frame is held back for ``late_ms`` of wall time, so frames sent after
+    it overtake it."""
+    late_ms: float = 5.0
+    """How long a late frame is held (wall clock)."""
     delay_ns: float = 0.0
-    """Emulated delay added to every frame's send time."""
+    """Emulated delay added to every frame's arrival (a client stamps it on its send time; a
+    server's replies carry its completion time, so a server delays only what it receives)."""
     seed: int = 0
     """Seed of the fault decisions, so a faulty run repeats."""
 
     def __post_init__(self) -> None:
-        for name in ("drop", "duplicate", "corrupt"):
+        for name in ("drop", "duplicate", "corrupt", "late"):
             p = getattr(self, name)
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
-        if self.delay_ns < 0:
-            raise ValueError(f"delay_ns must be >= 0, got {self.delay_ns}")
+        for name in ("delay_ns", "late_ms"):
+            if not 0.0 <= getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be >= 0 and finite, got {getattr(self, name)}")
 
     @property
     def active(self) -> bool:
-        return bool(self.drop or self.duplicate or self.corrupt or self.delay_ns)
+        return bool(self.drop or self.duplicate or self.corrupt or self.late or self.delay_ns)
 
 
 class FaultInjector:
-    """Applies ``LinkFaults`` to encoded frames: returns the part lists to send (0, 1 or 2)."""
+    """Applies ``LinkFaults`` to the frames of one direction: ``apply`` returns the copies to
+    deliver now (0, 1 or 2); a late frame comes back from ``due`` once its time has come.
+    Counters count frames as they are delivered, so ``corrupted`` is exactly the number of
+    damaged frames the receiving side must have refused."""
 
-    def __init__(self, faults: LinkFaults) -> None:
+    def __init__(self, faults: LinkFaults, stream: int = 0) -> None:
         self.faults = faults
-        self._rng = random.Random(faults.seed)
-        self.dropped = self.duplicated = self.corrupted = 0
+        self._rng = random.Random(faults.seed * 2 + stream)
+        self._held: list[tuple[float, list[bytes], bool, object]] = []
+        self.dropped = self.duplicated = self.corrupted = self.delayed = 0
 
-    def apply(self, parts: list[bytes]) -> list[list[bytes]]:
-        f = self.faults
-        if f.drop and self._rng.random() < f.drop:
+    def apply(self, parts: list[bytes], ctx: object = None) -> list[list[bytes]]:
+        """The copies of ``parts`` to deliver now; ``ctx`` travels with a held copy (``due``)."""
+        f, rng = self.faults, self._rng
+        if f.drop and rng.random() < f.drop:
             self.dropped += 1
             return []
-        if f.corrupt and self._rng.random() < f.corrupt:
-            self.corrupted += 1
-            which = 1 if parts[1] else 0
-            data = bytearray(parts[which])
-            pos = self._rng.randrange(len(data)) if which else 16  # header: emulated time
-            data[pos] ^= 0x5A
-            parts = [bytes(data), parts[1]] if which == 0 else [parts[0], bytes(data)]
-        if f.duplicate and self._rng.random() < f.duplicate:
+        damaged = False
+        if f.corrupt and parts and rng.random() < f.corrupt:
+            damaged = True
+            sizes = [len(p) for p in parts]
+            pos = rng.randrange(max(1, sum(sizes)))
+            which = 0
+            while which < len(parts) - 1 and pos >= sizes[which]:
+                pos -= sizes[which]
+                which += 1
+            data = bytearray(parts[which]) or bytearray(1)
+            data[min(pos, len(data) - 1)] ^= rng.randrange(1, 256)
+            parts = [*parts[:which], bytes(data), *parts[which + 1:]]
+        copies = [parts]
+        if f.duplicate and rng.random() < f.duplicate:
             self.duplicated += 1
-            return [parts, parts]
-        return [parts]
+            copies = [parts, parts]
+        now = []
+        for c in copies:
+            if f.late and rng.random() < f.late:
+                self.delayed += 1
+                self._held.append((time.monotonic() + f.late_ms / 1000, c, damaged, ctx))
+            else:
+                self.corrupted += damaged
+                now.append(c)
+        return now
+
+    def next_due(self) -> float | None:
+        """Monotonic time the first held copy is due, or None."""
+        return min((h[0] for h in self._held), default=None)
+
+    def due(self, everything: bool = False) -> list[tuple[list[bytes], object]]:
+        """Held copies whose time has come (all of them with ``everything``), with their
+        ``ctx``."""
+        if not self._held:
+            return []
+        now = time.monotonic()
+        out = [h for h in self._held if everything or h[0] <= now]
+        self._held = [h for h in self._held if not (everything or h[0] <= now)]
+        self.corrupted += sum(h[2] for h in out)
+        return [(h[1], h[3]) for h in out]

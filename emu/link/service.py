@@ -1,0 +1,84 @@
+"""What both ends of a link share: the request and reply a handler sees, the errors, and the
+socket bounds (emu/link/transport.py describes the protocol)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import zmq
+
+from nelssa.emu.link.frame import HEADER_BYTES, LinkErrorCode
+
+ZERO_COPY_BYTES = 65536
+"""Payloads from this size are handed to ZeroMQ without a copy (smaller ones are cheaper to
+copy than to track)."""
+WINDOW = 64
+"""Requests a client may have unanswered at once; a server holds as many per client out of
+order."""
+DAMAGE = (LinkErrorCode.CHECKSUM, LinkErrorCode.MALFORMED_FRAME)
+"""Refusals that mean a frame was damaged on the way (a LinkClient never builds a bad one)."""
+
+
+class ServiceError(Exception):
+    """Raised by a handler to answer with an ERROR frame carrying ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RemoteError(RuntimeError):
+    """The far side answered with an ERROR frame."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class LinkTimeoutError(TimeoutError):
+    """No reply within the client's timeout."""
+
+
+def bound_socket(sock: zmq.Socket, max_part: int | None, queue: int | None) -> None:
+    """No lingering on close; ``max_part`` (ZMQ_MAXMSGSIZE) and high-water marks if given."""
+    sock.setsockopt(zmq.LINGER, 0)
+    if max_part is not None:
+        sock.setsockopt(zmq.MAXMSGSIZE, max(HEADER_BYTES, max_part))
+    if queue is not None:
+        sock.setsockopt(zmq.RCVHWM, queue)
+        sock.setsockopt(zmq.SNDHWM, queue)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as a handler sees it."""
+
+    op: int
+    payload: bytes
+    arrive_ps: int
+    """Emulated time its last byte arrived."""
+    sent_ps: int
+    """Emulated time the client handed it to the link."""
+    peer: bytes
+
+
+@dataclass(frozen=True)
+class Reply:
+    op: int
+    payload: bytes
+    done_ps: int
+    """Emulated time the reply leaves the server."""
+
+
+@dataclass(frozen=True)
+class ReplyInfo:
+    """A reply as the client receives it."""
+
+    op: int
+    payload: bytes
+    sent_ps: int
+    """Emulated time the request was handed to the link."""
+    server_done_ps: int
+    """Emulated time the server sent the reply."""
+    arrive_ps: int
+    """Emulated time the reply's last byte arrived here."""
