@@ -1,5 +1,6 @@
-"""Our scheduler's runs of pure decode steps, taken many at a time, give bit for bit what
-stepping one at a time gives: every per-request time, every counter, every sample."""
+"""Our scheduler's runs of pure decode steps, taken many at a time, and the decodes that lead
+a step, taken in one pass, give bit for bit what stepping one step and one job at a time gives:
+every per-request time, every counter, every sample."""
 
 from __future__ import annotations
 

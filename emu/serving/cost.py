@@ -71,11 +71,11 @@ class CostModel:
         self._s_per_key_pass = self.kv_bytes / 2 / (g.hbm_gbs * 1e9)
 
     def step_s(self, gpu_ctx: int, pnm_ctxs: list[int], chunks: list[Chunk],
-               swap_tokens: int = 0) -> float:
+               swap_tokens: int = 0, decodes: int = 0) -> float:
         """One step: ``gpu_ctx`` tokens of GPU-tier decode context in all (one decode token per
-        request is a one-token chunk in ``chunks``), the contexts of the PNM-tier requests
-        decoding, and the prefill chunks."""
-        tokens = 0
+        request is a one-token chunk in ``chunks``, or counted in ``decodes``), the contexts of
+        the PNM-tier requests decoding, and the prefill chunks."""
+        tokens = decodes
         prefill_pairs = 0.0
         for c in chunks:
             if c.computed:

@@ -121,9 +121,12 @@ class BlockKeys:
         k = first
         while k < last:
             g = k // per
-            end = min(last, (g + 1) * per)
+            end = (g + 1) * per
+            if end > last:
+                end = last
             if k < ns:
-                end = min(end, ns)
+                if end > ns:
+                    end = ns
                 gk = self.chain[g]
             else:
                 gk = self.own - g
@@ -185,9 +188,12 @@ class BlockPool:
         k = 0
         while k < max_blocks:  # a group at a time: hits stop at the first miss
             g = k // per
-            end = min(max_blocks, (g + 1) * per)
+            end = (g + 1) * per
+            if end > max_blocks:
+                end = max_blocks
             if k < ns:
-                end = min(end, ns)
+                if end > ns:
+                    end = ns
                 slots = get(chain[g])
             else:
                 slots = get(own - g)
@@ -374,9 +380,8 @@ class BlockPool:
         ev = self.evictable
         ev.update(rb)
         sh = self.shared
-        if sh and not sh.keys().isdisjoint(rb):
-            held = [b for b in rb if b in sh]
-            # still held by others: their entries are stale from the start
+        held = sh.keys() & rb if sh else None
+        if held:  # still held by others: their entries are stale from the start
             ev.difference_update(held)
             stale = self.stale
             for b in held:

@@ -76,7 +76,7 @@ class _Job:
     """Preempted at least once: prompt KV that arrived must now be computed."""
 
 
-def make_scheduler(sim: ServingSim) -> Scheduler:
+def make_scheduler(sim: ServingSim, aggregate: bool = True) -> Scheduler:
     from nelssa.emu.serving.config import SchedulerKind
 
     cfg = sim.cfg
@@ -86,7 +86,8 @@ def make_scheduler(sim: ServingSim) -> Scheduler:
         return VllmScheduler(sim.lm.model, sim.gpu_blocks, cfg.block_tokens, cfg.max_running,
                              cfg.max_batched_tokens, cfg.prefix_caching)
     return OurScheduler(sim.gpu_blocks, cfg.block_tokens, cfg.max_running,
-                        cfg.max_batched_tokens, cfg.prefix_caching, cfg.preemption == "swap")
+                        cfg.max_batched_tokens, cfg.prefix_caching, cfg.preemption == "swap",
+                        aggregate)
 
 
 class Replay:
@@ -94,7 +95,7 @@ class Replay:
 
     def __init__(self, sim: ServingSim, requests: list[Request], fast: bool = True) -> None:
         self.sim, self.cfg, self.cost = sim, sim.cfg, sim.cost
-        self.sched = make_scheduler(sim)
+        self.sched = make_scheduler(sim, aggregate=fast)
         self.out = RunResult(self.cfg, sim.t_input, gpu_blocks=sim.gpu_blocks,
                              scheduler=self.cfg.scheduler.value)
         self.jobs: dict[str, _Job] = {}
@@ -182,9 +183,24 @@ class Replay:
 
     # -- one step ------------------------------------------------------------------------------
     def _step_cost(self, plan: Any) -> float:
+        """The step's cost; the jobs of ``plan.decodes`` are counted as having sampled their
+        token (none is a first token: each sampled one before; none finishes)."""
         gpu_ctx = 0
         pnm_ctxs: list[int] = []
         chunks: list[Chunk] = []
+        jobs = self.jobs
+        decodes = 0
+        for jid in plan.decodes:
+            job = jobs[jid]
+            rq = job.rq
+            if job.kind is JobKind.PNM_RESIDENT:
+                pnm_ctxs.append(rq.req.input_len + rq.generated)
+            else:
+                decodes += 1
+                gpu_ctx += job.prompt + job.outputs
+            job.outputs += 1
+            job.decoding = True  # (a preempted job recomputed up to its last token)
+            rq.generated += 1
         for p in plan.scheduled:
             job = self.jobs[p.jid]
             end = p.start + p.tokens
@@ -203,7 +219,7 @@ class Replay:
                 chunks.append(Chunk(p.start, 1))
             else:
                 chunks.append(Chunk(p.start, p.tokens))
-        return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens)
+        return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes)
 
     def _on_preempted(self, plan: Any) -> None:
         for jid, tokens in plan.preempted:
@@ -392,7 +408,7 @@ class Replay:
             plan = sched.schedule()
             self._on_preempted(plan)
             out.prefix_hit_tokens += plan.prefix_hit_tokens
-            if not plan.scheduled:
+            if not plan.scheduled and not plan.decodes:
                 if self.arrivals:
                     self.now = max(self.now, self.arrivals[0][0])
                     continue
@@ -400,14 +416,15 @@ class Replay:
             out.peak_gpu_blocks = max(out.peak_gpu_blocks, sched.used_blocks())
             self.now += self._step_cost(plan)
             out.steps += 1
-            self._after_step(self._on_tokens(sched.update(plan), self.now))
+            self._after_step(len(plan.decodes) + self._on_tokens(sched.update(plan), self.now))
         out.end_s = self.now
         return out
 
 
 def replay(sim: ServingSim, requests: list[Request],
            progress: Callable[[float], None] | None = None, fast: bool = True) -> RunResult:
-    """Run the replay; ``fast=False`` steps our scheduler one step at a time (a check)."""
+    """Run the replay; ``fast=False`` steps our scheduler one step at a time and takes every
+    job of a step through its general pass (the reference the fast paths are held to)."""
     import time
 
     t0 = time.perf_counter()

@@ -34,6 +34,7 @@ import enum
 import logging
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol
 
 from nelssa.emu.serving.prefix import BlockKeys, BlockPool, Content
@@ -64,6 +65,9 @@ class StepPlan:
     """What one step runs."""
 
     scheduled: list[Planned] = field(default_factory=list)
+    decodes: list[str] = field(default_factory=list)
+    """Jobs decoding one token each that do not finish with it, when the scheduler lists them
+    apart from ``scheduled`` (ours does, for its running jobs' decodes that lead the step)."""
     preempted: list[tuple[str, int]] = field(default_factory=list)
     """Jobs preempted this step, with the tokens they held (to be computed again)."""
     swap_in_tokens: int = 0
@@ -82,7 +86,8 @@ class Scheduler(Protocol):
     def schedule(self) -> StepPlan: ...
 
     def update(self, plan: StepPlan) -> list[tuple[str, bool]]:
-        """Jobs of ``plan`` that sampled a token, each with whether it finished."""
+        """Jobs of ``plan.scheduled`` that sampled a token, each with whether it finished (each
+        of ``plan.decodes`` sampled one and goes on)."""
         ...
 
     def abort(self, jid: str) -> None: ...
@@ -136,17 +141,26 @@ class _Job:
         self.num_tokens = self.prompt + n
 
 
+_JID = attrgetter("jid")
+
+
 class OurScheduler:
     """vLLM v1's scheduling algorithm over a block count (or, with prefix caching, a block
-    pool of vLLM's kind). Like vLLM's, the pool's block 0 is a null block that is never free."""
+    pool of vLLM's kind). Like vLLM's, the pool's block 0 is a null block that is never free.
+
+    With ``aggregate`` (the default) the running jobs' decodes that lead a step (all of them
+    but a prefill at the end, in the usual step) are taken in one tight pass and listed in
+    ``StepPlan.decodes``, their blocks allocated in one go; without it every job goes through
+    the general pass (the reference the tests hold the aggregate to)."""
 
     def __init__(self, blocks: int, block_tokens: int, max_running: int, max_batched_tokens: int,
-                 prefix_caching: bool = False, swap: bool = False) -> None:
+                 prefix_caching: bool = False, swap: bool = False, aggregate: bool = True) -> None:
         self.total = blocks
         self.bt = block_tokens
         self.max_running = max_running
         self.budget = max_batched_tokens
         self.swap = swap
+        self.aggregate = aggregate
         self.pool = BlockPool(blocks) if prefix_caching else None
         self.free = blocks - 1  # without a pool (vLLM's null block is never free)
         self.jobs: dict[str, _Job] = {}
@@ -154,7 +168,9 @@ class OurScheduler:
         self.waiting: deque[_Job] = deque()
         self._plan: StepPlan | None = None
         self._planned: list[_Job] = []
-        """The jobs of the last plan, in its order."""
+        """The jobs of the last plan's ``scheduled``, in its order."""
+        self._decoding: list[_Job] = []
+        """The jobs of the last plan's ``decodes``."""
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bt)
@@ -197,6 +213,61 @@ class OurScheduler:
         job.status = _PREEMPTED
         self.waiting.appendleft(job)
 
+    def _decodes(self, plan: StepPlan) -> int:
+        """The leading running jobs that decode (one token each, after one they sampled), in one
+        pass: those that go on into ``plan.decodes``, those that finish with it into
+        ``plan.scheduled``; the blocks they start taken in one allocation (fresh blocks are
+        alike), the blocks they fill cached. Stops at the first job that does not decode, or
+        whose block does not fit (the general pass preempts for it); the jobs taken."""
+        running = self.running
+        bt = self.bt
+        pool = self.pool
+        last = bt - 1 if pool is not None else -1  # the position that fills a block
+        avail = self._free()
+        top = min(len(running), self.budget)
+        starting: list[_Job] = []
+        filling: list[_Job] = []
+        going: list[_Job] = []
+        scheduled, planned = plan.scheduled, self._planned
+        i = 0
+        while i < top:
+            job = running[i]
+            c = job.computed
+            if c != job.num_tokens - 1 or c < job.prompt:  # a prefill, or its last token
+                break
+            r = c % bt
+            if not r:
+                if not avail:
+                    break
+                avail -= 1
+                starting.append(job)
+            if r == last:
+                filling.append(job)
+            job.computed = c + 1
+            if c + 2 - job.prompt >= job.max_tokens:  # it finishes with this token
+                scheduled.append(Planned(job.jid, c, 1))
+                planned.append(job)
+            else:
+                going.append(job)
+            i += 1
+        if starting:
+            if pool is None:
+                self.free -= len(starting)
+                for job in starting:
+                    job.nblocks += 1
+            else:
+                for job, b in zip(starting, pool.allocate(len(starting)), strict=True):
+                    job.blocks.append(b)
+                    job.nblocks += 1
+        for job in filling:
+            keys = job.keys
+            assert pool is not None and keys is not None
+            if job.computed // bt > keys.ncached:
+                pool.cache(job.blocks, keys, keys.ncached, job.computed // bt)
+        self._decoding = going
+        plan.decodes = list(map(_JID, going))
+        return i
+
     def schedule(self) -> StepPlan:
         plan = StepPlan()
         scheduled = plan.scheduled
@@ -206,7 +277,8 @@ class OurScheduler:
         bt = self.bt
         pool = self.pool
         running = self.running
-        i = 0
+        i = self._decodes(plan) if self.aggregate else 0
+        budget -= i
         while i < len(running) and budget > 0:
             job = running[i]
             start = job.computed
@@ -284,8 +356,14 @@ class OurScheduler:
         return plan
 
     def update(self, plan: StepPlan) -> list[tuple[str, bool]]:
-        jobs = (self._planned if plan is self._plan
-                else [self.jobs[p.jid] for p in plan.scheduled])
+        if plan is self._plan:
+            jobs = self._planned
+            for job in self._decoding:
+                job.num_tokens += 1
+        else:
+            jobs = [self.jobs[p.jid] for p in plan.scheduled]
+            for jid in plan.decodes:
+                self.jobs[jid].num_tokens += 1
         out = []
         done = False
         for job in jobs:
