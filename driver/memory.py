@@ -30,6 +30,18 @@ def _align(n: int, to: int = LINE_BYTES) -> int:
     return -(-n // to) * to
 
 
+def kv_region_sizes(head_dim: int, max_clusters: int, max_tokens: int) -> tuple[int, int]:
+    """(directory, data) bytes of a KV region: an entry per cluster; the tokens' K and V with
+    each cluster starting on a line (the worst case pads every cluster)."""
+    return (max_clusters * CLUSTER_ENTRY_BYTES,
+            cluster_bytes(max_tokens, head_dim) + max_clusters * 2 * LINE_BYTES)
+
+
+def kv_region_bytes(head_dim: int, max_clusters: int, max_tokens: int) -> int:
+    """Device memory a KV region takes (both blocks, as the allocator rounds them)."""
+    return sum(_align(max(n, 1)) for n in kv_region_sizes(head_dim, max_clusters, max_tokens))
+
+
 class Allocator:
     """First-fit allocator of line-aligned blocks in [base, limit); frees merge neighbours."""
 
@@ -119,9 +131,8 @@ class MemoryApi:
         if max_clusters < 1 or max_tokens < 1:
             raise ValueError(f"max_clusters and max_tokens must be positive, got {max_clusters}, "
                              f"{max_tokens}")
-        dir_addr = self.alloc.alloc(max_clusters * CLUSTER_ENTRY_BYTES, "a cluster directory")
-        # each cluster's K and V start on a line; the worst case pads every cluster
-        data_bytes = cluster_bytes(max_tokens, head_dim) + max_clusters * 2 * LINE_BYTES
+        dir_bytes, data_bytes = kv_region_sizes(head_dim, max_clusters, max_tokens)
+        dir_addr = self.alloc.alloc(dir_bytes, "a cluster directory")
         try:
             data_addr = self.alloc.alloc(data_bytes, "KV data")
         except KvCapacityError:

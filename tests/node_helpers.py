@@ -130,3 +130,35 @@ def vmax(d: HeadData) -> float:
     from nelssa.hw.model.fp import as_f32, bf16_to_f32_bits
 
     return max(float(np.abs(as_f32(bf16_to_f32_bits(v))).max()) for v in d.values)
+
+
+class InProcessNode:
+    """NelssaHost served from a thread of this process over a real ZeroMQ socket, its devices
+    real processes: for tests that set NodeConfig fields `nelssa node up` does not expose."""
+
+    def __init__(self, endpoint: str, devices: int = 2, backend: str = "model",
+                 **config: object) -> None:
+        import threading
+
+        from nelssa.emu.launcher import DeviceProcesses
+        from nelssa.host.pnm_node.host import NodeConfig
+        from nelssa.host.pnm_node.node import NodeService
+
+        self.procs = DeviceProcesses(devices, backend)
+        try:
+            self.service = NodeService(NodeConfig(tuple(self.procs.endpoints), backend=backend,
+                                                  device_timeout_s=10.0, connect_timeout_s=60.0,
+                                                  **config), endpoint)
+        except Exception:
+            self.procs.stop()
+            raise
+        self.endpoint = self.service.endpoint
+        self.host = self.service.host
+        self._thread = threading.Thread(target=self.service.serve,
+                                        kwargs={"shutdown_devices": True}, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.service.stop()
+        self._thread.join(60)
+        self.procs.stop()

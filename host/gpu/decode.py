@@ -160,8 +160,8 @@ class HybridDecoder:
         # bulk KV transfers (the prefill node's offloads, migrations) go over a queue pair of
         # their own, so they do not queue ahead of attention requests on the link (sharing of
         # the link's bandwidth between queue pairs is not modelled)
-        self._bulk = (NodeClient(client.link.endpoint, client.link.spec.name,
-                                 client.link.timeout_s) if client is not None else None)
+        # (a queue pair of the same client: it reaches the sessions the offloads open)
+        self._bulk = client.queue_pair() if client is not None else None
         c = model.c
         self._group = c.group
         w = c.hidden_size * c.head_dim * (c.num_attention_heads + 2 * c.num_key_value_heads)

@@ -1,9 +1,13 @@
 """The client of a PNM node, as the GPU node uses it: sessions, KV allocation and ingestion,
 attention requests (sync, or async returning a future so the caller overlaps its own work), and
-status. Every call that fails on the node raises the error class of its code (errors.py)."""
+status. Every call that fails on the node raises the error class of its code (errors.py).
+
+Sessions belong to the connection that opened them; ``queue_pair`` opens another connection of
+the same client (for bulk transfers) that reaches the same sessions."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -114,25 +118,55 @@ class NodeStatus:
 
 
 class NodeFuture(Generic[T]):
-    """A request in flight; ``result()`` waits for it."""
+    """A request in flight (one or several messages); ``result()`` waits for it."""
 
-    def __init__(self, pending: PendingReply, decode: Callable[[ReplyInfo], T]) -> None:
-        self._pending, self._decode = pending, decode
+    def __init__(self, pending: Sequence[PendingReply],
+                 decode: Callable[[list[ReplyInfo]], T]) -> None:
+        self._pending, self._decode = list(pending), decode
 
     def done(self) -> bool:
-        return self._pending.done()
+        return all(x.done() for x in self._pending)
 
     def result(self) -> T:
-        return self._decode(self._pending.result())
+        return self._decode([x.result() for x in self._pending])
 
 
 class NodeClient:
     """A connection to a node at ``endpoint`` over a link of preset ``link``."""
 
     def __init__(self, endpoint: str, link: str = "roce-400g", timeout_s: float = 120.0,
-                 faults: LinkFaults | None = None, curve: CurveClientKeys | None = None) -> None:
+                 faults: LinkFaults | None = None, curve: CurveClientKeys | None = None,
+                 max_write_bytes: int = p.MAX_WRITE_KV_BYTES) -> None:
+        """``max_write_bytes``: WRITE_KV messages are kept to this size (the node's
+        max_write_kv_bytes), a larger write is sent as several."""
+        if max_write_bytes < 1:
+            raise ValueError(f"max_write_bytes must be >= 1, got {max_write_bytes}")
         self.link = LinkClient(endpoint, link_preset(link), timeout_s, faults, curve,
                                error_factory=error_for)
+        self._curve, self.max_write_bytes = curve, max_write_bytes
+        self._join_through: NodeClient | None = None
+
+    def queue_pair(self) -> NodeClient:
+        """Another connection of this client, reaching the same sessions (its requests do not
+        queue behind this connection's on the link). It joins the client on its first call (as
+        a NodeClient connects: nothing is sent before), and a failed join fails that call."""
+        qp = NodeClient(self.link.endpoint, self.link.spec.name, self.link.timeout_s,
+                        curve=self._curve, max_write_bytes=self.max_write_bytes)
+        qp._join_through = self
+        return qp
+
+    def _link(self) -> LinkClient:
+        """The link, once this connection belongs to its client."""
+        parent, self._join_through = self._join_through, None
+        if parent is not None:
+            try:
+                rep = p.JOIN_TICKET_REP.parse(parent._link().call(NodeOp.JOIN_TICKET,
+                                                                  b"").payload)
+                self.link.call(NodeOp.JOIN, p.JOIN_REQ.build({"ticket": rep.ticket}))
+            except BaseException:
+                self._join_through = parent  # the next call tries again
+                raise
+        return self.link
 
     def close(self) -> None:
         self.link.close()
@@ -147,28 +181,28 @@ class NodeClient:
     def open_session(self, head_dim: int = 128, group: int = 4,
                      partition: Partition | str = Partition.HEAD) -> int:
         part = Partition[partition.upper()] if isinstance(partition, str) else partition
-        info = self.link.call(NodeOp.OPEN_SESSION, p.OPEN_SESSION_REQ.build(
+        info = self._link().call(NodeOp.OPEN_SESSION, p.OPEN_SESSION_REQ.build(
             {"partition": part, "head_dim": head_dim, "group": group}))
         return int(p.OPEN_SESSION_REP.parse(info.payload).session)
 
     def close_session(self, session: int) -> None:
-        self.link.call(NodeOp.CLOSE_SESSION, p.SESSION_REQ.build({"session": session}))
+        self._link().call(NodeOp.CLOSE_SESSION, p.SESSION_REQ.build({"session": session}))
 
     def alloc_kv(self, session: int, layer: int, kv_heads: Sequence[int], max_clusters: int,
                  max_tokens: int) -> dict[int, list[int]]:
         """Reserve KV per head; returns the devices holding each head."""
-        info = self.link.call(NodeOp.ALLOC_KV, p.ALLOC_KV_REQ.build({
+        info = self._link().call(NodeOp.ALLOC_KV, p.ALLOC_KV_REQ.build({
             "session": session, "layer": layer, "max_clusters": max_clusters,
             "max_tokens": max_tokens, "count": len(kv_heads), "kv_heads": list(kv_heads)}))
         rep = p.ALLOC_KV_REP.parse(info.payload)
         return {e.kv_head: [d for d in range(32) if e.devices >> d & 1] for e in rep.placement}
 
     def free_kv(self, session: int, layer: int) -> None:
-        self.link.call(NodeOp.FREE_KV, p.FREE_KV_REQ.build({"session": session,
+        self._link().call(NodeOp.FREE_KV, p.FREE_KV_REQ.build({"session": session,
                                                             "layer": layer}))
 
     def status(self) -> NodeStatus:
-        rep = p.STATUS_REP.parse(self.link.call(NodeOp.STATUS, b"").payload)
+        rep = p.STATUS_REP.parse(self._link().call(NodeOp.STATUS, b"").payload)
         devices = [DeviceInfo(d.index, bool(d.alive), d.endpoint, d.backend, d.mem_bytes,
                               d.used_bytes, d.regions, d.queue_depth, d.descriptors, d.cycles,
                               d.error) for d in rep.devices]
@@ -177,7 +211,7 @@ class NodeClient:
 
     def shutdown(self) -> None:
         """Stop the node (it stops the device processes it started)."""
-        self.link.call(NodeOp.SHUTDOWN, b"")
+        self._link().call(NodeOp.SHUTDOWN, b"")
 
     # -- data path ---------------------------------------------------------------------------------
     def write_kv_async(self, session: int, layer: int, kv_head: int,
@@ -188,18 +222,39 @@ class NodeClient:
         if len(keys) != len(values) or not keys:
             raise ValueError(f"{len(keys)} key clusters and {len(values)} value clusters: need "
                              "the same number, at least one")
-        tokens = np.array([np.shape(k)[0] for k in keys], dtype="<u4")
-        data = b"".join(np.ascontiguousarray(k, dtype="<u2").tobytes()
-                        + np.ascontiguousarray(v, dtype="<u2").tobytes()
-                        for k, v in zip(keys, values, strict=True))
-        pending = self.link.request(NodeOp.WRITE_KV, p.WRITE_KV_REQ.build({
-            "session": session, "layer": layer, "kv_head": kv_head, "count": len(keys),
-            "tokens": tokens.tobytes(), "data": data}), send_ps)
+        blobs = [np.ascontiguousarray(k, dtype="<u2").tobytes()
+                 + np.ascontiguousarray(v, dtype="<u2").tobytes()
+                 for k, v in zip(keys, values, strict=True)]
+        # consecutive clusters per message, each message within max_write_bytes
+        room = self.max_write_bytes - p.WRITE_KV_HEAD.sizeof()
+        chunks: list[list[int]] = [[]]
+        size = 0
+        for i, b in enumerate(blobs):
+            if 4 + len(b) > room:
+                raise ValueError(f"cluster {i} of {np.shape(keys[i])[0]} tokens takes "
+                                 f"{4 + len(b)} bytes; a WRITE_KV message holds at most "
+                                 f"{room} (max_write_bytes {self.max_write_bytes})")
+            if size + 4 + len(b) > room and chunks[-1]:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(i)
+            size += 4 + len(b)
+        sent = self.link.clock_ps if send_ps is None else send_ps
+        pending = [self._link().request(NodeOp.WRITE_KV, p.WRITE_KV_REQ.build({
+            "session": session, "layer": layer, "kv_head": kv_head, "count": len(idx),
+            "tokens": np.array([np.shape(keys[i])[0] for i in idx], dtype="<u4").tobytes(),
+            "data": b"".join(blobs[i] for i in idx)}), sent) for idx in chunks]
 
-        def decode(info: ReplyInfo) -> WriteResult:
-            rep = p.WRITE_KV_REP.parse(info.payload)
-            return WriteResult(range(rep.first_id, rep.first_id + rep.count),
-                               _timing(info, rep.timing))
+        def decode(infos: list[ReplyInfo]) -> WriteResult:
+            reps = [p.WRITE_KV_REP.parse(info.payload) for info in infos]
+            for a, b in itertools.pairwise(reps):
+                if b.first_id != a.first_id + a.count:
+                    raise RuntimeError(f"a write sent in {len(reps)} messages got cluster ids "
+                                       f"{a.first_id}.. then {b.first_id}..: another write to "
+                                       "the same KV head came in between")
+            last = max(range(len(infos)), key=lambda i: infos[i].arrive_ps)
+            return WriteResult(range(reps[0].first_id, reps[-1].first_id + reps[-1].count),
+                               _timing(infos[last], reps[last].timing))
         return NodeFuture(pending, decode)
 
     def write_kv(self, session: int, layer: int, kv_head: int,
@@ -224,12 +279,13 @@ class NodeClient:
                    "ids": np.asarray(cluster_ids[h], dtype="<u4").tobytes(),
                    "q": np.ascontiguousarray(queries[h], dtype="<u2").tobytes()}
                   for h in sorted(queries)]
-        pending = self.link.request(NodeOp.ATTEND, p.ATTEND_REQ.build({
+        pending = self._link().request(NodeOp.ATTEND, p.ATTEND_REQ.build({
             "session": session, "layer": layer, "q_heads": q_heads, "head_dim": head_dim,
             "scale": 0.0 if scale is None else scale, "count": len(groups),
             "groups": groups}), send_ps)
 
-        def decode(info: ReplyInfo) -> AttendResult:
+        def decode(infos: list[ReplyInfo]) -> AttendResult:
+            info = infos[0]
             rep = p.ATTEND_REP.parse(info.payload)
             o = {g.kv_head: np.frombuffer(g.o, dtype="<f4").reshape(q_heads, head_dim).copy()
                  for g in rep.groups}
@@ -237,7 +293,7 @@ class NodeClient:
             return AttendResult(o, lse, _timing(info, rep.timing),
                                 {d.device: d.cycles for d in rep.devices},
                                 {d.device: d.start_ps for d in rep.devices})
-        return NodeFuture(pending, decode)
+        return NodeFuture([pending], decode)
 
     def attend(self, session: int, layer: int, queries: Mapping[int, npt.NDArray[np.uint16]],
                cluster_ids: Mapping[int, Sequence[int]],

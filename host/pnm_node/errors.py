@@ -33,6 +33,10 @@ class DeviceDownError(NodeError):
     pass
 
 
+class NodeLimitError(NodeError):
+    """A limit of the node (per client or per request) would be passed; the message names it."""
+
+
 class DeviceStatusError(NodeError):
     """A device completed a descriptor with an error status."""
 
@@ -52,6 +56,7 @@ _BY_CODE: dict[int, type[NodeError]] = {
     NodeErrorCode.OUT_OF_MEMORY: NodeOutOfMemoryError,
     NodeErrorCode.DEVICE_DOWN: DeviceDownError,
     NodeErrorCode.DEVICE_ERROR: DeviceStatusError,
+    NodeErrorCode.LIMIT_EXCEEDED: NodeLimitError,
     LinkErrorCode.CHECKSUM: ChecksumError,
     LinkErrorCode.MALFORMED_FRAME: LinkError,
     LinkErrorCode.UNKNOWN_OP: LinkError,

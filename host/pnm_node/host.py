@@ -11,12 +11,25 @@ Emulated time of a request: it arrives (the link model of emu/link), host softwa
 ``host_request_ns`` plus ``host_descriptor_ns`` per descriptor, then each device it needs spends
 its CXL transfers (the CXL link model over the bytes its port carried) and its compute cycles;
 the reply leaves when the slowest device is done.
+
+Each client has its own view of device time: a request queues on a device behind the earlier
+requests of the same client (its queue pairs included), never behind another client's. Clients'
+emulated clocks are independent of one another (each GPU node runs its own), so ordering one
+client's work after another's emulated time would let any client move every other client's
+results with its clock; this way a client's clock, far-future or not, moves only its own.
+
+Trust: every request is checked whole (each field; its size against the per-request limits,
+from its header, before its body is parsed; its emulated time against ``MAX_ARRIVE_PS`` and the
+times its reply would carry against the link's ``MAX_EMU_TIME_PS``) before anything changes. A
+session is reached only by the client that opened it (host/pnm_node/clients.py), within the
+per-client limits of NodeConfig.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -28,12 +41,13 @@ from construct import ConstructError
 from nelssa import __version__
 from nelssa.driver.command import AttnRequest
 from nelssa.driver.formats import LINE_BYTES, MAX_IDS, DescStatus
-from nelssa.driver.memory import KvCapacityError
+from nelssa.driver.memory import KvCapacityError, kv_region_bytes
 from nelssa.emu.link.frame import LinkErrorCode
 from nelssa.emu.link.model import PS_PER_NS, link_preset
 from nelssa.emu.link.transport import Reply, Request, ServiceError
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.aggregate import merge_partials
+from nelssa.host.pnm_node.clients import ClientTable
 from nelssa.host.pnm_node.devices import (
     BatchResult,
     DeviceSlot,
@@ -41,7 +55,14 @@ from nelssa.host.pnm_node.devices import (
     ProcessWatch,
 )
 from nelssa.host.pnm_node.partition import HeadKv, Session, Shard, head_devices, shard_tokens
-from nelssa.host.pnm_node.protocol import NodeErrorCode, NodeOp, Partition
+from nelssa.host.pnm_node.protocol import (
+    MAX_ARRIVE_PS,
+    MAX_EMU_TIME_PS,
+    MAX_WRITE_KV_BYTES,
+    NodeErrorCode,
+    NodeOp,
+    Partition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +91,23 @@ class NodeConfig:
     """Device core clock: device cycles to emulated time."""
     fpga_manifest: str | None = None
     """Bitstream manifest of ``fpga:`` devices (default: manifest.json in each board folder)."""
+    max_sessions: int = 4096
+    """Sessions open on the node, over all clients."""
+    max_sessions_per_client: int = 1024
+    """Sessions one client (with its queue pairs) may hold open."""
+    max_client_bytes: int | None = None
+    """Device memory (bytes, over all devices) the KV regions of one client may take; None: as
+    much as the devices have (one GPU node per PNM node, the paper's setup)."""
+    max_clients: int = 1024
+    """Clients the node keeps state for; when full, the least recently used one without
+    sessions is forgotten (its queue pairs then stand alone)."""
+    max_queue_pairs: int = 16
+    """Connections that may join one client (host/pnm_node/clients.py)."""
+    max_request_heads: int = 256
+    """KV heads one ALLOC_KV or ATTEND request may name."""
+    max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
+    """Largest WRITE_KV payload, checked from its header before the body is parsed (the
+    client splits larger writes)."""
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.devices) <= 32:
@@ -80,8 +118,17 @@ class NodeConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("host_request_ns", "host_descriptor_ns"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            if not 0 <= getattr(self, name) <= 1e9:
+                raise ValueError(f"{name} must be in 0..1e9 (one second), got "
+                                 f"{getattr(self, name)}")
+        for name in ("max_sessions", "max_sessions_per_client", "max_clients",
+                     "max_queue_pairs", "max_request_heads", "max_write_kv_bytes"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if self.max_client_bytes is not None and (not isinstance(self.max_client_bytes, int)
+                                                  or self.max_client_bytes < 1):
+            raise ValueError(f"max_client_bytes must be an integer >= 1 or None, got "
+                             f"{self.max_client_bytes!r}")
 
 
 def _fail(code: NodeErrorCode, message: str) -> ServiceError:
@@ -111,10 +158,8 @@ class NelssaHost:
         self.slots = [DeviceSlot(i, ep, self.cxl, config.backend, config.connect_timeout_s,
                                  config.device_timeout_s, fpga_manifest=config.fpga_manifest)
                       for i, ep in enumerate(config.devices)]
-        self.sessions: dict[int, Session] = {}
-        self._next_session = 1
+        self.clients = ClientTable(config)
         self.requests = self.errors = 0
-        self._busy_until = [0] * len(self.slots)  # emulated time each device is free again
         self.stop_requested = False
         self._watch: ProcessWatch | None = None
         self.link_counters: Callable[[], tuple[int, int]] = lambda: (0, 0)
@@ -125,6 +170,7 @@ class NelssaHost:
             NodeOp.ALLOC_KV: self._alloc_kv, NodeOp.FREE_KV: self._free_kv,
             NodeOp.WRITE_KV: self._write_kv, NodeOp.ATTEND: self._attend,
             NodeOp.STATUS: self._status, NodeOp.SHUTDOWN: self._shutdown,
+            NodeOp.JOIN_TICKET: self._join_ticket, NodeOp.JOIN: self._join,
         }
 
     # -- the link handler -------------------------------------------------------------------------
@@ -135,6 +181,7 @@ class NelssaHost:
             if op is None:
                 raise ServiceError(LinkErrorCode.UNKNOWN_OP, f"operation {request.op} is not a "
                                    f"node operation ({', '.join(o.name for o in NodeOp)})")
+            self._check_time(request)
             try:
                 return op(request)
             except ConstructError as e:
@@ -144,6 +191,15 @@ class NelssaHost:
             self.errors += 1
             raise
 
+    def _check_time(self, r: Request) -> None:
+        """Refuse emulated times beyond the horizon, before anything changes: a reply that
+        leaves within ``host_ps`` (and, for the data path, its own bounded work) then fits
+        every time field on the way back."""
+        if max(r.sent_ps, r.arrive_ps) > MAX_ARRIVE_PS:
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"emulated time: request sent at "
+                        f"{r.sent_ps} ps arrives at {r.arrive_ps} ps, beyond the node's horizon "
+                        f"of {MAX_ARRIVE_PS} ps (about 27 days)")
+
     def _reply(self, op: NodeOp, payload: bytes, request: Request, host_ps: int = 0) -> Reply:
         return Reply(op, payload, request.arrive_ps + host_ps)
 
@@ -152,11 +208,9 @@ class NelssaHost:
         return round(self.config.host_request_ns * PS_PER_NS)
 
     # -- sessions and allocation ------------------------------------------------------------------
-    def _session(self, sid: int) -> Session:
-        s = self.sessions.get(sid)
-        if s is None:
-            raise _fail(NodeErrorCode.UNKNOWN_SESSION, f"unknown session {sid}")
-        return s
+    def _session(self, r: Request, sid: int) -> Session:
+        """The caller's session: another client's fails as an unknown one does."""
+        return self.clients.get(r.peer, sid)
 
     def _head(self, s: Session, layer: int, kv_head: int) -> HeadKv:
         head = s.kv.get((layer, kv_head))
@@ -167,6 +221,9 @@ class NelssaHost:
 
     def _open_session(self, r: Request) -> Reply:
         q = p.OPEN_SESSION_REQ.parse(r.payload)
+        if int(q.partition) not in set(Partition):
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"partition {int(q.partition)} is not one of "
+                        f"{', '.join(f'{x.value} ({x.name})' for x in Partition)}")
         caps = self.slots[0].dev.caps
         if q.head_dim not in caps["head_dims"]:
             raise _fail(NodeErrorCode.BAD_REQUEST, f"head_dim {q.head_dim} not supported by the "
@@ -174,28 +231,24 @@ class NelssaHost:
         if not 1 <= q.group <= caps["max_qheads"]:
             raise _fail(NodeErrorCode.BAD_REQUEST, f"group of {q.group} query heads per KV head;"
                         f" the devices take 1..{caps['max_qheads']}")
-        sid = self._next_session
-        self._next_session += 1
-        self.sessions[sid] = Session(sid, Partition(int(q.partition)), q.head_dim, q.group)
-        log.info("session %d opened (%s-wise, head_dim %d, group %d)", sid,
-                 Partition(int(q.partition)).name.lower(), q.head_dim, q.group)
-        return self._reply(NodeOp.OPEN_SESSION, p.OPEN_SESSION_REP.build({"session": sid}), r,
+        s = self.clients.open(r.peer, Partition(int(q.partition)), q.head_dim, q.group)
+        log.info("session %#x opened (%s-wise, head_dim %d, group %d)", s.id,
+                 s.partition.name.lower(), q.head_dim, q.group)
+        return self._reply(NodeOp.OPEN_SESSION, p.OPEN_SESSION_REP.build({"session": s.id}), r,
                            self._host_ps)
 
     def _close_session(self, r: Request) -> Reply:
-        s = self._session(p.SESSION_REQ.parse(r.payload).session)
+        s = self._session(r, p.SESSION_REQ.parse(r.payload).session)
         self._release(s, list(s.kv))
-        del self.sessions[s.id]
-        log.info("session %d closed", s.id)
+        self.clients.close(s)
+        log.info("session %#x closed", s.id)
         return self._reply(NodeOp.CLOSE_SESSION, b"", r, self._host_ps)
 
     def _alloc_kv(self, r: Request) -> Reply:
         q = p.ALLOC_KV_REQ.parse(r.payload)
-        s = self._session(q.session)
+        s = self._session(r, q.session)
         heads = list(q.kv_heads)
-        if not heads or len(set(heads)) != len(heads):
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV heads {heads}: need at least one, "
-                        "each once")
+        self._check_heads(heads)
         for h in heads:
             if (q.layer, h) in s.kv:
                 raise _fail(NodeErrorCode.BAD_REQUEST, f"session {s.id} layer {q.layer} KV head "
@@ -209,6 +262,8 @@ class NelssaHost:
         tokens = shard_tokens(s.partition, q.max_tokens, len(up), max_ct)
         want = [(h, d) for h in heads for d in head_devices(s.partition, h, up)]
         self._need_alive({d for _, d in want})
+        region_bytes = kv_region_bytes(s.head_dim, q.max_clusters, tokens)
+        self.clients.reserve(s, region_bytes * len(want))  # refused here, nothing is reserved
 
         def alloc(slot: DeviceSlot, h: int) -> Any:
             return slot.mem.alloc_kv(s.id, q.layer, h, s.head_dim, q.max_clusters, tokens)
@@ -229,11 +284,12 @@ class NelssaHost:
             for (_, d), region in got.items():  # roll back: nothing stays half-allocated
                 with contextlib.suppress(DeviceUnreachableError):  # gone with its device
                     self.slots[d].submit(lambda sl, rg=region: sl.mem.free_kv(rg)).result()
+            self.clients.refund(s, region_bytes * len(want))
             raise failure
         placement = []
         for h in heads:
             shards = [Shard(d, got[(h, d)]) for d in head_devices(s.partition, h, up)]
-            head = HeadKv(shards)
+            head = HeadKv(shards, reserved_bytes=region_bytes * len(shards))
             s.kv[(q.layer, h)] = head
             placement.append({"kv_head": h, "devices": head.device_mask})
         return self._reply(NodeOp.ALLOC_KV, p.ALLOC_KV_REP.build(
@@ -241,7 +297,7 @@ class NelssaHost:
 
     def _free_kv(self, r: Request) -> Reply:
         q = p.FREE_KV_REQ.parse(r.payload)
-        s = self._session(q.session)
+        s = self._session(r, q.session)
         keys = [k for k in s.kv if k[0] == q.layer]
         if not keys:
             raise _fail(NodeErrorCode.NOT_ALLOCATED, f"session {s.id} layer {q.layer} has no KV")
@@ -252,7 +308,9 @@ class NelssaHost:
         """Free regions; a region on a device that is down is gone with the device."""
         futures = []
         for key in keys:
-            for shard in s.kv.pop(key).shards:
+            head = s.kv.pop(key)
+            self.clients.refund(s, head.reserved_bytes)
+            for shard in head.shards:
                 slot = self.slots[shard.device]
                 if slot.alive:
                     futures.append(slot.submit(lambda sl, rg=shard.region: sl.mem.free_kv(rg)))
@@ -262,6 +320,30 @@ class NelssaHost:
             except DeviceUnreachableError as e:
                 log.warning("freeing KV: %s", e)
 
+    def _over(self, limit: str, what: str) -> ServiceError:
+        return _fail(NodeErrorCode.LIMIT_EXCEEDED, f"{what}: over the node's limit {limit} = "
+                     f"{getattr(self.config, limit)}")
+
+    def _check_heads(self, heads: list[int]) -> None:
+        if not heads or len(set(heads)) != len(heads):
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV heads {heads[:16]}: need at least one, "
+                        "each once")
+        if len(heads) > self.config.max_request_heads:
+            raise self._over("max_request_heads", f"{len(heads)} KV heads in one request")
+
+    def _check_write_size(self, payload: bytes) -> None:
+        """A WRITE_KV's size against max_write_kv_bytes: what arrived, then what its header
+        announces (each cluster: its token count and K and V of at least one token)."""
+        if len(payload) > self.config.max_write_kv_bytes:
+            raise self._over("max_write_kv_bytes", f"WRITE_KV of {len(payload)} bytes (split "
+                             "it)")
+        count = p.WRITE_KV_HEAD.parse(payload).count
+        least = p.WRITE_KV_HEAD.sizeof() + count * (4 + 4 * min(
+            self.slots[0].dev.caps["head_dims"]))
+        if least > self.config.max_write_kv_bytes:
+            raise self._over("max_write_kv_bytes", f"WRITE_KV announcing {count} clusters "
+                             f"(at least {least} bytes)")
+
     def _need_alive(self, devices: set[int]) -> None:
         down = [self.slots[d].down_message() for d in sorted(devices) if not self.slots[d].alive]
         if down:
@@ -269,8 +351,9 @@ class NelssaHost:
 
     # -- data path --------------------------------------------------------------------------------
     def _write_kv(self, r: Request) -> Reply:
+        self._check_write_size(r.payload)
         q = p.WRITE_KV_REQ.parse(r.payload)
-        s = self._session(q.session)
+        s = self._session(r, q.session)
         head = self._head(s, q.layer, q.kv_head)
         tokens = np.frombuffer(q.tokens, dtype="<u4").astype(np.int64)
         hd = s.head_dim
@@ -334,15 +417,18 @@ class NelssaHost:
             {"first_id": first, "count": q.count, "timing": timing}), timing["done_ps"])
 
     def _attend(self, r: Request) -> Reply:
+        count = p.ATTEND_HEAD.parse(r.payload).count  # the size, before the groups are parsed
+        if count > self.config.max_request_heads:
+            raise self._over("max_request_heads", f"ATTEND of {count} KV heads")
         q = p.ATTEND_REQ.parse(r.payload)
-        s = self._session(q.session)
+        s = self._session(r, q.session)
         if q.q_heads != s.group or q.head_dim != s.head_dim:
             raise _fail(NodeErrorCode.BAD_REQUEST, f"query of {q.q_heads} heads x head_dim "
                         f"{q.head_dim}; session {s.id} has groups of {s.group} x {s.head_dim}")
-        heads = [g.kv_head for g in q.groups]
-        if not heads or len(set(heads)) != len(heads):
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV heads {heads}: need at least one, "
-                        "each once")
+        self._check_heads([g.kv_head for g in q.groups])
+        if not (math.isfinite(q.scale) and q.scale >= 0):
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"scale {q.scale}: must be finite and > 0, "
+                        "or 0 for 1/sqrt(head_dim)")
         scale = None if q.scale == 0 else float(q.scale)
         # plan every descriptor before touching a device
         plan: dict[int, list[tuple[int, AttnRequest]]] = {}
@@ -383,13 +469,17 @@ class NelssaHost:
                          "lse": lse.astype("<f4").tobytes()})
         descriptors = sum(len(v) for v in plan.values())
         host_ps = self._host_ps + round(self.config.host_descriptor_ns * PS_PER_NS * descriptors)
-        # a device busy with an earlier request (in emulated time) starts this one after it
+        # a device busy with an earlier request of this client (in emulated time) starts this
+        # one after it; other clients' requests are not in this client's time (module doc)
+        busy = self.clients.owner(s).busy_until_ps
         ready = r.arrive_ps + host_ps
-        start = {d: max(ready, self._busy_until[d]) for d in results}
+        start = {d: max(ready, busy.get(d, 0)) for d in results}
         end = {d: start[d] + res.cxl_ps + round(res.cycles * self._ps_per_cycle)
                for d, res in results.items()}
-        for d, t in end.items():
-            self._busy_until[d] = t
+        if max(end.values()) > MAX_EMU_TIME_PS:  # refused before the devices' times move
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"emulated time: the reply would leave at "
+                        f"{max(end.values())} ps, past the {MAX_EMU_TIME_PS} ps a link takes")
+        busy.update(end)
         crit = max(end, key=lambda d: (end[d], -d))
         timing = {"arrive_ps": r.arrive_ps, "host_ps": host_ps,
                   "queue_ps": start[crit] - ready, "cxl_ps": results[crit].cxl_ps,
@@ -406,6 +496,7 @@ class NelssaHost:
 
     # -- status and shutdown ----------------------------------------------------------------------
     def _status(self, r: Request) -> Reply:
+        p.EMPTY.parse(r.payload)
         cycles: dict[int, Future[int]] = {sl.index: sl.submit(lambda x: x.port.cycle)
                                           for sl in self.slots if sl.alive}
         devices = []
@@ -424,15 +515,27 @@ class NelssaHost:
                 "descriptors": sl.descriptors, "cycles": cyc,
                 "error": "" if alive else sl.error})
         return self._reply(NodeOp.STATUS, p.STATUS_REP.build({
-            "version": __version__, "link": self.config.link, "sessions": len(self.sessions),
-            "requests": self.requests, "errors": self.errors,
+            "version": __version__, "link": self.config.link,
+            "sessions": self.clients.session_count, "requests": self.requests,
+            "errors": self.errors,
             "bad_frames": self.link_counters()[0], "duplicates": self.link_counters()[1],
             "ndev": len(devices),
             "devices": devices}), r)
 
     def _shutdown(self, r: Request) -> Reply:
+        p.EMPTY.parse(r.payload)
         self.stop_requested = True
         return self._reply(NodeOp.SHUTDOWN, b"", r)
+
+    # -- queue pairs ------------------------------------------------------------------------------
+    def _join_ticket(self, r: Request) -> Reply:
+        p.EMPTY.parse(r.payload)
+        return self._reply(NodeOp.JOIN_TICKET, p.JOIN_TICKET_REP.build(
+            {"ticket": self.clients.ticket(r.peer)}), r, self._host_ps)
+
+    def _join(self, r: Request) -> Reply:
+        self.clients.join(r.peer, p.JOIN_REQ.parse(r.payload).ticket)
+        return self._reply(NodeOp.JOIN, b"", r, self._host_ps)
 
     def watch_processes(self, exited: Callable[[], list[tuple[int, int]]]) -> None:
         """Mark a device down as soon as its process exits (processes the node started:

@@ -34,6 +34,8 @@ class HeadKv:
     """Shard index of each cluster, by cluster id."""
     cluster_local: list[int] = field(default_factory=list)
     """Cluster id inside its shard's region, by cluster id."""
+    reserved_bytes: int = 0
+    """Device memory its shards' regions take, charged to the session's client."""
 
     @property
     def num_clusters(self) -> int:
@@ -63,10 +65,13 @@ class Session:
     """What a client opened: its layout and its KV."""
 
     id: int
+    """The handle its client names it by: 64 random bits."""
     partition: Partition
     head_dim: int
     group: int
     """Query heads per KV head."""
+    owner: bytes = b""
+    """The client that opened it (host/pnm_node/clients.py)."""
     kv: dict[tuple[int, int], HeadKv] = field(default_factory=dict)
     """By (layer, KV head)."""
 

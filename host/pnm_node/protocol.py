@@ -2,7 +2,10 @@
 link frames (emu/link/frame.py) whose ``op`` is a ``NodeOp``.
 
 Arrays travel as raw little-endian bytes (bf16 bits for K, V and Q; u32 cluster ids and token
-counts; f32 outputs), so large payloads cost a copy, not a per-element parse.
+counts; f32 outputs), so large payloads cost a copy, not a per-element parse. Every request
+struct ends in ``Terminated``: a payload with bytes beyond its fields does not parse.
+
+A session is named by a 64-bit handle the node draws at random (host/pnm_node/clients.py).
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from construct import (
     Int64ul,
     PascalString,
     Struct,
+    Terminated,
     this,
 )
+
+from nelssa.emu.link.frame import MAX_EMU_TIME_PS
 
 
 class NodeOp(IntEnum):
@@ -38,6 +44,11 @@ class NodeOp(IntEnum):
     STATUS = 7
     SHUTDOWN = 8
     """Stop the node (and the device processes it started)."""
+    JOIN_TICKET = 9
+    """Ask for a single-use ticket another connection presents to join this client."""
+    JOIN = 10
+    """Present a ticket: this connection becomes a queue pair of the client that asked for it,
+    reaching the same sessions under the same limits."""
 
 
 class Partition(IntEnum):
@@ -61,6 +72,20 @@ class NodeErrorCode(IntEnum):
     """A device the request needs stopped answering or died."""
     DEVICE_ERROR = 105
     """A device completed a descriptor with an error status."""
+    LIMIT_EXCEEDED = 106
+    """A limit of the node (NodeConfig: per client, or per request) would be passed; nothing
+    was changed. The message names the limit."""
+
+
+MAX_ARRIVE_PS = MAX_EMU_TIME_PS // 2
+"""The latest emulated time (about 27 days) a request may arrive at; later ones are refused
+before they change anything. A reply leaves by the link's ``MAX_EMU_TIME_PS`` (the data path
+checks it before it commits; the rest follows: one request's own work, bounded by the
+per-request limits, is far shorter than the other half of the range)."""
+MAX_WRITE_KV_BYTES = 64 << 20
+"""Default largest WRITE_KV payload a node takes (NodeConfig.max_write_kv_bytes); the client
+splits a larger write into several."""
+TICKET_BYTES = 16
 
 
 TIMING = Struct(
@@ -80,23 +105,27 @@ for earlier requests, then spent ``cxl_ps`` on its CXL transfers and ``device_ps
 cxl + device."""
 
 OPEN_SESSION_REQ = Struct("partition" / Enum(Int8ul, Partition), "head_dim" / Int16ul,
-                          "group" / Int8ul)
+                          "group" / Int8ul, Terminated)
 """``group``: query heads per KV head (GQA)."""
-OPEN_SESSION_REP = Struct("session" / Int32ul)
-SESSION_REQ = Struct("session" / Int32ul)
+OPEN_SESSION_REP = Struct("session" / Int64ul)
+SESSION_REQ = Struct("session" / Int64ul, Terminated)
 
 ALLOC_KV_REQ = Struct(
-    "session" / Int32ul, "layer" / Int16ul, "max_clusters" / Int32ul, "max_tokens" / Int32ul,
-    "count" / Int16ul, "kv_heads" / Array(this.count, Int16ul),
+    "session" / Int64ul, "layer" / Int16ul, "max_clusters" / Int32ul, "max_tokens" / Int32ul,
+    "count" / Int16ul, "kv_heads" / Array(this.count, Int16ul), Terminated,
 )
 """Reserve room for ``max_clusters`` clusters and ``max_tokens`` tokens per KV head."""
 ALLOC_KV_REP = Struct("count" / Int16ul, "placement" / Array(this.count, Struct(
     "kv_head" / Int16ul, "devices" / Int32ul)))
 """Which devices hold each KV head (a bit per device)."""
-FREE_KV_REQ = Struct("session" / Int32ul, "layer" / Int16ul)
+FREE_KV_REQ = Struct("session" / Int64ul, "layer" / Int16ul, Terminated)
 
+WRITE_KV_HEAD = Struct("session" / Int64ul, "layer" / Int16ul, "kv_head" / Int16ul,
+                       "count" / Int32ul)
+"""The fixed start of a WRITE_KV request: what its size is checked from before the rest is
+parsed."""
 WRITE_KV_REQ = Struct(
-    "session" / Int32ul, "layer" / Int16ul, "kv_head" / Int16ul, "count" / Int32ul,
+    "session" / Int64ul, "layer" / Int16ul, "kv_head" / Int16ul, "count" / Int32ul,
     "tokens" / Bytes(this.count * 4), "data" / GreedyBytes,
 )
 """``tokens``: u32 per cluster; ``data``: each cluster's K rows then V rows, bf16."""
@@ -106,11 +135,17 @@ ATTEND_GROUP = Struct(
     "kv_head" / Int16ul, "num_ids" / Int32ul, "ids" / Bytes(this.num_ids * 4),
     "q" / Bytes(this._.q_heads * this._.head_dim * 2),
 )
-ATTEND_REQ = Struct(
-    "session" / Int32ul, "layer" / Int16ul, "q_heads" / Int8ul, "head_dim" / Int16ul,
-    "scale" / Float32l, "count" / Int16ul, "groups" / Array(this.count, ATTEND_GROUP),
+ATTEND_HEAD = Struct(
+    "session" / Int64ul, "layer" / Int16ul, "q_heads" / Int8ul, "head_dim" / Int16ul,
+    "scale" / Float32l, "count" / Int16ul,
 )
-"""``scale`` 0 means 1/sqrt(head_dim)."""
+"""The fixed start of an ATTEND request, checked before its groups are parsed."""
+ATTEND_REQ = Struct(
+    "session" / Int64ul, "layer" / Int16ul, "q_heads" / Int8ul, "head_dim" / Int16ul,
+    "scale" / Float32l, "count" / Int16ul, "groups" / Array(this.count, ATTEND_GROUP),
+    Terminated,
+)
+"""``scale`` 0 means 1/sqrt(head_dim); otherwise finite and positive."""
 ATTEND_OUT = Struct(
     "kv_head" / Int16ul, "o" / Bytes(this._.q_heads * this._.head_dim * 4),
     "lse" / Bytes(this._.q_heads * 4),
@@ -137,4 +172,7 @@ STATUS_REP = Struct(
     "bad_frames" / Int64ul, "duplicates" / Int64ul,
     "ndev" / Int8ul, "devices" / Array(this.ndev, DEVICE_STATUS),
 )
-EMPTY = Struct()
+EMPTY = Struct(Terminated)
+"""The payload of STATUS, SHUTDOWN and JOIN_TICKET requests: nothing."""
+JOIN_REQ = Struct("ticket" / Bytes(TICKET_BYTES), Terminated)
+JOIN_TICKET_REP = Struct("ticket" / Bytes(TICKET_BYTES))

@@ -1,0 +1,392 @@
+"""Trust boundaries of a PNM node (issue 20): a session is reached only by the client that
+opened it, emulated time is checked before it changes anything and one client's clock moves
+only its own results, every payload is checked whole (a malformed one is BAD_REQUEST), and
+per-client and per-request limits hold. Real ZeroMQ sockets, real device processes."""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from node_helpers import GROUP, HEAD_DIM, InProcessNode, Workload, single_device_reference
+
+from nelssa.emu.link.frame import HEADER_BYTES, MAX_EMU_TIME_PS
+from nelssa.emu.link.model import link_preset
+from nelssa.emu.link.transport import RemoteError
+from nelssa.host.pnm_node import protocol as p
+from nelssa.host.pnm_node.client import AttendResult, NodeClient
+from nelssa.host.pnm_node.errors import (
+    BadRequestError,
+    NodeError,
+    NodeLimitError,
+    UnknownSessionError,
+)
+from nelssa.host.pnm_node.protocol import MAX_ARRIVE_PS, NodeErrorCode, NodeOp
+
+KV = [0, 1]
+U64 = 1 << 64
+
+
+def _load(c: NodeClient, w: Workload, layer: int = 0, room: int = 4) -> int:
+    """A session with ``w`` written and room for ``room`` more clusters per head."""
+    s = c.open_session(HEAD_DIM, GROUP, "head")
+    c.alloc_kv(s, layer, list(w.heads), w.max_clusters + room, w.max_tokens + 64 * room)
+    for h, d in w.heads.items():
+        c.write_kv(s, layer, h, d.keys, d.values)
+    return s
+
+
+def _attend(c: NodeClient, s: int, w: Workload, send_ps: int | None = None) -> AttendResult:
+    return c.attend_async(s, 0, {h: d.q for h, d in w.heads.items()},
+                          {h: d.ids for h, d in w.heads.items()}, send_ps=send_ps).result()
+
+
+def _same(a: AttendResult, b: AttendResult) -> bool:
+    return all(np.array_equal(a.o[h], b.o[h]) and np.array_equal(a.lse[h], b.lse[h])
+               for h in a.o)
+
+
+def _used(c: NodeClient) -> list[int]:
+    return [d.used_bytes for d in c.status().devices]
+
+
+def _attend_payload(s: int, w: Workload, scale: float = 0.0) -> bytes:
+    groups = [{"kv_head": h, "num_ids": len(d.ids),
+               "ids": np.asarray(d.ids, dtype="<u4").tobytes(), "q": d.q.astype("<u2").tobytes()}
+              for h, d in w.heads.items()]
+    return p.ATTEND_REQ.build({"session": s, "layer": 0, "q_heads": GROUP, "head_dim": HEAD_DIM,
+                               "scale": scale, "count": len(groups), "groups": groups})
+
+
+def _write_payload(s: int, h: int, keys: list[np.ndarray], values: list[np.ndarray]) -> bytes:
+    tokens = np.array([k.shape[0] for k in keys], dtype="<u4")
+    data = b"".join(k.astype("<u2").tobytes() + v.astype("<u2").tobytes()
+                    for k, v in zip(keys, values, strict=True))
+    return p.WRITE_KV_REQ.build({"session": s, "layer": 0, "kv_head": h, "count": len(keys),
+                                 "tokens": tokens.tobytes(), "data": data})
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory):
+    n = InProcessNode(f"ipc://{tmp_path_factory.mktemp('sec')}/node", 2)
+    yield n
+    n.stop()
+
+
+# -- defect 1: sessions are owned -----------------------------------------------------------------
+def test_session_handles_are_unguessable(node: InProcessNode) -> None:
+    with NodeClient(node.endpoint, timeout_s=10) as c:
+        ids = [c.open_session(HEAD_DIM, GROUP) for _ in range(32)]
+        for s in ids:
+            c.close_session(s)
+    assert len(set(ids)) == len(ids)
+    assert all(0 < s < U64 for s in ids)
+    # 64 random bits: 32 handles all below 2**40, or two of them adjacent, is next to impossible
+    assert max(ids) >= 1 << 40
+    assert not any(abs(a - b) == 1 for a in ids for b in ids)
+
+
+def test_no_client_reaches_another_clients_session(node: InProcessNode) -> None:
+    w = Workload.make(seed=3, kv_heads=KV)
+    with NodeClient(node.endpoint, timeout_s=10) as a, NodeClient(node.endpoint,
+                                                                  timeout_s=10) as b:
+        s = _load(a, w)
+        before = _attend(a, s, w)
+        used = _used(a)
+        never = s ^ (1 << 41)  # a handle nobody was given
+        d = w.heads[0]
+        attempts = {
+            "attend": lambda sid: b.attend(sid, 0, {0: d.q}, {0: [0]}),
+            "write_kv": lambda sid: b.write_kv(sid, 0, 0, d.keys[:1], d.values[:1]),
+            "alloc_kv": lambda sid: b.alloc_kv(sid, 1, [0], 4, 64),
+            "free_kv": lambda sid: b.free_kv(sid, 0),
+            "close_session": lambda sid: b.close_session(sid),
+        }
+        for name, call in attempts.items():
+            seen = []
+            for sid in (s, never):
+                with pytest.raises(UnknownSessionError) as e:
+                    call(sid)
+                seen.append((e.value.code, str(e.value).replace(str(sid), "ID")))
+            # no oracle: another client's session and one that does not exist look the same
+            assert seen[0] == seen[1], name
+        assert _used(a) == used
+        after = _attend(a, s, w)
+        assert _same(after, before)
+        a.close_session(s)
+
+
+def test_a_queue_pair_reaches_the_sessions_of_its_client(node: InProcessNode) -> None:
+    w = Workload.make(seed=4, kv_heads=KV)
+    with (NodeClient(node.endpoint, timeout_s=10) as a, a.queue_pair() as bulk,
+          NodeClient(node.endpoint, timeout_s=10) as other):
+        s = _load(bulk, w)  # opened and written on the bulk queue pair, as the GPU node does
+        r = _attend(a, s, w)
+        ref = single_device_reference(w)
+        assert all(np.array_equal(r.o[h], ref[h][0]) for h in w.heads)
+        with pytest.raises(UnknownSessionError):
+            _attend(other, s, w)
+        # a join ticket works once, for whoever holds it; a guessed one never
+        ticket = a.link.call(NodeOp.JOIN_TICKET, b"").payload
+        with NodeClient(node.endpoint, timeout_s=10) as c2, NodeClient(node.endpoint,
+                                                                       timeout_s=10) as c3:
+            c2.link.call(NodeOp.JOIN, ticket)
+            assert _same(_attend(c2, s, w), r)
+            with pytest.raises(BadRequestError, match="join ticket"):
+                c3.link.call(NodeOp.JOIN, ticket)
+            with pytest.raises(BadRequestError, match="join ticket"):
+                c3.link.call(NodeOp.JOIN, bytes(len(ticket)))
+            with pytest.raises(UnknownSessionError):
+                _attend(c3, s, w)
+        a.close_session(s)
+
+
+def test_sessions_and_memory_are_limited_per_client(tmp_path: Path) -> None:
+    node = InProcessNode(f"ipc://{tmp_path}/node", 2, max_sessions_per_client=2,
+                         max_sessions=3, max_client_bytes=3 << 20)
+    try:
+        with (NodeClient(node.endpoint, timeout_s=10) as a, a.queue_pair() as qp,
+              NodeClient(node.endpoint, timeout_s=10) as b,
+              NodeClient(node.endpoint, timeout_s=10) as c):
+            s1, s2 = a.open_session(HEAD_DIM, GROUP), qp.open_session(HEAD_DIM, GROUP)
+            with pytest.raises(NodeLimitError, match="max_sessions_per_client = 2") as e:
+                a.open_session(HEAD_DIM, GROUP)
+            assert e.value.code == NodeErrorCode.LIMIT_EXCEEDED
+            b.open_session(HEAD_DIM, GROUP)  # another client has a quota of its own
+            with pytest.raises(NodeLimitError, match="max_sessions = 3"):
+                c.open_session(HEAD_DIM, GROUP)
+            a.alloc_kv(s1, 0, [0], 16, 2048)  # about 1 MiB
+            used = _used(a)
+            with pytest.raises(NodeLimitError, match="max_client_bytes"):
+                qp.alloc_kv(s2, 0, [0, 1], 16, 2048)  # two more: over 3 MiB in all
+            assert _used(a) == used  # refused whole: nothing reserved
+            qp.alloc_kv(s2, 0, [1], 16, 2048)
+            a.close_session(s1)  # closing gives back the session and its memory
+            s3 = a.open_session(HEAD_DIM, GROUP)
+            a.alloc_kv(s3, 0, [0], 16, 2048)
+            st = a.status()
+            assert st.sessions == 3 and st.errors == 3
+    finally:
+        node.stop()
+
+
+# -- defect 3: emulated time ----------------------------------------------------------------------
+def test_time_that_would_overflow_is_refused_before_it_changes_anything(
+        node: InProcessNode) -> None:
+    w = Workload.make(seed=5, kv_heads=KV)
+    spec = link_preset("roce-400g")
+    # the far-future requests go over a queue pair of a's: its link stays late for good (the
+    # link delivers in order), so a's own connection stays usable for checking what changed
+    with (NodeClient(node.endpoint, timeout_s=10) as a, NodeClient(node.endpoint,
+                                                                   timeout_s=10) as b,
+          a.queue_pair() as late):
+        s, t = _load(a, w), _load(b, w)
+        before_b = _attend(b, t, w)
+        sessions = late.status().sessions  # (its first call joins a's client)
+
+        def last_moment(payload: bytes) -> int:  # the latest a frame takes; no reply fits
+            return MAX_EMU_TIME_PS - 1 - spec.transfer_ps(HEADER_BYTES + len(payload))
+
+        attend = _attend_payload(s, w)
+        with pytest.raises(RemoteError):
+            late.link.call(NodeOp.ATTEND, attend, send_ps=last_moment(attend))
+        opening = p.OPEN_SESSION_REQ.build({"partition": 0, "head_dim": HEAD_DIM,
+                                            "group": GROUP})
+        with pytest.raises(RemoteError):
+            late.link.call(NodeOp.OPEN_SESSION, opening, send_ps=last_moment(opening))
+        d = w.heads[0]
+        write = _write_payload(s, 0, d.keys[:1], d.values[:1])
+        with pytest.raises(RemoteError):
+            late.link.call(NodeOp.WRITE_KV, write, send_ps=last_moment(write))
+        with pytest.raises(BadRequestError, match="emulated time"):
+            late.link.call(NodeOp.ATTEND, attend, send_ps=MAX_ARRIVE_PS + 1)
+        # nothing moved: no session opened, no cluster written, every device still usable
+        assert a.status().sessions == sessions
+        assert a.write_kv(s, 0, 0, d.keys[:1], d.values[:1]).cluster_ids.start == len(d.keys)
+        after_b = _attend(b, t, w)
+        assert _same(after_b, before_b)
+        assert after_b.timing.queue_ps == 0
+        _attend(a, s, w)
+        a.close_session(s)
+        b.close_session(t)
+
+
+def test_one_clients_clock_moves_only_its_own_results(node: InProcessNode) -> None:
+    w = Workload.make(seed=6, kv_heads=KV)
+    with (NodeClient(node.endpoint, timeout_s=10) as a, NodeClient(node.endpoint,
+                                                                   timeout_s=10) as b):
+        s, t = _load(a, w), _load(b, w)
+        start = 10**9
+        t0 = _attend(b, t, w, send_ps=start).timing
+        far = 10**16  # ten thousand seconds ahead of everyone else, and legal
+        assert _attend(a, s, w, send_ps=far).timing.queue_ps == 0
+        t1 = _attend(b, t, w, send_ps=start + 10**9).timing  # b's own queue is empty again
+        assert t1.queue_ps == 0
+        assert (t1.host_ps, t1.device_ps, t1.cxl_ps) == (t0.host_ps, t0.device_ps, t0.cxl_ps)
+        # a's own later requests still wait behind its own far-future one (on the link or at
+        # the devices)
+        t2 = _attend(a, s, w, send_ps=start).timing
+        assert t2.link_up_ps + t2.queue_ps > far - start
+        # several at once from one client still queue one behind the other
+        fs = [b.attend_async(t, 0, {h: x.q for h, x in w.heads.items()},
+                             {h: x.ids for h, x in w.heads.items()}, send_ps=start + 10**10)
+              for _ in range(3)]
+        q = [f.result().timing.queue_ps for f in fs]
+        assert q[0] == 0 < q[1] < q[2]
+        a.close_session(s)
+        b.close_session(t)
+
+
+# -- defect 8: malformed payloads -----------------------------------------------------------------
+def test_malformed_payloads_are_bad_requests_and_change_nothing(node: InProcessNode) -> None:
+    w = Workload.make(seed=8, kv_heads=KV)
+    with NodeClient(node.endpoint, timeout_s=10) as c:
+        s = _load(c, w)
+        before = _attend(c, s, w)
+        st0 = c.status()
+        d = w.heads[0]
+        attend = _attend_payload(s, w)
+        write = _write_payload(s, 0, d.keys[:2], d.values[:2])
+        opening = p.OPEN_SESSION_REQ.build({"partition": 0, "head_dim": HEAD_DIM,
+                                            "group": GROUP})
+        sess = p.SESSION_REQ.build({"session": s})
+        no_groups = p.ATTEND_REQ.build({"session": s, "layer": 0, "q_heads": GROUP,
+                                        "head_dim": HEAD_DIM, "scale": 0.0, "count": 0,
+                                        "groups": []})
+        no_clusters = p.WRITE_KV_REQ.build({"session": s, "layer": 0, "kv_head": 0,
+                                            "count": 0, "tokens": b"", "data": b""})
+        cases = {
+            "undefined partition": (NodeOp.OPEN_SESSION, bytes([7]) + opening[1:]),
+            "open, a byte too many": (NodeOp.OPEN_SESSION, opening + b"\0"),
+            "open, a byte short": (NodeOp.OPEN_SESSION, opening[:-1]),
+            "close, a byte too many": (NodeOp.CLOSE_SESSION, sess + b"\0"),
+            "free, a byte too many": (NodeOp.FREE_KV, p.FREE_KV_REQ.build(
+                {"session": s, "layer": 0}) + b"\0"),
+            "alloc, no heads": (NodeOp.ALLOC_KV, p.ALLOC_KV_REQ.build(
+                {"session": s, "layer": 2, "max_clusters": 4, "max_tokens": 64, "count": 0,
+                 "kv_heads": []})),
+            "alloc, a byte too many": (NodeOp.ALLOC_KV, p.ALLOC_KV_REQ.build(
+                {"session": s, "layer": 2, "max_clusters": 4, "max_tokens": 64, "count": 1,
+                 "kv_heads": [0]}) + b"\0"),
+            "attend, NaN scale": (NodeOp.ATTEND, _attend_payload(s, w, math.nan)),
+            "attend, infinite scale": (NodeOp.ATTEND, _attend_payload(s, w, math.inf)),
+            "attend, negative scale": (NodeOp.ATTEND, _attend_payload(s, w, -0.5)),
+            "attend, a byte too many": (NodeOp.ATTEND, attend + b"\0"),
+            "attend, a byte short": (NodeOp.ATTEND, attend[:-1]),
+            "attend, no groups": (NodeOp.ATTEND, no_groups),
+            "write, no clusters": (NodeOp.WRITE_KV, no_clusters),
+            "write, a byte short": (NodeOp.WRITE_KV, write[:-1]),
+            "write, an empty cluster": (NodeOp.WRITE_KV, _write_payload(
+                s, 0, [d.keys[0][:0], d.keys[1]], [d.values[0][:0], d.values[1]])),
+            "status with a payload": (NodeOp.STATUS, b"\0"),
+            "shutdown with a payload": (NodeOp.SHUTDOWN, b"\0"),
+        }
+        for name, (op, payload) in cases.items():
+            with pytest.raises(NodeError) as e:
+                c.link.call(op, payload)
+            assert e.value.code == NodeErrorCode.BAD_REQUEST, (name, str(e.value))
+            assert str(e.value), name
+        st = c.status()
+        assert st.sessions == st0.sessions and st.errors == st0.errors + len(cases)
+        assert [x.used_bytes for x in st.devices] == [x.used_bytes for x in st0.devices]
+        assert c.write_kv(s, 0, 0, d.keys[:1], d.values[:1]).cluster_ids.start == len(d.keys)
+        assert _same(_attend(c, s, w), before)
+        c.close_session(s)
+
+
+FUZZ_OPS = [NodeOp.OPEN_SESSION, NodeOp.CLOSE_SESSION, NodeOp.ALLOC_KV, NodeOp.FREE_KV,
+            NodeOp.WRITE_KV, NodeOp.ATTEND, NodeOp.STATUS, NodeOp.JOIN_TICKET, NodeOp.JOIN]
+
+
+@pytest.fixture(scope="module")
+def fuzz_setup(node: InProcessNode):
+    """A fuzzing client with a session of its own to mutate requests on, and a keeper client
+    whose session must come through untouched."""
+    w = Workload.make(seed=10, kv_heads=KV, clusters=6, selected=3)
+    fuzzer = NodeClient(node.endpoint, timeout_s=10)
+    keeper = NodeClient(node.endpoint, timeout_s=10)
+    s, k = _load(fuzzer, w), _load(keeper, w)
+    d = w.heads[0]
+    base = {
+        NodeOp.OPEN_SESSION: p.OPEN_SESSION_REQ.build({"partition": 1, "head_dim": HEAD_DIM,
+                                                       "group": GROUP}),
+        NodeOp.CLOSE_SESSION: p.SESSION_REQ.build({"session": s}),
+        NodeOp.ALLOC_KV: p.ALLOC_KV_REQ.build({"session": s, "layer": 1, "max_clusters": 8,
+                                               "max_tokens": 256, "count": 2,
+                                               "kv_heads": [0, 1]}),
+        NodeOp.FREE_KV: p.FREE_KV_REQ.build({"session": s, "layer": 1}),
+        NodeOp.WRITE_KV: _write_payload(s, 0, d.keys[:2], d.values[:2]),
+        NodeOp.ATTEND: _attend_payload(s, w),
+        NodeOp.STATUS: b"",
+        NodeOp.JOIN_TICKET: b"",
+        NodeOp.JOIN: bytes(16),
+    }
+    yield fuzzer, keeper, k, w, base, _attend(keeper, k, w)
+    fuzzer.close()
+    keeper.close_session(k)
+    keeper.close()
+
+
+@settings(max_examples=150, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(op=st.sampled_from(FUZZ_OPS),
+       flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=4),
+       cut=st.integers(0, 8), extra=st.binary(max_size=6), send_ps=st.sampled_from(
+           [None, 0, 10**12, MAX_ARRIVE_PS - 10**6, MAX_ARRIVE_PS + 1, MAX_EMU_TIME_PS]))
+def test_fuzzed_node_requests_never_fail_inside_the_node(fuzz_setup, op: NodeOp,
+                                                         flips: list[tuple[int, int]], cut: int,
+                                                         extra: bytes,
+                                                         send_ps: int | None) -> None:
+    fuzzer, keeper, k, w, base, keeper_before = fuzz_setup
+    payload = bytearray(base[op])
+    for pos, value in flips:
+        if payload:
+            payload[pos % len(payload)] = value
+    payload = payload[:max(0, len(payload) - cut)] + extra
+    try:
+        fuzzer.link.call(op, bytes(payload), send_ps=send_ps)
+    except NodeError as e:  # the node's own refusals only: never INTERNAL or a link error
+        assert e.code >= 100 and e.code != NodeErrorCode.DEVICE_DOWN, (op.name, str(e))
+    assert _same(_attend(keeper, k, w), keeper_before)
+
+
+# -- defect 10: per-request limits ----------------------------------------------------------------
+def test_per_request_limits_refuse_before_the_body_is_parsed(tmp_path: Path) -> None:
+    node = InProcessNode(f"ipc://{tmp_path}/node", 2, max_write_kv_bytes=64 << 10,
+                         max_request_heads=2)
+    w = Workload.make(seed=12, kv_heads=[0, 1, 2])
+    try:
+        with NodeClient(node.endpoint, timeout_s=10, max_write_bytes=64 << 10) as c:
+            s = c.open_session(HEAD_DIM, GROUP, "head")
+            with pytest.raises(NodeLimitError, match="max_request_heads = 2"):
+                c.alloc_kv(s, 0, list(w.heads), w.max_clusters, w.max_tokens)
+            c.alloc_kv(s, 0, [0, 1], w.max_clusters, w.max_tokens)
+            c.alloc_kv(s, 0, [2], w.max_clusters, w.max_tokens)
+            d = w.heads[0]
+            big = _write_payload(s, 0, d.keys, d.values)
+            assert len(big) > 64 << 10
+            with pytest.raises(NodeLimitError, match="max_write_kv_bytes"):
+                c.link.call(NodeOp.WRITE_KV, big)
+            # a header that announces far more than the limit, with no body behind it
+            huge = struct.pack("<QHHI", s, 0, 0, 1 << 30)
+            with pytest.raises(NodeLimitError, match="max_write_kv_bytes"):
+                c.link.call(NodeOp.WRITE_KV, huge + bytes(1 << 12))
+            # the client splits a large write under the limit: every cluster arrives, in order
+            for h, x in w.heads.items():
+                assert c.write_kv(s, 0, h, x.keys, x.values).cluster_ids == range(
+                    len(x.keys))
+            two = {h: w.heads[h] for h in (0, 1)}
+            r = c.attend(s, 0, {h: x.q for h, x in two.items()},
+                         {h: x.ids for h, x in two.items()})
+            ref = single_device_reference(Workload(two))
+            assert all(np.array_equal(r.o[h], ref[h][0]) for h in two)
+            with pytest.raises(NodeLimitError, match="max_request_heads = 2"):
+                c.attend(s, 0, {h: x.q for h, x in w.heads.items()},
+                         {h: x.ids for h, x in w.heads.items()})
+    finally:
+        node.stop()
