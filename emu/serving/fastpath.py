@@ -85,31 +85,29 @@ def advance(sched: OurScheduler, k: int) -> None:
     """Apply ``k`` steps of pure decode (``steady_steps`` said they are)."""
     bt = sched.bt
     pool = sched.pool
+    running = sched.running
     if pool is None:
-        for job in sched.running:
-            i0 = _first_alloc(job, bt)
+        for job in running:
+            i0 = (-job.computed) % bt + 1  # _first_alloc
             if k >= i0:
                 n = (k - i0) // bt + 1
                 job.nblocks += n
                 sched.free -= n
-    else:
-        # freshly allocated blocks are alike (no key, one reference), and nothing is freed or
-        # touched inside a run: one allocation of them all takes the blocks, and evicts the
-        # cached ones, that stepping would have, in the same order
-        counts = []
-        for job in sched.running:
-            i0 = _first_alloc(job, bt)
-            counts.append((k - i0) // bt + 1 if k >= i0 else 0)
-        got = pool.allocate(sum(counts)) if any(counts) else []
-        at = 0
-        for job, n in zip(sched.running, counts, strict=True):
-            if n:
-                job.blocks += got[at:at + n]
-                job.nblocks += n
-                at += n
-    for job in sched.running:
+            job.computed += k
+            job.num_tokens += k
+        return
+    # freshly allocated blocks are alike (no key, one reference), and nothing is freed or
+    # touched inside a run: one allocation of them all takes the blocks, and evicts the cached
+    # ones, that stepping would have, in the same order
+    counts = [(k - i0) // bt + 1 if k >= i0 else 0
+              for i0 in [(-job.computed) % bt + 1 for job in running]]
+    total = sum(counts)
+    got = pool.allocate(total) if total else []
+    at = 0
+    for job, n in zip(running, counts, strict=True):
+        if n:
+            job.blocks += got[at:at + n]
+            job.nblocks += n
+            at += n
         job.computed += k
-        job.outputs += k
-        if pool is not None:
-            assert job.keys is not None
-            pool.cache(job.blocks, job.keys, 0, job.computed // bt)
+        job.num_tokens += k  # the blocks filled are cached when the job is freed

@@ -18,10 +18,12 @@ follows vLLM v1's algorithm so that it can stand in for it at a fraction of the 
 
 As in vLLM, block 0 is the null block (``blocks - 1`` to hand out, ``used_blocks`` counts it),
 the longest prefix hit stops one token short of the job's tokens, a full block is cached when
-it is scheduled (prompt and generated tokens alike) and the gate counts hits that are free as
-blocks to take. Left out, as they are inactive in the replays' configuration: the watermark,
-``long_prefill_token_threshold``, ``max_model_len`` caps, speculative decoding, connectors and
-partial-block hits (the hash block is the block). vLLM reports a step's preempted requests as
+it is scheduled (prompt and generated tokens alike; the blocks a job fills as it decodes hold
+its own tokens, which only it can hit, once it has been freed, so ours caches them when it is
+freed) and the gate counts hits that are free as blocks to take. Left out, as they are
+inactive in the replays' configuration: the watermark, ``long_prefill_token_threshold``,
+``max_model_len`` caps, speculative decoding, connectors and partial-block hits (the hash block
+is the block). vLLM reports a step's preempted requests as
 a set; ours lists them in preemption order.
 
 Where ours goes beyond vLLM v1: swap preemption (the job's KV kept in host memory and brought
@@ -196,11 +198,16 @@ class OurScheduler:
         return self.total - self._free()
 
     def _release(self, job: _Job) -> None:
-        if self.pool is None:
+        pool = self.pool
+        if pool is None:
             self.free += job.nblocks
         else:
-            assert job.keys is not None
-            self.pool.release(job.blocks, job.keys)
+            keys = job.keys
+            assert keys is not None
+            full = job.computed // self.bt
+            if full > keys.ncached:  # the blocks it filled decoding
+                pool.cache(job.blocks, keys, keys.ncached, full)
+            pool.release(job.blocks, keys)
             job.blocks = []
         job.nblocks = 0
 
@@ -217,16 +224,15 @@ class OurScheduler:
         """The leading running jobs that decode (one token each, after one they sampled), in one
         pass: those that go on into ``plan.decodes``, those that finish with it into
         ``plan.scheduled``; the blocks they start taken in one allocation (fresh blocks are
-        alike), the blocks they fill cached. Stops at the first job that does not decode, or
-        whose block does not fit (the general pass preempts for it); the jobs taken."""
+        alike; those they fill are cached when they are freed). Stops at the first job that
+        does not decode, or whose block does not fit (the general pass preempts for it); the
+        jobs taken."""
         running = self.running
         bt = self.bt
         pool = self.pool
-        last = bt - 1 if pool is not None else -1  # the position that fills a block
         avail = self._free()
         top = min(len(running), self.budget)
         starting: list[_Job] = []
-        filling: list[_Job] = []
         going: list[_Job] = []
         scheduled, planned = plan.scheduled, self._planned
         i = 0
@@ -235,14 +241,11 @@ class OurScheduler:
             c = job.computed
             if c != job.num_tokens - 1 or c < job.prompt:  # a prefill, or its last token
                 break
-            r = c % bt
-            if not r:
+            if not c % bt:
                 if not avail:
                     break
                 avail -= 1
                 starting.append(job)
-            if r == last:
-                filling.append(job)
             job.computed = c + 1
             if c + 2 - job.prompt >= job.max_tokens:  # it finishes with this token
                 scheduled.append(Planned(job.jid, c, 1))
@@ -259,11 +262,6 @@ class OurScheduler:
                 for job, b in zip(starting, pool.allocate(len(starting)), strict=True):
                     job.blocks.append(b)
                     job.nblocks += 1
-        for job in filling:
-            keys = job.keys
-            assert pool is not None and keys is not None
-            if job.computed // bt > keys.ncached:
-                pool.cache(job.blocks, keys, keys.ncached, job.computed // bt)
         self._decoding = going
         plan.decodes = list(map(_JID, going))
         return i
