@@ -1,13 +1,23 @@
 """Start and stop the device processes of a node (``nelssa device serve``), each in a session
 of its own so a Ctrl-C at the terminal reaches only the node, which then stops them in order.
-Only processes started here are ever signalled."""
+Only processes started here are ever signalled.
+
+Also what a process that binds or reaches an endpoint checks first (``check_bindable``,
+``check_listening``), and the cleanup ZeroMQ leaves to us: it never removes the file of an
+ipc:// socket, and it lets a second process bind a path a live one serves (the first is then
+cut off). Private folders carry their owner's pid, so one left by a killed process is removed
+by the next."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -17,6 +27,144 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+class EndpointError(ValueError):
+    """An endpoint that cannot be bound or has nothing behind it; the message names it."""
+
+
+def _ipc_path(endpoint: str) -> str | None:
+    """The socket's path of an ipc:// endpoint (a leading NUL for an abstract one), else
+    None."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme != "ipc":
+        return None
+    return "\0" + rest[1:] if rest.startswith("@") else rest
+
+
+def _tcp_address(endpoint: str) -> tuple[str, int] | None:
+    """(host, port) of a tcp:// endpoint with a numeric port, else None."""
+    scheme, _, rest = endpoint.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "tcp" or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _unix_answers(path: str, timeout_s: float = 1.0) -> bool:
+    """Whether a process accepts connections on the Unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout_s)
+        try:
+            s.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except TimeoutError:  # a full backlog: someone is there
+            return True
+        except OSError:
+            return False
+        return True
+
+
+def check_bindable(endpoint: str) -> None:
+    """Refuse (EndpointError) an endpoint a live process serves or that cannot be bound: a
+    missing folder, a path that is not a socket, a tcp port in use. A socket file with nothing
+    behind it (its server was killed) is fine: binding replaces it."""
+    path = _ipc_path(endpoint)
+    if path is not None:
+        if path.startswith("\0"):
+            if _unix_answers(path):
+                raise EndpointError(f"{endpoint}: a process is already listening there")
+            return
+        folder = Path(path).parent
+        if not folder.is_dir():
+            raise EndpointError(f"{endpoint}: folder {folder} does not exist")
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(mode):
+            raise EndpointError(f"{endpoint}: {path} exists and is not a socket")
+        if _unix_answers(path):
+            raise EndpointError(f"{endpoint}: a node or another server is already listening "
+                                "there (stop it first: `nelssa node stop --endpoint "
+                                f"{endpoint}`)")
+        return
+    address = _tcp_address(endpoint)
+    if address is None or address[1] == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(address[0] or None, address[1], type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise EndpointError(f"{endpoint}: cannot resolve {address[0]!r}: {e.strerror}") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ binds
+        try:
+            s.bind(sockaddr)
+        except OSError as e:
+            why = "in use" if e.errno == errno.EADDRINUSE else e.strerror
+            raise EndpointError(f"{endpoint}: cannot bind: {why}") from None
+
+
+def check_listening(endpoint: str, timeout_s: float = 1.0) -> None:
+    """Refuse (EndpointError) an endpoint where certainly nothing listens: no socket file, a
+    dead socket file, a refused tcp connection. Where it cannot tell (no answer within
+    ``timeout_s``), the caller's own request will time out instead."""
+    path = _ipc_path(endpoint)
+    if path is not None:
+        if not path.startswith("\0") and not os.path.exists(path):
+            raise EndpointError(f"{endpoint}: nothing is listening there (no such socket)")
+        if not _unix_answers(path, timeout_s):
+            raise EndpointError(f"{endpoint}: nothing is listening there")
+        return
+    address = _tcp_address(endpoint)
+    if address is None:
+        return
+    try:
+        with socket.create_connection(address, timeout=timeout_s):
+            pass
+    except ConnectionRefusedError:
+        raise EndpointError(f"{endpoint}: nothing is listening there (connection "
+                            "refused)") from None
+    except socket.gaierror as e:
+        raise EndpointError(f"{endpoint}: cannot resolve {address[0]!r}: {e.strerror}") from None
+    except OSError:  # no route, a firewall's silence: let the request itself time out
+        pass
+
+
+def remove_socket_file(endpoint: str) -> None:
+    """Remove the file of an ipc:// socket this process bound and has closed."""
+    path = _ipc_path(endpoint)
+    if path is None or path.startswith("\0"):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.unlink(path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def private_folder(prefix: str) -> Path:
+    """A new temporary folder ``<prefix><pid>-XXXX`` (mode 0700); folders of the same prefix
+    whose owner process is gone (killed before it could remove them) are removed first."""
+    tmp = Path(tempfile.gettempdir())
+    for old in tmp.glob(f"{prefix}*-*"):
+        pid = old.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _pid_alive(int(pid)) and old.is_dir() and old.stat().st_uid \
+                == os.getuid():
+            log.info("removing %s, left by process %s", old, pid)
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+
+
 class DeviceProcesses:
     """``count`` device processes serving at ipc:// endpoints in a private folder."""
 
@@ -24,7 +172,7 @@ class DeviceProcesses:
                  preset: str = "ddr5-6400", verbose: bool = False) -> None:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        self.folder = Path(tempfile.mkdtemp(prefix="nelssa-node-"))
+        self.folder = private_folder("nelssa-node-")
         self.endpoints = [f"ipc://{self.folder}/device-{i}" for i in range(count)]
         self.procs: list[subprocess.Popen[bytes]] = []
         try:

@@ -13,8 +13,10 @@ from nelssa import __version__
 from nelssa.cli_decode import add_decode_parser, check_decode_args
 from nelssa.cli_fpga import add_board_args, add_fpga_parser
 from nelssa.cli_latency import add_latency_parser
-from nelssa.cli_node import add_node_parser, check_node_args
+from nelssa.cli_node import add_node_parser, check_bind, check_node_args
 from nelssa.cli_serving import add_serving_parser
+from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
+from nelssa.options import PID, SEED, Parser, UsageError, endpoint, input_file, int_range
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_device_serve(args: argparse.Namespace) -> int:
     """Serve one device's port over ZeroMQ until a client asks it to shut down."""
     from nelssa.driver.remote import serve_port
+    from nelssa.emu.launcher import remove_socket_file
+    from nelssa.emu.link.security import CurveServerKeys
+
+    check_bind(args.endpoint, args.curve_secret)  # before the device is made (rtl: built)
+    curve = CurveServerKeys(args.curve_secret) if args.curve_secret else None
 
     if args.backend == "model":
         from nelssa.hw.model.device import DeviceConfig, ModelDevice
@@ -112,23 +119,14 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
     else:
         from nelssa.hw.sim.device import RtlDevice
 
-        if not 1 <= args.engines <= 6:
-            log.error("the rtl device takes 1..6 attention units, got --engines %d", args.engines)
-            return 2
         port = RtlDevice(args.preset, units=args.engines)
-    curve = None
-    if args.curve_secret:
-        from pathlib import Path
-
-        from nelssa.emu.link.security import CurveServerKeys
-
-        curve = CurveServerKeys(Path(args.curve_secret))
     log.info("serving a %s device at %s", args.backend, args.endpoint)
     try:
         serve_port(port, args.endpoint, curve=curve, parent_pid=args.parent_pid)
     except ValueError as e:  # a refused bind, a bad key file
         print(f"error: {e}", file=sys.stderr)
         return 2
+    remove_socket_file(args.endpoint)
     return 0
 
 
@@ -188,7 +186,7 @@ def cmd_device_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nelssa", description="Hardware-in-the-loop emulator of NELSSA (GPU-PNM serving).")
     parser.add_argument("--version", action="version", version=f"nelssa {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -196,10 +194,13 @@ def main(argv: list[str] | None = None) -> int:
 
     demo = sub.add_parser("demo", help="one attention command through the RTL engine and model")
     demo.add_argument("--head-dim", type=int, choices=(64, 128), default=128)
-    demo.add_argument("--qheads", type=int, default=4, help="query heads per KV head (1..8)")
-    demo.add_argument("--clusters", type=int, default=64, help="selected clusters (>= 1)")
-    demo.add_argument("--cluster-tokens", type=int, default=16, help="tokens per cluster (1..64)")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--qheads", type=int_range(1, 8), default=4,
+                      help="query heads per KV head (1..8)")
+    demo.add_argument("--clusters", type=int_range(1, 65535), default=64,
+                      help="selected clusters (1..65535)")
+    demo.add_argument("--cluster-tokens", type=int_range(1, 64), default=16,
+                      help="tokens per cluster (1..64)")
+    demo.add_argument("--seed", type=SEED, default=0)
     demo.set_defaults(func=cmd_demo)
 
     device = sub.add_parser("device", help="PNM device processes")
@@ -207,21 +208,27 @@ def main(argv: list[str] | None = None) -> int:
     serve = device_sub.add_parser("serve", help="serve a device's port over ZeroMQ")
     serve.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
     add_board_args(serve, several=False)
-    serve.add_argument("--endpoint", default="ipc:///tmp/nelssa-device-0",
+    serve.add_argument("--endpoint", type=endpoint, default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
-    serve.add_argument("--engines", type=int, default=2, help="attention engines (1..15)")
-    serve.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
-    serve.add_argument("--parent-pid", type=int,
+    serve.add_argument("--engines", type=int_range(1, 15), default=2,
+                       help="attention engines (1..15; rtl: 1..6)")
+    serve.add_argument("--preset", default="ddr5-6400", choices=sorted(DDR5_PRESETS),
+                       help="DDR5 timing preset")
+    serve.add_argument("--parent-pid", type=PID,
                        help="exit when this process (the node that started the device) is gone")
-    serve.add_argument("--curve-secret", help="CURVE secret key file; needed to bind an address "
-                                              "other hosts can reach")
+    serve.add_argument("--curve-secret", type=input_file,
+                       help="CURVE secret key file; needed to bind an address other hosts "
+                            "can reach")
     serve.set_defaults(func=cmd_device_serve)
     ddemo = device_sub.add_parser("demo", help="attention descriptors on the rtl and model device")
-    ddemo.add_argument("--kv-heads", type=int, default=2)
-    ddemo.add_argument("--qheads", type=int, default=4, help="query heads per KV head (1..8)")
-    ddemo.add_argument("--clusters", type=int, default=64, help="clusters per KV head")
-    ddemo.add_argument("--selected", type=int, default=16, help="selected clusters per KV head")
-    ddemo.add_argument("--seed", type=int, default=0)
+    ddemo.add_argument("--kv-heads", type=int_range(1, 8), default=2, help="KV heads (1..8)")
+    ddemo.add_argument("--qheads", type=int_range(1, 8), default=4,
+                       help="query heads per KV head (1..8)")
+    ddemo.add_argument("--clusters", type=int_range(1, 4096), default=64,
+                       help="clusters per KV head (1..4096)")
+    ddemo.add_argument("--selected", type=int_range(1, 4096), default=16,
+                       help="selected clusters per KV head (1..--clusters)")
+    ddemo.add_argument("--seed", type=SEED, default=0)
     ddemo.set_defaults(func=cmd_device_demo)
 
     add_node_parser(sub)
@@ -235,25 +242,27 @@ def main(argv: list[str] | None = None) -> int:
     check_decode_args(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    if args.command == "device" and args.device_command == "demo":
-        for name, lo, hi in (("--kv-heads", 1, 8), ("--qheads", 1, 8), ("--clusters", 1, 4096),
-                             ("--selected", 1, args.clusters)):
-            value = getattr(args, name[2:].replace("-", "_"))
-            if not lo <= value <= hi:
-                parser.error(f"{name} must be in {lo}..{hi}, got {value}")
-    if args.command == "demo":
-        for name, lo, hi in (("--qheads", 1, 8), ("--clusters", 1, 65535),
-                             ("--cluster-tokens", 1, 64)):
-            value = getattr(args, name[2:].replace("-", "_"))
-            if not lo <= value <= hi:
-                parser.error(f"{name} must be in {lo}..{hi}, got {value}")
+    if args.command == "device" and args.device_command == "demo" \
+            and args.selected > args.clusters:
+        parser.error(f"--selected must be in 1..{args.clusters}, got {args.selected}")
+    if args.command == "device" and args.device_command == "serve" and args.backend == "rtl" \
+            and args.engines > 6:
+        parser.error(f"argument --engines: the rtl device takes 1..6, got {args.engines}")
     try:
         return args.func(args)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except ValueError as e:
         if args.command not in ("crossover", "serve-sim"):
             raise
         print(f"error: {e}", file=sys.stderr)  # a bad hardware file or trace, named
         return 2
+    except OSError as e:  # a disk that fills, a folder removed under us: named, no traceback
+        if args.verbose:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

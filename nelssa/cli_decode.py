@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import tempfile
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -13,20 +13,43 @@ from typing import Any
 
 from nelssa.cli_fpga import add_board_args
 from nelssa.emu.link.model import PRESETS
+from nelssa.host.gpu.timing import GPUS
+from nelssa.options import (
+    POSITIVE_INT,
+    SECONDS,
+    SEED,
+    SHARE,
+    UsageError,
+    endpoint,
+    input_dir,
+    int_range,
+    output_file,
+)
 
 log = logging.getLogger(__name__)
 
+MAX_PROMPT = 1 << 20
+"""Longest prompt --short-len and --long-len take (the model's positions bound it further)."""
 
-def _lengths(spec: str, count: int, rng: Any) -> list[int]:
-    lo, _, hi = spec.partition("..")
-    a, b = int(lo), int(hi or lo)
-    return [int(x) for x in rng.integers(a, b + 1, count)]
+
+def length_range(text: str) -> tuple[int, int]:
+    """``N`` or ``LO..HI`` prompt lengths, 1 <= LO <= HI <= MAX_PROMPT."""
+    lo, dots, hi = text.partition("..")
+    hi = hi if dots else lo
+    if not (lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi) <= MAX_PROMPT):
+        raise argparse.ArgumentTypeError(f"must be N or LO..HI with 1 <= LO <= HI <= "
+                                         f"{MAX_PROMPT}, got {text!r}")
+    return int(lo), int(hi)
+
+
+def _lengths(span: tuple[int, int], count: int, rng: Any) -> list[int]:
+    return [int(x) for x in rng.integers(span[0], span[1] + 1, count)]
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from nelssa.emu.launcher import NodeLauncher
+    from nelssa.emu.launcher import EndpointError, NodeLauncher, check_listening, private_folder
     from nelssa.host.gpu.clustering import ClusterConfig
     from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
     from nelssa.host.gpu.model import Llama
@@ -37,8 +60,21 @@ def cmd_decode(args: argparse.Namespace) -> int:
     cfg = DecodeConfig(t_input=args.t_input, selection=args.selection, chunk=args.chunk,
                        gpu=args.gpu, check_accuracy=not args.no_accuracy,
                        cluster=ClusterConfig())
-    model = Llama.load(args.model, seed=args.seed)
+    if args.node is not None:
+        try:
+            check_listening(args.node, min(args.timeout, 2.0))
+        except EndpointError as e:
+            raise UsageError(f"--node {e}") from None
+    try:
+        model = Llama.load(args.model, seed=args.seed)
+    except (ValueError, OSError) as e:
+        raise UsageError(f"--model {args.model}: {e}") from None
     c = model.c
+    for option, span in (("--short-len", args.short_len), ("--long-len", args.long_len)):
+        if span[1] + args.steps + 1 > c.max_position_embeddings:
+            raise UsageError(f"{option}: a prompt of {span[1]} tokens and {args.steps + 1} "
+                             f"generated exceed the model's {c.max_position_embeddings} "
+                             "positions")
     rng = np.random.default_rng(args.seed)
     lens = ([("short", n) for n in _lengths(args.short_len, args.short, rng)]
             + [("long", n) for n in _lengths(args.long_len, args.long, rng)])
@@ -49,21 +85,26 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"{args.short} short + {args.long} long requests, T_input {cfg.t_input}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
     launcher = None
+    folder = None
     endpoint = args.node
-    if endpoint is None:
-        folder = tempfile.mkdtemp(prefix="nelssa-decode-")
-        endpoint = f"ipc://{folder}/node"
-        print(f"booting a node: {len(args.bar) if args.bar else args.devices} {args.backend} "
-              f"devices, link {args.link} "
-              "(the first rtl run builds the device) ...", flush=True)
-        t0 = time.perf_counter()
-        extra = [x for b in args.bar or [] for x in ("--bar", b)]
-        if args.manifest:
-            extra += ["--manifest", args.manifest]
-        devices = len(args.bar) if args.backend == "fpga" else args.devices
-        launcher = NodeLauncher(endpoint, devices, args.backend, args.link, extra=extra)
-        print(f"  node up at {endpoint} in {time.perf_counter() - t0:.1f} s")
     try:
+        if endpoint is None:
+            folder = private_folder("nelssa-decode-")
+            endpoint = f"ipc://{folder}/node"
+            print(f"booting a node: {len(args.bar) if args.bar else args.devices} "
+                  f"{args.backend} devices, link {args.link} "
+                  "(the first rtl run builds the device) ...", flush=True)
+            t0 = time.perf_counter()
+            extra = [x for b in args.bar or [] for x in ("--bar", b)]
+            if args.manifest:
+                extra += ["--manifest", args.manifest]
+            devices = len(args.bar) if args.backend == "fpga" else args.devices
+            try:
+                launcher = NodeLauncher(endpoint, devices, args.backend, args.link, extra=extra)
+            except RuntimeError as e:  # it printed why; NodeLauncher stopped it
+                print(f"error: {e}", flush=True)
+                return 1
+            print(f"  node up at {endpoint} in {time.perf_counter() - t0:.1f} s")
         client = NodeClient(endpoint, args.link, timeout_s=args.timeout)
         dec = HybridDecoder(model, cfg, client)
         if args.grow:  # one request that starts below T_input and grows past it
@@ -114,6 +155,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     finally:
         if launcher is not None:
             launcher.stop()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     if not reports:
         print("no decode step ran")
         return 1
@@ -164,43 +207,46 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
 def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("decode", help="a mixed batch decoded end to end on the GPU and the node")
-    p.add_argument("--node", help="a running node's endpoint (default: boot one here)")
-    p.add_argument("--devices", type=int, default=4)
+    p.add_argument("--node", type=endpoint,
+                   help="a running node's endpoint (default: boot one here)")
+    p.add_argument("--devices", type=int_range(1, 32), default=4, help="1..32")
     p.add_argument("--backend", choices=("rtl", "model", "fpga"), default="rtl")
     add_board_args(p, several=True)
     p.add_argument("--link", default="roce-400g", choices=sorted(x for x in PRESETS
                                                                  if x.startswith("roce")))
-    p.add_argument("--model", help="Hugging Face Llama folder (config.json + safetensors); "
-                                   "default: a small random model")
-    p.add_argument("--short", type=int, default=4, help="short requests")
-    p.add_argument("--long", type=int, default=2, help="long requests")
-    p.add_argument("--short-len", default="64..512", help="prompt lengths LO..HI")
-    p.add_argument("--long-len", default="3072..6144", help="prompt lengths LO..HI")
-    p.add_argument("--t-input", type=int, default=1024, help="routing threshold (tokens)")
-    p.add_argument("--selection", type=float, default=0.04, help="share of clusters selected")
-    p.add_argument("--chunk", type=int, default=16,
+    p.add_argument("--model", type=input_dir,
+                   help="Hugging Face Llama folder (config.json + safetensors); default: a "
+                        "small random model")
+    p.add_argument("--short", type=int_range(0, 256), default=4, help="short requests (0..256)")
+    p.add_argument("--long", type=int_range(0, 64), default=2, help="long requests (0..64)")
+    p.add_argument("--short-len", type=length_range, default="64..512",
+                   help="prompt lengths LO..HI")
+    p.add_argument("--long-len", type=length_range, default="3072..6144",
+                   help="prompt lengths LO..HI")
+    p.add_argument("--t-input", type=POSITIVE_INT, default=1024,
+                   help="routing threshold (tokens)")
+    p.add_argument("--selection", type=SHARE, default=0.04,
+                   help="share of clusters selected, in (0, 1]")
+    p.add_argument("--chunk", type=POSITIVE_INT, default=16,
                    help="generated tokens per chunk update (the paper: 1024)")
-    p.add_argument("--steps", type=int, default=32)
-    p.add_argument("--gpu", default="h100-nvl", help="GPU of the roofline time model")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per node request")
+    p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
+    p.add_argument("--gpu", default="h100-nvl", choices=sorted(GPUS),
+                   help="GPU of the roofline time model")
+    p.add_argument("--timeout", type=SECONDS, default=300.0, help="seconds per node request")
     p.add_argument("--no-accuracy", action="store_true",
                    help="skip the comparison with dense attention over the full context")
-    p.add_argument("--trace", default="decode-trace.json", help="Perfetto trace-event JSON")
-    p.add_argument("--plot", default="decode.png", help="PNG plot")
+    p.add_argument("--trace", type=output_file, default="decode-trace.json",
+                   help="Perfetto trace-event JSON")
+    p.add_argument("--plot", type=output_file, default="decode.png", help="PNG plot")
     p.add_argument("--grow", action="store_true",
                    help="add a request that grows past T_input and migrates to the PNM tier")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.set_defaults(func=cmd_decode)
 
 
 def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.command != "decode":
         return
-    for name, lo, hi in (("--devices", 1, 32), ("--short", 0, 256), ("--long", 0, 64),
-                         ("--steps", 1, 100000)):
-        v = getattr(args, name[2:].replace("-", "_"))
-        if not lo <= v <= hi:
-            parser.error(f"{name} must be in {lo}..{hi}, got {v}")
     if args.short + args.long == 0:
         parser.error("--short and --long are both 0: nothing to decode")
     if args.backend == "fpga" and not args.bar and args.node is None:
@@ -208,10 +254,11 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
                      "a fake board from `nelssa fpga fake`)")
     if args.bar and args.backend != "fpga":
         parser.error("--bar goes with --backend fpga")
-    for name in ("--short-len", "--long-len"):
-        spec = getattr(args, name[2:].replace("-", "_"))
-        lo, _, hi = spec.partition("..")
-        if not (lo.isdigit() and (not hi or hi.isdigit()) and 1 <= int(lo) <= int(hi or lo)):
-            parser.error(f"{name} must be N or LO..HI with 1 <= LO <= HI, got {spec!r}")
-    if not 0 < args.selection <= 1:
-        parser.error(f"--selection must be in (0, 1], got {args.selection}")
+    from nelssa.host.gpu.decode import DecodeConfig
+
+    for option, field in (("--t-input", "t_input"), ("--selection", "selection"),
+                          ("--chunk", "chunk")):  # what the decode itself refuses, by option
+        try:
+            DecodeConfig(**{field: getattr(args, field)})
+        except ValueError as e:
+            parser.error(f"argument {option}: {e}")

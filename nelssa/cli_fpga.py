@@ -10,7 +10,12 @@ import sys
 import threading
 from pathlib import Path
 
+from nelssa.emu.latency.fields import Num
+from nelssa.options import input_file, int_range, number, output_dir, output_file
+
 log = logging.getLogger(__name__)
+BYTES = number(Num("a positive integer", integer=True, lo=1, most=1 << 64))
+HERTZ = number(Num("a positive integer", integer=True, lo=1, most=10 ** 12))
 
 
 def cmd_fpga_probe(args: argparse.Namespace) -> int:
@@ -121,8 +126,9 @@ def add_board_args(p: argparse.ArgumentParser, several: bool) -> None:
     p.add_argument("--bar", action="append" if several else "store", metavar="BOARD",
                    help="with --backend fpga: a board (PCI device folder, optionally ,H2C,C2H "
                         "DMA devices)" + ("; repeat for each" if several else ""))
-    p.add_argument("--manifest", help="with --backend fpga: the bitstream manifest (default: "
-                                      "manifest.json in the board folder)")
+    p.add_argument("--manifest", type=input_file,
+                   help="with --backend fpga: the bitstream manifest (default: manifest.json "
+                        "in the board folder)")
 
 
 def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
@@ -134,7 +140,8 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     probe.add_argument("--bar", required=True,
                        help="the board's PCI device folder (/sys/bus/pci/devices/DDDD:BB:DD.F) "
                             "or its resourceN file; DIR,H2C,C2H adds a DMA channel")
-    probe.add_argument("--manifest", help="the bitstream's manifest (default: DIR/manifest.json)")
+    probe.add_argument("--manifest", type=input_file,
+                       help="the bitstream's manifest (default: DIR/manifest.json)")
     probe.set_defaults(func=cmd_fpga_probe)
 
     man = fsub.add_parser("manifest", help="write the manifest of a bitstream built from this "
@@ -142,12 +149,12 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     man.add_argument("--board", required=True)
     man.add_argument("--part", required=True)
     man.add_argument("--build-id", required=True, help="32-bit id, also the BUILD_ID parameter")
-    man.add_argument("--engines", type=int, default=2)
-    man.add_argument("--mem-bytes", type=int, default=1 << 36)
-    man.add_argument("--clock-hz", type=int, default=300_000_000)
+    man.add_argument("--engines", type=int_range(1, 15), default=2)
+    man.add_argument("--mem-bytes", type=BYTES, default=1 << 36)
+    man.add_argument("--clock-hz", type=HERTZ, default=300_000_000)
     man.add_argument("--vendor", default="0x10ee")
     man.add_argument("--device", default="0x4e4c")
-    man.add_argument("-o", "--out", required=True)
+    man.add_argument("-o", "--out", required=True, type=output_file)
     man.set_defaults(func=cmd_fpga_manifest)
 
     src = fsub.add_parser("sources", help="the FPGA top's SystemVerilog files in compile order "
@@ -155,7 +162,8 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     src.set_defaults(func=cmd_fpga_sources)
 
     fake = fsub.add_parser("fake", help="serve fake boards (model devices behind BAR files)")
-    fake.add_argument("folder", help="where the boards' folders go (FOLDER/board0, ...)")
-    fake.add_argument("--boards", type=int, default=1)
-    fake.add_argument("--engines", type=int, default=2)
+    fake.add_argument("folder", type=output_dir,
+                      help="where the boards' folders go (FOLDER/board0, ...)")
+    fake.add_argument("--boards", type=int_range(1, 32), default=1, help="1..32")
+    fake.add_argument("--engines", type=int_range(1, 15), default=2, help="1..15")
     fake.set_defaults(func=cmd_fpga_fake)

@@ -6,18 +6,49 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
+
+from nelssa.emu.latency.model import COMPRESSION
+from nelssa.options import DEVICES, SHARE, UsageError, input_file, number, output_file
+
+HARDWARE_OPTIONS = (("gpus", "--gpu"), ("pnm", "--pnm"), ("models", "--model"),
+                    ("links", "--link"))
+
+
+def load_hardware(args: argparse.Namespace) -> dict[str, Any]:
+    """The descriptions --gpu, --pnm, --model and --link name, from the presets and the
+    --hardware files (UsageError naming the file or option)."""
+    from nelssa.emu.latency.hardware import HardwareCatalog, HardwareError
+
+    try:
+        cat = HardwareCatalog.load(*args.hardware)
+    except HardwareError as e:
+        raise UsageError(str(e)) from None
+    out = {"catalog": cat}
+    for section, option in HARDWARE_OPTIONS:
+        try:
+            out[section] = cat.get(section, getattr(args, option[2:]))
+        except ValueError as e:
+            raise UsageError(f"{option}: {e}") from None
+    return out
+
+
+def add_hardware_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", default="h100-nvl")
+    p.add_argument("--pnm", default="prototype")
+    p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--link", default="roce-400g")
+    p.add_argument("--hardware", action="append", default=[], type=input_file,
+                   help="a hardware JSON file adding to or overriding the presets")
 
 
 def cmd_crossover(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from nelssa.emu.latency.hardware import HardwareCatalog
     from nelssa.emu.latency.model import LatencyModel, Sparsity
 
-    cat = HardwareCatalog.load(*args.hardware)
-    gpu, pnm = cat.get("gpus", args.gpu), cat.get("pnm", args.pnm)
-    model = cat.get("models", args.model)
-    link = cat.get("links", args.link)
+    hw = load_hardware(args)
+    gpu, pnm, model, link = hw["gpus"], hw["pnm"], hw["models"], hw["links"]
     lm = LatencyModel(gpu, pnm, model, Sparsity(args.selection, args.compression), link)
     print(f"crossover of dense GPU attention and sparse PNM attention: {model.name} "
           f"(M_kv {model.kv_bytes_per_token // 1024} KiB/token) on {gpu.name} "
@@ -59,15 +90,11 @@ def cmd_crossover(args: argparse.Namespace) -> int:
 
 def add_latency_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("crossover", help="the routing threshold T_input for 1..8 PNM devices")
-    p.add_argument("--gpu", default="h100-nvl")
-    p.add_argument("--pnm", default="prototype")
-    p.add_argument("--model", default="llama-3-8b")
-    p.add_argument("--link", default="roce-400g")
-    p.add_argument("--hardware", action="append", default=[],
-                   help="a hardware JSON file adding to or overriding the presets")
-    p.add_argument("--selection", type=float, default=0.04, help="S")
-    p.add_argument("--compression", type=float, default=16.0, help="C (tokens per cluster)")
-    p.add_argument("--max-devices", type=int, default=8)
-    p.add_argument("--plot", default="crossover.png")
-    p.add_argument("--json", help="also write the table as JSON here")
+    add_hardware_args(p)
+    p.add_argument("--selection", type=SHARE, default=0.04, help="S, in (0, 1]")
+    p.add_argument("--compression", type=number(COMPRESSION), default=16.0,
+                   help="C (tokens per cluster, > 1)")
+    p.add_argument("--max-devices", type=DEVICES, default=8, help="1..1024")
+    p.add_argument("--plot", type=output_file, default="crossover.png")
+    p.add_argument("--json", type=output_file, help="also write the table as JSON here")
     p.set_defaults(func=cmd_crossover)

@@ -13,6 +13,17 @@ from pathlib import Path
 
 from nelssa.cli_fpga import add_board_args
 from nelssa.emu.link.model import PRESETS
+from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
+from nelssa.options import (
+    SECONDS,
+    UsageError,
+    endpoint,
+    input_dir,
+    input_file,
+    int_range,
+    output_dir,
+    plain_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +49,52 @@ def _curve_client(args: argparse.Namespace):
                            Path(args.curve_secret) if args.curve_secret else None)
 
 
+def check_bind(endpoint: str, curve_secret: str | None) -> None:
+    """What binding ``endpoint`` would refuse, found before anything starts (UsageError): an
+    address beyond loopback without a readable CURVE secret, a live server there, a missing
+    folder, a port in use."""
+    import zmq
+
+    from nelssa.emu.launcher import EndpointError, check_bindable
+    from nelssa.emu.link.security import CurveServerKeys, secure_server
+
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    try:  # the bind's own checks of address and keys, on a socket never bound
+        secure_server(sock, endpoint, CurveServerKeys(Path(curve_secret)) if curve_secret
+                      else None)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        sock.close(linger=0)
+    try:
+        check_bindable(endpoint)
+    except EndpointError as e:
+        raise UsageError(f"--endpoint {e}") from None
+
+
+def _check_reachable(option: str, endpoints: list[str], timeout_s: float,
+                     wait_s: float = 0.0) -> None:
+    """Refuse (UsageError) an endpoint where nothing listens, after waiting up to ``wait_s``
+    for one that is still starting."""
+    import time
+
+    from nelssa.emu.launcher import EndpointError, check_listening
+
+    deadline = time.monotonic() + wait_s
+    for ep in endpoints:
+        while True:
+            try:
+                check_listening(ep, timeout_s)
+                break
+            except EndpointError as e:
+                if time.monotonic() >= deadline:
+                    raise UsageError(f"{option} {e}") from None
+                time.sleep(0.1)
+
+
 def cmd_node_up(args: argparse.Namespace) -> int:
+    import zmq
+
     from nelssa.emu.launcher import DeviceProcesses
     from nelssa.emu.link.model import link_preset
     from nelssa.host.pnm_node.devices import DeviceUnreachableError
@@ -49,6 +105,12 @@ def cmd_node_up(args: argparse.Namespace) -> int:
     spec = link_preset(args.link)
     procs = None
     clock_mhz = 800.0
+    check_bind(args.endpoint, args.curve_secret)  # before a device is built or started
+    if args.curve_clients and not any(Path(args.curve_clients).glob("*.key")):
+        log.warning("%s holds no client keys (*.key): no client will be let in",
+                    args.curve_clients)
+    _check_reachable("--attach", args.attach or [], min(args.device_timeout, 2.0),
+                     wait_s=args.device_timeout)  # devices started just before may be booting
     if args.attach:
         endpoints = list(args.attach)
         backend = "remote"
@@ -56,10 +118,6 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         from nelssa.host.pnm_node.devices import FPGA_PREFIX
         from nelssa.hw.fpga.port import board_manifest, parse_board
 
-        if not args.bar:
-            print("error: --backend fpga needs --bar BOARD for each board (a PCI device "
-                  "folder, or a fake board from `nelssa fpga fake`)", file=sys.stderr)
-            return 2
         backend = "fpga"
         endpoints = [FPGA_PREFIX + b for b in args.bar]
         try:  # the device clock, for emulated time
@@ -77,12 +135,15 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             build_library(args.preset, args.engines)
         procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose)
         endpoints = procs.endpoints
-    config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
-                        device_timeout_s=args.device_timeout, core_clock_mhz=clock_mhz,
-                        fpga_manifest=args.manifest)
     try:
+        config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
+                            device_timeout_s=args.device_timeout, core_clock_mhz=clock_mhz,
+                            fpga_manifest=args.manifest)
         try:
             service = NodeService(config, args.endpoint, _curve_server(args))
+        except zmq.ZMQError as e:  # a bind that lost a race with another process
+            print(f"error: --endpoint {args.endpoint}: {e}", file=sys.stderr)
+            return 2
         except DeviceUnreachableError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -112,14 +173,9 @@ def cmd_node_up(args: argparse.Namespace) -> int:
 
 
 def cmd_node_status(args: argparse.Namespace) -> int:
-    from nelssa.host.pnm_node.client import NodeClient
-
-    with NodeClient(args.endpoint, args.link, args.timeout, curve=_curve_client(args)) as c:
-        try:
-            st = c.status()
-        except TimeoutError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
+    st = _ask(args, "status")
+    if st is None:
+        return 1
     if args.json:
         print(json.dumps(asdict(st), indent=2))
         return 0
@@ -138,17 +194,39 @@ def cmd_node_status(args: argparse.Namespace) -> int:
 
 
 def cmd_node_stop(args: argparse.Namespace) -> int:
-    from nelssa.host.pnm_node.client import NodeClient
-
-    with NodeClient(args.endpoint, args.link, args.timeout, curve=_curve_client(args)) as c:
-        c.shutdown()
+    if _ask(args, "shutdown") is None:
+        return 1
     print(f"node at {args.endpoint} is stopping")
     return 0
+
+
+def _ask(args: argparse.Namespace, what: str) -> object:
+    """One request to the node at --endpoint; None (said in one line) when no answer came.
+    Nothing listening there at all is a refusal (UsageError)."""
+    from nelssa.emu.link.transport import RemoteError
+    from nelssa.host.pnm_node.client import NodeClient
+
+    _check_reachable("--endpoint", [args.endpoint], min(args.timeout, 2.0))
+    try:
+        curve = _curve_client(args)
+    except ValueError as e:  # a key file that is not one
+        raise UsageError(str(e)) from None
+    with NodeClient(args.endpoint, args.link, args.timeout, curve=curve) as c:
+        try:
+            answer = getattr(c, what)()
+        except (TimeoutError, RemoteError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return None
+    return True if answer is None else answer
 
 
 def cmd_node_keygen(args: argparse.Namespace) -> int:
     from nelssa.emu.link.security import make_keys
 
+    for suffix in (".key", ".key_secret"):
+        if (Path(args.folder) / f"{args.name}{suffix}").exists():
+            raise UsageError(f"{Path(args.folder) / args.name}{suffix} already exists (keys "
+                             "are not overwritten: choose another --name or folder)")
     public, secret = make_keys(Path(args.folder), args.name)
     print(f"public key (give it to clients): {public}")
     print(f"secret key (keep it on the node): {secret}")
@@ -160,51 +238,58 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
     node_sub = node.add_subparsers(dest="node_command", required=True)
 
     up = node_sub.add_parser("up", help="start a node and its device processes; Ctrl-C stops")
-    up.add_argument("--devices", type=int, default=4, help="device processes to start (1..32)")
+    up.add_argument("--devices", type=int_range(1, 32), default=4,
+                    help="device processes to start (1..32)")
     up.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
     add_board_args(up, several=True)
-    up.add_argument("--engines", type=int, default=2, help="attention engines per device")
-    up.add_argument("--preset", default="ddr5-6400", help="DDR5 timing preset")
+    up.add_argument("--engines", type=int_range(1, 15), default=2,
+                    help="attention engines per device (1..15; rtl: 1..6)")
+    up.add_argument("--preset", default="ddr5-6400", choices=sorted(DDR5_PRESETS),
+                    help="DDR5 timing preset")
     up.add_argument("--link", default="roce-400g", choices=LINKS,
                     help="link preset toward the GPU node")
-    up.add_argument("--endpoint", default=DEFAULT_ENDPOINT,
+    up.add_argument("--endpoint", type=endpoint, default=DEFAULT_ENDPOINT,
                     help="where to listen (ipc://PATH, tcp://127.0.0.1:PORT; other addresses "
                          "need --curve-secret)")
-    up.add_argument("--attach", action="append", metavar="ENDPOINT",
+    up.add_argument("--attach", action="append", metavar="ENDPOINT", type=endpoint,
                     help="use a running device (`nelssa device serve`) instead of starting one; "
                          "repeat for each")
-    up.add_argument("--device-timeout", type=float, default=30.0,
+    up.add_argument("--device-timeout", type=SECONDS, default=30.0,
                     help="seconds without an answer before a device is marked down")
-    up.add_argument("--curve-secret", help="the node's CURVE secret key file (.key_secret)")
-    up.add_argument("--curve-clients", help="folder of accepted client public keys")
+    up.add_argument("--curve-secret", type=input_file,
+                    help="the node's CURVE secret key file (.key_secret)")
+    up.add_argument("--curve-clients", type=input_dir,
+                    help="folder of accepted client public keys")
     up.set_defaults(func=cmd_node_up)
 
     for name, func, text in (("status", cmd_node_status, "devices, memory, queues, counters"),
                              ("stop", cmd_node_stop, "ask a node to stop")):
         p = node_sub.add_parser(name, help=text)
-        p.add_argument("--endpoint", default=DEFAULT_ENDPOINT)
+        p.add_argument("--endpoint", type=endpoint, default=DEFAULT_ENDPOINT)
         p.add_argument("--link", default="roce-400g", choices=LINKS)
-        p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait")
-        p.add_argument("--curve-server-key", help="the node's public key file (.key)")
-        p.add_argument("--curve-secret", help="this client's secret key file, if the node "
-                                              "restricts clients")
+        p.add_argument("--timeout", type=SECONDS, default=10.0, help="seconds to wait")
+        p.add_argument("--curve-server-key", type=input_file,
+                       help="the node's public key file (.key)")
+        p.add_argument("--curve-secret", type=input_file,
+                       help="this client's secret key file, if the node restricts clients")
         if name == "status":
             p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
 
     keygen = node_sub.add_parser("keygen", help="make a CURVE key pair")
-    keygen.add_argument("folder")
-    keygen.add_argument("--name", default="node")
+    keygen.add_argument("folder", type=output_dir)
+    keygen.add_argument("--name", type=plain_name, default="node")
     keygen.set_defaults(func=cmd_node_keygen)
 
 
 def check_node_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.command == "node" and args.node_command == "up":
-        if not 1 <= args.devices <= 32:
-            parser.error(f"--devices must be in 1..32, got {args.devices}")
         if args.attach and len(args.attach) > 32:
             parser.error(f"--attach given {len(args.attach)} times; a node has at most 32")
-        if args.device_timeout <= 0:
-            parser.error(f"--device-timeout must be > 0, got {args.device_timeout}")
         if args.curve_clients and not args.curve_secret:
             parser.error("--curve-clients needs --curve-secret")
+        if args.backend == "rtl" and not args.attach and args.engines > 6:
+            parser.error(f"argument --engines: the rtl device takes 1..6, got {args.engines}")
+        if args.backend == "fpga" and not args.attach and not args.bar:
+            parser.error("--backend fpga needs --bar BOARD for each board (a PCI device "
+                         "folder, or a fake board from `nelssa fpga fake`)")

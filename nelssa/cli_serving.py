@@ -6,50 +6,63 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from nelssa.cli_latency import add_hardware_args, load_hardware
+from nelssa.emu.serving.workload import RATE
+from nelssa.options import (
+    DEVICES,
+    POSITIVE_INT,
+    SEED,
+    SHARE,
+    BurstAction,
+    UsageError,
+    input_file,
+    int_range,
+    number,
+    output_dir,
+)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {v}")
-    return v
+def _ratio(a: float, b: float) -> str:
+    """``a / b`` as ``x1.23``, or ``undefined`` where either is missing or ``b`` is 0."""
+    if not (math.isfinite(a) and math.isfinite(b)) or b == 0:
+        return "undefined"
+    return f"x{a / b:.2f}"
 
 
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return v
+def _ms3(stats: dict[str, float], keys: tuple[str, ...]) -> str:
+    vals = [stats[k] for k in keys]
+    if not all(math.isfinite(v) for v in vals):
+        return "undefined (no request has a second output token)"
+    return "/".join(f"{v * 1e3:.1f}" for v in vals) + " ms"
+
+
+def _strict_json(obj: Any) -> Any:
+    """``obj`` with NaN and infinities as null: results.json stays JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict_json(v) for v in obj]
+    return obj
 
 
 def cmd_serve_sim(args: argparse.Namespace) -> int:
-    from nelssa.emu.latency.hardware import HardwareCatalog
     from nelssa.emu.latency.model import LatencyModel, Sparsity
     from nelssa.emu.serving.metrics import series, summarize
     from nelssa.emu.serving.sim import SchedulerKind, ServingConfig, ServingSim
     from nelssa.emu.serving.vllm_env import VllmEnvError, vllm_python
-    from nelssa.emu.serving.workload import inject_burst, load_trace, poisson
+    from nelssa.emu.serving.workload import TraceError, inject_burst, load_trace, poisson
     from nelssa.progress import Progress
 
     scheduler = SchedulerKind(args.scheduler)
     caching = args.prefix_caching == "on"
-    if args.burst:
-        at, count, inp, outp = args.burst
-        if not (math.isfinite(at) and at >= 0) or any(
-                not (v >= 1 and float(v).is_integer()) for v in (count, inp, outp)):
-            print(f"error: --burst: AT_S must be a finite time >= 0 and COUNT, INPUT, OUTPUT "
-                  f"integers >= 1, got {' '.join(f'{v:g}' for v in args.burst)}",
-                  file=sys.stderr)
-            return 2
     if scheduler is SchedulerKind.VLLM:
         try:
             vllm_python()
@@ -57,19 +70,23 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
 
-    cat = HardwareCatalog.load(*args.hardware)
-    lm = LatencyModel(cat.get("gpus", args.gpu), cat.get("pnm", args.pnm),
-                      cat.get("models", args.model), Sparsity(args.selection),
-                      cat.get("links", args.link))
-    reqs = load_trace(args.trace, args.limit, hash_ids=caching)
+    hw = load_hardware(args)
+    cat = hw["catalog"]
+    lm = LatencyModel(hw["gpus"], hw["pnm"], hw["models"], Sparsity(args.selection),
+                      hw["links"])
+    try:
+        reqs = load_trace(args.trace, args.limit, hash_ids=caching)
+    except TraceError as e:
+        raise UsageError(str(e)) from None
     if args.rate:
-        reqs = poisson(reqs, args.rate, args.seed)
+        try:
+            reqs = poisson(reqs, args.rate, args.seed)
+        except ValueError as e:
+            raise UsageError(f"--rate {args.rate:g}: {e}") from None
     if args.burst:
-        at, count, inp, outp = args.burst
-        reqs = inject_burst(reqs, at, int(count), int(inp), int(outp))
+        reqs = inject_burst(reqs, *args.burst)
     modes = ["gpu", "nelssa"] if args.mode == "both" else [args.mode]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)  # made when there is something to write in it
     print(f"serve-sim: {len(reqs)} requests from {args.trace}"
           f"{f' at {args.rate:g}/s (Poisson)' if args.rate else ' by timestamp'}; "
           f"{args.model} on {args.gpu}; PNM: {args.devices} x {args.pnm}; {scheduler.value} "
@@ -93,28 +110,30 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
             bar.close()
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except ValueError as e:  # a request no tier can hold: named by the trace's file:line
+            bar.close()
+            raise UsageError(re.sub(r"^trace line (\d+)", lambda m: f"{args.trace}:{m[1]}",
+                                    str(e))) from None
         bar.close()
         wall = time.perf_counter() - t0
         s = summarize(run)
         s["wall_s"] = wall
         results[mode] = {"summary": s, "series": series(run)}
         runs[mode] = run
-        ms = 1e3
         print(f"  {mode:>6}: {s['requests']} requests ({s['pnm_requests']} on the PNM tier, "
               f"T_input {s['t_input']}) in {s['duration_s']:.0f} s emulated, {wall:.1f} s wall; "
               f"decode {s['decode_throughput_tps']:,.0f} tokens/s; TPOT p50/p95/p99 "
-              f"{s['tpot_s']['p50'] * ms:.1f}/{s['tpot_s']['p95'] * ms:.1f}/"
-              f"{s['tpot_s']['p99'] * ms:.1f} ms; TTFT p50/p99 {s['ttft_s']['p50']:.2f}/"
-              f"{s['ttft_s']['p99']:.2f} s; preemptions {s['preemptions']} (recomputing "
+              f"{_ms3(s['tpot_s'], ('p50', 'p95', 'p99'))}; TTFT p50/p99 "
+              f"{s['ttft_s']['p50']:.2f}/{s['ttft_s']['p99']:.2f} s; preemptions "
+              f"{s['preemptions']} (recomputing "
               f"{s['recompute_tokens']:,} tokens); migrations {s['migrations']} "
               f"({s['migrated_tokens']:,} tokens); mean batch {s['mean_running']:.1f}")
     if len(modes) == 2:
         g, n = results["gpu"]["summary"], results["nelssa"]["summary"]
-        ratio = n["decode_throughput_tps"] / g["decode_throughput_tps"]
-        p95 = g["tpot_s"]["p95"] / n["tpot_s"]["p95"]
-        p99 = g["tpot_s"]["p99"] / n["tpot_s"]["p99"]
-        print(f"  NELSSA / GPU-only: throughput x{ratio:.2f}; TPOT P95 x{p95:.2f}, P99 x{p99:.2f} "
-              "(above 1: NELSSA better)")
+        print(f"  NELSSA / GPU-only: throughput "
+              f"{_ratio(n['decode_throughput_tps'], g['decode_throughput_tps'])}; TPOT P95 "
+              f"{_ratio(g['tpot_s']['p95'], n['tpot_s']['p95'])}, P99 "
+              f"{_ratio(g['tpot_s']['p99'], n['tpot_s']['p99'])} (above 1: NELSSA better)")
     if args.sweeps:
         from dataclasses import replace
 
@@ -127,20 +146,26 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
         gpus = {g: replace(lm, gpu=cat.get("gpus", g)) for g in dict.fromkeys(
             [args.gpu, "2x-h100-nvl"])}
         cb = sweeps.context_batch(gpus, base)
-        sweeps.plot_context_batch(cb, out / "fig10_context_batch.png")
         threshold = args.t_input or 32768
-        lf = sweeps.long_fraction(lm, load_trace(args.trace, hash_ids=caching), base,
-                                  args.rate or 4.0,
-                                  min(1000, len(reqs)), threshold, args.seed)
+        try:
+            lf = sweeps.long_fraction(lm, load_trace(args.trace, hash_ids=caching), base,
+                                      args.rate or 4.0,
+                                      min(1000, len(reqs)), threshold, args.seed)
+        except ValueError as e:
+            raise UsageError(f"--sweeps: {e}") from None
+        out.mkdir(parents=True, exist_ok=True)
+        sweeps.plot_context_batch(cb, out / "fig10_context_batch.png")
         sweeps.plot_long_fraction(lf, out / "fig16_long_fraction.png")
         results["sweeps"] = {"context_batch": {k: {str(c): {str(b): t for b, t in r.items()}
                                                    for c, r in v.items()}
                                                for k, v in cb.items()},
                              "long_fraction": {str(k): v for k, v in lf.items()}}
         for frac, v in lf.items():
-            print(f"  long share {frac:>4.0%}: throughput x{v['nelssa_tps'] / v['gpu_tps']:.2f}, "
+            print(f"  long share {frac:>4.0%}: throughput {_ratio(v['nelssa_tps'], v['gpu_tps'])}, "
                   f"P99 TPOT {v['gpu_tpot_p99'] * 1e3:.0f} -> {v['nelssa_tpot_p99'] * 1e3:.0f} ms")
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(_strict_json(results), indent=1,
+                                                 allow_nan=False))
     _plots({k: v for k, v in results.items() if k != "sweeps"}, out)
     print(f"wrote {out / 'results.json'}, {out / 'throughput_queue.png'}, {out / 'tpot.png'}"
           + (", fig10_context_batch.png, fig16_long_fraction.png" if args.sweeps else ""))
@@ -188,40 +213,38 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
     from nelssa.emu.serving.config import SchedulerKind
 
     p = sub.add_parser("serve-sim", help="trace-driven serving emulator: GPU-only vs NELSSA")
-    p.add_argument("--trace", required=True, help="Mooncake-format JSONL trace")
+    p.add_argument("--trace", required=True, type=input_file,
+                   help="Mooncake-format JSONL trace")
     p.add_argument("--mode", choices=("gpu", "nelssa", "both"), default="both")
-    p.add_argument("--gpu", default="h100-nvl")
-    p.add_argument("--pnm", default="prototype")
+    add_hardware_args(p)
     p.add_argument("--scheduler", choices=[k.value for k in SchedulerKind], default="ours",
                    help="ours: this emulator's scheduler, which follows vLLM v1's (fast); vllm: "
                    "vLLM's own v1 scheduler, unmodified, in its environment (make vllm)")
     p.add_argument("--prefix-caching", choices=("on", "off"), default="on",
                    help="automatic prefix caching over the trace's hash_ids (vLLM's default: "
                    "on; a trace without hash_ids needs off)")
-    p.add_argument("--devices", type=_positive_int, default=4)
-    p.add_argument("--model", default="llama-3-8b")
-    p.add_argument("--link", default="roce-400g")
-    p.add_argument("--hardware", action="append", default=[], help="extra hardware JSON")
-    p.add_argument("--selection", type=_positive_float, default=0.04)
-    p.add_argument("--t-input", type=_positive_int,
+    p.add_argument("--devices", type=DEVICES, default=4, help="PNM devices (1..1024)")
+    p.add_argument("--selection", type=SHARE, default=0.04, help="S, in (0, 1]")
+    p.add_argument("--t-input", type=POSITIVE_INT,
                    help="routing threshold in tokens (default: the crossover)")
-    p.add_argument("--rate", type=_positive_float,
+    p.add_argument("--rate", type=number(RATE),
                    help="resample arrivals as Poisson at this rate (/s)")
-    p.add_argument("--limit", type=_positive_int, help="only the first N requests")
+    p.add_argument("--limit", type=POSITIVE_INT, help="only the first N requests")
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
-    p.add_argument("--max-running", type=_positive_int, default=256)
+    p.add_argument("--max-running", type=POSITIVE_INT, default=256)
     p.add_argument("--prefill", choices=("colocated", "disaggregated"), default="colocated",
                    help="prefill on the decode GPU, or on separate prefill GPUs (the paper's)")
-    p.add_argument("--prefill-gpus", type=_positive_int, default=1,
+    p.add_argument("--prefill-gpus", type=int_range(1, 1024), default=1,
                    help="prefill GPUs when disaggregated")
-    p.add_argument("--burst", nargs=4, type=float, metavar=("AT_S", "COUNT", "INPUT", "OUTPUT"),
+    p.add_argument("--burst", action=BurstAction,
                    help="inject COUNT long requests of INPUT/OUTPUT tokens at AT_S seconds")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--migration", action="store_true",
                    help="NELSSA: migrate grown requests to the PNM tier under memory pressure")
-    p.add_argument("--migrate-at", type=_positive_float, default=0.95,
+    p.add_argument("--migrate-at", type=SHARE, default=0.95,
                    help="share of GPU KV in use from which migration starts")
     p.add_argument("--sweeps", action="store_true",
                    help="also the Figure-10 (context x batch) and Figure-16 (long share) sweeps")
-    p.add_argument("--out", default="serve-sim", help="folder for results.json and plots")
+    p.add_argument("--out", type=output_dir, default="serve-sim",
+                   help="folder for results.json and plots")
     p.set_defaults(func=cmd_serve_sim)

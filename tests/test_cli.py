@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -27,12 +31,21 @@ def test_device_demo_rejects_bad_counts(capsys):
 
 
 def test_decode_end_to_end_on_model_devices(tmp_path):
+    """...and leaves nothing in the temporary folder (the node it booted, its socket, its
+    devices' folder)."""
     trace, plot = tmp_path / "t.json", tmp_path / "p.png"
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "model",
-                           "--devices", "2", "--short", "2", "--long", "1", "--long-len", "1100",
-                           "--steps", "3", "--trace", str(trace), "--plot", str(plot)],
-                          capture_output=True, text=True, timeout=600)
+    tmp = Path(tempfile.mkdtemp(prefix="dt-", dir="/tmp"))  # short: socket paths are limited
+    try:
+        proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend",
+                               "model", "--devices", "2", "--short", "2", "--long", "1",
+                               "--long-len", "1100", "--steps", "3", "--trace", str(trace),
+                               "--plot", str(plot)], capture_output=True, text=True,
+                              timeout=600, env=dict(os.environ, TMPDIR=str(tmp)))
+        left = list(tmp.rglob("*"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert left == []
     out = proc.stdout
     assert "request 2: prompt   1100 tokens -> PNM tier" in out
     assert "request 0: prompt" in out and "GPU tier" in out
@@ -60,8 +73,8 @@ def test_decode_grow_shows_a_migration(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["decode", "--short", "0", "--long", "0"], "nothing to decode"),
-    (["decode", "--long-len", "9..3"], "--long-len must be N or LO..HI"),
-    (["decode", "--selection", "0"], "--selection must be in (0, 1]"),
+    (["decode", "--long-len", "9..3"], "argument --long-len: must be N or LO..HI"),
+    (["decode", "--selection", "0"], "argument --selection: must be in (0, 1]"),
 ])
 def test_decode_argument_checks(capsys, argv, words):
     with pytest.raises(SystemExit):

@@ -5,10 +5,15 @@ bind and argument checks."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,8 +34,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_status_and_stop(tmp_path: Path) -> None:
-    node = NodeProcess(f"ipc://{tmp_path}/node", 2, "model")
+@pytest.fixture
+def short_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder with a short name (socket paths have a 107-byte limit) that is also TMPDIR of
+    the nodes started here, so what they leave behind is seen; removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="nt-", dir="/tmp"))
+    (folder / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder / "tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_gone(pids: list[int], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_status_and_stop(short_tmp: Path) -> None:
+    """...and `node stop` leaves nothing behind: neither the node's socket nor the devices'
+    folder."""
+    node = NodeProcess(f"ipc://{short_tmp}/node", 2, "model")
     try:
         st = _run("node", "status", "--endpoint", node.endpoint)
         assert st.returncode == 0, st.stderr
@@ -42,18 +67,67 @@ def test_status_and_stop(tmp_path: Path) -> None:
         stop = _run("node", "stop", "--endpoint", node.endpoint)
         assert stop.returncode == 0 and "stopping" in stop.stdout
         assert node.proc.wait(30) == 0
-        deadline = time.monotonic() + 10
-        while any(pid_alive(p) for p in node.device_pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not any(pid_alive(p) for p in node.device_pids)
+        _wait_gone(node.device_pids)
     finally:
         node.kill()
+    assert sorted(short_tmp.rglob("*")) == [short_tmp / "tmp"]
 
 
-def test_status_of_no_node_times_out_clearly(tmp_path: Path) -> None:
-    st = _run("node", "status", "--endpoint", f"ipc://{tmp_path}/nothing", "--timeout", "0.5")
-    assert st.returncode == 1
-    assert "no reply to op 7" in st.stderr and "within 0.5 s" in st.stderr
+def test_status_of_no_node(tmp_path: Path) -> None:
+    """Nothing at the endpoint: refused at once; something there that does not answer: a
+    timeout, said in one line."""
+    st = _run("node", "status", "--endpoint", f"ipc://{tmp_path}/nothing", "--timeout", "5")
+    assert st.returncode == 2 and "Traceback" not in st.stderr
+    assert st.stderr.count("\n") == 1 and "nothing is listening" in st.stderr
+    with socket.socket(socket.AF_UNIX) as mute:
+        mute.bind(str(tmp_path / "mute"))
+        mute.listen()
+        for op in ("status", "stop"):
+            st = _run("node", op, "--endpoint", f"ipc://{tmp_path}/mute", "--timeout", "0.5")
+            assert st.returncode == 1 and "Traceback" not in st.stderr, st.stderr
+            assert st.stderr.count("\n") == 1 and "no reply" in st.stderr
+            assert "within 0.5 s" in st.stderr
+
+
+def test_a_second_node_on_a_live_endpoint_is_refused(short_tmp: Path) -> None:
+    """ZeroMQ lets a second process bind the same ipc:// path (the first is orphaned): the
+    second `node up` finds the live node first and starts nothing."""
+    endpoint = f"ipc://{short_tmp}/node"
+    node = NodeProcess(endpoint, 1, "model")
+    try:
+        second = _run("node", "up", "--devices", "1", "--endpoint", endpoint, timeout=20)
+        assert second.returncode == 2 and "Traceback" not in second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and endpoint in lines[0] and "already" in lines[0], lines
+        assert "device 0" not in second.stdout
+        assert len(list((short_tmp / "tmp").iterdir())) == 1  # the first node's devices
+        st = _run("node", "status", "--endpoint", endpoint)
+        assert st.returncode == 0 and st.stdout.count(" up ") == 1
+        assert _run("node", "stop", "--endpoint", endpoint).returncode == 0
+        assert node.proc.wait(30) == 0
+    finally:
+        node.kill()
+    assert sorted(short_tmp.rglob("*")) == [short_tmp / "tmp"]
+
+
+def test_a_killed_node_leaves_nothing_once_the_next_has_run(short_tmp: Path) -> None:
+    """A node killed outright cannot clean up: its socket and its devices' folder stay. The
+    next node on that endpoint binds over the dead socket and sweeps the dead folder."""
+    endpoint = f"ipc://{short_tmp}/node"
+    node = NodeProcess(endpoint, 1, "model")
+    os.kill(node.proc.pid, signal.SIGKILL)
+    node.proc.wait(10)
+    _wait_gone(node.device_pids)  # the devices watch their parent
+    assert (short_tmp / "node").exists() and len(list((short_tmp / "tmp").iterdir())) == 1
+    again = NodeProcess(endpoint, 1, "model")
+    try:
+        assert len(list((short_tmp / "tmp").iterdir())) == 1  # the dead node's folder swept
+        assert _run("node", "stop", "--endpoint", endpoint).returncode == 0
+        assert again.proc.wait(30) == 0
+        _wait_gone(again.device_pids)
+    finally:
+        again.kill()
+    assert sorted(short_tmp.rglob("*")) == [short_tmp / "tmp"]
 
 
 def test_node_over_devices_started_apart(tmp_path: Path) -> None:
@@ -114,9 +188,10 @@ def test_keygen_and_a_curve_node(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["node", "up", "--devices", "0"], "--devices must be in 1..32, got 0"),
-    (["node", "up", "--device-timeout", "0"], "--device-timeout must be > 0"),
-    (["node", "up", "--curve-clients", "x"], "--curve-clients needs --curve-secret"),
+    (["node", "up", "--devices", "0"], "argument --devices: must be an integer in 1..32, got 0"),
+    (["node", "up", "--device-timeout", "0"], "argument --device-timeout: must be a finite "
+                                              "number of seconds > 0, got 0"),
+    (["node", "up", "--curve-clients", "."], "--curve-clients needs --curve-secret"),
     (["node", "up", "--link", "roce-1t"], "invalid choice: 'roce-1t'"),
 ])
 def test_node_argument_checks(capsys: pytest.CaptureFixture[str], argv: list[str],

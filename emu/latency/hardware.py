@@ -8,40 +8,48 @@ the presets.
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
+
+from nelssa.emu.latency.fields import FieldError, Num, load_json
 
 PRESETS_FILE = Path(__file__).with_name("hardware.json")
 T = TypeVar("T")
 
-
-def _positive(obj: object, *names: str, allow_zero: bool = False) -> None:
-    """Each field a finite number > 0 (>= 0 with ``allow_zero``): not a bool, not NaN or
-    infinite, and an int where the field is declared ``int`` (a float such as 8.0 is refused)."""
-    declared = {f.name: f.type for f in fields(obj)}  # type: ignore[arg-type]
-    for n in names:
-        v = getattr(obj, n)
-        want_int = declared.get(n) in ("int", int)
-        kind = "integer" if want_int else "number"
-        sign = "non-negative" if allow_zero else "positive"
-        ok = (isinstance(v, int) if want_int else isinstance(v, int | float))
-        ok = ok and not isinstance(v, bool) and (isinstance(v, int) or math.isfinite(v))
-        if not ok or (v < 0 if allow_zero else v <= 0):
-            raise ValueError(f"{type(obj).__name__} {getattr(obj, 'name', '')!r}: {n} must be a "
-                             f"{sign} {kind}, got {v!r}")
+RATE = Num("a positive number", lo=0, lo_open=True, least=1e-3, most=1e9)
+"""A bandwidth (GB/s, Gb/s), a compute peak (TFLOP/s) or a capacity (GB): the limits keep the
+latency model's arithmetic finite."""
+DURATION_US = Num("a non-negative number", lo=0, most=1e9)
+"""A fixed cost in microseconds (up to 1000 s)."""
+SHARE = Num("in (0, 1]", lo=0, lo_open=True, hi=1)
+COUNT = Num("a positive integer", integer=True, lo=1, most=1 << 20)
+"""Layers, heads, head width."""
+PARAMS_B = Num("a positive number", lo=0, lo_open=True, least=1e-6, most=1e6)
+CONTEXT = Num("a positive integer", integer=True, lo=1, most=1 << 40)
 
 
-def _fraction(obj: object, *names: str) -> None:
-    """Each field a share in (0, 1]."""
-    _positive(obj, *names)
-    for n in names:
-        v = getattr(obj, n)
-        if v > 1:
-            raise ValueError(f"{type(obj).__name__} {getattr(obj, 'name', '')!r}: {n} must be "
-                             f"in (0, 1], got {v!r}")
+def _num(spec: Num, default: Any = MISSING) -> Any:
+    """A dataclass field read and checked as ``spec``."""
+    return field(default=default, metadata={"num": spec})
+
+
+class HardwareError(ValueError):
+    """A hardware description that cannot be used; the message names the file and field."""
+
+
+def _check(obj: Any) -> None:
+    """Every numeric field against its ``Num``, naming the description."""
+    if not isinstance(obj.name, str) or not obj.name.strip():
+        raise HardwareError(f"{type(obj).__name__}: name must be a non-empty string, got "
+                            f"{obj.name!r}")
+    for f in fields(obj):
+        spec = f.metadata.get("num")
+        if spec is not None:
+            try:
+                spec.check(getattr(obj, f.name), f.name)
+            except FieldError as e:
+                raise HardwareError(f"{type(obj).__name__} {obj.name!r}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -58,24 +66,24 @@ class GpuHw:
 
     name: str
     """Preset name."""
-    hbm_gbs: float
+    hbm_gbs: float = _num(RATE)
     """HBM bandwidth in GB/s (BW_GPU): the datasheet value, or a measured one with
     ``mem_efficiency`` relative to it."""
-    memory_gb: float
+    memory_gb: float = _num(RATE)
     """HBM capacity in GB."""
-    bf16_tflops: float
+    bf16_tflops: float = _num(RATE)
     """Dense bf16 peak in TFLOP/s: the datasheet value, or a measured one with the two compute
     efficiencies relative to it."""
-    kernel_us: float = 10.0
+    kernel_us: float = _num(DURATION_US, 10.0)
     """Fixed cost of one decode step beyond bandwidth and compute (launches, sampling)."""
-    mem_efficiency: float = 0.8
+    mem_efficiency: float = _num(SHARE, 0.8)
     """Share of HBM bandwidth a decode step reaches (weights and KV cache read once per step).
     An estimate, not a measurement: no published whole-decode-step figure for Hopper was found.
     Its upper bound is the FlashInfer blog "Accelerating Self-Attentions for LLM Serving with
     FlashInfer" (2024-02-02), Figure 5: decode attention alone on an H100 SXM 80GB reaches
     "close to 100%" of the bandwidth for long sequences; a step also runs the weight GEMVs and
     short kernels, hence less."""
-    linear_efficiency: float = 0.79
+    linear_efficiency: float = _num(SHARE, 0.79)
     """Share of ``bf16_tflops`` that the linear layers (GEMMs) of a prefill reach. Measured:
     OpenXLA's matmul performance table for sm_90 (``xla/service/gpu/model/
     matmul_interpolator_data.h``, ``kDefaultMatmulPTable``, bf16xbf16->bf16) gives
@@ -84,7 +92,7 @@ class GpuHw:
     shapes; a whole prefill's linear layers (with their elementwise work) reach less: issue 21
     quotes about two thirds from H100 profiles of a 7B model at 3K tokens, without a source, so
     it is not used here."""
-    attn_efficiency: float = 0.585
+    attn_efficiency: float = _num(SHARE, 0.585)
     """Share of ``bf16_tflops`` that prefill attention (FlashAttention-style kernels) reaches.
     Measured: FlashAttention-3 (Shah et al., 2024, arXiv:2407.08608), Figure 5(d), forward,
     causal mask, head dim 128, BF16/FP16 on an H100 80GB SXM5: 579 TFLOP/s at 4K tokens,
@@ -94,12 +102,10 @@ class GpuHw:
     them); a non-empty string when given."""
 
     def __post_init__(self) -> None:
-        _positive(self, "hbm_gbs", "memory_gb", "bf16_tflops")
-        _positive(self, "kernel_us", allow_zero=True)
-        _fraction(self, "mem_efficiency", "linear_efficiency", "attn_efficiency")
+        _check(self)
         if self.source is not None and (not isinstance(self.source, str)
                                         or not self.source.strip()):
-            raise ValueError(f"GpuHw {self.name!r}: source must be a non-empty string, got "
+            raise HardwareError(f"GpuHw {self.name!r}: source must be a non-empty string, got "
                              f"{self.source!r}")
 
 
@@ -109,21 +115,20 @@ class PnmHw:
 
     name: str
     """Preset name."""
-    bw_eff_gbs: float
+    bw_eff_gbs: float = _num(RATE)
     """Effective read bandwidth of one device under sparse random cluster reads (BW_PNM^eff)."""
-    capacity_gb: float
+    capacity_gb: float = _num(RATE)
     """KV capacity of one device."""
-    t_base_us: float
+    t_base_us: float = _num(DURATION_US)
     """Fixed cost of one layer's PNM request on the node (host software); the link's round
     trip is added from the link description."""
-    t_dev_us: float
+    t_dev_us: float = _num(DURATION_US)
     """Incremental cost per device and layer (its CXL transfers)."""
-    t_host_us: float
+    t_host_us: float = _num(DURATION_US)
     """Host dispatch and aggregation per layer, only with more than one device."""
 
     def __post_init__(self) -> None:
-        _positive(self, "bw_eff_gbs", "capacity_gb")
-        _positive(self, "t_base_us", "t_dev_us", "t_host_us", allow_zero=True)
+        _check(self)
 
 
 @dataclass(frozen=True)
@@ -132,14 +137,13 @@ class LinkHw:
 
     name: str
     """Preset name."""
-    gbps: float
+    gbps: float = _num(RATE)
     """Line rate, Gb/s."""
-    latency_us: float
+    latency_us: float = _num(DURATION_US)
     """One-way base latency."""
 
     def __post_init__(self) -> None:
-        _positive(self, "gbps")
-        _positive(self, "latency_us", allow_zero=True)
+        _check(self)
 
 
 @dataclass(frozen=True)
@@ -148,24 +152,24 @@ class ModelHw:
 
     name: str
     """Preset name."""
-    layers: int
+    layers: int = _num(COUNT)
     """Decoder layers."""
-    kv_heads: int
+    kv_heads: int = _num(COUNT)
     """KV heads."""
-    q_heads: int
+    q_heads: int = _num(COUNT)
     """Query heads."""
-    head_dim: int
+    head_dim: int = _num(COUNT)
     """Head width."""
-    params_b: float
+    params_b: float = _num(PARAMS_B)
     """Parameters in billions (bf16 weights are read once per decode step)."""
-    max_context: int
+    max_context: int = _num(CONTEXT)
     """Longest context the model takes."""
 
     def __post_init__(self) -> None:
-        _positive(self, "layers", "kv_heads", "q_heads", "head_dim", "params_b", "max_context")
+        _check(self)
         if self.q_heads % self.kv_heads:
-            raise ValueError(f"ModelHw {self.name!r}: q_heads ({self.q_heads}) must be a multiple "
-                             f"of kv_heads ({self.kv_heads})")
+            raise HardwareError(f"ModelHw {self.name!r}: q_heads ({self.q_heads}) must be a "
+                                f"multiple of kv_heads ({self.kv_heads})")
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -179,19 +183,40 @@ class ModelHw:
 
 def _build(cls: type[T], name: str, raw: Any, where: str) -> T:
     if not isinstance(raw, dict):
-        raise ValueError(f"{where}: {name} must be an object, got {type(raw).__name__}")
+        raise HardwareError(f"{where}: {name} must be an object, got {type(raw).__name__}")
     spec = {f.name: f for f in fields(cls) if f.name != "name"}  # type: ignore[arg-type]
     unknown = sorted(set(raw) - set(spec))
     if unknown:
-        raise ValueError(f"{where}: {name}: unknown field {unknown[0]!r} (known: "
-                         f"{', '.join(spec)})")
+        raise HardwareError(f"{where}: {name}: unknown field {unknown[0]!r} (known: "
+                            f"{', '.join(spec)})")
     missing = [n for n, f in spec.items() if n not in raw and f.default is MISSING]
     if missing:
-        raise ValueError(f"{where}: {name}: missing field {missing[0]!r}")
+        raise HardwareError(f"{where}: {name}: missing field {missing[0]!r}")
     try:
         return cls(name=name, **raw)
     except ValueError as e:
-        raise ValueError(f"{where}: {name}: {e}") from None
+        raise HardwareError(f"{where}: {name}: {e}") from None
+
+
+def _read(p: Path) -> dict[str, Any]:
+    """One hardware file's top-level object."""
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise HardwareError(f"hardware file {p} does not exist") from None
+    except IsADirectoryError:
+        raise HardwareError(f"hardware file {p} is a folder, not a file") from None
+    except OSError as e:
+        raise HardwareError(f"hardware file {p} cannot be read: {e.strerror}") from None
+    try:
+        raw = load_json(data)
+    except FieldError as e:
+        raise HardwareError(f"hardware file {p} is {e}" if str(e).startswith("not ")
+                            else f"hardware file {p}: {e}") from None
+    if not isinstance(raw, dict):
+        raise HardwareError(f"hardware file {p}: the top level must be an object, got "
+                            f"{type(raw).__name__}")
+    return raw
 
 
 @dataclass(frozen=True)
@@ -203,31 +228,29 @@ class HardwareCatalog:
 
     @classmethod
     def load(cls, *paths: str | Path) -> HardwareCatalog:
-        """The presets, then each file in turn (later entries override earlier ones)."""
-        sections: dict[str, dict[str, Any]] = {"gpus": {}, "pnm": {}, "links": {}, "models": {}}
+        """The presets, then each file in turn (later entries override earlier ones); a file
+        that cannot be used raises HardwareError naming it and the entry and field."""
         kinds = {"gpus": GpuHw, "pnm": PnmHw, "links": LinkHw, "models": ModelHw}
+        sections: dict[str, dict[str, Any]] = {k: {} for k in kinds}
         for path in (PRESETS_FILE, *paths):
             p = Path(path)
-            try:
-                raw = json.loads(p.read_text())
-            except FileNotFoundError:
-                raise ValueError(f"hardware file {p} does not exist") from None
-            except json.JSONDecodeError as e:
-                raise ValueError(f"hardware file {p} is not valid JSON: {e}") from None
-            if not isinstance(raw, dict):
-                raise ValueError(f"hardware file {p}: the top level must be an object")
+            raw = _read(p)
             for key in raw:
                 if key not in sections:
-                    raise ValueError(f"hardware file {p}: unknown section {key!r} (known: "
-                                     f"{', '.join(sections)})")
+                    raise HardwareError(f"hardware file {p}: unknown section {key!r} (known: "
+                                        f"{', '.join(sections)})")
             for key, kind in kinds.items():
-                for name, entry in raw.get(key, {}).items():
+                entries = raw.get(key, {})
+                if not isinstance(entries, dict):
+                    raise HardwareError(f"hardware file {p}: section {key!r} must be an object "
+                                        f"of named entries, got {type(entries).__name__}")
+                for name, entry in entries.items():
                     sections[key][name] = _build(kind, name, entry, f"{p} [{key}]")
         return cls(**sections)
 
     def get(self, section: str, name: str) -> Any:
         table = getattr(self, section)
         if name not in table:
-            raise ValueError(f"unknown {section[:-1] if section.endswith('s') else section} "
-                             f"{name!r}; choose one of {sorted(table)}")
+            raise HardwareError(f"unknown {section[:-1] if section.endswith('s') else section} "
+                                f"{name!r}; choose one of {sorted(table)}")
         return table[name]

@@ -24,7 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nelssa.emu.latency.hardware import GpuHw, LinkHw, ModelHw, PnmHw
+from nelssa.emu.latency.fields import Num
+from nelssa.emu.latency.hardware import SHARE, GpuHw, LinkHw, ModelHw, PnmHw
+
+COMPRESSION = Num("a number > 1", lo=1, lo_open=True, most=1e6)
+"""C: tokens per cluster."""
 
 
 @dataclass(frozen=True)
@@ -37,10 +41,8 @@ class Sparsity:
     """C: tokens per cluster; the centroids are 1/C of the keys the GPU would read."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.selection <= 1:
-            raise ValueError(f"selection must be in (0, 1], got {self.selection}")
-        if self.compression <= 1:
-            raise ValueError(f"compression must be > 1, got {self.compression}")
+        SHARE.check(self.selection, "selection")
+        COMPRESSION.check(self.compression, "compression")
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,18 @@
 """Workloads: Mooncake traces (one JSON object per line: ``timestamp`` in ms, ``input_length``,
 ``output_length``, and ``hash_ids``, one id per 512-token block of the prompt), Poisson
 resampling at a chosen rate (the paper's method), a long-request
-fraction sweep, and injected bursts of long requests. Bad lines are refused by line number."""
+fraction sweep, and injected bursts of long requests. Bad lines are refused by line number:
+any bytes give requests the replay can use or a TraceError naming the file and line."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+
+from nelssa.emu.latency.fields import FieldError, Num, load_json
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,18 @@ class TraceError(ValueError):
 
 HASH_BLOCK_TOKENS = 512
 """Prompt tokens per Mooncake hash id."""
+MAX_TIME_S = 1e9
+"""Latest arrival the replay takes (about 32 years): emulated time is float seconds, which
+past this resolve less than a microsecond."""
+TIMESTAMP_MS = Num("a finite number >= 0", lo=0, most=MAX_TIME_S * 1e3)
+ARRIVAL_S = Num("a time in seconds >= 0", lo=0, most=MAX_TIME_S)
+TOKENS = Num("a positive integer", integer=True, lo=1, most=(1 << 31) - 1)
+"""A prompt or output length."""
+HASH_ID = Num("an integer >= 0", integer=True, lo=0, most=(1 << 63) - 1)
+BURST_COUNT = Num("a positive integer", integer=True, lo=1, most=100_000)
+"""Requests of one injected burst."""
+RATE = Num("> 0 requests/s (a finite number)", lo=0, lo_open=True)
+"""Requests per second of Poisson arrivals."""
 
 
 def _hash_ids(obj: dict, inp: int, where: str) -> tuple[int, ...]:
@@ -38,14 +52,44 @@ def _hash_ids(obj: dict, inp: int, where: str) -> tuple[int, ...]:
     if ids is None:
         raise TraceError(f"{where}: missing field 'hash_ids' (prefix caching needs it; replay "
                          "with prefix caching off)")
-    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool)
-                                            and h >= 0 for h in ids):
-        raise TraceError(f"{where}: hash_ids must be a list of integers >= 0")
+    bad = f"{where}: hash_ids must be a list of integers >= 0 (below 2^63)"
+    if not isinstance(ids, list):
+        raise TraceError(f"{bad}, got {type(ids).__name__}")
+    for i, h in enumerate(ids):
+        try:
+            HASH_ID.check(h)
+        except FieldError:
+            raise TraceError(f"{bad}; item {i} is {h!r}") from None
     need = -(-inp // HASH_BLOCK_TOKENS)
     if len(ids) < need:
         raise TraceError(f"{where}: hash_ids has {len(ids)} ids, fewer than the {need} that "
                          f"{inp} prompt tokens need (one per {HASH_BLOCK_TOKENS} tokens)")
     return tuple(ids[:need])
+
+
+def _request(text: bytes, where: str, rid: int, line: int, last_ms: float,
+             hash_ids: bool) -> tuple[Request, float]:
+    """One trace line, checked whole; with its timestamp in ms."""
+    try:
+        obj = load_json(text)
+    except FieldError as e:
+        raise TraceError(f"{where}: {str(e).replace('not valid JSON', 'not JSON', 1)}") from None
+    if not isinstance(obj, dict):
+        raise TraceError(f"{where}: a line must be a JSON object")
+    for key in ("timestamp", "input_length", "output_length"):
+        if key not in obj:
+            raise TraceError(f"{where}: missing field {key!r}")
+    try:
+        ts = TIMESTAMP_MS.check(obj["timestamp"], "timestamp")
+        inp = TOKENS.check(obj["input_length"], "input_length")
+        outp = TOKENS.check(obj["output_length"], "output_length")
+    except FieldError as e:
+        raise TraceError(f"{where}: {e}") from None
+    if ts < last_ms:
+        raise TraceError(f"{where}: timestamp {obj['timestamp']} is before the previous line's "
+                         f"{last_ms:g} (the trace must be sorted by time)")
+    return Request(rid, ts / 1000.0, int(inp), int(outp), line,
+                   _hash_ids(obj, int(inp), where) if hash_ids else None), ts
 
 
 def load_trace(path: str | Path, limit: int | None = None,
@@ -57,40 +101,22 @@ def load_trace(path: str | Path, limit: int | None = None,
         raise TraceError(f"limit must be an integer >= 1, got {limit!r}")
     p = Path(path)
     out: list[Request] = []
-    last = -1.0
+    last = 0.0
     try:
-        f = p.open()
+        with p.open("rb") as f:
+            for n, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                req, last = _request(text, f"{p}:{n}", len(out), n, last, hash_ids)
+                out.append(req)
+                if limit is not None and len(out) >= limit:
+                    break
     except FileNotFoundError:
         raise TraceError(f"trace {p} does not exist") from None
-    with f:
-        for n, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            where = f"{p}:{n}"
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise TraceError(f"{where}: not JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise TraceError(f"{where}: a line must be a JSON object")
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in obj:
-                    raise TraceError(f"{where}: missing field {key!r}")
-            ts, inp, outp = obj["timestamp"], obj["input_length"], obj["output_length"]
-            if (not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts)
-                    or ts < 0):
-                raise TraceError(f"{where}: timestamp must be a finite number >= 0, got {ts!r}")
-            for key, v in (("input_length", inp), ("output_length", outp)):
-                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                    raise TraceError(f"{where}: {key} must be a positive integer, got {v!r}")
-            if ts < last:
-                raise TraceError(f"{where}: timestamp {ts} is before the previous line's {last} "
-                                 "(the trace must be sorted by time)")
-            last = ts
-            out.append(Request(len(out), ts / 1000.0, inp, outp, n,
-                               _hash_ids(obj, inp, where) if hash_ids else None))
-            if limit is not None and len(out) >= limit:
-                break
+    except IsADirectoryError:
+        raise TraceError(f"trace {p} is a folder, not a file") from None
+    except OSError as e:
+        raise TraceError(f"trace {p} cannot be read: {e.strerror}") from None
     if not out:
         raise TraceError(f"trace {p} has no requests")
     return out
@@ -98,10 +124,13 @@ def load_trace(path: str | Path, limit: int | None = None,
 
 def poisson(requests: list[Request], rate: float, seed: int = 0) -> list[Request]:
     """The same requests in the same order, arriving as a Poisson process of ``rate``/s."""
-    if rate <= 0:
-        raise ValueError(f"rate must be > 0 requests/s, got {rate}")
+    RATE.check(rate, "rate")
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(requests))
     times = np.cumsum(gaps) - gaps[0]
+    if len(times) and not (math.isfinite(times[-1]) and times[-1] <= MAX_TIME_S):
+        raise ValueError(f"at {rate:g} requests/s the {len(requests)} requests arrive over "
+                         f"{times[-1]:.3g} s, past the {MAX_TIME_S:g} s the replay's clock "
+                         "covers")
     return [replace(r, arrival_s=float(t)) for r, t in zip(requests, times, strict=True)]
 
 
@@ -140,6 +169,10 @@ def growing(count: int, input_lo: int, input_hi: int, output_ratio: float = 2.0,
 def inject_burst(requests: list[Request], at_s: float, count: int, input_len: int,
                  output_len: int) -> list[Request]:
     """Add ``count`` long requests all arriving at ``at_s``."""
+    ARRIVAL_S.check(at_s, "at_s")
+    BURST_COUNT.check(count, "count")
+    TOKENS.check(input_len, "input_len")
+    TOKENS.check(output_len, "output_len")
     extra = [Request(0, at_s, input_len, output_len) for _ in range(count)]
     merged = sorted(requests + extra, key=lambda r: r.arrival_s)
     return [replace(r, rid=i) for i, r in enumerate(merged)]

@@ -1,10 +1,13 @@
-"""Serve NelssaHost at an endpoint until a SHUTDOWN request or ``stop``."""
+"""Serve NelssaHost at an endpoint until a SHUTDOWN request or ``stop``; the endpoint is
+checked before anything starts (a live node there is never cut off), and an ipc:// socket file
+is removed when the node stops."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
+from nelssa.emu.launcher import check_bindable, remove_socket_file
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.security import CurveServerKeys
 from nelssa.emu.link.transport import LinkServer, Reply, Request
@@ -18,6 +21,7 @@ class NodeService:
 
     def __init__(self, config: NodeConfig, endpoint: str,
                  curve: CurveServerKeys | None = None) -> None:
+        check_bindable(endpoint)
         self.host = NelssaHost(config)
         try:
             self.server = LinkServer(endpoint, self._handle, link_preset(config.link), curve)
@@ -46,5 +50,6 @@ class NodeService:
             self.server.serve()
         finally:
             self.server.close()
+            remove_socket_file(self.endpoint)
             self.host.close(shutdown_devices)
             log.info("node at %s stopped", self.endpoint)

@@ -1,0 +1,179 @@
+"""What every `nelssa` option accepts, in one place: argparse types for numbers (the ``Num``
+of the file readers), paths, endpoints and --burst, and a parser whose refusals are one line.
+
+A type refuses a word with ``argparse.ArgumentTypeError``; argparse names the option
+(``argument --limit: must be a positive integer, got 0``) and exits with status 2. Checks
+that need the other options or a file's contents raise ``UsageError`` from the command, which
+``main`` prints as one line with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from nelssa.emu.latency.fields import FieldError, Num
+from nelssa.emu.serving.workload import ARRIVAL_S, BURST_COUNT, TOKENS
+
+IPC_PATH_BYTES = 107
+"""Longest socket path Linux takes (sun_path less its terminating NUL)."""
+
+
+class UsageError(Exception):
+    """A refusal found while a command runs; its message names the option or file."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line refusals (``--help`` still shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def number(spec: Num) -> Callable[[str], int | float]:
+    """An argparse type reading one word as ``spec``."""
+
+    def read(text: str) -> int | float:
+        try:
+            return spec.parse(text)
+        except FieldError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    read.__name__ = spec.what  # argparse names the type in some messages
+    return read
+
+
+def int_range(lo: int, hi: int) -> Callable[[str], int | float]:
+    return number(Num(f"an integer in {lo}..{hi}", integer=True, lo=lo, hi=hi))
+
+
+POSITIVE_INT = number(Num("a positive integer", integer=True, lo=1, most=(1 << 31) - 1))
+SEED = number(Num("an integer >= 0", integer=True, lo=0, most=(1 << 63) - 1))
+SHARE = number(Num("in (0, 1]", lo=0, lo_open=True, hi=1))
+POSITIVE_FLOAT = number(Num("a finite number > 0", lo=0, lo_open=True))
+SECONDS = number(Num("a finite number of seconds > 0", lo=0, lo_open=True, most=1e6))
+DEVICES = int_range(1, 1024)
+"""PNM devices of the latency model and the serving replay (a node has at most 32)."""
+PID = number(Num("a positive integer", integer=True, lo=1, most=(1 << 22)))
+
+
+def _reason(p: Path) -> str | None:
+    try:
+        p.stat()
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    return None
+
+
+def input_file(text: str) -> str:
+    """A file to read: it exists, is a file and can be read."""
+    p = Path(text)
+    why = _reason(p) or ("is a folder, not a file" if p.is_dir() else None)
+    if why is None and not os.access(p, os.R_OK):
+        why = "cannot be read (permission denied)"
+    if why:
+        raise argparse.ArgumentTypeError(f"{text} {why}")
+    return text
+
+
+def input_dir(text: str) -> str:
+    """A folder to read from."""
+    p = Path(text)
+    why = _reason(p) or (None if p.is_dir() else "is not a folder")
+    if why:
+        raise argparse.ArgumentTypeError(f"{text} {why}")
+    return text
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{what}: folder {folder} does not exist"
+                                         if not folder.exists() else
+                                         f"{what}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{what}: cannot write in {folder}")
+
+
+def output_file(text: str) -> str:
+    """A file to write: not a folder, in a folder that exists and can be written."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    _writable_folder(p.parent, text)
+    return text
+
+
+def output_dir(text: str) -> str:
+    """A folder to write into, made (with its parents) when the command writes."""
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    top = p
+    while not top.exists():
+        top = top.parent
+    _writable_folder(top, text)
+    return text
+
+
+def plain_name(text: str) -> str:
+    """A file name without a folder (key names)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
+        raise argparse.ArgumentTypeError(f"must be a plain name (letters, digits, '.', '_', "
+                                         f"'-'), got {text!r}")
+    return text
+
+
+def endpoint(text: str) -> str:
+    """A ZeroMQ endpoint another process can reach: ipc://PATH or tcp://HOST:PORT."""
+    scheme, sep, rest = text.partition("://")
+    usage = f"{text!r} is not an endpoint: use ipc://PATH or tcp://HOST:PORT"
+    if not sep or not rest:
+        raise argparse.ArgumentTypeError(usage)
+    if scheme == "ipc":
+        if "\0" in rest:
+            raise argparse.ArgumentTypeError(f"{text!r}: a socket path cannot hold a NUL")
+        if len(rest.encode()) > IPC_PATH_BYTES:
+            raise argparse.ArgumentTypeError(f"{text!r}: the socket path is longer than "
+                                             f"{IPC_PATH_BYTES} bytes, the system's limit")
+        return text
+    if scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        if not colon or not host:
+            raise argparse.ArgumentTypeError(usage)
+        if port != "*" and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise argparse.ArgumentTypeError(f"{text!r}: the port must be 1..65535 (or * to "
+                                             f"bind any), got {port!r}")
+        return text
+    raise argparse.ArgumentTypeError(usage)
+
+
+class BurstAction(argparse.Action):
+    """``--burst AT_S COUNT INPUT OUTPUT``, each word checked as its own field."""
+
+    FIELDS = (("AT_S", ARRIVAL_S), ("COUNT", BURST_COUNT), ("INPUT", TOKENS),
+              ("OUTPUT", TOKENS))
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=4,
+                         metavar=tuple(n for n, _ in self.FIELDS), **kwargs)  # type: ignore
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        out = []
+        for (label, spec), text in zip(self.FIELDS, values, strict=True):  # type: ignore
+            try:
+                out.append(spec.parse(text, label))
+            except FieldError as e:
+                raise argparse.ArgumentError(self, str(e)) from None
+        setattr(namespace, self.dest, tuple(out))
+
+
+def fail(message: str) -> NoReturn:
+    """Refuse from inside a command (``main`` prints it; status 2)."""
+    raise UsageError(message)
