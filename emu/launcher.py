@@ -91,11 +91,12 @@ def check_bindable(endpoint: str) -> None:
     address = _tcp_address(endpoint)
     if address is None or address[1] == 0:
         return
+    host = None if address[0] in ("", "*") else address[0]
     try:
-        infos = socket.getaddrinfo(address[0] or None, address[1], type=socket.SOCK_STREAM,
+        infos = socket.getaddrinfo(host, address[1], type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
-    except socket.gaierror as e:
-        raise EndpointError(f"{endpoint}: cannot resolve {address[0]!r}: {e.strerror}") from None
+    except socket.gaierror:  # an interface name (ZeroMQ takes eth0:5555): its bind will tell
+        return
     family, kind, proto, _, sockaddr = infos[0]
     with socket.socket(family, kind, proto) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ binds

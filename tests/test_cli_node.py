@@ -110,6 +110,22 @@ def test_a_second_node_on_a_live_endpoint_is_refused(short_tmp: Path) -> None:
     assert sorted(short_tmp.rglob("*")) == [short_tmp / "tmp"]
 
 
+def test_a_device_server_removes_its_socket(short_tmp: Path) -> None:
+    """`nelssa device serve` on ipc:// removes its socket file when it exits (here: its parent,
+    a shell, is gone); ZeroMQ leaves the file behind."""
+    sock = short_tmp / "dev"
+    cli = " ".join(CLI)
+    shell = subprocess.run(
+        ["bash", "-c", f"{cli} device serve --endpoint ipc://{sock} --parent-pid $$ "
+                       f"</dev/null >/dev/null 2>&1 & echo $!; for i in $(seq 300); do "
+                       f"test -S {sock} && echo bound && break; sleep 0.1; done"],
+        capture_output=True, text=True, timeout=60)
+    pid, bound = shell.stdout.split()
+    assert bound == "bound"
+    _wait_gone([int(pid)], timeout=30)
+    assert not sock.exists()
+
+
 def test_a_killed_node_leaves_nothing_once_the_next_has_run(short_tmp: Path) -> None:
     """A node killed outright cannot clean up: its socket and its devices' folder stay. The
     next node on that endpoint binds over the dead socket and sweeps the dead folder."""
