@@ -1,0 +1,162 @@
+"""Long fuzz campaigns (emu/fuzz/): for each target, inputs drawn by hypothesis from a seed until
+a count of units (descriptors, frames, requests, files) or a time budget is reached, every input
+judged by the oracles (hang, crash, wrong result, write outside the region). Prints a row per
+target and writes the table, with the command that made it and the first findings of each
+kind, to docs/results/fuzz.md. The short runs of the same fuzzers are tests/test_fuzz_*.py.
+
+    python scripts/fuzz.py --target descriptors-model --count 100000 --seed 1
+    python scripts/fuzz.py --target all --budget 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hypothesis import given, seed
+
+from nelssa.emu.fuzz.oracle import Kind, Tally
+from nelssa.emu.fuzz.targets import TARGETS, campaign_settings, quiet
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUPS = {
+    "all": list(TARGETS),
+    "model": [n for n in TARGETS if not n.endswith("-rtl")],
+    "rtl": [n for n in TARGETS if n.endswith("-rtl")],
+}
+
+
+class _Enough(BaseException):
+    """A signal to stop drawing, not an error."""
+
+
+def campaign(name: str, count: int | None, budget_s: float | None, first_seed: int,
+             progress: bool = True) -> tuple[Tally, float]:
+    """Run one target until ``count`` units or ``budget_s`` seconds; its tally and the wall
+    time it took."""
+    target = TARGETS[name]
+    tally = Tally(name, target.unit)
+    start = time.monotonic()
+
+    def done() -> bool:
+        return ((count is not None and tally.tried >= count)
+                or (budget_s is not None and time.monotonic() - start >= budget_s))
+
+    with quiet(), target.context() as ctx:
+        round_ = 0
+        last_print = start
+        while not done():
+            @seed(first_seed + round_)
+            @campaign_settings(max_examples=1_000_000)
+            @given(target.strategy())
+            def draw(case) -> None:
+                nonlocal last_print
+                tally.add(case.units, target.run(case, ctx), case)
+                if progress and time.monotonic() - last_print > 30:
+                    last_print = time.monotonic()
+                    print(f"  {name}: {tally.tried} {target.unit}, "
+                          f"{sum(tally.counts.values())} findings, "
+                          f"{last_print - start:.0f} s", file=sys.stderr, flush=True)
+                if done():
+                    raise _Enough
+            try:
+                draw()
+            except _Enough:
+                break
+            round_ += 1  # hypothesis ran out of new inputs for this seed: next seed
+    return tally, time.monotonic() - start
+
+
+def _row(t: Tally, wall: float) -> list[str]:
+    return [t.target, f"{t.tried:,} {t.unit}", f"{t.cases:,}",
+            *(f"{t.counts[k]:,}" for k in Kind), f"{wall:.0f}"]
+
+
+HEAD = ["target", "inputs tried", "cases", "hangs", "crashes", "wrong results",
+        "writes outside the region", "wall s"]
+
+
+def table(rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _commit() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                             capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, text=True, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + (" with uncommitted changes" if dirty.strip() else "")
+
+
+def report(results: list[tuple[Tally, float]], command: str) -> str:
+    lines = ["# Fuzz campaigns", "",
+             "Property-based fuzzers (hypothesis) of every interface that takes input from "
+             "outside (emu/fuzz/, one module per target; the oracles in emu/fuzz/oracle.py). "
+             "Each row: units tried (a case, as hypothesis draws it, holds one or more), then "
+             "the findings of each oracle. The goal is zero in every column but the first.", "",
+             f"Command: `{command}`  ", f"Code: {_commit()}, {time.strftime('%Y-%m-%d')}", "",
+             table([_row(t, w) for t, w in results]), "",
+             "Targets:", ""]
+    lines += [f"- `{t.target}`: {TARGETS[t.target].doc}" for t, _ in results]
+    found = [(t, k) for t, _ in results for k in Kind if t.examples[k]]
+    if found:
+        lines += ["", "## Findings (first of each kind)", ""]
+        for t, k in found:
+            for what, case in t.examples[k]:
+                lines += [f"- `{t.target}` {k.value}: {what}", "",
+                          f"  input: `{case}`", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", action="append", metavar="NAME",
+                    help=f"a target ({', '.join(TARGETS)}) or a group ({', '.join(GROUPS)}); "
+                         "repeat for several (default: all)")
+    ap.add_argument("--count", type=int, help="units per target (descriptors, frames, ...)")
+    ap.add_argument("--budget", type=float, help="seconds per target")
+    ap.add_argument("--seed", type=int, default=0, help="hypothesis seed of the first round")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "fuzz.md"),
+                    help="where the table goes ('-' for nowhere)")
+    args = ap.parse_args(argv)
+    names: list[str] = []
+    for t in args.target or ["all"]:
+        if t in GROUPS:
+            names += GROUPS[t]
+        elif t in TARGETS:
+            names.append(t)
+        else:
+            ap.error(f"--target: no target or group {t!r} (targets: {', '.join(TARGETS)}; "
+                     f"groups: {', '.join(GROUPS)})")
+    if args.count is None and args.budget is None:
+        ap.error("give --count, --budget or both")
+    if (args.count is not None and args.count < 1) or (args.budget is not None
+                                                       and not args.budget > 0):
+        ap.error("--count must be >= 1 and --budget > 0")
+    command = "python scripts/fuzz.py " + " ".join(shlex.quote(a) for a in
+                                                   (argv if argv is not None else sys.argv[1:]))
+    results = []
+    print(" | ".join(HEAD))
+    for name in dict.fromkeys(names):
+        tally, wall = campaign(name, args.count, args.budget, args.seed)
+        results.append((tally, wall))
+        print(" | ".join(_row(tally, wall)), flush=True)
+    if args.out != "-":
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(report(results, command))
+        print(f"wrote {args.out}")
+    return 0 if all(t.clean for t, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
