@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from construct import ConstructError
 
-from nelssa.driver.device import Device
+from nelssa.driver import regs
+from nelssa.driver.device import Device, DeviceError
 from nelssa.driver.formats import (
     COMPLETION,
     COMPLETION_BYTES,
@@ -29,6 +31,10 @@ from nelssa.driver.formats import (
 from nelssa.driver.memory import KvRegion, MemoryApi
 
 log = logging.getLogger(__name__)
+
+
+IDLE_TIMEOUT_CYCLES = 50_000_000
+"""How long a device may stay busy after it was disabled (what it had fetched finishing)."""
 
 
 class RingFullError(RuntimeError):
@@ -80,12 +86,23 @@ class CommandQueue:
         self.cq_addr = memory.alloc.alloc(entries * COMPLETION_BYTES, "the completion ring")
         self.dev.mem_write(self.cq_addr, bytes(entries * COMPLETION_BYTES))
         d = self.dev
+        rings = {"REGION_BASE": memory.base, "REGION_LIMIT": memory.limit,
+                 "SQ_BASE": self.sq_addr, "SQ_SIZE": entries, "CQ_BASE": self.cq_addr,
+                 "CQ_SIZE": entries}
+        problem = regs.ring_problem(rings, d.mem_bytes)
+        if problem is not None:  # the allocator keeps the rings inside the region
+            raise ValueError(f"command queue: {problem}")
+        # the ring registers take writes only while the device is disabled and idle
         d.reg_write("CONTROL", 0)
-        d.reg_write64("REGION_BASE", memory.base)
-        d.reg_write64("REGION_LIMIT", memory.limit)
-        d.reg_write64("SQ_BASE", self.sq_addr)
+        waited = 0
+        while not d.reg_read("STATUS") & 1:
+            if waited >= IDLE_TIMEOUT_CYCLES:
+                raise TimeoutError(f"device still busy {waited} cycles after it was disabled")
+            d.port.advance(1024)
+            waited += 1024
+        for name in ("REGION_BASE", "REGION_LIMIT", "SQ_BASE", "CQ_BASE"):
+            d.reg_write64(name, rings[name])
         d.reg_write("SQ_SIZE", entries)
-        d.reg_write64("CQ_BASE", self.cq_addr)
         d.reg_write("CQ_SIZE", entries)
         # writing a ring's size resets its pointers (and the completion phase) to the start
         self.sq_tail = 0
@@ -95,6 +112,10 @@ class CommandQueue:
         self._staged: dict[int, _Staged] = {}
         self._done: dict[int, AttnOutput] = {}
         d.reg_write("CONTROL", 1)
+        if d.reg_read("STATUS") & 0b110 != 0b010:
+            raise DeviceError("the device refused to enable the command queue "
+                              f"(ERR_RING {d.reg_read('ERR_RING')}): its ring registers did "
+                              "not take")
 
     # -- submission --------------------------------------------------------------------------------
     @property
@@ -189,7 +210,12 @@ class CommandQueue:
         while True:
             raw = self.dev.mem_read(self.cq_addr + self.cq_head * COMPLETION_BYTES,
                                     COMPLETION_BYTES)
-            c = COMPLETION.parse(raw)
+            try:
+                c = COMPLETION.parse(raw)
+            except ConstructError as e:  # reserved bytes set: not what a device writes
+                raise DeviceError(f"completion ring entry {self.cq_head} at "
+                                  f"{self.cq_addr + self.cq_head * COMPLETION_BYTES:#x} is "
+                                  f"corrupt: {e}") from None
             if c.phase != self.phase:
                 break
             out.append(self._finish(c.desc_id, DescStatus(c.status)))

@@ -2,6 +2,10 @@
 M2S Req / RwD and S2M NDR / DRS on 64-byte lines with 16-bit tags, plus the CXL.io register
 accesses (32-bit MMIO) beside them. Every message is one ``MESSAGE``: a channel byte, then that
 channel's body. The same bytes cross the ZeroMQ link and the C ABI of the RTL harness.
+
+A request whose opcode is not defined for its channel is answered on the channel's response
+(MMIO_RSP, S2M DRS for a Req, S2M NDR for a RwD) with ``RspStatus.OPCODE_ERROR``, the request's
+tag, zero data (all ones for MMIO, as a PCIe unsupported request reads), and nothing else done.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class Channel(IntEnum):
     MMIO_REQ = 4
     """Host to device, register read or write (CXL.io)."""
     MMIO_RSP = 5
-    """Device to host, register read data."""
+    """Device to host, register read data (or the error answer to an undefined opcode)."""
 
 
 class M2SReqOpcode(IntEnum):
@@ -59,7 +63,9 @@ class S2MDrsOpcode(IntEnum):
 
 class MmioOpcode(IntEnum):
     READ = 0
+    """Answered with MMIO_RSP."""
     WRITE = 1
+    """Posted: no answer."""
 
 
 class RspStatus(IntEnum):
@@ -68,6 +74,8 @@ class RspStatus(IntEnum):
     OK = 0
     ADDR_ERROR = 1
     """The address lies outside device memory; nothing was read or written."""
+    OPCODE_ERROR = 2
+    """The opcode is not defined for the request's channel; nothing was read or written."""
 
 
 M2S_REQ = Struct("opcode" / Enum(Int8ul, M2SReqOpcode), "tag" / Int16ul, "addr" / Int64ul)
@@ -79,7 +87,7 @@ S2M_DRS = Struct("opcode" / Enum(Int8ul, S2MDrsOpcode), "tag" / Int16ul,
                  "status" / Enum(Int8ul, RspStatus), "data" / Bytes(64))
 MMIO_REQ = Struct("opcode" / Enum(Int8ul, MmioOpcode), "tag" / Int16ul, "offset" / Int32ul,
                   "value" / Int32ul)
-MMIO_RSP = Struct("tag" / Int16ul, "value" / Int32ul)
+MMIO_RSP = Struct("tag" / Int16ul, "status" / Enum(Int8ul, RspStatus), "value" / Int32ul)
 
 MESSAGE = Struct(
     "channel" / Enum(Int8ul, Channel),
@@ -98,7 +106,7 @@ _FAST: dict[int, tuple[struct.Struct, tuple[str, ...]]] = {
     Channel.S2M_NDR: (struct.Struct("<BBHB"), ("opcode", "tag", "status")),
     Channel.S2M_DRS: (struct.Struct("<BBHB64s"), ("opcode", "tag", "status", "data")),
     Channel.MMIO_REQ: (struct.Struct("<BBHII"), ("opcode", "tag", "offset", "value")),
-    Channel.MMIO_RSP: (struct.Struct("<BHI"), ("tag", "value")),
+    Channel.MMIO_RSP: (struct.Struct("<BHBI"), ("tag", "status", "value")),
 }
 
 
@@ -148,3 +156,18 @@ def mmio_rd(tag: int, offset: int) -> bytes:
 def mmio_wr(tag: int, offset: int, value: int) -> bytes:
     return build_message(Channel.MMIO_REQ, {"opcode": MmioOpcode.WRITE, "tag": tag,
                                             "offset": offset, "value": value})
+
+
+def mmio_rsp(tag: int, value: int, status: RspStatus = RspStatus.OK) -> bytes:
+    return build_message(Channel.MMIO_RSP, {"tag": tag, "status": status, "value": value})
+
+
+def opcode_defined(channel: int, opcode: int) -> bool:
+    """Whether a host-to-device request's opcode is defined for its channel."""
+    if channel == Channel.MMIO_REQ:
+        return opcode in (MmioOpcode.READ, MmioOpcode.WRITE)
+    if channel == Channel.M2S_REQ:
+        return opcode == M2SReqOpcode.MEM_RD
+    if channel == Channel.M2S_RWD:
+        return opcode in (M2SRwDOpcode.MEM_WR, M2SRwDOpcode.MEM_WR_PTL)
+    return False

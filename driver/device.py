@@ -65,7 +65,11 @@ class Device:
         off = regs.offset(reg) if isinstance(reg, str) else reg
         tag = self._next_tag()
         self.port.send(cxl.mmio_rd(tag, off))
-        return int(self._collect({tag}, cxl.Channel.MMIO_RSP)[tag].value)
+        rsp = self._collect({tag}, cxl.Channel.MMIO_RSP)[tag]
+        if int(rsp.status) != cxl.RspStatus.OK:
+            raise DeviceError(f"register read at {off:#x}: device reported "
+                              f"{cxl.RspStatus(int(rsp.status)).name}")
+        return int(rsp.value)
 
     def reg_write(self, reg: str | int, value: int) -> None:
         off = regs.offset(reg) if isinstance(reg, str) else reg

@@ -41,8 +41,12 @@ class DescOpcode(IntEnum):
 class DescStatus(IntEnum):
     """Completion status of a descriptor (8 bits). The device checks in this order and reports
     the first failure: opcode, reserved fields, head_dim, query heads, counts, alignment of the
-    descriptor's addresses, their region; then every selected id; then every selected cluster's
-    token count; then, cluster by cluster, its alignment and region."""
+    descriptor's addresses, their region (the output also clear of both rings, so that no
+    descriptor can overwrite entries the device has still to fetch or forge completions); then
+    every selected id; then every selected cluster's token count; then, cluster by cluster, its
+    alignment and region. An output that overlaps memory another descriptor in flight reads
+    stays inside the region, but what that one reads then depends on timing: hosts must not
+    do it (the backends agree bit for bit only without it)."""
 
     OK = 0
     ERR_OPCODE = 1
@@ -66,7 +70,8 @@ STATUS_MEANING = {
     DescStatus.ERR_CLUSTER_LEN: "a selected cluster has 0 tokens or more than the device's maximum",
     DescStatus.ERR_ALIGN: "an address (of the descriptor or a selected cluster) is not 64-byte "
                           "aligned",
-    DescStatus.ERR_REGION: "memory the descriptor names lies outside the queue's region",
+    DescStatus.ERR_REGION: "memory the descriptor names lies outside the queue's region, or its "
+                           "output overlaps the submission or completion ring",
     DescStatus.ERR_RESERVED: "a reserved field is not zero",
 }
 """What each status means (documentation and error messages)."""
@@ -94,11 +99,18 @@ COMPLETION = Struct(
     "desc_id" / Int32ul,
     "status" / Int8ul,
     "phase" / Int8ul,          # 1 on the first pass over the ring, then 0, 1, ...
-    "sq_head" / Int16ul,       # submission entries fetched so far (mod 65536)
+    "sq_head" / Int16ul,       # submission entries fetched so far (mod 65536), see below
     "reserved" / Const(b"\0" * 8),
 )
 """One completion-ring entry (16 bytes). It carries no timing, so that the memory image is the
-same on every backend; time is read from the performance counters."""
+same on every backend; time is read from the performance counters.
+
+``sq_head`` counts the submission entries the device has fetched since SQ_SIZE was written, this
+descriptor's included, modulo 65536: a free-running 16-bit queue pointer, as corundum's mqnic
+keeps its queue pointers (the driver masks them with the ring size to index the ring). Ring
+sizes are powers of two up to 65536, so ``sq_head & (SQ_SIZE - 1)`` is the ring index after this
+entry (what NVMe's SQHD carries), and unlike that index the count also tells how many laps the
+device has made: a driver can free exactly the entries before it, even with a full ring."""
 
 CLUSTER_ENTRY = Struct(
     "kv_addr" / Int64ul,       # K rows (tokens x head_dim bf16), then V rows, 64-byte aligned

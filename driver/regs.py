@@ -6,13 +6,24 @@ device and the driver read it, and ``tests/test_generated.py`` fails when they d
 are LO/HI pairs; reading LO latches HI (one latch: the next read of that HI returns it), so a
 64-bit counter reads consistently when LO is read first.
 Reads of unmapped offsets return ``UNMAPPED_VALUE`` and count in ERR_UNMAPPED; writes to
-read-only or unmapped offsets are ignored and count in ERR_RO_WRITE / ERR_UNMAPPED.
+read-only or unmapped offsets are ignored and count in ERR_RO_WRITE / ERR_UNMAPPED. A request
+with an opcode that is not READ or WRITE is answered with ``OPCODE_ERROR`` and counts in
+ERR_OPCODE.
+
+The ring registers (access RING: ring bases and sizes, the region) hold still while the device
+may use them: they are written only while the device is disabled (CONTROL.enable clear) and idle
+(STATUS.idle set), and an enable is taken only if :func:`ring_problem` finds nothing wrong with
+them. Everything else is refused and counted in ERR_RING. So while the device is enabled, or
+finishing what it fetched, both rings lie inside the queue's region and device memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+
+from nelssa.driver.formats import COMPLETION_BYTES, DESC_BYTES, LINE_BYTES
 
 
 class Access(Enum):
@@ -22,6 +33,9 @@ class Access(Enum):
     """Read-write."""
     DOORBELL = "db"
     """Read-write; a write also tells the device to look at the submission ring."""
+    RING = "ring"
+    """Read-write while the device is disabled and idle; refused and counted in ERR_RING
+    otherwise (the rings and the region must not move under the device)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,8 @@ DEVICE_VERSION = 0x0001_0000  # major 1, minor 0
 UNMAPPED_VALUE = 0xFFFF_FFFF
 """What a read of an unmapped offset returns (as a PCIe unsupported request would)."""
 REG_WINDOW_BYTES = 4096
+RING_MAX_ENTRIES = 65536
+"""Most entries of a submission or completion ring."""
 
 REGISTERS: tuple[Register, ...] = (
     Register("MAGIC", 0x000, Access.RO, DEVICE_MAGIC, "'NELS'"),
@@ -55,31 +71,49 @@ REGISTERS: tuple[Register, ...] = (
     Register("MEM_SIZE_HI", 0x014, Access.RO, 0, "device memory bytes, high word"),
     Register("BUILD_ID", 0x018, Access.RO, 0,
              "bitstream build id (the manifest's build_id; 0 in simulation)"),
-    Register("CONTROL", 0x020, Access.RW, 0, "[0] enable: descriptors are fetched only when set"),
-    Register("STATUS", 0x024, Access.RO, 1, "[0] idle (nothing fetched or running), [1] enabled"),
-    Register("SQ_BASE_LO", 0x040, Access.RW, 0, "submission ring base (64-byte aligned)"),
-    Register("SQ_BASE_HI", 0x044, Access.RW, 0, ""),
-    Register("SQ_SIZE", 0x048, Access.RW, 0,
+    Register("CONTROL", 0x020, Access.RW, 0,
+             "[0] enable: descriptors are fetched only when set; an enable is refused (and "
+             "counted in ERR_RING) unless the ring registers pass driver/regs.ring_problem"),
+    Register("STATUS", 0x024, Access.RO, 1,
+             "[0] idle (nothing fetched or running), [1] enabled, [2] ring error: the last "
+             "enable was refused (cleared by the next CONTROL write taken)"),
+    Register("SQ_BASE_LO", 0x040, Access.RING, 0,
+             "submission ring base (64-byte aligned; the ring inside the region)"),
+    Register("SQ_BASE_HI", 0x044, Access.RING, 0, ""),
+    Register("SQ_SIZE", 0x048, Access.RING, 0,
              "submission ring entries (power of two, 2..65536); a write empties the ring"),
-    Register("SQ_TAIL", 0x04C, Access.DOORBELL, 0, "host: next entry it will write (doorbell)"),
+    Register("SQ_TAIL", 0x04C, Access.DOORBELL, 0,
+             "host: next entry it will write (doorbell; a value not below SQ_SIZE is ignored "
+             "and counted in ERR_DOORBELL)"),
     Register("SQ_HEAD", 0x050, Access.RO, 0, "device: next entry it will fetch"),
-    Register("CQ_BASE_LO", 0x060, Access.RW, 0, "completion ring base (64-byte aligned)"),
-    Register("CQ_BASE_HI", 0x064, Access.RW, 0, ""),
-    Register("CQ_SIZE", 0x068, Access.RW, 0,
-             "completion ring entries (power of two); a write empties the ring, phase 1 again"),
-    Register("CQ_HEAD", 0x06C, Access.RW, 0, "host: next completion it will read"),
+    Register("CQ_BASE_LO", 0x060, Access.RING, 0,
+             "completion ring base (64-byte aligned; the ring inside the region)"),
+    Register("CQ_BASE_HI", 0x064, Access.RING, 0, ""),
+    Register("CQ_SIZE", 0x068, Access.RING, 0,
+             "completion ring entries (power of two, 2..65536); a write empties the ring, "
+             "phase 1 again"),
+    Register("CQ_HEAD", 0x06C, Access.RW, 0,
+             "host: next completion it will read (a value not below CQ_SIZE is ignored and "
+             "counted in ERR_DOORBELL)"),
     Register("CQ_TAIL", 0x070, Access.RO, 0, "device: next completion it will write"),
-    Register("REGION_BASE_LO", 0x080, Access.RW, 0,
+    Register("REGION_BASE_LO", 0x080, Access.RING, 0,
              "lowest byte a descriptor of this queue may read or write"),
-    Register("REGION_BASE_HI", 0x084, Access.RW, 0, ""),
-    Register("REGION_LIMIT_LO", 0x088, Access.RW, 0, "one past the highest such byte"),
-    Register("REGION_LIMIT_HI", 0x08C, Access.RW, 0, ""),
+    Register("REGION_BASE_HI", 0x084, Access.RING, 0, ""),
+    Register("REGION_LIMIT_LO", 0x088, Access.RING, 0,
+             "one past the highest such byte (device memory ends the region if it ends first)"),
+    Register("REGION_LIMIT_HI", 0x08C, Access.RING, 0, ""),
     Register("ERR_DESC", 0x100, Access.RO, 0, "descriptors completed with an error status"),
     Register("ERR_RO_WRITE", 0x104, Access.RO, 0, "writes to read-only registers (ignored)"),
     Register("ERR_UNMAPPED", 0x108, Access.RO, 0, "accesses to unmapped register offsets"),
     Register("ERR_MEM", 0x10C, Access.RO, 0, "CXL.mem requests outside device memory"),
     Register("ERR_DOORBELL", 0x110, Access.RO, 0,
-             "doorbells that would overrun the ring or point outside it (ignored)"),
+             "SQ_TAIL or CQ_HEAD writes that point outside their ring (ignored)"),
+    Register("ERR_RING", 0x114, Access.RO, 0,
+             "ring register writes refused (device enabled or busy) and enables refused "
+             "(ring registers invalid)"),
+    Register("ERR_OPCODE", 0x118, Access.RO, 0,
+             "MMIO and CXL.mem requests with an undefined opcode (answered OPCODE_ERROR, "
+             "nothing read or written)"),
     Register("PERF_CYCLES_LO", 0x140, Access.RO, 0, "device cycles since reset"),
     Register("PERF_CYCLES_HI", 0x144, Access.RO, 0, ""),
     Register("PERF_BUSY_LO", 0x148, Access.RO, 0, "cycles with a descriptor in flight"),
@@ -99,6 +133,28 @@ def offset(name: str) -> int:
         return BY_NAME[name].offset
     except KeyError:
         raise KeyError(f"no register named {name!r}") from None
+
+
+RING_REGISTERS = ("SQ_BASE", "SQ_SIZE", "CQ_BASE", "CQ_SIZE", "REGION_BASE", "REGION_LIMIT")
+"""What :func:`ring_problem` looks at (64-bit values for the LO/HI pairs)."""
+
+
+def ring_problem(values: Mapping[str, int], mem_bytes: int) -> str | None:
+    """Why the device refuses to be enabled with these ring registers, or None if it would
+    not: each ring's size a power of two in 2..RING_MAX_ENTRIES, its base 64-byte aligned, and
+    the whole ring inside the region (which device memory ends if it ends first). The device
+    (model and RTL) checks exactly this, with no arithmetic that could wrap."""
+    lo, hi = values["REGION_BASE"], min(values["REGION_LIMIT"], mem_bytes)
+    for ring, entry in (("SQ", DESC_BYTES), ("CQ", COMPLETION_BYTES)):
+        size, base = values[f"{ring}_SIZE"], values[f"{ring}_BASE"]
+        if not 2 <= size <= RING_MAX_ENTRIES or size & (size - 1):
+            return f"{ring}_SIZE {size} is not a power of two in 2..{RING_MAX_ENTRIES}"
+        if base % LINE_BYTES:
+            return f"{ring}_BASE {base:#x} is not {LINE_BYTES}-byte aligned"
+        if base < lo or base > hi or size * entry > hi - base:
+            return (f"{ring} ring [{base:#x}, {base + size * entry:#x}) is not inside the region "
+                    f"[{lo:#x}, {hi:#x})")
+    return None
 
 
 def pack_caps(engines: int, max_qheads: int, head_dims: tuple[int, ...],

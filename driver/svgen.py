@@ -140,6 +140,7 @@ def _dev_pkg_lines() -> list[str]:
         f"  localparam logic [31:0] DEVICE_VERSION = 32'h{regs.DEVICE_VERSION:08X};",
         f"  localparam logic [31:0] UNMAPPED_VALUE = 32'h{regs.UNMAPPED_VALUE:08X};",
         f"  localparam int unsigned REG_WINDOW_BYTES = {regs.REG_WINDOW_BYTES};",
+        f"  localparam int unsigned RING_MAX_ENTRIES = {regs.RING_MAX_ENTRIES};",
         "",
         "  // registers: offset, then whether software may write them",
     ]
@@ -159,6 +160,7 @@ def _dev_pkg_lines() -> list[str]:
     _enum(lines, "cxl_channel_e", 8, "CH_", cxl.Channel)
     _enum(lines, "m2s_req_opcode_e", 8, "M2S_REQ_", cxl.M2SReqOpcode)
     _enum(lines, "m2s_rwd_opcode_e", 8, "M2S_RWD_", cxl.M2SRwDOpcode)
+    _enum(lines, "mmio_opcode_e", 8, "MMIO_", cxl.MmioOpcode)
     _enum(lines, "rsp_status_e", 8, "RSP_", cxl.RspStatus)
     lines.append("endpackage")
     return lines
@@ -173,7 +175,10 @@ def render_register_doc() -> str:
              "32-bit registers in a 4 KB window (CXL.io). Unmapped reads return "
              f"`{regs.UNMAPPED_VALUE:#010x}`; writes to read-only (RO) or unmapped offsets are "
              "ignored and counted (ERR_RO_WRITE, ERR_UNMAPPED). Reading a `_LO` register latches "
-             "its `_HI` partner for the next read of it.", "",
+             "its `_HI` partner for the next read of it. RING registers take writes only while "
+             "the device is disabled and idle, and an enable is taken only if the rings are "
+             "valid (powers of two in 2..65536 entries, 64-byte aligned, inside the region and "
+             "device memory); everything else is refused and counted in ERR_RING.", "",
              "| offset | register | access | reset | meaning |",
              "| ---: | --- | --- | ---: | --- |"]
     for r in regs.REGISTERS:

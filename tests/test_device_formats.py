@@ -34,8 +34,28 @@ def test_responses_and_mmio_bytes():
     assert cxl.MESSAGE.build({"channel": cxl.Channel.S2M_NDR, "body": {
         "opcode": cxl.S2MNdrOpcode.CMP, "tag": 9, "status": cxl.RspStatus.ADDR_ERROR}}) == ndr
     assert cxl.mmio_wr(2, 0x4C, 5) == bytes.fromhex("04" "01" "0200" "4c000000" "05000000")
-    rsp = bytes.fromhex("05" "0300" "efbeadde")
+    rsp = bytes.fromhex("05" "0300" "00" "efbeadde")
     assert cxl.MESSAGE.parse(rsp).body.value == 0xDEADBEEF
+    assert cxl.mmio_rsp(3, 0xDEADBEEF) == rsp
+
+
+def test_opcode_error_responses_bytes():
+    """The answers to requests with undefined opcodes (issue 20, defect 7)."""
+    assert cxl.mmio_rsp(0x72, 0xFFFF_FFFF, cxl.RspStatus.OPCODE_ERROR) == bytes.fromhex(
+        "05" "7200" "02" "ffffffff")
+    ndr = bytes.fromhex("02" "00" "0302" "02")
+    assert int(cxl.MESSAGE.parse(ndr).body.status) == cxl.RspStatus.OPCODE_ERROR
+    assert cxl.build_message(cxl.Channel.S2M_NDR, {
+        "opcode": cxl.S2MNdrOpcode.CMP, "tag": 0x203, "status": cxl.RspStatus.OPCODE_ERROR}) == ndr
+    drs = bytes.fromhex("03" "00" "ff01" "02") + bytes(64)
+    body = cxl.parse_message(drs).body
+    assert (body.tag, body.status, body.data) == (0x1FF, cxl.RspStatus.OPCODE_ERROR, bytes(64))
+    assert cxl.MESSAGE.build(cxl.MESSAGE.parse(drs)) == drs
+    # which opcodes each request channel defines
+    assert [op for op in range(256) if cxl.opcode_defined(cxl.Channel.MMIO_REQ, op)] == [0, 1]
+    assert [op for op in range(256) if cxl.opcode_defined(cxl.Channel.M2S_REQ, op)] == [1]
+    assert [op for op in range(256) if cxl.opcode_defined(cxl.Channel.M2S_RWD, op)] == [1, 2]
+    assert not cxl.opcode_defined(cxl.Channel.S2M_NDR, 0)
 
 
 def test_truncated_message_is_rejected():
@@ -50,7 +70,7 @@ def test_truncated_message_is_rejected():
 def test_compiled_path_equals_the_struct():
     for raw in (cxl.mem_rd(0x1234, 0x40), cxl.mem_wr(7, 0x80, bytes(range(64)), 0xF0),
                 cxl.mmio_rd(3, 0x10), cxl.mmio_wr(4, 0x14, 0xDEADBEEF),
-                bytes.fromhex("02" "00" "0500" "01"), bytes.fromhex("05" "0900" "78563412")):
+                bytes.fromhex("02" "00" "0500" "01"), bytes.fromhex("05" "0900" "02" "78563412")):
         slow, fast = cxl.MESSAGE.parse(raw), cxl.parse_message(raw)
         assert int(slow.channel) == int(fast.channel)
         assert {k: int(v) if isinstance(v, EnumIntegerString) else v

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from construct import StreamError
+
 from nelssa.driver import cxl, regs
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.port import DevicePort
@@ -198,22 +200,31 @@ class FpgaPort(DevicePort):
 
     # -- port -------------------------------------------------------------------------------------
     def send(self, message: bytes) -> None:
-        msg = cxl.parse_message(message)
+        try:
+            msg = cxl.parse_message(message)
+        except StreamError as e:
+            raise ValueError(f"not a host-to-device message: {e}") from None
         ch, body = int(msg.channel), msg.body
+        if ch not in (cxl.Channel.MMIO_REQ, cxl.Channel.M2S_REQ, cxl.Channel.M2S_RWD):
+            raise ValueError(f"{cxl.Channel(ch).name} is a device-to-host channel")
+        # loads and stores carry no opcode to the board: an undefined one is answered here
+        # (the board's ERR_OPCODE never sees it)
+        defined = cxl.opcode_defined(ch, body.opcode)
         if ch == cxl.Channel.MMIO_REQ:
             off = body.offset
             inside = off < regs.REG_WINDOW_BYTES and off % 4 == 0
-            if body.opcode == cxl.MmioOpcode.READ:
-                value = self._rd32(off) if inside else regs.UNMAPPED_VALUE
-                self._out.append(cxl.build_message(cxl.Channel.MMIO_RSP,
-                                                   {"tag": body.tag, "value": value}))
+            if not defined:
+                self._out.append(cxl.mmio_rsp(body.tag, regs.UNMAPPED_VALUE,
+                                              cxl.RspStatus.OPCODE_ERROR))
+            elif body.opcode == cxl.MmioOpcode.READ:
+                self._out.append(cxl.mmio_rsp(body.tag, self._rd32(off) if inside
+                                              else regs.UNMAPPED_VALUE))
             elif inside:
                 self._wr32(off, body.value)
             return
-        if ch not in (cxl.Channel.M2S_REQ, cxl.Channel.M2S_RWD):
-            raise ValueError(f"{cxl.Channel(ch).name} is a device-to-host channel")
-        ok = body.addr % LINE_BYTES == 0 and body.addr + LINE_BYTES <= self.mem_bytes
-        status = cxl.RspStatus.OK if ok else cxl.RspStatus.ADDR_ERROR
+        ok = defined and body.addr % LINE_BYTES == 0 and body.addr + LINE_BYTES <= self.mem_bytes
+        status = (cxl.RspStatus.OK if ok else cxl.RspStatus.ADDR_ERROR if defined
+                  else cxl.RspStatus.OPCODE_ERROR)
         if ch == cxl.Channel.M2S_REQ:
             data = self._mem_read(body.addr, LINE_BYTES) if ok else bytes(LINE_BYTES)
             self._out.append(cxl.build_message(cxl.Channel.S2M_DRS, {

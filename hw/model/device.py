@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+from construct import StreamError
 
 from nelssa.driver import cxl, regs
 from nelssa.driver.formats import (
@@ -146,7 +147,9 @@ class ModelDevice(DevicePort):
         self._engine_free = [0] * self.config.engines
         # in fetch order; done cycles never decrease along it, so the head completes first
         self._inflight: deque[_InFlight] = deque()
-        self._completed = 0  # completions written since reset (their phase)
+        self._completed = 0  # completions written since CQ_SIZE was (their phase)
+        self._fetched = 0  # descriptors fetched since SQ_SIZE was (mod 2^16): their sq_head
+        self._ring_error = False  # the last enable was refused (STATUS[2])
         self._busy_until = 0
         self.unit_timing = UnitTiming.load()
         self._latch: tuple[int, int] | None = None  # (HI offset, value) from the last LO read
@@ -169,48 +172,88 @@ class ModelDevice(DevicePort):
         self._set(name, self._get(name) + by)
 
     def _mmio(self, body) -> None:
-        off = body.offset
+        op = int(body.opcode)
+        if op == cxl.MmioOpcode.WRITE:
+            self._mmio_write(body.offset, body.value)
+        elif op == cxl.MmioOpcode.READ:
+            self._out.append(cxl.mmio_rsp(body.tag, self._mmio_read(body.offset)))
+        else:
+            self._bump("ERR_OPCODE")
+            self._out.append(cxl.mmio_rsp(body.tag, regs.UNMAPPED_VALUE,
+                                          cxl.RspStatus.OPCODE_ERROR))
+
+    def _mmio_read(self, off: int) -> int:
         reg = regs.BY_OFFSET.get(off)
-        if int(body.opcode) == cxl.MmioOpcode.READ:
-            if reg is None:
-                self._bump("ERR_UNMAPPED")
-                value = regs.UNMAPPED_VALUE
-            elif self._latch is not None and self._latch[0] == off:
-                value = self._latch[1]
-                self._latch = None
-            else:
-                self._update_perf()
-                value = self.regs[off]
-                hi = regs.BY_NAME.get(reg.name[:-3] + "_HI") if reg.name.endswith("_LO") else None
-                if hi is not None:
-                    self._latch = (hi.offset, self.regs[hi.offset])
-            self._out.append(cxl.build_message(cxl.Channel.MMIO_RSP,
-                                               {"tag": body.tag, "value": value}))
-            return
+        if reg is None:
+            self._bump("ERR_UNMAPPED")
+            return regs.UNMAPPED_VALUE
+        if self._latch is not None and self._latch[0] == off:
+            value = self._latch[1]
+            self._latch = None
+            return value
+        self._update_perf()
+        hi = regs.BY_NAME.get(reg.name[:-3] + "_HI") if reg.name.endswith("_LO") else None
+        if hi is not None:
+            self._latch = (hi.offset, self.regs[hi.offset])
+        return self.regs[off]
+
+    def _mmio_write(self, off: int, value: int) -> None:
+        reg = regs.BY_OFFSET.get(off)
         if reg is None:
             self._bump("ERR_UNMAPPED")
         elif reg.access == regs.Access.RO:
             self._bump("ERR_RO_WRITE")
         elif reg.access == regs.Access.DOORBELL:
-            self._doorbell(body.value)
-        else:
-            self.regs[off] = body.value & 0xFFFF_FFFF
+            self._doorbell(value)
+        elif reg.access == regs.Access.RING:
+            if self._get("CONTROL") & 1 or self._inflight:  # the rings must not move now
+                self._bump("ERR_RING")
+                log.warning("%s write refused: the device is enabled or busy", reg.name)
+                return
+            self.regs[off] = value
             if reg.name == "SQ_SIZE":  # a new ring starts empty
                 self._set("SQ_HEAD", 0)
                 self._set("SQ_TAIL", 0)
+                self._fetched = 0
             elif reg.name == "CQ_SIZE":
                 self._set("CQ_HEAD", 0)
                 self._set("CQ_TAIL", 0)
                 self._completed = 0
-            if reg.name == "CONTROL":
-                self._set("STATUS", (self._get("STATUS") & ~2) | (body.value & 1) << 1)
-                self._fetch()
+        elif reg.name == "CQ_HEAD":
+            if value >= self._get("CQ_SIZE"):
+                self._bump("ERR_DOORBELL")
+                log.warning("CQ_HEAD %d ignored (ring of %d)", value, self._get("CQ_SIZE"))
+                return
+            self.regs[off] = value
+        else:
+            assert reg.name == "CONTROL", reg.name
+            self._control(value)
+
+    def _control(self, value: int) -> None:
+        if value & 1:
+            rings = {n: self._get64(n) if n.endswith("BASE") or n.endswith("LIMIT")
+                     else self._get(n) for n in regs.RING_REGISTERS}
+            problem = regs.ring_problem(rings, self.mem.size)
+            if problem is not None:
+                self._bump("ERR_RING")
+                self._ring_error = True
+                self._status()
+                log.warning("enable refused: %s", problem)
+                return
+        self._ring_error = False
+        self._set("CONTROL", value)
+        self._status()
+        self._fetch()
+
+    def _status(self) -> None:
+        self._set("STATUS", int(not self._inflight) | (self._get("CONTROL") & 1) << 1
+                  | int(self._ring_error) << 2)
 
     def _doorbell(self, tail: int) -> None:
-        size, head = self._get("SQ_SIZE"), self._get("SQ_HEAD")
-        if size == 0 or tail >= size or ((tail - head) % size == 0 and tail != head):
+        size = self._get("SQ_SIZE")
+        if tail >= size:
             self._bump("ERR_DOORBELL")
-            log.warning("doorbell %d ignored (ring of %d, head %d)", tail, size, head)
+            log.warning("doorbell %d ignored (ring of %d)", tail, size)
             return
         self._set("SQ_TAIL", tail)
         self._fetch()
@@ -236,8 +279,13 @@ class ModelDevice(DevicePort):
     def _mem_req(self, channel: cxl.Channel, body) -> None:
         in_range = body.addr + LINE_BYTES <= self.mem.size  # u64: never negative
         aligned = body.addr % LINE_BYTES == 0
-        status = cxl.RspStatus.OK if in_range and aligned else cxl.RspStatus.ADDR_ERROR
-        if status != cxl.RspStatus.OK:
+        if not cxl.opcode_defined(channel, body.opcode):
+            status = cxl.RspStatus.OPCODE_ERROR
+            self._bump("ERR_OPCODE")
+        elif in_range and aligned:
+            status = cxl.RspStatus.OK
+        else:
+            status = cxl.RspStatus.ADDR_ERROR
             self._bump("ERR_MEM")
         if channel == cxl.Channel.M2S_REQ:
             data = self.mem.read(body.addr, LINE_BYTES) if status == cxl.RspStatus.OK else bytes(64)
@@ -252,7 +300,10 @@ class ModelDevice(DevicePort):
 
     # -- port ------------------------------------------------------------------------------------
     def send(self, message: bytes) -> None:
-        msg = cxl.parse_message(message)
+        try:
+            msg = cxl.parse_message(message)
+        except StreamError as e:
+            raise ValueError(f"not a host-to-device message: {e}") from None
         ch = cxl.Channel(int(msg.channel))
         if ch == cxl.Channel.MMIO_REQ:
             self._mmio(msg.body)
@@ -286,15 +337,15 @@ class ModelDevice(DevicePort):
         return self._now - start
 
     # -- rings -----------------------------------------------------------------------------------
+    # Enabled means the ring registers passed regs.ring_problem, and they cannot change until
+    # the device is disabled and idle again: sizes are powers of two, both rings in the region.
     def _pending(self) -> bool:
-        if not self._get("CONTROL") & 1 or self._get("SQ_SIZE") == 0:
+        if not self._get("CONTROL") & 1:
             return False
         return self._get("SQ_HEAD") != self._get("SQ_TAIL") and not self._cq_full()
 
     def _cq_full(self) -> bool:
         size = self._get("CQ_SIZE")
-        if size == 0:
-            return True
         used = (self._get("CQ_TAIL") - self._get("CQ_HEAD")) % size + len(self._inflight)
         return used >= size - 1
 
@@ -303,8 +354,9 @@ class ModelDevice(DevicePort):
             size, head = self._get("SQ_SIZE"), self._get("SQ_HEAD")
             raw = self.mem.read(self._get64("SQ_BASE") + head * DESC_BYTES, DESC_BYTES)
             self._set("SQ_HEAD", (head + 1) % size)
+            self._fetched = (self._fetched + 1) & 0xFFFF
             self._execute(raw)
-        self._set("STATUS", (self._get("STATUS") & ~1) | int(not self._inflight))
+        self._status()
 
     def _retire(self, until: int) -> None:
         while self._inflight and self._inflight[0].done_cycle <= until:
@@ -319,12 +371,14 @@ class ModelDevice(DevicePort):
             self._completed += 1
             self._set("CQ_TAIL", (tail + 1) % size)
             self._bump("PERF_DESC_DONE")
-        self._set("STATUS", (self._get("STATUS") & ~1) | int(not self._inflight))
+        self._status()
 
     def _execute(self, raw: bytes) -> None:
         d = DESCRIPTOR.parse(raw)
         region = (self._get64("REGION_BASE"), self._get64("REGION_LIMIT"))
-        status, writes, lines = run_descriptor(d, self.mem, region, self.config)
+        rings = ((self._get64("SQ_BASE"), self._get("SQ_SIZE") * DESC_BYTES),
+                 (self._get64("CQ_BASE"), self._get("CQ_SIZE") * COMPLETION_BYTES))
+        status, writes, lines = run_descriptor(d, self.mem, region, self.config, rings)
         if status != DescStatus.OK:
             self._bump("ERR_DESC")
         engine = min(range(len(self._engine_free)), key=self._engine_free.__getitem__)
@@ -337,8 +391,7 @@ class ModelDevice(DevicePort):
         self._bump64("PERF_BUSY", max(0, start + cycles - max(start, self._busy_until)))
         self._busy_until = max(self._busy_until, start + cycles)
         done = max(start + cycles, self._inflight[-1].done_cycle if self._inflight else 0)
-        self._inflight.append(_InFlight(done, d.desc_id, status, self._get("SQ_HEAD") & 0xFFFF,
-                                        writes))
+        self._inflight.append(_InFlight(done, d.desc_id, status, self._fetched, writes))
 
     def _cycles(self, d, lines: list[int]) -> int:
         """Estimated cycles of one descriptor on its engine: the calibrated unit time

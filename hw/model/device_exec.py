@@ -27,9 +27,11 @@ def _lines(addr: int, n: int) -> list[int]:
     return list(range(addr, addr + n, LINE_BYTES))
 
 
-def run_descriptor(d, mem, region: tuple[int, int], config
+def run_descriptor(d, mem, region: tuple[int, int], config,
+                   rings: tuple[tuple[int, int], ...] = ()
                    ) -> tuple[DescStatus, Writes, list[int]]:
-    """Status, the writes to make at completion, and the line addresses read (for timing)."""
+    """Status, the writes to make at completion, and the line addresses read (for timing).
+    ``rings``: (base, bytes) of the queue's rings, which the output must not overlap."""
     if d.opcode == DescOpcode.NOP:
         return DescStatus.OK, [], []
     if d.opcode != DescOpcode.ATTN:
@@ -50,6 +52,9 @@ def run_descriptor(d, mem, region: tuple[int, int], config
     spans = ((d.q_addr, q_len), (d.dir_addr, d.num_clusters * CLUSTER_ENTRY_BYTES),
              (d.ids_addr, d.num_ids * 4), (d.out_addr, out_bytes(d.q_heads, d.head_dim)))
     if any(a < lo or a + n > hi for a, n in spans):
+        return DescStatus.ERR_REGION, [], []
+    out_end = d.out_addr + spans[3][1]
+    if any(d.out_addr < base + n and base < out_end for base, n in rings):
         return DescStatus.ERR_REGION, [], []
 
     # lines read, in the RTL's order: ids, directory entries, then Q and the clusters

@@ -42,6 +42,20 @@ void nelssa_store_read(long long key, svBitVecVal* data) {
 
 long long nelssa_store_lines() { return static_cast<long long>(lines().size()); }
 
+// Copy up to `max` written lines out, in no particular order: their keys (sub-channel << 40 |
+// row << 11 | bank group, bank << 6 | column, as nelssa_ddr5_dram makes them) and 64 bytes of
+// data each. Returns how many lines the store holds (call again with more room if above max).
+long long nelssa_store_dump(long long* keys, uint8_t* data, long long max) {
+  long long n = 0;
+  for (const auto& [key, line] : lines()) {
+    if (n >= max) break;
+    keys[n] = static_cast<long long>(key);
+    std::memcpy(data + 64 * n, line.data(), 64);
+    ++n;
+  }
+  return static_cast<long long>(lines().size());
+}
+
 void nelssa_store_clear() { lines().clear(); }
 
 }  // extern "C"

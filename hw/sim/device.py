@@ -8,7 +8,11 @@ import ctypes
 import logging
 from pathlib import Path
 
+import numpy as np
+
+from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.port import DevicePort
+from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, encode
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.sim.rtl_sources import (
     DDR5_STORE_CPP,
@@ -50,6 +54,7 @@ class RtlDevice(DevicePort):
 
     def __init__(self, preset: str = "ddr5-6400", units: int = 2, waves: bool = False) -> None:
         self.units = units
+        self.geometry = DeviceGeometry(PRESETS[preset])
         self.lib_path = build_library(preset, units, waves)
         lib = ctypes.CDLL(str(self.lib_path))
         lib.nelssa_dev_create.restype = ctypes.c_void_p
@@ -67,6 +72,8 @@ class RtlDevice(DevicePort):
         lib.nelssa_dev_violations.argtypes = [ctypes.c_void_p]
         lib.nelssa_dev_trace_open.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         lib.nelssa_dev_trace_close.argtypes = [ctypes.c_void_p]
+        lib.nelssa_store_dump.restype = ctypes.c_longlong
+        lib.nelssa_store_dump.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
         self._lib = lib
         self._h = lib.nelssa_dev_create()
         if not self._h:
@@ -112,6 +119,23 @@ class RtlDevice(DevicePort):
     def trace_stop(self) -> None:
         """Close the waveform file."""
         self._lib.nelssa_dev_trace_close(self._h)
+
+    def image(self) -> dict[int, bytes]:
+        """Every line of device memory that is not all zero, by address (what the model's
+        SparseMemory.image gives): the DRAM backing store, its keys mapped back to addresses
+        through the device's address map (cacheline, as nelssa_device_sim builds it)."""
+        n = self._lib.nelssa_store_dump(None, None, 0)
+        keys = np.zeros(n, dtype=np.int64)
+        data = np.zeros((n, LINE_BYTES), dtype=np.uint8)
+        got = self._lib.nelssa_store_dump(keys.ctypes.data, data.ctypes.data, n)
+        if got != n:
+            raise RuntimeError(f"the store changed while it was read ({n} then {got} lines)")
+        # the key nelssa_ddr5_dram.sv makes: sub-channel << 40 | row << 11 | bg << 8 |
+        # bank << 6 | column
+        addr = encode(Decoded(keys >> 40, (keys >> 8) & 7, (keys >> 6) & 3,
+                              (keys >> 11) & ((1 << 29) - 1), keys & 63), self.geometry)
+        order = np.argsort(addr)
+        return {int(addr[i]): data[i].tobytes() for i in order if data[i].any()}
 
     @property
     def violations(self) -> int:

@@ -2,7 +2,8 @@
 // library and loaded by hw/sim/device.py. Port messages are the bytes of driver/cxl.py:
 // a channel byte, then the channel's little-endian fields. The harness queues pushed messages,
 // drives them into the device's valid/ready ports one per channel per cycle, always accepts
-// responses, and encodes them for nelssa_dev_pop. Python never toggles a signal.
+// responses, and encodes them for nelssa_dev_pop. Python never toggles a signal. Opcodes go to
+// the device as they are: the RTL answers undefined ones itself (as the model does).
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -27,7 +28,7 @@ enum Channel : uint8_t { M2S_REQ = 0, M2S_RWD = 1, S2M_NDR = 2, S2M_DRS = 3, MMI
 constexpr size_t kReqBytes = 12;    // channel, opcode, tag u16, addr u64
 constexpr size_t kRwdBytes = 84;    // channel, opcode, tag, addr, byte enables u64, 64 data
 constexpr size_t kMmioBytes = 12;   // channel, opcode, tag, offset u32, value u32
-constexpr uint8_t kMemRd = 1, kMemWr = 1, kMemWrPtl = 2, kMmioRead = 0, kMmioWrite = 1;
+constexpr uint8_t kMmioWrite = 1;  // posted: the only request the device does not answer
 
 uint64_t le(const uint8_t* p, int n) {
   uint64_t v = 0;
@@ -74,7 +75,7 @@ void step(Device& d) {
   t.mmio_valid_i = !d.mmio.empty();
   if (!d.mmio.empty()) {
     const uint8_t* m = d.mmio.front().data();
-    t.mmio_write_i = m[1] == kMmioWrite;
+    t.mmio_opcode_i = m[1];
     t.mmio_tag_i = static_cast<uint16_t>(le(m + 2, 2));
     t.mmio_offset_i = static_cast<uint32_t>(le(m + 4, 4));
     t.mmio_wdata_i = static_cast<uint32_t>(le(m + 8, 4));
@@ -82,12 +83,14 @@ void step(Device& d) {
   t.req_valid_i = !d.req.empty();
   if (!d.req.empty()) {
     const uint8_t* m = d.req.front().data();
+    t.req_opcode_i = m[1];
     t.req_tag_i = static_cast<uint16_t>(le(m + 2, 2));
     t.req_addr_i = le(m + 4, 8);
   }
   t.rwd_valid_i = !d.rwd.empty();
   if (!d.rwd.empty()) {
     const uint8_t* m = d.rwd.front().data();
+    t.rwd_opcode_i = m[1];
     t.rwd_tag_i = static_cast<uint16_t>(le(m + 2, 2));
     t.rwd_addr_i = le(m + 4, 8);
     t.rwd_be_i = le(m + 12, 8);
@@ -104,6 +107,7 @@ void step(Device& d) {
   if (t.mmio_rsp_valid_o) {
     std::vector<uint8_t> m{MMIO_RSP};
     put_le(m, t.mmio_rsp_tag_o, 2);
+    m.push_back(t.mmio_rsp_status_o);
     put_le(m, t.mmio_rsp_data_o, 4);
     d.out.push_back(std::move(m));
     --d.owed;
@@ -195,14 +199,15 @@ int nelssa_dev_push(void* h, const uint8_t* msg, uint32_t len) {
   }
   const uint8_t ch = msg[0];
   std::vector<uint8_t> m(msg, msg + len);
-  if (ch == M2S_REQ && len == kReqBytes && msg[1] == kMemRd) {
+  // (any opcode goes on: the device answers an undefined one with an error)
+  if (ch == M2S_REQ && len == kReqBytes) {
     d->req.push_back(std::move(m));
     ++d->owed;
-  } else if (ch == M2S_RWD && len == kRwdBytes && (msg[1] == kMemWr || msg[1] == kMemWrPtl)) {
+  } else if (ch == M2S_RWD && len == kRwdBytes) {
     d->rwd.push_back(std::move(m));
     ++d->owed;
-  } else if (ch == MMIO_REQ && len == kMmioBytes && (msg[1] == kMmioRead || msg[1] == kMmioWrite)) {
-    if (msg[1] == kMmioRead) ++d->owed;
+  } else if (ch == MMIO_REQ && len == kMmioBytes) {
+    if (msg[1] != kMmioWrite) ++d->owed;  // reads, and undefined opcodes (an error answer)
     d->mmio.push_back(std::move(m));
   } else {
     d->error = "not a host-to-device message: channel " + std::to_string(ch) + ", opcode " +

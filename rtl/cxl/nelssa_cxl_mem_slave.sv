@@ -1,7 +1,8 @@
 // CXL.mem slave of a PNM device: M2S Req (MemRd) and M2S RwD (MemWr, MemWrPtl) onto one memory
 // request port, S2M NDR (Cmp) and S2M DRS (MemData) back. Tags pass through, so completions may
-// return in any order. A request outside the HDM window (or not 64-byte aligned) is answered
-// with RSP_ADDR_ERROR and never reaches memory. Responses queue in FIFOs (one per source, each
+// return in any order. A request whose opcode its channel does not define is answered with
+// RSP_OPCODE_ERROR, one outside the HDM window (or not 64-byte aligned) with RSP_ADDR_ERROR; neither
+// reaches memory. Responses queue in FIFOs (one per source, each
 // with a single write port); a request is taken
 // only when its FIFO has room for its response counting everything in flight, so a host that
 // stops taking responses back-pressures requests and nothing is dropped. hold_i pauses new
@@ -19,11 +20,13 @@ module nelssa_cxl_mem_slave
   // M2S Req
   input  logic                                req_valid_i,
   output logic                                req_ready_o,
+  input  logic [7:0]                          req_opcode_i,      // m2s_req_opcode_e
   input  logic [15:0]                         req_tag_i,
   input  logic [63:0]                         req_addr_i,
   // M2S RwD
   input  logic                                rwd_valid_i,
   output logic                                rwd_ready_o,
+  input  logic [7:0]                          rwd_opcode_i,      // m2s_rwd_opcode_e
   input  logic [15:0]                         rwd_tag_i,
   input  logic [63:0]                         rwd_addr_i,
   input  logic [63:0]                         rwd_be_i,
@@ -53,6 +56,7 @@ module nelssa_cxl_mem_slave
   input  logic [ReadLanes-1:0][15:0]          mem_rd_tag_i,
   input  logic [ReadLanes-1:0][511:0]         mem_rd_data_i,
   output logic                                err_o,             // a request was out of range
+  output logic                                err_opcode_o,      // one had an undefined opcode
   input  logic                                hold_i             // take no request this cycle
 );
   localparam int unsigned CNT_W = $clog2(RspDepth + 1);
@@ -80,7 +84,8 @@ module nelssa_cxl_mem_slave
 
   // one request per cycle; RwD first on odd cycles so neither channel starves
   logic prefer_rwd_q;
-  logic take_rwd, take_req, bad, fits;
+  logic take_rwd, take_req, bad, bad_opcode, fits;
+  logic [7:0] err_status;
   logic [63:0] addr;
 
   function automatic logic in_window(logic [63:0] a);
@@ -91,7 +96,11 @@ module nelssa_cxl_mem_slave
     take_rwd = !hold_i && rwd_valid_i && (prefer_rwd_q || !req_valid_i);
     take_req = !hold_i && !take_rwd && req_valid_i;
     addr = take_rwd ? rwd_addr_i : req_addr_i;
-    bad = !in_window(addr);
+    bad_opcode = take_rwd ? !(rwd_opcode_i == 8'(M2S_RWD_MEM_WR) ||
+                              rwd_opcode_i == 8'(M2S_RWD_MEM_WR_PTL))
+                          : req_opcode_i != 8'(M2S_REQ_MEM_RD);
+    bad = bad_opcode || !in_window(addr);
+    err_status = bad_opcode ? 8'(RSP_OPCODE_ERROR) : 8'(RSP_ADDR_ERROR);
     // room for the response: queued plus owed plus this one (read data arriving from memory
     // moves a response from owed to queued, so the sum never grows past the depth)
     if (take_rwd) fits = int'(ndr_n_q) + int'(writes_q) + 1 <= RspDepth;
@@ -102,7 +111,8 @@ module nelssa_cxl_mem_slave
     mem_tag_o   = take_rwd ? rwd_tag_i : req_tag_i;
     mem_wdata_o = rwd_data_i;
     mem_wstrb_o = rwd_be_i;
-    err_o       = (take_rwd || take_req) && bad && fits;
+    err_o       = (take_rwd || take_req) && bad && !bad_opcode && fits;
+    err_opcode_o = (take_rwd || take_req) && bad_opcode && fits;
   end
 
   // apart from the block above: the memory's ready depends on what that block drives
@@ -167,11 +177,11 @@ module nelssa_cxl_mem_slave
       d_in[l] = '{tag: mem_rd_tag_i[l], status: 8'(RSP_OK), data: mem_rd_data_i[l]};
     end
     d_push[DS-1] = req_valid_i && req_ready_o && bad;
-    d_in[DS-1] = '{tag: req_tag_i, status: 8'(RSP_ADDR_ERROR), data: '0};
+    d_in[DS-1] = '{tag: req_tag_i, status: err_status, data: '0};
     n_push[0] = mem_cpl_valid_i;
     n_in[0] = '{tag: mem_cpl_tag_i, status: 8'(RSP_OK)};
     n_push[1] = rwd_valid_i && rwd_ready_o && bad;
-    n_in[1] = '{tag: rwd_tag_i, status: 8'(RSP_ADDR_ERROR)};
+    n_in[1] = '{tag: rwd_tag_i, status: err_status};
     // the first non-empty source at or after the one after the last served
     d_sel = d_rr_q;
     for (int k = DS - 1; k >= 0; k--) begin

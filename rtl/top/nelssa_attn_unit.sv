@@ -1,10 +1,11 @@
 // One attention unit of the command path: executes an ATTN descriptor on its own memory port.
 // The checks run in the order of hw/model/device_exec.py, the first failing one deciding the
-// status: the descriptor's fields; then all selected ids (read from memory); then, from the
-// directory entries of the selected clusters, all token counts, then per cluster in order its
-// alignment and region. Only then does it stream Q and every cluster's K and V rows into the
-// engine (in address order, through the reorder buffer of nelssa_line_reader) and write the
-// result beats (O, then LSE) to out_addr. A failed descriptor writes nothing.
+// status: the descriptor's fields (its spans inside the region, its output clear of both
+// rings); then all selected ids (read from memory); then, from the directory entries of the
+// selected clusters, all token counts, then per cluster in order its alignment and region.
+// Only then does it stream Q and every cluster's K and V rows into the engine (in address
+// order, through the reorder buffer of nelssa_line_reader) and write the result beats (O, then
+// LSE) to out_addr. A failed descriptor writes nothing.
 module nelssa_attn_unit
   import nelssa_dev_pkg::*;
   import nelssa_engine_pkg::*;
@@ -24,6 +25,8 @@ module nelssa_attn_unit
   input  logic [511:0]      desc_i,        // the 64-byte descriptor, byte k in bits [8k+7:8k]
   input  logic [63:0]       region_lo_i,   // region base
   input  logic [63:0]       region_hi_i,   // min(region limit, memory size)
+  input  logic [1:0][63:0]  ring_lo_i,     // the submission and completion rings' first
+  input  logic [1:0][63:0]  ring_hi_i,     // bytes and ends: no output may overlap them
   output logic              busy_o,
   output logic              done_o,
   output logic [7:0]        status_o,
@@ -164,14 +167,22 @@ module nelssa_attn_unit
   endfunction
 
   // ---- static checks of the descriptor ----------------------------------------------------------
+  // a span inside [lo, hi), with no sum that could wrap 64 bits (an address a few KB below
+  // 2^64 would otherwise pass `addr + len > hi`)
+  function automatic logic span_inside(logic [63:0] base, logic [63:0] len, logic [63:0] lo,
+                                       logic [63:0] hi);
+    return base >= lo && base <= hi && len <= hi - base;
+  endfunction
+
   logic [7:0] static_status;
+  logic       out_on_ring;
   logic [63:0] d_q, d_dir, d_ids, d_out;
   logic [15:0] d_hd, d_nids;
   logic [7:0]  d_qh;
   logic [31:0] d_ncl;
 
   always_comb begin
-    automatic logic [63:0] q_len, dir_len, ids_len, out_len, hi;
+    automatic logic [63:0] q_len, dir_len, ids_len, out_len, lo, hi;
     d_hd = field(desc_i, DESC_HEAD_DIM_OFF, 2)[15:0];
     d_qh = field(desc_i, DESC_Q_HEADS_OFF, 1)[7:0];
     d_nids = field(desc_i, DESC_NUM_IDS_OFF, 2)[15:0];
@@ -184,7 +195,13 @@ module nelssa_attn_unit
     dir_len = 64'(d_ncl) * 16;
     ids_len = 64'(d_nids) * 4;
     out_len = 64'(d_qh) * 64'(d_hd) * 4 + ((64'(d_qh) * 4 + 63) & ~64'd63);
+    lo = region_lo_i;
     hi = region_hi_i;
+    // (only looked at once the output lies in the region, where its end cannot wrap)
+    out_on_ring = 1'b0;
+    for (int r = 0; r < 2; r++) begin
+      if (d_out < ring_hi_i[r] && ring_lo_i[r] < d_out + out_len) out_on_ring = 1'b1;
+    end
     static_status = 8'(DESC_OK);
     if (field(desc_i, DESC_OPCODE_OFF, 1)[7:0] != 8'(OP_ATTN)) static_status = 8'(DESC_ERR_OPCODE);
     else if (field(desc_i, DESC_FLAGS_OFF, 1) != 0 || field(desc_i, DESC_RESERVED0_OFF, 1) != 0 ||
@@ -196,9 +213,9 @@ module nelssa_attn_unit
     else if (d_nids == 0 || 32'(d_nids) > MaxIds || d_ncl == 0) static_status = 8'(DESC_ERR_COUNT);
     else if (d_q[5:0] != 0 || d_dir[5:0] != 0 || d_ids[5:0] != 0 || d_out[5:0] != 0)
       static_status = 8'(DESC_ERR_ALIGN);
-    else if (d_q < region_lo_i || d_q + q_len > hi || d_dir < region_lo_i ||
-             d_dir + dir_len > hi || d_ids < region_lo_i || d_ids + ids_len > hi ||
-             d_out < region_lo_i || d_out + out_len > hi)
+    else if (!span_inside(d_q, q_len, lo, hi) || !span_inside(d_dir, dir_len, lo, hi) ||
+             !span_inside(d_ids, ids_len, lo, hi) || !span_inside(d_out, out_len, lo, hi) ||
+             out_on_ring)
       static_status = 8'(DESC_ERR_REGION);
   end
 
@@ -329,7 +346,7 @@ module nelssa_attn_unit
               if (tok == 0 || 32'(tok) > MaxClusterTokens) len_bad_q <= 1'b1;
               if (first_fail_q == 0) begin
                 if (kv[5:0] != 0) first_fail_q <= 8'(DESC_ERR_ALIGN);
-                else if (kv < lo_q || kv + len > hi_q) first_fail_q <= 8'(DESC_ERR_REGION);
+                else if (!span_inside(kv, len, lo_q, hi_q)) first_fail_q <= 8'(DESC_ERR_REGION);
               end
               use_j_q <= use_j_q + 1;
               if (use_j_q + 1 == 32'(num_ids_q)) begin

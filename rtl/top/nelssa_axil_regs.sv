@@ -2,8 +2,11 @@
 // device's register port (nelssa_regs). One access at a time; a write waiting together with a
 // read goes first, so a read the host issued after a write (PCIe keeps them in that order) sees
 // it. Only whole 32-bit writes reach the registers: a write with a partial strobe changes
-// nothing and answers SLVERR. Offsets the register block does not map read 0xFFFF_FFFF there.
-module nelssa_axil_regs #(
+// nothing and answers SLVERR. Offsets the register block does not map read 0xFFFF_FFFF there;
+// a read the block answers with an error status answers SLVERR.
+module nelssa_axil_regs
+  import nelssa_dev_pkg::*;
+#(
   parameter int unsigned AddrW = 12  // AXI4-Lite byte-address width (the BAR is 4 KB)
 ) (
   input  logic             clk_i,
@@ -29,13 +32,14 @@ module nelssa_axil_regs #(
   // device register port
   output logic             mmio_valid_o,
   input  logic             mmio_ready_i,
-  output logic             mmio_write_o,
+  output logic [7:0]       mmio_opcode_o,   // mmio_opcode_e
   output logic [15:0]      mmio_tag_o,
   output logic [31:0]      mmio_offset_o,
   output logic [31:0]      mmio_wdata_o,
   input  logic             mmio_rsp_valid_i,
   output logic             mmio_rsp_ready_o,
   input  logic [15:0]      mmio_rsp_tag_i,
+  input  logic [7:0]       mmio_rsp_status_i,
   input  logic [31:0]      mmio_rsp_data_i
 );
   if (AddrW < 12 || AddrW > 32) begin : gen_addr_check
@@ -87,6 +91,7 @@ module nelssa_axil_regs #(
       RD_WAIT: begin
         if (mmio_rsp_valid_i) begin
           data_d = mmio_rsp_data_i;
+          resp_d = (mmio_rsp_status_i == 8'(RSP_OK)) ? RESP_OKAY : RESP_SLVERR;
           state_d = RD_RESP;
         end
       end
@@ -119,7 +124,7 @@ module nelssa_axil_regs #(
   assign s_rresp_o = resp_q;
 
   assign mmio_valid_o = state_q == WR_ISSUE || state_q == RD_ISSUE;
-  assign mmio_write_o = state_q == WR_ISSUE;
+  assign mmio_opcode_o = (state_q == WR_ISSUE) ? 8'(MMIO_WRITE) : 8'(MMIO_READ);
   assign mmio_tag_o = '0;  // one access at a time: the tag is not needed to match the answer
   assign mmio_offset_o = 32'(addr_q);
   assign mmio_wdata_o = data_q;

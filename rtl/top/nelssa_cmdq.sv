@@ -3,6 +3,8 @@
 // completion record per descriptor to the completion ring, in fetch order, as the model does
 // (hw/model/device.py). A descriptor is fetched only while the completion ring has room for it
 // beside everything in flight, so completions never overwrite ones the host has not read.
+// The ring registers hold still while this unit is enabled or not idle (nelssa_regs), and were
+// checked when it was enabled: both rings lie inside the queue's region and device memory.
 module nelssa_cmdq
   import nelssa_dev_pkg::*;
 #(
@@ -36,6 +38,8 @@ module nelssa_cmdq
   output logic [511:0]             unit_desc_o,
   output logic [63:0]              unit_lo_o,
   output logic [63:0]              unit_hi_o,
+  output logic [1:0][63:0]         unit_ring_lo_o,  // SQ, CQ: where no output may go
+  output logic [1:0][63:0]         unit_ring_hi_o,
   input  logic [NumUnits-1:0]      unit_busy_i,
   input  logic [NumUnits-1:0]      unit_done_i,
   input  logic [NumUnits-1:0][7:0] unit_status_i,
@@ -69,6 +73,7 @@ module nelssa_cmdq
   state_e           state_q;
   logic [31:0]      sq_head_q, cq_tail_q;
   logic             phase_q;                 // phase of the next completion written
+  logic [15:0]      fetched_q;               // entries fetched since SQ_SIZE was written
   order_t           order_q [OrderDepth];
   logic [OW-1:0]    ord_rd_q, ord_wr_q;
   logic [OW:0]      ord_n_q;
@@ -118,9 +123,14 @@ module nelssa_cmdq
   assign unit_desc_o = rd_data_i;
   assign unit_lo_o = region_base_i;
   assign unit_hi_o = (region_limit_i < 64'(MemBytes)) ? region_limit_i : 64'(MemBytes);
+  assign unit_ring_lo_o = {cq_base_i, sq_base_i};
+  assign unit_ring_hi_o = {cq_base_i + 64'(cq_size_i) * COMPLETION_BYTES,
+                           sq_base_i + 64'(sq_size_i) * DESC_BYTES};
   assign sq_head_o = sq_head_q;
   assign cq_tail_o = cq_tail_q;
-  assign idle_o = state_q == StIdle && ord_n_q == 0 && unit_busy_i == '0 && !pending;
+  // idle also waits for the done pulse, so the counters are current when idle is seen
+  assign idle_o = state_q == StIdle && ord_n_q == 0 && unit_busy_i == '0 && !pending &&
+                  !desc_done_o;
 
   always_comb begin
     unit_start_o = '0;
@@ -135,6 +145,7 @@ module nelssa_cmdq
       sq_head_q <= '0;
       cq_tail_q <= '0;
       phase_q <= 1'b1;
+      fetched_q <= '0;
       ord_rd_q <= '0;
       ord_wr_q <= '0;
       ord_n_q <= '0;
@@ -161,9 +172,11 @@ module nelssa_cmdq
         StRead: if (mem_ready_i) state_q <= StReadWait;
         StReadWait: if (rd_valid_i) begin
           automatic logic [31:0] next = (sq_head_q + 1) & (sq_size_i - 1);
+          // sq_head: the entries fetched so far, this one included (driver/formats.py)
           order_q[ord_wr_q] <= '{nop: rd_data_i[7:0] == 8'(OP_NOP), unit: free_unit,
                                  desc_id: rd_data_i[8*DESC_DESC_ID_OFF +: 32],
-                                 sq_head: next[15:0]};
+                                 sq_head: fetched_q + 16'd1};
+          fetched_q <= fetched_q + 16'd1;
           ord_wr_q <= ord_wr_q + 1'b1;
           n = n + 1'b1;
           if (rd_data_i[7:0] != 8'(OP_NOP)) assigned_q[free_unit] <= 1'b1;
@@ -187,7 +200,10 @@ module nelssa_cmdq
         default: state_q <= StIdle;
       endcase
       ord_n_q <= n;
-      if (sq_reset_i) sq_head_q <= '0;
+      if (sq_reset_i) begin
+        sq_head_q <= '0;
+        fetched_q <= '0;
+      end
       if (cq_reset_i) begin
         cq_tail_q <= '0;
         phase_q <= 1'b1;

@@ -6,6 +6,7 @@ package nelssa_dev_pkg;
   localparam logic [31:0] DEVICE_VERSION = 32'h00010000;
   localparam logic [31:0] UNMAPPED_VALUE = 32'hFFFFFFFF;
   localparam int unsigned REG_WINDOW_BYTES = 4096;
+  localparam int unsigned RING_MAX_ENTRIES = 65536;
 
   // registers: offset, then whether software may write them
   localparam logic [11:0] REG_MAGIC = 12'h000;  // RO
@@ -17,25 +18,27 @@ package nelssa_dev_pkg;
   localparam logic [11:0] REG_BUILD_ID = 12'h018;  // RO
   localparam logic [11:0] REG_CONTROL = 12'h020;  // RW
   localparam logic [11:0] REG_STATUS = 12'h024;  // RO
-  localparam logic [11:0] REG_SQ_BASE_LO = 12'h040;  // RW
-  localparam logic [11:0] REG_SQ_BASE_HI = 12'h044;  // RW
-  localparam logic [11:0] REG_SQ_SIZE = 12'h048;  // RW
+  localparam logic [11:0] REG_SQ_BASE_LO = 12'h040;  // RING
+  localparam logic [11:0] REG_SQ_BASE_HI = 12'h044;  // RING
+  localparam logic [11:0] REG_SQ_SIZE = 12'h048;  // RING
   localparam logic [11:0] REG_SQ_TAIL = 12'h04C;  // DOORBELL
   localparam logic [11:0] REG_SQ_HEAD = 12'h050;  // RO
-  localparam logic [11:0] REG_CQ_BASE_LO = 12'h060;  // RW
-  localparam logic [11:0] REG_CQ_BASE_HI = 12'h064;  // RW
-  localparam logic [11:0] REG_CQ_SIZE = 12'h068;  // RW
+  localparam logic [11:0] REG_CQ_BASE_LO = 12'h060;  // RING
+  localparam logic [11:0] REG_CQ_BASE_HI = 12'h064;  // RING
+  localparam logic [11:0] REG_CQ_SIZE = 12'h068;  // RING
   localparam logic [11:0] REG_CQ_HEAD = 12'h06C;  // RW
   localparam logic [11:0] REG_CQ_TAIL = 12'h070;  // RO
-  localparam logic [11:0] REG_REGION_BASE_LO = 12'h080;  // RW
-  localparam logic [11:0] REG_REGION_BASE_HI = 12'h084;  // RW
-  localparam logic [11:0] REG_REGION_LIMIT_LO = 12'h088;  // RW
-  localparam logic [11:0] REG_REGION_LIMIT_HI = 12'h08C;  // RW
+  localparam logic [11:0] REG_REGION_BASE_LO = 12'h080;  // RING
+  localparam logic [11:0] REG_REGION_BASE_HI = 12'h084;  // RING
+  localparam logic [11:0] REG_REGION_LIMIT_LO = 12'h088;  // RING
+  localparam logic [11:0] REG_REGION_LIMIT_HI = 12'h08C;  // RING
   localparam logic [11:0] REG_ERR_DESC = 12'h100;  // RO
   localparam logic [11:0] REG_ERR_RO_WRITE = 12'h104;  // RO
   localparam logic [11:0] REG_ERR_UNMAPPED = 12'h108;  // RO
   localparam logic [11:0] REG_ERR_MEM = 12'h10C;  // RO
   localparam logic [11:0] REG_ERR_DOORBELL = 12'h110;  // RO
+  localparam logic [11:0] REG_ERR_RING = 12'h114;  // RO
+  localparam logic [11:0] REG_ERR_OPCODE = 12'h118;  // RO
   localparam logic [11:0] REG_PERF_CYCLES_LO = 12'h140;  // RO
   localparam logic [11:0] REG_PERF_CYCLES_HI = 12'h144;  // RO
   localparam logic [11:0] REG_PERF_BUSY_LO = 12'h148;  // RO
@@ -132,9 +135,15 @@ package nelssa_dev_pkg;
   } m2s_rwd_opcode_e;
 
   typedef enum logic [7:0] {
+    MMIO_READ = 8'd0,
+    MMIO_WRITE = 8'd1
+  } mmio_opcode_e;
+
+  typedef enum logic [7:0] {
     RSP_OK = 8'd0,
-    RSP_ADDR_ERROR = 8'd1
+    RSP_ADDR_ERROR = 8'd1,
+    RSP_OPCODE_ERROR = 8'd2
   } rsp_status_e;
 
-  localparam logic [31:0] IFACE_HASH = 32'hEE294AEC;  // sha256 ee294aecf2fa2ee7fa3d9d079c062dd2066306925b94960d8a74c6b1fee81cd9
+  localparam logic [31:0] IFACE_HASH = 32'h6452C32E;  // sha256 6452c32e82211385d95ca6f6d923bc3234ac5c35567b13d05eda230b3b027d6a
 endpackage

@@ -26,21 +26,24 @@ module nelssa_device
   // CXL.io register access
   input  logic                              mmio_valid_i,
   output logic                              mmio_ready_o,
-  input  logic                              mmio_write_i,
+  input  logic [7:0]                        mmio_opcode_i,   // mmio_opcode_e
   input  logic [15:0]                       mmio_tag_i,
   input  logic [31:0]                       mmio_offset_i,
   input  logic [31:0]                       mmio_wdata_i,
   output logic                              mmio_rsp_valid_o,
   input  logic                              mmio_rsp_ready_i,
   output logic [15:0]                       mmio_rsp_tag_o,
+  output logic [7:0]                        mmio_rsp_status_o,
   output logic [31:0]                       mmio_rsp_data_o,
   // CXL.mem
   input  logic                              req_valid_i,
   output logic                              req_ready_o,
+  input  logic [7:0]                        req_opcode_i,    // m2s_req_opcode_e
   input  logic [15:0]                       req_tag_i,
   input  logic [63:0]                       req_addr_i,
   input  logic                              rwd_valid_i,
   output logic                              rwd_ready_o,
+  input  logic [7:0]                        rwd_opcode_i,    // m2s_rwd_opcode_e
   input  logic [15:0]                       rwd_tag_i,
   input  logic [63:0]                       rwd_addr_i,
   input  logic [63:0]                       rwd_be_i,
@@ -91,13 +94,14 @@ module nelssa_device
     else share_q <= (int'(share_q) >= HostShare - 1) ? '0 : share_q + 1'b1;
   end
 
-  logic        err_mem, enable, sq_reset, cq_reset, cmdq_idle, desc_done, desc_err;
+  logic        err_mem, err_opcode, enable, sq_reset, cq_reset, cmdq_idle, desc_done, desc_err;
   logic [63:0] sq_base, cq_base, region_base, region_limit;
   logic [31:0] sq_size, sq_tail, cq_size, cq_head, sq_head, cq_tail;
   logic [NumUnits-1:0] unit_start, unit_busy, unit_done, unit_read;
   logic [NumUnits-1:0][7:0] unit_status;
   logic [511:0] unit_desc;
   logic [63:0]  unit_lo, unit_hi;
+  logic [1:0][63:0] unit_ring_lo, unit_ring_hi;
   logic [15:0]  bytes_read;
 
   // read-data lanes by port
@@ -131,13 +135,14 @@ module nelssa_device
     .rst_ni        (rst_ni),
     .mmio_valid_i  (mmio_valid_i),
     .mmio_ready_o  (mmio_ready_o),
-    .mmio_write_i  (mmio_write_i),
+    .mmio_opcode_i (mmio_opcode_i),
     .mmio_tag_i    (mmio_tag_i),
     .mmio_offset_i (mmio_offset_i),
     .mmio_wdata_i  (mmio_wdata_i),
     .rsp_valid_o   (mmio_rsp_valid_o),
     .rsp_ready_i   (mmio_rsp_ready_i),
     .rsp_tag_o     (mmio_rsp_tag_o),
+    .rsp_status_o  (mmio_rsp_status_o),
     .rsp_data_o    (mmio_rsp_data_o),
     .enable_o      (enable),
     .sq_base_o     (sq_base),
@@ -155,6 +160,7 @@ module nelssa_device
     .idle_i        (cmdq_idle),
     .err_desc_i    (desc_err),
     .err_mem_i     (err_mem),
+    .err_opcode_i  (err_opcode),
     .desc_done_i   (desc_done),
     .busy_i        (|unit_busy),
     .bytes_read_i  (bytes_read)
@@ -169,10 +175,12 @@ module nelssa_device
     .rst_ni         (rst_ni),
     .req_valid_i    (req_valid_i),
     .req_ready_o    (req_ready_o),
+    .req_opcode_i   (req_opcode_i),
     .req_tag_i      (req_tag_i),
     .req_addr_i     (req_addr_i),
     .rwd_valid_i    (rwd_valid_i),
     .rwd_ready_o    (rwd_ready_o),
+    .rwd_opcode_i   (rwd_opcode_i),
     .rwd_tag_i      (rwd_tag_i),
     .rwd_addr_i     (rwd_addr_i),
     .rwd_be_i       (rwd_be_i),
@@ -199,6 +207,7 @@ module nelssa_device
     .mem_rd_tag_i   (mem_rd_tag_i[MemLanes-1:0]),
     .mem_rd_data_i  (mem_rd_data_i[MemLanes-1:0]),
     .err_o          (err_mem),
+    .err_opcode_o   (err_opcode),
     .hold_i         (host_hold)
   );
 
@@ -229,6 +238,8 @@ module nelssa_device
     .unit_desc_o   (unit_desc),
     .unit_lo_o     (unit_lo),
     .unit_hi_o     (unit_hi),
+    .unit_ring_lo_o(unit_ring_lo),
+    .unit_ring_hi_o(unit_ring_hi),
     .unit_busy_i   (unit_busy),
     .unit_done_i   (unit_done),
     .unit_status_i (unit_status),
@@ -255,6 +266,8 @@ module nelssa_device
       .desc_i     (unit_desc),
       .region_lo_i(unit_lo),
       .region_hi_i(unit_hi),
+      .ring_lo_i  (unit_ring_lo),
+      .ring_hi_i  (unit_ring_hi),
       .busy_o     (unit_busy[u]),
       .done_o     (unit_done[u]),
       .status_o   (unit_status[u]),

@@ -13,7 +13,9 @@
 // The contract the memory side must keep: responses of one ID in request order (as AXI4
 // requires) and a write's B only once a later read returns its data. PERF_CYCLES counts clk_i;
 // the bitstream manifest states its frequency. docs/fpga.md has the whole contract.
-module nelssa_fpga_top #(
+module nelssa_fpga_top
+  import nelssa_dev_pkg::*;
+#(
   parameter int unsigned NumUnits    = 2,             // attention units
   parameter int unsigned NumChannels = 4,             // memory channels (1, 2, 4 or 8)
   parameter int unsigned ChanAddrW   = 34,            // byte-address width of each channel
@@ -116,7 +118,8 @@ module nelssa_fpga_top #(
   end
 
   // the device's register port
-  logic        mmio_valid, mmio_ready, mmio_write, mmio_rsp_valid, mmio_rsp_ready;
+  logic        mmio_valid, mmio_ready, mmio_rsp_valid, mmio_rsp_ready;
+  logic [7:0]  mmio_opcode, mmio_rsp_status;
   logic [15:0] mmio_tag, mmio_rsp_tag;
   logic [31:0] mmio_offset, mmio_wdata, mmio_rsp_data;
   // its CXL.mem slave
@@ -126,6 +129,7 @@ module nelssa_fpga_top #(
   logic [63:0]  req_addr, rwd_addr, rwd_be;
   logic [511:0] rwd_data, drs_data;
   logic [7:0]   ndr_status, drs_status;
+  logic [7:0]   rwd_opcode;  // AXI writes carry strobes, not opcodes: full or partial line
   // its memory ports
   logic [NumPorts-1:0]             mem_valid, mem_ready, mem_write, cpl_valid;
   logic [NumPorts-1:0][AddrW-1:0]  mem_addr;
@@ -136,6 +140,8 @@ module nelssa_fpga_top #(
   logic [7:0][PortW-1:0]           rd_port;
   logic [7:0][15:0]                rd_tag;
   logic [7:0][511:0]               rd_data;
+
+  assign rwd_opcode = (rwd_be == '1) ? 8'(M2S_RWD_MEM_WR) : 8'(M2S_RWD_MEM_WR_PTL);
 
   nelssa_axil_regs #(
     .AddrW(12)
@@ -161,13 +167,14 @@ module nelssa_fpga_top #(
     .s_rresp_o       (s_axil_rresp_o),
     .mmio_valid_o    (mmio_valid),
     .mmio_ready_i    (mmio_ready),
-    .mmio_write_o    (mmio_write),
+    .mmio_opcode_o   (mmio_opcode),
     .mmio_tag_o      (mmio_tag),
     .mmio_offset_o   (mmio_offset),
     .mmio_wdata_o    (mmio_wdata),
     .mmio_rsp_valid_i(mmio_rsp_valid),
     .mmio_rsp_ready_o(mmio_rsp_ready),
     .mmio_rsp_tag_i  (mmio_rsp_tag),
+    .mmio_rsp_status_i(mmio_rsp_status),
     .mmio_rsp_data_i (mmio_rsp_data)
   );
 
@@ -238,20 +245,23 @@ module nelssa_fpga_top #(
     .rst_ni          (rst_ni),
     .mmio_valid_i    (mmio_valid),
     .mmio_ready_o    (mmio_ready),
-    .mmio_write_i    (mmio_write),
+    .mmio_opcode_i   (mmio_opcode),
     .mmio_tag_i      (mmio_tag),
     .mmio_offset_i   (mmio_offset),
     .mmio_wdata_i    (mmio_wdata),
     .mmio_rsp_valid_o(mmio_rsp_valid),
     .mmio_rsp_ready_i(mmio_rsp_ready),
     .mmio_rsp_tag_o  (mmio_rsp_tag),
+    .mmio_rsp_status_o(mmio_rsp_status),
     .mmio_rsp_data_o (mmio_rsp_data),
     .req_valid_i     (req_valid),
     .req_ready_o     (req_ready),
+    .req_opcode_i    (8'(M2S_REQ_MEM_RD)),
     .req_tag_i       (req_tag),
     .req_addr_i      (req_addr),
     .rwd_valid_i     (rwd_valid),
     .rwd_ready_o     (rwd_ready),
+    .rwd_opcode_i    (rwd_opcode),
     .rwd_tag_i       (rwd_tag),
     .rwd_addr_i      (rwd_addr),
     .rwd_be_i        (rwd_be),

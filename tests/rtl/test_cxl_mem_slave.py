@@ -1,7 +1,8 @@
 """The device's CXL.mem front end, driven directly (nelssa_device_sim: slave + simulated DDR5):
 random reads and partial writes with random tags and gaps, the host stalling the response
-channels at random, responses out of request order, out-of-range addresses, and a host that
-stops taking responses altogether (requests back-pressure; nothing is dropped)."""
+channels at random, responses out of request order, out-of-range addresses and undefined
+opcodes, and a host that stops taking responses altogether (requests back-pressure; nothing is
+dropped)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from nelssa.driver.cxl import RspStatus
+from nelssa.driver.cxl import M2SReqOpcode, M2SRwDOpcode, RspStatus
 from nelssa.hw.sim.rtl_sources import (
     DDR5_STORE_CPP,
     DDR5_VERILATOR_ARGS,
@@ -53,8 +54,9 @@ class TB:
 
     async def run(self, ops: list[tuple], max_cycles: int = 200_000,
                   stop_taking_after: int | None = None) -> dict[str, object]:
-        """ops: ("rd", tag, addr) or ("wr", tag, addr, data, be), issued in order per channel.
-        Returns the response order and counts; every response is checked on the way."""
+        """ops: ("rd", tag, addr, opcode) or ("wr", tag, addr, data, be, opcode), issued in
+        order per channel. Returns the response order and counts; every response is checked on
+        the way."""
         d = self.dut
         reads = [op for op in ops if op[0] == "rd"]
         writes = [op for op in ops if op[0] == "wr"]
@@ -67,11 +69,12 @@ class TB:
             stuck = stop_taking_after is not None and cycles >= stop_taking_after
             d.req_valid_i.value = int(ri < len(reads) and self.rng.random() < 0.8)
             if ri < len(reads):
-                d.req_tag_i.value, d.req_addr_i.value = reads[ri][1], reads[ri][2]
+                _, tag, addr, op = reads[ri]
+                d.req_tag_i.value, d.req_addr_i.value, d.req_opcode_i.value = tag, addr, op
             d.rwd_valid_i.value = int(wi < len(writes) and self.rng.random() < 0.8)
             if wi < len(writes):
-                _, tag, addr, data, be = writes[wi]
-                d.rwd_tag_i.value, d.rwd_addr_i.value = tag, addr
+                _, tag, addr, data, be, op = writes[wi]
+                d.rwd_tag_i.value, d.rwd_addr_i.value, d.rwd_opcode_i.value = tag, addr, op
                 d.rwd_data_i.value, d.rwd_be_i.value = data, be
             take = not stuck and self.rng.random() >= self.stall
             d.ndr_ready_i.value = int(take)
@@ -91,19 +94,18 @@ class TB:
                 order.append(key)
             # acceptances, Req before RwD: the device takes at most one of them per cycle
             if d.req_valid_i.value == 1 and d.req_ready_o.value == 1:
-                _, tag, addr = reads[ri]
-                ok = addr % 64 == 0 and addr < MEM_BYTES
-                expect[("rd", tag)] = ((RspStatus.OK, MEMORY.get(addr, 0)) if ok
-                                       else (RspStatus.ADDR_ERROR, 0))
+                _, tag, addr, op = reads[ri]
+                st = expected_status(addr, op, (M2SReqOpcode.MEM_RD,))
+                expect[("rd", tag)] = (st, MEMORY.get(addr, 0) if st == RspStatus.OK else 0)
                 issued.append(("rd", tag))
                 ri += 1
                 accepted_while_stuck += stuck
             if d.rwd_valid_i.value == 1 and d.rwd_ready_o.value == 1:
-                _, tag, addr, data, be = writes[wi]
-                ok = addr % 64 == 0 and addr < MEM_BYTES
-                if ok:
+                _, tag, addr, data, be, op = writes[wi]
+                st = expected_status(addr, op, (M2SRwDOpcode.MEM_WR, M2SRwDOpcode.MEM_WR_PTL))
+                if st == RspStatus.OK:
                     MEMORY[addr] = merge(MEMORY.get(addr, 0), data, be)
-                expect[("wr", tag)] = (RspStatus.OK if ok else RspStatus.ADDR_ERROR, 0)
+                expect[("wr", tag)] = (st, 0)
                 issued.append(("wr", tag))
                 wi += 1
                 accepted_while_stuck += stuck
@@ -116,7 +118,16 @@ class TB:
                 "accepted_while_stuck": accepted_while_stuck, "outstanding": len(expect)}
 
 
+def expected_status(addr: int, opcode: int, defined: tuple[int, ...]) -> RspStatus:
+    """What the slave answers: the opcode is checked first, then the address."""
+    if opcode not in defined:
+        return RspStatus.OPCODE_ERROR
+    return RspStatus.OK if addr % 64 == 0 and addr < MEM_BYTES else RspStatus.ADDR_ERROR
+
+
 def random_ops(rng: random.Random, n: int, lines: list[int], bad: float = 0.0) -> list[tuple]:
+    """Reads and writes; with probability ``bad`` an address beyond memory or misaligned, and
+    (independently) an opcode the channel does not define."""
     ops, next_tag = [], {"rd": 0, "wr": 0}
     for _ in range(n):
         kind = "wr" if rng.random() < 0.5 else "rd"
@@ -126,10 +137,14 @@ def random_ops(rng: random.Random, n: int, lines: list[int], bad: float = 0.0) -
         tag = next_tag[kind]
         next_tag[kind] = (tag + 1) & 0xFFFF
         if kind == "rd":
-            ops.append(("rd", tag, addr))
+            op = rng.choice([0, 2, 0xFF]) if rng.random() < bad else M2SReqOpcode.MEM_RD
+            ops.append(("rd", tag, addr, op))
         else:
             be = rng.choice([(1 << 64) - 1, rng.getrandbits(64)])
-            ops.append(("wr", tag, addr, rng.getrandbits(512), be))
+            op = M2SRwDOpcode.MEM_WR if be == (1 << 64) - 1 else M2SRwDOpcode.MEM_WR_PTL
+            if rng.random() < bad:
+                op = rng.choice([0, 3, 0xFF])
+            ops.append(("wr", tag, addr, rng.getrandbits(512), be, op))
     return ops
 
 
@@ -148,7 +163,7 @@ async def random_reads_and_partial_writes_under_stalls(dut):
 
 
 @cocotb.test()
-async def out_of_range_and_misaligned_requests_get_errors(dut):
+async def out_of_range_misaligned_and_undefined_requests_get_errors(dut):
     tb = TB(dut, stall=0.1, seed=3)
     await tb.reset()
     rng = random.Random(4)
