@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from construct import ConstructError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from node_helpers import GROUP, HEAD_DIM, InProcessNode, Workload, single_device_reference
@@ -69,6 +70,42 @@ def _write_payload(s: int, h: int, keys: list[np.ndarray], values: list[np.ndarr
                     for k, v in zip(keys, values, strict=True))
     return p.WRITE_KV_REQ.build({"session": s, "layer": 0, "kv_head": h, "count": len(keys),
                                  "tokens": tokens.tobytes(), "data": data})
+
+
+SID = 0x0123456789ABCDEF
+SID_BYTES = bytes.fromhex("efcdab8967452301")  # a 64-bit handle, little endian
+
+
+def test_request_formats_byte_for_byte() -> None:
+    cases = [
+        (p.OPEN_SESSION_REQ, {"partition": 1, "head_dim": 128, "group": 4}, "01 8000 04"),
+        (p.OPEN_SESSION_REP, {"session": SID}, ""),
+        (p.SESSION_REQ, {"session": SID}, ""),
+        (p.FREE_KV_REQ, {"session": SID, "layer": 2}, "0200"),
+        (p.ALLOC_KV_REQ, {"session": SID, "layer": 2, "max_clusters": 3, "max_tokens": 64,
+                          "count": 2, "kv_heads": [5, 6]},
+         "0200 03000000 40000000 0200 0500 0600"),
+        (p.WRITE_KV_REQ, {"session": SID, "layer": 2, "kv_head": 1, "count": 1,
+                          "tokens": bytes([1, 0, 0, 0]), "data": b"\xaa\xbb"},
+         "0200 0100 01000000 01000000 aabb"),
+        (p.ATTEND_REQ, {"session": SID, "layer": 2, "q_heads": 1, "head_dim": 1, "scale": 0.5,
+                        "count": 1, "groups": [{"kv_head": 3, "num_ids": 1,
+                                                "ids": bytes([7, 0, 0, 0]), "q": b"\x80\x3f"}]},
+         "0200 01 0100 0000003f 0100 0300 01000000 07000000 803f"),
+    ]
+    for fmt, value, rest in cases:
+        want = (b"" if fmt is p.OPEN_SESSION_REQ else SID_BYTES) + bytes.fromhex(rest)
+        assert fmt.build(value) == want, fmt
+        # requests: not a byte more, not a byte less (WRITE_KV's data is as long as the
+        # payload; the node holds it to its token counts)
+        if fmt not in (p.OPEN_SESSION_REP, p.WRITE_KV_REQ):
+            for bad in (want + b"\0", want[:-1]):
+                with pytest.raises(ConstructError):
+                    fmt.parse(bad)
+    assert p.JOIN_REQ.build({"ticket": bytes(range(16))}) == bytes(range(16))
+    assert p.EMPTY.build({}) == b""
+    with pytest.raises(ConstructError):
+        p.EMPTY.parse(b"\0")
 
 
 @pytest.fixture(scope="module")
@@ -390,3 +427,34 @@ def test_per_request_limits_refuse_before_the_body_is_parsed(tmp_path: Path) -> 
                          {h: x.ids for h, x in w.heads.items()})
     finally:
         node.stop()
+
+
+# -- the soak, short ------------------------------------------------------------------------------
+def test_short_soak_loses_nothing_and_memory_stays_bounded(tmp_path: Path) -> None:
+    """scripts/soak.py at 10x the measured sustainable rate for 2 s, two client processes."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts/soak.py"
+    out, raw = tmp_path / "soak.md", tmp_path / "soak.json"
+    run = subprocess.run([sys.executable, str(script), "--seconds", "2", "--clients", "2",
+                          "--measure-s", "1", "--out", str(out), "--json", str(raw)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    r = json.loads(raw.read_text())
+    assert r["sustainable_rate"] > 0 and r["offered_rate"] == pytest.approx(
+        10 * r["sustainable_rate"])
+    refused: dict[str, int] = {}
+    for c in r["results"]:
+        assert c["sent"] > 0 and c["wrong"] == 0 and not c["failed"]
+        assert c["sent"] == c["answered"] + sum(c["refused"].values())  # nothing lost
+        for k, v in c["refused"].items():
+            refused[k] = refused.get(k, 0) + v
+    assert set(refused) <= {"UNKNOWN_SESSION", "BAD_REQUEST", "LIMIT_EXCEEDED"}
+    assert r["rss_end_kib"] - r["rss_quarter_kib"] <= 32 << 10
+    assert "lost 0" in out.read_text() and "PASS" in out.read_text()
+    # bad options: one line, exit 2
+    bad = subprocess.run([sys.executable, str(script), "--seconds", "nan"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--seconds" in bad.stderr and "Traceback" not in bad.stderr
