@@ -116,7 +116,7 @@ MAX_RPC_PAYLOAD = _ARG.size + MAX_BATCH_MESSAGES * (_LEN.size + MAX_PORT_MESSAGE
 """The largest legal call; the server refuses a larger message before reading it."""
 MAX_RPC_REPLY = _REPLY_HEAD.size + (1 << 16) * (_LEN.size + MAX_PORT_MESSAGE)
 """The largest legal answer: a response for each of the 2^16 tags a host can have out."""
-RPC_RETRY = RetryPolicy(rto_s=2 * HEARTBEAT_S, max_rto_s=1.0)
+RPC_RETRY = RetryPolicy(rto_s=2 * HEARTBEAT_S, min_rto_s=0.05, max_rto_s=1.0)
 """Every call is answered within a heartbeat: one lost is sent again after two, until the
 round trips measured say sooner."""
 
@@ -426,13 +426,14 @@ class _Served:
 
 def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = None,
                curve: CurveServerKeys | None = None, parent_pid: int | None = None,
-               faults: LinkFaults | None = None) -> None:
+               faults: LinkFaults | None = None) -> dict[str, int]:
     """Serve ``port`` at ``endpoint`` until a SHUTDOWN request (or, with ``parent_pid``, until
     that process is gone, so a node that crashes leaves no device behind). A failing or
     malformed call answers with an error naming the problem; the server goes on. A call still
     running after HEARTBEAT_S is answered PENDING until it is done. Binds to
     loopback only, unless CURVE keys are given (emu/link/security.py); ``faults`` are injected
-    at this end of the link, both directions (for tests)."""
+    at this end of the link, both directions (for tests). Returns the link's counters
+    (LinkServer.counters)."""
     handler = _Served(port, lambda: server.stop())
     server = LinkServer(endpoint, handler, link_preset(CXL_LINK), curve, context,
                         LinkLimits(max_payload=MAX_RPC_PAYLOAD), faults)
@@ -450,3 +451,4 @@ def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = No
         server.close()
         if not handler.calls.running:  # else the device is still inside a call; exit ends it
             port.close()
+    return server.counters()

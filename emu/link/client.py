@@ -46,13 +46,14 @@ class RetryPolicy:
     trips measured give a better estimate (Jacobson/Karels: smoothed round trip plus four
     deviations, from requests answered without a retransmission); the wait doubles with each
     retransmission of a request."""
-    min_rto_s: float = 0.01
+    min_rto_s: float = 0.05
     max_rto_s: float = 2.0
-    max_refusals: int = 4
+    max_refusals: int = 16
     """Damaged copies of one request (refused by the server) or of its reply (refused here)
     after which the request fails with that error instead of being sent again."""
     window: int = WINDOW
-    """Requests in flight at once; one more waits for a reply."""
+    """Sequence numbers in flight: a request waits while the oldest one unanswered is this
+    many behind it."""
 
     def __post_init__(self) -> None:
         if not 0 < self.min_rto_s <= self.rto_s <= self.max_rto_s < float("inf"):
@@ -122,14 +123,17 @@ class LinkClient:
         self.retry = retry or RetryPolicy()
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
-        bound_socket(self._sock, max_reply, None)
+        bound_socket(self._sock, max_reply)
         secure_client(self._sock, curve)
         self._sock.connect(endpoint)
         self._inbound = LinkDirection(spec)
-        active = faults is not None and faults.active
-        self.faults_out = FaultInjector(faults, 0) if active and faults else None
-        self.faults_in = FaultInjector(faults, 1) if active and faults else None
-        self._delay_ps = round(faults.delay_ns * 1000) if faults else 0
+        self._lock = threading.RLock()
+        self.faults_out: FaultInjector | None = None
+        self.faults_in: FaultInjector | None = None
+        self._delay_ps = 0
+        self._injected = dict.fromkeys(
+            (f"{way}_{name}" for way in ("out", "in") for name in FaultInjector.COUNTS), 0)
+        self.set_faults(faults)
         self._error_factory = error_factory
         self._seq = 0
         self._pending: dict[int, PendingReply] = {}
@@ -137,7 +141,6 @@ class LinkClient:
         """The retransmission timeout a new request starts with."""
         self._srtt: float | None = None
         self._rttvar = 0.0
-        self._lock = threading.RLock()
         self.clock_ps = 0
         """The client's emulated now: the latest reply arrival (callers may set it)."""
         self.retransmits = self.frames_bad = self.checksum_errors = self.stale = 0
@@ -169,7 +172,9 @@ class LinkClient:
             raise ValueError(f"send time {sent} ps is outside 0..{MAX_EMU_TIME_PS} ps")
         with self._lock:
             deadline = time.monotonic() + self.timeout_s
-            while len(self._pending) >= self.retry.window:
+            # a sliding window: nothing beyond window of the oldest unanswered request, so
+            # the server holds every reply a retransmission may need
+            while self._pending and self._seq + 1 - next(iter(self._pending)) >= self.retry.window:
                 if time.monotonic() >= deadline:
                     raise LinkTimeoutError(f"{len(self._pending)} requests to {self.endpoint} "
                                            f"unanswered for {self.timeout_s:g} s")
@@ -244,13 +249,39 @@ class LinkClient:
                     self._take_one(copy)
             self._tick()
 
-    def release_late(self) -> None:
-        """Deliver every frame the fault injectors hold back, now."""
+    def drain(self, seconds: float) -> None:
+        """Take in whatever arrives for ``seconds`` (a copy for nothing in flight is counted
+        and dropped), so the counters cover frames still on their way."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self._pump(left)
+
+    def set_faults(self, faults: LinkFaults | None) -> None:
+        """Inject ``faults`` from now on (None: none); frames held back so far are delivered
+        first, and what was injected so far stays counted."""
         with self._lock:
             for inj, deliver in ((self.faults_out, self._send_now),
                                  (self.faults_in, self._take_one)):
                 for parts, _ in inj.due(everything=True) if inj else []:
                     deliver(parts)
+            for way, inj in (("out", self.faults_out), ("in", self.faults_in)):
+                for name, n in (inj.counts() if inj else {}).items():
+                    self._injected[f"{way}_{name}"] += n
+            active = faults is not None and faults.active
+            self.faults_out = FaultInjector(faults, 0) if active and faults else None
+            self.faults_in = FaultInjector(faults, 1) if active and faults else None
+            self._delay_ps = round(faults.delay_ns * 1000) if faults else 0
+
+    def counters(self) -> dict[str, int]:
+        """What this end saw and did, and what it injected (``out_*``: into the frames it
+        sent, ``in_*``: into those it received)."""
+        out = {"retransmits": self.retransmits, "frames_bad": self.frames_bad,
+               "checksum_errors": self.checksum_errors, "stale": self.stale,
+               "send_blocked": self.send_blocked, **self._injected}
+        for way, inj in (("out", self.faults_out), ("in", self.faults_in)):
+            for name, n in (inj.counts() if inj else {}).items():
+                out[f"{way}_{name}"] += n
+        return out
 
     def _take_one(self, parts: list[bytes]) -> None:
         try:

@@ -135,6 +135,8 @@ class FaultInjector:
     Counters count frames as they are delivered, so ``corrupted`` is exactly the number of
     damaged frames the receiving side must have refused."""
 
+    COUNTS = ("dropped", "duplicated", "corrupted", "delayed")
+
     def __init__(self, faults: LinkFaults, stream: int = 0) -> None:
         self.faults = faults
         self._rng = random.Random(faults.seed * 2 + stream)
@@ -172,6 +174,9 @@ class FaultInjector:
                 self.corrupted += damaged
                 now.append(c)
         return now
+
+    def counts(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.COUNTS}
 
     def next_due(self) -> float | None:
         """Monotonic time the first held copy is due, or None."""

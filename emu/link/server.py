@@ -57,16 +57,19 @@ class LinkLimits:
     early_bytes: int = 256 << 20
     """Requests held out of order, all clients together (beyond it a request is dropped, and
     its sender sends it again)."""
-    queue_messages: int = 16
-    """ZeroMQ high-water mark of each connection, each direction (a full send queue drops a
-    reply, which its client recovers; a full receive queue stops reading that connection)."""
+    receive_queue: int = 2
+    """Messages ZeroMQ reads ahead from each connection (a full queue stops reading it: the
+    sender waits), so what waits unread is at most this many largest payloads a connection."""
+    send_queue: int = 2 * WINDOW
+    """Replies queued to each connection (a full queue drops one, which its client recovers;
+    a window of replies fits)."""
     linger_s: float = 0.25
     """After ``stop``, the server replays lost replies until the link has been quiet this
     long (at most ten times as long)."""
 
     def __post_init__(self) -> None:
         for name in ("max_payload", "window", "max_peers", "held_bytes", "early_bytes",
-                     "queue_messages"):
+                     "receive_queue", "send_queue"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.linger_s < float("inf"):
@@ -96,7 +99,8 @@ class LinkServer:
         self.limits = limits or LinkLimits()
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
-        bound_socket(self._sock, self.limits.max_payload, self.limits.queue_messages)
+        bound_socket(self._sock, self.limits.max_payload, self.limits.receive_queue,
+                     self.limits.send_queue)
         secure_server(self._sock, endpoint, curve)
         self._sock.bind(endpoint)
         self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -115,6 +119,17 @@ class LinkServer:
         already taken, replies replayed to them; requests dropped for want of room; failures
         the server survived that no check foresaw."""
         log.info("link server at %s (%s)", self.endpoint, spec.name)
+
+    def counters(self) -> dict[str, int]:
+        """What this end saw and did, and what it injected (``out_*``: into the frames it
+        sent, ``in_*``: into those it received)."""
+        out = {name: getattr(self, name) for name in (
+            "frames_in", "frames_bad", "checksum_errors", "duplicates", "replays", "overflow",
+            "internal_errors")}
+        for way, inj in (("out", self.faults_out), ("in", self.faults_in)):
+            for name in FaultInjector.COUNTS:
+                out[f"{way}_{name}"] = inj.counts()[name] if inj else 0
+        return out
 
     def stop(self) -> None:
         """Make ``serve`` return after the request at hand (and the linger)."""
@@ -164,7 +179,7 @@ class LinkServer:
                 log.warning("message of %d parts without a body or a sender", len(parts))
                 return
             peer_id, body = parts[0], parts[1:]
-            for copy in self.faults_in.apply(body) if self.faults_in else [body]:
+            for copy in self.faults_in.apply(body, peer_id) if self.faults_in else [body]:
                 self._frame(peer_id, copy)
         except Exception:  # the last line of defence: log, count, and go on serving
             self.internal_errors += 1

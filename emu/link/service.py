@@ -39,14 +39,16 @@ class LinkTimeoutError(TimeoutError):
     """No reply within the client's timeout."""
 
 
-def bound_socket(sock: zmq.Socket, max_part: int | None, queue: int | None) -> None:
+def bound_socket(sock: zmq.Socket, max_part: int | None, receive_queue: int | None = None,
+                 send_queue: int | None = None) -> None:
     """No lingering on close; ``max_part`` (ZMQ_MAXMSGSIZE) and high-water marks if given."""
     sock.setsockopt(zmq.LINGER, 0)
     if max_part is not None:
         sock.setsockopt(zmq.MAXMSGSIZE, max(HEADER_BYTES, max_part))
-    if queue is not None:
-        sock.setsockopt(zmq.RCVHWM, queue)
-        sock.setsockopt(zmq.SNDHWM, queue)
+    if receive_queue is not None:
+        sock.setsockopt(zmq.RCVHWM, receive_queue)
+    if send_queue is not None:
+        sock.setsockopt(zmq.SNDHWM, send_queue)
 
 
 @dataclass(frozen=True)
