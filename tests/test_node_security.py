@@ -398,6 +398,10 @@ def test_per_request_limits_refuse_before_the_body_is_parsed(tmp_path: Path) -> 
                          max_request_heads=2)
     w = Workload.make(seed=12, kv_heads=[0, 1, 2])
     try:
+        # the link takes the largest legal request: a write at the limit, or an ATTEND of
+        # max_request_heads groups of 4096 ids each
+        assert node.service.server.limits.max_payload == 2 * node.host.max_request_bytes()
+        assert node.host.max_request_bytes() >= p.ATTEND_HEAD.sizeof() + 2 * (6 + 4 * 4096)
         with NodeClient(node.endpoint, timeout_s=10, max_write_bytes=64 << 10) as c:
             s = c.open_session(HEAD_DIM, GROUP, "head")
             with pytest.raises(NodeLimitError, match="max_request_heads = 2"):
@@ -405,8 +409,9 @@ def test_per_request_limits_refuse_before_the_body_is_parsed(tmp_path: Path) -> 
             c.alloc_kv(s, 0, [0, 1], w.max_clusters, w.max_tokens)
             c.alloc_kv(s, 0, [2], w.max_clusters, w.max_tokens)
             d = w.heads[0]
-            big = _write_payload(s, 0, d.keys, d.values)
-            assert len(big) > 64 << 10
+            n = next(n for n in range(len(d.keys))
+                     if len(_write_payload(s, 0, d.keys[:n], d.values[:n])) > 64 << 10)
+            big = _write_payload(s, 0, d.keys[:n], d.values[:n])  # over the limit, not 2x
             with pytest.raises(NodeLimitError, match="max_write_kv_bytes"):
                 c.link.call(NodeOp.WRITE_KV, big)
             # a header that announces far more than the limit, with no body behind it

@@ -203,6 +203,20 @@ class NelssaHost:
     def _reply(self, op: NodeOp, payload: bytes, request: Request, host_ps: int = 0) -> Reply:
         return Reply(op, payload, request.arrive_ps + host_ps)
 
+    def max_request_bytes(self) -> int:
+        """The largest legal request payload: what the link server must take (LinkLimits)."""
+        caps, heads = self.slots[0].dev.caps, self.config.max_request_heads
+        qh, hd = caps["max_qheads"], max(caps["head_dims"])
+        one = len(p.ATTEND_REQ.build({  # an ATTEND of one largest group
+            "session": 0, "layer": 0, "q_heads": qh, "head_dim": hd, "scale": 0.0, "count": 1,
+            "groups": [{"kv_head": 0, "num_ids": MAX_IDS, "ids": bytes(4 * MAX_IDS),
+                        "q": bytes(2 * qh * hd)}]}))
+        attend = p.ATTEND_HEAD.sizeof() + heads * (one - p.ATTEND_HEAD.sizeof())
+        alloc = len(p.ALLOC_KV_REQ.build({"session": 0, "layer": 0, "max_clusters": 1,
+                                          "max_tokens": 1, "count": heads,
+                                          "kv_heads": [0] * heads}))
+        return max(self.config.max_write_kv_bytes, attend, alloc)
+
     @property
     def _host_ps(self) -> int:
         return round(self.config.host_request_ns * PS_PER_NS)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from nelssa.emu.launcher import check_bindable, remove_socket_file
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.security import CurveServerKeys
-from nelssa.emu.link.transport import LinkServer, Reply, Request
+from nelssa.emu.link.transport import LinkLimits, LinkServer, Reply, Request
 from nelssa.host.pnm_node.host import NelssaHost, NodeConfig
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,11 @@ class NodeService:
         check_bindable(endpoint)
         self.host = NelssaHost(config)
         try:
-            self.server = LinkServer(endpoint, self._handle, link_preset(config.link), curve)
+            # twice the largest legal request: one somewhat over a limit gets the node's
+            # refusal naming it; only one far beyond is cut off by the link (ZMQ_MAXMSGSIZE)
+            limits = LinkLimits(max_payload=2 * self.host.max_request_bytes())
+            self.server = LinkServer(endpoint, self._handle, link_preset(config.link), curve,
+                                     limits=limits)
         except Exception:
             self.host.close()
             raise
