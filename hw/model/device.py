@@ -32,7 +32,7 @@ from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_timing import PRESETS
-from nelssa.hw.model.device_exec import run_descriptor
+from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
 from nelssa.hw.model.device_timing import UnitTiming
 from nelssa.hw.model.engine import EngineParams
 
@@ -375,10 +375,10 @@ class ModelDevice(DevicePort):
 
     def _execute(self, raw: bytes) -> None:
         d = DESCRIPTOR.parse(raw)
-        region = (self._get64("REGION_BASE"), self._get64("REGION_LIMIT"))
-        rings = ((self._get64("SQ_BASE"), self._get("SQ_SIZE") * DESC_BYTES),
-                 (self._get64("CQ_BASE"), self._get("CQ_SIZE") * COMPLETION_BYTES))
-        status, writes, lines = run_descriptor(d, self.mem, region, self.config, rings)
+        region = QueueBounds(self._get64("REGION_BASE"), self._get64("REGION_LIMIT"), (
+            (self._get64("SQ_BASE"), self._get("SQ_SIZE") * DESC_BYTES),
+            (self._get64("CQ_BASE"), self._get("CQ_SIZE") * COMPLETION_BYTES)))
+        status, writes, lines = run_descriptor(d, self.mem, region, self.config)
         if status != DescStatus.OK:
             self._bump("ERR_DESC")
         engine = min(range(len(self._engine_free)), key=self._engine_free.__getitem__)

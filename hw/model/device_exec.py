@@ -5,6 +5,8 @@ descriptor completes."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from nelssa.driver.formats import (
@@ -27,11 +29,18 @@ def _lines(addr: int, n: int) -> list[int]:
     return list(range(addr, addr + n, LINE_BYTES))
 
 
-def run_descriptor(d, mem, region: tuple[int, int], config,
-                   rings: tuple[tuple[int, int], ...] = ()
-                   ) -> tuple[DescStatus, Writes, list[int]]:
-    """Status, the writes to make at completion, and the line addresses read (for timing).
-    ``rings``: (base, bytes) of the queue's rings, which the output must not overlap."""
+class QueueBounds(NamedTuple):
+    """Where a queue's descriptors may reach: [base, limit) of the region, and the rings inside
+    it that no output may overlap."""
+
+    base: int
+    limit: int
+    rings: tuple[tuple[int, int], ...] = ()
+    """(base, bytes) of the submission and completion rings."""
+
+
+def run_descriptor(d, mem, region: QueueBounds, config) -> tuple[DescStatus, Writes, list[int]]:
+    """Status, the writes to make at completion, and the line addresses read (for timing)."""
     if d.opcode == DescOpcode.NOP:
         return DescStatus.OK, [], []
     if d.opcode != DescOpcode.ATTN:
@@ -54,7 +63,7 @@ def run_descriptor(d, mem, region: tuple[int, int], config,
     if any(a < lo or a + n > hi for a, n in spans):
         return DescStatus.ERR_REGION, [], []
     out_end = d.out_addr + spans[3][1]
-    if any(d.out_addr < base + n and base < out_end for base, n in rings):
+    if any(d.out_addr < base + n and base < out_end for base, n in region.rings):
         return DescStatus.ERR_REGION, [], []
 
     # lines read, in the RTL's order: ids, directory entries, then Q and the clusters
