@@ -3,6 +3,8 @@ generated SV package agrees with them."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from construct import ConstError, EnumIntegerString, StreamError
@@ -129,3 +131,21 @@ def test_sv_package_carries_the_map():
     for s in formats.DescStatus:
         assert f"DESC_{s.name} = 8'd{s.value}" in text
     assert "DESC_SCALE_OFF = 48;" in text
+
+
+def test_ring_problem_names_the_first_bad_register():
+    good = {"REGION_BASE": 1 << 20, "REGION_LIMIT": 1 << 40, "SQ_BASE": 1 << 20,
+            "SQ_SIZE": 16, "CQ_BASE": (1 << 20) + 1024, "CQ_SIZE": 65536}
+    mem = 1 << 36
+    assert regs.ring_problem(good, mem) is None  # the limit beyond memory: memory ends it
+    for change, message in (
+            ({"SQ_SIZE": 0}, "SQ_SIZE 0 is not a power of two in 2..65536"),
+            ({"CQ_SIZE": 1 << 17}, "CQ_SIZE 131072 is not a power of two"),
+            ({"CQ_SIZE": 24}, "CQ_SIZE 24"),
+            ({"SQ_BASE": (1 << 20) + 8}, "SQ_BASE 0x100008 is not 64-byte aligned"),
+            ({"CQ_BASE": mem - 64}, r"CQ ring \[0xfffffffc0, 0x10000fffc0\) is not inside"),
+            ({"SQ_BASE": (1 << 64) - 512}, "SQ ring"),  # its end wraps 64 bits
+            ({"REGION_BASE": (1 << 20) + 64}, r"SQ ring .* region \[0x100040,"),
+            ({"REGION_LIMIT": 1 << 20}, "SQ ring")):
+        problem = regs.ring_problem({**good, **change}, mem)
+        assert problem is not None and re.search(message, problem), (change, problem)
