@@ -45,6 +45,19 @@ def bf16(rng: np.random.Generator, shape) -> np.ndarray:
     return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
+def _queue(port, seed: int, clusters: int, tokens: int):
+    """A command queue over REGION and one KV region of ``clusters`` equal clusters (head_dim
+    64): the device, the Memory API, the queue, the KV region and the random generator."""
+    dev = Device(port)
+    mem = MemoryApi(dev, *REGION)
+    cq = CommandQueue(mem, entries=16)
+    rng = np.random.default_rng(seed)
+    region = mem.alloc_kv(0, 0, 0, 64, clusters, clusters * tokens)
+    mem.write_clusters(region, [bf16(rng, (tokens, 64))] * clusters,
+                       [bf16(rng, (tokens, 64))] * clusters)
+    return dev, mem, cq, region, rng
+
+
 def _configure(dev: Device, **override: int) -> None:
     """Disable, write every ring register (good values unless overridden), enable."""
     dev.reg_write("CONTROL", 0)
@@ -110,12 +123,7 @@ def _ring_registers_cannot_change_under_a_running_descriptor(port) -> None:
     """Defect 6: CQ_SIZE = 0 (and a CQ_BASE above memory) written while a descriptor runs
     crashed the model and moved the RTL's ring; both refuse such writes now, and the descriptor
     completes into the ring it was fetched with."""
-    dev = Device(port)
-    mem = MemoryApi(dev, *REGION)
-    cq = CommandQueue(mem, entries=16)
-    rng = np.random.default_rng(7)
-    region = mem.alloc_kv(0, 0, 0, 64, 4, 256)
-    mem.write_clusters(region, [bf16(rng, (16, 64))] * 4, [bf16(rng, (16, 64))] * 4)
+    dev, _mem, cq, region, rng = _queue(port, seed=7, clusters=4, tokens=16)
     ids = cq.submit([AttnRequest(region, bf16(rng, (2, 64)), [0, 1, 2, 3])])
     # disabled while the descriptor runs: the device is still busy, so the rings stay put
     dev.reg_write("CONTROL", 0)
@@ -218,12 +226,7 @@ def _addresses_that_wrap_64_bits_are_outside_the_region(port) -> None:
     """A descriptor or cluster address within a few KB of 2^64 passes ``addr + len > limit``
     once the sum wraps; the device must see it as outside the region (ERR_REGION) and read or
     write nothing for it, as the model always did."""
-    dev = Device(port)
-    mem = MemoryApi(dev, *REGION)
-    cq = CommandQueue(mem, entries=16)
-    rng = np.random.default_rng(3)
-    region = mem.alloc_kv(0, 0, 0, 64, 2, 128)
-    mem.write_clusters(region, [bf16(rng, (4, 64))] * 2, [bf16(rng, (4, 64))] * 2)
+    dev, mem, cq, region, _rng = _queue(port, seed=3, clusters=2, tokens=4)
     near = (1 << 64) - 64
     dev.mem_write(region.dir_addr + 16, np.array([near], "<u8").tobytes())  # cluster 1's K/V
     q_addr, ids_addr, ids1_addr = (mem.alloc.alloc(128), mem.alloc.alloc(64),
@@ -253,12 +256,7 @@ def _outputs_on_the_rings_are_refused(port) -> None:
     """A descriptor whose output would overwrite submission entries (still to be fetched) or
     completion entries (forging them) completes with ERR_REGION and writes nothing; one just
     past the completion ring runs."""
-    dev = Device(port)
-    mem = MemoryApi(dev, *REGION)
-    cq = CommandQueue(mem, entries=16)
-    rng = np.random.default_rng(5)
-    region = mem.alloc_kv(0, 0, 0, 64, 1, 64)
-    mem.write_clusters(region, [bf16(rng, (4, 64))], [bf16(rng, (4, 64))])
+    dev, mem, cq, region, _rng = _queue(port, seed=5, clusters=1, tokens=4)
     q_addr, ids_addr = mem.alloc.alloc(128), mem.alloc.alloc(64)
     dev.mem_write(ids_addr, np.array([0], "<u4").tobytes())
     rings_before = dev.mem_read(cq.sq_addr, 16 * 64 + 16 * 16)
