@@ -96,7 +96,7 @@ def _decode(client: NodeClient | None, selection: float, steps: int, chunk: int 
         dec.add(torch.randint(0, 512, (n,), generator=g).tolist(), steps + more)
     for _ in range(steps):
         rep = dec.step()
-        assert rep.step_ps == rep.others_ps + rep.topk_ps + rep.wait_ps
+        assert rep.step_ps == rep.others_ps + rep.topk_ps + rep.wait_ps + rep.recovery_ps
     return dec
 
 
@@ -220,7 +220,7 @@ def test_migration_is_seamless_and_one_way(node: NodeProcess) -> None:
             rep = dec.step()
             reps.append(rep)
             sizes.append(dec.requests[2].kv[0][0].shape[0])
-            assert rep.step_ps == rep.others_ps + rep.topk_ps + rep.wait_ps
+            assert rep.step_ps == rep.others_ps + rep.topk_ps + rep.wait_ps + rep.recovery_ps
         # the transfer does not stall decoding: steps with KV in flight take what the steps
         # before took (the GPU work grows by a token per step, nothing more)
         first = next(i for i, x in enumerate(reps) if x.migrating)

@@ -1,147 +1,49 @@
 """Length-aware split-batch decode (paper 4.1, 4.2, 5.2).
 
-Requests whose prompt reaches ``t_input`` tokens go to the PNM tier and never come back (the
-one-way principle): at prefill their keys are clustered per (layer, KV head), the clusters are
-written to the node, and the GPU keeps the sink tokens, the tokens not yet clustered (the recent
-window among them) and the Centroid Meta-Info. Shorter requests stay on the GPU with dense
-attention. One decode step runs QKV and the MLP batched for all requests; per layer, each long
-request's top-K clusters are sent to the node asynchronously, the GPU computes the short
-requests' attention and the long requests' window attention meanwhile, and the two parts of a
-long request are merged by their log-sum-exp when the node answers. Every ``chunk`` generated
-tokens beyond the recent window are clustered and appended to the node.
+Requests whose prompt reaches ``t_input`` tokens go to the PNM tier and do not come back (the
+one-way principle; recovery, below, is the exception): at prefill their keys are clustered per
+(layer, KV head), the clusters are written to the node, and the GPU keeps the sink tokens, the
+tokens not yet clustered (the recent window among them) and the Centroid Meta-Info. Shorter
+requests stay on the GPU with dense attention. One decode step runs QKV and the MLP batched for
+all requests; per layer, each long request's top-K clusters are sent to the node
+asynchronously, the GPU computes the short requests' attention and the long requests' window
+attention meanwhile, and the two parts of a long request are merged by their log-sum-exp when
+the node answers. Every ``chunk`` generated tokens beyond the recent window are clustered and
+appended to the node.
+
+Recovery: when the node loses a request's KV with a device (an ATTEND or a chunk update
+answered DEVICE_DOWN), the GPU recomputes the tokens the node held (a prefill of the context up
+to them, as vLLM recomputes a preempted request), finishes the step with dense attention over
+the whole context, and puts the KV back on the node in the background (the node places it on
+the devices that survive); until that transfer is confirmed the request decodes on the GPU.
+Full attention is the same on either tier, so at full selection the tokens are those of a run
+without the fault. Requests whose KV did not touch the dead device see no change.
 
 Emulated time: GPU operations from the roofline model (timing.py), node requests from the
 node's own accounting (link, host, queueing, CXL, device cycles); a layer ends when both the GPU
-work and the slowest node reply are done.
+work and the slowest node reply are done; a recovery's prefill and attention follow the replies.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
-from nelssa.host.gpu.clustering import ClusterConfig, cluster_keys, select_clusters
+from nelssa.host.gpu.clustering import cluster_keys, select_clusters
 from nelssa.host.gpu.model import Llama, attention_with_lse, dense_attention
 from nelssa.host.gpu.report import StepReport, TraceRecorder
+from nelssa.host.gpu.request import DecodeConfig, Migration, Request, to_bf16_bits
 from nelssa.host.gpu.timing import GpuSpec, gpu_preset
 from nelssa.host.pnm_node.client import AttendResult, NodeClient, NodeFuture
+from nelssa.host.pnm_node.errors import DeviceDownError
 
+__all__ = ["DecodeConfig", "HybridDecoder", "Request"]
 log = logging.getLogger(__name__)
 Tensor = torch.Tensor
 BF16 = 2  # bytes
-
-
-@dataclass(frozen=True)
-class DecodeConfig:
-    """Routing, selection and clustering of the hybrid decode."""
-
-    t_input: int = 1024
-    """Prompts of this many tokens or more go to the PNM tier."""
-    selection: float = 0.04
-    """Share of a KV head's clusters selected per step (at least one)."""
-    sink: int = 4
-    """First tokens of a long request that stay on the GPU."""
-    recent: int = 64
-    """Latest tokens of a long request that stay on the GPU."""
-    chunk: int = 1024
-    """Generated tokens clustered and appended to the node at a time."""
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    """k-means settings."""
-    gpu: str = "h100-nvl"
-    """GPU preset of the roofline time model."""
-    check_accuracy: bool = True
-    """Keep every long request's full KV on the host to measure the hybrid attention against
-    dense attention over the whole context (costs host memory and time)."""
-    gpu_kv_tokens: int | None = None
-    """KV tokens the emulated GPU holds; with it, a request that has grown past ``t_input``
-    migrates to the PNM tier in the background once ``migrate_at`` of it is in use (paper
-    4.3). None: no migration."""
-    migrate_at: float = 0.95
-    """Share of ``gpu_kv_tokens`` in use from which a migration starts."""
-
-    def __post_init__(self) -> None:
-        if self.gpu_kv_tokens is not None and self.gpu_kv_tokens < 1:
-            raise ValueError(f"gpu_kv_tokens must be >= 1, got {self.gpu_kv_tokens}")
-        if not 0 < self.migrate_at <= 1:
-            raise ValueError(f"migrate_at must be in (0, 1], got {self.migrate_at}")
-        if not 0.0 < self.selection <= 1.0:
-            raise ValueError(f"selection must be in (0, 1], got {self.selection}")
-        if self.sink < 0 or self.recent < 0 or self.chunk < 1:
-            raise ValueError(f"sink and recent must be >= 0 and chunk >= 1, got {self.sink}, "
-                             f"{self.recent}, {self.chunk}")
-        if self.t_input <= self.sink + self.recent:
-            raise ValueError(f"t_input ({self.t_input}) must exceed sink + recent "
-                             f"({self.sink + self.recent}) so a long request has clusters")
-        gpu_preset(self.gpu)
-
-
-def to_bf16_bits(t: Tensor) -> np.ndarray:
-    return t.contiguous().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-
-
-@dataclass
-class Migration:
-    """KV of a GPU request on its way to the node; the GPU keeps all of it until every write
-    is confirmed."""
-
-    futures: list[NodeFuture]
-    tokens: int
-    """Cache length when it started: tokens [sink, tokens - recent) are being written."""
-    start_ps: int
-    start_step: int
-    done_ps: int | None = None
-
-
-@dataclass
-class Request:
-    """One sequence being decoded."""
-
-    rid: int
-    prompt: list[int]
-    max_new: int
-    generated: list[int] = field(default_factory=list)
-    tier: str = "gpu"
-    """``gpu`` or ``pnm``; a request never moves back."""
-    status: str = "running"
-    """``running``, ``done`` or ``failed``."""
-    note: str = ""
-    """Why it failed, or why a long request stayed on the GPU."""
-    kv: list[tuple[Tensor, Tensor]] = field(default_factory=list)
-    """Per layer, the K and V the GPU holds (all of it, or a long request's window)."""
-    full: list[tuple[Tensor, Tensor]] | None = None
-    """Per layer, the whole context (long requests, with accuracy checks on)."""
-    session: int | None = None
-    chunks: int = 0
-    """Chunk updates appended to the node so far."""
-    offloaded: int = 0
-    """Tokens [sink, sink + offloaded) live on the node."""
-    centroids: list[list[Tensor]] = field(default_factory=list)
-    """Per layer and KV head, (clusters, head_dim)."""
-    sizes: list[list[Tensor]] = field(default_factory=list)
-    """Per layer and KV head, the tokens of each cluster."""
-    key_mean: list[Tensor] = field(default_factory=list)
-    """Per layer, (kv heads, head_dim): the prefill keys' mean that clustering centres by."""
-    members: list[list[list[Tensor]]] = field(default_factory=list)
-    """Per layer and KV head, each cluster's token positions (with accuracy checks on)."""
-    max_error: float = 0.0
-    """Largest relative error of its attention against dense attention over the whole
-    context, over the layers of this step (what selection leaves out)."""
-    migration: Migration | None = None
-    """A background migration under way."""
-    migrated: bool = False
-    """It started on the GPU and moved to the PNM tier while decoding."""
-    max_engine_error: float = 0.0
-    """Largest relative error against dense attention over exactly the tokens it attended to
-    (window and selected clusters): the devices' and the merge's own error."""
-
-    @property
-    def length(self) -> int:
-        return len(self.prompt) + len(self.generated)
 
 
 class HybridDecoder:
@@ -269,35 +171,41 @@ class HybridDecoder:
         return sum(r.kv[0][0].shape[0] for r in self.requests if r.status == "running")
 
     def _migrations(self) -> None:
-        """Finish a migration whose writes are all confirmed (in wall and emulated time);
-        start one when GPU KV is short."""
+        """Finish a transfer whose writes are all confirmed (in wall and emulated time); put
+        back the KV of requests that recovered; start a migration when GPU KV is short."""
         cfg = self.cfg
         for r in self.requests:
             m = r.migration
             if m is None or r.status != "running":
                 continue
+            what = "recovery" if m.recovery else "migration"
             if m.done_ps is None:
                 # wait for the replies in wall time (quick), so the switch is decided in
                 # emulated time alone and the run repeats exactly
                 try:
                     m.done_ps = max(f.result().timing.arrive_ps for f in m.futures)
                 except (RemoteError, LinkTimeoutError) as e:
-                    self.events.append(f"step {self.steps}: migration of request {r.rid} "
+                    self.events.append(f"step {self.steps}: {what} of request {r.rid} "
                                        f"FAILED ({e}); it stays on the GPU with its KV")
-                    self._abandon(r, f"migration failed: {e}")
+                    r.recovering = False
+                    self._abandon(r, f"{what} failed: {e}")
                     continue
             if self.now_ps < m.done_ps:
                 continue
             freed = r.kv[0][0].shape[0]
             self._switch(r, m.tokens)
-            r.migrated, r.migration = True, None
+            r.migration, r.recovering = None, False
+            r.migrated |= not m.recovery
             freed -= r.kv[0][0].shape[0]
-            self.trace.slice("link", "migration", f"req {r.rid} KV", m.start_ps,
+            self.trace.slice("link", what, f"req {r.rid} KV", m.start_ps,
                              m.done_ps - m.start_ps)
             self.events.append(
-                f"step {self.steps}: migration of request {r.rid} complete after "
+                f"step {self.steps}: {what} of request {r.rid} complete after "
                 f"{self.steps - m.start_step} steps ({(m.done_ps - m.start_ps) / 1e6:.1f} us "
                 f"emulated): {r.offloaded} tokens on the node, {freed} tokens of GPU KV freed")
+        for r in self.requests:
+            if r.recovering and r.migration is None and r.status == "running":
+                self._start_transfer(r, recovery=True)
         if cfg.gpu_kv_tokens is None or self._bulk is None:
             return
         if any(r.migration is not None for r in self.requests):
@@ -305,23 +213,33 @@ class HybridDecoder:
         if self.gpu_kv_in_use() < cfg.migrate_at * cfg.gpu_kv_tokens:
             return
         cands = [r for r in self.requests if r.status == "running" and r.tier == "gpu"
-                 and r.length >= cfg.t_input and not r.note.startswith("migration failed")]
+                 and r.length >= cfg.t_input
+                 and not r.note.startswith(("migration failed", "recovery failed"))]
         if not cands:
             return
         r = max(cands, key=lambda x: (x.length, -x.rid))
+        if self._start_transfer(r, recovery=False):
+            self.events.append(
+                f"step {self.steps}: GPU KV at {self.gpu_kv_in_use():,} of "
+                f"{cfg.gpu_kv_tokens:,} tokens: migrating request {r.rid} ({r.length} tokens) "
+                "to the PNM tier in the background")
+
+    def _start_transfer(self, r: Request, recovery: bool) -> bool:
+        """Start writing the KV of GPU-tier request ``r`` to the node in the background; on
+        failure it stays on the GPU, and the reason is noted."""
+        assert self._bulk is not None
+        what = "recovery" if recovery else "migration"
         n = r.kv[0][0].shape[0]
         try:
             futures = self._send_kv(r, self._bulk, n, self.now_ps)
         except (RemoteError, LinkTimeoutError) as e:
-            self.events.append(f"step {self.steps}: migration of request {r.rid} FAILED to "
+            self.events.append(f"step {self.steps}: {what} of request {r.rid} FAILED to "
                                f"start ({e}); it stays on the GPU")
-            self._abandon(r, f"migration failed: {e}")
-            return
-        r.migration = Migration(futures, n, self.now_ps, self.steps)
-        self.events.append(
-            f"step {self.steps}: GPU KV at {self.gpu_kv_in_use():,} of {cfg.gpu_kv_tokens:,} "
-            f"tokens: migrating request {r.rid} ({r.length} tokens) to the PNM tier in the "
-            "background")
+            r.recovering = False
+            self._abandon(r, f"{what} failed: {e}")
+            return False
+        r.migration = Migration(futures, n, self.now_ps, self.steps, recovery=recovery)
+        return True
 
     def _release(self, req: Request) -> None:
         """Free what the node holds for a request, after its in-flight writes have landed."""
@@ -361,7 +279,7 @@ class HybridDecoder:
                 continue
             r.generated.append(int(t))
             if r.tier == "pnm":
-                self._chunk_update(r)
+                self._chunk_update(r, rep)
             if len(r.generated) >= r.max_new:
                 r.status = "done"
                 self._release(r)
@@ -433,10 +351,14 @@ class HybridDecoder:
                                       4 * gpu_bytes / BF16 * g)
         gpu_done = self.now_ps
         latest = gpu_done
+        lost: dict[int, str] = {}
         for i, f in futures.items():
             r = live[i]
             try:
                 res = f.result()
+            except DeviceDownError as e:
+                lost[i] = f"layer {layer}: {e}"
+                continue
             except (RemoteError, LinkTimeoutError) as e:
                 r.status, r.note = "failed", f"node request failed at layer {layer}: {e}"
                 log.error("request %d: %s", r.rid, r.note)
@@ -462,6 +384,14 @@ class HybridDecoder:
             self.trace.slice("GPU node", "compute", f"L{layer} wait for PNM", gpu_done,
                              latest - gpu_done)
             self.now_ps = latest
+        for i, why in lost.items():  # rebuild what the node lost; this layer on the GPU
+            r = live[i]
+            self._recover(r, rep, why)
+            kk, vv = r.kv[layer]
+            nbytes = kk.shape[0] * self._kv_token_bytes
+            rep.others_ps += self._gpu_op(f"L{layer} attention (req {r.rid} recovered)", nbytes,
+                                          4 * nbytes / BF16 * g)
+            attn[i] = dense_attention(q[i:i + 1], kk, vv)[0]
         rep.others_ps += self._gpu_op(f"L{layer} O-proj + MLP", self._out_bytes,
                                       2 * self._out_bytes / BF16 * b)
         return self.model.finish_layer(layer, x, attn)
@@ -498,40 +428,82 @@ class HybridDecoder:
             rep.device_cycles[d] = rep.device_cycles.get(d, 0) + cycles
 
     # -- chunk update ------------------------------------------------------------------------------
-    def _chunk_update(self, r: Request) -> None:
-        """Cluster the oldest ``chunk`` tokens beyond the recent window and append them."""
+    def _chunk_update(self, r: Request, rep: StepReport) -> None:
+        """Cluster the oldest ``chunk`` tokens beyond the recent window and append them; the
+        GPU drops them once the node has confirmed every write."""
         cfg = self.cfg
         pending = r.kv[0][0].shape[0] - cfg.sink
         if pending - cfg.recent < cfg.chunk:
             return
         assert self.client is not None and r.session is not None
         lo, hi = cfg.sink, cfg.sink + cfg.chunk
-        futures = []
+        futures, clusters = [], []
         for layer, (k, v) in enumerate(r.kv):
+            clusters.append([])
             for h in range(k.shape[1]):
                 kh, vh = k[lo:hi, h], v[lo:hi, h]
                 cl = cluster_keys(kh, cfg.cluster, r.key_mean[layer][h])
+                clusters[-1].append(cl)
+                futures.append(self.client.write_kv_async(
+                    r.session, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
+                    [to_bf16_bits(vh[m]) for m in cl.members]))
+        try:
+            for f in futures:
+                f.result()
+        except DeviceDownError as e:
+            self._recover(r, rep, f"chunk update: {e}")
+            return
+        except (RemoteError, LinkTimeoutError) as e:
+            r.status, r.note = "failed", f"chunk update failed: {e}"
+            log.error("request %d: %s", r.rid, r.note)
+            return
+        for layer, heads in enumerate(clusters):
+            for h, cl in enumerate(heads):
                 r.centroids[layer][h] = torch.cat([r.centroids[layer][h], cl.centroids])
                 r.sizes[layer][h] = torch.cat([r.sizes[layer][h],
                                                torch.tensor([len(m) for m in cl.members])])
                 if r.members:
                     base = cfg.sink + r.offloaded
                     r.members[layer][h] += [m + base for m in cl.members]
-                futures.append(self.client.write_kv_async(
-                    r.session, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
-                    [to_bf16_bits(vh[m]) for m in cl.members]))
+            k, v = r.kv[layer]
             keep = torch.cat([torch.arange(lo), torch.arange(hi, k.shape[0])])
             r.kv[layer] = (k[keep], v[keep])
-        try:
-            for f in futures:
-                f.result()
-        except (RemoteError, LinkTimeoutError) as e:
-            r.status, r.note = "failed", f"chunk update failed: {e}"
-            log.error("request %d: %s", r.rid, r.note)
-            return
         r.offloaded += cfg.chunk
         r.chunks += 1
         log.info("request %d: appended %d tokens to the node", r.rid, cfg.chunk)
+
+    # -- recovery ----------------------------------------------------------------------------------
+    def _recover(self, r: Request, rep: StepReport, why: str) -> None:
+        """The node lost KV of ``r`` with a device: recompute the tokens it held (a prefill of
+        the context up to them) and hold the whole context on the GPU; ``_migrations`` puts it
+        back on the node, on the devices that survive."""
+        cfg = self.cfg
+        held = cfg.sink + r.offloaded  # tokens [sink, held) were on the node
+        kv = self.model.context_kv(torch.tensor((r.prompt + r.generated)[:held]))
+        rep.recovery_ps += self._gpu_op(f"req {r.rid} re-prefill ({held} tokens)",
+                                        *self._prefill_cost(held))
+        rep.recovered.append(r.rid)
+        r.kv = [(torch.cat([k[:cfg.sink], rk[cfg.sink:], k[cfg.sink:]]),
+                 torch.cat([v[:cfg.sink], rv[cfg.sink:], v[cfg.sink:]]))
+                for (k, v), (rk, rv) in zip(r.kv, kv, strict=True)]
+        self._release(r)  # what the old session still holds on the survivors
+        r.tier, r.offloaded = "gpu", 0
+        r.centroids, r.sizes, r.key_mean, r.members = [], [], [], []
+        r.recoveries += 1
+        r.recovering = True
+        self.events.append(f"step {self.steps}: request {r.rid} lost its KV on the node ({why}); "
+                           f"{held - cfg.sink} tokens recomputed on the GPU, to go back to the "
+                           "devices that survive")
+        log.warning("request %d: KV lost on the node (%s); recomputed", r.rid, why)
+
+    def _prefill_cost(self, n: int) -> tuple[float, float]:
+        """(bytes, FLOPs) of a prefill of ``n`` tokens that keeps only the KV: every layer's
+        weights read once and its KV written; linear layers and causal attention."""
+        c = self.model.c
+        weights = (self._qkv_bytes + self._out_bytes) * c.num_hidden_layers
+        kv = n * self._kv_token_bytes * c.num_hidden_layers
+        attn = 2 * n * n * c.head_dim * c.num_attention_heads * c.num_hidden_layers
+        return weights + kv, 2 * n * weights / BF16 + attn
 
     def close(self) -> None:
         for r in self.requests:

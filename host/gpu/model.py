@@ -172,6 +172,14 @@ class Llama:
     def prefill(self, tokens: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
         """Dense causal forward pass of one sequence: logits (tokens, vocab) and each layer's
         post-RoPE K and V (tokens, kv heads, hd)."""
+        x, kv = self._forward(tokens)
+        return self.logits(x), kv
+
+    def context_kv(self, tokens: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Each layer's K and V of a context, as ``prefill`` gives them (no logits)."""
+        return self._forward(tokens)[1]
+
+    def _forward(self, tokens: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
         if tokens.ndim != 1 or tokens.numel() == 0:
             raise ValueError(f"a prompt is a non-empty 1-D token tensor, got {tuple(tokens.shape)}")
         if tokens.numel() > self.c.max_position_embeddings:
@@ -185,7 +193,7 @@ class Llama:
             kv.append((k, v))
             attn = dense_attention(q, k, v, causal=True)
             x = self.finish_layer(layer, x, attn)
-        return self.logits(x), kv
+        return x, kv
 
 
 def dense_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False) -> Tensor:

@@ -17,13 +17,18 @@ class StepReport:
     long: int
     """Requests on the PNM tier."""
     step_ps: int = 0
-    """The step: others + top-K + wait (exactly)."""
+    """The step: others + top-K + wait + recovery (exactly)."""
     others_ps: int = 0
     """GPU work: QKV, attention of short requests and long requests' windows, O-proj, MLP."""
     topk_ps: int = 0
     """GPU: scoring the centroids of long requests."""
     wait_ps: int = 0
     """GPU waiting for the node beyond its own work (node time not hidden)."""
+    recovery_ps: int = 0
+    """GPU recomputing KV the node lost with a device (prefills of the lost tokens)."""
+    recovered: list[int] = field(default_factory=list)
+    """Requests whose KV the node lost this step: recomputed, and on the GPU until it is back
+    on the node."""
     transfer_ps: int = 0
     """Node requests: RoCE both ways (summed over requests; mostly overlapped)."""
     pnm_overhead_ps: int = 0
