@@ -34,7 +34,7 @@ def test_register_sequences_on_model(case: registers.RegisterCase) -> None:
 
 
 @pytest.mark.rtl
-@short_settings(12, deadline_s=300)
+@short_settings(10, deadline_s=300)
 @given(descriptors.descriptor_cases(max_descriptors=4))
 def test_descriptors_on_rtl_match_the_reference_and_the_model(
         case: descriptors.DescriptorCase) -> None:
@@ -43,7 +43,7 @@ def test_descriptors_on_rtl_match_the_reference_and_the_model(
 
 
 @pytest.mark.rtl
-@short_settings(8, deadline_s=300)
+@short_settings(6, deadline_s=300)
 @given(registers.register_cases(lockstep=True, max_steps=12))
 def test_register_sequences_on_rtl_in_lockstep_with_the_model(
         case: registers.RegisterCase) -> None:

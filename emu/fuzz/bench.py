@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from nelssa.driver import cxl, regs
-from nelssa.driver.device import Device
+from nelssa.driver.device import MAX_OUTSTANDING, Device
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.emu.fuzz.device_ref import Caps, RefMemory
 from nelssa.emu.fuzz.oracle import Finding, Kind
@@ -113,10 +113,21 @@ class Backend:
 
     def read_line(self, addr: int) -> bytes | None:
         """One line through CXL.mem; None when the device refuses the address."""
-        tag = 0xBEEF
-        self.port.send(cxl.mem_rd(tag, addr))
-        got = self.dev._collect({tag}, cxl.Channel.S2M_DRS)[tag]
-        return bytes(got.data) if int(got.status) == cxl.RspStatus.OK else None
+        return self.read_lines([addr])[addr]
+
+    def read_lines(self, addrs: list[int]) -> dict[int, bytes | None]:
+        """Lines through CXL.mem, many in flight at once (None where the device refuses)."""
+        out: dict[int, bytes | None] = {}
+        todo = sorted(set(addrs))
+        for i in range(0, len(todo), MAX_OUTSTANDING):
+            batch = {0x8000 + j: a for j, a in enumerate(todo[i:i + MAX_OUTSTANDING])}
+            for tag, a in batch.items():
+                self.port.send(cxl.mem_rd(tag, a))
+            got = self.dev._collect(set(batch), cxl.Channel.S2M_DRS)
+            for tag, a in batch.items():
+                out[a] = (bytes(got[tag].data) if int(got[tag].status) == cxl.RspStatus.OK
+                          else None)
+        return out
 
 
 class ModelBackend(Backend):
@@ -222,10 +233,11 @@ class Bench:
             if mine[name] != model[name]:
                 findings.append(Finding(Kind.WRONG, f"register {name}: rtl {mine[name]:#x}, "
                                                     f"model {model[name]:#x}"))
-        for addr, want in self.model.mem.written().items():
-            if addr + LINE_BYTES > self.mem_bytes:
-                continue  # beyond memory: not readable; the model's own check reports it
-            got = self.rtl.read_line(addr)
+        written = {a: v for a, v in self.model.mem.written().items()
+                   if a + LINE_BYTES <= self.mem_bytes}  # beyond memory: the model's check
+        mine_lines = self.rtl.read_lines(list(written))
+        for addr, want in written.items():
+            got = mine_lines[addr]
             if got != want:
                 findings.append(Finding(Kind.WRONG, f"memory line {addr:#x}: rtl "
                                                     f"{(got or b'').hex()[:32]}..., model "

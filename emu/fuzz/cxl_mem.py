@@ -229,9 +229,11 @@ def _run(bench: Bench, case: MessageCase, findings: list[Finding]) -> None:
         for addr in sorted(written - want_lines)[:3]:
             findings.append(Finding(Kind.OUTSIDE, f"model wrote line {addr:#x}, which no "
                                                   "accepted write addressed"))
-        for addr, data in sorted(ref.mem.image().items()):
-            for b in bench.units:
-                expect_equal(findings, f"{b.name}: line {addr:#x}", b.read_line(addr), data)
+        image = ref.mem.image()
+        for b in bench.units:
+            lines = b.read_lines(list(image))
+            for addr, data in sorted(image.items()):
+                expect_equal(findings, f"{b.name}: line {addr:#x}", lines[addr], data)
         if bench.rtl is not None and bench.rtl.line_count() > len(want_lines):
             findings.append(Finding(Kind.OUTSIDE, f"rtl wrote {bench.rtl.line_count()} lines, "
                                                   f"{len(want_lines)} were addressed"))

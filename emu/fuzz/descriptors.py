@@ -291,9 +291,10 @@ def _check(bench: Bench, case: DescriptorCase, statuses: list[DescStatus],
     expected = bench.ref
     for addr, data in want_writes:
         expected.write(addr, data)
-    for i, (addr, data) in enumerate(want_writes):
-        mine = b"".join(unit.read_line(a) or b"" for a in range(addr - addr % 64, addr + len(data),
-                                                                 64))
+    spans = [range(addr - addr % 64, addr + len(data), 64) for addr, data in want_writes]
+    lines = unit.read_lines([a for span in spans for a in span])
+    for i, ((addr, data), span) in enumerate(zip(want_writes, spans, strict=True)):
+        mine = b"".join(lines[a] or b"" for a in span)
         off = addr % 64
         if mine[off:off + len(data)] != data:
             what = "completion" if len(data) == 16 else "O/LSE"

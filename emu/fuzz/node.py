@@ -49,6 +49,9 @@ REQUESTS = {
     NodeOp.WRITE_KV: p.WRITE_KV_REQ, NodeOp.ATTEND: p.ATTEND_REQ,
 }
 """Each operation's request struct: the reference of what parses."""
+LATE_PS = 10**9
+"""An accepted request sent this close to the node's horizon may leave the sender's link queue
+busy past it (its next requests are then refused, rightly)."""
 REFUSALS = (NodeErrorCode.BAD_REQUEST, NodeErrorCode.UNKNOWN_SESSION,
             NodeErrorCode.NOT_ALLOCATED, NodeErrorCode.LIMIT_EXCEEDED)
 """What a request that does not parse may draw: BAD_REQUEST, or a refusal the node reached
@@ -305,6 +308,7 @@ def run_node_case(case: NodeCase, node: NodeUnderTest) -> list[Finding]:
     keys, values, q = w.arrays()
     owner, stranger = node.client(), node.client()
     opened: list[tuple[object, int]] = []
+    accepted_late = False
     try:
         with guarded(findings, 4 * ANSWER_S, "owner's setup") as g:
             s = owner.open_session(w.head_dim, w.group, "head")
@@ -329,12 +333,15 @@ def run_node_case(case: NodeCase, node: NodeUnderTest) -> list[Finding]:
             kind, got = _answer(findings, what, lambda c=client, a=a, raw=raw: _call(
                 c, a.op, raw, a.send_ps))
             _judge(findings, what, a, raw, session == s and a.who == "stranger", kind, got)
+            accepted_late |= (kind == "ok" and a.send_ps is not None
+                              and a.send_ps > p.MAX_ARRIVE_PS - LATE_PS)
             if kind == "ok" and a.op == NodeOp.OPEN_SESSION:
                 with contextlib.suppress(Exception):
                     opened.append((client, int(p.OPEN_SESSION_REP.parse(got.payload).session)))
             if kind == "failed":
                 break
         _check_owner(findings, owner, s, w, q)
+        _check_self(findings, stranger, accepted_late)
         _check_node(findings, node, owner)
     finally:
         for c, sid in opened:
@@ -387,6 +394,17 @@ def _check_owner(findings: list[Finding], owner, s: int, w: Workload, q) -> None
         if (o, lse) != want[h]:
             findings.append(Finding(Kind.WRONG, f"owner's ATTEND, KV head {h}: O/LSE differ "
                                                 "from one model device's"))
+
+
+def _check_self(findings: list[Finding], stranger, accepted_late: bool) -> None:
+    """A refused request changes nothing: after its requests, the stranger's own STATUS (sent at
+    its clock) is answered, unless one of its accepted requests left its link queue busy up to
+    the node's horizon."""
+    kind, got = _answer(findings, "stranger's STATUS", stranger.status)
+    if kind == "error" and not accepted_late:
+        findings.append(Finding(Kind.WRONG, f"the stranger's STATUS after its requests was "
+                                            f"refused with code {got}: a refused request left "
+                                            "a trace"))
 
 
 def _check_node(findings: list[Finding], node: NodeUnderTest, owner) -> None:

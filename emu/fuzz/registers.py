@@ -47,7 +47,9 @@ class RegisterCase:
     """Memory contents and the descriptors the steps may put on the ring."""
     steps: tuple[tuple, ...]
     """("reg", name or offset, value), ("reg64", name, value), ("desc", slot, index),
-    ("run", cycles)."""
+    ("run", cycles); and two that a host does as a sequence: ("ring", name, value) disables
+    the device, writes one ring register (64-bit ones whole) and enables it again; ("burst", n)
+    puts the first n descriptors in slots 0..n-1 and rings for them."""
 
     @property
     def units(self) -> int:
@@ -80,8 +82,11 @@ def register_cases(draw, lockstep: bool = False, max_steps: int = 24) -> Registe
     desc = st.tuples(st.just("desc"), st.integers(0, d.RING - 1),
                      st.integers(0, len(base.descriptors) - 1))
     run = st.tuples(st.just("run"), st.sampled_from([0, 1, 10, 100, 1000, 100_000]))
-    steps = draw(st.lists(st.one_of(_reg_step(lockstep), desc, desc, run), min_size=1,
-                          max_size=max_steps))
+    ring = _reg_step(lockstep).filter(lambda s: s[1] in (*WIDE, "SQ_SIZE", "CQ_SIZE")).map(
+        lambda s: ("ring", s[1], s[2]))
+    burst = st.tuples(st.just("burst"), st.integers(1, len(base.descriptors)))
+    steps = draw(st.lists(st.one_of(_reg_step(lockstep), ring, ring, burst, desc, run),
+                          min_size=1, max_size=max_steps))
     return RegisterCase(base, tuple(steps))
 
 
@@ -117,6 +122,19 @@ def _run(bench: Bench, case: RegisterCase, findings: list[Finding]) -> None:
                 bench.reg_write64(step[1], step[2])
             elif kind == "desc":
                 bench.host_write(d.SQ + step[1] * DESC_BYTES, case.base.descriptors[step[2]].raw())
+            elif kind == "ring":
+                bench.reg_write("CONTROL", 0)
+                if lockstep:
+                    bench.run_until_idle(d.RUN_CYCLES)
+                if step[1] in WIDE:
+                    bench.reg_write64(step[1], step[2])
+                else:
+                    bench.reg_write(step[1], step[2])
+                bench.reg_write("CONTROL", 1)
+            elif kind == "burst":
+                raws = [x.raw() for x in case.base.descriptors[:step[1]]]
+                bench.host_write(d.SQ, b"".join(raws))
+                bench.reg_write("SQ_TAIL", step[1])
             elif not lockstep:  # run: only where timing may differ freely
                 for b in bench.units:
                     b.port.advance(step[1])
