@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+from test_remote_device import _raw
 
 from nelssa.emu.link.frame import (
     FRAME_HEADER,
@@ -314,18 +315,10 @@ def test_curve_over_tcp(tmp_path: Path) -> None:
         s.close()
 
 
-def _raw_dealer(endpoint: str) -> zmq.Socket:
-    raw = zmq.Context.instance().socket(zmq.DEALER)
-    raw.setsockopt(zmq.RCVTIMEO, 5000)
-    raw.setsockopt(zmq.LINGER, 0)
-    raw.connect(endpoint)
-    return raw
-
-
 def test_no_frame_stops_the_server(served: _Served) -> None:
     """Defect 2 of issue 20: a well-formed request whose emulated time is 2^64 - 1 made the
     server raise struct.error packing its reply, and the node exited."""
-    raw = _raw_dealer(served.server.endpoint)
+    raw = _raw(served.server.endpoint, zmq.DEALER)
     try:
         raw.send_multipart(encode_frame(Frame(FrameKind.REQUEST, 1, 1, 0, 2**64 - 1, b"abc")))
         frame = decode_frame(raw.recv_multipart())

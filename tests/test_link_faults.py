@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-from test_remote_device import _run
+from test_remote_device import _peak_rss, _raw, _run
 
 from nelssa.driver.remote import RemotePort, serve_port
 from nelssa.emu.link.frame import (
@@ -88,12 +88,8 @@ def chain(tmp_path: Path) -> Iterator[tuple[Served, Chain]]:
     s.close()
 
 
-def _raw(endpoint: str) -> zmq.Socket:
-    raw = zmq.Context.instance().socket(zmq.DEALER)
-    raw.setsockopt(zmq.RCVTIMEO, 5000)
-    raw.setsockopt(zmq.LINGER, 0)
-    raw.connect(endpoint)
-    return raw
+def _dealer(endpoint: str) -> zmq.Socket:
+    return _raw(endpoint, zmq.DEALER)
 
 
 def _req(seq: int, ref: int, payload: bytes) -> list[bytes]:
@@ -106,7 +102,7 @@ def _quiet(raw: zmq.Socket, seconds: float = 0.3) -> bool:
 
 def test_each_request_runs_once_and_in_order(chain: tuple[Served, Chain]) -> None:
     served, handler = chain
-    raw = _raw(served.server.endpoint)
+    raw = _dealer(served.server.endpoint)
     try:
         # frame 2 overtakes frame 1: held until 1 arrives, then both run, 1 first
         raw.send_multipart(_req(2, 1, b"b"))
@@ -145,7 +141,7 @@ def test_what_a_server_holds_is_bounded(tmp_path: Path) -> None:
     handler = Chain()
     s = Served(f"ipc://{tmp_path}/bounded", handler,
                LinkLimits(window=8, early_bytes=450, max_peers=2))
-    raw = _raw(s.server.endpoint)
+    raw = _dealer(s.server.endpoint)
     try:
         # frame 1 is lost; of the 19 that overtake it the server holds 4 (450 bytes) and drops
         # the rest (their sender sends them again)
@@ -161,7 +157,7 @@ def test_what_a_server_holds_is_bounded(tmp_path: Path) -> None:
         assert len(handler.ran) == 20 and s.server._early_bytes == 0
         assert len(s.server._peers[next(iter(s.server._peers))].replies) <= 8
         # peers beyond max_peers: the one heard from least recently is forgotten
-        others = [_raw(s.server.endpoint) for _ in range(2)]
+        others = [_dealer(s.server.endpoint) for _ in range(2)]
         for o in others:
             o.send_multipart(_req(1, 1, b"x"))
             decode_frame(o.recv_multipart())
@@ -193,7 +189,7 @@ def test_oversize_message_refused_before_it_is_read(tmp_path: Path) -> None:
         legal = bytes(range(256)) * 4096  # 1 MiB: the largest legal payload
         assert client.call(1, legal).payload == legal[::-1]
         peak = _peak_rss(proc.pid)
-        raw = _raw(endpoint)
+        raw = _dealer(endpoint)
         t0 = time.monotonic()
         raw.send_multipart([bytes(32), bytes(128 << 20)], copy=False)
         assert client.call(1, b"abc").payload == b"cba"
@@ -207,11 +203,6 @@ def test_oversize_message_refused_before_it_is_read(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
-
-
-def _peak_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
 
 FAULTS = LinkFaults(drop=0.05, duplicate=0.05, corrupt=0.05, late=0.05, late_ms=2.0,
