@@ -205,7 +205,14 @@ class CommandQueue:
 
     # -- completion --------------------------------------------------------------------------------
     def poll(self) -> list[AttnOutput]:
-        """Consume every completion the device has written; decode outputs."""
+        """Every completion not handed out yet (the device's new ones decoded); the caller owns
+        them: they are not kept (a long-running node would otherwise hold every output)."""
+        out = [*self._done.values(), *self._collect()]
+        self._done.clear()
+        return out
+
+    def _collect(self) -> list[AttnOutput]:
+        """Consume the completions the device has written; decode outputs."""
         out = []
         while True:
             raw = self.dev.mem_read(self.cq_addr + self.cq_head * COMPLETION_BYTES,
@@ -237,9 +244,7 @@ class CommandQueue:
         if staged is not None:
             for addr in staged.buffers:
                 self.memory.alloc.free(addr)
-        result = AttnOutput(desc_id, status, o, lse)
-        self._done[desc_id] = result
-        return result
+        return AttnOutput(desc_id, status, o, lse)
 
     def wait(self, desc_ids: Sequence[int], timeout_cycles: int = 50_000_000
              ) -> dict[int, AttnOutput]:
@@ -248,7 +253,7 @@ class CommandQueue:
         waited = 0
         step = 256
         while not want <= self._done.keys():
-            self.poll()
+            self._done.update((o.desc_id, o) for o in self._collect())
             if want <= self._done.keys():
                 break
             if waited >= timeout_cycles:

@@ -463,3 +463,45 @@ def test_short_soak_loses_nothing_and_memory_stays_bounded(tmp_path: Path) -> No
     bad = subprocess.run([sys.executable, str(script), "--seconds", "nan"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--seconds" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# -- found by the soak: completions a node consumed stayed in memory ------------------------------
+def test_completions_taken_by_poll_are_not_kept() -> None:
+    """The node collects completions with CommandQueue.poll; each output it took stayed in the
+    queue too (a few KiB per descriptor, for as long as the node ran)."""
+    import gc
+    import tracemalloc
+
+    from nelssa.driver.command import AttnRequest, CommandQueue
+    from nelssa.driver.device import Device
+    from nelssa.driver.memory import MemoryApi
+    from nelssa.hw.model.device import ModelDevice
+
+    port = ModelDevice()
+    dev = Device(port)
+    mem = MemoryApi(dev, 1 << 20, 1 << 30)
+    cq = CommandQueue(mem, entries=16)
+    w = Workload.make(seed=13, kv_heads=[0], clusters=4, selected=2)
+    d = w.heads[0]
+    region = mem.alloc_kv(0, 0, 0, HEAD_DIM, 4, sum(k.shape[0] for k in d.keys))
+    mem.write_clusters(region, d.keys, d.values)
+
+    def rounds(n: int) -> None:
+        for _ in range(n):
+            ids = cq.submit([AttnRequest(region, d.q, d.ids)] * 8)
+            port.run_until_idle(10_000_000)
+            got = cq.poll()
+            assert sorted(o.desc_id for o in got) == sorted(ids)
+
+    rounds(1)
+    tracemalloc.start()
+    try:
+        rounds(1)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        rounds(10)  # 80 descriptors: an output kept for each is about 200 KiB
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 << 10, grown
