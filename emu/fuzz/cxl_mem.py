@@ -78,18 +78,20 @@ _mmio_write = st.builds(lambda tag, off, v: _LAYOUT[cxl.Channel.MMIO_REQ].pack(
 _mmio_bad = st.builds(lambda op, tag, off, v: _LAYOUT[cxl.Channel.MMIO_REQ].pack(
     4, op, tag, off, v), st.integers(2, 255), uint(16),
     st.one_of(st.sampled_from([r.offset for r in regs.REGISTERS]), uint(32)), uint(32))
-_good = st.one_of(_req, _rwd, _rwd, _mmio_read, _mmio_write, _mmio_bad)
-_malformed = st.one_of(
-    _good.flatmap(lambda m: st.integers(0, len(m) - 1).map(lambda n: m[:n])),
-    _good.flatmap(lambda m: st.binary(min_size=1, max_size=8).map(lambda x: m + x)),
-    _good.flatmap(lambda m: st.sampled_from([2, 3, 5, 6, 7, 0xFF]).map(
+GOOD = st.one_of(_req, _rwd, _rwd, _mmio_read, _mmio_write, _mmio_bad)
+"""A well-formed port message (its opcode or address may still be refused)."""
+MALFORMED = st.one_of(
+    GOOD.flatmap(lambda m: st.integers(0, len(m) - 1).map(lambda n: m[:n])),
+    GOOD.flatmap(lambda m: st.binary(min_size=1, max_size=8).map(lambda x: m + x)),
+    GOOD.flatmap(lambda m: st.sampled_from([2, 3, 5, 6, 7, 0xFF]).map(
         lambda ch: bytes([ch]) + m[1:])),
     st.binary(max_size=100))
+"""A message of the wrong length or on a channel a device does not take."""
 
 
 @st.composite
 def message_cases(draw, max_messages: int = 24) -> MessageCase:
-    msgs = draw(st.lists(st.one_of(_good, _good, _good, _malformed), min_size=1,
+    msgs = draw(st.lists(st.one_of(GOOD, GOOD, GOOD, MALFORMED), min_size=1,
                          max_size=max_messages))
     # now and then a read of a line written before, so reads return written data
     out = []
@@ -102,7 +104,13 @@ def message_cases(draw, max_messages: int = 24) -> MessageCase:
     return MessageCase(tuple(out))
 
 
-class _Reference:
+def well_formed(m: bytes) -> bool:
+    """Whether a device takes ``m`` at all: a host-to-device channel and its length."""
+    layout = _LAYOUT.get(m[0]) if m else None
+    return layout is not None and len(m) == layout.size
+
+
+class CxlReference:
     """What the device must answer and hold, message by message."""
 
     def __init__(self, bench: Bench) -> None:
@@ -111,9 +119,9 @@ class _Reference:
         self.counters = Counter({n: 0 for n in COUNTERS})
         self.constants = {n: regs.BY_NAME[n].offset for n in CONSTANT_REGS}
 
-    def accepts(self, m: bytes) -> bool:
-        layout = _LAYOUT.get(m[0]) if m else None
-        return layout is not None and len(m) == layout.size
+    @staticmethod
+    def accepts(m: bytes) -> bool:
+        return well_formed(m)
 
     def answer(self, m: bytes, const: dict[int, int]) -> bytes | None:
         ch = m[0]
@@ -181,7 +189,7 @@ def _collect(port, n: int) -> list[bytes]:
 
 
 def _run(bench: Bench, case: MessageCase, findings: list[Finding]) -> None:
-    ref = _Reference(bench)
+    ref = CxlReference(bench)
     with guarded(findings, WALL_S, "reading the constant registers") as g:
         const = {regs.offset(n): bench.under_test.dev.reg_read(n) for n in CONSTANT_REGS}
         before = {b.name: {n: b.dev.reg_read(n) for n in COUNTERS} for b in bench.units}

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-from nelssa.emu.fuzz import cxl_mem, descriptors, files, frames, node, registers
+from nelssa.emu.fuzz import cxl_mem, descriptors, files, frames, node, registers, rpc
 from nelssa.emu.fuzz.oracle import Finding
 
 
@@ -38,6 +38,15 @@ def _nothing() -> Iterator[None]:
 @contextlib.contextmanager
 def _frame_server() -> Iterator[frames.FrameServer]:
     server = frames.FrameServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@contextlib.contextmanager
+def _device_server() -> Iterator[rpc.DeviceServer]:
+    server = rpc.DeviceServer()
     try:
         yield server
     finally:
@@ -82,6 +91,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            "the same on the Verilated device, against the reference and the model"),
     Target("frames", "frames", frames.frame_cases, frames.run_frame_case, _frame_server,
            "link frames against a real LinkServer"),
+    Target("device-rpc", "calls", rpc.rpc_cases, rpc.run_rpc_case, _device_server,
+           "device calls against a real `nelssa device serve` process, against a local model"),
     Target("node", "requests", node.node_cases, node.run_node_case, _node,
            "node requests against a real node (model backend), owner and stranger"),
     Target("traces", "files", files.trace_cases, _plain(files.run_trace_case), _nothing,

@@ -1,0 +1,220 @@
+"""Fuzzer of device calls against a real device server (`nelssa device serve --backend model`
+in its own process): calls of any operation (SHUTDOWN aside), any argument, and payloads of
+port messages good and bad, or spoiled bytes, sent over a link client.
+
+Reference: driver/remote.py as documented (a call is checked whole before the device sees any
+of it: a payload that does not parse, a message that is not a port message, an ADVANCE or
+RUN_UNTIL_IDLE beyond MAX_CALL_CYCLES is BAD_REQUEST; an unknown operation UNKNOWN_OP), and a
+model device in this process that gets every call the server accepts, in the same order.
+
+Oracles: every call answered within a bound (hang); no INTERNAL answer, the server process
+alive and answering (crash); each answer as the reference says, the accepted calls' results
+(RECEIVE's messages, RUN_UNTIL_IDLE's cycles, CYCLE) equal to the local model's, and a refused
+call leaves no trace (wrong result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+from nelssa.driver import remote
+from nelssa.driver.remote import RpcErrorCode, RpcOp, RpcStatus
+from nelssa.emu.fuzz import cxl_mem
+from nelssa.emu.fuzz.oracle import Finding, Kind
+from nelssa.emu.fuzz.values import uint
+from nelssa.emu.link.frame import LinkErrorCode
+from nelssa.emu.link.model import link_preset
+from nelssa.emu.link.service import LinkTimeoutError, RemoteError
+from nelssa.hw.model.device import ModelDevice
+
+ANSWER_S = 20.0
+CALL_OPS = tuple(op for op in RpcOp if op not in (RpcOp.SHUTDOWN, RpcOp.WAIT))
+
+
+@dataclass(frozen=True)
+class Call:
+    op: int
+    arg: int
+    messages: tuple[bytes, ...]
+    spoil: tuple = ()
+
+    def payload(self) -> bytes:
+        raw = remote.encode_request(self.arg, list(self.messages))
+        if not self.spoil:
+            return raw
+        if self.spoil[0] == "cut":
+            return raw[:min(self.spoil[1], max(len(raw) - 1, 0))]
+        return raw + self.spoil[1]
+
+
+@dataclass(frozen=True)
+class RpcCase:
+    calls: tuple[Call, ...]
+
+    @property
+    def units(self) -> int:
+        return len(self.calls)
+
+
+_ARGS = st.one_of(st.sampled_from([0, 1, 64, 1000, remote.MAX_CALL_CYCLES,
+                                   remote.MAX_CALL_CYCLES + 1, (1 << 63), (1 << 64) - 1]),
+                  uint(64))
+_MESSAGES = st.lists(st.one_of(cxl_mem.GOOD, cxl_mem.GOOD, cxl_mem.MALFORMED), max_size=6)
+
+
+@st.composite
+def rpc_cases(draw, max_calls: int = 6) -> RpcCase:
+    calls = []
+    for _ in range(draw(st.integers(1, max_calls))):
+        op = draw(st.one_of(st.sampled_from(CALL_OPS), st.sampled_from(CALL_OPS),
+                            st.just(RpcOp.WAIT), uint(16).filter(
+                                lambda o: o not in RpcOp.__members__.values())))
+        spoil = draw(st.one_of(st.just(()), st.just(()), st.just(()),
+                               st.tuples(st.just("cut"), st.integers(0, 12)),
+                               st.tuples(st.just("extend"), st.binary(min_size=1, max_size=6))))
+        calls.append(Call(op, draw(_ARGS), tuple(draw(_MESSAGES)), spoil))
+    return RpcCase(tuple(calls))
+
+
+def _accepts(call: Call) -> tuple[bool, int | None]:
+    """(accepted, error code if refused) by the documented checks."""
+    if call.op not in RpcOp.__members__.values():
+        return False, LinkErrorCode.UNKNOWN_OP
+    try:
+        arg, messages = remote.decode_request(call.payload())
+    except ValueError:
+        return False, RpcErrorCode.BAD_REQUEST
+    if call.op in (RpcOp.ADVANCE, RpcOp.RUN_UNTIL_IDLE) and arg > remote.MAX_CALL_CYCLES:
+        return False, RpcErrorCode.BAD_REQUEST
+    if not all(cxl_mem.well_formed(m) for m in messages):
+        return False, RpcErrorCode.BAD_REQUEST
+    if call.op == RpcOp.WAIT:
+        return False, RpcErrorCode.BAD_REQUEST  # no call is ever left running here
+    return True, None
+
+
+class DeviceServer:
+    """`nelssa device serve --backend model` in a process of its own, and the local model that
+    gets the same accepted calls."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="nelssa-fuzz-dev-")
+        self.endpoint = f"ipc://{Path(self._dir.name)}/device"
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        from nelssa.emu.link.client import LinkClient
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "nelssa.cli", "device", "serve",
+                                      "--backend", "model", "--endpoint", self.endpoint],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL)
+        self.link = LinkClient(self.endpoint, link_preset(remote.CXL_LINK), ANSWER_S,
+                               retry=remote.RPC_RETRY, max_reply=remote.MAX_RPC_REPLY)
+        self.model = ModelDevice()
+        self.call(RpcOp.CYCLE, remote.encode_request(0, []))  # up (waits for it to bind)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def call(self, op: int, payload: bytes) -> tuple[RpcStatus, int, list[bytes]]:
+        status, value, out = remote.decode_reply(self.link.call(op, payload).payload)
+        while status == RpcStatus.PENDING:
+            status, value, out = remote.decode_reply(
+                self.link.call(RpcOp.WAIT, remote.encode_request(0, [])).payload)
+        return status, value, out
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.link.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def close(self) -> None:
+        self.stop()
+        self._dir.cleanup()
+
+
+def _local(model: ModelDevice, call: Call) -> tuple[int, list[bytes]] | str:
+    """What the in-process model gives for an accepted call: (value, messages), or
+    "busy"/"error: ..." where the device refuses it."""
+    _, messages = remote.decode_request(call.payload())
+    try:
+        for m in messages:
+            model.send(m)
+        if call.op == RpcOp.RECEIVE:
+            return 0, model.receive()
+        if call.op == RpcOp.ADVANCE:
+            model.advance(call.arg)
+        elif call.op == RpcOp.RUN_UNTIL_IDLE:
+            return model.run_until_idle(call.arg), []
+        elif call.op == RpcOp.CYCLE:
+            return model.cycle, []
+    except TimeoutError:
+        return "busy"
+    except ValueError as e:
+        return f"error: {e}"
+    return 0, []
+
+
+def run_rpc_case(case: RpcCase, server: DeviceServer) -> list[Finding]:
+    findings: list[Finding] = []
+    if not server.alive:
+        server.restart()
+    for i, call in enumerate(case.calls):
+        accepted, code = _accepts(call)
+        want = _local(server.model, call) if accepted else None
+        what = f"call {i} ({call.op}, arg {call.arg}, {len(call.messages)} messages)"
+        t0 = time.monotonic()
+        try:
+            _, value, out = server.call(call.op, call.payload())
+            got: object = (value, out)
+        except RemoteError as e:
+            got = ("error", e.code)
+        except (LinkTimeoutError, TimeoutError):
+            findings.append(Finding(Kind.HANG if server.alive else Kind.CRASH,
+                                    f"{what}: no answer within {time.monotonic() - t0:.0f} s"))
+            break
+        if got == ("error", LinkErrorCode.INTERNAL):
+            findings.append(Finding(Kind.CRASH, f"{what}: INTERNAL (a failure no check "
+                                                "foresaw)"))
+        elif not accepted:
+            if got != ("error", code):
+                findings.append(Finding(Kind.WRONG, f"{what}: answered {got!r}, expected "
+                                                    f"error {code}"))
+        elif want == "busy":
+            if got != ("error", RpcErrorCode.DEVICE_BUSY):
+                findings.append(Finding(Kind.WRONG, f"{what}: answered {got!r}, expected "
+                                                    "DEVICE_BUSY"))
+        elif isinstance(want, str):
+            if got != ("error", RpcErrorCode.DEVICE_ERROR):
+                findings.append(Finding(Kind.WRONG, f"{what}: answered {got!r}, the model "
+                                                    f"says {want}"))
+        elif got != want:
+            findings.append(Finding(Kind.WRONG, f"{what}: answered {str(got)[:120]}, the "
+                                                f"model gives {str(want)[:120]}"))
+    if not server.alive:
+        findings.append(Finding(Kind.CRASH, f"the device server exited with status "
+                                            f"{server.proc.returncode if server.proc else '?'}"))
+    if findings:
+        server.restart()  # the local model and the served one may no longer agree
+    return findings
