@@ -295,17 +295,18 @@ class BlockPool:
         keys."""
         self.evictable.difference_update(bs)
         cached, dups = self.cached, self.dups
-        k = lo
         for gk, p0, p1 in keys.spans(lo, hi):
             if dups and gk in dups:  # a key of several blocks keeps those not evicted
                 for p in range(p0, p1):
-                    self._drop(bs[hi - 1 - (k + p - p0)], gk, p)
+                    self._drop(bs[hi - 1 - (lo + p - p0)], gk, p)
+            elif p1 - p0 == keys.per:  # the whole group is this job's
+                del cached[gk]
             else:
                 slots = cached[gk]
                 slots[p0:p1] = [None] * (p1 - p0)
                 if slots.count(None) == len(slots):
                     del cached[gk]
-            k += p1 - p0
+            lo += p1 - p0
 
     def _drop(self, b: int, gk: int, p: int) -> None:
         """Block ``b`` loses its key, position ``p`` of group ``gk``."""
