@@ -84,3 +84,18 @@ def test_steady_steps_stop_before_a_finish_and_at_full_memory() -> None:
     fastpath.advance(s2, 5 * 16 - 20)
     assert s2.used_blocks() == 6 and fastpath.steady_steps(s2, 1000) == 0
     assert replace(CASES["gpu"], prefix_caching=True).prefix_caching
+
+
+def test_a_prefill_cut_one_token_short_samples_its_first_token_in_the_next_step() -> None:
+    """A chunk that stops one token short of the prompt leaves a job whose next step is one
+    token, like a decode, but it samples the first token: no run of decodes may take it."""
+    for caching in (False, True):
+        cfg = ServingConfig(mode="gpu", max_batched_tokens=64, max_running=8,
+                            prefix_caching=caching)
+        reqs = [Request(0, 0.0, 65, 50, line=0, hash_ids=(1,))]
+        sim = ServingSim(LM, cfg)
+        fast, slow = replay(sim, reqs), replay(sim, reqs, fast=False)
+        (a,), (b,) = fast.results, slow.results
+        assert b.first_token_s < b.finish_s and slow.steps == 51  # 64 + 1 prompt tokens, 49 more
+        assert (a.first_token_s, a.finish_s, fast.decode_tokens) == (
+            b.first_token_s, b.finish_s, slow.decode_tokens)

@@ -44,8 +44,16 @@ def test_hand_made_replay_is_identical_through_both() -> None:
     reqs.append(Request(24, 0.05, 3000, 30, line=25, hash_ids=(7,) * 6))
     cfg = ServingConfig(mode="nelssa", t_input=2900, devices=1)
     ours = ServingSim(lm, cfg).run(reqs)
-    (theirs,) = run_many_in_vllm_env([(ServingSim(lm, replace(
-        cfg, scheduler=SchedulerKind.VLLM)), reqs)])
+    # and a prefill cut one token short by the budget: its next step samples the first token
+    cut = ServingConfig(mode="gpu", max_batched_tokens=256, max_running=8)
+    lone = [Request(0, 0.0, 257, 40, line=1, hash_ids=(1,))]
+    theirs, theirs_cut = run_many_in_vllm_env([
+        (ServingSim(lm, replace(c, scheduler=SchedulerKind.VLLM)), r)
+        for c, r in ((cfg, reqs), (cut, lone))])
+    ours_cut = ServingSim(lm, cut).run(lone)
+    assert [(r.first_token_s, r.finish_s) for r in ours_cut.results] == [
+        (r.first_token_s, r.finish_s) for r in theirs_cut.results]
+    assert ours_cut.steps == theirs_cut.steps == 41
     assert ours.preemptions > 0 and ours.prefix_hit_tokens > 0
     assert {r.tier for r in ours.results} == {"gpu", "pnm"}
     assert ours.steps == theirs.steps and ours.preemptions == theirs.preemptions

@@ -51,12 +51,19 @@ def steady_steps(sched: OurScheduler, limit: int) -> int:
     running = sched.running
     if not running or len(running) > sched.budget:
         return 0
+    newest = running[-1]  # the one most likely still in prefill
+    if newest.computed != newest.num_tokens - 1 or not _head_blocked(sched):
+        return 0
     k = limit
-    for job in reversed(running):  # the newest is the one most likely still in prefill
-        if job.computed != job.num_tokens - 1 or job.status is not Status.RUNNING:
+    for job in running:
+        c = job.computed
+        # a decode follows a token sampled (a prefill cut one token short samples its first)
+        if c != job.num_tokens - 1 or c < job.prompt or job.status is not Status.RUNNING:
             return 0
-        k = min(k, job.max_tokens - (job.num_tokens - job.prompt) - 1)  # no finish inside
-    if k < 1 or not _head_blocked(sched):
+        left = job.prompt + job.max_tokens - c - 2  # steps before the one that finishes it
+        if left < k:
+            k = left
+    if k < 1:
         return 0
     free = sched._free()
     if allocations(sched, k) > free:  # the most steps whose blocks all fit
