@@ -129,7 +129,11 @@ def _client(index: int, endpoint: str, rate: float, seconds: float, bad: float,
     with NodeClient(endpoint, timeout_s=120) as c:
         s, queries, ids = _load(c, 10 + index)
         want = c.attend(s, 0, queries, ids)
-        too_many = {h: queries[0] for h in range(300)}  # over max_request_heads (256)
+        from nelssa.host.pnm_node.protocol import ATTEND_HEAD
+
+        # a header announcing more KV heads than max_request_heads (256): refused from it
+        too_many = ATTEND_HEAD.build({"session": s, "layer": 0, "q_heads": GROUP,
+                                      "head_dim": HEAD_DIM, "scale": 0.0, "count": 300})
         pending: list[tuple[float, str, NodeFuture]] = []
 
         def collect(block: bool) -> None:
@@ -180,13 +184,13 @@ def _client(index: int, endpoint: str, rate: float, seconds: float, bad: float,
                 elif kind == "malformed":
                     f = NodeFuture([c.link.request(NodeOp.ATTEND, bytes(7))], lambda x: x)
                 else:
-                    f = c.attend_async(s, 0, too_many, {h: [0] for h in too_many})
+                    f = NodeFuture([c.link.request(NodeOp.ATTEND, too_many)], lambda x: x)
                 res.sent += 1
                 pending.append((sent_at, kind, f))
                 if time.monotonic() - t0 >= seconds:
                     break  # the schedule ends with the soak, whatever is still due
             collect(block=False)
-            time.sleep(0.001)
+            time.sleep(0.005)  # the clients share the node's cores: they poll gently
         res.offered = int(seconds * rate) + 1  # the whole schedule: what was not sent was held
         collect(block=True)
         res.drain_s = max(0.0, time.monotonic() - t0 - seconds)
