@@ -18,7 +18,7 @@ def _quiet():
         yield
 
 
-@short_settings(60)
+@short_settings(100)
 @given(cxl_mem.message_cases())
 def test_port_messages_on_model(case: cxl_mem.MessageCase) -> None:
     findings = cxl_mem.run_message_case(case, "model")
@@ -26,7 +26,7 @@ def test_port_messages_on_model(case: cxl_mem.MessageCase) -> None:
 
 
 @pytest.mark.rtl
-@short_settings(15, deadline_s=300)
+@short_settings(40, deadline_s=300)
 @given(cxl_mem.message_cases(max_messages=12))
 def test_port_messages_on_rtl_match_the_reference_and_the_model(
         case: cxl_mem.MessageCase) -> None:

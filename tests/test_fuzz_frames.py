@@ -20,7 +20,7 @@ def server():
         s.close()
 
 
-@short_settings(80)
+@short_settings(120)
 @given(frames.frame_cases())
 def test_frames_against_a_link_server(server: frames.FrameServer,
                                       case: frames.FrameCase) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 from hypothesis import strategies as st
@@ -86,6 +87,7 @@ class DescriptorCase:
         return len(self.descriptors)
 
 
+@cache
 def _ids_strategy(n_clusters: int) -> st.SearchStrategy[tuple[int, ...]]:
     valid = st.integers(0, n_clusters - 1)
     bad = st.sampled_from([n_clusters, n_clusters + 1, 0xFFFF, 0xFFFF_FFFF])
@@ -102,7 +104,10 @@ def _ids_strategy(n_clusters: int) -> st.SearchStrategy[tuple[int, ...]]:
     return st.one_of(st.lists(valid, min_size=1, max_size=8).map(tuple), runs.map(flatten))
 
 
-def _mutation(name: str, n_clusters: int, n_ids: int) -> st.SearchStrategy[object]:
+@cache
+def _mutation(name: str, n_clusters: int) -> st.SearchStrategy[object]:
+    """A value for a descriptor field; for num_ids "+1" or "-1" stands for one more or one
+    fewer than the ids written."""
     if name == "opcode":
         return st.one_of(st.sampled_from([DescOpcode.NOP, 2, 3, 0x7F, 0x80, 0xFF]), uint(8))
     if name in ("flags", "reserved0"):
@@ -113,8 +118,7 @@ def _mutation(name: str, n_clusters: int, n_ids: int) -> st.SearchStrategy[objec
     if name == "q_heads":
         return st.one_of(st.integers(1, 8), st.sampled_from([0, 9, 16, 255]), uint(8))
     if name == "num_ids":
-        return st.one_of(st.sampled_from([0, 1, n_ids + 1, max(n_ids - 1, 0), 4096, 4097,
-                                          0xFFFF]), uint(16))
+        return st.one_of(st.sampled_from([0, 1, "+1", "-1", 4096, 4097, 0xFFFF]), uint(16))
     if name == "num_clusters":
         return st.one_of(st.sampled_from([0, n_clusters - 1, n_clusters + 1, 1 << 16, 1 << 28,
                                           0xFFFF_FFFF]), uint(32))
@@ -136,8 +140,13 @@ MUTABLE = ("opcode", "flags", "reserved0", "head_dim", "q_heads", "num_ids", "nu
            "desc_id", *ADDRESS_FIELDS, "scale", "reserved1")
 
 
+@cache
+def _descriptor(index: int, n_clusters: int) -> st.SearchStrategy[Desc]:
+    return _draw_descriptor(index, n_clusters)
+
+
 @st.composite
-def _descriptor(draw, index: int, n_clusters: int) -> Desc:
+def _draw_descriptor(draw, index: int, n_clusters: int) -> Desc:
     hd = draw(st.sampled_from([128, 64]))
     ids = draw(_ids_strategy(n_clusters))
     f: dict[str, object] = {
@@ -148,14 +157,22 @@ def _descriptor(draw, index: int, n_clusters: int) -> Desc:
         "scale": int(np.float32(1 / np.sqrt(hd)).view(np.uint32)), "reserved1": bytes(12)}
     names = draw(st.lists(st.sampled_from(MUTABLE), max_size=3, unique=True))
     for name in names:
-        f[name] = draw(_mutation(name, n_clusters, len(ids)))
+        value = draw(_mutation(name, n_clusters))
+        if value in ("+1", "-1"):
+            value = max(0, len(ids) + int(value))
+        f[name] = value
     if "out_addr" in names and OUT <= int(f["out_addr"]) < KV:  # type: ignore[arg-type]
         f["out_addr"] = OUT + index * OUT_STRIDE  # two outputs never share a buffer
     return Desc(f, ids)
 
 
+@cache
+def _entry(index: int) -> st.SearchStrategy[tuple[int, int]]:
+    return _draw_entry(index)
+
+
 @st.composite
-def _entry(draw, index: int) -> tuple[int, int]:
+def _draw_entry(draw, index: int) -> tuple[int, int]:
     kv = KV + index * KV_STRIDE
     tokens = draw(st.one_of(st.sampled_from([1, 2, 3, 4, 8, 63, 64]), st.integers(1, 16),
                             st.integers(1, 64)))

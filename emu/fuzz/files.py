@@ -22,6 +22,7 @@ import json
 import math
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -39,14 +40,11 @@ EDGE = "edge"
 a practical limit may refuse."""
 
 
-def _raw(text: str) -> str:
-    return text
-
-
 _NOT_NUMBERS = st.sampled_from(["true", "false", "null", '"12"', "[]", "{}", "[1]"])
 _NON_FINITE = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
 
 
+@cache
 def _value(kind: str) -> st.SearchStrategy[tuple[str, str | None]]:
     """(JSON text, verdict) for a field of ``kind``: ``ts`` (finite >= 0), ``count`` (an
     integer >= 1), ``pos`` (a number > 0), ``nonneg`` (>= 0), ``share`` (in (0, 1]),

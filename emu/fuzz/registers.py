@@ -11,6 +11,7 @@ both devices until idle first, so that what they do does not depend on how long 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from hypothesis import strategies as st
 
@@ -56,6 +57,7 @@ class RegisterCase:
         return len(self.steps)
 
 
+@cache
 def _reg_step(lockstep: bool) -> st.SearchStrategy[tuple]:
     wide = st.sampled_from(WIDE).flatmap(
         lambda n: st.tuples(st.just("reg64"), st.just(n), address(_ANCHORS[n])))
@@ -78,16 +80,20 @@ def _reg_step(lockstep: bool) -> st.SearchStrategy[tuple]:
 def register_cases(draw, lockstep: bool = False, max_steps: int = 24) -> RegisterCase:
     """One input: a case's memory, then up to ``max_steps`` steps on a device whose rings were
     set up well (so the steps start from a working queue)."""
-    base = draw(d.descriptor_cases())
-    desc = st.tuples(st.just("desc"), st.integers(0, d.RING - 1),
-                     st.integers(0, len(base.descriptors) - 1))
+    base = draw(d.descriptor_cases(max_descriptors=4))
+    steps = draw(_steps(lockstep, len(base.descriptors), max_steps))
+    return RegisterCase(base, tuple(steps))
+
+
+@cache
+def _steps(lockstep: bool, n_desc: int, max_steps: int) -> st.SearchStrategy[list[tuple]]:
+    desc = st.tuples(st.just("desc"), st.integers(0, d.RING - 1), st.integers(0, n_desc - 1))
     run = st.tuples(st.just("run"), st.sampled_from([0, 1, 10, 100, 1000, 100_000]))
     ring = _reg_step(lockstep).filter(lambda s: s[1] in (*WIDE, "SQ_SIZE", "CQ_SIZE")).map(
         lambda s: ("ring", s[1], s[2]))
-    burst = st.tuples(st.just("burst"), st.integers(1, len(base.descriptors)))
-    steps = draw(st.lists(st.one_of(_reg_step(lockstep), ring, ring, burst, desc, run),
-                          min_size=1, max_size=max_steps))
-    return RegisterCase(base, tuple(steps))
+    burst = st.tuples(st.just("burst"), st.integers(1, n_desc))
+    return st.lists(st.one_of(_reg_step(lockstep), ring, ring, burst, desc, run), min_size=1,
+                    max_size=max_steps)
 
 
 def run_register_case(case: RegisterCase, backend: str = "model") -> list[Finding]:
