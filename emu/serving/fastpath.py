@@ -52,7 +52,7 @@ def steady_steps(sched: OurScheduler, limit: int) -> int:
     if not running or len(running) > sched.budget:
         return 0
     newest = running[-1]  # the one most likely still in prefill
-    if newest.computed != newest.num_tokens - 1 or not _head_blocked(sched):
+    if newest.computed != newest.num_tokens - 1:
         return 0
     k = limit
     for job in running:
@@ -63,7 +63,7 @@ def steady_steps(sched: OurScheduler, limit: int) -> int:
         left = job.prompt + job.max_tokens - c - 2  # steps before the one that finishes it
         if left < k:
             k = left
-    if k < 1:
+    if k < 1 or not _head_blocked(sched):
         return 0
     free = sched._free()
     if allocations(sched, k) > free:  # the most steps whose blocks all fit

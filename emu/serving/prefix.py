@@ -381,7 +381,8 @@ class BlockPool:
         ev = self.evictable
         ev.update(rb)
         sh = self.shared
-        held = sh.keys() & rb if sh else None
+        # held cached blocks are never free: those of rb now in ev are exactly rb's in sh
+        held = sh.keys() & ev if sh else None
         if held:  # still held by others: their entries are stale from the start
             ev.difference_update(held)
             stale = self.stale
