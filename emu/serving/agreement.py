@@ -68,7 +68,7 @@ def figures(run: Any) -> dict[str, float]:
     s = summarize(run)
     return {"decode_tps": s["decode_throughput_tps"], "tpot_p50": s["tpot_s"]["p50"],
             "tpot_p99": s["tpot_s"]["p99"], "preemptions": s["preemptions"],
-            "steps": s["steps"], "wall_s": run.wall_s}
+            "steps": s["steps"], "wall_s": run.wall_s, "cpu_s": run.cpu_s}
 
 
 def _rel(a: float, b: float) -> float:
@@ -93,5 +93,6 @@ def compare(regs: list[Regime], lm: LatencyModel | None = None) -> list[dict[str
         rows.append({"regime": r.name, "what": r.what, "requests": len(r.requests),
                      "ours": fa, "vllm": fb, "diff": diff,
                      "met": {k: diff[k] <= g for k, g in GOALS.items()},
-                     "speedup": fb["wall_s"] / max(fa["wall_s"], 1e-9)})
+                     "speedup": fb["wall_s"] / max(fa["wall_s"], 1e-9),
+                     "cpu_speedup": fb["cpu_s"] / max(fa["cpu_s"], 1e-9)})
     return rows

@@ -71,6 +71,8 @@ class RunResult:
     """Whose scheduler ran: ``ours`` or ``vllm``."""
     wall_s: float = 0.0
     """Wall time of the replay itself (for vLLM: in its process, without its start)."""
+    cpu_s: float = 0.0
+    """CPU time of the replay's process during it (less disturbed by a busy machine)."""
 
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("config", "results", "samples")}
