@@ -69,7 +69,8 @@ def blocks() -> list[Block]:
     unit_files = [*ENGINE, DEV_PKG, TOP / "nelssa_line_reader.sv", TOP / "nelssa_attn_unit.sv"]
     units = [unit.stem for unit in FP_UNITS]
     return [
-        Block("register BAR (AXI4-Lite)", "nelssa_axil_regs", [TOP / "nelssa_axil_regs.sv"]),
+        Block("register BAR (AXI4-Lite)", "nelssa_axil_regs",
+              [DEV_PKG, TOP / "nelssa_axil_regs.sv"]),
         Block("memory BAR and DMA (AXI4 slave)", "nelssa_axi_host",
               [TOP / "nelssa_axi_host.sv"]),
         Block("memory channels (AXI4 masters)", "nelssa_axi_mem",
