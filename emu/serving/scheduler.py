@@ -114,8 +114,8 @@ class _Job:
     """A job in our scheduler (``outputs`` is derived: ``num_tokens`` is what the hot loop
     reads)."""
 
-    __slots__ = ("blocks", "computed", "jid", "keys", "max_tokens", "nblocks", "num_tokens",
-                 "prompt", "spec", "status", "swapped")
+    __slots__ = ("blocks", "computed", "jid", "keys", "last", "max_tokens", "nblocks",
+                 "num_tokens", "prompt", "spec", "status", "swapped")
 
     def __init__(self, spec: JobSpec, keys: BlockKeys | None) -> None:
         self.spec = spec
@@ -124,6 +124,8 @@ class _Job:
         self.keys = keys
         self.computed = 0
         self.prompt = spec.prompt_tokens
+        self.last = spec.prompt_tokens + spec.max_tokens - 2
+        """Computed tokens from which a decode step finishes it."""
         self.num_tokens = spec.prompt_tokens
         """Prompt and generated tokens."""
         self.blocks: list[int] = []
@@ -235,9 +237,9 @@ class OurScheduler:
         starting: list[_Job] = []
         going: list[_Job] = []
         scheduled, planned = plan.scheduled, self._planned
+        go = going.append
         i = 0
-        while i < top:
-            job = running[i]
+        for job in running[:top]:
             c = job.computed
             if c != job.num_tokens - 1 or c < job.prompt:  # a prefill, or its last token
                 break
@@ -247,11 +249,11 @@ class OurScheduler:
                 avail -= 1
                 starting.append(job)
             job.computed = c + 1
-            if c + 2 - job.prompt >= job.max_tokens:  # it finishes with this token
+            if c >= job.last:  # it finishes with this token
                 scheduled.append(Planned(job.jid, c, 1))
                 planned.append(job)
             else:
-                going.append(job)
+                go(job)
             i += 1
         if starting:
             if pool is None:
