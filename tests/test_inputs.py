@@ -394,16 +394,16 @@ ENTRY = st.sampled_from(list(KINDS)).flatmap(lambda k: st.tuples(st.just(k), st.
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(entries=st.lists(ENTRY, max_size=3), junk=JSONISH)
+@given(entries=st.lists(ENTRY, max_size=3), junk=JSONISH, section=st.sampled_from(list(KINDS)))
 def test_hardware_loader_takes_anything(fuzz_dir: Path, entries: list[tuple[str, dict]],
-                                        junk: object) -> None:
+                                        junk: object, section: str) -> None:
     """Any file is refused naming it, or loads into descriptions whose latency model gives
     finite times and a finite threshold for every device count."""
     doc: dict[str, dict] = {}
     for kind, entry in entries:
         doc.setdefault(kind, {})[f"e{len(doc.get(kind, {}))}"] = entry
     p = fuzz_dir / "hw.json"
-    for text in (json.dumps(doc), json.dumps(junk)):
+    for text in (json.dumps(doc), json.dumps(junk), json.dumps({section: junk})):
         p.write_text(text)
         try:
             cat = HardwareCatalog.load(p)
