@@ -289,6 +289,30 @@ def test_errors_reach_the_caller_and_the_server_goes_on(served: _Served) -> None
         client.close()
 
 
+def test_a_refused_request_leaves_the_link_clock_alone(served: _Served) -> None:
+    """Finding F1 (issue 20, defect 3): the server moved the link's queue time before the
+    handler refused a far-future request, so every later request on that connection queued
+    behind it (and a node refused each as beyond its horizon)."""
+    spec = link_preset("roce-100g")
+    unloaded = spec.transfer_ps(HEADER_BYTES + 3) + 1000  # the echo adds 1 ns of service
+    far = 10**15
+    client = LinkClient(served.server.endpoint, spec, timeout_s=5)
+    try:
+        # refused by the handler, raised in it, a reply time refused: each leaves the wire
+        # idle for the next request (sent a microsecond apart: nothing else queues)
+        for i, op in enumerate((9, 8, 7), start=1):
+            with pytest.raises(RemoteError):
+                client.call(op, b"abc", send_ps=far)
+            assert client.call(1, b"abc", send_ps=i * 10**6).server_done_ps == (
+                i * 10**6 + unloaded), op
+        # an accepted request does take the wire: the next one queues behind it
+        client.call(1, b"abc", send_ps=far)
+        ser = spec.serialization_ps(HEADER_BYTES + 3)
+        assert client.call(1, b"abc", send_ps=0).server_done_ps == far + ser + unloaded
+    finally:
+        client.close()
+
+
 def test_dropped_request_times_out_with_a_clear_error(served: _Served) -> None:
     client = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=0.5,
                         faults=LinkFaults(drop=1.0))

@@ -217,8 +217,8 @@ def test_time_that_would_overflow_is_refused_before_it_changes_anything(
         node: InProcessNode) -> None:
     w = Workload.make(seed=5, kv_heads=KV)
     spec = link_preset("roce-400g")
-    # the far-future requests go over a queue pair of a's: its link stays late for good (the
-    # link delivers in order), so a's own connection stays usable for checking what changed
+    # the far-future requests go over a queue pair of a's; refused, they leave its link as it
+    # was (finding F1), so the same connection answers at its own clock afterwards
     with (NodeClient(node.endpoint, timeout_s=10) as a, NodeClient(node.endpoint,
                                                                    timeout_s=10) as b,
           a.queue_pair() as late):
@@ -243,6 +243,7 @@ def test_time_that_would_overflow_is_refused_before_it_changes_anything(
         with pytest.raises(BadRequestError, match="emulated time"):
             late.link.call(NodeOp.ATTEND, attend, send_ps=MAX_ARRIVE_PS + 1)
         # nothing moved: no session opened, no cluster written, every device still usable
+        assert late.status().sessions == sessions
         assert a.status().sessions == sessions
         assert a.write_kv(s, 0, 0, d.keys[:1], d.values[:1]).cluster_ids.start == len(d.keys)
         after_b = _attend(b, t, w)

@@ -81,13 +81,24 @@ class LinkDirection:
         self.messages = 0
         self.bytes = 0
 
-    def deliver(self, send_ps: int, nbytes: int) -> int:
-        """Arrival time of a message handed to the wire at ``send_ps``."""
-        start = max(send_ps, self.busy_until_ps)
-        self.busy_until_ps = start + self.spec.serialization_ps(nbytes)
+    def arrival(self, send_ps: int, nbytes: int) -> tuple[int, int]:
+        """(arrival time, the wire's busy-until after it) of a message handed to the wire at
+        ``send_ps``, changing nothing: a receiver that may refuse the message commits it only
+        once it is accepted (``commit``), so a refused one leaves the link as it was."""
+        busy = max(send_ps, self.busy_until_ps) + self.spec.serialization_ps(nbytes)
+        return busy + round(self.spec.latency_ns * PS_PER_NS), busy
+
+    def commit(self, busy_until_ps: int, nbytes: int) -> None:
+        """Take a message ``arrival`` was asked about onto the wire."""
+        self.busy_until_ps = max(self.busy_until_ps, busy_until_ps)
         self.messages += 1
         self.bytes += nbytes
-        return self.busy_until_ps + round(self.spec.latency_ns * PS_PER_NS)
+
+    def deliver(self, send_ps: int, nbytes: int) -> int:
+        """Arrival time of a message handed to the wire at ``send_ps`` (committed at once)."""
+        arrive, busy = self.arrival(send_ps, nbytes)
+        self.commit(busy, nbytes)
+        return arrive
 
 
 @dataclass(frozen=True)

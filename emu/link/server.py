@@ -292,8 +292,10 @@ class LinkServer:
 
     def _run(self, peer_id: bytes, peer: _Peer, frame: Frame) -> None:
         peer.next_seq = frame.seq + 1
-        arrive = peer.inbound.deliver(frame.emu_time_ps + self._delay_ps,
-                                      HEADER_BYTES + len(frame.payload))
+        # the arrival, committed to the link only if the handler accepts the request: a
+        # refused request changes nothing, the link's queue included
+        nbytes = HEADER_BYTES + len(frame.payload)
+        arrive, busy = peer.inbound.arrival(frame.emu_time_ps + self._delay_ps, nbytes)
         request = Request(frame.op, frame.payload, arrive, frame.emu_time_ps, peer_id)
         stamp = min(arrive, MAX_EMU_TIME_PS)
         try:
@@ -309,6 +311,7 @@ class LinkServer:
                 out = Frame(FrameKind.REPLY, reply.op, 0, frame.seq, reply.done_ps,
                             reply.payload)
             parts = encode_frame(out)
+            peer.inbound.commit(busy, nbytes)
         except ServiceError as e:
             log.info("op %d from %s failed: %s", frame.op, peer_id.hex(), e)
             parts = self._error(frame, stamp, e.code, str(e))
