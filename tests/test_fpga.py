@@ -332,7 +332,8 @@ def test_cli_probe_refuses_with_a_clear_message(served, tmp_path):
     assert m.build_id == 0x42 and m.interface_sha256 == interface_digest()
     for flags, message in ((["--build-id", "forty-two"], "--build-id must be an integer"),
                            (["--build-id", "0x1ffffffff"], "field 'build_id' must be in"),
-                           (["--build-id", "1", "--engines", "0"], "argument --engines: must be an integer in 1..15, got 0")):
+                           (["--build-id", "1", "--engines", "0"],
+                            "argument --engines: must be an integer in 1..15, got 0")):
         r = subprocess.run([sys.executable, "-m", "nelssa.cli", "fpga", "manifest", "--board",
                             "b", "--part", "p", *flags, "-o", str(tmp_path / "y.json")],
                            capture_output=True, text=True, timeout=60)
