@@ -204,6 +204,7 @@ def _ask(args: argparse.Namespace, what: str) -> object:
     """One request to the node at --endpoint; None (said in one line) when no answer came.
     Nothing listening there at all is a refusal (UsageError)."""
     from nelssa.emu.link.transport import RemoteError
+    from nelssa.host.pnm_node.admin import AdminTokenError
     from nelssa.host.pnm_node.client import NodeClient
 
     _check_reachable("--endpoint", [args.endpoint], min(args.timeout, 2.0))
@@ -214,6 +215,8 @@ def _ask(args: argparse.Namespace, what: str) -> object:
     with NodeClient(args.endpoint, args.link, args.timeout, curve=curve) as c:
         try:
             answer = getattr(c, what)()
+        except AdminTokenError as e:  # `stop`: not this user's node, or not on this host
+            raise UsageError(str(e)) from None
         except (TimeoutError, RemoteError) as e:
             print(f"error: {e}", file=sys.stderr)
             return None

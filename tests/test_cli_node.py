@@ -64,6 +64,16 @@ def test_status_and_stop(short_tmp: Path) -> None:
         js = json.loads(_run("node", "status", "--endpoint", node.endpoint, "--json").stdout)
         assert [d["alive"] for d in js["devices"]] == [True, True]
         assert js["devices"][0]["mem_bytes"] == 64 << 30
+        # only the node's operator stops it: without the admin token it reads, `stop` is
+        # refused here, and the node serves on
+        token = short_tmp / "node.admin"
+        assert token.stat().st_mode & 0o777 == 0o600
+        token.rename(short_tmp / "elsewhere")
+        stop = _run("node", "stop", "--endpoint", node.endpoint)
+        assert stop.returncode == 2 and "Traceback" not in stop.stderr
+        assert stop.stderr.count("\n") == 1 and "no admin token" in stop.stderr
+        assert _run("node", "status", "--endpoint", node.endpoint).returncode == 0
+        (short_tmp / "elsewhere").rename(token)
         stop = _run("node", "stop", "--endpoint", node.endpoint)
         assert stop.returncode == 0 and "stopping" in stop.stdout
         assert node.proc.wait(30) == 0
@@ -82,6 +92,8 @@ def test_status_of_no_node(tmp_path: Path) -> None:
     with socket.socket(socket.AF_UNIX) as mute:
         mute.bind(str(tmp_path / "mute"))
         mute.listen()
+        (tmp_path / "mute.admin").write_bytes(bytes(32))  # `stop` has a token to present
+        (tmp_path / "mute.admin").chmod(0o600)
         for op in ("status", "stop"):
             st = _run("node", op, "--endpoint", f"ipc://{tmp_path}/mute", "--timeout", "0.5")
             assert st.returncode == 1 and "Traceback" not in st.stderr, st.stderr

@@ -6,6 +6,7 @@ per-client and per-request limits hold. Real ZeroMQ sockets, real device process
 from __future__ import annotations
 
 import math
+import secrets
 import struct
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from nelssa.emu.link.frame import HEADER_BYTES, MAX_EMU_TIME_PS
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.transport import RemoteError
 from nelssa.host.pnm_node import protocol as p
+from nelssa.host.pnm_node.admin import ADMIN_TOKEN_BYTES, read_token, token_path
 from nelssa.host.pnm_node.client import AttendResult, NodeClient
 from nelssa.host.pnm_node.errors import (
     BadRequestError,
@@ -126,6 +128,27 @@ def test_session_handles_are_unguessable(node: InProcessNode) -> None:
     # 64 random bits: 32 handles all below 2**40, or two of them adjacent, is next to impossible
     assert max(ids) >= 1 << 40
     assert not any(abs(a - b) == 1 for a in ids for b in ids)
+
+
+def test_no_client_stops_the_node(node: InProcessNode) -> None:
+    """Any client could stop the node with a SHUTDOWN over its socket. Only its operator may:
+    the admin token is in a file only the node's user reads (admin.py), beside the socket."""
+    path = token_path(node.endpoint)
+    assert path == Path(node.endpoint.removeprefix("ipc://") + ".admin")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert read_token(node.endpoint) == node.host.admin_token
+    with NodeClient(node.endpoint, timeout_s=10) as c:
+        s = c.open_session(HEAD_DIM, GROUP)
+        for payload in (b"", bytes(ADMIN_TOKEN_BYTES), node.host.admin_token[:-1],
+                        node.host.admin_token + b"\0"):
+            with pytest.raises(BadRequestError, match="SHUTDOWN refused: it needs the node's "
+                               "admin token"):
+                c.link.call(NodeOp.SHUTDOWN, payload)
+        with pytest.raises(BadRequestError, match="admin token"):
+            c.shutdown(token=secrets.token_bytes(ADMIN_TOKEN_BYTES))
+        assert not node.host.stop_requested
+        assert c.status().sessions >= 1  # still serving, the session still there
+        c.close_session(s)
 
 
 def test_no_client_reaches_another_clients_session(node: InProcessNode) -> None:

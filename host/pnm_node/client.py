@@ -19,6 +19,7 @@ from nelssa.emu.link.model import LinkFaults, link_preset
 from nelssa.emu.link.security import CurveClientKeys
 from nelssa.emu.link.transport import LinkClient, PendingReply, ReplyInfo
 from nelssa.host.pnm_node import protocol as p
+from nelssa.host.pnm_node.admin import read_token
 from nelssa.host.pnm_node.errors import error_for
 from nelssa.host.pnm_node.protocol import NodeOp, Partition
 
@@ -209,9 +210,13 @@ class NodeClient:
         return NodeStatus(rep.version, rep.link, rep.sessions, rep.requests, rep.errors,
                           rep.bad_frames, rep.duplicates, devices)
 
-    def shutdown(self) -> None:
-        """Stop the node (it stops the device processes it started)."""
-        self._link().call(NodeOp.SHUTDOWN, b"")
+    def shutdown(self, token: bytes | None = None) -> None:
+        """Stop the node (it stops the device processes it started), as its operator: with
+        the node's admin token, by default the one the node wrote for this endpoint
+        (admin.read_token; AdminTokenError when there is none to read)."""
+        if token is None:
+            token = read_token(self.link.endpoint)
+        self._link().call(NodeOp.SHUTDOWN, p.SHUTDOWN_REQ.build({"token": token}))
 
     # -- data path ---------------------------------------------------------------------------------
     def write_kv_async(self, session: int, layer: int, kv_head: int,

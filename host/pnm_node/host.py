@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import secrets
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -161,6 +162,8 @@ class NelssaHost:
         self.clients = ClientTable(config)
         self.requests = self.errors = 0
         self.stop_requested = False
+        self.admin_token: bytes | None = None
+        """What a SHUTDOWN must carry (host/pnm_node/admin.py); None: no SHUTDOWN stops it."""
         self._watch: ProcessWatch | None = None
         self.link_counters: Callable[[], tuple[int, int]] = lambda: (0, 0)
         """(bad frames, duplicates) of the link server, set by whoever serves this host."""
@@ -537,7 +540,16 @@ class NelssaHost:
             "devices": devices}), r)
 
     def _shutdown(self, r: Request) -> Reply:
-        p.EMPTY.parse(r.payload)
+        """The operator's stop: the admin token or a refusal, and the node serves on."""
+        try:
+            token = p.SHUTDOWN_REQ.parse(r.payload).token
+        except ConstructError:
+            token = None
+        if (self.admin_token is None or token is None
+                or not secrets.compare_digest(token, self.admin_token)):
+            raise _fail(NodeErrorCode.BAD_REQUEST, "SHUTDOWN refused: it needs the node's "
+                        "admin token (only the node's operator may stop it: `nelssa node "
+                        "stop` on the node's host)")
         self.stop_requested = True
         return self._reply(NodeOp.SHUTDOWN, b"", r)
 

@@ -1,6 +1,6 @@
-"""Serve NelssaHost at an endpoint until a SHUTDOWN request or ``stop``; the endpoint is
-checked before anything starts (a live node there is never cut off), and an ipc:// socket file
-is removed when the node stops."""
+"""Serve NelssaHost at an endpoint until its operator's SHUTDOWN (admin.py) or ``stop``; the
+endpoint is checked before anything starts (a live node there is never cut off), and an ipc://
+socket file and the admin token's file are removed when the node stops."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from nelssa.emu.launcher import check_bindable, remove_socket_file
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.security import CurveServerKeys
 from nelssa.emu.link.transport import LinkLimits, LinkServer, Reply, Request
+from nelssa.host.pnm_node.admin import AdminTokenError, remove_token, write_token
 from nelssa.host.pnm_node.host import NelssaHost, NodeConfig
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,13 @@ class NodeService:
             self.host.close()
             raise
         self.endpoint = self.server.endpoint
+        self._names = [endpoint, self.endpoint]  # as asked and as bound: `node stop` uses either
+        try:  # only the operator, who can read it, may stop the node (admin.py)
+            self.host.admin_token = write_token(self._names)
+        except AdminTokenError:
+            self.server.close()
+            self.host.close()
+            raise
         self.host.link_counters = lambda: (self.server.frames_bad, self.server.duplicates)
 
     def _handle(self, request: Request) -> Reply:
@@ -55,5 +63,7 @@ class NodeService:
         finally:
             self.server.close()
             remove_socket_file(self.endpoint)
+            if self.host.admin_token is not None:
+                remove_token(self._names, self.host.admin_token)
             self.host.close(shutdown_devices)
             log.info("node at %s stopped", self.endpoint)

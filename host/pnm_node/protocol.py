@@ -29,6 +29,7 @@ from construct import (
 )
 
 from nelssa.emu.link.frame import MAX_EMU_TIME_PS
+from nelssa.host.pnm_node.admin import ADMIN_TOKEN_BYTES
 
 
 class NodeOp(IntEnum):
@@ -43,7 +44,8 @@ class NodeOp(IntEnum):
     """Sparse attention of one layer's KV heads: the Command API path."""
     STATUS = 7
     SHUTDOWN = 8
-    """Stop the node (and the device processes it started)."""
+    """Stop the node (and the device processes it started): the node's operator only, with the
+    admin token (host/pnm_node/admin.py); any other SHUTDOWN is a bad request."""
     JOIN_TICKET = 9
     """Ask for a single-use ticket another connection presents to join this client."""
     JOIN = 10
@@ -173,6 +175,8 @@ STATUS_REP = Struct(
     "ndev" / Int8ul, "devices" / Array(this.ndev, DEVICE_STATUS),
 )
 EMPTY = Struct(Terminated)
-"""The payload of STATUS, SHUTDOWN and JOIN_TICKET requests: nothing."""
+"""The payload of STATUS and JOIN_TICKET requests: nothing."""
+SHUTDOWN_REQ = Struct("token" / Bytes(ADMIN_TOKEN_BYTES), Terminated)
+"""The node's admin token (host/pnm_node/admin.py)."""
 JOIN_REQ = Struct("ticket" / Bytes(TICKET_BYTES), Terminated)
 JOIN_TICKET_REP = Struct("ticket" / Bytes(TICKET_BYTES))
