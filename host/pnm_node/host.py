@@ -81,7 +81,8 @@ class NodeConfig:
     backend: str = "remote"
     """What the device processes run (``rtl``, ``model``), shown by status."""
     device_timeout_s: float = 30.0
-    """A device call without an answer for this long marks the device down."""
+    """A device that does not answer, or answers without progress, for this long is marked
+    down (how long its work takes does not count: driver/remote.py HEARTBEAT_S)."""
     connect_timeout_s: float = 300.0
     """How long to wait for each device to answer first (an ``rtl`` device may be building)."""
     host_request_ns: float = 1000.0
