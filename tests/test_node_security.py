@@ -5,9 +5,12 @@ per-client and per-request limits hold. Real ZeroMQ sockets, real device process
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
+import socket
 import struct
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +182,77 @@ def test_no_client_reaches_another_clients_session(node: InProcessNode) -> None:
         after = _attend(a, s, w)
         assert _same(after, before)
         a.close_session(s)
+
+
+class _Cuttable:
+    """A byte pipe from a TCP port to the node's ipc:// socket that can cut every connection
+    through it, as a dropped link does: the DEALER behind a NodeClient reconnects by itself."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.connections = path, 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"tcp://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return
+            up = socket.socket(socket.AF_UNIX)
+            up.connect(self.path)
+            with self._lock:
+                self._open += [down, up]
+                self.connections += 1
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(1 << 16):
+                b.sendall(data)
+
+    def cut(self) -> None:
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._open.clear()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.cut()
+
+
+def test_a_client_that_reconnects_keeps_its_sessions(node: InProcessNode) -> None:
+    """ZeroMQ gave each connection a routing id of its own making, so a client whose
+    connection dropped came back a stranger to its sessions. A LinkClient names itself (128
+    random bits); no other client reaches its sessions, and one that forges its id while it is
+    connected is ignored (ROUTER_HANDOVER off)."""
+    w = Workload.make(seed=9, kv_heads=KV)
+    pipe = _Cuttable(node.endpoint.removeprefix("ipc://"))
+    try:
+        with NodeClient(pipe.endpoint, timeout_s=10) as a:
+            s = _load(a, w)
+            before = _attend(a, s, w)
+            pipe.cut()  # the connection drops; the DEALER reconnects through the pipe
+            assert _same(_attend(a, s, w), before)
+            assert pipe.connections == 2
+            with (NodeClient(node.endpoint, timeout_s=10) as b,
+                  pytest.raises(UnknownSessionError)):
+                b.close_session(s)
+            with (NodeClient(node.endpoint, timeout_s=1.0, routing_id=a.link.routing_id)
+                  as forger, pytest.raises(TimeoutError)):
+                forger.close_session(s)
+            assert _same(_attend(a, s, w), before)
+            a.close_session(s)
+    finally:
+        pipe.close()
 
 
 def test_a_queue_pair_reaches_the_sessions_of_its_client(node: InProcessNode) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -109,21 +110,47 @@ class PendingReply:
         return self._value
 
 
+ROUTING_ID_BYTES = 16
+
+
+def new_routing_id() -> bytes:
+    """128 random bits, the first byte non-zero (ZeroMQ reserves ids that start with 0 for the
+    ones a ROUTER makes up)."""
+    rid = secrets.token_bytes(ROUTING_ID_BYTES)
+    return bytes([rid[0] or 1]) + rid[1:]
+
+
 class LinkClient:
     """One connection to a ``LinkServer``. ``faults`` are injected at this end, both
-    directions (LinkFaults); ``max_reply`` bounds a reply's payload (ZMQ_MAXMSGSIZE)."""
+    directions (LinkFaults); ``max_reply`` bounds a reply's payload (ZMQ_MAXMSGSIZE).
+
+    The connection names itself with ``routing_id`` (default: ``new_routing_id``), the id the
+    server knows it by (``Request.peer``: what a node binds its sessions to). ZeroMQ would
+    otherwise make one up for each TCP or IPC connection, so a DEALER that reconnects after
+    the connection dropped would come back a stranger; with its own id it keeps its sequence
+    state and its sessions. The id is a secret shared with the server alone: the server's
+    ROUTER ignores a second connection presenting an id that is in use (ROUTER_HANDOVER off),
+    so while this one is connected nobody can take its place, and a client that closes and
+    at once reconnects under the same id may be ignored until the server has seen the old
+    connection go."""
 
     def __init__(self, endpoint: str, spec: LinkSpec, timeout_s: float = 30.0,
                  faults: LinkFaults | None = None, curve: CurveClientKeys | None = None,
                  context: zmq.Context | None = None,
                  error_factory: Callable[[int, str], BaseException] = RemoteError,
-                 retry: RetryPolicy | None = None, max_reply: int | None = None) -> None:
+                 retry: RetryPolicy | None = None, max_reply: int | None = None,
+                 routing_id: bytes | None = None) -> None:
         self.endpoint, self.spec = endpoint, spec
+        self.routing_id = new_routing_id() if routing_id is None else routing_id
+        if not 1 <= len(self.routing_id) <= 255 or self.routing_id[0] == 0:
+            raise ValueError(f"routing_id: 1..255 bytes, the first non-zero, got "
+                             f"{self.routing_id!r}")
         self.set_timeout(timeout_s)
         self.retry = retry or RetryPolicy()
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         bound_socket(self._sock, max_reply)
+        self._sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
         secure_client(self._sock, curve)
         self._sock.connect(endpoint)
         self._inbound = LinkDirection(spec)

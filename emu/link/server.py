@@ -99,6 +99,9 @@ class LinkServer:
         self.limits = limits or LinkLimits()
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
+        # a connection presenting a routing id in use is ignored, never handed the id: no one
+        # takes over a client's connection (and its sessions) by naming its id
+        self._sock.setsockopt(zmq.ROUTER_HANDOVER, 0)
         bound_socket(self._sock, self.limits.max_payload, self.limits.receive_queue,
                      self.limits.send_queue)
         secure_server(self._sock, endpoint, curve)

@@ -137,13 +137,16 @@ class NodeClient:
 
     def __init__(self, endpoint: str, link: str = "roce-400g", timeout_s: float = 120.0,
                  faults: LinkFaults | None = None, curve: CurveClientKeys | None = None,
-                 max_write_bytes: int = p.MAX_WRITE_KV_BYTES) -> None:
+                 max_write_bytes: int = p.MAX_WRITE_KV_BYTES,
+                 routing_id: bytes | None = None) -> None:
         """``max_write_bytes``: WRITE_KV messages are kept to this size (the node's
-        max_write_kv_bytes), a larger write is sent as several."""
+        max_write_kv_bytes), a larger write is sent as several. ``routing_id``: what the node
+        knows this connection by, and binds its sessions to (default: 128 random bits; a
+        connection ZeroMQ re-establishes keeps it, and with it the sessions: LinkClient)."""
         if max_write_bytes < 1:
             raise ValueError(f"max_write_bytes must be >= 1, got {max_write_bytes}")
         self.link = LinkClient(endpoint, link_preset(link), timeout_s, faults, curve,
-                               error_factory=error_for)
+                               error_factory=error_for, routing_id=routing_id)
         self._curve, self.max_write_bytes = curve, max_write_bytes
         self._join_through: NodeClient | None = None
 
