@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+import zmq.auth
 from test_remote_device import _raw
 
 from nelssa.emu.link.frame import (
@@ -337,6 +338,43 @@ def test_curve_over_tcp(tmp_path: Path) -> None:
         plain.close()
     finally:
         s.close()
+
+
+def test_curve_clients_are_known_by_their_key(tmp_path: Path) -> None:
+    """Where the server authenticates CURVE clients, a peer is its routing id and its public
+    key: another key presenting the same routing id is another peer (no sessions, no
+    replies kept for replay)."""
+    public, secret = make_keys(tmp_path / "keys", "node")
+    keys = [make_keys(tmp_path / "clients", name) for name in ("a", "b")]
+    spec = link_preset("roce-400g")
+    ctx = zmq.Context()  # its own: the ZAP handler serves one context
+    server = LinkServer("tcp://127.0.0.1:*", lambda r: Reply(r.op, r.peer, r.arrive_ps), spec,
+                        CurveServerKeys(secret, tmp_path / "clients"), context=ctx)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    rid = b"\x01" + bytes(range(15))
+    try:
+        seen = []
+        for _, client_secret in keys:  # one after the other, under the same routing id
+            for _attempt in range(5):  # until the server has seen the last connection go
+                c = LinkClient(server.endpoint, spec, timeout_s=1.0, context=ctx,
+                               curve=CurveClientKeys(public, client_secret), routing_id=rid)
+                try:
+                    seen.append(c.call(1, b"").payload)
+                    break
+                except LinkTimeoutError:
+                    pass
+                finally:
+                    c.close()
+        assert len(seen) == 2 and seen[0] != seen[1]
+        for peer, (client_public, _) in zip(seen, keys, strict=True):
+            assert peer == bytes([len(rid)]) + rid + zmq.auth.load_certificate(
+                str(client_public))[0]
+    finally:
+        server.stop()
+        thread.join(5)
+        server.close()
+        ctx.destroy(linger=0)
 
 
 def test_no_frame_stops_the_server(served: _Served) -> None:

@@ -132,7 +132,9 @@ class LinkClient:
     ROUTER ignores a second connection presenting an id that is in use (ROUTER_HANDOVER off),
     so while this one is connected nobody can take its place, and a client that closes and
     at once reconnects under the same id may be ignored until the server has seen the old
-    connection go."""
+    connection go. A server that authenticates CURVE clients knows a peer by id and public key
+    (LinkServer._peer_key), so an id presented under another key reaches nothing of this
+    one's."""
 
     def __init__(self, endpoint: str, spec: LinkSpec, timeout_s: float = 30.0,
                  faults: LinkFaults | None = None, curve: CurveClientKeys | None = None,

@@ -4,7 +4,11 @@ A socket binds to loopback (ipc://, inproc://, tcp://127.0.0.1, tcp://localhost,
 unless CURVE keys are given: anything else would expose device memory to the network. Keys are
 ZeroMQ certificate files, made with ``nelssa node keygen DIR`` (``zmq.auth.create_certificates``):
 ``DIR/<name>.key`` is the public half to hand to clients, ``DIR/<name>.key_secret`` the secret
-half the server keeps. A server given a folder of client public keys accepts only those clients.
+half the server keeps. A server given a folder of client public keys accepts only those clients,
+and knows each by its key as well as its routing id (LinkServer._peer_key): a node's sessions are
+then bound to the client's key. A server without that folder accepts any client that knows its
+public key and knows clients by routing id alone (ZeroMQ runs no ZAP authentication there, so no
+key reaches the server with a message).
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ def secure_server(sock: zmq.Socket, endpoint: str, keys: CurveServerKeys | None)
 
         if not keys.clients_dir.is_dir():
             raise ValueError(f"CURVE clients folder {keys.clients_dir} does not exist")
-        auth = ThreadAuthenticator(zmq.Context.instance())
+        auth = ThreadAuthenticator(sock.context)  # ZAP serves the sockets of its context
         auth.start()
         auth.configure_curve(domain="*", location=str(keys.clients_dir))
         log.info("accepting only the CURVE clients in %s", keys.clients_dir)

@@ -105,6 +105,8 @@ class LinkServer:
         bound_socket(self._sock, self.limits.max_payload, self.limits.receive_queue,
                      self.limits.send_queue)
         secure_server(self._sock, endpoint, curve)
+        self._keyed = curve is not None and curve.clients_dir is not None
+        """Peers are known by routing id and CURVE public key (``_peer_key``)."""
         self._sock.bind(endpoint)
         self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._peers: OrderedDict[bytes, _Peer] = OrderedDict()
@@ -171,22 +173,38 @@ class LinkServer:
         """Take one message (waiting for it) and answer it. Never raises: no input stops the
         server."""
         try:
-            parts = self._sock.recv_multipart()
+            frames = self._sock.recv_multipart(copy=not self._keyed)
         except zmq.ZMQError as e:
             log.warning("link server at %s: receive failed: %s", self.endpoint, e)
             return
         try:
+            parts = [f.bytes for f in frames] if self._keyed else frames
             if len(parts) < 2 or not parts[0]:  # a ROUTER gives an identity, then the body
                 self.frames_in += 1
                 self.frames_bad += 1
                 log.warning("message of %d parts without a body or a sender", len(parts))
                 return
-            peer_id, body = parts[0], parts[1:]
+            peer_id, body = self._peer_key(parts[0], frames[-1]), parts[1:]
             for copy in self.faults_in.apply(body, peer_id) if self.faults_in else [body]:
                 self._frame(peer_id, copy)
         except Exception:  # the last line of defence: log, count, and go on serving
             self.internal_errors += 1
             log.exception("link server at %s: a message failed unforeseen", self.endpoint)
+
+    def _peer_key(self, routing_id: bytes, frame: object) -> bytes:
+        """Who sent a message: its connection's routing id and, where CURVE clients are
+        authenticated (ZAP), the client's public key too, so an id presented by another key
+        is another peer (``_routing_id`` undoes it)."""
+        if not self._keyed:
+            return routing_id
+        try:
+            user = frame.get("User-Id").encode()  # type: ignore[attr-defined]
+        except zmq.ZMQError:  # not authenticated: the id alone
+            user = b""
+        return bytes([len(routing_id)]) + routing_id + user
+
+    def _routing_id(self, peer_id: bytes) -> bytes:
+        return peer_id[1:1 + peer_id[0]] if self._keyed else peer_id
 
     def _release_late(self, everything: bool = False) -> None:
         try:
@@ -355,7 +373,7 @@ class LinkServer:
 
     def _send_now(self, peer_id: bytes, parts: list[bytes]) -> None:
         try:  # a ROUTER drops what a full or vanished peer cannot take; its client recovers
-            self._sock.send_multipart([peer_id, *parts], flags=zmq.NOBLOCK,
+            self._sock.send_multipart([self._routing_id(peer_id), *parts], flags=zmq.NOBLOCK,
                                       copy=len(parts[-1]) < ZERO_COPY_BYTES)
         except zmq.ZMQError as e:
             log.debug("reply to %s not sent: %s", peer_id.hex(), e)

@@ -62,6 +62,8 @@ class Request:
     sent_ps: int
     """Emulated time the client handed it to the link."""
     peer: bytes
+    """Who sent it: the connection's routing id (LinkClient names it), with the client's CURVE
+    public key where the server authenticates clients (LinkServer._peer_key)."""
 
 
 @dataclass(frozen=True)
