@@ -34,10 +34,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0, help="shrink the request counts")
     ap.add_argument("--no-whole", action="store_true", help="skip the whole-trace vLLM replay")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="replays of ours per regime (one before vLLM's, the rest after; "
+                    "the median times)")
     ap.add_argument("--out", default=str(ROOT / "docs/results/vllm_agreement.md"))
     args = ap.parse_args()
     t0 = time.perf_counter()
-    rows = compare(regimes(TRACE, args.scale))
+    if args.repeat < 1:
+        ap.error(f"--repeat must be at least 1, got {args.repeat}")
+    rows = compare(regimes(TRACE, args.scale), repeat=args.repeat)
     lines = ["# Our scheduler against vLLM's", "",
              "Written by `.venv/bin/python scripts/bench_vllm.py"
              + (f" --scale {args.scale:g}" if args.scale != 1 else "") + "`: each regime "
@@ -45,9 +50,10 @@ def main() -> None:
              "KVCacheManager (unmodified), the same cost model pricing every step. Goals: "
              + ", ".join(f"{NAMES[k]} within {g:.0%}" for k, g in GOALS.items())
              + "; ours at least 20x faster. Wall and CPU: the replay alone (vLLM's process "
-             "start, about 7 s, not counted), each regime run once through each, ours first "
-             "(all regimes), then vLLM's; CPU time is the replay's process's, which other work "
-             "on the machine disturbs less than wall time.", "",
+             "start, about 7 s, not counted); vLLM's replays once, ours "
+             f"{args.repeat} time(s) (once before vLLM's replays, the rest after), its median "
+             "given. CPU time is the replay's process's, which other work on the machine "
+             "disturbs less than wall time.", "",
              "| regime | requests | figure | ours | vLLM | difference | goal met |",
              "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
     for r in rows:

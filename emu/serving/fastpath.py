@@ -3,9 +3,11 @@
 Between events (an arrival, a finish, a preemption, an admission, a sample, a migration) every
 running job of our scheduler decodes one token per step and nothing else changes but contexts
 and blocks. ``steady_steps`` says how many such steps lie ahead as far as the scheduler can see
-(no job finishes, every block it will need is free, the waiting queue's head stays blocked:
-free blocks only fall in such a run, so a head that does not fit now does not fit later), and
-``advance`` applies them in one go, with the blocks stepping would have allocated. The replay
+(every job has sampled a token, so none samples its first; no job finishes; every block it
+will need is free; the waiting queue's head stays blocked: free blocks only fall in such a
+run, so a head that does not fit now does not fit later), and ``advance`` applies them in one
+go, with the blocks stepping would have allocated (the blocks filled are cached when a job is
+freed). The replay
 prices the steps one by one from sums (a few operations each) and stops at its own events, so a
 run gives bit for bit what stepping gives.
 """

@@ -183,8 +183,9 @@ class Replay:
 
     # -- one step ------------------------------------------------------------------------------
     def _step_cost(self, plan: Any) -> float:
-        """The step's cost; the jobs of ``plan.decodes`` are counted as having sampled their
-        token (none is a first token: each sampled one before; none finishes)."""
+        """The step's cost. It also credits each job of ``plan.decodes`` with the token it
+        samples (they make no event: none is a first token, each sampled one before, and none
+        finishes)."""
         gpu_ctx = 0
         pnm_ctxs: list[int] = []
         chunks: list[Chunk] = []
