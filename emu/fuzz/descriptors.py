@@ -46,6 +46,8 @@ OUT_STRIDE = 0x2000  # 8 heads x 128 fp32 + LSE
 KV = REGION_BASE + 0x60000
 KV_STRIDE = cluster_bytes(64, 128)
 MAX_CLUSTERS = 8
+KV_END = KV + MAX_CLUSTERS * KV_STRIDE
+"""Above it the region is unused (outputs near the limit may land there)."""
 MAX_DESCRIPTORS = RING - 2
 RUN_CYCLES = 200_000_000
 """Cycle bound of one input (the largest legal descriptor takes a few million)."""
@@ -161,9 +163,26 @@ def _draw_descriptor(draw, index: int, n_clusters: int) -> Desc:
         if value in ("+1", "-1"):
             value = max(0, len(ids) + int(value))
         f[name] = value
-    if "out_addr" in names and OUT <= int(f["out_addr"]) < KV:  # type: ignore[arg-type]
-        f["out_addr"] = OUT + index * OUT_STRIDE  # two outputs never share a buffer
+    out = int(f["out_addr"])  # type: ignore[call-overload]
+    if REGION_BASE <= out < KV_END:  # an output lands only in its own buffer, past what
+        f["out_addr"] = OUT + index * OUT_STRIDE  # others read, or (partly) outside
+    spans = {"q_addr": 8 * 128 * 2, "ids_addr": 4 * 4096,
+             "dir_addr": int(f["num_clusters"]) * 16}  # type: ignore[call-overload]
+    for name, default in (("q_addr", Q), ("dir_addr", DIR),
+                          ("ids_addr", IDS + index * IDS_STRIDE)):
+        if _reads_hazard(int(f[name]), spans[name]):  # type: ignore[call-overload]
+            f[name] = default
     return Desc(f, ids)
+
+
+HAZARDS = ((CQ, DIR), (OUT, KV))
+"""What descriptors write while others run (the completion ring, the outputs): a descriptor
+that read there would read what timing decides, so the fuzzers read elsewhere."""
+
+
+def _reads_hazard(addr: int, n: int) -> bool:
+    return (REGION_BASE <= addr < REGION_LIMIT
+            and any(addr < hi and addr + n > lo for lo, hi in HAZARDS))
 
 
 @cache
@@ -182,6 +201,8 @@ def _draw_entry(draw, index: int) -> tuple[int, int]:
     elif which == "addr":
         kv = draw(address((kv, REGION_BASE, REGION_LIMIT, REGION_LIMIT - KV_STRIDE, Q, 0,
                            MEM_TOP, 1 << 64)))
+        if _reads_hazard(kv, cluster_bytes(min(tokens, 64), 128)):
+            kv = KV + index * KV_STRIDE
     return kv, tokens
 
 
@@ -266,8 +287,15 @@ def _run(bench: Bench, case: DescriptorCase, findings: list[Finding]) -> None:
                                                         RING))
     if not g.passed:
         return
+    ring = [(SQ + ((case.prefix + i) % RING) * DESC_BYTES, d.raw())
+            for i, d in enumerate(case.descriptors)]
+    with guarded(findings, WALL_S, "writing the ring") as g:
+        for addr, raw in ring:
+            bench.host_write(addr, raw)
+    if not g.passed:
+        return
     # expected: what each descriptor completes with and writes, from the reference memory
-    # as it is now (descriptors never write what another one reads)
+    # as it is now (descriptors never read what another one writes: HAZARDS)
     region = (REGION_BASE, REGION_LIMIT)
     want_writes: list[tuple[int, bytes]] = []
     statuses = []
@@ -281,11 +309,7 @@ def _run(bench: Bench, case: DescriptorCase, findings: list[Finding]) -> None:
         want_writes.append((CQ + ((fetched - 1) % RING) * 16,
                             completion(int(d.fields["desc_id"]),  # type: ignore[arg-type]
                                        status, fetched, RING)))
-    ring = [(SQ + ((case.prefix + i) % RING) * DESC_BYTES, d.raw())
-            for i, d in enumerate(case.descriptors)]
     with guarded(findings, WALL_S, "running the descriptors") as g:
-        for addr, raw in ring:
-            bench.host_write(addr, raw)
         bench.reg_write("SQ_TAIL", (case.prefix + len(ring)) % RING)
         bench.run_until_idle(RUN_CYCLES)
     if not g.passed:

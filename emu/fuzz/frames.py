@@ -162,6 +162,8 @@ class _Expect:
     """Its reply time is near MAX_EMU_TIME_PS: a FIELD_RANGE error is as right as a reply."""
     replay: int | None = None
     """A duplicate of the frame run as this seq: the same answer again."""
+    ran: bool = False
+    """The answer of a request the handler ran (what a duplicate gets again)."""
 
 
 @dataclass
@@ -219,15 +221,18 @@ class Reference:
                 p.next_seq = f.ref
         if f.seq < p.next_seq:
             if f.seq in p.answers:
-                return [_Expect(None, replay=f.seq)]
-            if f.seq >= p.floor:
-                return [_Expect(FrameKind.ERROR, f.seq, LinkErrorCode.REPLY_LOST)]
-            return [_Expect(None)]
-        if f.seq > p.next_seq:
+                out = [_Expect(None, replay=f.seq)]
+            elif f.seq >= p.floor:
+                out = [_Expect(FrameKind.ERROR, f.seq, LinkErrorCode.REPLY_LOST)]
+            else:
+                out = [_Expect(None)]
+        elif f.seq > p.next_seq:
             if f.seq not in p.early and f.seq < p.next_seq + WINDOW:
                 p.early[f.seq] = f
-            return [_Expect(None)]
-        out = [self._run(f)]
+            out = [_Expect(None)]
+        else:
+            out = [self._run(f)]
+        # what was held runs once the gap closes: the next one arrived, or the floor passed it
         while p.next_seq in p.early:
             out.append(self._run(p.early.pop(p.next_seq)))
         return out
@@ -246,6 +251,7 @@ class Reference:
             e = _Expect(FrameKind.REPLY, f.seq, payload=b"")
         else:
             e = _Expect(FrameKind.REPLY, f.seq, payload=f.payload[::-1], near_limit=near)
+        e.ran = True
         self.peer.answers[f.seq] = e
         if len(self.peer.answers) > WINDOW:
             del self.peer.answers[min(self.peer.answers)]
