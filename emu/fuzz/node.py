@@ -1,7 +1,7 @@
 """Fuzzer of node requests against a real node (`nelssa node up --backend model`, its device
 processes, real ZeroMQ sockets): requests of every operation with fields at their edges or
 bytes spoiled, sent by the session's owner or by a stranger on another connection, at any
-emulated time; unknown operations.
+emulated time; unknown operations; SHUTDOWN with a guessed admin token.
 
 Each input opens a session S for its owner (head-wise, so that every KV head lies whole on one
 device and its attention is bit-exact with one model device), writes clustered KV into it, then
@@ -47,6 +47,7 @@ REQUESTS = {
     NodeOp.OPEN_SESSION: p.OPEN_SESSION_REQ, NodeOp.CLOSE_SESSION: p.SESSION_REQ,
     NodeOp.ALLOC_KV: p.ALLOC_KV_REQ, NodeOp.FREE_KV: p.FREE_KV_REQ,
     NodeOp.WRITE_KV: p.WRITE_KV_REQ, NodeOp.ATTEND: p.ATTEND_REQ,
+    NodeOp.SHUTDOWN: p.SHUTDOWN_REQ,
 }
 """Each operation's request struct: the reference of what parses."""
 LATE_PS = 10**9
@@ -56,8 +57,9 @@ REFUSALS = (NodeErrorCode.BAD_REQUEST, NodeErrorCode.UNKNOWN_SESSION,
             NodeErrorCode.NOT_ALLOCATED, NodeErrorCode.LIMIT_EXCEEDED)
 """What a request that does not parse may draw: BAD_REQUEST, or a refusal the node reached
 from the fixed start of the request before the rest (never success, never INTERNAL)."""
-FUZZED_OPS = tuple(op for op in NodeOp if op is not NodeOp.SHUTDOWN)
-"""SHUTDOWN is a legal request that stops the node; it is left out."""
+FUZZED_OPS = tuple(NodeOp)
+"""SHUTDOWN too: only the node's operator holds its token, so no client's SHUTDOWN may stop
+it."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ _FIELD_VALUES: dict[str, st.SearchStrategy] = {
 def _action(draw) -> Action:
     who = draw(st.sampled_from(["owner", "stranger", "stranger"]))
     op = draw(st.one_of(st.sampled_from(FUZZED_OPS), uint(16).filter(
-        lambda o: o not in NodeOp.__members__.values() and o != NodeOp.SHUTDOWN)))
+        lambda o: o not in NodeOp.__members__.values())))
     target = draw(st.sampled_from(["own", "victim", "any"] if who == "stranger"
                                   else ["own", "any"]))
     names = draw(st.lists(st.sampled_from(sorted(_FIELD_VALUES)), max_size=3, unique=True))
@@ -189,6 +191,8 @@ def _payload(a: Action, w: Workload, session: int) -> bytes:
                 "kv_head": f.get("kv_head", 0), "num_ids": len(ids),
                 "ids": np.asarray(ids, dtype="<u4").tobytes(),
                 "q": rng.integers(0, 1 << 16, qh * hd, dtype=np.uint16).tobytes()}]})
+    if op == NodeOp.SHUTDOWN:  # a guessed token
+        return p.SHUTDOWN_REQ.build({"token": rng.bytes(p.ADMIN_TOKEN_BYTES)})
     return rng.integers(0, 256, 12, dtype=np.uint8).tobytes()
 
 
@@ -364,6 +368,10 @@ def _judge(findings: list[Finding], what: str, a: Action, raw: bytes, victim: bo
         if not (kind == "error" and got == LinkErrorCode.UNKNOWN_OP):
             findings.append(Finding(Kind.WRONG, f"{what}: answered {kind} {got}, expected "
                                                 "UNKNOWN_OP"))
+        return
+    if a.op == NodeOp.SHUTDOWN and kind == "ok":
+        findings.append(Finding(Kind.WRONG, f"{what}: a client's SHUTDOWN with a guessed "
+                                            "token was taken"))
         return
     if not parses(a.op, raw):
         if not (kind == "error" and got in REFUSALS):
