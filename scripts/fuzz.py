@@ -6,6 +6,7 @@ kind, to docs/results/fuzz.md. The short runs of the same fuzzers are tests/test
 
     python scripts/fuzz.py --target descriptors-model --count 100000 --seed 1
     python scripts/fuzz.py --target all --budget 600
+    python scripts/fuzz.py --target frames:100000 --target node:2000 --seed 1
 """
 
 from __future__ import annotations
@@ -97,13 +98,14 @@ def _commit() -> str:
     return rev + (" with uncommitted changes" if dirty.strip() else "")
 
 
-def report(results: list[tuple[Tally, float]], command: str) -> str:
+def report(results: list[tuple[Tally, float]], command: str, note: str | None = None) -> str:
     lines = ["# Fuzz campaigns", "",
              "Property-based fuzzers (hypothesis) of every interface that takes input from "
              "outside (emu/fuzz/, one module per target; the oracles in emu/fuzz/oracle.py). "
              "Each row: units tried (a case, as hypothesis draws it, holds one or more), then "
              "the findings of each oracle. The goal is zero in every column but the first.", "",
              f"Command: `{command}`  ", f"Code: {_commit()}, {time.strftime('%Y-%m-%d')}", "",
+             *([note, ""] if note else []),
              table([_row(t, w) for t, w in results]), "",
              "Targets:", ""]
     lines += [f"- `{t.target}`: {TARGETS[t.target].doc}" for t, _ in results]
@@ -112,48 +114,53 @@ def report(results: list[tuple[Tally, float]], command: str) -> str:
         lines += ["", "## Findings (first of each kind)", ""]
         for t, k in found:
             for what, case in t.examples[k]:
-                lines += [f"- `{t.target}` {k.value}: {what}", "",
-                          f"  input: `{case}`", ""]
+                shown = case if len(case) <= 400 else case[:395] + " ..."
+                lines += [f"- `{t.target}` {k.value}: {what}", "", f"  input: `{shown}`", ""]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", action="append", metavar="NAME",
-                    help=f"a target ({', '.join(TARGETS)}) or a group ({', '.join(GROUPS)}); "
+    ap.add_argument("--target", action="append", metavar="NAME[:COUNT]",
+                    help=f"a target ({', '.join(TARGETS)}) or a group ({', '.join(GROUPS)}), "
+                         "with its own count after a colon if it should differ from --count; "
                          "repeat for several (default: all)")
     ap.add_argument("--count", type=int, help="units per target (descriptors, frames, ...)")
     ap.add_argument("--budget", type=float, help="seconds per target")
     ap.add_argument("--seed", type=int, default=0, help="hypothesis seed of the first round")
     ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "fuzz.md"),
                     help="where the table goes ('-' for nowhere)")
+    ap.add_argument("--note", help="a paragraph to put above the table (what was run where)")
     args = ap.parse_args(argv)
-    names: list[str] = []
-    for t in args.target or ["all"]:
-        if t in GROUPS:
-            names += GROUPS[t]
-        elif t in TARGETS:
-            names.append(t)
-        else:
+    counts: dict[str, int | None] = {}
+    for spec in args.target or ["all"]:
+        t, _, n = spec.partition(":")
+        try:
+            count = int(n) if n else args.count
+        except ValueError:
+            ap.error(f"--target {spec}: the count after ':' must be an integer")
+        if t not in GROUPS and t not in TARGETS:
             ap.error(f"--target: no target or group {t!r} (targets: {', '.join(TARGETS)}; "
                      f"groups: {', '.join(GROUPS)})")
-    if args.count is None and args.budget is None:
-        ap.error("give --count, --budget or both")
-    if (args.count is not None and args.count < 1) or (args.budget is not None
-                                                       and not args.budget > 0):
-        ap.error("--count must be >= 1 and --budget > 0")
+        for name in GROUPS.get(t, [t]):
+            counts[name] = count
+    if args.budget is None and any(c is None for c in counts.values()):
+        ap.error("give --count (or a count per target), --budget or both")
+    if any(c is not None and c < 1 for c in counts.values()) or (
+            args.budget is not None and not args.budget > 0):
+        ap.error("counts must be >= 1 and --budget > 0")
     command = "python scripts/fuzz.py " + " ".join(shlex.quote(a) for a in
                                                    (argv if argv is not None else sys.argv[1:]))
     results = []
     print(" | ".join(HEAD))
-    for name in dict.fromkeys(names):
-        tally, wall = campaign(name, args.count, args.budget, args.seed)
+    for name, count in counts.items():
+        tally, wall = campaign(name, count, args.budget, args.seed)
         results.append((tally, wall))
         print(" | ".join(_row(tally, wall)), flush=True)
     if args.out != "-":
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(report(results, command))
+        Path(args.out).write_text(report(results, command, args.note))
         print(f"wrote {args.out}")
     return 0 if all(t.clean for t, _ in results) else 1
 
