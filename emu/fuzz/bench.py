@@ -18,7 +18,7 @@ from nelssa.driver import cxl, regs
 from nelssa.driver.device import MAX_OUTSTANDING, Device
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.emu.fuzz.device_ref import Caps, RefMemory
-from nelssa.emu.fuzz.oracle import Finding, Kind
+from nelssa.emu.fuzz.oracle import Finding, Kind, guarded
 from nelssa.hw.model.device import DeviceConfig, ModelDevice, SparseMemory
 
 TIMING_REGS = frozenset({"PERF_CYCLES_LO", "PERF_CYCLES_HI", "PERF_BUSY_LO", "PERF_BUSY_HI"})
@@ -253,3 +253,20 @@ class Bench:
                                                   f"model {model_lines}: "
                                                   f"{rtl_lines - model_lines} where the model "
                                                   "wrote nothing"))
+
+
+def on_fresh_bench(backend: str, wall_s: float,
+                   run: Callable[[Bench, list[Finding]], None]) -> list[Finding]:
+    """``run`` on fresh devices of ``backend``; its findings (empty when every oracle holds),
+    a failure to build the devices among them."""
+    findings: list[Finding] = []
+    bench = None
+    with guarded(findings, wall_s, "setup"):
+        bench = Bench(backend)
+    if bench is None:
+        return findings
+    try:
+        run(bench, findings)
+    finally:
+        bench.close()
+    return findings

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from nelssa.driver import cxl, regs
 from nelssa.driver.formats import LINE_BYTES
-from nelssa.emu.fuzz.bench import Bench
+from nelssa.emu.fuzz.bench import Bench, on_fresh_bench
 from nelssa.emu.fuzz.oracle import Finding, Kind, expect_equal, guarded
 from nelssa.emu.fuzz.values import address, uint
 
@@ -164,17 +164,7 @@ class CxlReference:
 
 
 def run_message_case(case: MessageCase, backend: str = "model") -> list[Finding]:
-    findings: list[Finding] = []
-    bench = None
-    with guarded(findings, WALL_S, "setup"):
-        bench = Bench(backend)
-    if bench is None:
-        return findings
-    try:
-        _run(bench, case, findings)
-    finally:
-        bench.close()
-    return findings
+    return on_fresh_bench(backend, WALL_S, lambda bench, found: _run(bench, case, found))
 
 
 def _collect(port, n: int) -> list[bytes]:

@@ -24,7 +24,7 @@ from nelssa.driver.formats import (
     DescStatus,
     cluster_bytes,
 )
-from nelssa.emu.fuzz.bench import Bench, outside_writes
+from nelssa.emu.fuzz.bench import Bench, on_fresh_bench, outside_writes
 from nelssa.emu.fuzz.device_ref import completion, expected_output, expected_status
 from nelssa.emu.fuzz.oracle import Finding, Kind, expect_equal, guarded
 from nelssa.emu.fuzz.values import address, uint
@@ -259,17 +259,7 @@ def setup_rings(bench: Bench) -> None:
 
 def run_descriptor_case(case: DescriptorCase, backend: str = "model") -> list[Finding]:
     """Run one input on a fresh device; its findings (empty when every oracle holds)."""
-    findings: list[Finding] = []
-    bench = None
-    with guarded(findings, WALL_S, "setup"):
-        bench = Bench(backend)
-    if bench is None:
-        return findings
-    try:
-        _run(bench, case, findings)
-    finally:
-        bench.close()
-    return findings
+    return on_fresh_bench(backend, WALL_S, lambda bench, found: _run(bench, case, found))
 
 
 def _run(bench: Bench, case: DescriptorCase, findings: list[Finding]) -> None:

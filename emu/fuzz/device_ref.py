@@ -25,7 +25,9 @@ _ENTRY = struct.Struct("<QH6x")
 
 
 class RefMemory:
-    """Device memory as a dict of 64-byte lines (absent lines read as zeros)."""
+    """Device memory as a dict of 64-byte lines (absent lines read as zeros). Written here
+    again, not borrowed from the model's SparseMemory: a reference shares no code with what it
+    judges."""
 
     def __init__(self) -> None:
         self.lines: dict[int, bytearray] = {}

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from nelssa.driver import regs
 from nelssa.driver.formats import DESC_BYTES
 from nelssa.emu.fuzz import descriptors as d
-from nelssa.emu.fuzz.bench import Bench, outside_writes
+from nelssa.emu.fuzz.bench import Bench, on_fresh_bench, outside_writes
 from nelssa.emu.fuzz.oracle import Finding, guarded
 from nelssa.emu.fuzz.values import address, uint
 
@@ -97,17 +97,7 @@ def _steps(lockstep: bool, n_desc: int, max_steps: int) -> st.SearchStrategy[lis
 
 
 def run_register_case(case: RegisterCase, backend: str = "model") -> list[Finding]:
-    findings: list[Finding] = []
-    bench = None
-    with guarded(findings, d.WALL_S, "setup"):
-        bench = Bench(backend)
-    if bench is None:
-        return findings
-    try:
-        _run(bench, case, findings)
-    finally:
-        bench.close()
-    return findings
+    return on_fresh_bench(backend, d.WALL_S, lambda bench, found: _run(bench, case, found))
 
 
 def _run(bench: Bench, case: RegisterCase, findings: list[Finding]) -> None:
