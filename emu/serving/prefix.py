@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress, count
 
@@ -113,11 +114,10 @@ class BlockKeys:
 
     __getitem__ = at
 
-    def spans(self, first: int, last: int) -> list[tuple[int, int, int]]:
+    def spans(self, first: int, last: int) -> Iterator[tuple[int, int, int]]:
         """Blocks ``first`` .. ``last - 1`` as pieces ``(group, p0, p1)`` of one group each,
-        in order."""
+        in order (made as they are asked for)."""
         per, ns = self.per, self.nshared
-        out = []
         k = first
         while k < last:
             g = k // per
@@ -131,9 +131,8 @@ class BlockKeys:
             else:
                 gk = self.own - g
             p = k - g * per
-            out.append((gk, p, p + end - k))
+            yield gk, p, p + end - k
             k = end
-        return out
 
 
 class BlockPool:
@@ -183,29 +182,16 @@ class BlockPool:
         """``hits``, and how many of them are free (vLLM's evictable count: a hit takes them
         out of the free queue, so the admission gate counts them)."""
         get = self.cached.get
-        per, ns, chain, own = keys.per, keys.nshared, keys.chain, keys.own
         out: list[int] = []
-        k = 0
-        while k < max_blocks:  # a group at a time: hits stop at the first miss
-            g = k // per
-            end = (g + 1) * per
-            if end > max_blocks:
-                end = max_blocks
-            if k < ns:
-                if end > ns:
-                    end = ns
-                slots = get(chain[g])
-            else:
-                slots = get(own - g)
+        for gk, p0, p1 in keys.spans(0, max_blocks):  # hits stop at the first miss
+            slots = get(gk)
             if slots is None:
                 break
-            p = k - g * per
-            part = slots[p:p + end - k]
+            part = slots[p0:p1]
             if None in part:
                 out += part[:part.index(None)]
                 break
             out += part
-            k = end
         if self.dups:
             out = [b[0] if b.__class__ is list else b for b in out]
         return out, sum(map(self.evictable.__contains__, out))
