@@ -11,6 +11,7 @@ same number of lines written (the DPI store counts them) and the same bits in ea
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -172,6 +173,15 @@ _RTL_PORT: list = []
 """The Verilated device of this process (one at a time: its memory is the process's)."""
 
 
+@functools.cache
+def build_rtl() -> None:
+    """Build (or find) the Verilated device once per process, outside any input's time
+    bound: a first build takes minutes."""
+    from nelssa.hw.sim.device import build_library
+
+    build_library()
+
+
 def rtl_port():
     """A fresh Verilated device out of reset (the library is built once and cached)."""
     from nelssa.hw.sim.device import RtlDevice
@@ -259,6 +269,8 @@ def on_fresh_bench(backend: str, wall_s: float,
                    run: Callable[[Bench, list[Finding]], None]) -> list[Finding]:
     """``run`` on fresh devices of ``backend``; its findings (empty when every oracle holds),
     a failure to build the devices among them."""
+    if backend == "rtl":
+        build_rtl()
     findings: list[Finding] = []
     bench = None
     with guarded(findings, wall_s, "setup"):
