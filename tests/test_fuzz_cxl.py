@@ -18,6 +18,14 @@ def _quiet():
         yield
 
 
+@pytest.fixture(scope="module")
+def rtl_built():
+    """The Verilated device built before the first input (its deadline is not a build's)."""
+    from nelssa.emu.fuzz.bench import build_rtl
+
+    build_rtl()
+
+
 @short_settings(100)
 @given(cxl_mem.message_cases())
 def test_port_messages_on_model(case: cxl_mem.MessageCase) -> None:
@@ -29,7 +37,7 @@ def test_port_messages_on_model(case: cxl_mem.MessageCase) -> None:
 @short_settings(40, deadline_s=300)
 @given(cxl_mem.message_cases(max_messages=12))
 def test_port_messages_on_rtl_match_the_reference_and_the_model(
-        case: cxl_mem.MessageCase) -> None:
+        rtl_built, case: cxl_mem.MessageCase) -> None:
     findings = cxl_mem.run_message_case(case, "rtl")
     assert not findings, explain(findings)
 

@@ -19,6 +19,14 @@ def _quiet():
         yield
 
 
+@pytest.fixture(scope="module")
+def rtl_built():
+    """The Verilated device built before the first input (its deadline is not a build's)."""
+    from nelssa.emu.fuzz.bench import build_rtl
+
+    build_rtl()
+
+
 @short_settings(60)
 @given(descriptors.descriptor_cases())
 def test_descriptors_past_the_driver_on_model(case: descriptors.DescriptorCase) -> None:
@@ -37,7 +45,7 @@ def test_register_sequences_on_model(case: registers.RegisterCase) -> None:
 @short_settings(30, deadline_s=300)
 @given(descriptors.descriptor_cases(max_descriptors=4))
 def test_descriptors_on_rtl_match_the_reference_and_the_model(
-        case: descriptors.DescriptorCase) -> None:
+        rtl_built, case: descriptors.DescriptorCase) -> None:
     findings = descriptors.run_descriptor_case(case, "rtl")
     assert not findings, explain(findings)
 
@@ -46,7 +54,7 @@ def test_descriptors_on_rtl_match_the_reference_and_the_model(
 @short_settings(20, deadline_s=300)
 @given(registers.register_cases(lockstep=True, max_steps=12))
 def test_register_sequences_on_rtl_in_lockstep_with_the_model(
-        case: registers.RegisterCase) -> None:
+        rtl_built, case: registers.RegisterCase) -> None:
     findings = registers.run_register_case(case, "rtl")
     assert not findings, explain(findings)
 
@@ -67,7 +75,7 @@ def test_the_case_is_clean_on_the_model() -> None:
 
 
 @pytest.mark.rtl
-def test_a_line_only_the_rtl_wrote_is_caught() -> None:
+def test_a_line_only_the_rtl_wrote_is_caught(rtl_built) -> None:
     """On ``rtl`` the memory cannot be listed: the DPI store's line count against the model's
     is what finds a stray write."""
     from nelssa.emu.fuzz.bench import Bench
