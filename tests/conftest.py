@@ -3,6 +3,8 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "rtl"))
 
 
@@ -17,3 +19,21 @@ def pytest_collection_modifyitems(session, config, items):
     a long file last while the other worker idles."""
     rtl_files = {item.path for item in items if item.get_closest_marker("rtl") is not None}
     items.sort(key=lambda item: item.path not in rtl_files)  # stable: keeps the order within
+
+
+@pytest.fixture
+def fuzz_quiet():
+    """A fuzz test's inputs without the log lines every refused input writes."""
+    from nelssa.emu.fuzz.targets import quiet
+
+    with quiet():
+        yield
+
+
+@pytest.fixture(scope="module")
+def rtl_built():
+    """The Verilated device built before a fuzzer's first input (its deadline is not a
+    build's)."""
+    from nelssa.emu.fuzz.bench import build_rtl
+
+    build_rtl()

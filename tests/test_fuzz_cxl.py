@@ -9,21 +9,9 @@ from hypothesis import given
 from nelssa.driver import cxl
 from nelssa.emu.fuzz import cxl_mem
 from nelssa.emu.fuzz.oracle import Kind, explain
-from nelssa.emu.fuzz.targets import quiet, short_settings
+from nelssa.emu.fuzz.targets import short_settings
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with quiet():
-        yield
-
-
-@pytest.fixture(scope="module")
-def rtl_built():
-    """The Verilated device built before the first input (its deadline is not a build's)."""
-    from nelssa.emu.fuzz.bench import build_rtl
-
-    build_rtl()
+pytestmark = pytest.mark.usefixtures("fuzz_quiet")
 
 
 @short_settings(100)
