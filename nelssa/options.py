@@ -54,6 +54,7 @@ def int_range(lo: int, hi: int) -> Callable[[str], int | float]:
 POSITIVE_INT = number(Num("a positive integer", integer=True, lo=1, most=(1 << 31) - 1))
 SEED = number(Num("an integer >= 0", integer=True, lo=0, most=(1 << 63) - 1))
 SHARE = number(Num("in (0, 1]", lo=0, lo_open=True, hi=1))
+PROBABILITY = number(Num("in [0, 1]", lo=0, hi=1))
 POSITIVE_FLOAT = number(Num("a finite number > 0", lo=0, lo_open=True))
 SECONDS = number(Num("a finite number of seconds > 0", lo=0, lo_open=True, most=1e6))
 DEVICES = int_range(1, 1024)

@@ -22,6 +22,7 @@ from hypothesis import given, seed
 
 from nelssa.emu.fuzz.oracle import Kind, Tally
 from nelssa.emu.fuzz.targets import TARGETS, campaign_settings, quiet
+from nelssa.options import POSITIVE_INT, SECONDS, SEED, Parser
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = {
@@ -120,15 +121,16 @@ def report(results: list[tuple[Tally, float]], command: str, note: str | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = Parser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", action="append", metavar="NAME[:COUNT]",
                     help=f"a target ({', '.join(TARGETS)}) or a group ({', '.join(GROUPS)}), "
                          "with its own count after a colon if it should differ from --count; "
                          "repeat for several (default: all)")
-    ap.add_argument("--count", type=int, help="units per target (descriptors, frames, ...)")
-    ap.add_argument("--budget", type=float, help="seconds per target")
-    ap.add_argument("--seed", type=int, default=0, help="hypothesis seed of the first round")
+    ap.add_argument("--count", type=POSITIVE_INT,
+                    help="units per target (descriptors, frames, ...)")
+    ap.add_argument("--budget", type=SECONDS, help="seconds per target")
+    ap.add_argument("--seed", type=SEED, default=0, help="hypothesis seed of the first round")
     ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "fuzz.md"),
                     help="where the table goes ('-' for nowhere)")
     ap.add_argument("--note", help="a paragraph to put above the table (what was run where)")
@@ -147,9 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             counts[name] = count
     if args.budget is None and any(c is None for c in counts.values()):
         ap.error("give --count (or a count per target), --budget or both")
-    if any(c is not None and c < 1 for c in counts.values()) or (
-            args.budget is not None and not args.budget > 0):
-        ap.error("counts must be >= 1 and --budget > 0")
+    if any(c is not None and c < 1 for c in counts.values()):
+        ap.error("--target: a count after ':' must be >= 1")
     command = "python scripts/fuzz.py " + " ".join(shlex.quote(a) for a in
                                                    (argv if argv is not None else sys.argv[1:]))
     results = []

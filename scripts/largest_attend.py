@@ -14,7 +14,6 @@ time, and the largest error against a float64 reference.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import re
@@ -31,6 +30,7 @@ from nelssa.emu.launcher import NodeLauncher
 from nelssa.host.pnm_node.client import NodeClient
 from nelssa.hw.model.fp import as_f32, bf16_to_f32_bits, f32_to_bf16_bits
 from nelssa.hw.model.reference import attend_f64
+from nelssa.options import SECONDS, SEED, Parser, int_range
 
 HEADS, QHEADS, HEAD_DIM, CLUSTER = 2, 8, 128, 64
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results" / "largest_attend.md"
@@ -80,19 +80,15 @@ def _write_row(backend: str, row: str, ids: int) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=["model", "rtl"], default="model")
-    ap.add_argument("--clusters", type=int, default=MAX_IDS,
+    ap.add_argument("--clusters", type=int_range(1, MAX_IDS), default=MAX_IDS,
                     help=f"selected clusters per KV head (1..{MAX_IDS}; the table is written "
                          "only for the largest)")
-    ap.add_argument("--device-timeout", type=float, default=30.0,
+    ap.add_argument("--device-timeout", type=SECONDS, default=30.0,
                     help="the node's device timeout, s (its default)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0)
     args = ap.parse_args()
-    if not 1 <= args.clusters <= MAX_IDS:
-        ap.error(f"--clusters must be in 1..{MAX_IDS}, got {args.clusters}")
-    if not 0 < args.device_timeout < float("inf"):
-        ap.error(f"--device-timeout must be > 0, got {args.device_timeout}")
     rng = np.random.default_rng(args.seed)
     n = args.clusters
     with tempfile.TemporaryDirectory(prefix="nelssa-largest-") as tmp:

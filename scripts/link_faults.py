@@ -358,20 +358,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from nelssa.options import PID, POSITIVE_INT, PROBABILITY, Parser, int_range
+
+    parser = Parser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd")
     dev = sub.add_parser("device", help="(internal) serve a model device")
     dev.add_argument("--endpoint", required=True)
-    dev.add_argument("--parent-pid", type=int)
+    dev.add_argument("--parent-pid", type=PID)
     node = sub.add_parser("node", help="(internal) a node attached to devices")
     node.add_argument("--endpoint", required=True)
     node.add_argument("--attach", action="append", required=True)
     node.add_argument("--cxl-faults", help="LinkFaults fields as JSON, for every CXL link")
-    parser.add_argument("--steps", type=int, default=1000, help="decode steps (>= 1)")
-    parser.add_argument("--devices", type=int, default=2, help="model devices (1..32)")
-    parser.add_argument("--roce-rate", type=float, default=0.02,
+    parser.add_argument("--steps", type=POSITIVE_INT, default=1000, help="decode steps (>= 1)")
+    parser.add_argument("--devices", type=int_range(1, 32), default=2,
+                        help="model devices (1..32)")
+    parser.add_argument("--roce-rate", type=PROBABILITY, default=0.02,
                         help="probability of each fault kind per RoCE frame")
-    parser.add_argument("--cxl-rate", type=float, default=0.005,
+    parser.add_argument("--cxl-rate", type=PROBABILITY, default=0.005,
                         help="probability of each fault kind per CXL frame")
     parser.add_argument("--write", help="write the table (markdown) here")
     parser.add_argument("--json", action="store_true", help="also print every counter")
@@ -381,11 +384,6 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_device(args)
     if args.cmd == "node":
         return cmd_node(args)
-    if args.steps < 1 or not 1 <= args.devices <= 32:
-        parser.error("--steps must be >= 1 and --devices in 1..32")
-    for name in ("roce_rate", "cxl_rate"):
-        if not 0 <= getattr(args, name) <= 1:
-            parser.error(f"--{name.replace('_', '-')} must be in [0, 1]")
     return cmd_run(args)
 
 

@@ -22,7 +22,6 @@ memory at the end is within ``--rss-slack-mib`` of its level after the first qua
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -37,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from nelssa.options import POSITIVE_FLOAT, POSITIVE_INT, PROBABILITY, SECONDS, Parser, int_range
 
 HEAD_DIM, GROUP, KV_HEADS, CLUSTERS, SELECTED = 128, 4, 2, 24, 8
 BAD_KINDS = ("foreign session", "malformed", "over a limit")
@@ -354,35 +355,24 @@ def report(r: dict, command: str, slack_mib: float) -> tuple[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--devices", type=int, default=2, help="device processes of the node")
-    ap.add_argument("--clients", type=int, default=4, help="client processes")
-    ap.add_argument("--seconds", type=float, default=30.0, help="length of the soak")
-    ap.add_argument("--factor", type=float, default=10.0,
+    ap = Parser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--devices", type=int_range(1, 32), default=2,
+                    help="device processes of the node (1..32)")
+    ap.add_argument("--clients", type=POSITIVE_INT, default=4, help="client processes")
+    ap.add_argument("--seconds", type=SECONDS, default=30.0, help="length of the soak")
+    ap.add_argument("--factor", type=POSITIVE_FLOAT, default=10.0,
                     help="offered load as a multiple of the sustainable rate")
-    ap.add_argument("--measure-s", type=float, default=5.0,
+    ap.add_argument("--measure-s", type=SECONDS, default=5.0,
                     help="seconds spent measuring the sustainable rate")
-    ap.add_argument("--window", type=int, default=16,
+    ap.add_argument("--window", type=POSITIVE_INT, default=16,
                     help="requests in flight while measuring the sustainable rate")
-    ap.add_argument("--bad", type=float, default=0.1,
-                    help="share of requests the node must refuse")
-    ap.add_argument("--rss-slack-mib", type=float, default=32.0,
+    ap.add_argument("--bad", type=PROBABILITY, default=0.1,
+                    help="share of requests the node must refuse, in [0, 1]")
+    ap.add_argument("--rss-slack-mib", type=POSITIVE_FLOAT, default=32.0,
                     help="allowed growth of the node's memory from the first quarter to the end")
     ap.add_argument("--out", default="docs/results/soak.md", help="the Markdown page")
     ap.add_argument("--json", help="also write the raw figures here")
     args = ap.parse_args(argv)
-    checks = [(name, getattr(args, name) >= 1) for name in ("devices", "clients", "window")]
-    checks += [(name, 0 < getattr(args, name) < float("inf"))
-               for name in ("seconds", "factor", "measure_s", "rss_slack_mib")]
-    checks.append(("bad", 0 <= args.bad <= 1))
-    for name, good in checks:
-        if not good:
-            print(f"error: --{name.replace('_', '-')} = {getattr(args, name)} is out of range",
-                  file=sys.stderr)
-            return 2
-    if args.devices > 32:
-        print(f"error: --devices = {args.devices}: a node has at most 32", file=sys.stderr)
-        return 2
     for opt in ("out", "json"):
         path = getattr(args, opt)
         if path and not Path(path).resolve().parent.is_dir():
