@@ -57,7 +57,7 @@ lint-rtl: venv
 	$(VPY) scripts/lint_rtl.py
 
 gen-check: venv
-	$(VPY) -m nelssa.driver.svgen --check
+	$(VPY) -m nelssa.gen --check
 
 synth: venv
 	$(VPY) scripts/synth_units.py

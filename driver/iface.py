@@ -13,7 +13,7 @@ from nelssa.driver import regs
 @cache
 def interface_digest() -> str:
     """SHA-256 (64 hex digits) of this software's device interface."""
-    from nelssa.driver.svgen import dev_pkg_digest
+    from nelssa.driver.iface_sv import dev_pkg_digest
 
     return dev_pkg_digest()
 

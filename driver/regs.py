@@ -1,5 +1,5 @@
 """Register map of a PNM device: the one source of truth. The SV package
-``rtl/top/nelssa_dev_pkg.sv`` is generated from it (``python -m nelssa.driver.svgen``), the model
+``rtl/top/nelssa_dev_pkg.sv`` is generated from it (``python -m nelssa.gen``), the model
 device and the driver read it, and ``tests/test_generated.py`` fails when they drift.
 
 32-bit registers in a 4 KB window (CXL.io MMIO beside the CXL.mem HDM window). 64-bit values

@@ -1,7 +1,7 @@
 """Status codes an attention engine reports when a command ends.
 
 One source of truth: the SV package ``rtl/core/nelssa_engine_pkg.sv`` is generated from these
-definitions (``python -m nelssa.driver.svgen``), and a test fails when the two drift.
+definitions (``python -m nelssa.gen``), and a test fails when the two drift.
 """
 
 from __future__ import annotations

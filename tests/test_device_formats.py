@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from construct import ConstError, EnumIntegerString, StreamError
 
-from nelssa.driver import cxl, formats, regs, svgen
+from nelssa import gen
+from nelssa.driver import cxl, formats, regs
 
 
 def test_mem_rd_bytes():
@@ -125,7 +126,7 @@ def test_register_map():
 
 
 def test_sv_package_carries_the_map():
-    text = svgen.DEV_PKG_PATH.read_text()
+    text = gen.DEV_PKG_PATH.read_text()
     for r in regs.REGISTERS:
         assert f"REG_{r.name} = 12'h{r.offset:03X};" in text
     for s in formats.DescStatus:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from nelssa.driver import svgen
+from nelssa import gen
 from nelssa.driver.status import AttnStatus
 from nelssa.hw.model import fp_tables
 
 
 def test_generated_sv_is_current():
-    for path, text in svgen.outputs().items():
-        assert path.read_text() == text, f"{path.name} is stale: run python -m nelssa.driver.svgen"
+    for path, text in gen.outputs().items():
+        assert path.read_text() == text, f"{path.name} is stale: run python -m nelssa.gen"
 
 
 def test_status_codes_in_sv_package():
-    text = svgen.ENGINE_PKG_PATH.read_text()
+    text = gen.ENGINE_PKG_PATH.read_text()
     for s in AttnStatus:
         assert f"STATUS_{s.name} = 4'd{s.value}" in text
 
