@@ -56,6 +56,13 @@ UNMAPPED_VALUE = 0xFFFF_FFFF
 REG_WINDOW_BYTES = 4096
 RING_MAX_ENTRIES = 65536
 """Most entries of a submission or completion ring."""
+CAPS_MAX_ENGINES = 0xF
+"""Most attention engines CAPS can report (its [3:0] field): the model device and a board's
+manifest take 1..this; the RTL device takes fewer (``nelssa.hw.sim.device.RTL_MAX_UNITS``)."""
+CAPS_MAX_QHEADS = 16
+"""Most query heads per descriptor CAPS can report ([7:4] holds the count less one)."""
+CAPS_MAX_CLUSTER_TOKENS = 0xFF
+"""Most tokens per cluster CAPS can report ([23:16])."""
 
 REGISTERS: tuple[Register, ...] = (
     Register("MAGIC", 0x000, Access.RO, DEVICE_MAGIC, "'NELS'"),
@@ -160,15 +167,17 @@ def ring_problem(values: Mapping[str, int], mem_bytes: int) -> str | None:
 def pack_caps(engines: int, max_qheads: int, head_dims: tuple[int, ...],
               max_cluster_tokens: int) -> int:
     """The CAPS value of a device."""
-    return ((engines & 0xF) | ((max_qheads - 1) & 0xF) << 4 | int(64 in head_dims) << 8
-            | int(128 in head_dims) << 9 | (max_cluster_tokens & 0xFF) << 16)
+    return ((engines & CAPS_MAX_ENGINES) | ((max_qheads - 1) & (CAPS_MAX_QHEADS - 1)) << 4
+            | int(64 in head_dims) << 8 | int(128 in head_dims) << 9
+            | (max_cluster_tokens & CAPS_MAX_CLUSTER_TOKENS) << 16)
 
 
 def unpack_caps(value: int) -> dict[str, object]:
     """Inverse of :func:`pack_caps`."""
     dims = tuple(d for d, bit in ((64, 8), (128, 9)) if value >> bit & 1)
-    return {"engines": value & 0xF, "max_qheads": (value >> 4 & 0xF) + 1, "head_dims": dims,
-            "max_cluster_tokens": value >> 16 & 0xFF}
+    return {"engines": value & CAPS_MAX_ENGINES,
+            "max_qheads": (value >> 4 & (CAPS_MAX_QHEADS - 1)) + 1, "head_dims": dims,
+            "max_cluster_tokens": value >> 16 & CAPS_MAX_CLUSTER_TOKENS}
 
 
 def _check_map() -> None:

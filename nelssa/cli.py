@@ -16,7 +16,17 @@ from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_bind, check_node_args
 from nelssa.cli_serving import add_serving_parser
 from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
-from nelssa.options import PID, SEED, Parser, UsageError, endpoint, input_file, int_range
+from nelssa.options import (
+    PID,
+    SEED,
+    Parser,
+    UsageError,
+    add_engines,
+    check_rtl_engines,
+    endpoint,
+    input_file,
+    int_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -210,8 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     add_board_args(serve, several=False)
     serve.add_argument("--endpoint", type=endpoint, default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
-    serve.add_argument("--engines", type=int_range(1, 15), default=2,
-                       help="attention engines (1..15; rtl: 1..6)")
+    add_engines(serve)
     serve.add_argument("--preset", default="ddr5-6400", choices=sorted(DDR5_PRESETS),
                        help="DDR5 timing preset")
     serve.add_argument("--parent-pid", type=PID,
@@ -245,9 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "device" and args.device_command == "demo" \
             and args.selected > args.clusters:
         parser.error(f"--selected must be in 1..{args.clusters}, got {args.selected}")
-    if args.command == "device" and args.device_command == "serve" and args.backend == "rtl" \
-            and args.engines > 6:
-        parser.error(f"argument --engines: the rtl device takes 1..6, got {args.engines}")
+    if args.command == "device" and args.device_command == "serve" and args.backend == "rtl":
+        check_rtl_engines(parser, args.engines)
     try:
         return args.func(args)
     except UsageError as e:

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from nelssa.emu.latency.fields import Num
-from nelssa.options import input_file, int_range, number, output_dir, output_file
+from nelssa.options import add_engines, input_file, int_range, number, output_dir, output_file
 
 log = logging.getLogger(__name__)
 BYTES = number(Num("a positive integer", integer=True, lo=1, most=1 << 64))
@@ -149,7 +149,7 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     man.add_argument("--board", required=True)
     man.add_argument("--part", required=True)
     man.add_argument("--build-id", required=True, help="32-bit id, also the BUILD_ID parameter")
-    man.add_argument("--engines", type=int_range(1, 15), default=2)
+    add_engines(man, "attention engines of the bitstream", rtl=False)
     man.add_argument("--mem-bytes", type=BYTES, default=1 << 36)
     man.add_argument("--clock-hz", type=HERTZ, default=300_000_000)
     man.add_argument("--vendor", default="0x10ee")
@@ -165,5 +165,5 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     fake.add_argument("folder", type=output_dir,
                       help="where the boards' folders go (FOLDER/board0, ...)")
     fake.add_argument("--boards", type=int_range(1, 32), default=1, help="1..32")
-    fake.add_argument("--engines", type=int_range(1, 15), default=2, help="1..15")
+    add_engines(fake, "attention engines of each fake board's model device", rtl=False)
     fake.set_defaults(func=cmd_fpga_fake)

@@ -17,6 +17,8 @@ from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.options import (
     SECONDS,
     UsageError,
+    add_engines,
+    check_rtl_engines,
     endpoint,
     input_dir,
     input_file,
@@ -245,8 +247,7 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
                     help="device processes to start (1..32)")
     up.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
     add_board_args(up, several=True)
-    up.add_argument("--engines", type=int_range(1, 15), default=2,
-                    help="attention engines per device (1..15; rtl: 1..6)")
+    add_engines(up)
     up.add_argument("--preset", default="ddr5-6400", choices=sorted(DDR5_PRESETS),
                     help="DDR5 timing preset")
     up.add_argument("--link", default="roce-400g", choices=LINKS,
@@ -291,8 +292,8 @@ def check_node_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error(f"--attach given {len(args.attach)} times; a node has at most 32")
         if args.curve_clients and not args.curve_secret:
             parser.error("--curve-clients needs --curve-secret")
-        if args.backend == "rtl" and not args.attach and args.engines > 6:
-            parser.error(f"argument --engines: the rtl device takes 1..6, got {args.engines}")
+        if args.backend == "rtl" and not args.attach:
+            check_rtl_engines(parser, args.engines)
         if args.backend == "fpga" and not args.attach and not args.bar:
             parser.error("--backend fpga needs --bar BOARD for each board (a PCI device "
                          "folder, or a fake board from `nelssa fpga fake`)")

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from nelssa.driver.regs import CAPS_MAX_ENGINES
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.serving.workload import ARRIVAL_S, BURST_COUNT, TOKENS
+from nelssa.hw.sim.device import RTL_MAX_UNITS
 
 IPC_PATH_BYTES = 107
 """Longest socket path Linux takes (sun_path less its terminating NUL)."""
@@ -60,6 +62,22 @@ SECONDS = number(Num("a finite number of seconds > 0", lo=0, lo_open=True, most=
 DEVICES = int_range(1, 1024)
 """PNM devices of the latency model and the serving replay (a node has at most 32)."""
 PID = number(Num("a positive integer", integer=True, lo=1, most=(1 << 22)))
+ENGINES = int_range(1, CAPS_MAX_ENGINES)
+"""Attention engines of one device: what CAPS can report (the model device, a board)."""
+
+
+def add_engines(parser: argparse.ArgumentParser, what: str = "attention engines per device",
+                rtl: bool = True) -> None:
+    """``--engines``, its limits from the register map and (``rtl``) the RTL device."""
+    limits = f"1..{CAPS_MAX_ENGINES}" + (f"; rtl: 1..{RTL_MAX_UNITS}" if rtl else "")
+    parser.add_argument("--engines", type=ENGINES, default=2, help=f"{what} ({limits})")
+
+
+def check_rtl_engines(parser: argparse.ArgumentParser, engines: int) -> None:
+    """Refuse more engines than the RTL device is built with."""
+    if engines > RTL_MAX_UNITS:
+        parser.error(f"argument --engines: the rtl device takes 1..{RTL_MAX_UNITS}, got "
+                     f"{engines}")
 
 
 def _reason(p: Path) -> str | None:

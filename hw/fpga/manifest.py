@@ -136,10 +136,11 @@ class Manifest:
             raise ManifestError(f"{source}: field 'device.head_dims' must be a non-empty list "
                                 f"of integers, got {dims!r}")
         device = DeviceParams(
-            engines=f.get("device.engines", int, lo=1, hi=15),
-            max_qheads=f.get("device.max_qheads", int, lo=1, hi=16),
+            engines=f.get("device.engines", int, lo=1, hi=regs.CAPS_MAX_ENGINES),
+            max_qheads=f.get("device.max_qheads", int, lo=1, hi=regs.CAPS_MAX_QHEADS),
             head_dims=tuple(dims),
-            max_cluster_tokens=f.get("device.max_cluster_tokens", int, lo=1, hi=255),
+            max_cluster_tokens=f.get("device.max_cluster_tokens", int, lo=1,
+                                     hi=regs.CAPS_MAX_CLUSTER_TOKENS),
             mem_bytes=f.get("device.mem_bytes", int, lo=regs.REG_WINDOW_BYTES, hi=(1 << 64) - 1),
             clock_hz=f.get("device.clock_hz", int, lo=1_000_000, hi=2_000_000_000))
         digest = f.get("interface.sha256", str)

@@ -53,8 +53,8 @@ class DeviceConfig:
     """What the BUILD_ID register reads (a bitstream's build id; 0 in simulation)."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.engines <= 15:
-            raise ValueError(f"engines must be 1..15, got {self.engines}")
+        if not 1 <= self.engines <= regs.CAPS_MAX_ENGINES:
+            raise ValueError(f"engines must be 1..{regs.CAPS_MAX_ENGINES}, got {self.engines}")
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if not 0 <= self.build_id <= 0xFFFF_FFFF:

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 HARNESS_CPP = Path(__file__).resolve().parent / "device_harness.cpp"
 MAX_MESSAGE = 128
+RTL_MAX_UNITS = 6
+"""Most attention units the RTL device is built with: it uses NumUnits + 2 of the memory front
+end's 8 ports (rtl/top/nelssa_device.sv checks NumUnits)."""
 
 
 def build_library(preset: str = "ddr5-6400", units: int = 2, waves: bool = False) -> Path:
@@ -34,8 +37,8 @@ def build_library(preset: str = "ddr5-6400", units: int = 2, waves: bool = False
     waveform support (FST when the lz4 headers are installed, VCD otherwise)."""
     if preset not in PRESETS:
         raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    if not 1 <= units <= 6:
-        raise ValueError(f"units must be 1..6, got {units}")
+    if not 1 <= units <= RTL_MAX_UNITS:
+        raise ValueError(f"units must be 1..{RTL_MAX_UNITS}, got {units}")
     trace: list[str] = []
     if waves:
         fst = fst_available()
