@@ -1,5 +1,5 @@
 """Output aggregator: partial attention results of one query head, computed over disjoint sets
-of clusters (on different devices), merged by their log-sum-exp (online softmax, paper 6.2)."""
+of clusters (on different devices), merged by their log-sum-exp (``emu/policy/merge.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+
+from nelssa.emu.policy.merge import merge_np
 
 F32 = npt.NDArray[np.float32]
 
@@ -18,10 +20,6 @@ def merge_partials(parts: Sequence[tuple[F32, F32]]) -> tuple[F32, F32]:
         raise ValueError("nothing to merge")
     if len(parts) == 1:
         return parts[0]
-    lse = np.stack([p[1] for p in parts]).astype(np.float64)  # (parts, heads)
-    o = np.stack([p[0] for p in parts]).astype(np.float64)  # (parts, heads, head_dim)
-    top = lse.max(axis=0)
-    w = np.exp(lse - top)
-    total = w.sum(axis=0)
-    merged = (w[:, :, None] * o).sum(axis=0) / total[:, None]
-    return merged.astype(np.float32), (top + np.log(total)).astype(np.float32)
+    o, lse = merge_np(np.stack([p[0] for p in parts]).astype(np.float64),
+                      np.stack([p[1] for p in parts]).astype(np.float64))
+    return o.astype(np.float32), lse.astype(np.float32)

@@ -1,0 +1,12 @@
+"""The policy core (DESIGN.md layer 4): the decisions of paper 4.1-4.3, pure Python over the
+hardware description, made here once for the co-simulation (``host/gpu``) and the serving
+emulator (``emu/serving``):
+
+- ``states``: tiers, request states, transfers and why a long request stays on the GPU;
+- ``router``: split-batch routing by T_input, the latency model's crossover (paper 4.1);
+- ``migration``: when a GPU-tier request that has grown past T_input moves to the PNM tier,
+  and which one (paper 4.3);
+- ``capacity``: the GPU's KV blocks, vLLM-like (admission, growth, preemption victims), and
+  what a PNM-tier request keeps on the GPU;
+- ``merge``: the log-sum-exp merge of partial attention results (paper 4.2, 6.2).
+"""
