@@ -16,6 +16,7 @@ from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_bind, check_node_args
 from nelssa.cli_serving import add_serving_parser
 from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
+from nelssa.hw.model.device import SIM_CLOCK_HZ
 from nelssa.options import (
     PID,
     SEED,
@@ -31,74 +32,46 @@ from nelssa.options import (
 log = logging.getLogger(__name__)
 
 
-def _bf16_normal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    from nelssa.hw.model.fp import f32_to_bf16_bits
-
-    return f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     """One attention command through the RTL engine and the bit-exact model."""
-    from nelssa.hw.model import fp
-    from nelssa.hw.model.engine import EngineParams, attend
-    from nelssa.hw.model.reference import attend_f64
+    from nelssa.hw.model.engine import EngineParams
+    from nelssa.hw.sim.demo import LSE_BOUND, O_BOUND, engine_demo
     from nelssa.hw.sim.engine import RtlEngine
 
-    params = EngineParams()
-    rng = np.random.default_rng(args.seed)
-    lens = [args.cluster_tokens] * args.clusters
-    q = _bf16_normal(rng, (args.qheads, args.head_dim))
-    keys = [_bf16_normal(rng, (n, args.head_dim)) for n in lens]
-    values = [_bf16_normal(rng, (n, args.head_dim)) for n in lens]
-    scale = 1.0 / np.sqrt(args.head_dim)
-
+    tokens = args.cluster_tokens * args.clusters
     print(f"NELSSA attention engine demo: {args.qheads} query heads x head_dim {args.head_dim}, "
-          f"{args.clusters} clusters x {args.cluster_tokens} tokens = {sum(lens)} tokens, "
+          f"{args.clusters} clusters x {args.cluster_tokens} tokens = {tokens} tokens, "
           f"scale 1/sqrt({args.head_dim}), seed {args.seed}")
     print("building the Verilated engine (cached after the first run) ...", flush=True)
     t0 = time.perf_counter()
-    engine = RtlEngine(params)
+    engine = RtlEngine(EngineParams())
     print(f"  ready in {time.perf_counter() - t0:.1f} s: {engine.exe}")
-
-    t0 = time.perf_counter()
-    rtl = engine.attend(q, keys, values, scale)
-    rtl_wall = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    model = attend(params, q, keys, values, scale)
-    model_wall = time.perf_counter() - t0
-    o64, lse64 = attend_f64(q, keys, values, np.float32(scale))
-
-    if rtl.result.status.name != "OK":
-        print(f"RTL engine reported {rtl.result.status.name}")
+    d = engine_demo(engine, args.head_dim, args.qheads, args.clusters, args.cluster_tokens,
+                    args.seed)
+    if d.status != "OK":
+        print(f"RTL engine reported {d.status}")
         return 1
-    same_o = np.array_equal(rtl.result.o, model.o)
-    same_lse = np.array_equal(rtl.result.lse, model.lse)
-    vmax = max(float(np.abs(fp.as_f32(fp.bf16_to_f32_bits(v))).max()) for v in values)
-    o_err = float(np.abs(fp.as_f32(rtl.result.o).astype(np.float64) - o64).max())
-    lse_err = float(np.abs(fp.as_f32(rtl.result.lse).astype(np.float64) - lse64).max())
-
     print("\nresults (query head 0, first 6 elements of O):")
     np.set_printoptions(precision=7, suppress=False, linewidth=110)
-    print(f"  RTL    O = {fp.as_f32(rtl.result.o[0, :6])}")
-    print(f"  model  O = {fp.as_f32(model.o[0, :6])}")
-    print(f"  fp64   O = {o64[0, :6]}")
-    print(f"  RTL    LSE = {fp.as_f32(rtl.result.lse)}")
-    print(f"  model  LSE = {fp.as_f32(model.lse)}")
-    print(f"  fp64   LSE = {lse64}")
+    print(f"  RTL    O = {d.rtl_o[0, :6]}")
+    print(f"  model  O = {d.model_o[0, :6]}")
+    print(f"  fp64   O = {d.o64[0, :6]}")
+    print(f"  RTL    LSE = {d.rtl_lse}")
+    print(f"  model  LSE = {d.model_lse}")
+    print(f"  fp64   LSE = {d.lse64}")
     print("\nagreement:")
-    print(f"  RTL vs model: O {'bit-identical' if same_o else 'DIFFERENT'} "
-          f"({rtl.result.o.size} values), LSE {'bit-identical' if same_lse else 'DIFFERENT'}")
-    print(f"  vs float64: max|O - O64| = {o_err:.3e} ({o_err / vmax:.2e} x max|V|), "
-          f"max|LSE - LSE64| = {lse_err:.3e}  (bound: 1e-3 x max|V|, 1e-3)")
+    print(f"  RTL vs model: O {'bit-identical' if d.same_o else 'DIFFERENT'} "
+          f"({d.rtl_o.size} values), LSE {'bit-identical' if d.same_lse else 'DIFFERENT'}")
+    print(f"  vs float64: max|O - O64| = {d.o_err:.3e} ({d.o_err / d.v_max:.2e} x max|V|), "
+          f"max|LSE - LSE64| = {d.lse_err:.3e}  (bound: {O_BOUND:g} x max|V|, {LSE_BOUND:g})")
     print("\ntiming:")
-    print(f"  engine cycles: {rtl.cycles} (command to done), stream {rtl.kv_consumed} beats in "
-          f"{rtl.kv_span} cycles = {rtl.beats_per_cycle:.3f} beats/cycle")
-    print(f"  at 800 MHz: {rtl.cycles / 800e6 * 1e6:.2f} us of device time")
-    print(f"  simulation: {rtl.total_cycles / rtl.sim_seconds:,.0f} cycles/s "
-          f"(harness {rtl_wall:.2f} s wall); model {model_wall:.2f} s wall")
-    ok = same_o and same_lse and o_err <= 1e-3 * vmax and lse_err <= 1e-3
-    print("\nPASS" if ok else "\nFAIL")
-    return 0 if ok else 1
+    print(f"  engine cycles: {d.cycles} (command to done), stream {d.kv_beats} beats in "
+          f"{d.kv_span} cycles = {d.beats_per_cycle:.3f} beats/cycle")
+    print(f"  at {SIM_CLOCK_HZ / 1e6:g} MHz: {d.device_us:.2f} us of device time")
+    print(f"  simulation: {d.sim_cycles_per_s:,.0f} cycles/s "
+          f"(harness {d.rtl_wall_s:.2f} s wall); model {d.model_wall_s:.2f} s wall")
+    print("\nPASS" if d.ok else "\nFAIL")
+    return 0 if d.ok else 1
 
 
 def cmd_device_serve(args: argparse.Namespace) -> int:
@@ -143,56 +116,22 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
 def cmd_device_demo(args: argparse.Namespace) -> int:
     """KV written through CXL.mem, attention descriptors through the rings, on the Verilated
     device and on the model, results compared bit for bit."""
-    from nelssa.driver.command import AttnRequest, CommandQueue
-    from nelssa.driver.device import Device
-    from nelssa.driver.memory import MemoryApi
-    from nelssa.hw.model.device import ModelDevice
-    from nelssa.hw.model.reference import attend_f64
-    from nelssa.hw.sim.device import RtlDevice
+    from nelssa.hw.sim.demo import device_demo
 
-    rng = np.random.default_rng(args.seed)
-    hd, heads = 128, args.qheads
-    tokens = rng.integers(8, 25, args.clusters)
-    keys = [_bf16_normal(rng, (int(t), hd)) for t in tokens]
-    values = [_bf16_normal(rng, (int(t), hd)) for t in tokens]
-    q = [_bf16_normal(rng, (heads, hd)) for _ in range(args.kv_heads)]
-    sel = [np.sort(rng.choice(args.clusters, args.selected, replace=False)).tolist()
-           for _ in range(args.kv_heads)]
-    print(f"NELSSA device demo: {args.kv_heads} KV heads x {heads} query heads, head_dim {hd}, "
-          f"{args.clusters} clusters of 8-24 tokens per KV head, {args.selected} selected")
+    print(f"NELSSA device demo: {args.kv_heads} KV heads x {args.qheads} query heads, head_dim "
+          f"128, {args.clusters} clusters of 8-24 tokens per KV head, {args.selected} selected")
     print("building the Verilated device (cached after the first run) ...", flush=True)
-    results = {}
-    for name, make in (("rtl", RtlDevice), ("model", ModelDevice)):
-        t0 = time.perf_counter()
-        port = make()
-        dev = Device(port)
-        mem = MemoryApi(dev, 1 << 20, 1 << 32)
-        cq = CommandQueue(mem, entries=16)
-        regions = []
-        for h in range(args.kv_heads):
-            region = mem.alloc_kv(0, 0, h, hd, args.clusters, int(tokens.sum()))
-            mem.write_clusters(region, keys, values)
-            regions.append(region)
-        busy0 = dev.reg_read64("PERF_BUSY")
-        ids = cq.submit([AttnRequest(r, q[h], sel[h]) for h, r in enumerate(regions)])
-        out = cq.wait(ids)
-        cycles = dev.reg_read64("PERF_BUSY") - busy0
-        results[name] = [out[i] for i in ids]
-        print(f"  {name:5}: {cycles:,} device cycles ({cycles / 800:.1f} us at 800 MHz), "
-              f"status {[o.status.name for o in results[name]]}, "
-              f"{time.perf_counter() - t0:.1f} s wall")
-        port.close()
-    same = all(np.array_equal(a.o, b.o) and np.array_equal(a.lse, b.lse)
-               for a, b in zip(results["rtl"], results["model"], strict=True))
-    err = 0.0
-    for h, o in enumerate(results["rtl"]):
-        o64, _ = attend_f64(q[h], [keys[i] for i in sel[h]], [values[i] for i in sel[h]],
-                            np.float32(1 / np.sqrt(hd)))
-        err = max(err, float(np.abs(o.o.astype(np.float64) - o64).max()))
-    print(f"  rtl vs model: O and LSE {'bit-identical' if same else 'DIFFERENT'}; "
-          f"max|O - O64| = {err:.2e}")
-    print("\nPASS" if same else "\nFAIL")
-    return 0 if same else 1
+
+    def show(run) -> None:
+        print(f"  {run.name:5}: {run.cycles:,} device cycles ({run.device_us:.1f} us at "
+              f"{SIM_CLOCK_HZ / 1e6:g} MHz), status {run.statuses}, {run.wall_s:.1f} s wall",
+              flush=True)
+
+    d = device_demo(args.kv_heads, args.qheads, args.clusters, args.selected, args.seed, show)
+    print(f"  rtl vs model: O and LSE {'bit-identical' if d.same else 'DIFFERENT'}; "
+          f"max|O - O64| = {d.o_err:.2e}")
+    print("\nPASS" if d.ok else "\nFAIL")
+    return 0 if d.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:

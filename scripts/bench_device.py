@@ -21,8 +21,9 @@ from nelssa.driver.device import Device
 from nelssa.driver.formats import CLUSTER_ENTRY, cluster_bytes
 from nelssa.driver.memory import MemoryApi
 from nelssa.hw.model import fp
+from nelssa.hw.model.device import SIM_CLOCK_HZ
 
-CLOCK_HZ = 800e6
+CLOCK_HZ = SIM_CLOCK_HZ
 
 
 def bf16(rng: np.random.Generator, shape) -> np.ndarray:
@@ -89,7 +90,8 @@ def main() -> None:
           f"({results['rtl']['selected']} clusters of about 16 tokens)")
     for name, r in results.items():
         seconds = r["cycles"] / CLOCK_HZ
-        print(f"  {name:5}: {r['cycles']:>8,} cycles ({seconds * 1e6:.1f} us at 800 MHz), "
+        print(f"  {name:5}: {r['cycles']:>8,} cycles ({seconds * 1e6:.1f} us at "
+              f"{CLOCK_HZ / 1e6:g} MHz), "
               f"{r['bytes'] / 1e6:.2f} MB read = {r['bytes'] / seconds / 1e9:.1f} GB/s "
               f"({r['bytes'] / seconds / 204.8e9 * 100:.1f} % of 204.8 GB/s); wall "
               f"{r['wall'] / r['descriptors']:.2f} s per descriptor (set-up {r['setup']:.1f} s)")

@@ -43,7 +43,7 @@ def main() -> None:
     entry = {"bw_eff_gbs": round(bw, 2), "capacity_gb": round(capacity_gb, 2), **COMM}
     Path(args.out).write_text(json.dumps({"pnm": {args.name: entry}}, indent=2) + "\n")
     print(f"{args.backend} device: {r['bytes'] / 1e6:.2f} MB in {r['cycles']:,} cycles "
-          f"({seconds * 1e6:.1f} us at 800 MHz) = {bw:.1f} GB/s effective")
+          f"({seconds * 1e6:.1f} us at {CLOCK_HZ / 1e6:g} MHz) = {bw:.1f} GB/s effective")
     print(f"wrote {args.out}: pnm '{args.name}' = {entry}")
 
 

@@ -3,7 +3,9 @@ JSON files (``hardware.json`` beside this module holds the presets) and validate
 
 A file is ``{"gpus": {name: {...}}, "pnm": {name: {...}}, "links": {name: {...}},
 "models": {name: {...}}}``; any section may be missing, and a user file adds to or overrides
-the presets.
+the presets. The link presets are not in ``hardware.json``: they are the link layer's own table
+(``emu/link/model.py`` PRESETS, its GPU node <-> PNM node entries), which the emulated links
+time messages with.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nelssa.emu.latency.fields import FieldError, Num, load_json
+from nelssa.emu.link.model import GPU_PNM_LINKS, LinkSpec
+from nelssa.emu.link.model import PRESETS as LINK_PRESETS
 
 PRESETS_FILE = Path(__file__).with_name("hardware.json")
 T = TypeVar("T")
@@ -145,6 +149,16 @@ class LinkHw:
     def __post_init__(self) -> None:
         _check(self)
 
+    @classmethod
+    def of(cls, spec: LinkSpec) -> LinkHw:
+        """The latency model's view of an emulated link technology."""
+        return cls(spec.name, gbps=spec.bandwidth_gbps, latency_us=spec.latency_ns / 1000)
+
+
+def link_presets() -> dict[str, LinkHw]:
+    """The GPU node <-> PNM node links of the link layer's table."""
+    return {name: LinkHw.of(LINK_PRESETS[name]) for name in GPU_PNM_LINKS}
+
 
 @dataclass(frozen=True)
 class ModelHw:
@@ -232,6 +246,7 @@ class HardwareCatalog:
         that cannot be used raises HardwareError naming it and the entry and field."""
         kinds = {"gpus": GpuHw, "pnm": PnmHw, "links": LinkHw, "models": ModelHw}
         sections: dict[str, dict[str, Any]] = {k: {} for k in kinds}
+        sections["links"].update(link_presets())
         for path in (PRESETS_FILE, *paths):
             p = Path(path)
             raw = _read(p)

@@ -29,20 +29,44 @@ from nelssa.emu.latency.hardware import SHARE, GpuHw, LinkHw, ModelHw, PnmHw
 
 COMPRESSION = Num("a number > 1", lo=1, lo_open=True, most=1e6)
 """C: tokens per cluster."""
+TOKENS = Num("an integer >= 0", integer=True, lo=0, most=1 << 30)
+POSITIVE = Num("a positive integer", integer=True, lo=1, most=1 << 30)
 
 
 @dataclass(frozen=True)
 class Sparsity:
-    """The sparse-attention settings of the PNM tier."""
+    """The sparse-attention settings of the PNM tier (RetroInfer, paper 4.2; DESIGN.md,
+    Reference parameters): the one place of these numbers for the latency model, the serving
+    emulator's cost model and the co-simulation's clustering and GPU window."""
 
     selection: float = 0.04
-    """S: share of clusters (and so of KV bytes) read per step."""
+    """S: share of clusters (and so of KV bytes) read per step (the paper's throughput runs)."""
     compression: float = 16.0
     """C: tokens per cluster; the centroids are 1/C of the keys the GPU would read."""
+    sink_tokens: int = 4
+    """First tokens of a PNM-tier request that stay on the GPU (attention sinks)."""
+    recent_tokens: int = 64
+    """Latest tokens of a PNM-tier request that stay on the GPU."""
+    chunk_tokens: int = 1024
+    """Generated tokens held on the GPU until they are clustered and appended (paper 4.3)."""
+    segment_tokens: int = 8192
+    """Tokens clustered together by k-means; longer contexts are cut into segments."""
+    kmeans_iterations: int = 10
+    """k-means passes over a segment's keys."""
 
     def __post_init__(self) -> None:
         SHARE.check(self.selection, "selection")
         COMPRESSION.check(self.compression, "compression")
+        for name in ("sink_tokens", "recent_tokens"):
+            TOKENS.check(getattr(self, name), name)
+        for name in ("chunk_tokens", "segment_tokens", "kmeans_iterations"):
+            POSITIVE.check(getattr(self, name), name)
+
+    @property
+    def window_tokens(self) -> int:
+        """Tokens of a PNM-tier request the GPU attends to densely at most: sink, recent and
+        one chunk not yet clustered."""
+        return self.sink_tokens + self.recent_tokens + self.chunk_tokens
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,10 @@ PRESETS: dict[str, LinkSpec] = {
     # PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b: 63.0 GB/s per direction; CXL 68-byte flits
     "cxl-pcie5-x16": LinkSpec("cxl-pcie5-x16", 200.0, 32 * 16 * 128 / 130, 64, 4),
 }
-"""RoCEv2 GPU node <-> PNM node (1-2 us one way, DESIGN.md) and CXL host <-> device."""
+"""RoCEv2 GPU node <-> PNM node (1-2 us one way, DESIGN.md) and CXL host <-> device: the one
+table of link technologies (the latency model reads its GPU node <-> PNM node entries)."""
+GPU_PNM_LINKS = tuple(name for name in PRESETS if name.startswith("roce-"))
+"""The presets that join a GPU node to a PNM node."""
 
 
 def link_preset(name: str) -> LinkSpec:

@@ -30,7 +30,7 @@ from nelssa.driver import cxl, regs
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.hw.fpga.bar import DMA_C2H_NAME, DMA_H2C_NAME, TAP_NAME
 from nelssa.hw.fpga.manifest import DeviceParams, Manifest
-from nelssa.hw.model.device import DeviceConfig, ModelDevice
+from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig, ModelDevice
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class FakeBoard:
     """A fake board in ``folder``, its device a ModelDevice over the folder's memory file."""
 
     def __init__(self, folder: Path | str, config: DeviceConfig | None = None,
-                 clock_hz: int = 800_000_000, idle_tick_s: float = 0.001) -> None:
+                 clock_hz: int = SIM_CLOCK_HZ, idle_tick_s: float = 0.001) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         base = config or DeviceConfig()

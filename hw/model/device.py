@@ -31,6 +31,7 @@ from nelssa.driver.port import DevicePort
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_estimate import estimate_device
+from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
 from nelssa.hw.model.device_timing import UnitTiming
@@ -69,6 +70,17 @@ class DeviceConfig:
         dims = tuple(d for d in SUPPORTED_HEAD_DIMS if d <= self.engine.head_dim)
         return regs.pack_caps(self.engines, self.engine.num_qheads, dims,
                               self.engine.max_cluster_tokens)
+
+    @property
+    def clock_hz(self) -> int:
+        """Core clock: the controllers run at 1:TCK_PER_CYCLE of the DRAM clock (DESIGN.md,
+        Device: 800 MHz for DDR5-6400's 3.2 GHz)."""
+        return round(1e12 / (PRESETS[self.preset].tck_ps * TCK_PER_CYCLE))
+
+
+SIM_CLOCK_HZ = DeviceConfig().clock_hz
+"""Core clock of the simulated devices (``model`` and ``rtl``) at the default preset: what a
+device cycle lasts wherever no board manifest says otherwise."""
 
 
 class SparseMemory:
