@@ -12,16 +12,13 @@ peaks (``linear_efficiency``, ``attn_efficiency``, ``mem_efficiency``).
 
 from __future__ import annotations
 
-import enum
-import math
 from dataclasses import dataclass
 
 from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.policy.capacity import resident_tokens
+from nelssa.emu.policy.states import Tier
 
-
-class Tier(enum.Enum):
-    GPU = "gpu"
-    PNM = "pnm"
+__all__ = ["Chunk", "CostModel", "Tier"]
 
 
 SINK_TOKENS = 4
@@ -116,5 +113,5 @@ class CostModel:
     def pnm_resident_tokens(self, context: int) -> int:
         """GPU-resident KV of a PNM-tier request of ``context`` tokens, in token-equivalents:
         sink and recent tokens, and one centroid (keys only) per cluster."""
-        return (min(context, SINK_TOKENS + RECENT_TOKENS)
-                + math.ceil(context * self._centroid_frac / 2))
+        return resident_tokens(context, SINK_TOKENS + RECENT_TOKENS,
+                               self.lm.sparsity.compression)

@@ -25,7 +25,7 @@ import enum
 import heapq
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -258,8 +258,8 @@ class Replay:
         return tokens
 
     def _migrate(self, now: float) -> None:
-        """Finish migrations that are done; start one (the link carries one at a time) when the
-        GPU's KV is short: the decoding GPU-tier request with the longest context past T_input."""
+        """Finish migrations that are done; start the one the migration policy chooses
+        (``emu/policy/migration.py``) if the PNM tier has room for it."""
         busy = False
         for rq in self.live:
             if rq.migrating_until is None:
@@ -273,13 +273,11 @@ class Replay:
             rq.tier, rq.migrated = Tier.PNM, True
             self.out.migrations += 1
             self._add_job(rq, JobKind.PNM_RESIDENT)
-        if busy or self.sched.used_blocks() < self.cfg.migrate_at * self.sim.gpu_blocks:
+        chosen = self.sim.migration.choose(self.sim.router, busy, self.sched.used_blocks(),
+                                           self.sim.gpu_blocks, self._decoding_gpu_requests())
+        if chosen is None:
             return
-        assert self.sim.t_input is not None
-        best = self._longest_decoding_gpu_request()
-        if best is None or best[0] < self.sim.t_input:
-            return
-        ctx, rq = best
+        ctx, rq = chosen
         need = rq.req.input_len + rq.req.output_len
         if need > self.pnm_free:
             return
@@ -288,17 +286,14 @@ class Replay:
         rq.migrating_until = now + self.cost.migration_s(ctx)
         self.out.migrated_tokens += ctx
 
-    def _longest_decoding_gpu_request(self) -> tuple[int, _Req] | None:
-        """The decoding GPU-tier request with the longest context not migrating yet (the first
-        of equals), with that context: the one a migration would move."""
-        best = None
+    def _decoding_gpu_requests(self) -> Iterator[tuple[int, _Req]]:
+        """The decoding GPU-tier requests not migrating yet, with their contexts, in the order
+        they were queued: the migration policy's candidates."""
         for job in self.jobs.values():
             rq = job.rq
-            ctx = rq.req.input_len + rq.generated
             if (job.kind in (JobKind.GPU, JobKind.GPU_KV_IN) and job.decoding
-                    and rq.migrating_until is None and (best is None or ctx > best[0])):
-                best = (ctx, rq)
-        return best
+                    and rq.migrating_until is None):
+                yield rq.req.input_len + rq.generated, rq
 
     def _decode_run(self, next_sample: float) -> int:
         """Take the pure decode steps ahead, up to the first event this replay watches (an
@@ -333,8 +328,9 @@ class Replay:
                               if rq.migrating_until is not None), default=None)
             per_step = fastpath.alloc_per_step(sched, k_max)
             used = sched.used_blocks()
-            threshold = self.cfg.migrate_at * self.sim.gpu_blocks
-            best = self._longest_decoding_gpu_request()  # it stays the longest in a run
+            policy, router, capacity = self.sim.migration, self.sim.router, self.sim.gpu_blocks
+            # the longest stays the longest in a run
+            best = policy.longest(self._decoding_gpu_requests())
             can_start = (best is not None and busy_until is None
                          and best[1].req.input_len + best[1].req.output_len <= self.pnm_free)
         arrival = self.arrivals[0][0] if self.arrivals else None
@@ -353,9 +349,8 @@ class Replay:
                 used += per_step[i]
                 if busy_until is not None and now >= busy_until:
                     break
-                assert self.sim.t_input is not None
-                if (can_start and used >= threshold and best is not None
-                        and best[0] + i >= self.sim.t_input):
+                if (can_start and best is not None and policy.pressure(used, capacity)
+                        and router.past(best[0] + i)):
                     break
         fastpath.advance(sched, k)
         self.now = now

@@ -2,10 +2,10 @@
 a PNM tier (NELSSA), stepped in emulated time whose step costs come from the latency model.
 
 ``ServingSim`` sizes the tiers (the GPU's KV blocks from its memory, the PNM tier's tokens from
-its devices), routes requests by T_input and runs a replay (``replay.py``) with either
-scheduler: ours (``scheduler.py``, vLLM v1's algorithm, in this process) or vLLM's own
-(``vllm_sched.py``, in the vLLM environment's process, ``vllm_env.py``). Step costs
-(``cost.py``) are the same for both.
+its devices), routes requests by T_input (the policy core's router, ``emu/policy``) and runs
+a replay (``replay.py``) with either scheduler: ours (``scheduler.py``, vLLM v1's algorithm,
+in this process) or vLLM's own (``vllm_sched.py``, in the vLLM environment's process,
+``vllm_env.py``). Step costs (``cost.py``) are the same for both.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ import logging
 from collections.abc import Callable
 
 from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.policy.capacity import blocks_for
+from nelssa.emu.policy.migration import MigrationPolicy
+from nelssa.emu.policy.router import Router
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
 from nelssa.emu.serving.cost import Chunk, CostModel, Tier
 from nelssa.emu.serving.results import RequestResult, RunResult, Sample
@@ -42,17 +45,18 @@ class ServingSim:
                              f"{g.name} at gpu_mem_util {config.gpu_mem_util}")
         self.gpu_blocks = int(kv_bytes // (self.m_kv * config.block_tokens))
         self.pnm_tokens = int(latency.pnm.capacity_gb * 1e9 * config.devices // self.m_kv)
-        self.t_input = (None if config.mode == "gpu" else
-                        config.t_input if config.t_input is not None
-                        else latency.t_input(config.devices))
+        self.router = Router.from_latency(latency, config.devices, config.t_input,
+                                          pnm=config.mode != "gpu")
+        self.t_input = self.router.t_input
+        self.migration = MigrationPolicy(config.migrate_at)
         self.cost = CostModel(latency, config.devices, config.window_tokens, config.pcie_gbs,
                               config.link_gbs)
 
     def tier(self, r: Request) -> Tier:
-        return Tier.PNM if self.t_input is not None and r.input_len >= self.t_input else Tier.GPU
+        return self.router.tier(r.input_len)
 
     def _blocks(self, tokens: int) -> int:
-        return -(-tokens // self.cfg.block_tokens)
+        return blocks_for(tokens, self.cfg.block_tokens)
 
     def check(self, requests: list[Request]) -> None:
         """Refuse, by trace line, a request no tier could ever hold."""
