@@ -6,7 +6,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from nelssa.emu.serving.cost import CHUNK_TOKENS, RECENT_TOKENS, SINK_TOKENS
+from nelssa.emu.latency.model import Sparsity
+from nelssa.emu.link.model import link_preset
 
 
 class SchedulerKind(enum.Enum):
@@ -38,7 +39,7 @@ class ServingConfig:
     """Host link bandwidth for swapping, GB/s."""
     t_input: int | None = None
     """Routing threshold in tokens; None takes the latency model's crossover for ``devices``."""
-    window_tokens: int = SINK_TOKENS + RECENT_TOKENS + CHUNK_TOKENS
+    window_tokens: int = Sparsity().window_tokens
     """Tokens of a PNM-tier request that the GPU attends to densely: sink, recent, one chunk
     not yet clustered."""
     sample_s: float = 1.0
@@ -54,8 +55,8 @@ class ServingConfig:
     background when GPU memory runs short (paper 4.3), instead of waiting to preempt."""
     migrate_at: float = 0.95
     """Share of the GPU's KV blocks in use from which a migration starts."""
-    link_gbs: float = 50.0
-    """GPU node -> PNM node bandwidth for migrations, GB/s (RoCE 400G)."""
+    link_gbs: float = link_preset("roce-400g").bandwidth_gbps / 8
+    """GPU node -> PNM node bandwidth for migrations, GB/s (RoCE 400G: 50)."""
     prefix_caching: bool = True
     """Automatic prefix caching (vLLM's default), over the trace's ``hash_ids``; a request
     without them (made up, not from a trace) shares no prefix."""

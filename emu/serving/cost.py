@@ -14,20 +14,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.latency.model import LatencyModel, Sparsity
 from nelssa.emu.policy.capacity import resident_tokens
 from nelssa.emu.policy.states import Tier
 
 __all__ = ["Chunk", "CostModel", "Tier"]
 
 
-SINK_TOKENS = 4
+_SPARSITY = Sparsity()  # the defaults, by name (the cost model reads its latency model's)
+SINK_TOKENS = _SPARSITY.sink_tokens
 """Attention-sink tokens a PNM-tier request keeps on the GPU (paper 4.2)."""
-RECENT_TOKENS = 64
+RECENT_TOKENS = _SPARSITY.recent_tokens
 """Recent tokens a PNM-tier request keeps on the GPU."""
-CHUNK_TOKENS = 1024
+CHUNK_TOKENS = _SPARSITY.chunk_tokens
 """Generated tokens held on the GPU before they are clustered and appended (paper 4.3)."""
-KMEANS_ITERATIONS = 10
+KMEANS_ITERATIONS = _SPARSITY.kmeans_iterations
 """k-means passes over the keys when a context is clustered (RetroInfer)."""
 
 
@@ -108,10 +109,11 @@ class CostModel:
     def migration_s(self, tokens: int) -> float:
         """Background time to migrate a context: k-means reads the keys once per iteration on
         the GPU, then the KV streams over the link."""
-        return tokens * (KMEANS_ITERATIONS * self._s_per_key_pass + self._s_per_link_token)
+        passes = self.lm.sparsity.kmeans_iterations
+        return tokens * (passes * self._s_per_key_pass + self._s_per_link_token)
 
     def pnm_resident_tokens(self, context: int) -> int:
         """GPU-resident KV of a PNM-tier request of ``context`` tokens, in token-equivalents:
         sink and recent tokens, and one centroid (keys only) per cluster."""
-        return resident_tokens(context, SINK_TOKENS + RECENT_TOKENS,
-                               self.lm.sparsity.compression)
+        s = self.lm.sparsity
+        return resident_tokens(context, s.sink_tokens + s.recent_tokens, s.compression)

@@ -11,21 +11,26 @@ from dataclasses import dataclass
 
 import torch
 
+from nelssa.emu.latency.model import Sparsity
+from nelssa.hw.model.engine import EngineParams
+
 Tensor = torch.Tensor
+_SPARSITY = Sparsity()
 
 
 @dataclass(frozen=True)
 class ClusterConfig:
     """How keys are clustered."""
 
-    tokens_per_cluster: int = 16
-    """Average cluster size the segment's cluster count is chosen for."""
-    segment_tokens: int = 8192
+    tokens_per_cluster: int = round(_SPARSITY.compression)
+    """Average cluster size the segment's cluster count is chosen for (Sparsity.compression)."""
+    segment_tokens: int = _SPARSITY.segment_tokens
     """Tokens clustered together; longer runs are cut into segments."""
-    iterations: int = 10
+    iterations: int = _SPARSITY.kmeans_iterations
     """k-means iterations per segment."""
-    max_cluster_tokens: int = 64
-    """Largest cluster the device takes; larger ones are split in token order."""
+    max_cluster_tokens: int = EngineParams().max_cluster_tokens
+    """Largest cluster the device takes (what its CAPS reports: the model device's
+    MaxClusterTokens); larger ones are split in token order."""
 
     def __post_init__(self) -> None:
         for name in ("tokens_per_cluster", "segment_tokens", "iterations",

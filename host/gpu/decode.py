@@ -36,9 +36,10 @@ from nelssa.host.gpu.clustering import cluster_keys, select_clusters
 from nelssa.host.gpu.model import Llama, attention_with_lse, dense_attention
 from nelssa.host.gpu.report import StepReport, TraceRecorder
 from nelssa.host.gpu.request import DecodeConfig, Migration, Request, to_bf16_bits
-from nelssa.host.gpu.timing import GpuSpec, gpu_preset
+from nelssa.host.gpu.timing import GpuTiming, gpu_preset
 from nelssa.host.pnm_node.client import AttendResult, NodeClient, NodeFuture
 from nelssa.host.pnm_node.errors import DeviceDownError
+from nelssa.hw.model.device import SIM_CLOCK_HZ
 
 __all__ = ["DecodeConfig", "HybridDecoder", "Request"]
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class HybridDecoder:
     def __init__(self, model: Llama, config: DecodeConfig, client: NodeClient | None,
                  trace: TraceRecorder | None = None) -> None:
         self.model, self.cfg, self.client = model, config, client
-        self.gpu: GpuSpec = gpu_preset(config.gpu)
+        self.gpu: GpuTiming = gpu_preset(config.gpu)
         self.trace = trace or TraceRecorder()
         self.requests: list[Request] = []
         self.now_ps = 0
@@ -274,6 +275,7 @@ class HybridDecoder:
         for layer in range(self.model.c.num_hidden_layers):
             x = self._layer(layer, live, x, pos, rep)
         nxt = self.model.logits(x).argmax(dim=-1).tolist()
+        rep.others_ps += self._gpu_slice("launches, sampling", self.gpu.step_overhead_ps)
         for r, t in zip(live, nxt, strict=True):
             if r.status != "running":
                 continue
@@ -294,7 +296,9 @@ class HybridDecoder:
         return rep
 
     def _gpu_op(self, name: str, nbytes: float, flops: float = 0.0) -> int:
-        dur = self.gpu.op_ps(nbytes, flops)
+        return self._gpu_slice(name, self.gpu.op_ps(nbytes, flops))
+
+    def _gpu_slice(self, name: str, dur: int) -> int:
         self.trace.slice("GPU node", "compute", name, self.now_ps, dur)
         self.now_ps += dur
         return dur
@@ -423,7 +427,7 @@ class HybridDecoder:
         self.trace.slice("link", "RoCE up", name, t.sent_ps, t.link_up_ps)
         self.trace.slice("link", "RoCE down", name, t.arrive_ps - t.link_down_ps, t.link_down_ps)
         for d, cycles in res.device_cycles.items():
-            dur = round(cycles * 1250)
+            dur = round(cycles * 1e12 / SIM_CLOCK_HZ)
             self.trace.slice("PNM node", f"device {d}", name, res.device_start_ps[d], dur)
             rep.device_cycles[d] = rep.device_cycles.get(d, 0) + cycles
 

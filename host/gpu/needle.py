@@ -10,9 +10,12 @@ from dataclasses import dataclass
 
 import torch
 
+from nelssa.emu.latency.model import Sparsity
 from nelssa.host.gpu.clustering import ClusterConfig, cluster_keys, select_clusters
 
 Tensor = torch.Tensor
+
+_SPARSITY = Sparsity()
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,8 @@ class NeedleResult:
 
 def needle_case(context: int, depth: float, selection: float, seed: int = 0,
                 head_dim: int = 128, group: int = 4, needle_tokens: int = 16,
-                sink: int = 4, recent: int = 64, offset_scale: float = 4.0,
+                sink: int = _SPARSITY.sink_tokens, recent: int = _SPARSITY.recent_tokens,
+                offset_scale: float = 4.0,
                 needle_gain: float = 12.0, distractors: float = 0.0,
                 distractor_alignment: float = 0.7) -> NeedleResult:
     """One case. ``distractors``: share of the context made of keys partly aligned with the
