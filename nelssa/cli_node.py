@@ -12,7 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from nelssa.cli_fpga import add_board_args
+from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.link.model import PRESETS
+from nelssa.host.pnm_node.host import NodeConfig
 from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.options import (
     SECONDS,
@@ -30,6 +32,10 @@ from nelssa.options import (
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "ipc:///tmp/nelssa-node"
+NODE_OPTIONS = ("device_timeout_s", "max_queued", "max_sessions", "max_sessions_per_client",
+                "max_client_bytes", "max_clients", "max_queue_pairs", "max_request_heads",
+                "max_write_kv_bytes")
+"""NodeConfig fields `node up` takes as options (config_args: name, default, help)."""
 LINKS = sorted(p for p in PRESETS if p.startswith("roce-"))
 
 
@@ -100,19 +106,18 @@ def cmd_node_up(args: argparse.Namespace) -> int:
     from nelssa.emu.launcher import DeviceProcesses
     from nelssa.emu.link.model import link_preset
     from nelssa.host.pnm_node.devices import DeviceUnreachableError
-    from nelssa.host.pnm_node.host import NodeConfig
     from nelssa.host.pnm_node.node import NodeService
     from nelssa.hw.fpga.errors import FpgaError
 
     spec = link_preset(args.link)
     procs = None
-    clock_mhz = 800.0
+    clock_mhz = NodeConfig.core_clock_mhz
     check_bind(args.endpoint, args.curve_secret)  # before a device is built or started
     if args.curve_clients and not any(Path(args.curve_clients).glob("*.key")):
         log.warning("%s holds no client keys (*.key): no client will be let in",
                     args.curve_clients)
-    _check_reachable("--attach", args.attach or [], min(args.device_timeout, 2.0),
-                     wait_s=args.device_timeout)  # devices started just before may be booting
+    _check_reachable("--attach", args.attach or [], min(args.device_timeout_s, 2.0),
+                     wait_s=args.device_timeout_s)  # devices started just before may be booting
     if args.attach:
         endpoints = list(args.attach)
         backend = "remote"
@@ -139,8 +144,8 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         endpoints = procs.endpoints
     try:
         config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
-                            device_timeout_s=args.device_timeout, core_clock_mhz=clock_mhz,
-                            fpga_manifest=args.manifest)
+                            core_clock_mhz=clock_mhz, fpga_manifest=args.manifest,
+                            **config_values(args, NodeConfig, NODE_OPTIONS))
         try:
             service = NodeService(config, args.endpoint, _curve_server(args))
         except zmq.ZMQError as e:  # a bind that lost a race with another process
@@ -258,8 +263,7 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--attach", action="append", metavar="ENDPOINT", type=endpoint,
                     help="use a running device (`nelssa device serve`) instead of starting one; "
                          "repeat for each")
-    up.add_argument("--device-timeout", type=SECONDS, default=30.0,
-                    help="seconds without an answer before a device is marked down")
+    add_config_options(up, NodeConfig, NODE_OPTIONS)
     up.add_argument("--curve-secret", type=input_file,
                     help="the node's CURVE secret key file (.key_secret)")
     up.add_argument("--curve-clients", type=input_dir,

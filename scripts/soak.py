@@ -6,10 +6,11 @@ First the sustainable rate is measured: one client keeps ``--window`` requests i
 ``--measure-s`` seconds; the answered requests per second are the rate the node sustains. Then
 ``--clients`` clients offer ``--factor`` times that rate together, on a fixed schedule that does
 not wait for answers (a send waits only where the link's window is full: the link's
-back-pressure, seen as offered but not sent). A share of the requests (``--bad``) is such that
-the node must refuse it (another client's session, a malformed payload, a request over a
-per-request limit), so refusals are exercised under the load. Every answer is compared bit for
-bit with the answer the same request got before the soak.
+back-pressure, seen as offered but not sent). What the node's queue cannot hold is refused at
+once with BUSY (``--max-queued``, the node's admission control). A share of the requests
+(``--bad``) is such that the node must refuse it (another client's session, a malformed
+payload, a request over a per-request limit), so refusals are exercised under the load. Every
+answer is compared bit for bit with the answer the same request got before the soak.
 
 Printed and written to ``--out`` (docs/results/soak.md): the node's resident memory over time,
 and per client: requests offered, sent, answered, refused (by error code), wrong, lost (sent
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nelssa.emu.link.transport import LinkLimits
 from nelssa.options import POSITIVE_FLOAT, POSITIVE_INT, PROBABILITY, SECONDS, Parser, int_range
 
 HEAD_DIM, GROUP, KV_HEADS, CLUSTERS, SELECTED = 128, 4, 2, 24, 8
@@ -58,6 +60,8 @@ class ClientResult:
     """Sent and neither answered nor refused by the node (timeouts, link errors)."""
     latency_ms: list[float] = field(default_factory=list)
     """Wall-clock round trip of each answered request."""
+    busy_ms: list[float] = field(default_factory=list)
+    """Wall-clock round trip of each request refused BUSY."""
     answered_in_soak: int = 0
     """Answers that came back before the soak's end (the rest while draining after it)."""
     drain_s: float = 0.0
@@ -120,6 +124,7 @@ def measure_rate(endpoint: str, seconds: float, window: int) -> float:
 def _client(index: int, endpoint: str, rate: float, seconds: float, bad: float,
             foreign: int, ready: mp.Queue, go, out: mp.Queue) -> None:
     """One client process: load a session, then offer ``rate`` ATTENDs per second."""
+    from nelssa.emu.link.frame import LinkErrorCode
     from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
     from nelssa.host.pnm_node.client import NodeClient, NodeFuture
     from nelssa.host.pnm_node.errors import NodeError
@@ -147,8 +152,11 @@ def _client(index: int, endpoint: str, rate: float, seconds: float, bad: float,
                     r = f.result()
                 except NodeError as e:
                     name = (NodeErrorCode(e.code).name if e.code in set(NodeErrorCode)
-                            else f"link error {e.code}")
+                            else LinkErrorCode(e.code).name if e.code in set(LinkErrorCode)
+                            else f"error {e.code}")
                     res.refused[name] = res.refused.get(name, 0) + 1
+                    if e.code == LinkErrorCode.BUSY:
+                        res.busy_ms.append((time.monotonic() - sent_at) * 1000)
                     continue
                 except (LinkTimeoutError, RemoteError) as e:
                     res.failed[type(e).__name__] = res.failed.get(type(e).__name__, 0) + 1
@@ -209,7 +217,7 @@ def _rss_kib(pid: int) -> int:
 
 
 def run(devices: int, clients: int, seconds: float, factor: float, measure_s: float,
-        window: int, bad: float, backend: str = "model") -> dict:
+        window: int, bad: float, max_queued: int | None = None, backend: str = "model") -> dict:
     """Boot a node, measure its sustainable rate, soak it; the raw figures."""
     from nelssa.emu.launcher import NodeLauncher
     from nelssa.host.pnm_node.client import NodeClient
@@ -217,7 +225,8 @@ def run(devices: int, clients: int, seconds: float, factor: float, measure_s: fl
     load_before = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="nelssa-soak-"))
     endpoint = f"ipc://{folder}/node"
-    node = NodeLauncher(endpoint, devices, backend, "roce-400g", 300.0)
+    node = NodeLauncher(endpoint, devices, backend, "roce-400g", 300.0,
+                        extra=[] if max_queued is None else ["--max-queued", str(max_queued)])
     device_pids = [int(m.group(1)) for line in node.lines
                    if (m := re.search(r"device \d+: .* \(pid (\d+)\)", line))]
     samples: list[tuple[float, int]] = []
@@ -273,6 +282,7 @@ def run(devices: int, clients: int, seconds: float, factor: float, measure_s: fl
     end = [kib for t, kib in during if t >= seconds * 0.9] or [0]
     return {"devices": devices, "clients": clients, "seconds": seconds, "factor": factor,
             "window": window, "bad": bad, "sustainable_rate": rate, "offered_rate": offered,
+            "max_queued": max_queued,
             "results": [results.get(i) for i in range(clients)], "rss_kib": during,
             "rss_quarter_kib": max(quarter), "rss_end_kib": max(end),
             "rss_max_kib": max((k for _, k in during), default=0),
@@ -287,7 +297,7 @@ def _percentile(xs: list[float], q: float) -> float:
 
 def report(r: dict, command: str, slack_mib: float) -> tuple[str, bool]:
     """The Markdown page and whether the run passed."""
-    rows, total = [], Counter()
+    rows, total, busy_ms = [], Counter(), []
     for i, c in enumerate(r["results"]):
         if c is None:
             rows.append(f"| {i} | no result: the client process died | | | | | | | |")
@@ -299,15 +309,19 @@ def report(r: dict, command: str, slack_mib: float) -> tuple[str, bool]:
         rows.append(f"| {i} | {res.offered} | {res.offered - res.sent} | {res.sent} | "
                     f"{res.answered} | {refused} | "
                     f"{res.wrong} | {res.lost}{failed} | {_percentile(res.latency_ms, 50):.0f} "
-                    f"/ {_percentile(res.latency_ms, 99):.0f} |")
+                    f"/ {_percentile(res.latency_ms, 99):.0f} | "
+                    f"{_percentile(res.busy_ms, 50):.0f} / {_percentile(res.busy_ms, 99):.0f} |")
+        busy_ms += res.busy_ms
         for k in ("offered", "sent", "answered", "wrong", "lost", "answered_in_soak"):
             total[k] += getattr(res, k)
         total["drain_ms"] = max(total["drain_ms"], round(res.drain_s * 1000))
         total["refused"] += sum(res.refused.values())
+        total["busy"] += res.refused.get("BUSY", 0)
     growth_mib = (r["rss_end_kib"] - r["rss_quarter_kib"]) / 1024
     ok = (total["lost"] == 0 and total["wrong"] == 0 and total["dead"] == 0
           and growth_mib <= slack_mib)
     every = max(1, len(r["rss_kib"]) // 12)
+    queue = r["max_queued"] if r.get("max_queued") else f"{LinkLimits.max_queued} (the default)"
     lines = [
         "# Soak of a PNM node",
         "",
@@ -327,10 +341,14 @@ def report(r: dict, command: str, slack_mib: float) -> tuple[str, bool]:
         f"clients together on a fixed schedule; {r['bad']:.0%} of them are requests the node "
         f"must refuse ({', '.join(BAD_KINDS)}).",
         f"- Answered during the soak: {total['answered_in_soak'] / r['seconds']:.1f} "
-        f"requests/s; what was in flight at its end drained in {total['drain_ms'] / 1000:.1f} s. "
-        "What was offered and not sent was held back by the link's window (a sender waits "
-        "while 64 of its requests are unanswered): the back-pressure that keeps the node's "
-        "queues bounded.",
+        f"requests/s; what was in flight at its end drained in {total['drain_ms'] / 1000:.1f} s.",
+        f"- Admission control: the node's queue holds {queue} requests of all clients "
+        f"together (`node up --max-queued`); {total['busy']} requests found their client's "
+        f"share of it taken and were refused at once with BUSY, answered in "
+        f"{_percentile(busy_ms, 50):.0f} ms at the median and {_percentile(busy_ms, 99):.0f} ms "
+        "at p99 (the node takes in what has arrived between two requests). Held back (not "
+        f"sent: the link's window of 64 unanswered requests was full): "
+        f"{total['offered'] - total['sent']}.",
         f"- Node resident memory: {r['rss_quarter_kib'] / 1024:.1f} MiB after the first "
         f"quarter, {r['rss_max_kib'] / 1024:.1f} MiB at most, {r['rss_end_kib'] / 1024:.1f} MiB "
         f"at the end ({growth_mib:+.1f} MiB; allowed {slack_mib:g} MiB). Device processes at "
@@ -342,8 +360,8 @@ def report(r: dict, command: str, slack_mib: float) -> tuple[str, bool]:
         f"{r['node_errors']} answered with an error. Result: **{'PASS' if ok else 'FAIL'}**.",
         "",
         "| client | offered | held back | sent | answered | refused (code: n) | wrong | lost | "
-        "latency p50 / p99 (ms) |",
-        "|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "answered in p50 / p99 (ms) | BUSY in p50 / p99 (ms) |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
         *rows,
         "",
         "Node resident memory during the soak (seconds: MiB):",
@@ -368,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="requests in flight while measuring the sustainable rate")
     ap.add_argument("--bad", type=PROBABILITY, default=0.1,
                     help="share of requests the node must refuse, in [0, 1]")
+    ap.add_argument("--max-queued", type=POSITIVE_INT,
+                    help="the node's queue (`node up --max-queued`; default: the node's)")
     ap.add_argument("--rss-slack-mib", type=POSITIVE_FLOAT, default=32.0,
                     help="allowed growth of the node's memory from the first quarter to the end")
     ap.add_argument("--out", default="docs/results/soak.md", help="the Markdown page")
@@ -380,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     r = run(args.devices, args.clients, args.seconds, args.factor, args.measure_s, args.window,
-            args.bad)
+            args.bad, args.max_queued)
     command = " ".join(["python scripts/soak.py", *(sys.argv[1:] if argv is None else argv)])
     text, ok = report(r, command, args.rss_slack_mib)
     Path(args.out).write_text(text)

@@ -65,6 +65,9 @@ class LinkErrorCode(IntEnum):
     run again."""
     STOPPING = 8
     """The server is shutting down; the request was not run."""
+    BUSY = 9
+    """The server's queue is full (its client's share of it taken): the request was not run,
+    and may be sent again later (LinkLimits.max_queued)."""
 
 
 MAX_EMU_TIME_PS = (1 << 62) - 1

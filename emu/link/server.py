@@ -1,13 +1,25 @@
 """``LinkServer``: a handler behind a ROUTER socket, each client's requests run once and in
-order (emu/link/transport.py describes the protocol)."""
+order (emu/link/transport.py describes the protocol).
+
+Admission: the server takes in every message that has arrived whenever it is between two
+requests, so a request waits in the server's own queue, not unseen in a socket, and one that
+finds the queue full is refused at once (``BUSY``) instead of waiting without bound. The queue
+holds ``LinkLimits.max_queued`` requests of all clients together; once it is full, a client
+still gets in while it holds less than its share (``max_queued`` over the clients with
+requests queued), so a client that floods the server fills only its own share. A client is
+what ``admission_group`` makes of a peer (the node counts a client's queue pairs with it).
+After a refusal, the client's frames sent before it could have seen it are refused too (their
+``ref`` is not past the refused frame), so what runs of one client's stream is always in the
+order it was sent: nothing after a gap runs before the client has seen the gap.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import zmq
@@ -66,10 +78,15 @@ class LinkLimits:
     linger_s: float = 0.25
     """After ``stop``, the server replays lost replies until the link has been quiet this
     long (at most ten times as long)."""
+    max_queued: int = 2 * WINDOW
+    """Requests taken in and waiting to run, all clients together; beyond it a request is
+    refused at once (``BUSY``) unless its client holds less than its share of the queue (the
+    queue's size over the clients with requests in it). A lone client with a window of
+    requests on each of two connections is never refused."""
 
     def __post_init__(self) -> None:
         for name in ("max_payload", "window", "max_peers", "held_bytes", "early_bytes",
-                     "receive_queue", "send_queue"):
+                     "receive_queue", "send_queue", "max_queued"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.linger_s < float("inf"):
@@ -85,7 +102,17 @@ class _Peer:
     """The client's acknowledgement floor: it waits for no reply below it."""
     early: dict[int, Frame] = field(default_factory=dict)
     replies: dict[int, list[bytes]] = field(default_factory=dict)
+    queued: set[int] = field(default_factory=set)
+    """Sequence numbers taken in and waiting to run."""
+    refused_at: int | None = None
+    """The frame last refused ``BUSY``, while frames sent before the client saw it arrive."""
 
+
+MAX_TAKE = 1024
+"""Messages taken in at most between two requests (then one runs, so the queue moves)."""
+TAKE_WAIT_MS = 1
+"""How long the server waits for the next message of what has arrived before it runs a
+request."""
 
 class LinkServer:
     """Serve ``handler`` at ``endpoint``; one request at a time, each client's in sequence
@@ -93,10 +120,17 @@ class LinkServer:
 
     def __init__(self, endpoint: str, handler: Callable[[Request], Reply | None], spec: LinkSpec,
                  curve: CurveServerKeys | None = None, context: zmq.Context | None = None,
-                 limits: LinkLimits | None = None, faults: LinkFaults | None = None) -> None:
+                 limits: LinkLimits | None = None, faults: LinkFaults | None = None,
+                 admission_group: Callable[[bytes], bytes] | None = None,
+                 always_admitted: Collection[int] = ()) -> None:
         self.spec = spec
         self.handler = handler
         self.limits = limits or LinkLimits()
+        self.admission_group = admission_group or (lambda peer_id: peer_id)
+        """Whose share of the queue a peer's request takes (module doc)."""
+        self.always_admitted = frozenset(always_admitted)
+        """Operations queued even when the queue is full (cheap ones that relieve the server,
+        or that its operator needs under load: freeing, closing, status, shutdown)."""
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         # a connection presenting a routing id in use is ignored, never handed the id: no one
@@ -112,6 +146,9 @@ class LinkServer:
         self._peers: OrderedDict[bytes, _Peer] = OrderedDict()
         self._held: OrderedDict[tuple[bytes, int], int] = OrderedDict()
         self._held_bytes = self._early_bytes = 0
+        self._queue: deque[tuple[bytes, _Peer, Frame, bytes | None]] = deque()
+        self._queued_by: dict[bytes, int] = {}  # admission group -> its requests in the queue
+        self._queued_work = 0  # requests in the queue that count against max_queued
         active = faults is not None and faults.active
         self.faults_in = FaultInjector(faults, 0) if active and faults else None
         self.faults_out = FaultInjector(faults, 1) if active and faults else None
@@ -120,9 +157,10 @@ class LinkServer:
         self._stopping = False
         self.frames_in = self.frames_bad = self.checksum_errors = 0
         self.duplicates = self.replays = self.overflow = self.internal_errors = 0
+        self.busy = 0
         """Counters: frames received; refused (any check), by checksum; duplicates of frames
         already taken, replies replayed to them; requests dropped for want of room; failures
-        the server survived that no check foresaw."""
+        the server survived that no check foresaw; requests refused for a full queue."""
         log.info("link server at %s (%s)", self.endpoint, spec.name)
 
     def counters(self) -> dict[str, int]:
@@ -130,7 +168,7 @@ class LinkServer:
         sent, ``in_*``: into those it received)."""
         out = {name: getattr(self, name) for name in (
             "frames_in", "frames_bad", "checksum_errors", "duplicates", "replays", "overflow",
-            "internal_errors")}
+            "internal_errors", "busy")}
         for way, inj in (("out", self.faults_out), ("in", self.faults_in)):
             for name in FaultInjector.COUNTS:
                 out[f"{way}_{name}"] = inj.counts()[name] if inj else 0
@@ -144,12 +182,20 @@ class LinkServer:
         """Serve until ``stop`` (or until ``idle``, called whenever nothing arrived for
         ``poll_ms``, returns True); then linger, replaying replies that were lost."""
         while not self._stop.is_set():
-            if self._poll(poll_ms):
-                self.serve_one()
+            if self._queue:  # between two requests: take in what arrived, then run one
+                self._take_arrived()
+                self._run_next()
+            elif self._poll(poll_ms):
+                self._take_arrived()
             elif idle is not None and idle():
                 break
             self._release_late()
         self._linger()
+
+    @property
+    def queued(self) -> int:
+        """Requests taken in and waiting to run."""
+        return len(self._queue)
 
     def _poll(self, poll_ms: float) -> bool:
         dues = [d for inj in (self.faults_in, self.faults_out) if inj
@@ -160,6 +206,12 @@ class LinkServer:
 
     def _linger(self) -> None:
         self._stopping = True
+        while self._queue:  # taken in, never run: each gets its answer
+            peer_id, peer, frame, group = self._queue.popleft()
+            self._dequeued(peer, frame, group)
+            self._answer(peer_id, peer, frame.seq, self._error(
+                frame, self._stamp(frame), LinkErrorCode.STOPPING, f"the server at "
+                f"{self.endpoint} is stopping; frame {frame.seq} was not run"))
         now = time.monotonic()
         quiet, hard = now + self.limits.linger_s, now + 10 * self.limits.linger_s
         while (now := time.monotonic()) < min(quiet, hard):
@@ -170,8 +222,23 @@ class LinkServer:
         self._release_late(everything=True)
 
     def serve_one(self) -> None:
-        """Take one message (waiting for it) and answer it. Never raises: no input stops the
-        server."""
+        """Take one message (waiting for it) and answer it, with what it let run. Never
+        raises: no input stops the server."""
+        self._take_one()
+        while self._queue:
+            self._run_next()
+
+    def _take_arrived(self) -> None:
+        """Take in the messages that have arrived (up to ``MAX_TAKE``). ZeroMQ reads only
+        ``receive_queue`` messages ahead from a connection, and the next as soon as one is
+        taken, so a burst is taken whole by waiting ``TAKE_WAIT_MS`` for each next message."""
+        for _ in range(MAX_TAKE):
+            if not self._sock.poll(TAKE_WAIT_MS, zmq.POLLIN):
+                return
+            self._take_one()
+
+    def _take_one(self) -> None:
+        """Receive one message (waiting for it) and take in its frames. Never raises."""
         try:
             frames = self._sock.recv_multipart(copy=not self._keyed)
         except zmq.ZMQError as e:
@@ -190,6 +257,15 @@ class LinkServer:
         except Exception:  # the last line of defence: log, count, and go on serving
             self.internal_errors += 1
             log.exception("link server at %s: a message failed unforeseen", self.endpoint)
+
+    def _run_next(self) -> None:
+        peer_id, peer, frame, group = self._queue.popleft()
+        self._dequeued(peer, frame, group)
+        try:
+            self._run(peer_id, peer, frame)
+        except Exception:
+            self.internal_errors += 1
+            log.exception("link server at %s: a request failed unforeseen", self.endpoint)
 
     def _peer_key(self, routing_id: bytes, frame: object) -> bytes:
         """Who sent a message: its connection's routing id and, where CURVE clients are
@@ -248,7 +324,7 @@ class LinkServer:
         elif frame.seq > peer.next_seq:
             self._hold_early(peer, frame)
         else:
-            self._run(peer_id, peer, frame)
+            self._admit(peer_id, peer, frame)
         self._drain(peer_id, peer)
 
     def _peer(self, peer_id: bytes, frame: Frame) -> _Peer:
@@ -285,7 +361,9 @@ class LinkServer:
     def _duplicate(self, peer_id: bytes, peer: _Peer, frame: Frame) -> None:
         self.duplicates += 1
         held = peer.replies.get(frame.seq)
-        if held is not None:
+        if frame.seq in peer.queued:
+            pass  # a copy of one waiting to run: its reply is on its way
+        elif held is not None:
             self.replays += 1
             self._send(peer_id, held)
         elif frame.seq >= peer.floor:
@@ -309,10 +387,60 @@ class LinkServer:
         while not self._stopping and peer.next_seq in peer.early:
             frame = peer.early.pop(peer.next_seq)
             self._early_bytes -= len(frame.payload)
-            self._run(peer_id, peer, frame)
+            self._admit(peer_id, peer, frame)
+
+    # -- admission --------------------------------------------------------------------------------
+    def _admit(self, peer_id: bytes, peer: _Peer, frame: Frame) -> None:
+        """Queue the frame next in the client's sequence, or refuse it ``BUSY`` (module doc);
+        either way its sequence number is taken."""
+        peer.next_seq = frame.seq + 1
+        group = None if frame.op in self.always_admitted else self.admission_group(peer_id)
+        refusal = None if group is None else self._refusal(peer, group, frame)
+        if refusal is not None:
+            self.busy += 1
+            log.info("refused frame %d of %s: %s", frame.seq, peer_id.hex(), refusal)
+            self._answer(peer_id, peer, frame.seq, self._error(
+                frame, self._stamp(frame), LinkErrorCode.BUSY, refusal))
+            return
+        peer.queued.add(frame.seq)
+        if group is not None:  # the always admitted are cheap: they take no one's share
+            self._queued_by[group] = self._queued_by.get(group, 0) + 1
+            self._queued_work += 1
+        self._queue.append((peer_id, peer, frame, group))
+
+    def _refusal(self, peer: _Peer, group: bytes, frame: Frame) -> str | None:
+        if peer.refused_at is not None:
+            if frame.ref <= peer.refused_at:
+                return (f"frame {frame.seq} was sent before its client could see frame "
+                        f"{peer.refused_at} refused; it is refused too, so that nothing runs "
+                        "out of order (send both again)")
+            peer.refused_at = None
+        total, mine = self._queued_work, self._queued_by.get(group, 0)
+        if total < self.limits.max_queued:
+            return None
+        share = max(1, self.limits.max_queued // (len(self._queued_by) + (mine == 0)))
+        if mine < share:
+            return None
+        peer.refused_at = frame.seq
+        return (f"server busy: {total} requests queued (max_queued = "
+                f"{self.limits.max_queued}), {mine} of them this client's, its share "
+                f"{share}; frame {frame.seq} was not run: send it again later")
+
+    def _dequeued(self, peer: _Peer, frame: Frame, group: bytes | None) -> None:
+        peer.queued.discard(frame.seq)
+        if group is None:
+            return
+        self._queued_work -= 1
+        left = self._queued_by[group] - 1
+        if left:
+            self._queued_by[group] = left
+        else:
+            del self._queued_by[group]
+
+    def _stamp(self, frame: Frame) -> int:
+        return min(frame.emu_time_ps + self._delay_ps, MAX_EMU_TIME_PS)
 
     def _run(self, peer_id: bytes, peer: _Peer, frame: Frame) -> None:
-        peer.next_seq = frame.seq + 1
         # the arrival, committed to the link only if the handler accepts the request: a
         # refused request changes nothing, the link's queue included
         nbytes = HEADER_BYTES + len(frame.payload)
@@ -339,7 +467,13 @@ class LinkServer:
         except Exception as e:  # the server must outlive any one request
             log.exception("op %d from %s raised", frame.op, peer_id.hex())
             parts = self._error(frame, stamp, LinkErrorCode.INTERNAL, f"{type(e).__name__}: {e}")
-        self._keep(peer_id, peer, frame.seq, parts)
+        self._answer(peer_id, peer, frame.seq, parts)
+
+    def _answer(self, peer_id: bytes, peer: _Peer, seq: int, parts: list[bytes]) -> None:
+        """Send a frame's answer, kept for replay while the client still has the server keep
+        its state (a peer forgotten while its request waited gets the answer only)."""
+        if self._peers.get(peer_id) is peer:
+            self._keep(peer_id, peer, seq, parts)
         self._send(peer_id, parts)
 
     @staticmethod

@@ -49,6 +49,12 @@ class ChecksumError(LinkError):
     pass
 
 
+class NodeBusyError(NodeError):
+    """The node's queue was full and this client held its share of it: the request was not
+    run; send it again later (requests sent before this one was refused may be refused too,
+    so that what runs keeps the order sent)."""
+
+
 _BY_CODE: dict[int, type[NodeError]] = {
     NodeErrorCode.BAD_REQUEST: BadRequestError,
     NodeErrorCode.UNKNOWN_SESSION: UnknownSessionError,
@@ -60,6 +66,7 @@ _BY_CODE: dict[int, type[NodeError]] = {
     LinkErrorCode.CHECKSUM: ChecksumError,
     LinkErrorCode.MALFORMED_FRAME: LinkError,
     LinkErrorCode.UNKNOWN_OP: LinkError,
+    LinkErrorCode.BUSY: NodeBusyError,
 }
 
 

@@ -45,7 +45,7 @@ from nelssa.driver.formats import LINE_BYTES, MAX_IDS, DescStatus
 from nelssa.driver.memory import KvCapacityError, kv_region_bytes
 from nelssa.emu.link.frame import LinkErrorCode
 from nelssa.emu.link.model import PS_PER_NS, link_preset
-from nelssa.emu.link.transport import Reply, Request, ServiceError
+from nelssa.emu.link.transport import LinkLimits, Reply, Request, ServiceError
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.aggregate import merge_partials
 from nelssa.host.pnm_node.clients import ClientTable
@@ -64,6 +64,7 @@ from nelssa.host.pnm_node.protocol import (
     NodeOp,
     Partition,
 )
+from nelssa.hw.model.device import SIM_CLOCK_HZ
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ class NodeConfig:
     """Emulated host software time per request (parse, dispatch, aggregate)."""
     host_descriptor_ns: float = 100.0
     """Emulated host software time per descriptor built."""
-    core_clock_mhz: float = 800.0
-    """Device core clock: device cycles to emulated time."""
+    core_clock_mhz: float = SIM_CLOCK_HZ / 1e6
+    """Device core clock: device cycles to emulated time (a board's comes from its manifest)."""
     fpga_manifest: str | None = None
     """Bitstream manifest of ``fpga:`` devices (default: manifest.json in each board folder)."""
     max_sessions: int = 4096
@@ -110,6 +111,10 @@ class NodeConfig:
     max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
     """Largest WRITE_KV payload, checked from its header before the body is parsed (the
     client splits larger writes)."""
+    max_queued: int = LinkLimits.max_queued
+    """Requests waiting to run, all clients together; once it is full, a request of a client
+    holding its share of the queue is refused at once with BUSY (emu/link/server.py). Freeing,
+    closing, status and shutdown are never refused."""
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.devices) <= 32:
@@ -124,13 +129,20 @@ class NodeConfig:
                 raise ValueError(f"{name} must be in 0..1e9 (one second), got "
                                  f"{getattr(self, name)}")
         for name in ("max_sessions", "max_sessions_per_client", "max_clients",
-                     "max_queue_pairs", "max_request_heads", "max_write_kv_bytes"):
+                     "max_queue_pairs", "max_request_heads", "max_write_kv_bytes",
+                     "max_queued"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
         if self.max_client_bytes is not None and (not isinstance(self.max_client_bytes, int)
                                                   or self.max_client_bytes < 1):
             raise ValueError(f"max_client_bytes must be an integer >= 1 or None, got "
                              f"{self.max_client_bytes!r}")
+
+
+ALWAYS_ADMITTED = frozenset({NodeOp.CLOSE_SESSION, NodeOp.FREE_KV, NodeOp.STATUS,
+                             NodeOp.SHUTDOWN, NodeOp.JOIN_TICKET, NodeOp.JOIN})
+"""Operations queued even when the node is busy: they free what others wait for, or the
+operator needs them under load."""
 
 
 def _fail(code: NodeErrorCode, message: str) -> ServiceError:

@@ -12,7 +12,7 @@ from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.security import CurveServerKeys
 from nelssa.emu.link.transport import LinkLimits, LinkServer, Reply, Request
 from nelssa.host.pnm_node.admin import AdminTokenError, remove_token, write_token
-from nelssa.host.pnm_node.host import NelssaHost, NodeConfig
+from nelssa.host.pnm_node.host import ALWAYS_ADMITTED, NelssaHost, NodeConfig
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +27,12 @@ class NodeService:
         try:
             # twice the largest legal request: one somewhat over a limit gets the node's
             # refusal naming it; only one far beyond is cut off by the link (ZMQ_MAXMSGSIZE)
-            limits = LinkLimits(max_payload=2 * self.host.max_request_bytes())
+            limits = LinkLimits(max_payload=2 * self.host.max_request_bytes(),
+                                max_queued=config.max_queued)
+            # a client's queue pairs share its part of the queue
             self.server = LinkServer(endpoint, self._handle, link_preset(config.link), curve,
-                                     limits=limits)
+                                     limits=limits, admission_group=self.host.clients.client_id,
+                                     always_admitted=ALWAYS_ADMITTED)
         except Exception:
             self.host.close()
             raise

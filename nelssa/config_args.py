@@ -1,0 +1,70 @@
+"""Command-line options derived from a config dataclass, as vLLM's ``EngineArgs`` derives
+them: each option's name, default and help text come from the field (its name, its default
+and the docstring under it), so a default and its explanation live in one place.
+
+    add_config_options(parser, NodeConfig, ["max_sessions", "max_queued"])
+    NodeConfig(devices, **config_values(args, NodeConfig, ["max_sessions", "max_queued"]))
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import itertools
+import textwrap
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
+
+from nelssa.emu.latency.fields import Num
+from nelssa.options import SECONDS, number
+
+COUNT = number(Num("a positive integer", integer=True, lo=1, most=(1 << 62) - 1))
+"""Counts and sizes of a config (bytes included: beyond 2**31)."""
+_TYPES: dict[str, Callable[[str], Any]] = {"int": COUNT, "int | None": COUNT,
+                                           "float": SECONDS}
+
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass, from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def option_name(field: str) -> str:
+    return "--" + field.removesuffix("_s").replace("_", "-")
+
+
+def add_config_options(parser: argparse.ArgumentParser, cls: type,
+                       names: Sequence[str]) -> None:
+    """An option per field in ``names``: its type from the field's annotation, its default
+    the field's default, its help the field's docstring."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    docs = field_docs(cls)
+    for name in names:
+        f = fields[name]
+        kind = _TYPES.get(str(f.type))
+        if kind is None or f.default is dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{name}: no option for a {f.type} field without "
+                            "a default")
+        shown = "none" if f.default is None else f"{f.default:g}" if isinstance(
+            f.default, float) else str(f.default)
+        unit = " (seconds)" if str(f.type) == "float" else ""
+        parser.add_argument(option_name(name), dest=name, type=kind, default=f.default,
+                            metavar="N", help=f"{docs.get(name, '')}{unit} [default: {shown}]"
+                            .replace("%", "%%"))
+
+
+def config_values(args: argparse.Namespace, cls: type, names: Sequence[str]) -> dict[str, Any]:
+    """The values of those options, as keyword arguments of ``cls``."""
+    return {name: getattr(args, name) for name in names}
