@@ -232,6 +232,7 @@ def run(devices: int, clients: int, seconds: float, factor: float, measure_s: fl
     samples: list[tuple[float, int]] = []
     results: dict[int, dict] = {}
     try:
+        window = min(window, max_queued or window)  # what the node takes from one client
         rate = measure_rate(endpoint, measure_s, window)
         offered = rate * factor
         with NodeClient(endpoint, timeout_s=30) as c:  # a handle the soak clients do not own

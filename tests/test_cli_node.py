@@ -221,9 +221,39 @@ def test_keygen_and_a_curve_node(tmp_path: Path) -> None:
                                               "number of seconds > 0, got 0"),
     (["node", "up", "--curve-clients", "."], "--curve-clients needs --curve-secret"),
     (["node", "up", "--link", "roce-1t"], "invalid choice: 'roce-1t'"),
+    (["node", "up", "--max-queued", "0"], "argument --max-queued: must be a positive integer, "
+                                          "got 0"),
+    (["node", "up", "--max-sessions", "1.5"], "argument --max-sessions: must be a positive "
+                                              "integer, got '1.5'"),
+    (["node", "up", "--max-client-bytes", "nan"], "argument --max-client-bytes: must be a "
+                                                  "positive integer, got 'nan'"),
+    (["node", "up", "--max-request-heads", "true"], "argument --max-request-heads: must be a "
+                                                    "positive integer, got 'true'"),
 ])
 def test_node_argument_checks(capsys: pytest.CaptureFixture[str], argv: list[str],
                               words: str) -> None:
     with pytest.raises(SystemExit):
         main(argv)
     assert words in capsys.readouterr().err
+
+
+def test_node_limits_are_options_with_the_configs_defaults_and_help(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each NodeConfig limit `node up` takes has its default and its help from the field."""
+    from dataclasses import fields
+
+    from nelssa.cli_node import NODE_OPTIONS
+    from nelssa.config_args import field_docs, option_name
+    from nelssa.host.pnm_node.host import NodeConfig
+
+    with pytest.raises(SystemExit):
+        main(["node", "up", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    docs, defaults = field_docs(NodeConfig), {f.name: f.default for f in fields(NodeConfig)}
+    for name in NODE_OPTIONS:
+        assert docs[name], name
+        assert option_name(name) in text
+        assert " ".join(docs[name].split()[:6]) in text, name
+        d = defaults[name]
+        shown = "none" if d is None else f"{d:g}" if isinstance(d, float) else str(d)
+        assert f"[default: {shown}]" in text, name

@@ -542,7 +542,8 @@ def test_short_soak_loses_nothing_and_memory_stays_bounded(tmp_path: Path) -> No
     script = Path(__file__).resolve().parents[1] / "scripts/soak.py"
     out, raw = tmp_path / "soak.md", tmp_path / "soak.json"
     run = subprocess.run([sys.executable, str(script), "--seconds", "2", "--clients", "2",
-                          "--measure-s", "1", "--out", str(out), "--json", str(raw)],
+                          "--measure-s", "1", "--max-queued", "4", "--out", str(out),
+                          "--json", str(raw)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     r = json.loads(raw.read_text())
@@ -555,6 +556,7 @@ def test_short_soak_loses_nothing_and_memory_stays_bounded(tmp_path: Path) -> No
         for k, v in c["refused"].items():
             refused[k] = refused.get(k, 0) + v
     assert set(refused) <= {"UNKNOWN_SESSION", "BAD_REQUEST", "LIMIT_EXCEEDED", "BUSY"}
+    assert refused.get("BUSY", 0) > 0  # `node up --max-queued 4` at 10x: refused at once
     assert r["rss_end_kib"] - r["rss_quarter_kib"] <= 32 << 10
     assert "lost 0" in out.read_text() and "PASS" in out.read_text()
     # bad options: one line, exit 2
