@@ -134,7 +134,8 @@ def cmd_device_demo(args: argparse.Namespace) -> int:
     return 0 if d.ok else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> Parser:
+    """The whole command line: every subcommand and its options."""
     parser = Parser(
         prog="nelssa", description="Hardware-in-the-loop emulator of NELSSA (GPU-PNM serving).")
     parser.add_argument("--version", action="version", version=f"nelssa {__version__}")
@@ -184,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     add_fpga_parser(sub)
     add_latency_parser(sub)
     add_serving_parser(sub)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     check_node_args(parser, args)
     check_decode_args(parser, args)
