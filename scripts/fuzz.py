@@ -7,15 +7,23 @@ kind, to docs/results/fuzz.md. The short runs of the same fuzzers are tests/test
     python scripts/fuzz.py --target descriptors-model --count 100000 --seed 1
     python scripts/fuzz.py --target all --budget 600
     python scripts/fuzz.py --target frames:100000 --target node:2000 --seed 1
+    python scripts/fuzz.py --target model --count 100000 --json /tmp/model.json --out -
+    python scripts/fuzz.py --page /tmp/model.json /tmp/rtl.json   # one page from several runs
+
+A campaign's raw tallies go to ``--json``; ``--page`` writes the page from such files (runs made
+at different times, or on different machines), each row naming the command and code it came
+from.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hypothesis import given, seed
@@ -82,8 +90,9 @@ HEAD = ["target", "inputs tried", "cases", "hangs", "crashes", "wrong results",
         "writes outside the region", "wall s"]
 
 
-def table(rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+def table(rows: list[list[str]], with_run: bool = False) -> str:
+    head = [*HEAD, "run"] if with_run else HEAD
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
 
@@ -99,17 +108,55 @@ def _commit() -> str:
     return rev + (" with uncommitted changes" if dirty.strip() else "")
 
 
-def report(results: list[tuple[Tally, float]], command: str, note: str | None = None) -> str:
+@dataclass
+class Run:
+    """One invocation of this script: what it ran, on what code, and its tallies."""
+
+    command: str
+    code: str
+    date: str
+    results: list[tuple[Tally, float]]
+    note: str | None = None
+
+    def to_json(self) -> dict:
+        return {"command": self.command, "code": self.code, "date": self.date,
+                "note": self.note,
+                "results": [{"target": t.target, "unit": t.unit, "tried": t.tried,
+                             "cases": t.cases, "counts": {k.value: t.counts[k] for k in Kind},
+                             "examples": {k.value: t.examples[k] for k in Kind}, "wall_s": w}
+                            for t, w in self.results]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Run:
+        results = []
+        for r in d["results"]:
+            t = Tally(r["target"], r["unit"], r["tried"], r["cases"],
+                      {k: int(r["counts"][k.value]) for k in Kind},
+                      {k: [tuple(x) for x in r["examples"][k.value]] for k in Kind})
+            results.append((t, float(r["wall_s"])))
+        return cls(d["command"], d["code"], d["date"], results, d.get("note"))
+
+
+def report(runs: list[Run]) -> str:
+    several = len(runs) > 1
     lines = ["# Fuzz campaigns", "",
              "Property-based fuzzers (hypothesis) of every interface that takes input from "
              "outside (emu/fuzz/, one module per target; the oracles in emu/fuzz/oracle.py). "
              "Each row: units tried (a case, as hypothesis draws it, holds one or more), then "
-             "the findings of each oracle. The goal is zero in every column but the first.", "",
-             f"Command: `{command}`  ", f"Code: {_commit()}, {time.strftime('%Y-%m-%d')}", "",
-             *([note, ""] if note else []),
-             table([_row(t, w) for t, w in results]), "",
-             "Targets:", ""]
-    lines += [f"- `{t.target}`: {TARGETS[t.target].doc}" for t, _ in results]
+             "the findings of each oracle. The goal is zero in every column but the first.", ""]
+    for i, run in enumerate(runs, 1):
+        lines += [f"{f'Run {i}: c' if several else 'C'}ommand: `{run.command}`  ",
+                  f"Code: {run.code}, {run.date}", "", *([run.note, ""] if run.note else [])]
+    if several:
+        lines += [f"Page: `python scripts/fuzz.py --page <the runs' --json files>` "
+                  f"({time.strftime('%Y-%m-%d')})", ""]
+    results = [(t, w) for run in runs for t, w in run.results]
+    rows = [[*_row(t, w), str(i)] for i, run in enumerate(runs, 1) for t, w in run.results]
+    if not several:
+        rows = [r[:-1] for r in rows]
+    lines += [table(rows, several), "", "Targets:", ""]
+    lines += [f"- `{name}`: {TARGETS[name].doc}"
+              for name in dict.fromkeys(t.target for t, _ in results)]
     found = [(t, k) for t, _ in results for k in Kind if t.examples[k]]
     if found:
         lines += ["", "## Findings (first of each kind)", ""]
@@ -134,7 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "fuzz.md"),
                     help="where the table goes ('-' for nowhere)")
     ap.add_argument("--note", help="a paragraph to put above the table (what was run where)")
+    ap.add_argument("--json", help="also write the raw tallies here (for --page)")
+    ap.add_argument("--page", nargs="+", metavar="JSON",
+                    help="write the page (--out) from the --json files of earlier runs, "
+                         "running nothing")
     args = ap.parse_args(argv)
+    if args.page:
+        return _page(ap, args.page, args.out)
     counts: dict[str, int | None] = {}
     for spec in args.target or ["all"]:
         t, _, n = spec.partition(":")
@@ -159,11 +212,30 @@ def main(argv: list[str] | None = None) -> int:
         tally, wall = campaign(name, count, args.budget, args.seed)
         results.append((tally, wall))
         print(" | ".join(_row(tally, wall)), flush=True)
+    run = Run(command, _commit(), time.strftime("%Y-%m-%d"), results, args.note)
+    if args.json:
+        Path(args.json).write_text(json.dumps(run.to_json()))
     if args.out != "-":
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(report(results, command, args.note))
+        Path(args.out).write_text(report([run]))
         print(f"wrote {args.out}")
     return 0 if all(t.clean for t, _ in results) else 1
+
+
+def _page(ap: argparse.ArgumentParser, files: list[str], out: str) -> int:
+    runs = []
+    for f in files:
+        try:
+            runs.append(Run.from_json(json.loads(Path(f).read_text())))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--page {f}: not the --json of a campaign ({type(e).__name__}: {e})")
+    text = report(runs)
+    if out == "-":
+        print(text)
+    else:
+        Path(out).write_text(text)
+        print(f"wrote {out}")
+    return 0 if all(t.clean for run in runs for t, _ in run.results) else 1
 
 
 if __name__ == "__main__":
