@@ -8,11 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nelssa.emu.latency.model import COMPRESSION
-from nelssa.options import DEVICES, SHARE, UsageError, input_file, number, output_file
+from nelssa.config_args import add_config_options, config_values
+from nelssa.emu.latency.model import Sparsity
+from nelssa.options import DEVICES, UsageError, input_file, output_file
 
 HARDWARE_OPTIONS = (("gpus", "--gpu"), ("pnm", "--pnm"), ("models", "--model"),
                     ("links", "--link"))
+SPARSITY_OPTIONS = ("selection", "compression")
+"""Sparsity fields `crossover` takes as options (name, default and help from the field)."""
 
 
 def load_hardware(args: argparse.Namespace) -> dict[str, Any]:
@@ -45,11 +48,12 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 def cmd_crossover(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from nelssa.emu.latency.model import LatencyModel, Sparsity
+    from nelssa.emu.latency.model import LatencyModel
 
     hw = load_hardware(args)
     gpu, pnm, model, link = hw["gpus"], hw["pnm"], hw["models"], hw["links"]
-    lm = LatencyModel(gpu, pnm, model, Sparsity(args.selection, args.compression), link)
+    lm = LatencyModel(gpu, pnm, model, Sparsity(**config_values(args, Sparsity,
+                                                                 SPARSITY_OPTIONS)), link)
     print(f"crossover of dense GPU attention and sparse PNM attention: {model.name} "
           f"(M_kv {model.kv_bytes_per_token // 1024} KiB/token) on {gpu.name} "
           f"({gpu.hbm_gbs:g} GB/s) vs {pnm.name} devices ({pnm.bw_eff_gbs:g} GB/s effective "
@@ -91,9 +95,7 @@ def cmd_crossover(args: argparse.Namespace) -> int:
 def add_latency_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("crossover", help="the routing threshold T_input for 1..8 PNM devices")
     add_hardware_args(p)
-    p.add_argument("--selection", type=SHARE, default=0.04, help="S, in (0, 1]")
-    p.add_argument("--compression", type=number(COMPRESSION), default=16.0,
-                   help="C (tokens per cluster, > 1)")
+    add_config_options(p, Sparsity, SPARSITY_OPTIONS)
     p.add_argument("--max-devices", type=DEVICES, default=8, help="1..1024")
     p.add_argument("--plot", type=output_file, default="crossover.png")
     p.add_argument("--json", type=output_file, help="also write the table as JSON here")

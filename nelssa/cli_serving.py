@@ -13,19 +13,23 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.cli_latency import add_hardware_args, load_hardware
+from nelssa.config_args import add_config_options, config_values
+from nelssa.emu.latency.model import Sparsity
+from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.workload import RATE
 from nelssa.options import (
-    DEVICES,
     POSITIVE_INT,
     SEED,
-    SHARE,
     BurstAction,
     UsageError,
     input_file,
-    int_range,
     number,
     output_dir,
 )
+
+SERVING_OPTIONS = ("devices", "t_input", "max_running", "prefill_gpus", "migrate_at")
+"""ServingConfig fields `serve-sim` takes as options (name, default and help from the field)."""
+SPARSITY_OPTIONS = ("selection",)
 
 
 def _ratio(a: float, b: float) -> str:
@@ -54,9 +58,9 @@ def _strict_json(obj: Any) -> Any:
 
 
 def cmd_serve_sim(args: argparse.Namespace) -> int:
-    from nelssa.emu.latency.model import LatencyModel, Sparsity
+    from nelssa.emu.latency.model import LatencyModel
     from nelssa.emu.serving.metrics import series, summarize
-    from nelssa.emu.serving.sim import SchedulerKind, ServingConfig, ServingSim
+    from nelssa.emu.serving.sim import SchedulerKind, ServingSim
     from nelssa.emu.serving.vllm_env import VllmEnvError, vllm_python
     from nelssa.emu.serving.workload import TraceError, inject_burst, load_trace, poisson
     from nelssa.progress import Progress
@@ -72,8 +76,8 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
 
     hw = load_hardware(args)
     cat = hw["catalog"]
-    lm = LatencyModel(hw["gpus"], hw["pnm"], hw["models"], Sparsity(args.selection),
-                      hw["links"])
+    lm = LatencyModel(hw["gpus"], hw["pnm"], hw["models"],
+                      Sparsity(**config_values(args, Sparsity, SPARSITY_OPTIONS)), hw["links"])
     try:
         reqs = load_trace(args.trace, args.limit, hash_ids=caching)
     except TraceError as e:
@@ -94,12 +98,10 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     results = {}
     runs = {}
     for mode in modes:
-        cfg = ServingConfig(mode=mode, devices=args.devices, t_input=args.t_input,
-                            preemption=args.preemption, max_running=args.max_running,
-                            prefill=args.prefill, prefill_gpus=args.prefill_gpus,
+        cfg = ServingConfig(mode=mode, preemption=args.preemption, prefill=args.prefill,
                             migration=args.migration and mode == "nelssa",
-                            migrate_at=args.migrate_at, prefix_caching=caching,
-                            scheduler=scheduler)
+                            prefix_caching=caching, scheduler=scheduler,
+                            **config_values(args, ServingConfig, SERVING_OPTIONS))
         sim = ServingSim(lm, cfg)
         bar = Progress(1000, f"{mode:>6}")
         t0 = time.perf_counter()
@@ -223,26 +225,21 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix-caching", choices=("on", "off"), default="on",
                    help="automatic prefix caching over the trace's hash_ids (vLLM's default: "
                    "on; a trace without hash_ids needs off)")
-    p.add_argument("--devices", type=DEVICES, default=4, help="PNM devices (1..1024)")
-    p.add_argument("--selection", type=SHARE, default=0.04, help="S, in (0, 1]")
-    p.add_argument("--t-input", type=POSITIVE_INT,
-                   help="routing threshold in tokens (default: the crossover)")
+    add_config_options(p, ServingConfig, SERVING_OPTIONS)
+    add_config_options(p, Sparsity, SPARSITY_OPTIONS)
     p.add_argument("--rate", type=number(RATE),
                    help="resample arrivals as Poisson at this rate (/s)")
     p.add_argument("--limit", type=POSITIVE_INT, help="only the first N requests")
-    p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
-    p.add_argument("--max-running", type=POSITIVE_INT, default=256)
-    p.add_argument("--prefill", choices=("colocated", "disaggregated"), default="colocated",
+    p.add_argument("--preemption", choices=("recompute", "swap"),
+                   default=ServingConfig.preemption)
+    p.add_argument("--prefill", choices=("colocated", "disaggregated"),
+                   default=ServingConfig.prefill,
                    help="prefill on the decode GPU, or on separate prefill GPUs (the paper's)")
-    p.add_argument("--prefill-gpus", type=int_range(1, 1024), default=1,
-                   help="prefill GPUs when disaggregated")
     p.add_argument("--burst", action=BurstAction,
                    help="inject COUNT long requests of INPUT/OUTPUT tokens at AT_S seconds")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--migration", action="store_true",
                    help="NELSSA: migrate grown requests to the PNM tier under memory pressure")
-    p.add_argument("--migrate-at", type=SHARE, default=0.95,
-                   help="share of GPU KV in use from which migration starts")
     p.add_argument("--sweeps", action="store_true",
                    help="also the Figure-10 (context x batch) and Figure-16 (long share) sweeps")
     p.add_argument("--out", type=output_dir, default="serve-sim",

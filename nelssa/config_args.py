@@ -47,19 +47,21 @@ def option_name(field: str) -> str:
 
 def add_config_options(parser: argparse.ArgumentParser, cls: type,
                        names: Sequence[str]) -> None:
-    """An option per field in ``names``: its type from the field's annotation, its default
-    the field's default, its help the field's docstring."""
+    """An option per field in ``names``: its type from the field's ``Num`` (metadata "num")
+    or else its annotation, its default the field's default, its help the field's
+    docstring."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     docs = field_docs(cls)
     for name in names:
         f = fields[name]
-        kind = _TYPES.get(str(f.type))
+        spec = f.metadata.get("num")
+        kind = number(spec) if spec is not None else _TYPES.get(str(f.type))
         if kind is None or f.default is dataclasses.MISSING:
             raise TypeError(f"{cls.__name__}.{name}: no option for a {f.type} field without "
                             "a default")
         shown = "none" if f.default is None else f"{f.default:g}" if isinstance(
             f.default, float) else str(f.default)
-        unit = " (seconds)" if str(f.type) == "float" else ""
+        unit = " (seconds)" if spec is None and str(f.type) == "float" else ""
         parser.add_argument(option_name(name), dest=name, type=kind, default=f.default,
                             metavar="N", help=f"{docs.get(name, '')}{unit} [default: {shown}]"
                             .replace("%", "%%"))

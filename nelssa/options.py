@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from nelssa.driver.regs import CAPS_MAX_ENGINES
 from nelssa.emu.latency.fields import FieldError, Num
+from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.serving.workload import ARRIVAL_S, BURST_COUNT, TOKENS
 from nelssa.hw.sim.device import RTL_MAX_UNITS
 
@@ -59,7 +60,7 @@ SHARE = number(Num("in (0, 1]", lo=0, lo_open=True, hi=1))
 PROBABILITY = number(Num("in [0, 1]", lo=0, hi=1))
 POSITIVE_FLOAT = number(Num("a finite number > 0", lo=0, lo_open=True))
 SECONDS = number(Num("a finite number of seconds > 0", lo=0, lo_open=True, most=1e6))
-DEVICES = int_range(1, 1024)
+DEVICES = number(DEVICE_COUNT)
 """PNM devices of the latency model and the serving replay (a node has at most 32)."""
 PID = number(Num("a positive integer", integer=True, lo=1, most=(1 << 22)))
 ENGINES = int_range(1, CAPS_MAX_ENGINES)

@@ -123,3 +123,34 @@ def test_serving_emulator_reads_the_same_window_and_link():
     assert CostModel(few, *args).migration_s(1000) < CostModel(lm, *args).migration_s(1000)
     assert CostModel(few, *args).pnm_resident_tokens(10_000) + 68 == \
         CostModel(lm, *args).pnm_resident_tokens(10_000)
+
+
+def test_cli_defaults_and_help_come_from_the_config_dataclasses():
+    """`crossover` and `serve-sim` restate no default: each option's default and help text are
+    its field's (nelssa.config_args)."""
+    from dataclasses import fields
+
+    from nelssa.cli import build_parser
+    from nelssa.cli_latency import SPARSITY_OPTIONS
+    from nelssa.cli_serving import SERVING_OPTIONS
+    from nelssa.config_args import field_docs
+    from nelssa.emu.latency.model import Sparsity
+    from nelssa.emu.serving.config import ServingConfig
+
+    trace = ROOT / "tests" / "data"
+    trace = next(trace.glob("*.jsonl"), None) or Path(__file__)
+    parser = build_parser()
+    crossover = parser.parse_args(["crossover"])
+    serve = parser.parse_args(["serve-sim", "--trace", str(trace)])
+    for cls, names, args in ((Sparsity, SPARSITY_OPTIONS, crossover),
+                             (Sparsity, ("selection",), serve),
+                             (ServingConfig, SERVING_OPTIONS, serve)):
+        defaults = {f.name: f.default for f in fields(cls)}
+        for name in names:
+            assert getattr(args, name) == defaults[name], (cls.__name__, name)
+    text = " ".join(_help("serve-sim").split())
+    for name in ("devices", "max_running", "migrate_at"):
+        assert field_docs(ServingConfig)[name] in text, name
+    assert field_docs(Sparsity)["selection"] in " ".join(_help("crossover").split())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve-sim", "--trace", str(trace), "--migrate-at", "2"])

@@ -22,13 +22,15 @@ needs its output), so the per-request costs repeat per layer: t_base (host softw
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from nelssa.emu.latency.fields import Num
 from nelssa.emu.latency.hardware import SHARE, GpuHw, LinkHw, ModelHw, PnmHw
 
 COMPRESSION = Num("a number > 1", lo=1, lo_open=True, most=1e6)
 """C: tokens per cluster."""
+DEVICE_COUNT = Num("an integer in 1..1024", integer=True, lo=1, hi=1024)
+"""N: PNM devices of the latency model and the serving replay (a node has at most 32)."""
 TOKENS = Num("an integer >= 0", integer=True, lo=0, most=1 << 30)
 POSITIVE = Num("a positive integer", integer=True, lo=1, most=1 << 30)
 
@@ -39,28 +41,24 @@ class Sparsity:
     Reference parameters): the one place of these numbers for the latency model, the serving
     emulator's cost model and the co-simulation's clustering and GPU window."""
 
-    selection: float = 0.04
+    selection: float = field(default=0.04, metadata={"num": SHARE})
     """S: share of clusters (and so of KV bytes) read per step (the paper's throughput runs)."""
-    compression: float = 16.0
+    compression: float = field(default=16.0, metadata={"num": COMPRESSION})
     """C: tokens per cluster; the centroids are 1/C of the keys the GPU would read."""
-    sink_tokens: int = 4
+    sink_tokens: int = field(default=4, metadata={"num": TOKENS})
     """First tokens of a PNM-tier request that stay on the GPU (attention sinks)."""
-    recent_tokens: int = 64
+    recent_tokens: int = field(default=64, metadata={"num": TOKENS})
     """Latest tokens of a PNM-tier request that stay on the GPU."""
-    chunk_tokens: int = 1024
+    chunk_tokens: int = field(default=1024, metadata={"num": POSITIVE})
     """Generated tokens held on the GPU until they are clustered and appended (paper 4.3)."""
-    segment_tokens: int = 8192
+    segment_tokens: int = field(default=8192, metadata={"num": POSITIVE})
     """Tokens clustered together by k-means; longer contexts are cut into segments."""
-    kmeans_iterations: int = 10
+    kmeans_iterations: int = field(default=10, metadata={"num": POSITIVE})
     """k-means passes over a segment's keys."""
 
     def __post_init__(self) -> None:
-        SHARE.check(self.selection, "selection")
-        COMPRESSION.check(self.compression, "compression")
-        for name in ("sink_tokens", "recent_tokens"):
-            TOKENS.check(getattr(self, name), name)
-        for name in ("chunk_tokens", "segment_tokens", "kmeans_iterations"):
-            POSITIVE.check(getattr(self, name), name)
+        for f in fields(self):  # each field refused by its Num, named
+            f.metadata["num"].check(getattr(self, f.name), f.name)
 
     @property
     def window_tokens(self) -> int:

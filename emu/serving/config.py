@@ -4,9 +4,11 @@ meaning live here, the command line reads them)."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from nelssa.emu.latency.model import Sparsity
+from nelssa.emu.latency.fields import Num
+from nelssa.emu.latency.hardware import SHARE
+from nelssa.emu.latency.model import DEVICE_COUNT, Sparsity
 from nelssa.emu.link.model import link_preset
 
 
@@ -23,7 +25,7 @@ class ServingConfig:
 
     mode: str = "gpu"
     """``gpu`` (GPU-only baseline) or ``nelssa``."""
-    devices: int = 4
+    devices: int = field(default=4, metadata={"num": DEVICE_COUNT})
     """PNM devices (NELSSA)."""
     max_running: int = 256
     """Most requests in the running batch (vLLM max_num_seqs)."""
@@ -48,12 +50,13 @@ class ServingConfig:
     """``colocated``: prefill runs in chunks on the decode GPU (vLLM on one GPU);
     ``disaggregated``: a separate prefill GPU of the same kind serves prefills FCFS and the
     decode GPU receives their KV (the paper's Prefill Node, section 5)."""
-    prefill_gpus: int = 1
+    prefill_gpus: int = field(default=1, metadata={"num": Num("an integer in 1..1024",
+                                                               integer=True, lo=1, hi=1024)})
     """Prefill GPUs when disaggregated (each request goes to the first one free)."""
     migration: bool = False
     """NELSSA: move GPU requests whose context has grown past T_input to the PNM tier in the
     background when GPU memory runs short (paper 4.3), instead of waiting to preempt."""
-    migrate_at: float = 0.95
+    migrate_at: float = field(default=0.95, metadata={"num": SHARE})
     """Share of the GPU's KV blocks in use from which a migration starts."""
     link_gbs: float = link_preset("roce-400g").bandwidth_gbps / 8
     """GPU node -> PNM node bandwidth for migrations, GB/s (RoCE 400G: 50)."""
