@@ -10,6 +10,7 @@ from typing import Any
 
 from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.latency.model import Sparsity
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.options import DEVICES, UsageError, input_file, output_file
 
 HARDWARE_OPTIONS = (("gpus", "--gpu"), ("pnm", "--pnm"), ("models", "--model"),
@@ -40,7 +41,7 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", default="h100-nvl")
     p.add_argument("--pnm", default="prototype")
     p.add_argument("--model", default="llama-3-8b")
-    p.add_argument("--link", default="roce-400g")
+    p.add_argument("--link", default=DEFAULT_GPU_PNM_LINK)
     p.add_argument("--hardware", action="append", default=[], type=input_file,
                    help="a hardware JSON file adding to or overriding the presets")
 

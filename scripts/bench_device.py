@@ -20,10 +20,16 @@ from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.formats import CLUSTER_ENTRY, cluster_bytes
 from nelssa.driver.memory import MemoryApi
+from nelssa.emu.latency.model import Sparsity
 from nelssa.hw.model import fp
+from nelssa.hw.model.ddr5_addr import DeviceGeometry
+from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import SIM_CLOCK_HZ
 
 CLOCK_HZ = SIM_CLOCK_HZ
+_GEOMETRY = DeviceGeometry(PRESETS["ddr5-6400"])
+PEAK_BYTES_PER_S = _GEOMETRY.subchannels * _GEOMETRY.timing.peak_bytes_per_s
+"""The device's DDR5 peak: 8 sub-channels of 25.6 GB/s."""
 
 
 def bf16(rng: np.random.Generator, shape) -> np.ndarray:
@@ -77,7 +83,7 @@ def run(port, args) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=131072, help="tokens per KV head")
-    parser.add_argument("--selection", type=float, default=0.04)
+    parser.add_argument("--selection", type=float, default=Sparsity().selection)
     parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -93,7 +99,8 @@ def main() -> None:
         print(f"  {name:5}: {r['cycles']:>8,} cycles ({seconds * 1e6:.1f} us at "
               f"{CLOCK_HZ / 1e6:g} MHz), "
               f"{r['bytes'] / 1e6:.2f} MB read = {r['bytes'] / seconds / 1e9:.1f} GB/s "
-              f"({r['bytes'] / seconds / 204.8e9 * 100:.1f} % of 204.8 GB/s); wall "
+              f"({r['bytes'] / seconds / PEAK_BYTES_PER_S * 100:.1f} % of "
+              f"{PEAK_BYTES_PER_S / 1e9:g} GB/s); wall "
               f"{r['wall'] / r['descriptors']:.2f} s per descriptor (set-up {r['setup']:.1f} s)")
     rtl, model = results["rtl"], results["model"]
     print(f"  KV ingestion (4 MB through CXL.mem) during the same descriptors: RTL "

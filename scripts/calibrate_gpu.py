@@ -48,12 +48,15 @@ from pathlib import Path
 import torch
 from torch.nn.functional import linear, scaled_dot_product_attention
 
-from nelssa.emu.latency.hardware import GpuHw
+from nelssa.emu.latency.hardware import GpuHw, HardwareCatalog
 
 BF16 = torch.bfloat16
-DATASHEETS = {"H200": (989, 4800), "H100 NVL": (835, 3900), "H100 80GB HBM3": (989, 3350),
-              "H100 PCIe": (756, 2000)}
-"""Dense bf16 TFLOP/s and HBM GB/s of some parts by the device name's ending, for a hint."""
+_PRESETS = HardwareCatalog.load().gpus
+DATASHEETS = {**{part: (_PRESETS[name].bf16_tflops, _PRESETS[name].hbm_gbs)
+                 for part, name in (("H200", "h200"), ("H100 NVL", "h100-nvl"))},
+              "H100 80GB HBM3": (989, 3350), "H100 PCIe": (756, 2000)}
+"""Dense bf16 TFLOP/s and HBM GB/s of some parts by the device name's ending, for a hint (the
+parts with a preset from the hardware description)."""
 
 
 @dataclass(frozen=True)
@@ -295,8 +298,8 @@ def main() -> None:
     print(f"measuring {what}, scale {scale:g}: {layer}, chunks {chunks}, context {context}")
     hint = next((v for k, v in DATASHEETS.items() if what.endswith(k)), None)
     if hint and not (args.peak_tflops and args.peak_hbm_gbs):
-        print(f"hint: the datasheet peaks of this part are --peak-tflops {hint[0]} "
-              f"--peak-hbm-gbs {hint[1]}; without them the peaks are the measured ones")
+        print(f"hint: the datasheet peaks of this part are --peak-tflops {hint[0]:g} "
+              f"--peak-hbm-gbs {hint[1]:g}; without them the peaks are the measured ones")
 
     with torch.inference_mode():
         copy = measure_copy(device, scale, args.reps)

@@ -19,10 +19,16 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_device import CLOCK_HZ, run
 
-COMM = {"t_base_us": 1.0, "t_dev_us": 0.15, "t_host_us": 0.4}
+from nelssa.emu.latency.hardware import HardwareCatalog
+from nelssa.emu.latency.model import Sparsity
+from nelssa.hw.model.device import DeviceConfig
+
+_PROTOTYPE = HardwareCatalog.load().pnm["prototype"]
+COMM = {k: getattr(_PROTOTYPE, k) for k in ("t_base_us", "t_dev_us", "t_host_us")}
 """Per layer: host software per request, CXL per device, descriptors and aggregation beyond
-one device: the node benchmark's figures (host 1.8 us for 4 descriptors, CXL 0.6 us for 2
-heads), rounded; the link's round trip comes from the link description."""
+one device, as the ``prototype`` preset has them (the node benchmark's figures: host 1.8 us
+for 4 descriptors, CXL 0.6 us for 2 heads, rounded); the link's round trip comes from the link
+description."""
 
 
 def main() -> None:
@@ -36,10 +42,11 @@ def main() -> None:
     else:
         from nelssa.hw.model.device import ModelDevice as Port
     port = Port()
-    r = run(port, SimpleNamespace(context=131072, selection=0.04, kv_heads=2, seed=0))
+    r = run(port, SimpleNamespace(context=131072, selection=Sparsity().selection, kv_heads=2,
+                                  seed=0))
     seconds = r["cycles"] / CLOCK_HZ
     bw = r["bytes"] / seconds / 1e9
-    capacity_gb = 64 * 2**30 / 1e9
+    capacity_gb = DeviceConfig().mem_bytes / 1e9
     entry = {"bw_eff_gbs": round(bw, 2), "capacity_gb": round(capacity_gb, 2), **COMM}
     Path(args.out).write_text(json.dumps({"pnm": {args.name: entry}}, indent=2) + "\n")
     print(f"{args.backend} device: {r['bytes'] / 1e6:.2f} MB in {r['cycles']:,} cycles "

@@ -65,6 +65,8 @@ PRESETS: dict[str, LinkSpec] = {
 table of link technologies (the latency model reads its GPU node <-> PNM node entries)."""
 GPU_PNM_LINKS = tuple(name for name in PRESETS if name.startswith("roce-"))
 """The presets that join a GPU node to a PNM node."""
+DEFAULT_GPU_PNM_LINK = "roce-400g"
+"""The GPU node <-> PNM node link where none is chosen."""
 
 
 def link_preset(name: str) -> LinkSpec:

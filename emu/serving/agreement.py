@@ -15,6 +15,7 @@ from typing import Any
 
 from nelssa.emu.latency.hardware import HardwareCatalog
 from nelssa.emu.latency.model import LatencyModel, Sparsity
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
 from nelssa.emu.serving.metrics import summarize
 from nelssa.emu.serving.sim import ServingSim
@@ -36,8 +37,8 @@ class Regime:
 def latency_model(gpu: str = "h100-nvl") -> LatencyModel:
     cat = HardwareCatalog.load()
     return LatencyModel(cat.get("gpus", gpu), cat.get("pnm", "prototype"),
-                        cat.get("models", "llama-3-8b"), Sparsity(0.04),
-                        cat.get("links", "roce-400g"))
+                        cat.get("models", "llama-3-8b"), Sparsity(),
+                        cat.get("links", DEFAULT_GPU_PNM_LINK))
 
 
 def regimes(trace: Path, scale: float = 1.0) -> list[Regime]:

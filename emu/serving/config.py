@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from nelssa.emu.latency.fields import Num
 from nelssa.emu.latency.hardware import SHARE
 from nelssa.emu.latency.model import DEVICE_COUNT, Sparsity
-from nelssa.emu.link.model import link_preset
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, link_preset
 
 
 class SchedulerKind(enum.Enum):
@@ -58,8 +58,9 @@ class ServingConfig:
     background when GPU memory runs short (paper 4.3), instead of waiting to preempt."""
     migrate_at: float = field(default=0.95, metadata={"num": SHARE})
     """Share of the GPU's KV blocks in use from which a migration starts."""
-    link_gbs: float = link_preset("roce-400g").bandwidth_gbps / 8
-    """GPU node -> PNM node bandwidth for migrations, GB/s (RoCE 400G: 50)."""
+    link_gbs: float = link_preset(DEFAULT_GPU_PNM_LINK).bandwidth_gbps / 8
+    """GPU node -> PNM node bandwidth for migrations, GB/s (the default link's: RoCE 400G,
+    50)."""
     prefix_caching: bool = True
     """Automatic prefix caching (vLLM's default), over the trace's ``hash_ids``; a request
     without them (made up, not from a trace) shares no prefix."""
