@@ -23,7 +23,7 @@ from nelssa.hw.sim.rtl_sources import (
     PACKAGES,
     VERILATOR_CONFIG,
 )
-from nelssa.hw.sim.verilator import RTL_ROOT, setup_environment
+from nelssa.hw.sim.verilator import RTL_INCLUDE, RTL_ROOT, setup_environment
 
 TOPS = {p.stem: [*PACKAGES, *FP_UNITS] for p in FP_UNITS}
 TOPS["nelssa_attn_engine"] = ENGINE
@@ -53,7 +53,7 @@ def main() -> int:
     runs += [("nelssa_attn_engine", ENGINE, v, ("NELSSA_FP_GATED",)) for v in ENGINE_VARIANTS]
     runs.append(("nelssa_engine_bench_top", [*ENGINE, ENGINE_BENCH_TOP], {}, ("NELSSA_FP_GATED",)))
     for top, srcs, params, defines in runs:
-        cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top,
+        cmd = ["verilator", "--lint-only", "-Wall", f"-I{RTL_INCLUDE}", "--top-module", top,
                *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),
                str(VERILATOR_CONFIG), *map(str, srcs)]
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -274,9 +274,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "-I",
         "--incdir",
         action="append",
-        default=[],
+        default=[str(Path(__file__).resolve().parents[1] / "rtl" / "include")],
         metavar="DIR",
-        help="`include search directory",
+        help="`include search directory (rtl/include, the assertion macros, always)",
     )
     parser.add_argument("-D", dest="define", action="append", default=[], metavar="MACRO[=VALUE]",
                         help="preprocessor define for the elaboration")

@@ -54,9 +54,12 @@ DDR5_SYSTEM = [*DDR5_MEM, RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv",
                RTL_ROOT / "mem" / "nelssa_ddr5_frontend.sv",
                RTL_ROOT / "sim" / "nelssa_ddr5_system.sv"]
 """A device's whole memory: front end and 8 sub-channels with data."""
-DEVICE = [*ENGINE,
-          RTL_ROOT / "top" / "nelssa_dev_pkg.sv", RTL_ROOT / "top" / "nelssa_fifo.sv",
-          RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv",
+FIFO = [RTL_ROOT / "top" / "nelssa_fifo.sv"]
+"""The FIFO of the response paths."""
+CXL_MEM_SLAVE = [RTL_ROOT / "top" / "nelssa_dev_pkg.sv", *FIFO,
+                 RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv"]
+"""The CXL.mem slave alone (tests/rtl/test_cxl_mem_slave.py)."""
+DEVICE = [*ENGINE, *CXL_MEM_SLAVE,
           RTL_ROOT / "top" / "nelssa_regs.sv", RTL_ROOT / "top" / "nelssa_line_reader.sv",
           RTL_ROOT / "top" / "nelssa_attn_unit.sv", RTL_ROOT / "top" / "nelssa_cmdq.sv",
           RTL_ROOT / "top" / "nelssa_device.sv"]

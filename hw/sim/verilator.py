@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RTL_ROOT = REPO_ROOT / "rtl"
+RTL_INCLUDE = RTL_ROOT / "include"
+ASSERT_ARGS = ["--assert", f"-I{RTL_INCLUDE}"]
+"""Verilator arguments of every build: the RTL's assertions (rtl/include/nelssa_assert.svh)
+compiled in, so that a model that breaks a protocol rule stops with the assertion's name."""
 
 
 PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
@@ -96,9 +100,10 @@ def source_hash(
     parameters: Mapping[str, object] | None = None,
     extra: Sequence[str] = (),
 ) -> str:
-    """Hash of the sources' contents, the parameters, extra arguments and Verilator version."""
+    """Hash of the sources' contents (and the RTL's include files), the parameters, extra
+    arguments and Verilator version."""
     h = hashlib.sha256()
-    for src in sources:
+    for src in [*sources, *sorted(RTL_INCLUDE.glob("*.svh"))]:
         p = Path(src)
         h.update(p.name.encode())
         h.update(p.read_bytes())
@@ -173,7 +178,7 @@ def build_executable(
         cmd = [
             "verilator", "--cc", "--exe", "--build", "-O3", "--top-module", top,
             "--Mdir", str(d), "-o", exe.name, "-j", str(jobs or os.cpu_count() or 1),
-            "-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast",
+            "-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast", *ASSERT_ARGS,
             *(f"-G{k}={v}" for k, v in params.items()),
             *extra_args,
             *(str(Path(s).resolve()) for s in sources),

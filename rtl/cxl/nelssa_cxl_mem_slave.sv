@@ -7,6 +7,8 @@
 // only when its FIFO has room for its response counting everything in flight, so a host that
 // stops taking responses back-pressures requests and nothing is dropped. hold_i pauses new
 // requests (the device uses it to keep host traffic from crowding out attention reads).
+`include "nelssa_assert.svh"
+
 module nelssa_cxl_mem_slave
   import nelssa_dev_pkg::*;
 #(
@@ -133,12 +135,11 @@ module nelssa_cxl_mem_slave
   drs_t [DS-1:0]       d_in, d_head;
   logic [1:0]          n_push, n_pop, n_empty;
   ndr_t [1:0]          n_in, n_head;
-  logic [DSW-1:0]      d_sel, d_rr_q;
-  logic                n_sel, n_rr_q;
-  /* verilator lint_off UNUSEDSIGNAL */
-  logic [DS-1:0]       d_full;  // never set: requests are taken only with room
+  logic [DSW-1:0]      d_sel, d_rr_q, d_sel_q;
+  logic                n_sel, n_rr_q, n_sel_q;
+  logic                d_stall_q, n_stall_q;  // a response offered, not taken: its source stays
+  logic [DS-1:0]       d_full;  // checked only: requests are taken only with room (below)
   logic [1:0]          n_full;
-  /* verilator lint_on UNUSEDSIGNAL */
 
   for (genvar i = 0; i < DS; i++) begin : gen_drs
     nelssa_fifo #(
@@ -189,7 +190,9 @@ module nelssa_cxl_mem_slave
       if (i >= DS) i = i - DS;
       if (!d_empty[i]) d_sel = DSW'(i);
     end
+    if (d_stall_q) d_sel = d_sel_q;  // valid held until ready, its payload with it
     n_sel = n_empty[n_rr_q] ? !n_rr_q : n_rr_q;
+    if (n_stall_q) n_sel = n_sel_q;
     d_pop = '0;
     d_pop[d_sel] = drs_valid_o && drs_ready_i;
     n_pop = '0;
@@ -204,10 +207,34 @@ module nelssa_cxl_mem_slave
   assign ndr_tag_o    = n_head[n_sel].tag;
   assign ndr_status_o = n_head[n_sel].status;
 
+  // ---- protocol rules ---------------------------------------------------------------------------
+  // the host's side: a request offered stays offered, unchanged, until taken
+  `NELSSA_ASSERT_HOLD(ReqHeld, req_valid_i, req_ready_o, {req_opcode_i, req_tag_i, req_addr_i})
+  `NELSSA_ASSERT_HOLD(RwdHeld, rwd_valid_i, rwd_ready_o,
+                      {rwd_opcode_i, rwd_tag_i, rwd_addr_i, rwd_be_i, rwd_data_i})
+  // the slave's side: so does a response
+  `NELSSA_ASSERT_HOLD(NdrHeld, ndr_valid_o, ndr_ready_i, {ndr_tag_o, ndr_status_o})
+  `NELSSA_ASSERT_HOLD(DrsHeld, drs_valid_o, drs_ready_i, {drs_tag_o, drs_status_o, drs_data_o})
+  `NELSSA_ASSERT_KNOWN(ValidsKnown, {req_ready_o, rwd_ready_o, ndr_valid_o, drs_valid_o,
+                                     mem_valid_o})
+  `NELSSA_ASSERT_NEVER(OneRequestPerCycle, req_ready_o && rwd_ready_o)
+  // the memory answers only what it was asked: as many responses as requests, never more
+  `NELSSA_ASSERT(ReadDataOwed, CNT_W'($countones(mem_rd_valid_i)) <= reads_q)
+  `NELSSA_ASSERT(WriteCplOwed, !mem_cpl_valid_i || writes_q != '0)
+  // queued plus owed responses fit one FIFO, so no response FIFO is ever pushed when full
+  `NELSSA_ASSERT(DrsBudget, int'(drs_n_q) + int'(reads_q) <= RspDepth)
+  `NELSSA_ASSERT(NdrBudget, int'(ndr_n_q) + int'(writes_q) <= RspDepth)
+  `NELSSA_ASSERT_NEVER(DrsFifoOverrun, |(d_push & d_full))
+  `NELSSA_ASSERT_NEVER(NdrFifoOverrun, |(n_push & n_full))
+
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       d_rr_q <= '0;
       n_rr_q <= 1'b0;
+      d_sel_q <= '0;
+      n_sel_q <= 1'b0;
+      d_stall_q <= 1'b0;
+      n_stall_q <= 1'b0;
       drs_n_q <= '0;
       ndr_n_q <= '0;
       reads_q <= '0;
@@ -219,6 +246,10 @@ module nelssa_cxl_mem_slave
       automatic int rd = int'(reads_q);
       automatic int wr = int'(writes_q);
       prefer_rwd_q <= !prefer_rwd_q;
+      d_sel_q <= d_sel;
+      n_sel_q <= n_sel;
+      d_stall_q <= drs_valid_o && !drs_ready_i;
+      n_stall_q <= ndr_valid_o && !ndr_ready_i;
       for (int l = 0; l < ReadLanes; l++) begin
         if (mem_rd_valid_i[l]) begin
           dn++;

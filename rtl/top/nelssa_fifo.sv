@@ -1,5 +1,7 @@
 // A FIFO with one push and one pop per cycle, the head readable without popping. The storage
 // has no reset (only the pointers do), so FPGA tools map it to RAM rather than flip-flops.
+`include "nelssa_assert.svh"
+
 module nelssa_fifo #(
   parameter int unsigned Width = 16,  // bits per entry
   parameter int unsigned Depth = 32,  // entries (power of two)
@@ -44,4 +46,8 @@ module nelssa_fifo #(
   assign head_o = mem_q[rptr_q];
   assign full_o = count_q == CntW'(Depth);
   assign empty_o = count_q == '0;
+
+  // the user's side of the contract: no push when full, no pop when empty
+  `NELSSA_ASSERT_NEVER(FifoOverflow, push_i && full_o)
+  `NELSSA_ASSERT_NEVER(FifoUnderflow, pop_i && empty_o)
 endmodule

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from cocotb_tools.check_results import get_results
 
 from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG, unit_sources
 from nelssa.hw.sim.verilator import (
+    ASSERT_ARGS,
     build_lock,
     cached_build_dir,
     fst_available,
@@ -18,6 +21,10 @@ from nelssa.hw.sim.verilator import (
 )
 
 TESTS_RTL = Path(__file__).resolve().parent
+ERROR_LIMIT = 1000
+"""$errors a rule-breaking run may print before Verilator stops it (the default, 1, stops at the
+first: every other run fails on its first assertion)"""
+ASSERT_FIRED = re.compile(r"\[ASSERT FAILED\] \[(\S+)\] (\w+)")
 log = logging.getLogger(__name__)
 
 
@@ -35,12 +42,17 @@ def run_cocotb(
     extra_env: Mapping[str, str] | None = None,
     test_filter: str | None = None,
     build_extra: Sequence[str] = (),
+    expect_assertion: str | Collection[str] | None = None,
 ) -> None:
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
     Fails the calling pytest test unless at least one cocotb test ran and none failed.
     Waveforms: ``waves=True`` or NELSSA_WAVES=1 writes them into the build folder.
     ``build_extra``: more Verilator arguments, e.g. the C++ files of DPI-C functions.
+    An assertion that fails stops the simulation with exit status 1 (its $error), which fails
+    the calling test. ``expect_assertion``: the opposite, for a test that breaks a rule on
+    purpose: the assertions that fire (rtl/include/nelssa_assert.svh prints "[ASSERT FAILED]
+    [<instance>] <name>") must be exactly this one (or this set), none missing, none more.
     """
     setup_environment()
     waves = waves or os.environ.get("NELSSA_WAVES") == "1"
@@ -49,7 +61,7 @@ def run_cocotb(
     srcs = list(sources) if sources is not None else unit_sources(top)
     params = dict(parameters or {})
     build_args = [str(VERILATOR_CONFIG), "--x-assign", "fast", "--x-initial", "fast", "-O3",
-                  *build_extra]
+                  *ASSERT_ARGS, *build_extra]
     if waves:
         build_args += wave_args()
     hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
@@ -67,6 +79,21 @@ def run_cocotb(
             build_args=build_args,
             waves=waves,
         )
+        if expect_assertion is not None:
+            log_file = build_dir / f"{test_filter or test_module}.log"
+            with contextlib.suppress(RuntimeError, SystemExit):  # a failed run: read its log
+                runner.test(hdl_toplevel=top, test_module=test_module, build_dir=build_dir,
+                            test_dir=build_dir, extra_env=env, waves=waves,
+                            test_filter=test_filter, log_file=log_file,
+                            plusargs=[f"+verilator+error+limit+{ERROR_LIMIT}"])
+            text = log_file.read_text(errors="replace")
+            fired = {name for _, name in ASSERT_FIRED.findall(text)}
+            expected = {expect_assertion} if isinstance(expect_assertion, str) else set(
+                expect_assertion)
+            assert fired == expected, (
+                f"{test_filter}: expected {sorted(expected)} to fire, got {sorted(fired)} "
+                f"(see {log_file})")
+            return
         results = runner.test(
             hdl_toplevel=top,
             test_module=test_module,
