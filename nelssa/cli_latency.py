@@ -47,9 +47,8 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_crossover(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from nelssa.emu.latency.model import LatencyModel
+    from nelssa.emu.latency.plot import crossover_rows, plot_crossover
 
     hw = load_hardware(args)
     gpu, pnm, model, link = hw["gpus"], hw["pnm"], hw["models"], hw["links"]
@@ -60,35 +59,15 @@ def cmd_crossover(args: argparse.Namespace) -> int:
           f"({gpu.hbm_gbs:g} GB/s) vs {pnm.name} devices ({pnm.bw_eff_gbs:g} GB/s effective "
           f"each), link {link.name}, S = {args.selection:g}, C = {args.compression:g}")
     print(f"  {'N':>2} {'T_comm us':>9} {'L_crossover':>12}  {'T_GPU = T_PNM at it (us)':>24}")
-    rows = []
-    for n in range(1, args.max_devices + 1):
-        x = lm.t_input(n)
-        rows.append({"devices": n, "t_comm_us": lm.t_comm(n) * 1e6, "t_input": x})
+    rows = crossover_rows(lm, args.max_devices)
+    for r in rows:
+        x = r["t_input"]
         at = f"{lm.t_gpu(x) * 1e6:24.2f}" if x is not None else f"{'-':>24}"
-        print(f"  {n:>2} {lm.t_comm(n) * 1e6:>9.2f} {x if x is not None else 'none':>12}  {at}")
+        print(f"  {r['devices']:>2} {r['t_comm_us']:>9.2f} {x if x is not None else 'none':>12}"
+              f"  {at}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lengths = np.geomspace(64, 1 << 20, 200)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    a.loglog(lengths, [lm.t_gpu(x) * 1e6 for x in lengths], "k-", lw=2, label="GPU dense")
-    for n in (1, 2, 4, 8):
-        if n <= args.max_devices:
-            a.loglog(lengths, [lm.t_pnm(x, n) * 1e6 for x in lengths], label=f"PNM x{n}")
-    a.set_xlabel("context length (tokens)")
-    a.set_ylabel("decode attention per step (us)")
-    a.legend()
-    ns = [r["devices"] for r in rows if r["t_input"] is not None]
-    b.plot(ns, [r["t_input"] for r in rows if r["t_input"] is not None], "o-")
-    b.set_xlabel("PNM devices N")
-    b.set_ylabel("L_crossover (tokens)")
-    b.set_title(f"{gpu.name} vs {pnm.name}")
-    fig.tight_layout()
-    fig.savefig(args.plot, dpi=110)
+    plot_crossover(lm, rows, args.plot)
     print(f"wrote {args.plot}")
     return 0
 

@@ -4,18 +4,16 @@ emulated time; JSON results and PNG plots (throughput and queue over time, TPOT 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from nelssa.cli_latency import add_hardware_args, load_hardware
 from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.serving.config import ServingConfig
+from nelssa.emu.serving.report import comparison_line, plot_runs, ratio, run_line, write_results
 from nelssa.emu.serving.workload import RATE
 from nelssa.options import (
     POSITIVE_INT,
@@ -30,31 +28,6 @@ from nelssa.options import (
 SERVING_OPTIONS = ("devices", "t_input", "max_running", "prefill_gpus", "migrate_at")
 """ServingConfig fields `serve-sim` takes as options (name, default and help from the field)."""
 SPARSITY_OPTIONS = ("selection",)
-
-
-def _ratio(a: float, b: float) -> str:
-    """``a / b`` as ``x1.23``, or ``undefined`` where either is missing or ``b`` is 0."""
-    if not (math.isfinite(a) and math.isfinite(b)) or b == 0:
-        return "undefined"
-    return f"x{a / b:.2f}"
-
-
-def _ms3(stats: dict[str, float], keys: tuple[str, ...]) -> str:
-    vals = [stats[k] for k in keys]
-    if not all(math.isfinite(v) for v in vals):
-        return "undefined (no request has a second output token)"
-    return "/".join(f"{v * 1e3:.1f}" for v in vals) + " ms"
-
-
-def _strict_json(obj: Any) -> Any:
-    """``obj`` with NaN and infinities as null: results.json stays JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _strict_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_strict_json(v) for v in obj]
-    return obj
 
 
 def cmd_serve_sim(args: argparse.Namespace) -> int:
@@ -122,20 +95,10 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
         s["wall_s"] = wall
         results[mode] = {"summary": s, "series": series(run)}
         runs[mode] = run
-        print(f"  {mode:>6}: {s['requests']} requests ({s['pnm_requests']} on the PNM tier, "
-              f"T_input {s['t_input']}) in {s['duration_s']:.0f} s emulated, {wall:.1f} s wall; "
-              f"decode {s['decode_throughput_tps']:,.0f} tokens/s; TPOT p50/p95/p99 "
-              f"{_ms3(s['tpot_s'], ('p50', 'p95', 'p99'))}; TTFT p50/p99 "
-              f"{s['ttft_s']['p50']:.2f}/{s['ttft_s']['p99']:.2f} s; preemptions "
-              f"{s['preemptions']} (recomputing "
-              f"{s['recompute_tokens']:,} tokens); migrations {s['migrations']} "
-              f"({s['migrated_tokens']:,} tokens); mean batch {s['mean_running']:.1f}")
+        print(f"  {mode:>6}: {run_line(s, wall)}")
     if len(modes) == 2:
         g, n = results["gpu"]["summary"], results["nelssa"]["summary"]
-        print(f"  NELSSA / GPU-only: throughput "
-              f"{_ratio(n['decode_throughput_tps'], g['decode_throughput_tps'])}; TPOT P95 "
-              f"{_ratio(g['tpot_s']['p95'], n['tpot_s']['p95'])}, P99 "
-              f"{_ratio(g['tpot_s']['p99'], n['tpot_s']['p99'])} (above 1: NELSSA better)")
+        print(f"  NELSSA / GPU-only: {comparison_line(g, n)}")
     if args.sweeps:
         from dataclasses import replace
 
@@ -163,52 +126,14 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
                                                for k, v in cb.items()},
                              "long_fraction": {str(k): v for k, v in lf.items()}}
         for frac, v in lf.items():
-            print(f"  long share {frac:>4.0%}: throughput {_ratio(v['nelssa_tps'], v['gpu_tps'])}, "
+            print(f"  long share {frac:>4.0%}: throughput {ratio(v['nelssa_tps'], v['gpu_tps'])}, "
                   f"P99 TPOT {v['gpu_tpot_p99'] * 1e3:.0f} -> {v['nelssa_tpot_p99'] * 1e3:.0f} ms")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(_strict_json(results), indent=1,
-                                                 allow_nan=False))
-    _plots({k: v for k, v in results.items() if k != "sweeps"}, out)
+    write_results(results, out)
+    plot_runs({k: v for k, v in results.items() if k != "sweeps"}, out)
     print(f"wrote {out / 'results.json'}, {out / 'throughput_queue.png'}, {out / 'tpot.png'}"
           + (", fig10_context_batch.png, fig16_long_fraction.png" if args.sweeps else ""))
     return 0
-
-
-def _plots(results: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    import numpy as np
-
-    for mode, r in results.items():
-        s = r["series"]
-        tput = np.asarray(s["throughput_tps"])
-        k = min(30, max(1, len(tput) // 20))  # a moving average over k samples
-        smooth = np.convolve(tput, np.ones(k) / k, mode="same") if len(tput) else tput
-        a.plot(s["t_s"], smooth, lw=0.9, label=f"{mode} ({k}-sample mean)")
-        b.plot(s["t_s"], s["waiting"], lw=0.8, label=mode)
-    a.set_ylabel("decode tokens/s")
-    b.set_ylabel("pending requests")
-    b.set_xlabel("emulated time (s)")
-    a.legend()
-    fig.tight_layout()
-    fig.savefig(out / "throughput_queue.png", dpi=110)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    keys = ["p50", "p95", "p99"]
-    width = 0.8 / max(len(results), 1)
-    for i, (mode, r) in enumerate(results.items()):
-        vals = [r["summary"]["tpot_s"][k] * 1e3 for k in keys]
-        ax.bar([j + i * width for j in range(3)], vals, width, label=mode)
-    ax.set_xticks([j + width * (len(results) - 1) / 2 for j in range(3)], keys)
-    ax.set_ylabel("TPOT (ms)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "tpot.png", dpi=110)
-    plt.close(fig)
 
 
 def add_serving_parser(sub: argparse._SubParsersAction) -> None:
