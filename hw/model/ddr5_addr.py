@@ -9,8 +9,14 @@ Fields are taken from the 64-byte line address, lowest first, in the order the m
 * ``row``: column, sub-channel, bank group, bank, row. A 4 KB block fills one row of one bank:
   row-buffer hits, no parallelism inside the block.
 * ``mop4``: 4 lines of a row, then sub-channel, bank group, the rest of the column, bank, row;
-  the bank-group and bank bits are XORed with low row bits (Ramulator 2's MOP4CLXOR idea) so
-  strided streams do not pile onto one bank.
+  the bank-group and bank bits are XORed with low row bits (after Ramulator 2's MOP4CLXOR, not
+  the same map) so strided streams do not pile onto one bank. The RTL implements it.
+* ``mop4clxor``: Ramulator 2's MOP4CLXOR (``src/addr_mapper/impl/linear_mappers.cpp``) bit for
+  bit, with its channel level as our sub-channel and one rank: 2 column bits, sub-channel, bank
+  group, bank, the other 4 column bits, row; then each of sub-channel, bank group, bank and row
+  in turn, where it has bits, is XORed with the next of the column's bits, lowest first (on one
+  sub-channel: bank group ^= col[2:0], bank ^= col[4:3], row ^= col[5]; on eight: sub-channel
+  ^= col[2:0], bank group ^= col[5:3]). Model only: comparisons with Ramulator 2 use it.
 
 The front end rejects addresses beyond the device (no wrap): :func:`decode` raises naming the
 first bad address.
@@ -26,7 +32,9 @@ import numpy.typing as npt
 from nelssa.hw.model.ddr5_timing import DDR5Timing
 
 ADDRESS_MAPS = ("cacheline", "row", "mop4")
-"""Names of the supported maps."""
+"""The maps the RTL address map implements too, in the order of its AddressMap parameter."""
+ALL_ADDRESS_MAPS = (*ADDRESS_MAPS, "mop4clxor")
+"""Every map :func:`decode` knows."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,34 @@ def _layout(name: str, w: dict[str, int]) -> list[tuple[str, int]]:
     if name == "mop4":
         return [("col_lo", 2), ("sc", w["sc"]), ("bg", w["bg"]), ("col_hi", w["col"] - 2),
                 ("bank", w["bank"]), ("row", w["row"])]
-    raise ValueError(f"unknown address map {name!r}; known: {', '.join(ADDRESS_MAPS)}")
+    if name == "mop4clxor":
+        return [("col_lo", 2), ("sc", w["sc"]), ("bg", w["bg"]), ("bank", w["bank"]),
+                ("col_hi", w["col"] - 2), ("row", w["row"])]
+    raise ValueError(f"unknown address map {name!r}; known: {', '.join(ALL_ADDRESS_MAPS)}")
+
+
+def _clxor_masks(col: np.ndarray, w: dict[str, int]) -> dict[str, np.ndarray]:
+    """MOP4CLXOR's XOR terms: the column's bits, lowest first, dealt to the levels above the
+    column in Ramulator's order (channel, bank group, bank, row), each as many as it has."""
+    masks, shift = {}, 0
+    for level in ("sc", "bg", "bank", "row"):
+        if w[level] > 0:
+            masks[level] = (col >> shift) & ((1 << w[level]) - 1)
+            shift += w[level]
+    return masks
+
+
+def _xor(fields: dict[str, np.ndarray], address_map: str, w: dict[str, int]
+         ) -> dict[str, np.ndarray]:
+    """The map's XOR step on named fields (its own inverse: applied again, it undoes itself)."""
+    out = dict(fields)
+    if address_map == "mop4":
+        out["bg"] = fields["bg"] ^ (fields["row"] & ((1 << w["bg"]) - 1))
+        out["bank"] = fields["bank"] ^ ((fields["row"] >> w["bg"]) & ((1 << w["bank"]) - 1))
+    elif address_map == "mop4clxor":
+        for level, mask in _clxor_masks(fields["col"], w).items():
+            out[level] = fields[level] ^ mask
+    return out
 
 
 def decode(addr: npt.ArrayLike, geometry: DeviceGeometry, address_map: str = "cacheline"
@@ -105,24 +140,22 @@ def decode(addr: npt.ArrayLike, geometry: DeviceGeometry, address_map: str = "ca
     for name, bits in _layout(address_map, w):
         fields[name] = line & ((1 << bits) - 1)
         line = line >> bits
-    col = fields["col"] if "col" in fields else (fields["col_hi"] << 2) | fields["col_lo"]
-    bg, bank, row = fields["bg"], fields["bank"], fields["row"]
-    if address_map == "mop4":
-        bg = bg ^ (row & ((1 << w["bg"]) - 1))
-        bank = bank ^ ((row >> w["bg"]) & ((1 << w["bank"]) - 1))
-    return Decoded(fields["sc"], bg, bank, row, col)
+    if "col" not in fields:
+        fields["col"] = (fields["col_hi"] << 2) | fields["col_lo"]
+    f = _xor(fields, address_map, w)
+    return Decoded(f["sc"], f["bg"], f["bank"], f["row"], f["col"])
 
 
 def encode(d: Decoded, geometry: DeviceGeometry, address_map: str = "cacheline"
            ) -> npt.NDArray[np.int64]:
     """Inverse of :func:`decode`: the byte address of each line's first byte."""
     w = _widths(geometry)
-    bg, bank = d.bank_group, d.bank
-    if address_map == "mop4":
-        bg = bg ^ (d.row & ((1 << w["bg"]) - 1))
-        bank = bank ^ ((d.row >> w["bg"]) & ((1 << w["bank"]) - 1))
-    values = {"sc": d.subchannel, "bg": bg, "bank": bank, "row": d.row, "col": d.column,
-              "col_lo": d.column & 3, "col_hi": d.column >> 2}
+    f = _xor({"sc": np.asarray(d.subchannel, dtype=np.int64),
+              "bg": np.asarray(d.bank_group, dtype=np.int64),
+              "bank": np.asarray(d.bank, dtype=np.int64),
+              "row": np.asarray(d.row, dtype=np.int64),
+              "col": np.asarray(d.column, dtype=np.int64)}, address_map, w)
+    values = {**f, "col_lo": f["col"] & 3, "col_hi": f["col"] >> 2}
     line = np.zeros_like(np.asarray(d.row, dtype=np.int64))
     shift = 0
     for name, bits in _layout(address_map, w):
