@@ -15,6 +15,7 @@ from nelssa.cli_fpga import add_board_args, add_fpga_parser
 from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_bind, check_node_args
 from nelssa.cli_serving import add_serving_parser
+from nelssa.cli_sweep import add_sweep_parser
 from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.hw.model.device import SIM_CLOCK_HZ
 from nelssa.options import (
@@ -185,6 +186,7 @@ def build_parser() -> Parser:
     add_fpga_parser(sub)
     add_latency_parser(sub)
     add_serving_parser(sub)
+    add_sweep_parser(sub)
     return parser
 
 

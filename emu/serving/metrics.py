@@ -54,3 +54,14 @@ def series(run: RunResult) -> dict[str, list[float]]:
             "running": [x.running for x in s[1:]], "waiting": [x.waiting for x in s[1:]],
             "gpu_kv_used": [x.gpu_kv_used for x in s[1:]],
             "pnm_running": [x.pnm_running for x in s[1:]]}
+
+
+def goodput(run: RunResult, ttft_s: float, tpot_s: float) -> dict[str, float]:
+    """Requests that met the SLO (TTFT <= ``ttft_s`` and their own TPOT <= ``tpot_s``; one
+    of a single output token meets the TPOT part), as a share of all and per second of the
+    run: goodput as DistServe defines it."""
+    res = run.results
+    met = sum(1 for r in res
+              if r.ttft_s <= ttft_s and (r.tpot_s is None or r.tpot_s <= tpot_s))
+    return {"attainment": met / len(res) if res else float("nan"),
+            "goodput_rps": met / run.end_s if run.end_s else 0.0}

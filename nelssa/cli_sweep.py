@@ -1,0 +1,68 @@
+"""`nelssa sweep SPEC`: a grid or random search over hardware and policy parameters, each point a
+serving-emulator replay; results.csv and pareto.png in --out, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from nelssa.options import POSITIVE_INT, UsageError, input_file, output_dir
+
+log = logging.getLogger(__name__)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from nelssa.emu.latency.hardware import HardwareCatalog, HardwareError
+    from nelssa.progress import Progress
+    from nelssa.sweep.plot import pareto_plot
+    from nelssa.sweep.run import METRICS, run_sweep
+    from nelssa.sweep.spec import SpecError, check_catalog, load_spec
+
+    try:
+        spec = load_spec(args.spec)
+        check_catalog(spec, HardwareCatalog.load(*args.hardware))
+    except (SpecError, HardwareError) as e:
+        raise UsageError(str(e)) from None
+    if args.metric not in METRICS:
+        raise UsageError(f"--metric {args.metric}: one of {', '.join(METRICS)}")
+    out = Path(args.out)
+    where = f"Ray at {args.ray}" if args.ray else f"{args.workers} local processes"
+    print(f"sweep: {len(spec.points)} points of {spec.path} on {where}; results in "
+          f"{out / 'results.csv'}")
+    bar = Progress(max(1, len(spec.points)), "points")
+    try:
+        done = run_sweep(spec, out, args.workers, args.ray, tuple(args.hardware),
+                         progress=lambda i, n: bar.advance(1))
+    except RuntimeError as e:  # Ray missing or unreachable
+        bar.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bar.close()
+    on_front = pareto_plot(done.rows, args.metric, out / "pareto.png")
+    rate = done.ran / done.wall_s * 60 if done.ran and done.wall_s else float("nan")
+    print(f"  {done.ran} points run ({len(spec.points) - done.ran} already done), "
+          f"{done.failed} failed, in {done.wall_s:.1f} s: {rate:.1f} points/min; "
+          f"{on_front} on the Pareto frontier of {args.metric}; wrote {out / 'pareto.png'}")
+    for row in done.rows:
+        if row["status"] != "ok":
+            print(f"  failed: {row['key']}: {row['error']}")
+    return 1 if done.failed else 0
+
+
+def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="a design-space sweep of the serving emulator (grid or "
+                       "random search; process pool or Ray)")
+    p.add_argument("spec", type=input_file, help="the sweep's TOML file (docs/serving.md)")
+    p.add_argument("--out", type=output_dir, default="sweep-out",
+                   help="folder of results.csv (resumed if there) and pareto.png")
+    p.add_argument("--workers", type=POSITIVE_INT, default=2,
+                   help="points run at once (local processes, or Ray CPUs with --ray local)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run the points on a Ray cluster (`local` starts one on this machine)")
+    p.add_argument("--metric", default="goodput_rps",
+                   help="what the Pareto plot weighs against cost")
+    p.add_argument("--hardware", action="append", default=[], type=input_file,
+                   help="a hardware JSON file adding to or overriding the presets")
+    p.set_defaults(func=cmd_sweep)

@@ -1,0 +1,224 @@
+"""Running a sweep: each point one serving-emulator replay, on a local process pool or a Ray
+cluster, results appended to a CSV as they come (so an interrupted sweep resumes where it
+stopped), a point that fails recorded with its error while the sweep goes on.
+
+A point's result depends only on the point and the spec's shared settings (the replay is
+deterministic), never on where it ran: a pool and Ray give the same rows but ``wall_s``.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from nelssa.sweep.spec import PARAMS, Spec
+
+log = logging.getLogger(__name__)
+
+METRICS = ("requests", "pnm_requests", "t_input_tokens", "duration_s", "decode_throughput_tps",
+           "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "slo_attainment",
+           "goodput_rps", "preemptions", "migrations", "cost_devices")
+COLUMNS = ("key", "status", *PARAMS, *METRICS, "wall_s", "error")
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a worker needs for one point (picklable: it crosses to processes and to Ray)."""
+
+    key: str
+    point: dict[str, Any]
+    settings: dict[str, Any]
+    hardware: tuple[str, ...]
+
+
+@cache
+def _trace(path: str, limit: int | None, hash_ids: bool) -> list[Any]:
+    from nelssa.emu.serving.workload import load_trace
+
+    return load_trace(path, limit, hash_ids=hash_ids)
+
+
+@cache
+def _catalog(files: tuple[str, ...]) -> Any:
+    from nelssa.emu.latency.hardware import HardwareCatalog
+
+    return HardwareCatalog.load(*files)
+
+
+def run_point(job: Job) -> dict[str, Any]:
+    """One replay; the row of the results table (``status`` ``failed`` with the error if it
+    raised)."""
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"key": job.key, **job.point}
+    try:
+        row.update(_measure(job))
+        row["status"] = "ok"
+    except Exception as e:  # a point that fails is recorded, the sweep goes on
+        row["status"] = "failed"
+        row["error"] = f"{type(e).__name__}: {e}"
+        log.debug("point %s failed:\n%s", job.key, traceback.format_exc())
+    row["wall_s"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _measure(job: Job) -> dict[str, Any]:
+    from nelssa.emu.latency.model import LatencyModel, Sparsity
+    from nelssa.emu.serving.config import SchedulerKind, ServingConfig
+    from nelssa.emu.serving.metrics import goodput, summarize
+    from nelssa.emu.serving.sim import ServingSim
+    from nelssa.emu.serving.workload import poisson
+
+    p, st = job.point, job.settings
+    cat = _catalog(job.hardware)
+    lm = LatencyModel(cat.get("gpus", p["gpu"]), cat.get("pnm", p["pnm"]),
+                      cat.get("models", p["model"]), replace(Sparsity(), selection=p["selection"]),
+                      cat.get("links", p["link"]))
+    reqs = _trace(st["trace"], st["limit"], True)
+    if p["rate"] != "trace":
+        reqs = poisson(reqs, p["rate"], st["seed"])
+    cfg = ServingConfig(mode=p["mode"], devices=p["devices"], max_running=p["max_running"],
+                        prefill=p["prefill"], migration=p["migration"] and p["mode"] == "nelssa",
+                        t_input=None if p["t_input"] == "crossover" else p["t_input"],
+                        scheduler=SchedulerKind(st["scheduler"]))
+    run = ServingSim(lm, cfg).run(reqs)
+    s = summarize(run)
+    g = goodput(run, st["slo"]["ttft_s"], st["slo"]["tpot_s"])
+    return {"requests": s["requests"], "pnm_requests": s["pnm_requests"],
+            "t_input_tokens": s["t_input"], "duration_s": s["duration_s"],
+            "decode_throughput_tps": s["decode_throughput_tps"],
+            "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p99_s": s["ttft_s"]["p99"],
+            "tpot_p50_s": s["tpot_s"]["p50"], "tpot_p99_s": s["tpot_s"]["p99"],
+            "slo_attainment": g["attainment"], "goodput_rps": g["goodput_rps"],
+            "preemptions": s["preemptions"], "migrations": s["migrations"],
+            "cost_devices": p["devices"] if p["mode"] == "nelssa" else 0}
+
+
+# -- where the points run -------------------------------------------------------------------------
+def _pool(jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
+    if workers == 1 or len(jobs) == 1:
+        for job in jobs:
+            yield run_point(job)
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        todo = iter(jobs)
+        running: set[Future[dict[str, Any]]] = set()
+        while True:  # a bounded number in flight: results come back as they finish
+            while len(running) < 2 * workers and (job := next(todo, None)) is not None:
+                running.add(pool.submit(run_point, job))
+            if not running:
+                return
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for f in done:
+                yield f.result()
+
+
+def _ray(jobs: list[Job], address: str, workers: int) -> Iterator[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("--ray needs Ray (pip install ray; make venv installs it)") from None
+    local = address == "local"
+    if local:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    else:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        remote = ray.remote(num_cpus=1)(run_point)
+        todo = iter(jobs)
+        running: list[Any] = []
+        while True:
+            while len(running) < 2 * workers and (job := next(todo, None)) is not None:
+                running.append(remote.remote(job))
+            if not running:
+                return
+            done, running = ray.wait(running, num_returns=1)
+            for ref in done:
+                yield ray.get(ref)
+    finally:
+        ray.shutdown()
+
+
+# -- the results table ----------------------------------------------------------------------------
+def read_rows(path: Path) -> dict[str, dict[str, str]]:
+    """Rows already in a results file, by key (a row cut short by an interruption is
+    dropped)."""
+    if not path.exists():
+        return {}
+    rows = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            if None in row or any(v is None for v in row.values()) or not row.get("key"):
+                continue  # a torn last line
+            rows[row["key"]] = row
+    return rows
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(round(v, 9))
+    return str(v)
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        for row in rows:
+            w.writerow({c: _cell(row.get(c)) for c in COLUMNS})
+    os.replace(tmp, path)
+
+
+@dataclass
+class SweepOutcome:
+    rows: list[dict[str, str]]
+    """Every point's row, in the spec's order."""
+    ran: int
+    """Points run now (the rest were in the results file already)."""
+    failed: int
+    wall_s: float
+
+
+def run_sweep(spec: Spec, out: Path, workers: int = 1, ray_address: str | None = None,
+              hardware: tuple[str, ...] = (),
+              progress: Callable[[int, int], None] | None = None) -> SweepOutcome:
+    """Run the points of ``spec`` not yet in ``out``/results.csv (a point that failed there is
+    run again); the file holds every point's row when this returns, and after each point
+    while it runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.csv"
+    have = {k: r for k, r in read_rows(path).items() if r["status"] == "ok"}
+    keyed = [(spec.key(p), p) for p in spec.points]
+    todo = {k: p for k, p in keyed if k not in have}  # a point given twice runs once
+    jobs = [Job(k, p, spec.settings(), hardware) for k, p in todo.items()]
+    results = dict(have)
+    start = time.perf_counter()
+    rows_in_file = list(have.values())
+    write_rows(path, rows_in_file)
+    source = _ray(jobs, ray_address, workers) if ray_address else _pool(jobs, workers)
+    failed = 0
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        for i, row in enumerate(source, 1):
+            cells = {c: _cell(row.get(c)) for c in COLUMNS}
+            w.writerow(cells)
+            f.flush()  # an interruption loses at most the point being written
+            results[row["key"]] = cells
+            failed += row["status"] != "ok"
+            if progress is not None:
+                progress(i, len(jobs))
+    ordered = [results[k] for k, _ in keyed if k in results]
+    write_rows(path, ordered)
+    return SweepOutcome(ordered, len(jobs), failed, time.perf_counter() - start)
