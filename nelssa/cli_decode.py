@@ -50,16 +50,17 @@ def cmd_decode(args: argparse.Namespace) -> int:
     import numpy as np
 
     from nelssa.emu.launcher import EndpointError, NodeLauncher, check_listening, private_folder
+    from nelssa.emu.policy.states import SeqState, Tier
     from nelssa.host.gpu.clustering import ClusterConfig
     from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
     from nelssa.host.gpu.model import Llama
     from nelssa.host.gpu.report import StepReport, plot_steps
+    from nelssa.host.gpu.routing import crossover_router
     from nelssa.host.pnm_node.client import NodeClient
     from nelssa.progress import Progress
 
-    cfg = DecodeConfig(t_input=args.t_input, selection=args.selection, chunk=args.chunk,
-                       gpu=args.gpu, check_accuracy=not args.no_accuracy,
-                       cluster=ClusterConfig())
+    cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=args.gpu,
+                       check_accuracy=not args.no_accuracy, cluster=ClusterConfig())
     if args.node is not None:
         try:
             check_listening(args.node, min(args.timeout, 2.0))
@@ -70,6 +71,16 @@ def cmd_decode(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         raise UsageError(f"--model {args.model}: {e}") from None
     c = model.c
+    devices = len(args.bar) if args.backend == "fpga" and args.bar else args.devices
+    router = crossover_router(c, cfg, args.link, devices, args.t_input)
+    try:
+        cfg = replace(cfg, t_input=router.t_input)
+    except ValueError as e:
+        raise UsageError(f"T_input {router.t_input} (the crossover): {e}; give --t-input"
+                         ) from None
+    if args.grow and router.t_input is None:
+        raise UsageError(f"--grow needs a T_input to grow past, and T_input is "
+                         f"{router.describe()}: give --t-input")
     for option, span in (("--short-len", args.short_len), ("--long-len", args.long_len)):
         if span[1] + args.steps + 1 > c.max_position_embeddings:
             raise UsageError(f"{option}: a prompt of {span[1]} tokens and {args.steps + 1} "
@@ -82,7 +93,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     print(f"NELSSA decode: Llama {c.num_hidden_layers} layers, {c.num_attention_heads} query / "
           f"{c.num_key_value_heads} KV heads x {c.head_dim}, "
           f"{'weights from ' + str(args.model) if args.model else 'random weights'}; "
-          f"{args.short} short + {args.long} long requests, T_input {cfg.t_input}, "
+          f"{args.short} short + {args.long} long requests, T_input {router.describe()}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
     launcher = None
     folder = None
@@ -98,7 +109,6 @@ def cmd_decode(args: argparse.Namespace) -> int:
             extra = [x for b in args.bar or [] for x in ("--bar", b)]
             if args.manifest:
                 extra += ["--manifest", args.manifest]
-            devices = len(args.bar) if args.backend == "fpga" else args.devices
             try:
                 launcher = NodeLauncher(endpoint, devices, args.backend, args.link, extra=extra)
             except RuntimeError as e:  # it printed why; NodeLauncher stopped it
@@ -106,24 +116,28 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 return 1
             print(f"  node up at {endpoint} in {time.perf_counter() - t0:.1f} s")
         client = NodeClient(endpoint, args.link, timeout_s=args.timeout)
-        dec = HybridDecoder(model, cfg, client)
+        dec = HybridDecoder(model, cfg, client, router=router)
         if args.grow:  # one request that starts below T_input and grows past it
-            prompts.append(rng.integers(0, c.vocab_size, cfg.t_input - 4).tolist())
+            assert router.t_input is not None
+            prompts.append(rng.integers(0, c.vocab_size, router.t_input - 4).tolist())
         bar = Progress(len(prompts), "prefill + offload")
         t0 = time.perf_counter()
         for p in prompts:
             dec.add(p, args.steps + 1)
             bar.advance()
         bar.close()
-        if args.grow:  # GPU memory just above what is in use: growth forces a migration
-            dec.cfg = replace(cfg, gpu_kv_tokens=dec.gpu_kv_in_use() + 8)
-            print(f"--grow: request {len(prompts) - 1} starts at {cfg.t_input - 4} tokens; "
-                  f"the emulated GPU holds {dec.cfg.gpu_kv_tokens:,} KV tokens")
+        if args.grow:  # GPU memory just what the requests grow into: growth presses, and the
+            # request that passes T_input migrates
+            dec.sched.end_outside_step()
+            blocks = dec.sched.blocks_to_grow(args.steps)
+            dec.sched.set_capacity(blocks)
+            print(f"--grow: request {len(prompts) - 1} starts at {router.t_input - 4} tokens; "
+                  f"the emulated GPU holds {blocks:,} KV blocks of {cfg.block_tokens} tokens")
         print(f"\nrouting (prefill and KV offload took {time.perf_counter() - t0:.1f} s wall):")
         for r in dec.requests:
             extra = f" ({r.note})" if r.note else ""
-            where = (f"PNM tier, {r.offloaded} tokens clustered on the node" if r.tier == "pnm"
-                     else "GPU tier, dense attention")
+            where = (f"PNM tier, {r.offloaded} tokens clustered on the node"
+                     if r.tier is Tier.PNM else "GPU tier, dense attention")
             print(f"  request {r.rid}: prompt {len(r.prompt):>6} tokens -> {where}{extra}")
         reports: list[StepReport] = []
         print(f"\n{'step':>4} {'batch':>9} {'step us':>8} {'GPU':>7} {'top-K':>6} {'wait':>7} "
@@ -132,7 +146,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         wall = time.perf_counter()
         n_events = len(dec.events)
         for s in range(args.steps):
-            if not any(r.status == "running" for r in dec.requests):
+            if not dec.unfinished():
                 break
             rep = dec.step()
             reports.append(rep)
@@ -149,7 +163,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 print(f"     {e}")
             n_events = len(dec.events)
         wall = time.perf_counter() - wall
-        failed = [r for r in dec.requests if r.status == "failed"]
+        failed = [r for r in dec.requests if r.status is SeqState.FAILED]
         dec.close()
         client.close()
     finally:
@@ -176,7 +190,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
               f"{100 * sums['transfer_ps'] / node_sum:.1f} %, PNM-overhead "
               f"{100 * sums['pnm_overhead_ps'] / node_sum:.1f} %, PNM-attn "
               f"{100 * sums['pnm_attn_ps'] / node_sum:.1f} %")
-    if cfg.check_accuracy and any(r.tier == "pnm" for r in dec.requests):
+    if cfg.check_accuracy and any(r.tier is Tier.PNM for r in dec.requests):
         print("  accuracy: the first error is the devices' and the LSE merge's own (over exactly "
               "the tokens attended to;\n  bound 1e-3); the second adds what top-K selection "
               "leaves out, which is large for a random model\n  (its keys have no cluster "
@@ -191,7 +205,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
               f"average against {b * 1e-6:.1f} us in the steps before "
               f"({100 * (a - b) / b:+.1f} %: the jitter other requests saw)")
     for r in dec.requests:
-        if r.tier == "pnm":
+        if r.preemptions:
+            print(f"  request {r.rid}: preempted {r.preemptions} times (GPU KV full), "
+                  "recomputed when admitted again")
+        if r.tier is Tier.PNM:
             how = "migrated while decoding; " if r.migrated else ""
             print(f"  request {r.rid}: {how}{len(r.generated)} tokens generated, {r.chunks} chunk "
                   f"updates of {cfg.chunk} tokens appended, {r.offloaded} tokens on the node")
@@ -223,8 +240,10 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                    help="prompt lengths LO..HI")
     p.add_argument("--long-len", type=length_range, default="3072..6144",
                    help="prompt lengths LO..HI")
-    p.add_argument("--t-input", type=POSITIVE_INT, default=1024,
-                   help="routing threshold (tokens)")
+    p.add_argument("--t-input", type=POSITIVE_INT,
+                   help="routing threshold (tokens); default: the latency model's crossover "
+                        "for --gpu, --link, --devices, the model, --selection and the cluster "
+                        "size (`nelssa latency` shows it)")
     p.add_argument("--selection", type=SHARE, default=0.04,
                    help="share of clusters selected, in (0, 1]")
     p.add_argument("--chunk", type=POSITIVE_INT, default=16,
@@ -258,6 +277,8 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
     for option, field in (("--t-input", "t_input"), ("--selection", "selection"),
                           ("--chunk", "chunk")):  # what the decode itself refuses, by option
+        if getattr(args, field) is None:
+            continue
         try:
             DecodeConfig(**{field: getattr(args, field)})
         except ValueError as e:

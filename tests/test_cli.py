@@ -38,7 +38,8 @@ def test_decode_end_to_end_on_model_devices(tmp_path):
     try:
         proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend",
                                "model", "--devices", "2", "--short", "2", "--long", "1",
-                               "--long-len", "1100", "--steps", "3", "--trace", str(trace),
+                               "--long-len", "1100", "--t-input", "1024", "--steps", "3",
+                               "--trace", str(trace),
                                "--plot", str(plot)], capture_output=True, text=True,
                               timeout=600, env=dict(os.environ, TMPDIR=str(tmp)))
         left = list(tmp.rglob("*"))
@@ -60,8 +61,8 @@ def test_decode_end_to_end_on_model_devices(tmp_path):
 def test_decode_grow_shows_a_migration(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "model",
                            "--devices", "2", "--short", "2", "--long", "0", "--steps", "7",
-                           "--grow", "--trace", str(tmp_path / "t.json"), "--plot",
-                           str(tmp_path / "p.png")],
+                           "--grow", "--t-input", "1024", "--trace", str(tmp_path / "t.json"),
+                           "--plot", str(tmp_path / "p.png")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout

@@ -362,7 +362,8 @@ def test_decode_on_fake_boards_equals_decode_on_model_devices(tmp_path):
         for line in fake.stdout:
             if line.strip() == "serving":
                 break
-        common = ["--short", "1", "--long", "1", "--long-len", "1100..1300", "--steps", "2",
+        common = ["--short", "1", "--long", "1", "--long-len", "1100..1300", "--t-input", "1024",
+                  "--steps", "2",
                   "--trace", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png")]
         boards = [x for i in range(2) for x in ("--bar", str(tmp_path / "boards" / f"board{i}"))]
         runs = {}

@@ -214,7 +214,10 @@ def test_migration_is_seamless_and_one_way(node: NodeProcess) -> None:
     for _ in range(steps):
         ref.step()
     with NodeClient(node.endpoint) as c:
-        dec = _grow(c, steps, 440)  # 426 tokens at the start: pressure once the third grows
+        # 32 blocks of 16 tokens: 29 in use at the start (the null block, 3 + 6 + 19 for the
+        # prompts), pressure from the start, room for their growth; the third grows past
+        # T_input after 3 steps
+        dec = _grow(c, steps, 512)
         sizes, reps = [], []
         for _ in range(steps):
             rep = dec.step()
@@ -246,7 +249,7 @@ def test_failed_migration_leaves_the_request_on_the_gpu(tmp_path: Path) -> None:
     n = NodeProcess(f"ipc://{tmp_path}/node", 1, "model", device_timeout=2.0)
     with NodeClient(n.endpoint, timeout_s=3.0) as c:
         ref = _grow(None, 6, None, more=5)
-        dec = _grow(c, 6, 440, more=5)
+        dec = _grow(c, 6, 512, more=5)
         for _ in range(2):
             ref.step()
             dec.step()
@@ -262,3 +265,32 @@ def test_failed_migration_leaves_the_request_on_the_gpu(tmp_path: Path) -> None:
         assert r.kv[0][0].shape[0] == r.length - 1  # its KV is whole on the GPU
         assert [x.generated for x in dec.requests] == [x.generated for x in ref.requests]
     n.kill()
+
+
+def test_a_full_gpu_preempts_the_newest_and_recomputes_it() -> None:
+    """GPU-only, 20 blocks of 16 tokens for three requests that grow to 25: the newest is
+    preempted (recompute), admitted again once the others finish, its recompute charged; every
+    token is that of the run with room for all."""
+    model = Llama(SMALL, random_weights(SMALL, 1))
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (40, 90, 120)]
+    runs = []
+    for budget in (None, 320):
+        dec = HybridDecoder(model, DecodeConfig(t_input=300, gpu_kv_tokens=budget), None)
+        for p in prompts:
+            dec.add(p, 41)
+        reps = []
+        while dec.unfinished():
+            reps.append(dec.step())
+            assert dec.kv_blocks_in_use() <= (budget or 1 << 30) // 16
+            assert all(x.step_ps == x.others_ps + x.topk_ps + x.wait_ps + x.recovery_ps
+                       for x in reps)
+        runs.append((dec, reps))
+    (free, free_reps), (tight, tight_reps) = runs
+    assert [r.preemptions for r in free.requests] == [0, 0, 0]
+    assert [r.preemptions for r in tight.requests] == [0, 0, 1]
+    assert [r.generated for r in tight.requests] == [r.generated for r in free.requests]
+    assert all(r.status == "done" for r in tight.requests)
+    assert len(tight_reps) > len(free_reps)  # it waited while the others ran
+    assert sum(x.recovery_ps > 0 for x in tight_reps) == 1  # the recompute, charged once
+    assert sum(x.recovery_ps for x in free_reps) == 0

@@ -4,8 +4,13 @@ and bandwidth, accuracy), a Chrome/Perfetto trace-event JSON of the run, and a P
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nelssa.host.pnm_node.client import AttendResult
 
 
 @dataclass
@@ -91,6 +96,31 @@ class TraceRecorder:
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps({"traceEvents": self.events,
                                           "displayTimeUnit": "ns"}))
+
+
+class DecodeTracer:
+    """The executor's work as trace slices, beside it: GPU operations, the node's replies
+    (link both ways, each device's compute), background transfers."""
+
+    def __init__(self, trace: TraceRecorder, device_ps: Callable[[int], int]) -> None:
+        self.trace = trace
+        self._device_ps = device_ps
+        """A device's emulated picoseconds for a number of its cycles."""
+
+    def gpu(self, name: str, start_ps: int, dur_ps: int) -> None:
+        self.trace.slice("GPU node", "compute", name, start_ps, dur_ps)
+
+    def node_reply(self, rid: int, layer: int, res: AttendResult) -> None:
+        t = res.timing
+        name = f"req {rid} L{layer}"
+        self.trace.slice("link", "RoCE up", name, t.sent_ps, t.link_up_ps)
+        self.trace.slice("link", "RoCE down", name, t.arrive_ps - t.link_down_ps, t.link_down_ps)
+        for d, cycles in res.device_cycles.items():
+            self.trace.slice("PNM node", f"device {d}", name, res.device_start_ps[d],
+                             self._device_ps(cycles))
+
+    def transfer(self, what: str, rid: int, start_ps: int, dur_ps: int) -> None:
+        self.trace.slice("link", what, f"req {rid} KV", start_ps, dur_ps)
 
 
 def plot_steps(reports: list[StepReport], path: str | Path, title: str) -> None:

@@ -1,5 +1,5 @@
-"""What the hybrid decode works on: its configuration (routing, selection, clustering,
-migration) and each request's state on the two tiers."""
+"""What the hybrid decode works on: its configuration (routing, selection, clustering, GPU
+memory, migration) and each request's state on the two tiers."""
 
 from __future__ import annotations
 
@@ -8,26 +8,32 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from nelssa.emu.latency.model import Sparsity
+from nelssa.emu.policy.states import Transfer
 from nelssa.host.gpu.clustering import ClusterConfig
+from nelssa.host.gpu.scheduler import Seq
 from nelssa.host.gpu.timing import gpu_preset
 from nelssa.host.pnm_node.client import NodeFuture
 
 Tensor = torch.Tensor
+_SPARSITY = Sparsity()
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Routing, selection and clustering of the hybrid decode."""
+    """Routing, selection, clustering and GPU memory of the hybrid decode."""
 
-    t_input: int = 1024
-    """Prompts of this many tokens or more go to the PNM tier."""
-    selection: float = 0.04
+    t_input: int | None = None
+    """Prompts of this many tokens or more go to the PNM tier; None: none does. ``nelssa
+    decode`` takes it from the latency model's crossover for its hardware and model
+    (``routing.crossover_router``) unless ``--t-input`` is given."""
+    selection: float = _SPARSITY.selection
     """Share of a KV head's clusters selected per step (at least one)."""
-    sink: int = 4
+    sink: int = _SPARSITY.sink_tokens
     """First tokens of a long request that stay on the GPU."""
-    recent: int = 64
+    recent: int = _SPARSITY.recent_tokens
     """Latest tokens of a long request that stay on the GPU."""
-    chunk: int = 1024
+    chunk: int = _SPARSITY.chunk_tokens
     """Generated tokens clustered and appended to the node at a time."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     """k-means settings."""
@@ -37,15 +43,21 @@ class DecodeConfig:
     """Keep every long request's full KV on the host to measure the hybrid attention against
     dense attention over the whole context (costs host memory and time)."""
     gpu_kv_tokens: int | None = None
-    """KV tokens the emulated GPU holds; with it, a request that has grown past ``t_input``
-    migrates to the PNM tier in the background once ``migrate_at`` of it is in use (paper
-    4.3). None: no migration."""
+    """KV the emulated GPU holds, in tokens (``block_tokens`` to a block, one block the null
+    block, as vLLM counts): admission, preemption (recompute) and migration to the PNM tier of
+    a request grown past ``t_input`` once ``migrate_at`` of it is in use (paper 4.3). None: a
+    GPU without limit, no preemption, no migration."""
+    block_tokens: int = 16
+    """Tokens per KV block (vLLM's block_size)."""
     migrate_at: float = 0.95
-    """Share of ``gpu_kv_tokens`` in use from which a migration starts."""
+    """Share of the GPU's KV blocks in use from which a migration starts."""
 
     def __post_init__(self) -> None:
-        if self.gpu_kv_tokens is not None and self.gpu_kv_tokens < 1:
-            raise ValueError(f"gpu_kv_tokens must be >= 1, got {self.gpu_kv_tokens}")
+        if self.block_tokens < 1:
+            raise ValueError(f"block_tokens must be >= 1, got {self.block_tokens}")
+        if self.gpu_kv_tokens is not None and self.gpu_kv_tokens < 2 * self.block_tokens:
+            raise ValueError(f"gpu_kv_tokens must be >= 2 blocks ({2 * self.block_tokens} "
+                             f"tokens), got {self.gpu_kv_tokens}")
         if not 0 < self.migrate_at <= 1:
             raise ValueError(f"migrate_at must be in (0, 1], got {self.migrate_at}")
         if not 0.0 < self.selection <= 1.0:
@@ -53,10 +65,14 @@ class DecodeConfig:
         if self.sink < 0 or self.recent < 0 or self.chunk < 1:
             raise ValueError(f"sink and recent must be >= 0 and chunk >= 1, got {self.sink}, "
                              f"{self.recent}, {self.chunk}")
-        if self.t_input <= self.sink + self.recent:
+        if self.t_input is not None and self.t_input <= self.sink + self.recent:
             raise ValueError(f"t_input ({self.t_input}) must exceed sink + recent "
                              f"({self.sink + self.recent}) so a long request has clusters")
         gpu_preset(self.gpu)
+
+    @property
+    def gpu_kv_blocks(self) -> int | None:
+        return None if self.gpu_kv_tokens is None else self.gpu_kv_tokens // self.block_tokens
 
 
 def to_bf16_bits(t: Tensor) -> np.ndarray:
@@ -73,25 +89,15 @@ class Migration:
     """Cache length when it started: tokens [sink, tokens - recent) are being written."""
     start_ps: int
     start_step: int
+    kind: Transfer
     done_ps: int | None = None
-    recovery: bool = False
-    """It puts back KV the node lost (not a migration for want of GPU memory)."""
 
 
-@dataclass
-class Request:
-    """One sequence being decoded."""
+@dataclass(eq=False)
+class Request(Seq):
+    """One sequence being decoded: the scheduler's view (``Seq``: tier, status, jobs) and the
+    tensors the executor keeps for it."""
 
-    rid: int
-    prompt: list[int]
-    max_new: int
-    generated: list[int] = field(default_factory=list)
-    tier: str = "gpu"
-    """``gpu`` or ``pnm``; a request moves back only while it recovers KV the node lost."""
-    status: str = "running"
-    """``running``, ``done`` or ``failed``."""
-    note: str = ""
-    """Why it failed, or why a long request stayed on the GPU."""
     kv: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     """Per layer, the K and V the GPU holds (all of it, or a long request's window)."""
     full: list[tuple[Tensor, Tensor]] | None = None
@@ -113,9 +119,7 @@ class Request:
     """Largest relative error of its attention against dense attention over the whole
     context, over the layers of this step (what selection leaves out)."""
     migration: Migration | None = None
-    """A background migration under way."""
-    migrated: bool = False
-    """It started on the GPU and moved to the PNM tier while decoding."""
+    """A background transfer of its KV to the node under way (its writes)."""
     recoveries: int = 0
     """Times the node lost its KV with a device and the GPU recomputed it."""
     recovering: bool = False
@@ -123,7 +127,3 @@ class Request:
     max_engine_error: float = 0.0
     """Largest relative error against dense attention over exactly the tokens it attended to
     (window and selected clusters): the devices' and the merge's own error."""
-
-    @property
-    def length(self) -> int:
-        return len(self.prompt) + len(self.generated)

@@ -309,6 +309,16 @@ class DecodeScheduler:
             self._preempt(v, plan)
         return plan.preempted
 
+    def blocks_to_grow(self, tokens: int) -> int:
+        """KV blocks that hold what runs and waits now once each has grown by ``tokens``
+        (PNM-tier requests by their resident jobs), the null block among them."""
+        total = 1
+        for s in self.running + list(self.waiting):
+            held = (resident_tokens(s.length, self.kept, self.compression)
+                    if s.tier is Tier.PNM and s.job is Job.PNM_PREFILL else s.job_tokens)
+            total += self.kv.blocks(held + tokens)
+        return total
+
     def set_capacity(self, blocks: int) -> None:
         """Give the emulated GPU ``blocks`` KV blocks from now on (what is held stays)."""
         used = self.kv.used()
