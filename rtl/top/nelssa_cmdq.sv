@@ -5,6 +5,8 @@
 // beside everything in flight, so completions never overwrite ones the host has not read.
 // The ring registers hold still while this unit is enabled or not idle (nelssa_regs), and were
 // checked when it was enabled: both rings lie inside the queue's region and device memory.
+`include "nelssa_assert.svh"
+
 module nelssa_cmdq
   import nelssa_dev_pkg::*;
 #(
@@ -138,6 +140,34 @@ module nelssa_cmdq
       unit_start_o[free_unit] = 1'b1;
     end
   end
+
+  // ---- protocol rules ---------------------------------------------------------------------------
+  logic [63:0] sq_end, cq_end;
+  assign sq_end = sq_base_i + 64'(sq_size_i) * DESC_BYTES;
+  assign cq_end = cq_base_i + 64'(cq_size_i) * COMPLETION_BYTES;
+  // the registers' side: enabled rings lie inside the region and memory and hold still
+  `NELSSA_ASSERT(RingsInRegion, !enable_i || (sq_base_i >= region_base_i && sq_end <= unit_hi_o &&
+                                              cq_base_i >= region_base_i && cq_end <= unit_hi_o))
+  `NELSSA_ASSERT(RingsStill, !(enable_i && $past(enable_i)) ||
+                             $stable({sq_base_i, sq_size_i, cq_base_i, cq_size_i, region_base_i,
+                                      region_limit_i}))
+  // this unit's side: it reads descriptors only from the submission ring and writes
+  // completions only into the completion ring, holding each request until taken
+  `NELSSA_ASSERT(ReadInSqRing, !(mem_valid_o && !mem_write_o) ||
+                               (64'(mem_addr_o) >= sq_base_i && 64'(mem_addr_o) < sq_end))
+  `NELSSA_ASSERT(WriteInCqRing, !(mem_valid_o && mem_write_o) ||
+                                (64'(mem_addr_o) >= {cq_base_i[63:6], 6'b0} &&
+                                 64'(mem_addr_o) < cq_end))
+  `NELSSA_ASSERT_HOLD(MemHeld, mem_valid_o, mem_ready_i,
+                      {mem_write_o, mem_addr_o, mem_wdata_o, mem_wstrb_o})
+  // one response per request: data only while a read waits, a completion only while a write
+  // waits, a unit done only when it was started
+  `NELSSA_ASSERT(ReadDataAsked, !rd_valid_i || state_q == StReadWait)
+  `NELSSA_ASSERT(WriteCplAsked, !mem_cpl_i || state_q == StWriteWait)
+  `NELSSA_ASSERT_NEVER(UnitDoneUnstarted, |(unit_done_i & ~assigned_q))
+  `NELSSA_ASSERT_ONEHOT0(OneUnitStarted, unit_start_o)
+  `NELSSA_ASSERT_NEVER(StartBusyUnit, |(unit_start_o & (assigned_q | unit_busy_i)))
+  `NELSSA_ASSERT(OrderBounded, int'(ord_n_q) <= OrderDepth)
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin

@@ -4,6 +4,8 @@
 // for before it asks for more of something else. The buffer has a bank per lane, each written
 // by its lane only (one write port: RAM on an FPGA), and a small table of which bank holds
 // each line.
+`include "nelssa_assert.svh"
+
 module nelssa_line_reader #(
   parameter int unsigned AddrW = 40,  // device-memory address width
   parameter int unsigned Depth = 64,  // reads in flight (reorder-buffer lines), power of two
@@ -83,6 +85,19 @@ module nelssa_line_reader #(
       have_q <= have;
       if (addr_ready_o) issue_q <= issue_q + 1'b1;
     end
+  end
+
+  // ---- protocol rules ---------------------------------------------------------------------------
+  // the user offers an address until it is taken; the data out is held until taken
+  `NELSSA_ASSERT_HOLD(AddrHeld, addr_valid_i, addr_ready_o, addr_i)
+  `NELSSA_ASSERT_HOLD(OutHeld, out_valid_o, out_ready_i, out_data_o)
+  `NELSSA_ASSERT(InFlightBounded, in_flight <= 16'(Depth))
+  // the memory answers each read once: a line comes back only for a read in flight and not
+  // yet answered
+  for (genvar l = 0; l < Lanes; l++) begin : gen_lane_rules
+    `NELSSA_ASSERT_NEVER(ReadNotInFlight,
+                         rd_valid_i[l] && 16'(rd_tag_i[l] - deliver_q) >= in_flight)
+    `NELSSA_ASSERT_NEVER(ReadAnsweredTwice, rd_valid_i[l] && have_q[rd_tag_i[l][IW-1:0]])
   end
 
   if (Lanes < 8) begin : gen_idle_lanes

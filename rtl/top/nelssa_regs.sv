@@ -8,6 +8,8 @@
 // valid rings inside the region and device memory (driver/regs.ring_problem); otherwise the
 // write is refused and counted, so the rings cannot move under the command queue. A request
 // with an undefined opcode is answered RSP_OPCODE_ERROR (all-ones data) and counted.
+`include "nelssa_assert.svh"
+
 module nelssa_regs
   import nelssa_dev_pkg::*;
 #(
@@ -293,6 +295,17 @@ module nelssa_regs
   end
 
   assign enable_o = control_q[0];
+
+  // ---- protocol rules ---------------------------------------------------------------------------
+  // the host offers a request until it is taken; a response is held until taken
+  `NELSSA_ASSERT_HOLD(MmioHeld, mmio_valid_i, mmio_ready_o,
+                      {mmio_opcode_i, mmio_tag_i, mmio_offset_i, mmio_wdata_i})
+  `NELSSA_ASSERT_HOLD(RspHeld, rsp_valid_o, rsp_ready_i, {rsp_tag_o, rsp_status_o, rsp_data_o})
+  // enabled rings are valid rings inside the region and hold still
+  `NELSSA_ASSERT(EnabledRingsValid, !enable_o || rings_ok)
+  `NELSSA_ASSERT(EnabledRingsStill, !(enable_o && $past(enable_o)) ||
+                                    $stable({sq_base_o, sq_size_o, cq_base_o, cq_size_o,
+                                             region_base_o, region_limit_o}))
   assign sq_base_o = sq_base_q;
   assign sq_size_o = sq_size_q;
   assign sq_tail_o = sq_tail_q;

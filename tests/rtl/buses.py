@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import astuple, fields
 from typing import Any
 
 import cocotb
+from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 
@@ -209,3 +210,21 @@ class LineMemory:
             while (at, lane) in self.rd:
                 at += 1
             self.rd[(at, lane)] = (tag, data)
+
+
+async def clock_and_reset(dut, zero: Iterable[str] = (), cycles: int = 2) -> None:
+    """Start a 10 ns clock on clk_i, set the named inputs to 0, pulse rst_ni low, and return one
+    cycle after reset (a test that drives every input itself starts here)."""
+    cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
+    for name in zero:
+        getattr(dut, name).value = 0
+    dut.rst_ni.value = 0
+    for _ in range(cycles):
+        await RisingEdge(dut.clk_i)
+    dut.rst_ni.value = 1
+    await RisingEdge(dut.clk_i)
+
+
+async def wait_cycles(dut, n: int) -> None:
+    for _ in range(n):
+        await RisingEdge(dut.clk_i)

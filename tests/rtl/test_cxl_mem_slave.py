@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 import cocotb
 import pytest
-from buses import LineMemory, StreamSink, StreamSource, always, never, random_pauses
+from buses import (
+    LineMemory,
+    StreamSink,
+    StreamSource,
+    always,
+    clock_and_reset,
+    never,
+    random_pauses,
+    wait_cycles,
+)
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
@@ -285,24 +294,13 @@ async def hold_keeps_requests_out(dut):
 # ---- rule breakers (each run alone: see test_cxl_mem_slave_assertion_fires) -------------------
 async def bare(dut) -> None:
     """Clock and reset, every input driven by the test itself."""
-    cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
-    for name in ("req_valid_i", "rwd_valid_i", "ndr_ready_i", "drs_ready_i", "mem_ready_i",
-                 "mem_cpl_valid_i", "mem_rd_valid_i", "hold_i", "req_addr_i", "rwd_addr_i",
-                 "req_tag_i", "rwd_tag_i", "rwd_be_i", "rwd_data_i", "mem_cpl_tag_i",
-                 "mem_rd_tag_i", "mem_rd_data_i"):
-        getattr(dut, name).value = 0
     dut.req_opcode_i.value = M2SReqOpcode.MEM_RD
     dut.rwd_opcode_i.value = M2SRwDOpcode.MEM_WR
-    dut.rst_ni.value = 0
-    for _ in range(2):
-        await RisingEdge(dut.clk_i)
-    dut.rst_ni.value = 1
-    await RisingEdge(dut.clk_i)
-
-
-async def cycles(dut, n: int) -> None:
-    for _ in range(n):
-        await RisingEdge(dut.clk_i)
+    await clock_and_reset(dut, ("req_valid_i", "rwd_valid_i", "ndr_ready_i", "drs_ready_i",
+                                "mem_ready_i", "mem_cpl_valid_i", "mem_rd_valid_i", "hold_i",
+                                "req_addr_i", "rwd_addr_i", "req_tag_i", "rwd_tag_i",
+                                "rwd_be_i", "rwd_data_i", "mem_cpl_tag_i", "mem_rd_tag_i",
+                                "mem_rd_data_i"))
 
 
 @cocotb.test()
@@ -311,9 +309,9 @@ async def breaks_req_valid_dropped(dut):
     await bare(dut)
     dut.hold_i.value = 1
     dut.req_valid_i.value = 1
-    await cycles(dut, 2)
+    await wait_cycles(dut, 2)
     dut.req_valid_i.value = 0
-    await cycles(dut, 3)
+    await wait_cycles(dut, 3)
 
 
 @cocotb.test()
@@ -322,9 +320,9 @@ async def breaks_rwd_payload_changed(dut):
     await bare(dut)
     dut.hold_i.value = 1
     dut.rwd_valid_i.value = 1
-    await cycles(dut, 2)
+    await wait_cycles(dut, 2)
     dut.rwd_addr_i.value = 64
-    await cycles(dut, 3)
+    await wait_cycles(dut, 3)
 
 
 @cocotb.test()
@@ -332,9 +330,9 @@ async def breaks_read_data_unasked(dut):
     """The memory returns a line no read asked for."""
     await bare(dut)
     dut.mem_rd_valid_i.value = 1
-    await cycles(dut, 1)
+    await wait_cycles(dut, 1)
     dut.mem_rd_valid_i.value = 0
-    await cycles(dut, 3)
+    await wait_cycles(dut, 3)
 
 
 @cocotb.test()
@@ -342,9 +340,9 @@ async def breaks_write_completion_unasked(dut):
     """The memory completes a write nobody made."""
     await bare(dut)
     dut.mem_cpl_valid_i.value = 1
-    await cycles(dut, 1)
+    await wait_cycles(dut, 1)
     dut.mem_cpl_valid_i.value = 0
-    await cycles(dut, 3)
+    await wait_cycles(dut, 3)
 
 
 @cocotb.test()
@@ -368,9 +366,9 @@ async def breaks_drs_fifo_overrun(dut):
     dut.req_valid_i.value = 0
     for _ in range(depth + 1):  # the last one nobody asked for
         dut.mem_rd_valid_i.value = 1
-        await cycles(dut, 1)
+        await wait_cycles(dut, 1)
     dut.mem_rd_valid_i.value = 0
-    await cycles(dut, 3)
+    await wait_cycles(dut, 3)
 
 
 FIRES = [
