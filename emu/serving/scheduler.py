@@ -26,6 +26,10 @@ inactive in the replays' configuration: the watermark, ``long_prefill_token_thre
 is the block). vLLM reports a step's preempted requests as
 a set; ours lists them in preemption order.
 
+Its block accounting is the GPU KV capacity manager's (``emu/policy/capacity.KvBlocks``, which
+the co-simulation's scheduler uses) written into the hot loop for speed, with a prefix cache
+beside it; ``tests/test_policy_agreement.py`` holds the two to the same preemptions.
+
 Where ours goes beyond vLLM v1: swap preemption (the job's KV kept in host memory and brought
 back over PCIe when it is admitted again).
 """
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Protocol
 
+from nelssa.emu.policy.capacity import blocks_for
 from nelssa.emu.serving.prefix import BlockKeys, BlockPool, Content
 
 log = logging.getLogger(__name__)
@@ -177,7 +182,7 @@ class OurScheduler:
         """The jobs of the last plan's ``decodes``."""
 
     def _blocks(self, tokens: int) -> int:
-        return -(-tokens // self.bt)
+        return blocks_for(tokens, self.bt)
 
     def _free(self) -> int:
         pool = self.pool
