@@ -16,8 +16,11 @@ from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_bind, check_node_args
 from nelssa.cli_serving import add_serving_parser
 from nelssa.cli_sweep import add_sweep_parser
+from nelssa.driver.formats import MAX_IDS
+from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
-from nelssa.hw.model.device import SIM_CLOCK_HZ
+from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig
+from nelssa.hw.model.engine import EngineParams
 from nelssa.options import (
     PID,
     SEED,
@@ -135,6 +138,13 @@ def cmd_device_demo(args: argparse.Namespace) -> int:
     return 0 if d.ok else 1
 
 
+def _ranged(parser: argparse.ArgumentParser, option: str, most: int, default: int,
+            what: str) -> None:
+    """An integer option in 1..most, its help naming the range."""
+    parser.add_argument(option, type=int_range(1, most), default=default,
+                        help=f"{what} (1..{most})")
+
+
 def build_parser() -> Parser:
     """The whole command line: every subcommand and its options."""
     parser = Parser(
@@ -143,14 +153,13 @@ def build_parser() -> Parser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    engine = EngineParams()  # what the demos' engines take (the device's CAPS says the same)
     demo = sub.add_parser("demo", help="one attention command through the RTL engine and model")
-    demo.add_argument("--head-dim", type=int, choices=(64, 128), default=128)
-    demo.add_argument("--qheads", type=int_range(1, 8), default=4,
-                      help="query heads per KV head (1..8)")
-    demo.add_argument("--clusters", type=int_range(1, 65535), default=64,
-                      help="selected clusters (1..65535)")
-    demo.add_argument("--cluster-tokens", type=int_range(1, 64), default=16,
-                      help="tokens per cluster (1..64)")
+    demo.add_argument("--head-dim", type=int, choices=SUPPORTED_HEAD_DIMS,
+                      default=engine.head_dim)
+    _ranged(demo, "--qheads", engine.num_qheads, 4, "query heads per KV head")
+    _ranged(demo, "--clusters", 65535, 64, "selected clusters")
+    _ranged(demo, "--cluster-tokens", engine.max_cluster_tokens, 16, "tokens per cluster")
     demo.add_argument("--seed", type=SEED, default=0)
     demo.set_defaults(func=cmd_demo)
 
@@ -162,7 +171,7 @@ def build_parser() -> Parser:
     serve.add_argument("--endpoint", type=endpoint, default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     add_engines(serve)
-    serve.add_argument("--preset", default="ddr5-6400", choices=sorted(DDR5_PRESETS),
+    serve.add_argument("--preset", default=DeviceConfig.preset, choices=sorted(DDR5_PRESETS),
                        help="DDR5 timing preset")
     serve.add_argument("--parent-pid", type=PID,
                        help="exit when this process (the node that started the device) is gone")
@@ -171,12 +180,10 @@ def build_parser() -> Parser:
                             "can reach")
     serve.set_defaults(func=cmd_device_serve)
     ddemo = device_sub.add_parser("demo", help="attention descriptors on the rtl and model device")
-    ddemo.add_argument("--kv-heads", type=int_range(1, 8), default=2, help="KV heads (1..8)")
-    ddemo.add_argument("--qheads", type=int_range(1, 8), default=4,
-                       help="query heads per KV head (1..8)")
-    ddemo.add_argument("--clusters", type=int_range(1, 4096), default=64,
-                       help="clusters per KV head (1..4096)")
-    ddemo.add_argument("--selected", type=int_range(1, 4096), default=16,
+    _ranged(ddemo, "--kv-heads", 8, 2, "KV heads")
+    _ranged(ddemo, "--qheads", engine.num_qheads, 4, "query heads per KV head")
+    _ranged(ddemo, "--clusters", MAX_IDS, 64, "clusters per KV head")
+    ddemo.add_argument("--selected", type=int_range(1, MAX_IDS), default=16,
                        help="selected clusters per KV head (1..--clusters)")
     ddemo.add_argument("--seed", type=SEED, default=0)
     ddemo.set_defaults(func=cmd_device_demo)

@@ -20,6 +20,7 @@ from nelssa.driver.regs import CAPS_MAX_ENGINES
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.serving.workload import ARRIVAL_S, BURST_COUNT, TOKENS
+from nelssa.hw.model.device import DeviceConfig
 from nelssa.hw.sim.device import RTL_MAX_UNITS
 
 IPC_PATH_BYTES = 107
@@ -71,7 +72,8 @@ def add_engines(parser: argparse.ArgumentParser, what: str = "attention engines 
                 rtl: bool = True) -> None:
     """``--engines``, its limits from the register map and (``rtl``) the RTL device."""
     limits = f"1..{CAPS_MAX_ENGINES}" + (f"; rtl: 1..{RTL_MAX_UNITS}" if rtl else "")
-    parser.add_argument("--engines", type=ENGINES, default=2, help=f"{what} ({limits})")
+    parser.add_argument("--engines", type=ENGINES, default=DeviceConfig.engines,
+                        help=f"{what} ({limits})")
 
 
 def check_rtl_engines(parser: argparse.ArgumentParser, engines: int) -> None:
