@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from nelssa.driver.regs import CAPS_MAX_CLUSTER_TOKENS
 from nelssa.driver.status import ENGINE_LANES, SUPPORTED_HEAD_DIMS, AttnStatus
 from nelssa.hw.model import fp
 
@@ -46,10 +47,9 @@ class EngineParams:
             raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {self.head_dim}")
         if not 1 <= self.num_qheads <= 8:
             raise ValueError(f"num_qheads must be in 1..8, got {self.num_qheads}")
-        if not 1 <= self.max_cluster_tokens <= 255:
-            raise ValueError(
-                f"max_cluster_tokens must be in 1..255, got {self.max_cluster_tokens}"
-            )
+        if not 1 <= self.max_cluster_tokens <= CAPS_MAX_CLUSTER_TOKENS:  # what CAPS can say
+            raise ValueError(f"max_cluster_tokens must be in 1..{CAPS_MAX_CLUSTER_TOKENS}, "
+                             f"got {self.max_cluster_tokens}")
 
 
 @dataclass(frozen=True)
