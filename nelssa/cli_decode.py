@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.cli_fpga import add_board_args
-from nelssa.emu.link.model import PRESETS
+from nelssa.config_args import add_config_options
+from nelssa.emu.latency.model import Sparsity
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
 from nelssa.host.gpu.timing import GPUS
 from nelssa.options import (
     POSITIVE_INT,
     SECONDS,
     SEED,
-    SHARE,
     UsageError,
     endpoint,
     input_dir,
@@ -229,8 +230,7 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", type=int_range(1, 32), default=4, help="1..32")
     p.add_argument("--backend", choices=("rtl", "model", "fpga"), default="rtl")
     add_board_args(p, several=True)
-    p.add_argument("--link", default="roce-400g", choices=sorted(x for x in PRESETS
-                                                                 if x.startswith("roce")))
+    p.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=sorted(GPU_PNM_LINKS))
     p.add_argument("--model", type=input_dir,
                    help="Hugging Face Llama folder (config.json + safetensors); default: a "
                         "small random model")
@@ -243,9 +243,8 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--t-input", type=POSITIVE_INT,
                    help="routing threshold (tokens); default: the latency model's crossover "
                         "for --gpu, --link, --devices, the model, --selection and the cluster "
-                        "size (`nelssa latency` shows it)")
-    p.add_argument("--selection", type=SHARE, default=0.04,
-                   help="share of clusters selected, in (0, 1]")
+                        "size (`nelssa crossover` shows it)")
+    add_config_options(p, Sparsity, ("selection",))
     p.add_argument("--chunk", type=POSITIVE_INT, default=16,
                    help="generated tokens per chunk update (the paper: 1024)")
     p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
