@@ -140,6 +140,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
             where = (f"PNM tier, {r.offloaded} tokens clustered on the node"
                      if r.tier is Tier.PNM else "GPU tier, dense attention")
             print(f"  request {r.rid}: prompt {len(r.prompt):>6} tokens -> {where}{extra}")
+        if args.long and args.t_input is None and not any(r.tier is Tier.PNM
+                                                          for r in dec.requests):
+            print(f"  (T_input {router.describe()}: at these lengths the GPU alone is faster "
+                  "for this model and hardware;\n  --t-input N sends prompts of N tokens or "
+                  "more to the PNM tier all the same)")
         reports: list[StepReport] = []
         print(f"\n{'step':>4} {'batch':>9} {'step us':>8} {'GPU':>7} {'top-K':>6} {'wait':>7} "
               f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
