@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,39 @@ def test_a_full_gpu_preempts_the_newest_and_recomputes_it() -> None:
     assert len(tight_reps) > len(free_reps)  # it waited while the others ran
     assert sum(x.recovery_ps > 0 for x in tight_reps) == 1  # the recompute, charged once
     assert sum(x.recovery_ps for x in free_reps) == 0
+
+
+def test_a_request_preempted_while_it_migrates_abandons_the_transfer(node: NodeProcess) -> None:
+    """29 blocks, all in use (the null block, 3 + 6 + 19 for prompts of 40, 93 and 296): the
+    third passes T_input after 3 steps and starts to migrate; in step 4 the second needs a
+    block, and the newest, the migrating one, is preempted: its transfer is abandoned (its
+    session on the node closed), it is recomputed once the others are done, and its tokens are
+    those of the run with room for all."""
+    model = Llama(SMALL, random_weights(SMALL, 1))
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (40, 93, 296)]
+    cfg = DecodeConfig(t_input=300, selection=1.0, chunk=8, recent=16, sink=4, migrate_at=0.9)
+    ref = HybridDecoder(model, cfg, None)
+    for p in prompts:
+        ref.add(p, 17)
+    while ref.unfinished():
+        ref.step()
+    with NodeClient(node.endpoint) as c:
+        dec = HybridDecoder(model, replace(cfg, gpu_kv_tokens=29 * 16), c)
+        for p in prompts:
+            dec.add(p, 17)
+        r = dec.requests[2]
+        seen = []
+        while dec.unfinished():
+            dec.step()
+            seen.append((dec.steps, r.status.value, r.migration is not None, r.session))
+        assert seen[2][:3] == (3, "running", True) and seen[2][3] is not None  # migrating
+        assert seen[3] == (4, "waiting", False, None)  # preempted: transfer gone
+        # it waits until the others are done (its 19 blocks do not fit before), then runs alone
+        assert [x[1] for x in seen[3:16]] == ["waiting"] * 13 and seen[16][1] == "running"
+        assert r.preemptions == 1 and not r.migrated and r.tier == "gpu"
+        assert [x.generated for x in dec.requests] == [x.generated for x in ref.requests]
+        assert all(x.status == "done" for x in dec.requests)
+        assert any("migrating request 2" in e for e in dec.events)
+        dec.close()
+        assert c.status().sessions == 0
