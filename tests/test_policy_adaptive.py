@@ -5,6 +5,7 @@ and settles instead of cycling after a step change of load and under a square wa
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -42,7 +43,7 @@ def drive(a: AdaptiveThreshold, demand, seconds: int, **caps) -> list[int]:
 
 def reversals(a: AdaptiveThreshold, after: float = -1) -> int:
     moves = [m for t, _, m in a.history if t >= after]
-    return sum(1 for x, y in zip(moves, moves[1:], strict=False) if x != y)
+    return sum(1 for x, y in itertools.pairwise(moves) if x != y)
 
 
 def test_a_saturating_gpu_lowers_the_threshold_and_it_settles() -> None:
@@ -51,7 +52,7 @@ def test_a_saturating_gpu_lowers_the_threshold_and_it_settles() -> None:
     assert set(trace[:100]) == {CROSSOVER}  # neither tier short: the crossover holds
     assert a.history[0][2] is Move.DOWN and a.history[0][0] >= 100
     assert trace[-1] < CROSSOVER
-    kv, gw, util, pw = plant(trace[-1], 1.6, **GPU_SHORT)
+    _kv, gw, _util, pw = plant(trace[-1], 1.6, **GPU_SHORT)
     assert gw < 2.0 and pw < 2.0  # the split it found leaves neither tier hot
     late = [t for t, _, _ in a.history if t >= 400]
     assert late == [], a.history  # settled: no move in the last 500 s
@@ -88,7 +89,7 @@ def test_it_never_moves_during_its_cooldown() -> None:
     a = AdaptiveThreshold(CROSSOVER)
     drive(a, lambda t: 2.0, 300, **GPU_SHORT)
     times = [t for t, _, _ in a.history]
-    assert all(b - x >= a.config.cooldown_s for x, b in zip(times, times[1:], strict=False))
+    assert all(b - x >= a.config.cooldown_s for x, b in itertools.pairwise(times))
 
 
 @pytest.mark.parametrize("kw, words", [
