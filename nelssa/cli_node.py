@@ -188,7 +188,8 @@ def cmd_node_status(args: argparse.Namespace) -> int:
         return 0
     print(f"NELSSA node at {args.endpoint}: version {st.version}, link {st.link}, "
           f"{st.sessions} sessions, {st.requests} requests ({st.errors} failed), "
-          f"{st.bad_frames} bad frames, {st.duplicates} duplicates dropped")
+          f"{st.bad_frames} bad frames, {st.duplicates} duplicates dropped, {st.busy} refused "
+          f"busy, {st.queued} queued")
     print(f"  {'dev':>3} {'state':<6} {'backend':<7} {'used':>10} {'of':>8} {'regions':>7} "
           f"{'queued':>6} {'descs':>7} {'cycles':>12}  endpoint")
     for d in st.devices:

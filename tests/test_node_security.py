@@ -107,6 +107,12 @@ def test_request_formats_byte_for_byte() -> None:
             for bad in (want + b"\0", want[:-1]):
                 with pytest.raises(ConstructError):
                     fmt.parse(bad)
+    status = p.STATUS_REP.build({"version": "1", "link": "r", "sessions": 2, "requests": 3,
+                                 "errors": 4, "bad_frames": 5, "duplicates": 6, "busy": 7,
+                                 "queued": 8, "ndev": 0, "devices": []})
+    assert status == bytes.fromhex("0131 0172 02000000 0300000000000000 0400000000000000 "
+                                   "0500000000000000 0600000000000000 0700000000000000 "
+                                   "08000000 00")
     assert p.JOIN_REQ.build({"ticket": bytes(range(16))}) == bytes(range(16))
     assert p.EMPTY.build({}) == b""
     with pytest.raises(ConstructError):
@@ -626,6 +632,7 @@ def test_a_busy_node_refuses_with_busy_and_serves_its_operator(tmp_path: Path) -
             flood = [a.attend_async(s, 0, {h: d.q for h, d in w.heads.items()},
                                     {h: d.ids for h, d in w.heads.items()}) for _ in range(24)]
             st = b.status()  # the operator's view while the queue is full
+            assert st.busy >= 1  # the refusals before it, counted
             busy, served = 0, 0
             for f in flood:
                 try:
@@ -636,7 +643,8 @@ def test_a_busy_node_refuses_with_busy_and_serves_its_operator(tmp_path: Path) -
                     assert ("max_queued = 2" if not busy else "refused too") in str(e)
                     busy += 1
             a.close_session(s)
-            assert b.status().sessions == 0
+            after = b.status()
+            assert after.sessions == 0 and after.busy == busy
     finally:
         node.stop()
     assert served >= 2 and busy >= 12 and served + busy == 24, (served, busy)

@@ -115,6 +115,10 @@ class NodeStatus:
     """Frames the link refused (malformed, corrupted)."""
     duplicates: int
     """Duplicated frames the link dropped."""
+    busy: int
+    """Requests refused BUSY (the node's queue was full and their client held its share)."""
+    queued: int
+    """Requests waiting to run when the node answered."""
     devices: list[DeviceInfo]
 
 
@@ -211,7 +215,7 @@ class NodeClient:
                               d.used_bytes, d.regions, d.queue_depth, d.descriptors, d.cycles,
                               d.error) for d in rep.devices]
         return NodeStatus(rep.version, rep.link, rep.sessions, rep.requests, rep.errors,
-                          rep.bad_frames, rep.duplicates, devices)
+                          rep.bad_frames, rep.duplicates, rep.busy, rep.queued, devices)
 
     def shutdown(self, token: bytes | None = None) -> None:
         """Stop the node (it stops the device processes it started), as its operator: with

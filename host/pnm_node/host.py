@@ -178,8 +178,9 @@ class NelssaHost:
         self.admin_token: bytes | None = None
         """What a SHUTDOWN must carry (host/pnm_node/admin.py); None: no SHUTDOWN stops it."""
         self._watch: ProcessWatch | None = None
-        self.link_counters: Callable[[], tuple[int, int]] = lambda: (0, 0)
-        """(bad frames, duplicates) of the link server, set by whoever serves this host."""
+        self.link_counters: Callable[[], tuple[int, int, int, int]] = lambda: (0, 0, 0, 0)
+        """(bad frames, duplicates, refused BUSY, queued now) of the link server, set by
+        whoever serves this host."""
         self._ps_per_cycle = 1e6 / config.core_clock_mhz
         self._ops: dict[int, Callable[[Request], Reply]] = {
             NodeOp.OPEN_SESSION: self._open_session, NodeOp.CLOSE_SESSION: self._close_session,
@@ -548,7 +549,8 @@ class NelssaHost:
             "version": __version__, "link": self.config.link,
             "sessions": self.clients.session_count, "requests": self.requests,
             "errors": self.errors,
-            "bad_frames": self.link_counters()[0], "duplicates": self.link_counters()[1],
+            **dict(zip(("bad_frames", "duplicates", "busy", "queued"), self.link_counters(),
+                       strict=True)),
             "ndev": len(devices),
             "devices": devices}), r)
 

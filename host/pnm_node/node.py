@@ -44,7 +44,8 @@ class NodeService:
             self.server.close()
             self.host.close()
             raise
-        self.host.link_counters = lambda: (self.server.frames_bad, self.server.duplicates)
+        self.host.link_counters = lambda: (self.server.frames_bad, self.server.duplicates,
+                                           self.server.busy, self.server.queued)
 
     def _handle(self, request: Request) -> Reply:
         reply = self.host.handle(request)

@@ -171,7 +171,7 @@ DEVICE_STATUS = Struct(
 STATUS_REP = Struct(
     "version" / PascalString(Int8ul, "utf8"), "link" / PascalString(Int8ul, "utf8"),
     "sessions" / Int32ul, "requests" / Int64ul, "errors" / Int64ul,
-    "bad_frames" / Int64ul, "duplicates" / Int64ul,
+    "bad_frames" / Int64ul, "duplicates" / Int64ul, "busy" / Int64ul, "queued" / Int32ul,
     "ndev" / Int8ul, "devices" / Array(this.ndev, DEVICE_STATUS),
 )
 EMPTY = Struct(Terminated)
