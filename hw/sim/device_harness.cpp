@@ -113,14 +113,14 @@ void step(Device& d) {
     --d.owed;
   }
   if (t.ndr_valid_o) {
-    std::vector<uint8_t> m{S2M_NDR, 0};
+    std::vector<uint8_t> m{S2M_NDR, t.ndr_opcode_o};
     put_le(m, t.ndr_tag_o, 2);
     m.push_back(t.ndr_status_o);
     d.out.push_back(std::move(m));
     --d.owed;
   }
   if (t.drs_valid_o) {
-    std::vector<uint8_t> m{S2M_DRS, 0};
+    std::vector<uint8_t> m{S2M_DRS, t.drs_opcode_o};
     put_le(m, t.drs_tag_o, 2);
     m.push_back(t.drs_status_o);
     for (int w = 0; w < 16; ++w) put_le(m, t.drs_data_o[w], 4);

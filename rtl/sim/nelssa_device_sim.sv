@@ -1,7 +1,9 @@
 // Simulation top of one PNM device: the synthesizable device (rtl/top) over its simulated
 // memory (front end, 8 DDR5 sub-channels with timing checkers and the sparse DPI-C store).
 // Driven by the C++ harness hw/sim/device_harness.cpp.
-module nelssa_device_sim #(
+module nelssa_device_sim
+  import nelssa_dev_pkg::*;
+#(
   parameter int unsigned PresetId = 0,  // DDR5 timing preset (hw/model/ddr5_timing.PRESETS)
   parameter int unsigned NumUnits = 2   // attention units (nelssa_device)
 ) (
@@ -32,10 +34,12 @@ module nelssa_device_sim #(
   input  logic [511:0] rwd_data_i,
   output logic         ndr_valid_o,
   input  logic         ndr_ready_i,
+  output logic [7:0]   ndr_opcode_o,
   output logic [15:0]  ndr_tag_o,
   output logic [7:0]   ndr_status_o,
   output logic         drs_valid_o,
   input  logic         drs_ready_i,
+  output logic [7:0]   drs_opcode_o,
   output logic [15:0]  drs_tag_o,
   output logic [7:0]   drs_status_o,
   output logic [511:0] drs_data_o,
@@ -55,6 +59,43 @@ module nelssa_device_sim #(
   logic [7:0][15:0]             rd_tag;
   logic [7:0][511:0]            rd_data;
 
+  // the device's channels as the harness drives them, field by field
+  mmio_req_t mmio;
+  mmio_rsp_t mmio_rsp;
+  m2s_req_t  req;
+  m2s_rwd_t  rwd;
+  s2m_ndr_t  ndr;
+  s2m_drs_t  drs;
+  assign mmio = '{opcode: mmio_opcode_i, tag: mmio_tag_i, offset: mmio_offset_i,
+                  value: mmio_wdata_i};
+  assign mmio_rsp_tag_o = mmio_rsp.tag;
+  assign mmio_rsp_status_o = mmio_rsp.status;
+  assign mmio_rsp_data_o = mmio_rsp.value;
+  assign req = '{opcode: req_opcode_i, tag: req_tag_i, addr: req_addr_i};
+  assign rwd = '{opcode: rwd_opcode_i, tag: rwd_tag_i, addr: rwd_addr_i, byte_enable: rwd_be_i,
+                 data: rwd_data_i};
+  assign ndr_opcode_o = ndr.opcode;
+  assign ndr_tag_o = ndr.tag;
+  assign ndr_status_o = ndr.status;
+  assign drs_opcode_o = drs.opcode;
+  assign drs_tag_o = drs.tag;
+  assign drs_status_o = drs.status;
+  assign drs_data_o = drs.data;
+
+  // the device's requests as the memory's ports take them (addresses below 2^ADDR_W)
+  mem_req_t [PORTS-1:0] mem_req;
+  /* verilator lint_off UNUSEDSIGNAL */
+  logic [PORTS-1:0][63-ADDR_W:0] mem_addr_high;  // zero: the device checks its ranges
+  /* verilator lint_on UNUSEDSIGNAL */
+  for (genvar p = 0; p < PORTS; p++) begin : gen_mem_req
+    assign mem_write[p] = mem_req[p].write;
+    assign mem_addr[p]  = mem_req[p].addr[ADDR_W-1:0];
+    assign mem_tag[p]   = mem_req[p].tag;
+    assign mem_wdata[p] = mem_req[p].wdata;
+    assign mem_wstrb[p] = mem_req[p].wstrb;
+    assign mem_addr_high[p] = mem_req[p].addr[63:ADDR_W];
+  end
+
   nelssa_device #(
     .NumUnits(NumUnits),
     .AddrW   (ADDR_W)
@@ -63,43 +104,25 @@ module nelssa_device_sim #(
     .rst_ni          (rst_ni),
     .mmio_valid_i    (mmio_valid_i),
     .mmio_ready_o    (mmio_ready_o),
-    .mmio_opcode_i   (mmio_opcode_i),
-    .mmio_tag_i      (mmio_tag_i),
-    .mmio_offset_i   (mmio_offset_i),
-    .mmio_wdata_i    (mmio_wdata_i),
+    .mmio_i          (mmio),
     .mmio_rsp_valid_o(mmio_rsp_valid_o),
     .mmio_rsp_ready_i(mmio_rsp_ready_i),
-    .mmio_rsp_tag_o  (mmio_rsp_tag_o),
-    .mmio_rsp_status_o(mmio_rsp_status_o),
-    .mmio_rsp_data_o (mmio_rsp_data_o),
+    .mmio_rsp_o      (mmio_rsp),
     .req_valid_i     (req_valid_i),
     .req_ready_o     (req_ready_o),
-    .req_opcode_i    (req_opcode_i),
-    .req_tag_i       (req_tag_i),
-    .req_addr_i      (req_addr_i),
+    .req_i           (req),
     .rwd_valid_i     (rwd_valid_i),
     .rwd_ready_o     (rwd_ready_o),
-    .rwd_opcode_i    (rwd_opcode_i),
-    .rwd_tag_i       (rwd_tag_i),
-    .rwd_addr_i      (rwd_addr_i),
-    .rwd_be_i        (rwd_be_i),
-    .rwd_data_i      (rwd_data_i),
+    .rwd_i           (rwd),
     .ndr_valid_o     (ndr_valid_o),
     .ndr_ready_i     (ndr_ready_i),
-    .ndr_tag_o       (ndr_tag_o),
-    .ndr_status_o    (ndr_status_o),
+    .ndr_o           (ndr),
     .drs_valid_o     (drs_valid_o),
     .drs_ready_i     (drs_ready_i),
-    .drs_tag_o       (drs_tag_o),
-    .drs_status_o    (drs_status_o),
-    .drs_data_o      (drs_data_o),
+    .drs_o           (drs),
     .mem_valid_o     (mem_valid),
     .mem_ready_i     (mem_ready),
-    .mem_addr_o      (mem_addr),
-    .mem_write_o     (mem_write),
-    .mem_tag_o       (mem_tag),
-    .mem_wdata_o     (mem_wdata),
-    .mem_wstrb_o     (mem_wstrb),
+    .mem_o           (mem_req),
     .mem_cpl_valid_i (cpl_valid),
     .mem_cpl_tag_i   (cpl_tag),
     .mem_rd_valid_i  (rd_valid),

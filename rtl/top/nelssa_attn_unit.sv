@@ -33,11 +33,7 @@ module nelssa_attn_unit
   // memory port
   output logic              mem_valid_o,
   input  logic              mem_ready_i,
-  output logic              mem_write_o,
-  output logic [AddrW-1:0]  mem_addr_o,
-  output logic [15:0]       mem_tag_o,
-  output logic [511:0]      mem_wdata_o,
-  output logic [63:0]       mem_wstrb_o,
+  output mem_req_t          mem_o,
   input  logic              mem_cpl_i,
   input  logic [7:0]        rd_valid_i,
   input  logic [7:0][15:0]  rd_tag_i,
@@ -183,14 +179,14 @@ module nelssa_attn_unit
 
   always_comb begin
     automatic logic [63:0] q_len, dir_len, ids_len, out_len, lo, hi;
-    d_hd = field(desc_i, DESC_HEAD_DIM_OFF, 2)[15:0];
-    d_qh = field(desc_i, DESC_Q_HEADS_OFF, 1)[7:0];
-    d_nids = field(desc_i, DESC_NUM_IDS_OFF, 2)[15:0];
-    d_ncl = field(desc_i, DESC_NUM_CLUSTERS_OFF, 4)[31:0];
-    d_q = field(desc_i, DESC_Q_ADDR_OFF, 8);
-    d_dir = field(desc_i, DESC_DIR_ADDR_OFF, 8);
-    d_ids = field(desc_i, DESC_IDS_ADDR_OFF, 8);
-    d_out = field(desc_i, DESC_OUT_ADDR_OFF, 8);
+    d_hd = field(desc_i, DESC_HEAD_DIM_OFF, DESC_HEAD_DIM_BYTES)[15:0];
+    d_qh = field(desc_i, DESC_Q_HEADS_OFF, DESC_Q_HEADS_BYTES)[7:0];
+    d_nids = field(desc_i, DESC_NUM_IDS_OFF, DESC_NUM_IDS_BYTES)[15:0];
+    d_ncl = field(desc_i, DESC_NUM_CLUSTERS_OFF, DESC_NUM_CLUSTERS_BYTES)[31:0];
+    d_q = field(desc_i, DESC_Q_ADDR_OFF, DESC_Q_ADDR_BYTES);
+    d_dir = field(desc_i, DESC_DIR_ADDR_OFF, DESC_DIR_ADDR_BYTES);
+    d_ids = field(desc_i, DESC_IDS_ADDR_OFF, DESC_IDS_ADDR_BYTES);
+    d_out = field(desc_i, DESC_OUT_ADDR_OFF, DESC_OUT_ADDR_BYTES);
     q_len = 64'(d_qh) * 64'(d_hd) * 2;
     dir_len = 64'(d_ncl) * 16;
     ids_len = 64'(d_nids) * 4;
@@ -203,8 +199,10 @@ module nelssa_attn_unit
       if (d_out < ring_hi_i[r] && ring_lo_i[r] < d_out + out_len) out_on_ring = 1'b1;
     end
     static_status = 8'(DESC_OK);
-    if (field(desc_i, DESC_OPCODE_OFF, 1)[7:0] != 8'(OP_ATTN)) static_status = 8'(DESC_ERR_OPCODE);
-    else if (field(desc_i, DESC_FLAGS_OFF, 1) != 0 || field(desc_i, DESC_RESERVED0_OFF, 1) != 0 ||
+    if (field(desc_i, DESC_OPCODE_OFF, DESC_OPCODE_BYTES)[7:0] != 8'(OP_ATTN))
+      static_status = 8'(DESC_ERR_OPCODE);
+    else if (field(desc_i, DESC_FLAGS_OFF, DESC_FLAGS_BYTES) != 0 ||
+             field(desc_i, DESC_RESERVED0_OFF, DESC_RESERVED0_BYTES) != 0 ||
              desc_i[8*DESC_RESERVED1_OFF +: 8*DESC_RESERVED1_BYTES] != '0)
       static_status = 8'(DESC_ERR_RESERVED);
     else if (!((d_hd == 16'd64 && HeadDim >= 64) || (d_hd == 16'd128 && HeadDim >= 128)))
@@ -254,11 +252,9 @@ module nelssa_attn_unit
   assign wr_pending = res_valid;
   assign res_ready = mem_ready_i;
   assign mem_valid_o = wr_pending ? 1'b1 : rmem_valid;
-  assign mem_write_o = wr_pending;
-  assign mem_addr_o = wr_pending ? AddrW'(out_addr_q + 64'(out_beat_q) * 64) : rmem_addr;
-  assign mem_tag_o = wr_pending ? 16'(out_beat_q) : rmem_tag;
-  assign mem_wdata_o = res_data;
-  assign mem_wstrb_o = '1;
+  assign mem_o = '{write: wr_pending,
+                   addr: 64'(wr_pending ? AddrW'(out_addr_q + 64'(out_beat_q) * 64) : rmem_addr),
+                   tag: wr_pending ? 16'(out_beat_q) : rmem_tag, wdata: res_data, wstrb: '1};
   assign line_read_o = !wr_pending && rmem_valid && mem_ready_i;
 
   assign busy_o = state_q != StIdle;
@@ -288,7 +284,7 @@ module nelssa_attn_unit
           q_heads_q <= d_qh;
           num_ids_q <= d_nids;
           num_clusters_q <= d_ncl;
-          scale_q <= field(desc_i, DESC_SCALE_OFF, 4)[31:0];
+          scale_q <= field(desc_i, DESC_SCALE_OFF, DESC_SCALE_BYTES)[31:0];
           q_addr_q <= d_q;
           dir_addr_q <= d_dir;
           ids_addr_q <= d_ids;

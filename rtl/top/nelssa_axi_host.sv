@@ -6,7 +6,9 @@
 // waiting reads (PCIe's ordering: a read does not pass a write); within a read burst up to
 // ReadWindow lines are in flight and the beats return in order. A line the device refuses (outside
 // its memory) makes the burst answer SLVERR.
-module nelssa_axi_host #(
+module nelssa_axi_host
+  import nelssa_dev_pkg::*;
+#(
   parameter int unsigned IdW        = 4,   // AXI ID width
   parameter int unsigned AddrW      = 64,  // AXI byte-address width
   parameter int unsigned ReadWindow = 8    // lines of one read burst in flight (power of two)
@@ -47,23 +49,16 @@ module nelssa_axi_host #(
   // the device's CXL.mem slave
   output logic              req_valid_o,
   input  logic              req_ready_i,
-  output logic [15:0]       req_tag_o,
-  output logic [63:0]       req_addr_o,
+  output m2s_req_t          req_o,
   output logic              rwd_valid_o,
   input  logic              rwd_ready_i,
-  output logic [15:0]       rwd_tag_o,
-  output logic [63:0]       rwd_addr_o,
-  output logic [63:0]       rwd_be_o,
-  output logic [511:0]      rwd_data_o,
+  output m2s_rwd_t          rwd_o,
   input  logic              ndr_valid_i,
   output logic              ndr_ready_o,
-  input  logic [15:0]       ndr_tag_i,
-  input  logic [7:0]        ndr_status_i,
+  input  s2m_ndr_t          ndr_i,
   input  logic              drs_valid_i,
   output logic              drs_ready_o,
-  input  logic [15:0]       drs_tag_i,
-  input  logic [7:0]        drs_status_i,
-  input  logic [511:0]      drs_data_i
+  input  s2m_drs_t          drs_i
 );
   localparam int unsigned WinW = $clog2(ReadWindow);
   localparam logic [1:0] BURST_FIXED = 2'b00;
@@ -113,7 +108,7 @@ module nelssa_axi_host #(
   assign drs_fire = drs_valid_i;  // every read in flight has its slot: always taken
   assign ndr_fire = ndr_valid_i;
   assign out_slot = done_q[WinW-1:0];
-  assign drs_slot = drs_tag_i[WinW-1:0];
+  assign drs_slot = drs_i.tag[WinW-1:0];
 
   function automatic logic [AddrW-1:0] next_addr(logic [AddrW-1:0] a, logic [2:0] size,
                                                  logic fixed);
@@ -178,13 +173,13 @@ module nelssa_axi_host #(
       // write completions (only this burst's lines are in flight)
       if (ndr_fire && state_q != READ) begin
         done_q <= done_q + 9'd1;
-        if (ndr_status_i != 8'd0) err_q <= 1'b1;
+        if (ndr_i.status != 8'(RSP_OK)) err_q <= 1'b1;
       end
       // read data into its slot; a returned beat frees its slot
       for (int s = 0; s < ReadWindow; s++) begin
         if (drs_fire && drs_slot == WinW'(s)) begin
           slot_valid_q[s] <= 1'b1;
-          slot_err_q[s] <= drs_status_i != 8'd0;
+          slot_err_q[s] <= drs_i.status != 8'(RSP_OK);
         end else if (r_fire && !bad_q && out_slot == WinW'(s)) begin
           slot_valid_q[s] <= 1'b0;
         end
@@ -193,21 +188,20 @@ module nelssa_axi_host #(
   end
 
   always_ff @(posedge clk_i) begin
-    if (drs_fire) slot_data_q[drs_slot] <= drs_data_i;
+    if (drs_fire) slot_data_q[drs_slot] <= drs_i.data;
   end
 
   // line requests
   logic [63:0] line_addr;
   assign line_addr = 64'(addr_q) & ~64'h3F;
   assign rwd_valid_o = state_q == WRITE && s_wvalid_i && !bad_q;
-  assign rwd_tag_o = 16'(issued_q);
-  assign rwd_addr_o = line_addr;
-  assign rwd_be_o = s_wstrb_i;
-  assign rwd_data_o = s_wdata_i;
+  // AXI writes carry strobes, not opcodes: a full or a partial line
+  assign rwd_o = '{opcode: (s_wstrb_i == '1) ? 8'(M2S_RWD_MEM_WR) : 8'(M2S_RWD_MEM_WR_PTL),
+                   tag: 16'(issued_q), addr: line_addr, byte_enable: s_wstrb_i,
+                   data: s_wdata_i};
   assign req_valid_o = state_q == READ && !bad_q && issued_q < beats_q
                        && issued_q - done_q < 9'(ReadWindow);
-  assign req_tag_o = 16'(issued_q);
-  assign req_addr_o = line_addr;
+  assign req_o = '{opcode: 8'(M2S_REQ_MEM_RD), tag: 16'(issued_q), addr: line_addr};
   assign ndr_ready_o = 1'b1;
   assign drs_ready_o = 1'b1;
 
@@ -225,7 +219,8 @@ module nelssa_axi_host #(
   assign s_rlast_o = done_q + 9'd1 == beats_q;
 
   /* verilator lint_off UNUSEDSIGNAL */
-  logic [17:0] unused;  // the burst length counts beats; tags beyond the window are not needed
+  logic [33:0] unused;  // the burst length counts beats; tags beyond the window and the
+                        // responses' opcodes (one each) are not needed
   /* verilator lint_on UNUSEDSIGNAL */
-  assign unused = {s_wlast_i, ndr_tag_i, drs_tag_i[15:WinW] != '0};
+  assign unused = {s_wlast_i, ndr_i.tag, drs_i.tag[15:WinW] != '0, ndr_i.opcode, drs_i.opcode};
 endmodule

@@ -32,15 +32,10 @@ module nelssa_axil_regs
   // device register port
   output logic             mmio_valid_o,
   input  logic             mmio_ready_i,
-  output logic [7:0]       mmio_opcode_o,   // mmio_opcode_e
-  output logic [15:0]      mmio_tag_o,
-  output logic [31:0]      mmio_offset_o,
-  output logic [31:0]      mmio_wdata_o,
+  output mmio_req_t        mmio_o,
   input  logic             mmio_rsp_valid_i,
   output logic             mmio_rsp_ready_o,
-  input  logic [15:0]      mmio_rsp_tag_i,
-  input  logic [7:0]       mmio_rsp_status_i,
-  input  logic [31:0]      mmio_rsp_data_i
+  input  mmio_rsp_t        mmio_rsp_i
 );
   if (AddrW < 12 || AddrW > 32) begin : gen_addr_check
     $error("nelssa_axil_regs: AddrW must be 12..32 (the register window is 4 KB)");
@@ -90,8 +85,8 @@ module nelssa_axil_regs
       RD_ISSUE: if (mmio_ready_i) state_d = RD_WAIT;
       RD_WAIT: begin
         if (mmio_rsp_valid_i) begin
-          data_d = mmio_rsp_data_i;
-          resp_d = (mmio_rsp_status_i == 8'(RSP_OK)) ? RESP_OKAY : RESP_SLVERR;
+          data_d = mmio_rsp_i.value;
+          resp_d = (mmio_rsp_i.status == 8'(RSP_OK)) ? RESP_OKAY : RESP_SLVERR;
           state_d = RD_RESP;
         end
       end
@@ -124,14 +119,13 @@ module nelssa_axil_regs
   assign s_rresp_o = resp_q;
 
   assign mmio_valid_o = state_q == WR_ISSUE || state_q == RD_ISSUE;
-  assign mmio_opcode_o = (state_q == WR_ISSUE) ? 8'(MMIO_WRITE) : 8'(MMIO_READ);
-  assign mmio_tag_o = '0;  // one access at a time: the tag is not needed to match the answer
-  assign mmio_offset_o = 32'(addr_q);
-  assign mmio_wdata_o = data_q;
+  // one access at a time: the tag is not needed to match the answer
+  assign mmio_o = '{opcode: (state_q == WR_ISSUE) ? 8'(MMIO_WRITE) : 8'(MMIO_READ), tag: '0,
+                    offset: 32'(addr_q), value: data_q};
   assign mmio_rsp_ready_o = state_q == RD_WAIT;
 
   /* verilator lint_off UNUSEDSIGNAL */
-  logic [15:0] rsp_tag_unused;  // see mmio_tag_o
+  logic [15:0] rsp_tag_unused;  // see mmio_o.tag
   /* verilator lint_on UNUSEDSIGNAL */
-  assign rsp_tag_unused = mmio_rsp_tag_i;
+  assign rsp_tag_unused = mmio_rsp_i.tag;
 endmodule

@@ -48,11 +48,7 @@ module nelssa_cmdq
   // memory port: descriptor reads, completion writes
   output logic                     mem_valid_o,
   input  logic                     mem_ready_i,
-  output logic                     mem_write_o,
-  output logic [AddrW-1:0]         mem_addr_o,
-  output logic [15:0]              mem_tag_o,
-  output logic [511:0]             mem_wdata_o,
-  output logic [63:0]              mem_wstrb_o,
+  output mem_req_t                 mem_o,
   input  logic                     mem_cpl_i,
   input  logic                     rd_valid_i,   // the descriptor line (one read in flight)
   input  logic [511:0]             rd_data_i
@@ -72,7 +68,7 @@ module nelssa_cmdq
     logic [15:0] sq_head;
   } order_t;
 
-  state_e           state_q;
+  state_e           state_q, state_d;
   logic [31:0]      sq_head_q, cq_tail_q;
   logic             phase_q;                 // phase of the next completion written
   logic [15:0]      fetched_q;               // entries fetched since SQ_SIZE was written
@@ -111,16 +107,23 @@ module nelssa_cmdq
 
   // ---- memory port -----------------------------------------------------------------------------
   logic [63:0] cq_addr;
-  logic [127:0] cpl_entry;
-  assign cq_addr = cq_base_i + 64'(cq_tail_q) * 16;
-  assign cpl_entry = {64'd0, head.sq_head, 7'd0, phase_q, head_status, head.desc_id};
+  logic [8*COMPLETION_BYTES-1:0] cpl_entry;
+  assign cq_addr = cq_base_i + 64'(cq_tail_q) * COMPLETION_BYTES;
+  // the completion record (driver/formats.COMPLETION), field by field at its generated offset
+  always_comb begin
+    cpl_entry = '0;
+    cpl_entry[8*CPL_DESC_ID_OFF +: 8*CPL_DESC_ID_BYTES] = head.desc_id;
+    cpl_entry[8*CPL_STATUS_OFF +: 8*CPL_STATUS_BYTES] = head_status;
+    cpl_entry[8*CPL_PHASE_OFF +: 8*CPL_PHASE_BYTES] = (8*CPL_PHASE_BYTES)'(phase_q);
+    cpl_entry[8*CPL_SQ_HEAD_OFF +: 8*CPL_SQ_HEAD_BYTES] = head.sq_head;
+  end
   assign mem_valid_o = state_q == StRead || state_q == StWrite;
-  assign mem_write_o = state_q == StWrite;
-  assign mem_addr_o = (state_q == StWrite) ? AddrW'({cq_addr[63:6], 6'b0})
-                                           : AddrW'(sq_base_i + 64'(sq_head_q) * 64);
-  assign mem_tag_o = '0;
-  assign mem_wdata_o = 512'(cpl_entry) << (8 * cq_addr[5:0]);
-  assign mem_wstrb_o = 64'hFFFF << cq_addr[5:0];
+  logic [AddrW-1:0] mem_addr;
+  assign mem_addr = (state_q == StWrite) ? AddrW'({cq_addr[63:6], 6'b0})
+                                         : AddrW'(sq_base_i + 64'(sq_head_q) * DESC_BYTES);
+  assign mem_o = '{write: state_q == StWrite, addr: 64'(mem_addr), tag: '0,
+                   wdata: 512'(cpl_entry) << (8 * cq_addr[5:0]),
+                   wstrb: 64'({COMPLETION_BYTES{1'b1}}) << cq_addr[5:0]};
 
   assign unit_desc_o = rd_data_i;
   assign unit_lo_o = region_base_i;
@@ -134,9 +137,12 @@ module nelssa_cmdq
   assign idle_o = state_q == StIdle && ord_n_q == 0 && unit_busy_i == '0 && !pending &&
                   !desc_done_o;
 
+  logic [8*DESC_OPCODE_BYTES-1:0] desc_opcode;
+  assign desc_opcode = rd_data_i[8*DESC_OPCODE_OFF +: 8*DESC_OPCODE_BYTES];
+
   always_comb begin
     unit_start_o = '0;
-    if (state_q == StReadWait && rd_valid_i && rd_data_i[7:0] != 8'(OP_NOP)) begin
+    if (state_q == StReadWait && rd_valid_i && desc_opcode != 8'(OP_NOP)) begin
       unit_start_o[free_unit] = 1'b1;
     end
   end
@@ -153,13 +159,11 @@ module nelssa_cmdq
                                       region_limit_i}))
   // this unit's side: it reads descriptors only from the submission ring and writes
   // completions only into the completion ring, holding each request until taken
-  `NELSSA_ASSERT(ReadInSqRing, !(mem_valid_o && !mem_write_o) ||
-                               (64'(mem_addr_o) >= sq_base_i && 64'(mem_addr_o) < sq_end))
-  `NELSSA_ASSERT(WriteInCqRing, !(mem_valid_o && mem_write_o) ||
-                                (64'(mem_addr_o) >= {cq_base_i[63:6], 6'b0} &&
-                                 64'(mem_addr_o) < cq_end))
-  `NELSSA_ASSERT_HOLD(MemHeld, mem_valid_o, mem_ready_i,
-                      {mem_write_o, mem_addr_o, mem_wdata_o, mem_wstrb_o})
+  `NELSSA_ASSERT(ReadInSqRing, !(mem_valid_o && !mem_o.write) ||
+                               (mem_o.addr >= sq_base_i && mem_o.addr < sq_end))
+  `NELSSA_ASSERT(WriteInCqRing, !(mem_valid_o && mem_o.write) ||
+                                (mem_o.addr >= {cq_base_i[63:6], 6'b0} && mem_o.addr < cq_end))
+  `NELSSA_ASSERT_HOLD(MemHeld, mem_valid_o, mem_ready_i, mem_o)
   // one response per request: data only while a read waits, a completion only while a write
   // waits, a unit done only when it was started
   `NELSSA_ASSERT(ReadDataAsked, !rd_valid_i || state_q == StReadWait)
@@ -168,6 +172,21 @@ module nelssa_cmdq
   `NELSSA_ASSERT_ONEHOT0(OneUnitStarted, unit_start_o)
   `NELSSA_ASSERT_NEVER(StartBusyUnit, |(unit_start_o & (assigned_q | unit_busy_i)))
   `NELSSA_ASSERT(OrderBounded, int'(ord_n_q) <= OrderDepth)
+
+  always_comb begin
+    state_d = state_q;
+    unique case (state_q)
+      StIdle: begin
+        if (head_ready) state_d = StWrite;
+        else if (can_fetch) state_d = StRead;
+      end
+      StRead:      if (mem_ready_i) state_d = StReadWait;
+      StReadWait:  if (rd_valid_i) state_d = StIdle;
+      StWrite:     if (mem_ready_i) state_d = StWriteWait;
+      StWriteWait: if (mem_cpl_i) state_d = StIdle;
+      default:     state_d = StIdle;
+    endcase
+  end
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -194,41 +213,31 @@ module nelssa_cmdq
           status_q[u] <= unit_status_i[u];
         end
       end
-      unique case (state_q)
-        StIdle: begin
-          if (head_ready) state_q <= StWrite;
-          else if (can_fetch) state_q <= StRead;
+      state_q <= state_d;
+      if (state_q == StReadWait && rd_valid_i) begin
+        automatic logic [31:0] next = (sq_head_q + 1) & (sq_size_i - 1);
+        // sq_head: the entries fetched so far, this one included (driver/formats.py)
+        order_q[ord_wr_q] <= '{nop: desc_opcode == 8'(OP_NOP), unit: free_unit,
+                               desc_id: rd_data_i[8*DESC_DESC_ID_OFF +: 8*DESC_DESC_ID_BYTES],
+                               sq_head: fetched_q + 16'd1};
+        fetched_q <= fetched_q + 16'd1;
+        ord_wr_q <= ord_wr_q + 1'b1;
+        n = n + 1'b1;
+        if (desc_opcode != 8'(OP_NOP)) assigned_q[free_unit] <= 1'b1;
+        sq_head_q <= next;
+      end
+      if (state_q == StWriteWait && mem_cpl_i) begin
+        if (!head.nop) begin
+          owed_q[head.unit] <= 1'b0;
+          assigned_q[head.unit] <= 1'b0;
         end
-        StRead: if (mem_ready_i) state_q <= StReadWait;
-        StReadWait: if (rd_valid_i) begin
-          automatic logic [31:0] next = (sq_head_q + 1) & (sq_size_i - 1);
-          // sq_head: the entries fetched so far, this one included (driver/formats.py)
-          order_q[ord_wr_q] <= '{nop: rd_data_i[7:0] == 8'(OP_NOP), unit: free_unit,
-                                 desc_id: rd_data_i[8*DESC_DESC_ID_OFF +: 32],
-                                 sq_head: fetched_q + 16'd1};
-          fetched_q <= fetched_q + 16'd1;
-          ord_wr_q <= ord_wr_q + 1'b1;
-          n = n + 1'b1;
-          if (rd_data_i[7:0] != 8'(OP_NOP)) assigned_q[free_unit] <= 1'b1;
-          sq_head_q <= next;
-          state_q <= StIdle;
-        end
-        StWrite: if (mem_ready_i) state_q <= StWriteWait;
-        StWriteWait: if (mem_cpl_i) begin
-          if (!head.nop) begin
-            owed_q[head.unit] <= 1'b0;
-            assigned_q[head.unit] <= 1'b0;
-          end
-          ord_rd_q <= ord_rd_q + 1'b1;
-          n = n - 1'b1;
-          cq_tail_q <= (cq_tail_q + 1) & (cq_size_i - 1);
-          if (((cq_tail_q + 1) & (cq_size_i - 1)) == 0) phase_q <= !phase_q;
-          desc_done_o <= 1'b1;
-          desc_err_o <= head_status != 8'(DESC_OK);
-          state_q <= StIdle;
-        end
-        default: state_q <= StIdle;
-      endcase
+        ord_rd_q <= ord_rd_q + 1'b1;
+        n = n - 1'b1;
+        cq_tail_q <= (cq_tail_q + 1) & (cq_size_i - 1);
+        if (((cq_tail_q + 1) & (cq_size_i - 1)) == 0) phase_q <= !phase_q;
+        desc_done_o <= 1'b1;
+        desc_err_o <= head_status != 8'(DESC_OK);
+      end
       ord_n_q <= n;
       if (sq_reset_i) begin
         sq_head_q <= '0;

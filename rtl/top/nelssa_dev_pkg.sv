@@ -146,5 +146,63 @@ package nelssa_dev_pkg;
     RSP_OPCODE_ERROR = 8'd2
   } rsp_status_e;
 
+  typedef enum logic [7:0] {
+    S2M_NDR_CMP = 8'd0
+  } s2m_ndr_opcode_e;
+
+  typedef enum logic [7:0] {
+    S2M_DRS_MEM_DATA = 8'd0
+  } s2m_drs_opcode_e;
+
+  // channel payloads (driver/cxl.py port messages), valid and ready beside them
+  typedef struct packed {
+    logic [7:0] opcode;
+    logic [15:0] tag;
+    logic [63:0] addr;
+  } m2s_req_t;
+
+  typedef struct packed {
+    logic [7:0] opcode;
+    logic [15:0] tag;
+    logic [63:0] addr;
+    logic [63:0] byte_enable;
+    logic [511:0] data;
+  } m2s_rwd_t;
+
+  typedef struct packed {
+    logic [7:0] opcode;
+    logic [15:0] tag;
+    logic [7:0] status;
+  } s2m_ndr_t;
+
+  typedef struct packed {
+    logic [7:0] opcode;
+    logic [15:0] tag;
+    logic [7:0] status;
+    logic [511:0] data;
+  } s2m_drs_t;
+
+  typedef struct packed {
+    logic [7:0] opcode;
+    logic [15:0] tag;
+    logic [31:0] offset;
+    logic [31:0] value;
+  } mmio_req_t;
+
+  typedef struct packed {
+    logic [15:0] tag;
+    logic [7:0] status;
+    logic [31:0] value;
+  } mmio_rsp_t;
+
+  // a request on a memory port (nelssa_ddr5_frontend's): one line read or written
+  typedef struct packed {
+    logic write;
+    logic [63:0] addr;
+    logic [15:0] tag;
+    logic [511:0] wdata;
+    logic [63:0] wstrb;
+  } mem_req_t;
+
   localparam logic [31:0] IFACE_HASH = 32'h90D85B7D;  // sha256 90d85b7d396411ed1afb58d0957cd7d9ca6ca79cf76e247ea99bea643f9cf1d5
 endpackage

@@ -7,6 +7,9 @@ module nelssa_device
   import nelssa_dev_pkg::*;
 #(
   parameter int unsigned NumUnits    = 2,             // attention units (engines)
+  parameter int unsigned HeadDim     = 128,           // each engine's largest head_dim
+  parameter int unsigned NumQHeads   = 8,             // each engine's largest GQA group
+  parameter int unsigned MaxClusterTokens = 64,       // each engine's largest cluster
   parameter int unsigned AddrW       = 40,            // device-memory address width
   parameter longint      MemBytes    = 64'd1 << 36,   // HDM window (64 GiB)
   parameter logic [31:0] BuildId     = 32'h0,         // BUILD_ID register (bitstream build id)
@@ -17,54 +20,34 @@ module nelssa_device
                                                       // CXL.mem may start a request every
                                                       // HostShare cycles
   localparam int unsigned NumMemPorts = NumUnits + 2, // memory ports used
-  localparam int unsigned PortW      = $clog2(NumMemPorts),  // port id width
-  // CAPS (driver/regs.pack_caps): engines, 8 query heads, head_dim 64 and 128, 64 tokens
-  localparam logic [31:0] CAPS       = 32'h0040_0370 | 32'(NumUnits)
+  localparam int unsigned PortW      = $clog2(NumMemPorts)   // port id width
 ) (
   input  logic                              clk_i,
   input  logic                              rst_ni,
   // CXL.io register access
   input  logic                              mmio_valid_i,
   output logic                              mmio_ready_o,
-  input  logic [7:0]                        mmio_opcode_i,   // mmio_opcode_e
-  input  logic [15:0]                       mmio_tag_i,
-  input  logic [31:0]                       mmio_offset_i,
-  input  logic [31:0]                       mmio_wdata_i,
+  input  mmio_req_t                         mmio_i,
   output logic                              mmio_rsp_valid_o,
   input  logic                              mmio_rsp_ready_i,
-  output logic [15:0]                       mmio_rsp_tag_o,
-  output logic [7:0]                        mmio_rsp_status_o,
-  output logic [31:0]                       mmio_rsp_data_o,
+  output mmio_rsp_t                         mmio_rsp_o,
   // CXL.mem
   input  logic                              req_valid_i,
   output logic                              req_ready_o,
-  input  logic [7:0]                        req_opcode_i,    // m2s_req_opcode_e
-  input  logic [15:0]                       req_tag_i,
-  input  logic [63:0]                       req_addr_i,
+  input  m2s_req_t                          req_i,
   input  logic                              rwd_valid_i,
   output logic                              rwd_ready_o,
-  input  logic [7:0]                        rwd_opcode_i,    // m2s_rwd_opcode_e
-  input  logic [15:0]                       rwd_tag_i,
-  input  logic [63:0]                       rwd_addr_i,
-  input  logic [63:0]                       rwd_be_i,
-  input  logic [511:0]                      rwd_data_i,
+  input  m2s_rwd_t                          rwd_i,
   output logic                              ndr_valid_o,
   input  logic                              ndr_ready_i,
-  output logic [15:0]                       ndr_tag_o,
-  output logic [7:0]                        ndr_status_o,
+  output s2m_ndr_t                          ndr_o,
   output logic                              drs_valid_o,
   input  logic                              drs_ready_i,
-  output logic [15:0]                       drs_tag_o,
-  output logic [7:0]                        drs_status_o,
-  output logic [511:0]                      drs_data_o,
+  output s2m_drs_t                          drs_o,
   // device memory (nelssa_ddr5_frontend ports)
   output logic [NumMemPorts-1:0]            mem_valid_o,
   input  logic [NumMemPorts-1:0]            mem_ready_i,
-  output logic [NumMemPorts-1:0][AddrW-1:0] mem_addr_o,
-  output logic [NumMemPorts-1:0]            mem_write_o,
-  output logic [NumMemPorts-1:0][15:0]      mem_tag_o,
-  output logic [NumMemPorts-1:0][511:0]     mem_wdata_o,
-  output logic [NumMemPorts-1:0][63:0]      mem_wstrb_o,
+  output mem_req_t [NumMemPorts-1:0]        mem_o,          // addresses below 2^AddrW
   input  logic [NumMemPorts-1:0]            mem_cpl_valid_i,
   input  logic [NumMemPorts-1:0][15:0]      mem_cpl_tag_i,
   input  logic [7:0]                        mem_rd_valid_i,
@@ -82,6 +65,15 @@ module nelssa_device
   if (HostShare < 1 || HostShare > 256) begin : gen_share_check
     $error("nelssa_device: HostShare must be 1..256");
   end
+  if (NumQHeads < 1 || NumQHeads > 16 || MaxClusterTokens > 255) begin : gen_caps_check
+    $error("nelssa_device: CAPS holds 1..16 query heads and up to 255 cluster tokens");
+  end
+
+  // CAPS as driver/regs.pack_caps packs it: engines [3:0], query heads - 1 [7:4], head_dim 64
+  // [8] and 128 [9] supported (those up to the engines' largest), cluster tokens [23:16]
+  localparam logic [31:0] CAPS = 32'(NumUnits) | 32'(NumQHeads - 1) << 4 |
+                                 32'(HeadDim >= 64) << 8 | 32'(HeadDim >= 128) << 9 |
+                                 32'(MaxClusterTokens) << 16;
 
   // Isolation of attention from KV ingestion (paper 5.1): the memory front end serves the
   // units' reads before the host's requests, and while a unit runs the host's requests are
@@ -135,15 +127,10 @@ module nelssa_device
     .rst_ni        (rst_ni),
     .mmio_valid_i  (mmio_valid_i),
     .mmio_ready_o  (mmio_ready_o),
-    .mmio_opcode_i (mmio_opcode_i),
-    .mmio_tag_i    (mmio_tag_i),
-    .mmio_offset_i (mmio_offset_i),
-    .mmio_wdata_i  (mmio_wdata_i),
+    .mmio_i        (mmio_i),
     .rsp_valid_o   (mmio_rsp_valid_o),
     .rsp_ready_i   (mmio_rsp_ready_i),
-    .rsp_tag_o     (mmio_rsp_tag_o),
-    .rsp_status_o  (mmio_rsp_status_o),
-    .rsp_data_o    (mmio_rsp_data_o),
+    .rsp_o         (mmio_rsp_o),
     .enable_o      (enable),
     .sq_base_o     (sq_base),
     .sq_size_o     (sq_size),
@@ -175,32 +162,19 @@ module nelssa_device
     .rst_ni         (rst_ni),
     .req_valid_i    (req_valid_i),
     .req_ready_o    (req_ready_o),
-    .req_opcode_i   (req_opcode_i),
-    .req_tag_i      (req_tag_i),
-    .req_addr_i     (req_addr_i),
+    .req_i          (req_i),
     .rwd_valid_i    (rwd_valid_i),
     .rwd_ready_o    (rwd_ready_o),
-    .rwd_opcode_i   (rwd_opcode_i),
-    .rwd_tag_i      (rwd_tag_i),
-    .rwd_addr_i     (rwd_addr_i),
-    .rwd_be_i       (rwd_be_i),
-    .rwd_data_i     (rwd_data_i),
+    .rwd_i          (rwd_i),
     .ndr_valid_o    (ndr_valid_o),
     .ndr_ready_i    (ndr_ready_i),
-    .ndr_tag_o      (ndr_tag_o),
-    .ndr_status_o   (ndr_status_o),
+    .ndr_o          (ndr_o),
     .drs_valid_o    (drs_valid_o),
     .drs_ready_i    (drs_ready_i),
-    .drs_tag_o      (drs_tag_o),
-    .drs_status_o   (drs_status_o),
-    .drs_data_o     (drs_data_o),
+    .drs_o          (drs_o),
     .mem_valid_o    (mem_valid_o[0]),
     .mem_ready_i    (mem_ready_i[0]),
-    .mem_write_o    (mem_write_o[0]),
-    .mem_addr_o     (mem_addr_o[0]),
-    .mem_tag_o      (mem_tag_o[0]),
-    .mem_wdata_o    (mem_wdata_o[0]),
-    .mem_wstrb_o    (mem_wstrb_o[0]),
+    .mem_o          (mem_o[0]),
     .mem_cpl_valid_i(mem_cpl_valid_i[0]),
     .mem_cpl_tag_i  (mem_cpl_tag_i[0]),
     .mem_rd_valid_i (lane_valid[0][MemLanes-1:0]),
@@ -245,11 +219,7 @@ module nelssa_device
     .unit_status_i (unit_status),
     .mem_valid_o   (mem_valid_o[1]),
     .mem_ready_i   (mem_ready_i[1]),
-    .mem_write_o   (mem_write_o[1]),
-    .mem_addr_o    (mem_addr_o[1]),
-    .mem_tag_o     (mem_tag_o[1]),
-    .mem_wdata_o   (mem_wdata_o[1]),
-    .mem_wstrb_o   (mem_wstrb_o[1]),
+    .mem_o         (mem_o[1]),
     .mem_cpl_i     (mem_cpl_valid_i[1]),
     .rd_valid_i    (cmdq_rd_valid),
     .rd_data_i     (cmdq_rd_data)
@@ -257,8 +227,11 @@ module nelssa_device
 
   for (genvar u = 0; u < NumUnits; u++) begin : gen_unit
     nelssa_attn_unit #(
-      .AddrW(AddrW),
-      .Lanes(MemLanes)
+      .AddrW           (AddrW),
+      .HeadDim         (HeadDim),
+      .NumQHeads       (NumQHeads),
+      .MaxClusterTokens(MaxClusterTokens),
+      .Lanes           (MemLanes)
     ) u_unit (
       .clk_i      (clk_i),
       .rst_ni     (rst_ni),
@@ -273,11 +246,7 @@ module nelssa_device
       .status_o   (unit_status[u]),
       .mem_valid_o(mem_valid_o[u+2]),
       .mem_ready_i(mem_ready_i[u+2]),
-      .mem_write_o(mem_write_o[u+2]),
-      .mem_addr_o (mem_addr_o[u+2]),
-      .mem_tag_o  (mem_tag_o[u+2]),
-      .mem_wdata_o(mem_wdata_o[u+2]),
-      .mem_wstrb_o(mem_wstrb_o[u+2]),
+      .mem_o      (mem_o[u+2]),
       .mem_cpl_i  (mem_cpl_valid_i[u+2]),
       .rd_valid_i (lane_valid[u+2]),
       .rd_tag_i   (mem_rd_tag_i),

@@ -118,18 +118,16 @@ module nelssa_fpga_top
   end
 
   // the device's register port
-  logic        mmio_valid, mmio_ready, mmio_rsp_valid, mmio_rsp_ready;
-  logic [7:0]  mmio_opcode, mmio_rsp_status;
-  logic [15:0] mmio_tag, mmio_rsp_tag;
-  logic [31:0] mmio_offset, mmio_wdata, mmio_rsp_data;
+  logic      mmio_valid, mmio_ready, mmio_rsp_valid, mmio_rsp_ready;
+  mmio_req_t mmio;
+  mmio_rsp_t mmio_rsp;
   // its CXL.mem slave
-  logic         req_valid, req_ready, rwd_valid, rwd_ready, ndr_valid, ndr_ready, drs_valid,
-                drs_ready;
-  logic [15:0]  req_tag, rwd_tag, ndr_tag, drs_tag;
-  logic [63:0]  req_addr, rwd_addr, rwd_be;
-  logic [511:0] rwd_data, drs_data;
-  logic [7:0]   ndr_status, drs_status;
-  logic [7:0]   rwd_opcode;  // AXI writes carry strobes, not opcodes: full or partial line
+  logic      req_valid, req_ready, rwd_valid, rwd_ready, ndr_valid, ndr_ready, drs_valid,
+             drs_ready;
+  m2s_req_t  req;
+  m2s_rwd_t  rwd;
+  s2m_ndr_t  ndr;
+  s2m_drs_t  drs;
   // its memory ports
   logic [NumPorts-1:0]             mem_valid, mem_ready, mem_write, cpl_valid;
   logic [NumPorts-1:0][AddrW-1:0]  mem_addr;
@@ -140,8 +138,6 @@ module nelssa_fpga_top
   logic [7:0][PortW-1:0]           rd_port;
   logic [7:0][15:0]                rd_tag;
   logic [7:0][511:0]               rd_data;
-
-  assign rwd_opcode = (rwd_be == '1) ? 8'(M2S_RWD_MEM_WR) : 8'(M2S_RWD_MEM_WR_PTL);
 
   nelssa_axil_regs #(
     .AddrW(12)
@@ -167,15 +163,10 @@ module nelssa_fpga_top
     .s_rresp_o       (s_axil_rresp_o),
     .mmio_valid_o    (mmio_valid),
     .mmio_ready_i    (mmio_ready),
-    .mmio_opcode_o   (mmio_opcode),
-    .mmio_tag_o      (mmio_tag),
-    .mmio_offset_o   (mmio_offset),
-    .mmio_wdata_o    (mmio_wdata),
+    .mmio_o          (mmio),
     .mmio_rsp_valid_i(mmio_rsp_valid),
     .mmio_rsp_ready_o(mmio_rsp_ready),
-    .mmio_rsp_tag_i  (mmio_rsp_tag),
-    .mmio_rsp_status_i(mmio_rsp_status),
-    .mmio_rsp_data_i (mmio_rsp_data)
+    .mmio_rsp_i      (mmio_rsp)
   );
 
   nelssa_axi_host #(
@@ -215,24 +206,31 @@ module nelssa_fpga_top
     .s_rlast_o   (s_axi_rlast_o),
     .req_valid_o (req_valid),
     .req_ready_i (req_ready),
-    .req_tag_o   (req_tag),
-    .req_addr_o  (req_addr),
+    .req_o       (req),
     .rwd_valid_o (rwd_valid),
     .rwd_ready_i (rwd_ready),
-    .rwd_tag_o   (rwd_tag),
-    .rwd_addr_o  (rwd_addr),
-    .rwd_be_o    (rwd_be),
-    .rwd_data_o  (rwd_data),
+    .rwd_o       (rwd),
     .ndr_valid_i (ndr_valid),
     .ndr_ready_o (ndr_ready),
-    .ndr_tag_i   (ndr_tag),
-    .ndr_status_i(ndr_status),
+    .ndr_i       (ndr),
     .drs_valid_i (drs_valid),
     .drs_ready_o (drs_ready),
-    .drs_tag_i   (drs_tag),
-    .drs_status_i(drs_status),
-    .drs_data_i  (drs_data)
+    .drs_i       (drs)
   );
+
+  // the device's requests as the memory's ports take them (addresses below 2^AddrW)
+  mem_req_t [NumPorts-1:0] mem_req;
+  /* verilator lint_off UNUSEDSIGNAL */
+  logic [NumPorts-1:0][63-AddrW:0] mem_addr_high;  // zero: the device checks its ranges
+  /* verilator lint_on UNUSEDSIGNAL */
+  for (genvar p = 0; p < NumPorts; p++) begin : gen_mem_req
+    assign mem_write[p] = mem_req[p].write;
+    assign mem_addr[p]  = mem_req[p].addr[AddrW-1:0];
+    assign mem_tag[p]   = mem_req[p].tag;
+    assign mem_wdata[p] = mem_req[p].wdata;
+    assign mem_wstrb[p] = mem_req[p].wstrb;
+    assign mem_addr_high[p] = mem_req[p].addr[63:AddrW];
+  end
 
   nelssa_device #(
     .NumUnits(NumUnits),
@@ -245,43 +243,25 @@ module nelssa_fpga_top
     .rst_ni          (rst_ni),
     .mmio_valid_i    (mmio_valid),
     .mmio_ready_o    (mmio_ready),
-    .mmio_opcode_i   (mmio_opcode),
-    .mmio_tag_i      (mmio_tag),
-    .mmio_offset_i   (mmio_offset),
-    .mmio_wdata_i    (mmio_wdata),
+    .mmio_i          (mmio),
     .mmio_rsp_valid_o(mmio_rsp_valid),
     .mmio_rsp_ready_i(mmio_rsp_ready),
-    .mmio_rsp_tag_o  (mmio_rsp_tag),
-    .mmio_rsp_status_o(mmio_rsp_status),
-    .mmio_rsp_data_o (mmio_rsp_data),
+    .mmio_rsp_o      (mmio_rsp),
     .req_valid_i     (req_valid),
     .req_ready_o     (req_ready),
-    .req_opcode_i    (8'(M2S_REQ_MEM_RD)),
-    .req_tag_i       (req_tag),
-    .req_addr_i      (req_addr),
+    .req_i           (req),
     .rwd_valid_i     (rwd_valid),
     .rwd_ready_o     (rwd_ready),
-    .rwd_opcode_i    (rwd_opcode),
-    .rwd_tag_i       (rwd_tag),
-    .rwd_addr_i      (rwd_addr),
-    .rwd_be_i        (rwd_be),
-    .rwd_data_i      (rwd_data),
+    .rwd_i           (rwd),
     .ndr_valid_o     (ndr_valid),
     .ndr_ready_i     (ndr_ready),
-    .ndr_tag_o       (ndr_tag),
-    .ndr_status_o    (ndr_status),
+    .ndr_o           (ndr),
     .drs_valid_o     (drs_valid),
     .drs_ready_i     (drs_ready),
-    .drs_tag_o       (drs_tag),
-    .drs_status_o    (drs_status),
-    .drs_data_o      (drs_data),
+    .drs_o           (drs),
     .mem_valid_o     (mem_valid),
     .mem_ready_i     (mem_ready),
-    .mem_addr_o      (mem_addr),
-    .mem_write_o     (mem_write),
-    .mem_tag_o       (mem_tag),
-    .mem_wdata_o     (mem_wdata),
-    .mem_wstrb_o     (mem_wstrb),
+    .mem_o           (mem_req),
     .mem_cpl_valid_i (cpl_valid),
     .mem_cpl_tag_i   (cpl_tag),
     .mem_rd_valid_i  (rd_valid),

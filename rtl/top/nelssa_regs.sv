@@ -22,15 +22,10 @@ module nelssa_regs
   // MMIO requests and read responses
   input  logic        mmio_valid_i,
   output logic        mmio_ready_o,
-  input  logic [7:0]  mmio_opcode_i,     // mmio_opcode_e; others are answered with an error
-  input  logic [15:0] mmio_tag_i,
-  input  logic [31:0] mmio_offset_i,
-  input  logic [31:0] mmio_wdata_i,
+  input  mmio_req_t   mmio_i,            // an opcode not in mmio_opcode_e is answered an error
   output logic        rsp_valid_o,
   input  logic        rsp_ready_i,
-  output logic [15:0] rsp_tag_o,
-  output logic [7:0]  rsp_status_o,      // rsp_status_e
-  output logic [31:0] rsp_data_o,
+  output mmio_rsp_t   rsp_o,
   // to the command path
   output logic        enable_o,
   output logic [63:0] sq_base_o,
@@ -88,8 +83,8 @@ module nelssa_regs
                     span_inside(cq_base_q, 64'(cq_size_q) * COMPLETION_BYTES, region_base_q,
                                 region_hi);
   assign take = mmio_valid_i && mmio_ready_o;
-  assign is_read = mmio_opcode_i == 8'(MMIO_READ);
-  assign is_write = mmio_opcode_i == 8'(MMIO_WRITE);
+  assign is_read = mmio_i.opcode == 8'(MMIO_READ);
+  assign is_write = mmio_i.opcode == 8'(MMIO_WRITE);
   assign bad_opcode = !is_read && !is_write;
 
   // ---- decode ----------------------------------------------------------------------------------
@@ -101,10 +96,10 @@ module nelssa_regs
   logic [31:0] hi_value;
   logic [11:0] off;
 
-  assign off = mmio_offset_i[11:0];
+  assign off = mmio_i.offset[11:0];
 
   always_comb begin
-    mapped = mmio_offset_i < 32'(REG_WINDOW_BYTES);
+    mapped = mmio_i.offset < 32'(REG_WINDOW_BYTES);
     read_only = 1'b1;
     is_doorbell = 1'b0;
     is_ring = 1'b0;
@@ -180,19 +175,17 @@ module nelssa_regs
     if (!mapped) {rdata, has_hi} = {UNMAPPED_VALUE, 1'b0};
     else if (latch_valid_q && latch_off_q == off) rdata = latch_q;
     // a doorbell (and the host's completion head) names an entry of its ring
-    doorbell_ok = mmio_wdata_i < sq_size_q;
-    cq_head_ok = mmio_wdata_i < cq_size_q;
+    doorbell_ok = mmio_i.value < sq_size_q;
+    cq_head_ok = mmio_i.value < cq_size_q;
     // the rings hold still while the command queue may use them
     ring_frozen = control_q[0] || !idle_i;
-    enable_refused = mmio_wdata_i[0] && !rings_ok;
+    enable_refused = mmio_i.value[0] && !rings_ok;
   end
 
   // a read waits until the last read's response has left
   assign mmio_ready_o = !rsp_valid_q || rsp_ready_i;
   assign rsp_valid_o = rsp_valid_q;
-  assign rsp_tag_o = rsp_tag_q;
-  assign rsp_status_o = rsp_status_q;
-  assign rsp_data_o = rsp_data_q;
+  assign rsp_o = '{tag: rsp_tag_q, status: rsp_status_q, value: rsp_data_q};
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -235,13 +228,13 @@ module nelssa_regs
       if (rsp_valid_q && rsp_ready_i) rsp_valid_q <= 1'b0;
       if (take && bad_opcode) begin
         rsp_valid_q <= 1'b1;
-        rsp_tag_q <= mmio_tag_i;
+        rsp_tag_q <= mmio_i.tag;
         rsp_status_q <= 8'(RSP_OPCODE_ERROR);
         rsp_data_q <= UNMAPPED_VALUE;
       end else if (take) begin
         if (is_read) begin
           rsp_valid_q <= 1'b1;
-          rsp_tag_q <= mmio_tag_i;
+          rsp_tag_q <= mmio_i.tag;
           rsp_status_q <= 8'(RSP_OK);
           rsp_data_q <= rdata;
           if (!mapped) err_unmapped_q <= err_unmapped_q + 1;
@@ -257,7 +250,7 @@ module nelssa_regs
         end else if (read_only) begin
           err_ro_q <= err_ro_q + 1;
         end else if (is_doorbell) begin
-          if (doorbell_ok) sq_tail_q <= mmio_wdata_i;
+          if (doorbell_ok) sq_tail_q <= mmio_i.value;
           else err_doorbell_q <= err_doorbell_q + 1;
         end else if ((is_ring && ring_frozen) || (off == REG_CONTROL && enable_refused)) begin
           err_ring_q <= err_ring_q + 1;
@@ -267,26 +260,26 @@ module nelssa_regs
         end else begin
           unique case (off)
             REG_CONTROL: begin
-              control_q <= mmio_wdata_i;
+              control_q <= mmio_i.value;
               ring_err_q <= 1'b0;
             end
-            REG_SQ_BASE_LO:      sq_base_q[31:0] <= mmio_wdata_i;
-            REG_SQ_BASE_HI:      sq_base_q[63:32] <= mmio_wdata_i;
+            REG_SQ_BASE_LO:      sq_base_q[31:0] <= mmio_i.value;
+            REG_SQ_BASE_HI:      sq_base_q[63:32] <= mmio_i.value;
             REG_SQ_SIZE: begin
-              sq_size_q <= mmio_wdata_i;
+              sq_size_q <= mmio_i.value;
               sq_tail_q <= '0;
             end
-            REG_CQ_BASE_LO:      cq_base_q[31:0] <= mmio_wdata_i;
-            REG_CQ_BASE_HI:      cq_base_q[63:32] <= mmio_wdata_i;
+            REG_CQ_BASE_LO:      cq_base_q[31:0] <= mmio_i.value;
+            REG_CQ_BASE_HI:      cq_base_q[63:32] <= mmio_i.value;
             REG_CQ_SIZE: begin
-              cq_size_q <= mmio_wdata_i;
+              cq_size_q <= mmio_i.value;
               cq_head_q <= '0;
             end
-            REG_CQ_HEAD:         cq_head_q <= mmio_wdata_i;
-            REG_REGION_BASE_LO:  region_base_q[31:0] <= mmio_wdata_i;
-            REG_REGION_BASE_HI:  region_base_q[63:32] <= mmio_wdata_i;
-            REG_REGION_LIMIT_LO: region_limit_q[31:0] <= mmio_wdata_i;
-            REG_REGION_LIMIT_HI: region_limit_q[63:32] <= mmio_wdata_i;
+            REG_CQ_HEAD:         cq_head_q <= mmio_i.value;
+            REG_REGION_BASE_LO:  region_base_q[31:0] <= mmio_i.value;
+            REG_REGION_BASE_HI:  region_base_q[63:32] <= mmio_i.value;
+            REG_REGION_LIMIT_LO: region_limit_q[31:0] <= mmio_i.value;
+            REG_REGION_LIMIT_HI: region_limit_q[63:32] <= mmio_i.value;
             default: ;
           endcase
         end
@@ -298,9 +291,8 @@ module nelssa_regs
 
   // ---- protocol rules ---------------------------------------------------------------------------
   // the host offers a request until it is taken; a response is held until taken
-  `NELSSA_ASSERT_HOLD(MmioHeld, mmio_valid_i, mmio_ready_o,
-                      {mmio_opcode_i, mmio_tag_i, mmio_offset_i, mmio_wdata_i})
-  `NELSSA_ASSERT_HOLD(RspHeld, rsp_valid_o, rsp_ready_i, {rsp_tag_o, rsp_status_o, rsp_data_o})
+  `NELSSA_ASSERT_HOLD(MmioHeld, mmio_valid_i, mmio_ready_o, mmio_i)
+  `NELSSA_ASSERT_HOLD(RspHeld, rsp_valid_o, rsp_ready_i, rsp_o)
   // enabled rings are valid rings inside the region and hold still
   `NELSSA_ASSERT(EnabledRingsValid, !enable_o || rings_ok)
   `NELSSA_ASSERT(EnabledRingsStill, !(enable_o && $past(enable_o)) ||

@@ -1,25 +1,59 @@
 """Reusable cocotb bus models for valid/ready channels (the taxi and cocotbext-axi pattern).
 
-A channel is a valid, a ready and payload signals; a transaction is a frozen dataclass whose
-fields name the payload signals (``fields`` maps field to signal). A :class:`StreamSource`
-offers its queue one transaction at a time, holds valid and the payload until ready, and idles
-between transactions as its pause generator says; a :class:`StreamSink` takes transactions with
-ready driven by its pause generator (back-pressure) and checks the DUT's side of the rule:
-valid held until ready, payload unchanged meanwhile. Each cycle runs: rising edge, drive,
-ReadOnly, sample; the handshake is what is seen in ReadOnly.
+A channel is a valid, a ready and a payload: a packed struct of the device package
+(rtl/top/nelssa_dev_pkg.sv, generated from driver/cxl.py's port messages), one signal. A
+transaction is a :class:`Packed` dataclass laid out as that struct (:func:`layout_of` reads the
+layout from the same construct struct the generator reads). A :class:`StreamSource` offers its
+queue one transaction at a time, holds valid and the payload until ready, and idles between
+transactions as its pause generator says; a :class:`StreamSink` takes transactions with ready
+driven by its pause generator (back-pressure) and checks the DUT's side of the rule: valid held
+until ready, payload unchanged meanwhile. Each cycle runs: rising edge, drive, ReadOnly,
+sample; the handshake is what is seen in ReadOnly.
 """
 
 from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import astuple, fields
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Self
 
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
+
+from nelssa.gen import mem_req_layout
+
+
+def layout_of(struct) -> tuple[tuple[str, int], ...]:
+    """(field, bits) of a fixed-size construct struct, first field first: the packed struct
+    nelssa.gen writes for it, whose first field is the most significant."""
+    return tuple((sub.name, 8 * sub.sizeof()) for sub in struct.subcons)
+
+
+class Packed:
+    """A transaction that packs into its channel's struct. Subclasses are dataclasses whose
+    fields are LAYOUT's, in order."""
+
+    LAYOUT: ClassVar[tuple[tuple[str, int], ...]]
+
+    def pack(self) -> int:
+        value = 0
+        for name, bits in self.LAYOUT:
+            field = getattr(self, name)
+            if not 0 <= field < 1 << bits:
+                raise ValueError(f"{type(self).__name__}.{name}={field} does not fit {bits} bits")
+            value = value << bits | field
+        return value
+
+    @classmethod
+    def unpack(cls, value: int) -> Self:
+        values = {}
+        for name, bits in reversed(cls.LAYOUT):
+            values[name] = value & ((1 << bits) - 1)
+            value >>= bits
+        return cls(**values)
 
 
 def random_pauses(rng: random.Random, probability: float) -> Iterator[bool]:
@@ -39,29 +73,29 @@ def always() -> Iterator[bool]:
 
 
 class _Channel:
-    def __init__(self, dut, clk, valid: str, ready: str, signals: Mapping[str, str],
-                 item: type) -> None:
+    def __init__(self, dut, clk, valid: str, ready: str, payload: str, item: type[Packed]
+                 ) -> None:
         names = [f.name for f in fields(item)]
-        if sorted(names) != sorted(signals):
-            raise ValueError(f"{item.__name__}: fields {names}, signals for {sorted(signals)}")
+        if names != [name for name, _ in item.LAYOUT]:
+            raise ValueError(f"{item.__name__}: fields {names} are not its layout's")
         self.dut, self.clk, self.item = dut, clk, item
         self.valid, self.ready = getattr(dut, valid), getattr(dut, ready)
-        self.signals = {name: getattr(dut, signals[name]) for name in names}
+        self.payload = getattr(dut, payload)
         self.pause: Iterator[bool] = never()
 
     def set_pause_generator(self, pause: Iterator[bool]) -> None:
         self.pause = pause
 
     def read(self) -> Any:
-        return self.item(**{n: int(s.value) for n, s in self.signals.items()})
+        return self.item.unpack(int(self.payload.value))
 
 
 class StreamSource(_Channel):
     """Drives a channel into the DUT: valid and payload are inputs, ready an output."""
 
-    def __init__(self, dut, clk, valid: str, ready: str, signals: Mapping[str, str],
-                 item: type, on_accept: Callable[[Any], None] | None = None) -> None:
-        super().__init__(dut, clk, valid, ready, signals, item)
+    def __init__(self, dut, clk, valid: str, ready: str, payload: str, item: type[Packed],
+                 on_accept: Callable[[Any], None] | None = None) -> None:
+        super().__init__(dut, clk, valid, ready, payload, item)
         self.queue: deque[Any] = deque()
         self.on_accept = on_accept
         self.accepted = 0
@@ -82,8 +116,7 @@ class StreamSource(_Channel):
             await RisingEdge(self.clk)
             if self._current is None and self.queue and not next(self.pause):
                 self._current = self.queue.popleft()
-                for name, sig in self.signals.items():
-                    sig.value = getattr(self._current, name)
+                self.payload.value = self._current.pack()
             self.valid.value = int(self._current is not None)
             await ReadOnly()
             if self._current is not None and int(self.ready.value):
@@ -96,9 +129,9 @@ class StreamSource(_Channel):
 class StreamSink(_Channel):
     """Takes a channel out of the DUT: valid and payload are outputs, ready an input."""
 
-    def __init__(self, dut, clk, valid: str, ready: str, signals: Mapping[str, str],
-                 item: type, on_receive: Callable[[Any], None] | None = None) -> None:
-        super().__init__(dut, clk, valid, ready, signals, item)
+    def __init__(self, dut, clk, valid: str, ready: str, payload: str, item: type[Packed],
+                 on_receive: Callable[[Any], None] | None = None) -> None:
+        super().__init__(dut, clk, valid, ready, payload, item)
         self.on_receive = on_receive
         self.received: deque[Any] = deque()
         self.ready.value = 0
@@ -113,8 +146,8 @@ class StreamSink(_Channel):
             if int(self.valid.value):
                 item = self.read()
                 assert self._offered is None or item == self._offered, (
-                    f"{self.item.__name__} changed before ready: {astuple(self._offered)} -> "
-                    f"{astuple(item)}")
+                    f"{self.item.__name__} changed before ready: {self._offered} -> "
+                    f"{item}")
                 if int(self.ready.value):
                     self._offered = None
                     self.received.append(item)
@@ -124,7 +157,7 @@ class StreamSink(_Channel):
                     self._offered = item
             else:
                 assert self._offered is None, (
-                    f"{self.item.__name__} valid dropped before ready: {astuple(self._offered)}")
+                    f"{self.item.__name__} valid dropped before ready: {self._offered}")
 
 
 MASK512 = (1 << 512) - 1
@@ -139,8 +172,20 @@ def merge_line(old: int, data: int, strobe: int) -> int:
     return (data & mask) | (old & ~mask & MASK512)
 
 
+@dataclass(frozen=True)
+class MemReq(Packed):
+    """mem_req_t: a request on a memory port."""
+    LAYOUT = mem_req_layout()
+    write: int
+    addr: int
+    tag: int
+    wdata: int
+    wstrb: int
+
+
 class LineMemory:
-    """Device memory behind one request port of the nelssa_ddr5_frontend kind: ready with
+    """Device memory behind one request port of the nelssa_ddr5_frontend kind (``<prefix>_o`` a
+    mem_req_t, ``<prefix>_valid_o``, ``<prefix>_ready_i``, completions and read lanes): ready with
     back-pressure from its pause generator, each request answered after a random latency
     (a write's completion on the port's completion signal, a read's line on a random one of
     ``lanes`` read lanes, at most one line per lane per cycle), so answers leave request order.
@@ -196,10 +241,10 @@ class LineMemory:
 
     def _accept(self, now: int) -> None:
         self.requests += 1
-        addr, tag = int(self._sig("addr_o").value), int(self._sig("tag_o").value)
-        if int(self._sig("write_o").value):
-            self.lines[addr] = merge_line(self.lines.get(addr, 0), int(self._sig("wdata_o").value),
-                                          int(self._sig("wstrb_o").value))
+        req = MemReq.unpack(int(self._sig("o").value))
+        addr, tag = req.addr, req.tag
+        if req.write:
+            self.lines[addr] = merge_line(self.lines.get(addr, 0), req.wdata, req.wstrb)
             at = now + self.rng.randint(*self.latency)
             while at in self.cpl:
                 at += 1

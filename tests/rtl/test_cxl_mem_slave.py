@@ -8,16 +8,18 @@ slave's assertions, each shown firing by a test that breaks its rule."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 import cocotb
 import pytest
 from buses import (
     LineMemory,
+    Packed,
     StreamSink,
     StreamSource,
     always,
     clock_and_reset,
+    layout_of,
     never,
     random_pauses,
     wait_cycles,
@@ -38,56 +40,57 @@ BUILDS = [{"RspDepth": 2, "ReadLanes": 1}, {"RspDepth": 4, "ReadLanes": 3},
 WITHIN_CONTRACT = r"\.(?!breaks_)\w+$"
 
 
-# ---- transactions ------------------------------------------------------------------------------
+# ---- transactions: the channels' structs (rtl/top/nelssa_dev_pkg.sv) ----------------------
 @dataclass(frozen=True)
-class MemRd:
-    """M2S Req."""
+class M2SReq(Packed):
+    LAYOUT = layout_of(cxl.M2S_REQ)
     opcode: int
     tag: int
     addr: int
 
     def message(self) -> bytes:
-        return cxl.build_message(Channel.M2S_REQ, {"opcode": self.opcode, "tag": self.tag,
-                                                   "addr": self.addr})
+        return cxl.build_message(Channel.M2S_REQ, asdict(self))
 
 
 @dataclass(frozen=True)
-class MemWr:
-    """M2S RwD: data and byte enables little-endian (byte b is bits 8b+7..8b, enable bit b)."""
+class M2SRwD(Packed):
+    """Data and byte enables little-endian: byte b is bits 8b+7..8b, its enable bit b."""
+    LAYOUT = layout_of(cxl.M2S_RWD)
     opcode: int
     tag: int
     addr: int
-    be: int
+    byte_enable: int
     data: int
 
     def message(self) -> bytes:
-        return cxl.build_message(Channel.M2S_RWD, {
-            "opcode": self.opcode, "tag": self.tag, "addr": self.addr, "byte_enable": self.be,
-            "data": self.data.to_bytes(64, "little")})
+        return cxl.build_message(Channel.M2S_RWD, {**asdict(self),
+                                                   "data": self.data.to_bytes(64, "little")})
 
 
 @dataclass(frozen=True)
-class Ndr:
-    """S2M NDR."""
+class S2MNdr(Packed):
+    LAYOUT = layout_of(cxl.S2M_NDR)
+    opcode: int
     tag: int
     status: int
 
 
 @dataclass(frozen=True)
-class Drs:
-    """S2M DRS."""
+class S2MDrs(Packed):
+    LAYOUT = layout_of(cxl.S2M_DRS)
+    opcode: int
     tag: int
     status: int
     data: int
 
 
-def response(message: bytes) -> Ndr | Drs:
+def response(message: bytes) -> S2MNdr | S2MDrs:
     msg = cxl.parse_message(message)
     body = msg.body
     if msg.channel == Channel.S2M_NDR:
-        return Ndr(body.tag, body.status)
+        return S2MNdr(body.opcode, body.tag, body.status)
     assert msg.channel == Channel.S2M_DRS, msg
-    return Drs(body.tag, body.status, int.from_bytes(body.data, "little"))
+    return S2MDrs(body.opcode, body.tag, body.status, int.from_bytes(body.data, "little"))
 
 
 class Scoreboard:
@@ -97,12 +100,12 @@ class Scoreboard:
     def __init__(self) -> None:
         self.model = ModelDevice()
         assert self.model.mem.size == MEM_BYTES
-        self.expect: dict[tuple[type, int], Ndr | Drs] = {}
+        self.expect: dict[tuple[type, int], S2MNdr | S2MDrs] = {}
         self.errors = {RspStatus.ADDR_ERROR: 0, RspStatus.OPCODE_ERROR: 0}
         self.taken: list[tuple[type, int]] = []
         self.answered: list[tuple[type, int]] = []
 
-    def request(self, req: MemRd | MemWr) -> None:
+    def request(self, req: M2SReq | M2SRwD) -> None:
         self.model.send(req.message())
         (out,) = self.model.receive()
         rsp = response(out)
@@ -113,7 +116,7 @@ class Scoreboard:
         if rsp.status in self.errors:
             self.errors[RspStatus(rsp.status)] += 1
 
-    def response(self, rsp: Ndr | Drs) -> None:
+    def response(self, rsp: S2MNdr | S2MDrs) -> None:
         key = (type(rsp), rsp.tag)
         assert key in self.expect, f"{rsp} answers nothing owed"
         want = self.expect.pop(key)
@@ -132,19 +135,14 @@ class TB:
         self.sb = Scoreboard()
         cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
         clk = dut.clk_i
-        self.req = StreamSource(dut, clk, "req_valid_i", "req_ready_o",
-                                {"opcode": "req_opcode_i", "tag": "req_tag_i",
-                                 "addr": "req_addr_i"}, MemRd, on_accept=self.sb.request)
-        self.rwd = StreamSource(dut, clk, "rwd_valid_i", "rwd_ready_o",
-                                {"opcode": "rwd_opcode_i", "tag": "rwd_tag_i",
-                                 "addr": "rwd_addr_i", "be": "rwd_be_i", "data": "rwd_data_i"},
-                                MemWr, on_accept=self.sb.request)
-        self.ndr = StreamSink(dut, clk, "ndr_valid_o", "ndr_ready_i",
-                              {"tag": "ndr_tag_o", "status": "ndr_status_o"}, Ndr,
+        self.req = StreamSource(dut, clk, "req_valid_i", "req_ready_o", "req_i", M2SReq,
+                                on_accept=self.sb.request)
+        self.rwd = StreamSource(dut, clk, "rwd_valid_i", "rwd_ready_o", "rwd_i", M2SRwD,
+                                on_accept=self.sb.request)
+        self.ndr = StreamSink(dut, clk, "ndr_valid_o", "ndr_ready_i", "ndr_o", S2MNdr,
                               on_receive=self.sb.response)
-        self.drs = StreamSink(dut, clk, "drs_valid_o", "drs_ready_i",
-                              {"tag": "drs_tag_o", "status": "drs_status_o",
-                               "data": "drs_data_o"}, Drs, on_receive=self.sb.response)
+        self.drs = StreamSink(dut, clk, "drs_valid_o", "drs_ready_i", "drs_o", S2MDrs,
+                              on_receive=self.sb.response)
         self.mem = LineMemory(dut, clk, self.lanes, self.rng)
         for chan, p in ((self.req, idle), (self.rwd, idle), (self.ndr, backpressure),
                         (self.drs, backpressure), (self.mem, mem_stall)):
@@ -171,9 +169,9 @@ class TB:
             await RisingEdge(self.dut.clk_i)
         self.dut.rst_ni.value = 1
 
-    def send(self, ops: list[MemRd | MemWr]) -> None:
+    def send(self, ops: list[M2SReq | M2SRwD]) -> None:
         for op in ops:
-            (self.req if isinstance(op, MemRd) else self.rwd).send(op)
+            (self.req if isinstance(op, M2SReq) else self.rwd).send(op)
 
     async def drain(self, max_cycles: int = 100_000) -> None:
         """Until every request was taken and answered, and the memory owes nothing."""
@@ -188,26 +186,26 @@ class TB:
 
 
 def random_ops(rng: random.Random, n: int, lines: list[int], bad: float = 0.0
-               ) -> list[MemRd | MemWr]:
+               ) -> list[M2SReq | M2SRwD]:
     """Reads and full or partial writes of ``lines``; with probability ``bad`` an address past
     memory or misaligned, and (independently) an opcode the channel does not define."""
-    ops: list[MemRd | MemWr] = []
-    tags = {MemRd: 0, MemWr: 0}
+    ops: list[M2SReq | M2SRwD] = []
+    tags = {M2SReq: 0, M2SRwD: 0}
     for _ in range(n):
-        kind = MemWr if rng.random() < 0.5 else MemRd
+        kind = M2SRwD if rng.random() < 0.5 else M2SReq
         addr = rng.choice(lines)
         if rng.random() < bad:
             addr = rng.choice([addr + MEM_BYTES, addr + 8, (1 << 64) - 64])
         tag, tags[kind] = tags[kind], tags[kind] + 1
-        if kind is MemRd:
+        if kind is M2SReq:
             op = rng.choice([0, 2, 0xFF]) if rng.random() < bad else M2SReqOpcode.MEM_RD
-            ops.append(MemRd(op, tag, addr))
+            ops.append(M2SReq(op, tag, addr))
         else:
             be = rng.choice([FULL, rng.getrandbits(64)])
             op = M2SRwDOpcode.MEM_WR if be == FULL else M2SRwDOpcode.MEM_WR_PTL
             if rng.random() < bad:
                 op = rng.choice([0, 3, 0xFF])
-            ops.append(MemWr(op, tag, addr, be, rng.getrandbits(512)))
+            ops.append(M2SRwD(op, tag, addr, be, rng.getrandbits(512)))
     return ops
 
 
@@ -224,8 +222,8 @@ async def random_reads_and_partial_writes(dut):
     tb.send(random_ops(tb.rng, 800, some_lines(tb.rng, 24)))
     await tb.drain()
     assert len(tb.sb.answered) == 800
-    reads_taken = [k for k in tb.sb.taken if k[0] is Drs]
-    reads_done = [k for k in tb.sb.answered if k[0] is Drs]
+    reads_taken = [k for k in tb.sb.taken if k[0] is S2MDrs]
+    reads_done = [k for k in tb.sb.answered if k[0] is S2MDrs]
     if tb.lanes > 1:
         assert reads_done != reads_taken
 
@@ -292,15 +290,18 @@ async def hold_keeps_requests_out(dut):
 
 
 # ---- rule breakers (each run alone: see test_cxl_mem_slave_assertion_fires) -------------------
+READ = M2SReq(M2SReqOpcode.MEM_RD, 0, 0)
+WRITE = M2SRwD(M2SRwDOpcode.MEM_WR, 0, 0, FULL, 0)
+
+
 async def bare(dut) -> None:
-    """Clock and reset, every input driven by the test itself."""
-    dut.req_opcode_i.value = M2SReqOpcode.MEM_RD
-    dut.rwd_opcode_i.value = M2SRwDOpcode.MEM_WR
+    """Clock and reset, every input driven by the test itself: a read and a write of line 0
+    on the request channels (not offered)."""
+    dut.req_i.value = READ.pack()
+    dut.rwd_i.value = WRITE.pack()
     await clock_and_reset(dut, ("req_valid_i", "rwd_valid_i", "ndr_ready_i", "drs_ready_i",
                                 "mem_ready_i", "mem_cpl_valid_i", "mem_rd_valid_i", "hold_i",
-                                "req_addr_i", "rwd_addr_i", "req_tag_i", "rwd_tag_i",
-                                "rwd_be_i", "rwd_data_i", "mem_cpl_tag_i", "mem_rd_tag_i",
-                                "mem_rd_data_i"))
+                                "mem_cpl_tag_i", "mem_rd_tag_i", "mem_rd_data_i"))
 
 
 @cocotb.test()
@@ -321,7 +322,7 @@ async def breaks_rwd_payload_changed(dut):
     dut.hold_i.value = 1
     dut.rwd_valid_i.value = 1
     await wait_cycles(dut, 2)
-    dut.rwd_addr_i.value = 64
+    dut.rwd_i.value = replace(WRITE, addr=64).pack()
     await wait_cycles(dut, 3)
 
 
@@ -354,7 +355,7 @@ async def breaks_drs_fifo_overrun(dut):
     dut.mem_ready_i.value = 1
     dut.req_valid_i.value = 1
     for tag in range(depth):
-        dut.req_tag_i.value = tag
+        dut.req_i.value = replace(READ, tag=tag).pack()
         for _ in range(10):  # held until taken
             await ReadOnly()
             taken = int(dut.req_ready_o.value)
