@@ -103,3 +103,62 @@ def test_bad_settings_are_refused_naming_the_field(kw: dict, words: str) -> None
         AdaptiveConfig(**kw)
     with pytest.raises(ValueError, match="crossover"):
         AdaptiveThreshold(0)
+
+
+# -- wired into the serving emulator --------------------------------------------------------------
+def _sim(**kw):
+    from nelssa.emu.latency.hardware import HardwareCatalog
+    from nelssa.emu.latency.model import LatencyModel, Sparsity
+    from nelssa.emu.serving.config import ServingConfig
+    from nelssa.emu.serving.sim import ServingSim
+
+    cat = HardwareCatalog.load()
+    lm = LatencyModel(cat.get("gpus", "h100-nvl"), cat.get("pnm", "prototype"),
+                      cat.get("models", "llama-3-8b"), Sparsity(), cat.get("links", "roce-400g"))
+    return ServingSim(lm, ServingConfig(mode="nelssa", **kw))
+
+
+def _trace(rate: float):
+    from pathlib import Path
+
+    from nelssa.emu.serving.workload import load_trace, poisson
+
+    head = Path(__file__).resolve().parent / "data/mooncake_conversation_head.jsonl"
+    return poisson(load_trace(head, hash_ids=True), rate, 1)
+
+
+def test_the_replay_moves_its_threshold_under_load_and_repeats_itself() -> None:
+    """ServingConfig.adaptive: the replay observes the tiers at each sample and routes new
+    arrivals by the moved threshold; the samples record it; two runs are identical."""
+    reqs = _trace(2.0)
+    static = _sim().run(reqs)
+    runs = [_sim(adaptive=True).run(reqs) for _ in range(2)]
+    seen = [s.t_input for s in runs[0].samples]
+    assert {s.t_input for s in static.samples} == {static.t_input}
+    assert len(set(seen)) > 1 and min(seen) < static.t_input  # the GPU was hot: lowered
+    assert min(seen) >= static.t_input // 4
+    pnm = [sum(r.tier == "pnm" for r in run.results) for run in (static, *runs)]
+    assert pnm[1] > pnm[0]  # more requests placed on the PNM tier
+    a, b = runs
+    assert [(r.rid, r.tier, r.first_token_s, r.finish_s) for r in a.results] == \
+        [(r.rid, r.tier, r.first_token_s, r.finish_s) for r in b.results]
+    assert [s.t_input for s in a.samples] == [s.t_input for s in b.samples]
+
+
+def test_an_adaptive_run_checks_every_tier_a_request_may_fall_on() -> None:
+    """A prompt between the threshold's bounds may go to either tier: the run is refused
+    up front (naming the trace line) if one of them cannot hold it, not midway."""
+    import pytest as _pytest
+
+    from nelssa.emu.serving.sim import CapacityError
+    from nelssa.emu.serving.workload import Request
+
+    small_gpu = {"gpu_mem_util": 0.19, "prefill": "disaggregated", "prefix_caching": False}
+    static = _sim(**small_gpu)
+    big = Request(0, 0.0, static.router.t_input * 2, 4, line=7)  # PNM-tier, beyond the GPU
+    assert static.tiers(big) == {static.tier(big)}
+    static.run([big])  # placed on the PNM tier: it runs
+    adaptive = _sim(adaptive=True, **small_gpu)
+    assert len(adaptive.tiers(big)) == 2
+    with _pytest.raises(CapacityError, match=r"trace line 7: .* exceed the GPU's KV capacity"):
+        adaptive.run([big])

@@ -61,7 +61,8 @@ def test_a_grid_and_random_draws_make_the_points(tmp_path: Path) -> None:
     ("[grid]\ndevices = [true]\n", "[grid] devices: must be an integer in 1..1024, got True"),
     ("[grid]\nselection = [1.5]\n", "[grid] selection: must be in (0, 1], got 1.5"),
     ("rate = nan\n", "top level rate: must be 'trace' or > 0 requests/s"),
-    ("[grid]\nt_input = [2.5]\n", "[grid] t_input: must be 'crossover' or an integer"),
+    ("[grid]\nt_input = [2.5]\n", "[grid] t_input: must be 'crossover' or 'adaptive' or an "
+                                  "integer"),
     ("[grid]\nmode = [\"cpu\"]\n", "[grid] mode: must be one of 'nelssa', 'gpu', got 'cpu'"),
     ("[random]\npoints = 0\n", "[random]: points must be an integer in 1..100000, got 0"),
     ("[random]\npoints = 2\ndevices = {min = 8, max = 2}\n", "[random] devices: an empty "

@@ -20,6 +20,8 @@ class Source(enum.IntEnum):
     """The PNM tier is never faster for this hardware and model: every request on the GPU."""
     NO_PNM = 4
     """No PNM tier (a GPU-only run)."""
+    ADAPTIVE = 5
+    """Moved by the tiers' load from where it started (``emu/policy/adaptive.py``)."""
 
 
 @dataclass(frozen=True)
@@ -58,5 +60,6 @@ class Router:
             return "no PNM tier"
         if self.source is Source.NO_CROSSOVER:
             return "none (the PNM tier is never faster for this hardware and model)"
-        how = "given" if self.source is Source.GIVEN else "the latency model's crossover"
+        how = {Source.GIVEN: "given", Source.CROSSOVER: "the latency model's crossover",
+               Source.ADAPTIVE: "adaptive"}[self.source]
         return f"{self.t_input:,} tokens ({how})"

@@ -41,6 +41,9 @@ class ServingConfig:
     """Host link bandwidth for swapping, GB/s."""
     t_input: int | None = None
     """Routing threshold in tokens; None takes the latency model's crossover for ``devices``."""
+    adaptive: bool = False
+    """Move T_input with the tiers' load, from where it starts (emu/policy/adaptive.py: GPU KV
+    use and wait, PNM utilization and wait, within 0.25x..4x)."""
     window_tokens: int = Sparsity().window_tokens
     """Tokens of a PNM-tier request that the GPU attends to densely: sink, recent, one chunk
     not yet clustered."""

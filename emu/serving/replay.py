@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from nelssa.emu.policy.adaptive import AdaptiveThreshold, TierLoad
+from nelssa.emu.policy.router import Router, Source
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.prefix import Content, Kind
@@ -103,6 +105,10 @@ class Replay:
         """Jobs of PNM-tier requests decoding (for the time series)."""
         self.pnm_queue: deque[tuple[_Req, JobKind]] = deque()
         self.pnm_free = sim.pnm_tokens
+        self.router = sim.router
+        """Routes arrivals and bounds migrations; with ``adaptive`` its T_input moves."""
+        self.adaptive = (AdaptiveThreshold(sim.t_input) if self.cfg.adaptive
+                         and sim.t_input is not None else None)
         self.live: list[_Req] = []
         self.now = 0.0
         ordered = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
@@ -143,7 +149,7 @@ class Replay:
         self.sched.add(JobSpec(jid, prompt, max_tokens, content), front=front)
 
     def _arrive(self, t: float, r: Request) -> None:
-        tier = self.sim.tier(r)
+        tier = self.router.tier(r.input_len)
         rq = _Req(r, tier)
         self.live.append(rq)
         disagg = self.cfg.prefill == "disaggregated"
@@ -273,7 +279,7 @@ class Replay:
             rq.tier, rq.migrated = Tier.PNM, True
             self.out.migrations += 1
             self._add_job(rq, JobKind.PNM_RESIDENT)
-        chosen = self.sim.migration.choose(self.sim.router, busy, self.sched.used_blocks(),
+        chosen = self.sim.migration.choose(self.router, busy, self.sched.used_blocks(),
                                            self.sim.gpu_blocks, self._decoding_gpu_requests())
         if chosen is None:
             return
@@ -328,7 +334,7 @@ class Replay:
                               if rq.migrating_until is not None), default=None)
             per_step = fastpath.alloc_per_step(sched, k_max)
             used = sched.used_blocks()
-            policy, router, capacity = self.sim.migration, self.sim.router, self.sim.gpu_blocks
+            policy, router, capacity = self.sim.migration, self.router, self.sim.gpu_blocks
             # the longest stays the longest in a run
             best = policy.longest(self._decoding_gpu_requests())
             can_start = (best is not None and busy_until is None
@@ -371,14 +377,29 @@ class Replay:
             self._migrate(self.now)
         if self.now >= self.next_sample:
             running, waiting = self.sched.counts()
+            kv_used = self.sched.used_blocks() / self.sim.gpu_blocks
+            if self.adaptive is not None:
+                self._adapt(kv_used)
             out.samples.append(Sample(
-                self.now, running, waiting + len(self.pnm_queue),
-                self.sched.used_blocks() / self.sim.gpu_blocks, self.tokens_since,
-                self.resident_jobs))
+                self.now, running, waiting + len(self.pnm_queue), kv_used, self.tokens_since,
+                self.resident_jobs, self.router.t_input))
             self.tokens_since = 0
             self.next_sample = self.now + cfg.sample_s
             if self.progress is not None:
                 self.progress(len(out.results) / self.total)
+
+    def _adapt(self, kv_used: float) -> None:
+        """What an orchestrator sees of the tiers, to the adaptive threshold."""
+        assert self.adaptive is not None
+        now = self.now
+        # waiting for the GPU: GPU-tier requests, and PNM-tier ones admitted to their tier
+        # whose prefill has not made a token yet
+        gpu_wait = max((now - rq.req.arrival_s for rq in self.live if rq.first_token_s is None
+                        and (rq.tier is Tier.GPU or rq.pnm_reserved)), default=0.0)
+        pnm_wait = now - self.pnm_queue[0][0].req.arrival_s if self.pnm_queue else 0.0
+        used = 1 - self.pnm_free / self.sim.pnm_tokens if self.sim.pnm_tokens else 1.0
+        if self.adaptive.observe(TierLoad(now, kv_used, gpu_wait, used, pnm_wait)):
+            self.router = Router(self.adaptive.t_input, Source.ADAPTIVE)
 
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         out, sched = self.out, self.sched

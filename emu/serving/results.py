@@ -40,6 +40,8 @@ class Sample:
     decode_tokens: int
     """Decode tokens produced since the previous sample."""
     pnm_running: int = 0
+    t_input: int | None = None
+    """The routing threshold after this sample (it moves with ``adaptive`` routing)."""
 
 
 @dataclass

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 
 from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.policy.adaptive import AdaptiveThreshold
 from nelssa.emu.policy.capacity import blocks_for
 from nelssa.emu.policy.migration import MigrationPolicy
 from nelssa.emu.policy.router import Router
@@ -58,29 +59,41 @@ class ServingSim:
     def _blocks(self, tokens: int) -> int:
         return blocks_for(tokens, self.cfg.block_tokens)
 
+    def tiers(self, r: Request) -> set[Tier]:
+        """Where ``r`` may be placed: its tier, or with ``adaptive`` routing either tier its
+        prompt may fall on within the threshold's bounds."""
+        if not self.cfg.adaptive or self.router.t_input is None:
+            return {self.tier(r)}
+        a = AdaptiveThreshold(self.router.t_input)
+        return {Router(t).tier(r.input_len) for t in (a.lo, a.hi)}
+
     def check(self, requests: list[Request]) -> None:
         """Refuse, by trace line, a request no tier could ever hold."""
-        colocated = self.cfg.prefill == "colocated"
         for r in requests:
-            total = r.input_len + r.output_len
-            where = f"trace line {r.line}" if r.line else f"request {r.rid}"
-            if self.tier(r) is Tier.GPU:
-                if self._blocks(total) > self.gpu_blocks:
-                    raise CapacityError(
-                        f"{where}: {total} tokens exceed the GPU's KV capacity of "
-                        f"{self.gpu_blocks * self.cfg.block_tokens} tokens"
-                        + ("" if self.cfg.mode == "nelssa" else
-                           " (a GPU-only run cannot serve it; cap the trace)"))
-                continue
-            if total > self.pnm_tokens:
-                raise CapacityError(f"{where}: {total} tokens exceed the PNM tier's capacity of "
-                                    f"{self.pnm_tokens} tokens")
-            resident = self.cost.pnm_resident_tokens(total) + r.output_len
-            if self._blocks(max(resident, r.input_len if colocated else 0)) > self.gpu_blocks:
+            for tier in self.tiers(r):
+                self._check(r, tier)
+
+    def _check(self, r: Request, tier: Tier) -> None:
+        colocated = self.cfg.prefill == "colocated"
+        total = r.input_len + r.output_len
+        where = f"trace line {r.line}" if r.line else f"request {r.rid}"
+        if tier is Tier.GPU:
+            if self._blocks(total) > self.gpu_blocks:
                 raise CapacityError(
-                    f"{where}: its prefill needs the KV of {r.input_len} tokens on the GPU, "
-                    f"more than its {self.gpu_blocks * self.cfg.block_tokens} tokens"
-                    " (prefill it on separate GPUs: --prefill disaggregated)")
+                    f"{where}: {total} tokens exceed the GPU's KV capacity of "
+                    f"{self.gpu_blocks * self.cfg.block_tokens} tokens"
+                    + ("" if self.cfg.mode == "nelssa" else
+                       " (a GPU-only run cannot serve it; cap the trace)"))
+            return
+        if total > self.pnm_tokens:
+            raise CapacityError(f"{where}: {total} tokens exceed the PNM tier's capacity of "
+                                f"{self.pnm_tokens} tokens")
+        resident = self.cost.pnm_resident_tokens(total) + r.output_len
+        if self._blocks(max(resident, r.input_len if colocated else 0)) > self.gpu_blocks:
+            raise CapacityError(
+                f"{where}: its prefill needs the KV of {r.input_len} tokens on the GPU, "
+                f"more than its {self.gpu_blocks * self.cfg.block_tokens} tokens"
+                " (prefill it on separate GPUs: --prefill disaggregated)")
 
     def run(self, requests: list[Request],
             progress: Callable[[float], None] | None = None) -> RunResult:

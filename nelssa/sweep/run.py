@@ -87,7 +87,8 @@ def _measure(job: Job) -> dict[str, Any]:
         reqs = poisson(reqs, p["rate"], st["seed"])
     cfg = ServingConfig(mode=p["mode"], devices=p["devices"], max_running=p["max_running"],
                         prefill=p["prefill"], migration=p["migration"] and p["mode"] == "nelssa",
-                        t_input=None if p["t_input"] == "crossover" else p["t_input"],
+                        t_input=None if isinstance(p["t_input"], str) else p["t_input"],
+                        adaptive=p["t_input"] == "adaptive",
                         scheduler=SchedulerKind(st["scheduler"]))
     run = ServingSim(lm, cfg).run(reqs)
     s = summarize(run)

@@ -76,14 +76,15 @@ def _name(v: Any) -> str:
     return v
 
 
-def _or_word(word: str, spec: Num) -> Callable[[Any], Any]:
+def _or_word(words: tuple[str, ...], spec: Num) -> Callable[[Any], Any]:
     def check(v: Any) -> Any:
-        if v == word:
+        if v in words:
             return v
         try:
             return spec.check(v)
         except FieldError:
-            raise FieldError(f"must be {word!r} or {spec.what}, got {v!r}") from None
+            said = " or ".join(map(repr, words))
+            raise FieldError(f"must be {said} or {spec.what}, got {v!r}") from None
     return check
 
 
@@ -107,10 +108,11 @@ PARAMS: dict[str, Param] = {
     "devices": Param(4, "PNM devices", _num(DEVICE_COUNT), span=DEVICE_COUNT),
     "selection": Param(0.04, "share of a PNM request's clusters attended", _num(SELECTION),
                        span=SELECTION),
-    "t_input": Param("crossover", "routing threshold: `crossover` (the latency model's) or "
-                     "tokens", _or_word("crossover", T_INPUT), span=T_INPUT),
+    "t_input": Param("crossover", "routing threshold: `crossover` (the latency model's), "
+                     "`adaptive` (moved by the tiers' load from the crossover) or tokens",
+                     _or_word(("crossover", "adaptive"), T_INPUT), span=T_INPUT),
     "rate": Param("trace", "arrivals: `trace` (its timestamps) or Poisson requests/s",
-                  _or_word("trace", RATE), span=RATE),
+                  _or_word(("trace",), RATE), span=RATE),
     "prefill": Param("colocated", "`colocated` or `disaggregated` prefill",
                      _choice("colocated", "disaggregated")),
     "migration": Param(False, "migrate grown GPU requests to the PNM tier (paper 4.3)", _bool),
