@@ -387,28 +387,55 @@ def run_frame_case(case: FrameCase, server: FrameServer) -> list[Finding]:
 
 def _compare(findings: list[Finding], got: list, expected: list[_Expect],
              replays: dict[int, list]) -> None:
+    """The answers against the reference's. Answers to different frames may come in any order
+    (a refusal goes out at once, a request waiting in the server's queue is answered when it
+    runs), so the answers that name one sequence number are compared as a multiset, with every
+    duplicate's answer equal to its run's."""
     want = [e for e in expected if e.kind is not None or e.replay is not None]
     if len(got) != len(want):
         findings.append(Finding(Kind.WRONG, f"{len(got)} answers, expected {len(want)}: got "
                                             f"{[_show(g) for g in got]}, expected "
                                             f"{[_show_e(e) for e in want]}"))
         return
-    first: dict[int, tuple] = {}
-    for g, e in zip(got, want, strict=True):
+    for g in got:
         if isinstance(g, tuple):
             findings.append(Finding(Kind.WRONG, f"an answer does not decode: {g[1]}"))
-            continue
-        seen = _show(g)
-        if e.replay is not None:
-            if first.get(e.replay) != seen:
-                findings.append(Finding(Kind.WRONG, f"duplicate of frame {e.replay} answered "
-                                                    f"{seen}, first {first.get(e.replay)}"))
-            continue
-        if e.ran:  # what a duplicate of it must get again (a refusal is no such answer)
-            first.setdefault(g.ref, seen)
-        if e.near_limit and g.kind == FrameKind.ERROR:
-            e = _Expect(FrameKind.ERROR, e.ref, LinkErrorCode.FIELD_RANGE)
-        expect_equal(findings, "answer", seen, _show_e(e))
+    if any(isinstance(g, tuple) for g in got):
+        return
+    wanted: dict[int, list[_Expect]] = {}
+    answers: dict[int, list[tuple]] = {}
+    for e in want:
+        wanted.setdefault(e.replay if e.replay is not None else e.ref, []).append(e)
+    for g in got:
+        answers.setdefault(g.ref, []).append(_show(g))
+    for ref in sorted(set(wanted) | set(answers)):
+        left = list(answers.get(ref, []))
+        run: tuple | None = None
+        copies = 0
+        for e in wanted.get(ref, []):
+            if e.replay is not None:
+                copies += 1
+                continue
+            ok = [_show_e(e)]
+            if e.near_limit:
+                ok.append(_show_e(_Expect(FrameKind.ERROR, e.ref, LinkErrorCode.FIELD_RANGE)))
+            took = next((v for v in ok if v in left), None)
+            if took is None:
+                findings.append(Finding(Kind.WRONG, f"answer: got {left} for frame {ref}, "
+                                                    f"expected {ok[0]}"))
+                continue
+            left.remove(took)
+            if e.ran:  # what a duplicate of it must get again (a refusal is no such answer)
+                run = took
+        for _ in range(copies):
+            if run is not None and run in left:
+                left.remove(run)
+            else:
+                findings.append(Finding(Kind.WRONG, f"duplicate of frame {ref} answered "
+                                                    f"{left}, its run {run}"))
+        if left:
+            findings.append(Finding(Kind.WRONG, f"answers to frame {ref} no frame asked for: "
+                                                f"{left}"))
 
 
 def _show(f) -> tuple:
@@ -424,7 +451,10 @@ def _show(f) -> tuple:
 
 
 def _show_e(e: _Expect) -> tuple:
+    if e.replay is not None:
+        return ("REPLAY OF", e.replay)
     if e.kind == FrameKind.ERROR:
         return ("ERROR", e.ref, int(e.code) if e.code is not None else None)
-    assert e.payload is not None
+    if e.payload is None:
+        return ("REPLY", e.ref, "any payload")
     return ("REPLY", e.ref, e.payload[:16].hex(), len(e.payload))

@@ -102,8 +102,9 @@ class _Peer:
     """The client's acknowledgement floor: it waits for no reply below it."""
     early: dict[int, Frame] = field(default_factory=dict)
     replies: dict[int, list[bytes]] = field(default_factory=dict)
-    queued: set[int] = field(default_factory=set)
-    """Sequence numbers taken in and waiting to run."""
+    queued: dict[int, int] = field(default_factory=dict)
+    """Sequence numbers taken in and waiting to run, with the copies of each that arrived
+    meanwhile (each gets the reply too, as a copy arriving after it would)."""
     refused_at: int | None = None
     """The frame last refused ``BUSY``, while frames sent before the client saw it arrive."""
 
@@ -265,6 +266,7 @@ class LinkServer:
             self._run(peer_id, peer, frame)
         except Exception:
             self.internal_errors += 1
+            peer.queued.pop(frame.seq, None)
             log.exception("link server at %s: a request failed unforeseen", self.endpoint)
 
     def _peer_key(self, routing_id: bytes, frame: object) -> bytes:
@@ -361,8 +363,8 @@ class LinkServer:
     def _duplicate(self, peer_id: bytes, peer: _Peer, frame: Frame) -> None:
         self.duplicates += 1
         held = peer.replies.get(frame.seq)
-        if frame.seq in peer.queued:
-            pass  # a copy of one waiting to run: its reply is on its way
+        if frame.seq in peer.queued:  # a copy of one waiting to run: answered with it
+            peer.queued[frame.seq] += 1
         elif held is not None:
             self.replays += 1
             self._send(peer_id, held)
@@ -402,7 +404,7 @@ class LinkServer:
             self._answer(peer_id, peer, frame.seq, self._error(
                 frame, self._stamp(frame), LinkErrorCode.BUSY, refusal))
             return
-        peer.queued.add(frame.seq)
+        peer.queued[frame.seq] = 0
         if group is not None:  # the always admitted are cheap: they take no one's share
             self._queued_by[group] = self._queued_by.get(group, 0) + 1
             self._queued_work += 1
@@ -427,7 +429,6 @@ class LinkServer:
                 f"{share}; frame {frame.seq} was not run: send it again later")
 
     def _dequeued(self, peer: _Peer, frame: Frame, group: bytes | None) -> None:
-        peer.queued.discard(frame.seq)
         if group is None:
             return
         self._queued_work -= 1
@@ -475,6 +476,9 @@ class LinkServer:
         if self._peers.get(peer_id) is peer:
             self._keep(peer_id, peer, seq, parts)
         self._send(peer_id, parts)
+        for _ in range(peer.queued.pop(seq, 0)):  # the copies that came while it waited
+            self.replays += 1
+            self._send(peer_id, parts)
 
     @staticmethod
     def _error(frame: Frame, stamp: int, code: int, text: str) -> list[bytes]:
