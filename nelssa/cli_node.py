@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options, config_values
-from nelssa.emu.link.model import PRESETS
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
 from nelssa.host.pnm_node.host import NodeConfig
 from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.options import (
@@ -36,7 +36,7 @@ NODE_OPTIONS = ("device_timeout_s", "max_queued", "max_sessions", "max_sessions_
                 "max_client_bytes", "max_clients", "max_queue_pairs", "max_request_heads",
                 "max_write_kv_bytes")
 """NodeConfig fields `node up` takes as options (config_args: name, default, help)."""
-LINKS = sorted(p for p in PRESETS if p.startswith("roce-"))
+LINKS = sorted(GPU_PNM_LINKS)
 
 
 def _curve_server(args: argparse.Namespace):
@@ -256,7 +256,7 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
     add_engines(up)
     up.add_argument("--preset", default="ddr5-6400", choices=sorted(DDR5_PRESETS),
                     help="DDR5 timing preset")
-    up.add_argument("--link", default="roce-400g", choices=LINKS,
+    up.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=LINKS,
                     help="link preset toward the GPU node")
     up.add_argument("--endpoint", type=endpoint, default=DEFAULT_ENDPOINT,
                     help="where to listen (ipc://PATH, tcp://127.0.0.1:PORT; other addresses "
@@ -275,7 +275,7 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
                              ("stop", cmd_node_stop, "ask a node to stop")):
         p = node_sub.add_parser(name, help=text)
         p.add_argument("--endpoint", type=endpoint, default=DEFAULT_ENDPOINT)
-        p.add_argument("--link", default="roce-400g", choices=LINKS)
+        p.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=LINKS)
         p.add_argument("--timeout", type=SECONDS, default=10.0, help="seconds to wait")
         p.add_argument("--curve-server-key", type=input_file,
                        help="the node's public key file (.key)")

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from nelssa.emu.fuzz.oracle import Finding, Kind, guarded
 from nelssa.emu.fuzz.values import uint
 from nelssa.emu.link.frame import LinkErrorCode
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.link.service import LinkTimeoutError, RemoteError
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.protocol import NodeErrorCode, NodeOp
@@ -231,7 +232,7 @@ class NodeUnderTest:
         self._dir = tempfile.TemporaryDirectory(prefix="nelssa-fuzz-node-")
         self.endpoint = f"ipc://{Path(self._dir.name)}/node"
         self.devices = devices
-        self.launcher = NodeLauncher(self.endpoint, devices, "model", "roce-400g", 300.0)
+        self.launcher = NodeLauncher(self.endpoint, devices, "model", DEFAULT_GPU_PNM_LINK, 300.0)
         self.restarts = 0
 
     @property
@@ -242,7 +243,8 @@ class NodeUnderTest:
         from nelssa.emu.launcher import NodeLauncher
 
         self.stop()
-        self.launcher = NodeLauncher(self.endpoint, self.devices, "model", "roce-400g", 300.0)
+        self.launcher = NodeLauncher(self.endpoint, self.devices, "model",
+                                     DEFAULT_GPU_PNM_LINK, 300.0)
         self.restarts += 1
 
     def client(self):

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from nelssa.emu.link.model import LinkFaults, link_preset
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, LinkFaults, link_preset
 from nelssa.emu.link.security import CurveClientKeys
 from nelssa.emu.link.transport import LinkClient, PendingReply, ReplyInfo
 from nelssa.host.pnm_node import protocol as p
@@ -139,7 +139,7 @@ class NodeFuture(Generic[T]):
 class NodeClient:
     """A connection to a node at ``endpoint`` over a link of preset ``link``."""
 
-    def __init__(self, endpoint: str, link: str = "roce-400g", timeout_s: float = 120.0,
+    def __init__(self, endpoint: str, link: str = DEFAULT_GPU_PNM_LINK, timeout_s: float = 120.0,
                  faults: LinkFaults | None = None, curve: CurveClientKeys | None = None,
                  max_write_bytes: int = p.MAX_WRITE_KV_BYTES,
                  routing_id: bytes | None = None) -> None:

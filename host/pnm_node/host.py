@@ -44,7 +44,7 @@ from nelssa.driver.command import AttnRequest
 from nelssa.driver.formats import LINE_BYTES, MAX_IDS, DescStatus
 from nelssa.driver.memory import KvCapacityError, kv_region_bytes
 from nelssa.emu.link.frame import LinkErrorCode
-from nelssa.emu.link.model import PS_PER_NS, link_preset
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, PS_PER_NS, link_preset
 from nelssa.emu.link.transport import LinkLimits, Reply, Request, ServiceError
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.aggregate import merge_partials
@@ -75,7 +75,7 @@ class NodeConfig:
 
     devices: tuple[str, ...]
     """Endpoint of each device process (``nelssa device serve``)."""
-    link: str = "roce-400g"
+    link: str = DEFAULT_GPU_PNM_LINK
     """Link preset toward the GPU node (emu/link/model.PRESETS)."""
     cxl: str = "cxl-pcie5-x16"
     """Link preset between the host and each device."""

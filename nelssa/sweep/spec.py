@@ -34,6 +34,7 @@ from typing import Any
 
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.model import DEVICE_COUNT
+from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.serving.workload import RATE
 
 MAX_POINTS = 100_000
@@ -104,7 +105,7 @@ PARAMS: dict[str, Param] = {
     "gpu": Param("h100-nvl", "GPU preset", _name, "gpus"),
     "pnm": Param("prototype", "PNM device preset", _name, "pnm"),
     "model": Param("llama-3-8b", "model preset", _name, "models"),
-    "link": Param("roce-400g", "GPU node <-> PNM node link preset", _name, "links"),
+    "link": Param(DEFAULT_GPU_PNM_LINK, "GPU node <-> PNM node link preset", _name, "links"),
     "devices": Param(4, "PNM devices", _num(DEVICE_COUNT), span=DEVICE_COUNT),
     "selection": Param(0.04, "share of a PNM request's clusters attended", _num(SELECTION),
                        span=SELECTION),
