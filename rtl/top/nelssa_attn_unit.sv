@@ -6,6 +6,8 @@
 // Only then does it stream Q and every cluster's K and V rows into the engine (in address
 // order, through the reorder buffer of nelssa_line_reader) and write the result beats (O, then
 // LSE) to out_addr. A failed descriptor writes nothing.
+`include "nelssa_assert.svh"
+
 module nelssa_attn_unit
   import nelssa_dev_pkg::*;
   import nelssa_engine_pkg::*;
@@ -394,6 +396,14 @@ module nelssa_attn_unit
       endcase
     end
   end
+
+  // ---- protocol rules ---------------------------------------------------------------------------
+  // the command queue starts only an idle unit; the memory completes only writes made, and
+  // the writes go inside the region, clear of both rings
+  `NELSSA_ASSERT_NEVER(StartWhileBusy, start_i && busy_o)
+  `NELSSA_ASSERT_NEVER(CplUnasked, mem_cpl_i && cpls_q >= writes_q)
+  `NELSSA_ASSERT(WriteInRegion, !(mem_valid_o && mem_o.write) ||
+                                (mem_o.addr >= lo_q && mem_o.addr + 64'(LINE_BYTES) <= hi_q))
 
   // the engine's last-beat flag and busy, and the tag bits above the reorder index, are not
   // needed: beats are counted, and units are busy by their own state

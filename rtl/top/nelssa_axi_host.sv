@@ -6,6 +6,8 @@
 // waiting reads (PCIe's ordering: a read does not pass a write); within a read burst up to
 // ReadWindow lines are in flight and the beats return in order. A line the device refuses (outside
 // its memory) makes the burst answer SLVERR.
+`include "nelssa_assert.svh"
+
 module nelssa_axi_host
   import nelssa_dev_pkg::*;
 #(
@@ -217,6 +219,23 @@ module nelssa_axi_host
   assign s_rdata_o = bad_q ? '0 : slot_data_q[out_slot];
   assign s_rresp_o = (bad_q || slot_err_q[out_slot]) ? RESP_SLVERR : RESP_OKAY;
   assign s_rlast_o = done_q + 9'd1 == beats_q;
+
+  // ---- protocol rules ---------------------------------------------------------------------------
+  // AXI: the master holds each channel's valid and payload until ready; so does this slave,
+  // toward the AXI master and toward the CXL.mem slave
+  `NELSSA_ASSERT_HOLD(AwHeld, s_awvalid_i, s_awready_o,
+                      {s_awid_i, s_awaddr_i, s_awlen_i, s_awsize_i, s_awburst_i})
+  `NELSSA_ASSERT_HOLD(WHeld, s_wvalid_i, s_wready_o, {s_wdata_i, s_wstrb_i, s_wlast_i})
+  `NELSSA_ASSERT_HOLD(ArHeld, s_arvalid_i, s_arready_o,
+                      {s_arid_i, s_araddr_i, s_arlen_i, s_arsize_i, s_arburst_i})
+  `NELSSA_ASSERT_HOLD(BHeld, s_bvalid_o, s_bready_i, {s_bid_o, s_bresp_o})
+  `NELSSA_ASSERT_HOLD(RHeld, s_rvalid_o, s_rready_i, {s_rid_o, s_rdata_o, s_rresp_o, s_rlast_o})
+  `NELSSA_ASSERT_HOLD(ReqHeld, req_valid_o, req_ready_i, req_o)
+  `NELSSA_ASSERT_HOLD(RwdHeld, rwd_valid_o, rwd_ready_i, rwd_o)
+  // one answer per line: read data only for a line of the burst in flight and not yet
+  // answered, a completion only while a write burst runs
+  `NELSSA_ASSERT_NEVER(DrsUnasked, drs_valid_i && (state_q != READ || slot_valid_q[drs_slot]))
+  `NELSSA_ASSERT_NEVER(NdrUnasked, ndr_valid_i && !(state_q == WRITE || state_q == WRESP))
 
   /* verilator lint_off UNUSEDSIGNAL */
   logic [33:0] unused;  // the burst length counts beats; tags beyond the window and the

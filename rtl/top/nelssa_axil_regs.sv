@@ -4,6 +4,8 @@
 // it. Only whole 32-bit writes reach the registers: a write with a partial strobe changes
 // nothing and answers SLVERR. Offsets the register block does not map read 0xFFFF_FFFF there;
 // a read the block answers with an error status answers SLVERR.
+`include "nelssa_assert.svh"
+
 module nelssa_axil_regs
   import nelssa_dev_pkg::*;
 #(
@@ -123,6 +125,17 @@ module nelssa_axil_regs
   assign mmio_o = '{opcode: (state_q == WR_ISSUE) ? 8'(MMIO_WRITE) : 8'(MMIO_READ), tag: '0,
                     offset: 32'(addr_q), value: data_q};
   assign mmio_rsp_ready_o = state_q == RD_WAIT;
+
+  // ---- protocol rules ---------------------------------------------------------------------------
+  // AXI: the master holds each channel's valid and payload until ready; so does this slave
+  `NELSSA_ASSERT_HOLD(AwHeld, s_awvalid_i, s_awready_o, s_awaddr_i)
+  `NELSSA_ASSERT_HOLD(WHeld, s_wvalid_i, s_wready_o, {s_wdata_i, s_wstrb_i})
+  `NELSSA_ASSERT_HOLD(ArHeld, s_arvalid_i, s_arready_o, s_araddr_i)
+  `NELSSA_ASSERT_HOLD(BHeld, s_bvalid_o, s_bready_i, s_bresp_o)
+  `NELSSA_ASSERT_HOLD(RHeld, s_rvalid_o, s_rready_i, {s_rdata_o, s_rresp_o})
+  `NELSSA_ASSERT_HOLD(MmioHeld, mmio_valid_o, mmio_ready_i, mmio_o)
+  // the register port answers only the read it was asked
+  `NELSSA_ASSERT_NEVER(RspUnasked, mmio_rsp_valid_i && state_q != RD_WAIT)
 
   /* verilator lint_off UNUSEDSIGNAL */
   logic [15:0] rsp_tag_unused;  // see mmio_o.tag

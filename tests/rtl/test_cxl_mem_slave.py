@@ -35,8 +35,9 @@ from nelssa.hw.sim.rtl_sources import CXL_MEM_SLAVE
 TOP = "nelssa_cxl_mem_slave"
 MEM_BYTES = 1 << 36  # the slave's default MemBytes, the model's memory
 FULL = (1 << 64) - 1
-BUILDS = [{"RspDepth": 2, "ReadLanes": 1}, {"RspDepth": 4, "ReadLanes": 3},
-          {"RspDepth": 64, "ReadLanes": 8}]
+BUILDS = [{"RspDepth": 2, "ReadLanes": 1}, {"RspDepth": 4, "ReadLanes": 3}]
+"""small response FIFOs reach their edge cases; three lanes, a source count no power of two
+(the device's 64 and 8 run in tests/test_rtl_device.py and test_fpga_top)"""
 WITHIN_CONTRACT = r"\.(?!breaks_)\w+$"
 
 
