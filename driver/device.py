@@ -34,7 +34,9 @@ class Device:
         magic = self.reg_read("MAGIC")
         if magic != regs.DEVICE_MAGIC:
             raise DeviceError(f"no NELSSA device behind the port (MAGIC reads {magic:#010x})")
-        self.caps = regs.unpack_caps(self.reg_read("CAPS"))
+        self.caps_word = self.reg_read("CAPS")
+        """The CAPS register as read (``caps`` is its fields)."""
+        self.caps = regs.unpack_caps(self.caps_word)
         self.mem_bytes = self.reg_read64("MEM_SIZE")
 
     def _next_tag(self) -> int:

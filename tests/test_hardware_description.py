@@ -154,3 +154,38 @@ def test_cli_defaults_and_help_come_from_the_config_dataclasses():
     assert field_docs(Sparsity)["selection"] in " ".join(_help("crossover").split())
     with pytest.raises(SystemExit):
         parser.parse_args(["serve-sim", "--trace", str(trace), "--migrate-at", "2"])
+
+
+def test_the_gpu_node_takes_the_devices_facts_from_their_registers() -> None:
+    """HybridDecoder reads the node's STATUS: each device's CAPS and the core clock. Clusters
+    are cut to the shortest limit of the devices up, and a model they cannot run (head_dim,
+    query heads per KV head) is refused naming the limit, before any KV is written."""
+    from dataclasses import replace as _replace
+
+    from nelssa.driver.regs import unpack_caps
+    from nelssa.host.gpu.config import LlamaConfig
+    from nelssa.host.gpu.decode import fit_to_devices
+    from nelssa.host.gpu.request import DecodeConfig
+    from nelssa.host.pnm_node.client import DeviceInfo, NodeStatus
+
+    def status(*words: int, alive: bool = True) -> NodeStatus:
+        devs = [DeviceInfo(i, alive, "e", "model", 1, 0, 0, 0, 0, 0, unpack_caps(w), "")
+                for i, w in enumerate(words)]
+        return NodeStatus("v", "roce-400g", 0, 0, 0, 300e6, 0, 0, 0, 0, devs)
+
+    c = LlamaConfig()
+    cfg = DecodeConfig()
+    full = 0x0040_0376  # 64-token clusters, 8 query heads, head_dim 64 and 128, 6 engines
+    short = (full & 0xFFFF) | 32 << 16
+    got, clock = fit_to_devices(c, cfg, status(full, short))
+    assert got.cluster.max_cluster_tokens == min(32, cfg.cluster.max_cluster_tokens)
+    assert clock == 300e6
+    assert fit_to_devices(c, cfg, status(full))[0] == cfg
+    no_dim = full & ~(0b11 << 8)
+    with pytest.raises(ValueError, match=f"head_dim {c.head_dim}: the node's devices take"):
+        fit_to_devices(c, cfg, status(no_dim))
+    few = full & ~(0xF << 4)  # one query head per KV head
+    with pytest.raises(ValueError, match="query heads per KV head: the node's devices take"):
+        fit_to_devices(_replace(c), cfg, status(few))
+    with pytest.raises(ValueError, match="no device up"):
+        fit_to_devices(c, cfg, status(full, alive=False))

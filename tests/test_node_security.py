@@ -108,11 +108,18 @@ def test_request_formats_byte_for_byte() -> None:
                 with pytest.raises(ConstructError):
                     fmt.parse(bad)
     status = p.STATUS_REP.build({"version": "1", "link": "r", "sessions": 2, "requests": 3,
-                                 "errors": 4, "bad_frames": 5, "duplicates": 6, "busy": 7,
-                                 "queued": 8, "ndev": 0, "devices": []})
+                                 "errors": 4, "clock_khz": 800_000, "bad_frames": 5,
+                                 "duplicates": 6, "busy": 7, "queued": 8, "ndev": 0,
+                                 "devices": []})
     assert status == bytes.fromhex("0131 0172 02000000 0300000000000000 0400000000000000 "
-                                   "0500000000000000 0600000000000000 0700000000000000 "
-                                   "08000000 00")
+                                   "00350c00 0500000000000000 0600000000000000 "
+                                   "0700000000000000 08000000 00")
+    dev = {"index": 1, "alive": 1, "endpoint": "e", "backend": "m", "mem_bytes": 2,
+           "used_bytes": 3, "regions": 4, "queue_depth": 5, "descriptors": 6, "cycles": 7,
+           "caps": 0x0040_0376, "error": ""}
+    assert p.DEVICE_STATUS.build(dev) == bytes.fromhex(
+        "01 01 0100 65 01 6d 0200000000000000 0300000000000000 04000000 05000000 "
+        "0600000000000000 0700000000000000 76034000 0000")
     assert p.JOIN_REQ.build({"ticket": bytes(range(16))}) == bytes(range(16))
     assert p.EMPTY.build({}) == b""
     with pytest.raises(ConstructError):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 
 import torch
 
@@ -47,13 +48,14 @@ from nelssa.emu.policy.migration import MigrationPolicy
 from nelssa.emu.policy.router import Router
 from nelssa.emu.policy.states import SeqState, Tier
 from nelssa.host.gpu.clustering import select_clusters
+from nelssa.host.gpu.config import LlamaConfig
 from nelssa.host.gpu.model import Llama, attention_with_lse, dense_attention
 from nelssa.host.gpu.report import DecodeTracer, StepReport, TraceRecorder
 from nelssa.host.gpu.request import DecodeConfig, Request, to_bf16_bits
 from nelssa.host.gpu.scheduler import Admit, DecodeScheduler, StepPlan
 from nelssa.host.gpu.timing import GpuTiming, gpu_preset
 from nelssa.host.gpu.transfers import NodeKv
-from nelssa.host.pnm_node.client import AttendResult, NodeClient, NodeFuture
+from nelssa.host.pnm_node.client import AttendResult, NodeClient, NodeFuture, NodeStatus
 from nelssa.host.pnm_node.errors import DeviceDownError
 from nelssa.hw.model.device import SIM_CLOCK_HZ
 
@@ -63,17 +65,46 @@ Tensor = torch.Tensor
 BF16 = 2  # bytes
 
 
+def fit_to_devices(c: LlamaConfig, config: DecodeConfig,
+                   status: NodeStatus) -> tuple[DecodeConfig, float]:
+    """The config with clusters no longer than every device of the node takes, and the
+    devices' clock; a model the devices cannot run (head_dim, query heads per KV head) is
+    refused here, naming the limit, before any KV is written."""
+    caps = [d.caps for d in status.devices if d.alive]
+    if not caps:
+        raise ValueError("the PNM node has no device up")
+    dims = set.intersection(*(set(cp["head_dims"]) for cp in caps))
+    if c.head_dim not in dims:
+        raise ValueError(f"head_dim {c.head_dim}: the node's devices take {sorted(dims)}")
+    most = min(int(cp["max_qheads"]) for cp in caps)
+    if c.group > most:
+        raise ValueError(f"{c.group} query heads per KV head: the node's devices take at most "
+                         f"{most} (CAPS)")
+    longest = min(int(cp["max_cluster_tokens"]) for cp in caps)
+    if config.cluster.max_cluster_tokens > longest:
+        log.info("clusters of at most %d tokens: the node's devices' limit (CAPS)", longest)
+        config = replace(config, cluster=replace(config.cluster, max_cluster_tokens=longest))
+    return config, status.clock_hz
+
+
 class HybridDecoder(NodeKv):
     """Decode a batch of requests on the GPU and the PNM node behind ``client``."""
 
     def __init__(self, model: Llama, config: DecodeConfig, client: NodeClient | None,
                  trace: TraceRecorder | None = None, router: Router | None = None) -> None:
         """``router``: how requests are placed (default: by ``config.t_input``)."""
+        clock_hz = SIM_CLOCK_HZ
+        if client is not None:  # the devices' facts, from their registers (CAPS) via the node
+            try:
+                status = client.status()
+            except (LinkTimeoutError, RemoteError) as e:  # requests state their fallback later
+                log.warning("PNM node status unavailable (%s): device limits not checked", e)
+            else:
+                config, clock_hz = fit_to_devices(model.c, config, status)
         self.model, self.cfg, self.client = model, config, client
         self.gpu: GpuTiming = gpu_preset(config.gpu)
         self.trace = trace or TraceRecorder()
-        self.tracer = DecodeTracer(self.trace, lambda cycles: round(cycles * 1e12
-                                                                    / SIM_CLOCK_HZ))
+        self.tracer = DecodeTracer(self.trace, lambda cycles: round(cycles * 1e12 / clock_hz))
         if router is not None and router.t_input != config.t_input:
             raise ValueError(f"the router's T_input ({router.t_input}) is not the config's "
                              f"({config.t_input})")

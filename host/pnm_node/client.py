@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from nelssa.driver.regs import unpack_caps
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, LinkFaults, link_preset
 from nelssa.emu.link.security import CurveClientKeys
 from nelssa.emu.link.transport import LinkClient, PendingReply, ReplyInfo
@@ -100,6 +101,9 @@ class DeviceInfo:
     queue_depth: int
     descriptors: int
     cycles: int
+    caps: dict[str, Any]
+    """The device's CAPS fields (driver/regs.unpack_caps): engines, max_qheads, head_dims,
+    max_cluster_tokens."""
     error: str
 
 
@@ -111,6 +115,8 @@ class NodeStatus:
     requests: int
     errors: int
     """Requests answered with an error."""
+    clock_hz: float
+    """The devices' core clock (device cycles to time)."""
     bad_frames: int
     """Frames the link refused (malformed, corrupted)."""
     duplicates: int
@@ -213,9 +219,10 @@ class NodeClient:
         rep = p.STATUS_REP.parse(self._link().call(NodeOp.STATUS, b"").payload)
         devices = [DeviceInfo(d.index, bool(d.alive), d.endpoint, d.backend, d.mem_bytes,
                               d.used_bytes, d.regions, d.queue_depth, d.descriptors, d.cycles,
-                              d.error) for d in rep.devices]
+                              unpack_caps(d.caps), d.error) for d in rep.devices]
         return NodeStatus(rep.version, rep.link, rep.sessions, rep.requests, rep.errors,
-                          rep.bad_frames, rep.duplicates, rep.busy, rep.queued, devices)
+                          rep.clock_khz * 1000.0, rep.bad_frames, rep.duplicates, rep.busy,
+                          rep.queued, devices)
 
     def shutdown(self, token: bytes | None = None) -> None:
         """Stop the node (it stops the device processes it started), as its operator: with

@@ -543,10 +543,11 @@ class NelssaHost:
                 "used_bytes": sl.used_bytes if alive else 0,
                 "regions": len(sl.mem.regions) if alive else 0,
                 "queue_depth": sl.cq.in_flight if alive else 0,
-                "descriptors": sl.descriptors, "cycles": cyc,
+                "descriptors": sl.descriptors, "cycles": cyc, "caps": sl.dev.caps_word,
                 "error": "" if alive else sl.error})
         return self._reply(NodeOp.STATUS, p.STATUS_REP.build({
             "version": __version__, "link": self.config.link,
+            "clock_khz": round(self.config.core_clock_mhz * 1000),
             "sessions": self.clients.session_count, "requests": self.requests,
             "errors": self.errors,
             **dict(zip(("bad_frames", "duplicates", "busy", "queued"), self.link_counters(),

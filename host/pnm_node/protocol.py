@@ -166,11 +166,12 @@ DEVICE_STATUS = Struct(
     "index" / Int8ul, "alive" / Int8ul, "endpoint" / PascalString(Int16ul, "utf8"),
     "backend" / PascalString(Int8ul, "utf8"), "mem_bytes" / Int64ul, "used_bytes" / Int64ul,
     "regions" / Int32ul, "queue_depth" / Int32ul, "descriptors" / Int64ul, "cycles" / Int64ul,
-    "error" / PascalString(Int16ul, "utf8"),
+    "caps" / Int32ul, "error" / PascalString(Int16ul, "utf8"),
 )
+"""``caps``: the device's CAPS register (driver/regs.unpack_caps), what it can run."""
 STATUS_REP = Struct(
     "version" / PascalString(Int8ul, "utf8"), "link" / PascalString(Int8ul, "utf8"),
-    "sessions" / Int32ul, "requests" / Int64ul, "errors" / Int64ul,
+    "sessions" / Int32ul, "requests" / Int64ul, "errors" / Int64ul, "clock_khz" / Int32ul,
     "bad_frames" / Int64ul, "duplicates" / Int64ul, "busy" / Int64ul, "queued" / Int32ul,
     "ndev" / Int8ul, "devices" / Array(this.ndev, DEVICE_STATUS),
 )
