@@ -13,6 +13,7 @@ from typing import Any
 
 from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options
+from nelssa.emu.latency.hardware import DEFAULT_GPU
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
 from nelssa.host.gpu.timing import GPUS
@@ -253,7 +254,7 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", type=POSITIVE_INT, default=16,
                    help="generated tokens per chunk update (the paper: 1024)")
     p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
-    p.add_argument("--gpu", default="h100-nvl", choices=sorted(GPUS),
+    p.add_argument("--gpu", default=DEFAULT_GPU, choices=sorted(GPUS),
                    help="GPU of the roofline time model")
     p.add_argument("--timeout", type=SECONDS, default=300.0, help="seconds per node request")
     p.add_argument("--no-accuracy", action="store_true",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.config_args import add_config_options, config_values
+from nelssa.emu.latency.hardware import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_PNM
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.options import DEVICES, UsageError, input_file, output_file
@@ -38,9 +39,9 @@ def load_hardware(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu", default="h100-nvl")
-    p.add_argument("--pnm", default="prototype")
-    p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--gpu", default=DEFAULT_GPU)
+    p.add_argument("--pnm", default=DEFAULT_PNM)
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--link", default=DEFAULT_GPU_PNM_LINK)
     p.add_argument("--hardware", action="append", default=[], type=input_file,
                    help="a hardware JSON file adding to or overriding the presets")

@@ -19,6 +19,12 @@ from nelssa.emu.link.model import GPU_PNM_LINKS, LinkSpec
 from nelssa.emu.link.model import PRESETS as LINK_PRESETS
 
 PRESETS_FILE = Path(__file__).with_name("hardware.json")
+DEFAULT_GPU = "h100-nvl"
+"""The GPU every command and config assumes unless told (the paper's)."""
+DEFAULT_PNM = "prototype"
+"""The PNM device description: the emulated device's, calibrated against the RTL."""
+DEFAULT_MODEL = "llama-3-8b"
+"""The model the latency model and the serving emulator assume unless told."""
 T = TypeVar("T")
 
 RATE = Num("a positive number", lo=0, lo_open=True, least=1e-3, most=1e9)

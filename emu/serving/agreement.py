@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from nelssa.emu.latency.hardware import HardwareCatalog
+from nelssa.emu.latency.hardware import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_PNM, HardwareCatalog
 from nelssa.emu.latency.model import LatencyModel, Sparsity
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
@@ -34,10 +34,10 @@ class Regime:
     requests: tuple[Request, ...]
 
 
-def latency_model(gpu: str = "h100-nvl") -> LatencyModel:
+def latency_model(gpu: str = DEFAULT_GPU) -> LatencyModel:
     cat = HardwareCatalog.load()
-    return LatencyModel(cat.get("gpus", gpu), cat.get("pnm", "prototype"),
-                        cat.get("models", "llama-3-8b"), Sparsity(),
+    return LatencyModel(cat.get("gpus", gpu), cat.get("pnm", DEFAULT_PNM),
+                        cat.get("models", DEFAULT_MODEL), Sparsity(),
                         cat.get("links", DEFAULT_GPU_PNM_LINK))
 
 

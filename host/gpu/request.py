@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from nelssa.emu.latency.hardware import DEFAULT_GPU
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.policy.states import Transfer
 from nelssa.host.gpu.clustering import ClusterConfig
@@ -37,7 +38,7 @@ class DecodeConfig:
     """Generated tokens clustered and appended to the node at a time."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     """k-means settings."""
-    gpu: str = "h100-nvl"
+    gpu: str = DEFAULT_GPU
     """GPU preset of the roofline time model."""
     check_accuracy: bool = True
     """Keep every long request's full KV on the host to measure the hybrid attention against

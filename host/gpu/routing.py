@@ -6,13 +6,13 @@ latency model (``emu/policy/router.Router.from_latency``)."""
 
 from __future__ import annotations
 
-from nelssa.emu.latency.hardware import HardwareCatalog, ModelHw
+from nelssa.emu.latency.hardware import DEFAULT_PNM, HardwareCatalog, ModelHw
 from nelssa.emu.latency.model import LatencyModel, Sparsity
 from nelssa.emu.policy.router import Router
 from nelssa.host.gpu.config import LlamaConfig
 from nelssa.host.gpu.request import DecodeConfig
 
-PNM_PRESET = "prototype"
+PNM_PRESET = DEFAULT_PNM
 """The PNM tier's description the crossover assumes (the emulated devices': ``hardware.json``)."""
 
 

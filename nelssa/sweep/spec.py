@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.emu.latency.fields import FieldError, Num
+from nelssa.emu.latency.hardware import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_PNM
 from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.serving.workload import RATE
@@ -102,9 +103,9 @@ RUNNING = Num("an integer in 1..65536", integer=True, lo=1, hi=65536)
 PARAMS: dict[str, Param] = {
     "mode": Param("nelssa", "`nelssa` or `gpu` (the GPU-only baseline)",
                   _choice("nelssa", "gpu")),
-    "gpu": Param("h100-nvl", "GPU preset", _name, "gpus"),
-    "pnm": Param("prototype", "PNM device preset", _name, "pnm"),
-    "model": Param("llama-3-8b", "model preset", _name, "models"),
+    "gpu": Param(DEFAULT_GPU, "GPU preset", _name, "gpus"),
+    "pnm": Param(DEFAULT_PNM, "PNM device preset", _name, "pnm"),
+    "model": Param(DEFAULT_MODEL, "model preset", _name, "models"),
     "link": Param(DEFAULT_GPU_PNM_LINK, "GPU node <-> PNM node link preset", _name, "links"),
     "devices": Param(4, "PNM devices", _num(DEVICE_COUNT), span=DEVICE_COUNT),
     "selection": Param(0.04, "share of a PNM request's clusters attended", _num(SELECTION),
