@@ -1,12 +1,12 @@
 // CXL.mem slave of a PNM device: M2S Req (MemRd) and M2S RwD (MemWr, MemWrPtl) onto one memory
 // request port, S2M NDR (Cmp) and S2M DRS (MemData) back. Tags pass through, so completions may
 // return in any order. A request whose opcode its channel does not define is answered with
-// RSP_OPCODE_ERROR, one outside the HDM window (or not 64-byte aligned) with RSP_ADDR_ERROR; neither
-// reaches memory. Responses queue in FIFOs (one per source, each
-// with a single write port); a request is taken
-// only when its FIFO has room for its response counting everything in flight, so a host that
-// stops taking responses back-pressures requests and nothing is dropped. hold_i pauses new
-// requests (the device uses it to keep host traffic from crowding out attention reads).
+// RSP_OPCODE_ERROR, one outside the HDM window (or not 64-byte aligned) with RSP_ADDR_ERROR;
+// neither reaches memory. Responses queue in FIFOs (one per source, each with a single write
+// port); a request is taken only when its FIFO has room for its response counting everything in
+// flight, so a host that stops taking responses back-pressures requests and nothing is dropped.
+// A response offered stays offered, unchanged, until taken. hold_i pauses new requests (the
+// device uses it to keep host traffic from crowding out attention reads).
 `include "nelssa_assert.svh"
 
 module nelssa_cxl_mem_slave

@@ -12,6 +12,8 @@
 // device is accepted at once and completes with err set, touching no memory; other requests are
 // not disturbed. Read data returns on the lane of its sub-channel. Neither has backpressure:
 // the consumer takes what it asked for.
+`include "nelssa_assert.svh"
+
 module nelssa_ddr5_frontend #(
   parameter int unsigned NumPorts   = 4,   // request ports (lines per cycle)
   parameter int unsigned AddrW      = 40,  // byte-address width
@@ -198,6 +200,15 @@ module nelssa_ddr5_frontend #(
         cpl_err_o[p]   <= p_err[p];
       end
     end
+  end
+
+  // ---- protocol rules ---------------------------------------------------------------------------
+  // a controller gives back only IDs it was handed (read data, an issued WRITE): the free list
+  // never holds more than every ID
+  for (genvar s = 0; s < NUM_SUB; s++) begin : gen_rules
+    `NELSSA_ASSERT(IdsReturnedOnce,
+                   int'(free_n_q[s]) + int'(sub_rdata_valid_i[s]) + int'(sub_wdone_i[s]) -
+                   int'(sub_valid_o[s] && sub_ready_i[s]) <= NUM_IDS)
   end
 
   // ---- read data back to its port --------------------------------------------------------------

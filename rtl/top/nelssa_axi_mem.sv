@@ -12,6 +12,8 @@
 // port when B returns, i.e. when a later read is sure to see it. Several channels completing
 // writes of one port in a cycle take turns. An error response sets err_o (the device has
 // already checked every address, so one means the memory system failed).
+`include "nelssa_assert.svh"
+
 module nelssa_axi_mem #(
   parameter int unsigned NumPorts    = 4,   // device memory ports
   parameter int unsigned NumChannels = 4,   // AXI4 memory channels: 1, 2, 4 or 8
@@ -104,9 +106,7 @@ module nelssa_axi_mem #(
   logic [NumChannels-1:0][63:0]      w_strb_q;
   // per channel and port: the tags of the reads and of the writes in flight, oldest first
   logic [NumChannels-1:0][NumPorts-1:0]       r_push, r_pop, r_full, w_push, w_pop, w_full;
-  /* verilator lint_off UNUSEDSIGNAL */
-  logic [NumChannels-1:0][NumPorts-1:0]       r_empty, w_empty;  // a response always has a tag
-  /* verilator lint_on UNUSEDSIGNAL */
+  logic [NumChannels-1:0][NumPorts-1:0]       r_empty, w_empty;  // checked only (below)
   logic [NumChannels-1:0][NumPorts-1:0][15:0] r_head, w_head;
 
   for (genvar c = 0; c < NumChannels; c++) begin : gen_chan_fifos
@@ -264,6 +264,20 @@ module nelssa_axi_mem #(
     assign m_wdata_o[c] = w_data_q[c];
     assign m_wstrb_o[c] = w_strb_q[c];
     assign m_wlast_o[c] = 1'b1;
+  end
+
+  // ---- protocol rules ---------------------------------------------------------------------------
+  for (genvar c = 0; c < NumChannels; c++) begin : gen_rules
+    // AXI: this master holds each channel's valid and payload until ready
+    `NELSSA_ASSERT_HOLD(ArHeld, m_arvalid_o[c], m_arready_i[c], {m_arid_o[c], m_araddr_o[c]})
+    `NELSSA_ASSERT_HOLD(AwHeld, m_awvalid_o[c], m_awready_i[c], {m_awid_o[c], m_awaddr_o[c]})
+    `NELSSA_ASSERT_HOLD(WHeld, m_wvalid_o[c], m_wready_i[c], {m_wdata_o[c], m_wstrb_o[c]})
+    // the memory answers only what was asked: an R or a B for an ID (port) with a request in
+    // flight on this channel, so a response always has its tag
+    `NELSSA_ASSERT_NEVER(RUnasked, m_rvalid_i[c] &&
+                         (int'(m_rid_i[c]) >= NumPorts || r_empty[c][m_rid_i[c]]))
+    `NELSSA_ASSERT_NEVER(BUnasked, m_bvalid_i[c] &&
+                         (int'(m_bid_i[c]) >= NumPorts || w_empty[c][m_bid_i[c]]))
   end
 
   /* verilator lint_off UNUSEDSIGNAL */
