@@ -6,7 +6,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from cocotb_tools.check_results import get_results
@@ -28,6 +28,25 @@ ASSERT_FIRED = re.compile(r"\[ASSERT FAILED\] \[(\S+)\] (\w+)")
 log = logging.getLogger(__name__)
 
 
+UNOPTIMIZED_MAKEFLAGS = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
+"""verilated.mk's optimization levels (-Os by default), overridden from MAKEFLAGS"""
+
+
+@contextlib.contextmanager
+def _make_flags(flags: str) -> Iterator[None]:
+    """Add ``flags`` to MAKEFLAGS while the model builds (the runner runs make)."""
+    old = os.environ.get("MAKEFLAGS")
+    if flags:
+        os.environ["MAKEFLAGS"] = f"{old or ''} {flags}".strip()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = old
+
+
 def wave_args() -> list[str]:
     """FST where the lz4 headers allow it, VCD otherwise."""
     return ["--trace-fst", "--trace-structs"] if fst_available() else ["--trace-structs"]
@@ -43,6 +62,7 @@ def run_cocotb(
     test_filter: str | None = None,
     build_extra: Sequence[str] = (),
     expect_assertion: str | Collection[str] | None = None,
+    unoptimized: bool = False,
 ) -> None:
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
@@ -53,6 +73,8 @@ def run_cocotb(
     the calling test. ``expect_assertion``: the opposite, for a test that breaks a rule on
     purpose: the assertions that fire (rtl/include/nelssa_assert.svh prints "[ASSERT FAILED]
     [<instance>] <name>") must be exactly this one (or this set), none missing, none more.
+    ``unoptimized``: compile the C++ at -O0 (a quarter less build time; for a unit whose
+    simulation is short, where the build is most of the cost).
     """
     setup_environment()
     waves = waves or os.environ.get("NELSSA_WAVES") == "1"
@@ -65,12 +87,13 @@ def run_cocotb(
     if waves:
         build_args += wave_args()
     hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
-    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, build_args)
+    make_flags = UNOPTIMIZED_MAKEFLAGS if unoptimized else ""
+    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, [*build_args, make_flags])
     runner = get_runner("verilator")
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
     # one build folder holds the model and the run's results: one process at a time
-    with build_lock(build_dir):
+    with build_lock(build_dir), _make_flags(make_flags):
         runner.build(
             sources=srcs,
             hdl_toplevel=top,

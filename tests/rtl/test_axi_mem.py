@@ -49,4 +49,4 @@ def test_axi_mem_assertion_fires(case: str, fired: set[str]):
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_axi_mem", PARAMS, sources=SOURCES, test_filter=case,
-               expect_assertion=fired)
+               expect_assertion=fired, unoptimized=True)

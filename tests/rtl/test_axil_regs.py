@@ -52,4 +52,4 @@ def test_axil_regs_assertion_fires(case: str, fired: set[str]):
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_axil_regs", {}, sources=SOURCES, test_filter=case,
-               expect_assertion=fired)
+               expect_assertion=fired, unoptimized=True)

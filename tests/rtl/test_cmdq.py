@@ -87,4 +87,4 @@ def test_cmdq_assertion_fires(case: str, fired: set[str]):
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_cmdq", PARAMS, sources=SOURCES, test_filter=case,
-               expect_assertion=fired)
+               expect_assertion=fired, unoptimized=True)

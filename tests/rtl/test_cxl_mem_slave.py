@@ -391,7 +391,7 @@ def test_cxl_mem_slave(params: dict[str, int]):
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_cxl_mem_slave", params, sources=CXL_MEM_SLAVE,
-               test_filter=WITHIN_CONTRACT)
+               test_filter=WITHIN_CONTRACT, unoptimized=True)
 
 
 @pytest.mark.rtl
@@ -400,4 +400,4 @@ def test_cxl_mem_slave_assertion_fires(case: str, fired: set[str]):
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_cxl_mem_slave", BUILDS[0], sources=CXL_MEM_SLAVE, test_filter=case,
-               expect_assertion=fired)
+               expect_assertion=fired, unoptimized=True)

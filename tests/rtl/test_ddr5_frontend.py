@@ -34,4 +34,5 @@ def test_ddr5_frontend_assertion_fires():
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_ddr5_frontend", PARAMS, sources=SOURCES,
-               test_filter="breaks_id_returned_unhanded", expect_assertion={"IdsReturnedOnce"})
+               test_filter="breaks_id_returned_unhanded", expect_assertion={"IdsReturnedOnce"},
+               unoptimized=True)

@@ -75,7 +75,8 @@ async def breaks_pop_when_empty(dut):
 def test_fifo():
     from cocotb_runner import run_cocotb
 
-    run_cocotb(TOP, "test_fifo", PARAMS, sources=FIFO, test_filter=WITHIN_CONTRACT)
+    run_cocotb(TOP, "test_fifo", PARAMS, sources=FIFO, test_filter=WITHIN_CONTRACT,
+               unoptimized=True)
 
 
 @pytest.mark.rtl
@@ -85,4 +86,4 @@ def test_fifo_assertion_fires(case: str, assertion: str):
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_fifo", PARAMS, sources=FIFO, test_filter=case,
-               expect_assertion=assertion)
+               expect_assertion=assertion, unoptimized=True)

@@ -106,7 +106,8 @@ FIRES = [("breaks_addr_withdrawn", {"AddrHeld"}),
 def test_line_reader():
     from cocotb_runner import run_cocotb
 
-    run_cocotb(TOP, "test_line_reader", PARAMS, sources=SOURCES, test_filter=WITHIN_CONTRACT)
+    run_cocotb(TOP, "test_line_reader", PARAMS, sources=SOURCES, test_filter=WITHIN_CONTRACT,
+               unoptimized=True)
 
 
 @pytest.mark.rtl
@@ -115,4 +116,4 @@ def test_line_reader_assertion_fires(case: str, fired: set[str]):
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_line_reader", PARAMS, sources=SOURCES, test_filter=case,
-               expect_assertion=fired)
+               expect_assertion=fired, unoptimized=True)

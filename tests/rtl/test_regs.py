@@ -52,4 +52,4 @@ def test_regs_assertion_fires():
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_regs", {}, sources=SOURCES, test_filter="breaks_request_withdrawn",
-               expect_assertion={"MmioHeld"})
+               expect_assertion={"MmioHeld"}, unoptimized=True)
