@@ -86,7 +86,7 @@ module nelssa_axi_host
     READ    // issuing line reads and returning beats
   } state_e;
 
-  state_e           state_q;
+  state_e           state_q, state_d;
   logic [IdW-1:0]   id_q;
   logic [AddrW-1:0] addr_q;     // address of the next beat to issue
   logic [2:0]       size_q;
@@ -117,6 +117,17 @@ module nelssa_axi_host
     return fixed ? a : a + (AddrW'(1) << size);
   endfunction
 
+  always_comb begin
+    state_d = state_q;
+    unique case (state_q)
+      IDLE:    if (take_aw || take_ar) state_d = take_aw ? WRITE : READ;
+      WRITE:   if (w_fire && issued_q + 9'd1 == beats_q) state_d = WRESP;
+      WRESP:   if (s_bvalid_o && s_bready_i) state_d = IDLE;
+      READ:    if (r_fire && done_q + 9'd1 == beats_q) state_d = IDLE;
+      default: state_d = IDLE;
+    endcase
+  end
+
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q <= IDLE;
@@ -132,6 +143,7 @@ module nelssa_axi_host
       slot_valid_q <= '0;
       slot_err_q <= '0;
     end else begin
+      state_q <= state_d;
       unique case (state_q)
         IDLE: begin
           if (take_aw || take_ar) begin
@@ -145,18 +157,13 @@ module nelssa_axi_host
             issued_q <= '0;
             done_q <= '0;
             err_q <= 1'b0;
-            state_q <= take_aw ? WRITE : READ;
           end
         end
         WRITE: begin
           if (w_fire) begin
             addr_q <= next_addr(addr_q, size_q, fixed_q);
             issued_q <= issued_q + 9'd1;
-            if (issued_q + 9'd1 == beats_q) state_q <= WRESP;
           end
-        end
-        WRESP: begin
-          if (s_bvalid_o && s_bready_i) state_q <= IDLE;
         end
         READ: begin
           if (req_fire) begin
@@ -165,12 +172,9 @@ module nelssa_axi_host
           end else if (bad_q && r_fire) begin
             issued_q <= issued_q + 9'd1;
           end
-          if (r_fire) begin
-            done_q <= done_q + 9'd1;
-            if (done_q + 9'd1 == beats_q) state_q <= IDLE;
-          end
+          if (r_fire) done_q <= done_q + 9'd1;
         end
-        default: state_q <= IDLE;
+        default: ;
       endcase
       // write completions (only this burst's lines are in flight)
       if (ndr_fire && state_q != READ) begin

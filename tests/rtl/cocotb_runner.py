@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -15,9 +16,11 @@ from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG, unit_sources
 from nelssa.hw.sim.verilator import (
     ASSERT_ARGS,
     build_lock,
+    build_root,
     cached_build_dir,
     fst_available,
     setup_environment,
+    source_hash,
 )
 
 TESTS_RTL = Path(__file__).resolve().parent
@@ -45,6 +48,27 @@ def _make_flags(flags: str) -> Iterator[None]:
             os.environ.pop("MAKEFLAGS", None)
         else:
             os.environ["MAKEFLAGS"] = old
+
+
+RUNTIME_OBJECTS = ("verilated", "verilated_dpi", "verilated_threads", "verilated_vpi")
+"""Verilator's run-time library, compiled into every model alike (three quarters of a small
+unit's build): compiled once per optimization level, shared by the builds"""
+
+
+def _share_runtime(runtime: Path, build_dir: Path, into_build: bool) -> None:
+    """Copy the run-time objects (and make's .d files) from the shared folder into a new
+    build folder, or, after a build, from it into the shared folder if that lacks them. make
+    sees the copies as up to date (their mtimes are kept, later than the wheel's sources)."""
+    runtime.mkdir(parents=True, exist_ok=True)
+    files = [f"{n}{ext}" for n in RUNTIME_OBJECTS for ext in (".o", ".d")]
+    with build_lock(runtime):
+        src, dst = (runtime, build_dir) if into_build else (build_dir, runtime)
+        if not all((src / f).exists() for f in files) or all((dst / f).exists() for f in files):
+            return
+        for f in files:
+            tmp = dst / f"{f}.tmp"
+            shutil.copy2(src / f, tmp)
+            tmp.replace(dst / f)
 
 
 def wave_args() -> list[str]:
@@ -93,7 +117,14 @@ def run_cocotb(
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
     # one build folder holds the model and the run's results: one process at a time
+    # the run-time objects depend on these options only (VM_TRACE, VM_COVERAGE, VM_TIMING,
+    # CFLAGS; the optimization level is in the folder's name)
+    shared = not waves and not any(a in build_args for a in ("--trace", "--trace-fst",
+                                                             "--coverage", "--timing", "-CFLAGS"))
+    runtime = build_root() / f"cocotb-runtime-{source_hash([], None, [make_flags])}"
     with build_lock(build_dir), _make_flags(make_flags):
+        if shared:
+            _share_runtime(runtime, build_dir, into_build=True)
         runner.build(
             sources=srcs,
             hdl_toplevel=top,
@@ -102,6 +133,8 @@ def run_cocotb(
             build_args=build_args,
             waves=waves,
         )
+        if shared:
+            _share_runtime(runtime, build_dir, into_build=False)
         if expect_assertion is not None:
             log_file = build_dir / f"{test_filter or test_module}.log"
             with contextlib.suppress(RuntimeError, SystemExit):  # a failed run: read its log
