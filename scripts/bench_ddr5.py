@@ -3,17 +3,23 @@ the analytical estimate, with Ramulator 2's figures beside them, the device-leve
 cluster-read goal, and trace replay.
 
     .venv/bin/python scripts/bench_ddr5.py [--requests N] [--rtl] [--trace FILE [--device]]
+    .venv/bin/python scripts/bench_ddr5.py --ramulator-page [--requests N]
 
 With --rtl every pattern also runs on the Verilated controllers (with their timing checkers) and
 the table shows the RTL figure and how far the model's cycle count is from it; the device part
 then also measures the 8-sub-channel RTL's simulation speed on one thread and on one per core.
+With --ramulator-page it runs only the patterns Ramulator 2 was measured on, on the cycle model
+with Ramulator's own map (mop4clxor) and with the cacheline map the earlier comparison used, and
+writes docs/results/ddr5_ramulator.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +35,61 @@ from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2
 RAMULATOR = {"sequential": 91.1, "random 64 B": {"ddr5-6400an": 45.7, "ddr5-6400": 89.8},
              "random 4 KB": 89.0, "random 8 KB": 89.8}
 RAMULATOR_LATENCY_NS = {"row hit": 17.2, "closed bank": 31.6, "row conflict": 45.6}
+RAMULATOR_PAGE = Path(__file__).resolve().parent.parent / "docs" / "results" / "ddr5_ramulator.md"
+
+
+def ramulator_page(args: argparse.Namespace) -> None:
+    """Our cycle model on Ramulator 2's map and on the cacheline map, beside Ramulator's figures;
+    writes RAMULATOR_PAGE."""
+    maps = ("mop4clxor", "cacheline")
+    rows = []
+    for key in ("ddr5-6400an", "ddr5-6400"):
+        timing = PRESETS[key]
+        geo = DeviceGeometry(timing, subchannels=1)
+        for name, ref in RAMULATOR.items():
+            ref = ref.get(key) if isinstance(ref, dict) else (ref if key == "ddr5-6400an"
+                                                              else None)
+            if ref is None:
+                continue
+            pattern = benchmark_patterns(args.requests, geo, np.random.default_rng(0))[name]
+            ours = {m: run_device(pattern, None, geo, m).bandwidth_fraction(timing, 1) * 100
+                    for m in maps}
+            est = estimate_device(pattern, None, geo, "mop4clxor").bandwidth_fraction(timing, 1)
+            rows.append((name, timing.name, ref, ours["mop4clxor"], ours["cacheline"], est * 100))
+            print(f"{timing.name:28} {name:12} Ramulator {ref:5.1f}  ours mop4clxor "
+                  f"{ours['mop4clxor']:5.1f}  cacheline {ours['cacheline']:5.1f}  estimate "
+                  f"(mop4clxor) {est * 100:5.1f}")
+    lat = unloaded(PRESETS["ddr5-6400an"])
+    command = "python scripts/bench_ddr5.py " + " ".join(sys.argv[1:])
+    text = "\n".join([
+        "# DDR5: our cycle model against Ramulator 2, on the same address map",
+        "",
+        f"Written by `{command}`.",
+        "",
+        "One sub-channel, FR-FCFS, open page, refresh on, "
+        f"{args.requests} reads per pattern (% of 25.6 GB/s).",
+        "The Ramulator 2 column is the earlier measurement (Ramulator 2.1, DDR5_6400AN, MOP4CLXOR",
+        "map, 1M reads; random lines also with nRRD_S=8, nFAW=32), carried in",
+        "`scripts/bench_ddr5.py`: Ramulator 2 was not rerun, since it cannot be built on this",
+        "machine (its source and the libraries its build fetches are out of reach). Our side",
+        "used the cacheline map before, so the two ran on different maps; it now also runs on",
+        "`mop4clxor` (`hw/model/ddr5_addr.py`, Ramulator's MOP4CLXOR bit for bit, tested on",
+        "literal addresses in `tests/test_ddr5_addr.py`), which makes the comparison like for",
+        "like. `moved` is mop4clxor minus cacheline, in points.",
+        "",
+        "| pattern | preset | Ramulator 2 (MOP4CLXOR, earlier) | ours, mop4clxor | ours, "
+        "cacheline (before) | moved | ours minus Ramulator | estimate, mop4clxor |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *(f"| {n} | {p} | {r:.1f} % | {m:.1f} % | {c:.1f} % | {m - c:+.1f} | {m - r:+.1f} | "
+          f"{e:.1f} % |" for n, p, r, m, c, e in rows),
+        "",
+        "Unloaded read latency (DDR5_6400AN; independent of the map): "
+        + ", ".join(f"{k} {v:.2f} ns (Ramulator 2: {RAMULATOR_LATENCY_NS[k]} ns)"
+                    for k, v in lat.items()) + ".",
+        "",
+    ])
+    RAMULATOR_PAGE.write_text(text)
+    print(f"wrote {RAMULATOR_PAGE}")
 
 
 def unloaded(timing) -> dict[str, float]:
@@ -78,13 +139,20 @@ def main() -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), action="append")
     parser.add_argument("--trace", help="replay a Ramulator 2 LoadStoreTrace file instead")
     parser.add_argument("--device", action="store_true", help="replay on all 8 sub-channels")
-    parser.add_argument("--map", default="cacheline", help="address map (cacheline, row, mop4)")
+    parser.add_argument("--map", default="cacheline",
+                        help="address map (cacheline, row, mop4, mop4clxor)")
+    parser.add_argument("--ramulator-page", action="store_true",
+                        help="compare with Ramulator 2 on its map and write "
+                             "docs/results/ddr5_ramulator.md")
     parser.add_argument("--rtl", action="store_true", help="also run the RTL controllers")
     parser.add_argument("--speed-lines", type=int, default=400_000,
                         help="lines of the RTL simulation-speed run (8 KB cluster reads)")
     parser.add_argument("--repeat", type=int, default=5, help="runs of the RTL speed run")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
+    if args.ramulator_page:
+        ramulator_page(args)
+        return
 
     if args.trace:
         timing = PRESETS[(args.preset or ["ddr5-6400an"])[0]]
