@@ -273,3 +273,12 @@ async def clock_and_reset(dut, zero: Iterable[str] = (), cycles: int = 2) -> Non
 async def wait_cycles(dut, n: int) -> None:
     for _ in range(n):
         await RisingEdge(dut.clk_i)
+
+
+async def pulse(dut, name: str, value: int = 1, settle: int = 3) -> None:
+    """Drive input ``name`` to ``value`` for one cycle, then 0, and let ``settle`` cycles pass
+    (a rule breaker's single stray answer)."""
+    getattr(dut, name).value = value
+    await wait_cycles(dut, 1)
+    getattr(dut, name).value = 0
+    await wait_cycles(dut, settle)

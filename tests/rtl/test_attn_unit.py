@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import cocotb
 import pytest
-from buses import clock_and_reset, wait_cycles
+from buses import clock_and_reset, pulse, wait_cycles
 
 from nelssa.hw.sim.rtl_sources import ENGINE, FP_GATED_ARGS, RTL_ROOT
 
@@ -33,20 +33,14 @@ async def breaks_start_while_busy(dut):
 async def breaks_completion_unasked(dut):
     """The memory completes a write the unit never made."""
     await clock_and_reset(dut, INPUTS)
-    dut.mem_cpl_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.mem_cpl_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "mem_cpl_i")
 
 
 @cocotb.test()
 async def breaks_read_data_unasked(dut):
     """A line arrives for the unit's reader with no read in flight."""
     await clock_and_reset(dut, INPUTS)
-    dut.rd_valid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.rd_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "rd_valid_i")
 
 
 FIRES = [("breaks_start_while_busy", {"StartWhileBusy"}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import cocotb
 import pytest
-from buses import clock_and_reset, wait_cycles
+from buses import clock_and_reset, pulse, wait_cycles
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from nelssa.hw.sim.rtl_sources import RTL_ROOT
@@ -42,20 +42,14 @@ async def breaks_w_withdrawn(dut):
 async def breaks_read_data_unasked(dut):
     """The CXL.mem slave returns a line while no read burst runs."""
     await clock_and_reset(dut, INPUTS)
-    dut.drs_valid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.drs_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "drs_valid_i")
 
 
 @cocotb.test()
 async def breaks_completion_unasked(dut):
     """The CXL.mem slave completes a write while no write burst runs."""
     await clock_and_reset(dut, INPUTS)
-    dut.ndr_valid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.ndr_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "ndr_valid_i")
 
 
 FIRES = [("breaks_w_withdrawn", {"WHeld", "RwdHeld"}),

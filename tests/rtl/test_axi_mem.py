@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import cocotb
 import pytest
-from buses import clock_and_reset, wait_cycles
+from buses import clock_and_reset, pulse
 
 from nelssa.hw.sim.rtl_sources import FIFO, RTL_ROOT
 
@@ -22,20 +22,14 @@ async def breaks_read_response_unasked(dut):
     """An R beat for port 1, which has no read in flight."""
     await clock_and_reset(dut, INPUTS)
     dut.m_rid_i.value = 1
-    dut.m_rvalid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.m_rvalid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "m_rvalid_i")
 
 
 @cocotb.test()
 async def breaks_write_response_unasked(dut):
     """A B for port 0, which has no write in flight."""
     await clock_and_reset(dut, INPUTS)
-    dut.m_bvalid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.m_bvalid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "m_bvalid_i")
 
 
 # the port's tag FIFO underflows in the same cycle

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import cocotb
 import pytest
-from buses import clock_and_reset, wait_cycles
+from buses import clock_and_reset, pulse, wait_cycles
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from nelssa.hw.sim.rtl_sources import RTL_ROOT
@@ -36,10 +36,7 @@ async def breaks_read_address_withdrawn(dut):
 async def breaks_response_unasked(dut):
     """The register port answers a read nobody made."""
     await clock_and_reset(dut, INPUTS)
-    dut.mmio_rsp_valid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.mmio_rsp_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "mmio_rsp_valid_i")
 
 
 FIRES = [("breaks_read_address_withdrawn", {"ArHeld"}),

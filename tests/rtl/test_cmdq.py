@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import cocotb
 import pytest
-from buses import clock_and_reset, wait_cycles
+from buses import clock_and_reset, pulse, wait_cycles
 
 from nelssa.hw.sim.rtl_sources import RTL_ROOT
 
@@ -48,30 +48,21 @@ async def breaks_ring_moved_while_enabled(dut):
 async def breaks_data_not_asked_for(dut):
     """A descriptor line arrives while no read waits."""
     await rings(dut)
-    dut.rd_valid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.rd_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "rd_valid_i")
 
 
 @cocotb.test()
 async def breaks_completion_not_asked_for(dut):
     """The memory completes a write the queue never made."""
     await rings(dut)
-    dut.mem_cpl_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.mem_cpl_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "mem_cpl_i")
 
 
 @cocotb.test()
 async def breaks_unit_done_unstarted(dut):
     """A unit reports done for a descriptor it was never given."""
     await rings(dut)
-    dut.unit_done_i.value = 0b10
-    await wait_cycles(dut, 1)
-    dut.unit_done_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "unit_done_i", 0b10)
 
 
 FIRES = [("breaks_ring_outside_region", {"RingsInRegion"}),

@@ -21,6 +21,7 @@ from buses import (
     clock_and_reset,
     layout_of,
     never,
+    pulse,
     random_pauses,
     wait_cycles,
 )
@@ -331,20 +332,14 @@ async def breaks_rwd_payload_changed(dut):
 async def breaks_read_data_unasked(dut):
     """The memory returns a line no read asked for."""
     await bare(dut)
-    dut.mem_rd_valid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.mem_rd_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "mem_rd_valid_i")
 
 
 @cocotb.test()
 async def breaks_write_completion_unasked(dut):
     """The memory completes a write nobody made."""
     await bare(dut)
-    dut.mem_cpl_valid_i.value = 1
-    await wait_cycles(dut, 1)
-    dut.mem_cpl_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "mem_cpl_valid_i")
 
 
 @cocotb.test()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import cocotb
 import pytest
-from buses import clock_and_reset, wait_cycles
+from buses import clock_and_reset, pulse
 
 from nelssa.hw.sim.rtl_sources import RTL_ROOT
 
@@ -23,10 +23,7 @@ INPUTS = ("req_valid_i", "req_addr_i", "req_write_i", "req_tag_i", "req_wdata_i"
 async def breaks_id_returned_unhanded(dut):
     """Sub-channel 3 returns read data (and so its ID) while every ID is free."""
     await clock_and_reset(dut, INPUTS)
-    dut.sub_rdata_valid_i.value = 1 << 3
-    await wait_cycles(dut, 1)
-    dut.sub_rdata_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "sub_rdata_valid_i", 1 << 3)
 
 
 @pytest.mark.rtl

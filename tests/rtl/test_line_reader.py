@@ -7,7 +7,7 @@ import random
 
 import cocotb
 import pytest
-from buses import clock_and_reset, wait_cycles
+from buses import clock_and_reset, pulse, wait_cycles
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from nelssa.hw.sim.rtl_sources import RTL_ROOT
@@ -73,10 +73,7 @@ async def breaks_addr_withdrawn(dut):
 async def breaks_data_not_asked_for(dut):
     """A line comes back on lane 1 with no read in flight."""
     await clock_and_reset(dut, INPUTS)
-    dut.rd_valid_i.value = 0b10
-    await wait_cycles(dut, 1)
-    dut.rd_valid_i.value = 0
-    await wait_cycles(dut, 3)
+    await pulse(dut, "rd_valid_i", 0b10)
 
 
 @cocotb.test()
