@@ -74,7 +74,7 @@ def blocks() -> list[Block]:
         Block("register BAR (AXI4-Lite)", "nelssa_axil_regs",
               [DEV_PKG, TOP / "nelssa_axil_regs.sv"]),
         Block("memory BAR and DMA (AXI4 slave)", "nelssa_axi_host",
-              [TOP / "nelssa_axi_host.sv"]),
+              [DEV_PKG, TOP / "nelssa_axi_host.sv"]),
         Block("memory channels (AXI4 masters)", "nelssa_axi_mem",
               [FIFO, TOP / "nelssa_axi_mem.sv"],
               {"NumPorts": UNITS + 2, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W}),
