@@ -95,8 +95,8 @@ class HybridDecoder(NodeKv):
         """``router``: how requests are placed (default: by ``config.t_input``)."""
         clock_hz = SIM_CLOCK_HZ
         if client is not None:  # the devices' facts, from their registers (CAPS) via the node
-            try:
-                status = client.status()
+            try:  # over a connection of its own: emulated times do not depend on it
+                status = client.probe_status()
             except (LinkTimeoutError, RemoteError) as e:  # requests state their fallback later
                 log.warning("PNM node status unavailable (%s): device limits not checked", e)
             else:

@@ -224,6 +224,14 @@ class NodeClient:
                           rep.clock_khz * 1000.0, rep.bad_frames, rep.duplicates, rep.busy,
                           rep.queued, devices)
 
+    def probe_status(self) -> NodeStatus:
+        """``status`` over a connection of its own, so that this connection's link (its
+        queueing, its emulated clock) does not see the request: for a caller whose emulated
+        times must not depend on how it looked at the node."""
+        with NodeClient(self.link.endpoint, self.link.spec.name, self.link.timeout_s,
+                        curve=self._curve) as probe:
+            return probe.status()
+
     def shutdown(self, token: bytes | None = None) -> None:
         """Stop the node (it stops the device processes it started), as its operator: with
         the node's admin token, by default the one the node wrote for this endpoint
