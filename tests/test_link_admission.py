@@ -228,6 +228,29 @@ def test_a_copy_of_a_waiting_request_gets_its_reply_too(tmp_path) -> None:
     assert s.server.counters()["replays"] == 1
 
 
+def test_a_copy_below_the_clients_floor_is_dropped_even_while_it_waits(tmp_path) -> None:
+    """A copy of a queued frame that arrives after a later frame acknowledged it (its ``ref``
+    past it) is stale: it draws no answer, as it would not had the original already run.
+    Found by the 100,000-frame campaign (3 extra replies)."""
+    handler = Slow()
+    s = Served(f"ipc://{tmp_path}/floor", handler, LinkLimits(max_queued=8))
+    sock = _raw(s.server.endpoint)
+    try:
+        first = encode_frame(Frame(FrameKind.REQUEST, 1, 1, 1, 0, b"\x01"))
+        sock.send_multipart(encode_frame(Frame(FrameKind.REQUEST, 1, 0, 0, 0, b"")))  # refused
+        sock.send_multipart(first)
+        sock.send_multipart(encode_frame(Frame(FrameKind.REQUEST, 1, 2, 2, 0, b"\x02")))
+        sock.send_multipart(first)  # below the floor of 2 the frame before it set
+        got = _take(sock, 3)
+        extra = _take(sock, 1, 0.5)
+    finally:
+        sock.close()
+        s.close()
+    assert sorted((f.kind, f.ref) for f in got) == [(FrameKind.REPLY, 1), (FrameKind.REPLY, 2),
+                                                     (FrameKind.ERROR, 0)]
+    assert extra == []
+
+
 def test_stopping_answers_what_was_queued(tmp_path) -> None:
     handler = Slow()
     s = Served(f"ipc://{tmp_path}/stop", handler, LinkLimits(max_queued=16, linger_s=0.5))

@@ -363,16 +363,17 @@ class LinkServer:
     def _duplicate(self, peer_id: bytes, peer: _Peer, frame: Frame) -> None:
         self.duplicates += 1
         held = peer.replies.get(frame.seq)
-        if frame.seq in peer.queued:  # a copy of one waiting to run: answered with it
+        if frame.seq < peer.floor:
+            pass  # a stale copy of something the client already has (or gave up on)
+        elif frame.seq in peer.queued:  # a copy of one waiting to run: answered with it
             peer.queued[frame.seq] += 1
         elif held is not None:
             self.replays += 1
             self._send(peer_id, held)
-        elif frame.seq >= peer.floor:
+        else:
             self._refuse(peer_id, LinkErrorCode.REPLY_LOST,
                          f"frame {frame.seq} ran once; its reply is no longer held, and it is "
                          "not run again", frame.seq, bad=False)
-        # below the floor: a stale copy of something the client already has
 
     def _hold_early(self, peer: _Peer, frame: Frame) -> None:
         if frame.seq in peer.early:
