@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
     load1 = os.getloadavg()
-    summary = re.findall(r"^=+ (.*(?:passed|failed).*) in ([\d.]+)s", text, re.M)
+    summary = re.findall(r"^(?:=+ )?(\d+ (?:passed|failed).*?) in ([\d.]+)s", text, re.M)
     slow = re.findall(r"^([\d.]+)s (call|setup|teardown) +(\S+)", text, re.M)
     result, pytest_s = (summary[-1][0], float(summary[-1][1])) if summary else ("no summary", 0)
     lines = [
