@@ -137,7 +137,7 @@ class Run:
         return cls(d["command"], d["code"], d["date"], results, d.get("note"))
 
 
-def report(runs: list[Run]) -> str:
+def report(runs: list[Run], note: str | None = None) -> str:
     several = len(runs) > 1
     lines = ["# Fuzz campaigns", "",
              "Property-based fuzzers (hypothesis) of every interface that takes input from "
@@ -149,7 +149,7 @@ def report(runs: list[Run]) -> str:
                   f"Code: {run.code}, {run.date}", "", *([run.note, ""] if run.note else [])]
     if several:
         lines += [f"Page: `python scripts/fuzz.py --page <the runs' --json files>` "
-                  f"({time.strftime('%Y-%m-%d')})", ""]
+                  f"({time.strftime('%Y-%m-%d')})", "", *([note, ""] if note else [])]
     results = [(t, w) for run in runs for t, w in run.results]
     rows = [[*_row(t, w), str(i)] for i, run in enumerate(runs, 1) for t, w in run.results]
     if not several:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                          "running nothing")
     args = ap.parse_args(argv)
     if args.page:
-        return _page(ap, args.page, args.out)
+        return _page(ap, args.page, args.out, args.note)
     counts: dict[str, int | None] = {}
     for spec in args.target or ["all"]:
         t, _, n = spec.partition(":")
@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give --count (or a count per target), --budget or both")
     if any(c is not None and c < 1 for c in counts.values()):
         ap.error("--target: a count after ':' must be >= 1")
+    code = _commit()  # what the campaign loads: the code at its start, not at its end
     command = "python scripts/fuzz.py " + " ".join(shlex.quote(a) for a in
                                                    (argv if argv is not None else sys.argv[1:]))
     results = []
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         tally, wall = campaign(name, count, args.budget, args.seed)
         results.append((tally, wall))
         print(" | ".join(_row(tally, wall)), flush=True)
-    run = Run(command, _commit(), time.strftime("%Y-%m-%d"), results, args.note)
+    run = Run(command, code, time.strftime("%Y-%m-%d"), results, args.note)
     if args.json:
         Path(args.json).write_text(json.dumps(run.to_json()))
     if args.out != "-":
@@ -222,14 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(t.clean for t, _ in results) else 1
 
 
-def _page(ap: argparse.ArgumentParser, files: list[str], out: str) -> int:
+def _page(ap: argparse.ArgumentParser, files: list[str], out: str,
+          note: str | None = None) -> int:
     runs = []
     for f in files:
         try:
             runs.append(Run.from_json(json.loads(Path(f).read_text())))
         except (OSError, ValueError, KeyError, TypeError) as e:
             ap.error(f"--page {f}: not the --json of a campaign ({type(e).__name__}: {e})")
-    text = report(runs)
+    text = report(runs, note)
     if out == "-":
         print(text)
     else:
