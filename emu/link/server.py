@@ -149,7 +149,6 @@ class LinkServer:
         self._held_bytes = self._early_bytes = 0
         self._queue: deque[tuple[bytes, _Peer, Frame, bytes | None]] = deque()
         self._queued_by: dict[bytes, int] = {}  # admission group -> its requests in the queue
-        self._queued_work = 0  # requests in the queue that count against max_queued
         active = faults is not None and faults.active
         self.faults_in = FaultInjector(faults, 0) if active and faults else None
         self.faults_out = FaultInjector(faults, 1) if active and faults else None
@@ -408,7 +407,6 @@ class LinkServer:
         peer.queued[frame.seq] = 0
         if group is not None:  # the always admitted are cheap: they take no one's share
             self._queued_by[group] = self._queued_by.get(group, 0) + 1
-            self._queued_work += 1
         self._queue.append((peer_id, peer, frame, group))
 
     def _refusal(self, peer: _Peer, group: bytes, frame: Frame) -> str | None:
@@ -418,7 +416,7 @@ class LinkServer:
                         f"{peer.refused_at} refused; it is refused too, so that nothing runs "
                         "out of order (send both again)")
             peer.refused_at = None
-        total, mine = self._queued_work, self._queued_by.get(group, 0)
+        total, mine = sum(self._queued_by.values()), self._queued_by.get(group, 0)
         if total < self.limits.max_queued:
             return None
         share = max(1, self.limits.max_queued // (len(self._queued_by) + (mine == 0)))
@@ -432,7 +430,6 @@ class LinkServer:
     def _dequeued(self, peer: _Peer, frame: Frame, group: bytes | None) -> None:
         if group is None:
             return
-        self._queued_work -= 1
         left = self._queued_by[group] - 1
         if left:
             self._queued_by[group] = left
