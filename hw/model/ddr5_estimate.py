@@ -17,7 +17,12 @@ then bounds the busy time from below:
 * per bank: its visits one after another, each ACT, tRCD, its column commands (tCCD_L or
   tCCD_L_WR apart), tRTP (or the write recovery) and PRE, and at least tRC;
 * arrival: the front end delivers ``lines_per_cycle`` lines per cycle to the whole device, so
-  the sub-channel cannot finish its k-th request's share of the work before that request came.
+  the sub-channel cannot finish its k-th request's share of the work before that request came;
+* the queue (``_queue_path``): the controller sees only QUEUE_DEPTH requests, so the work of
+  each window of that many requests on each resource (bus, ACT rate, bank group, bank) waits
+  for the windows before it to enter and issue: a bank group that holds the whole queue, or a
+  bank whose rows interleaved streams fight over, stalls the bus, which the whole-stream
+  bounds above cannot see.
 
 The largest bound is what an ideal controller reaches; the real one loses a little more to row
 switches it cannot hide and to write drains. That loss, on the data bus, is the calibrated
@@ -87,6 +92,8 @@ class SubchannelCounts:
     at least a burst a write and tCCD_L_WR apart in its busiest bank group."""
     arrivals: npt.NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
     """Cycle each of the sub-channel's requests leaves the front end (stream order)."""
+    queue_tck: float = 0.0
+    """Last column command of the queue's critical path (:func:`_queue_path`), in tCK."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +195,10 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
     nwr = np.bincount(sc, weights=wr, minlength=geometry.subchannels)
     flips = (sc[1:] == sc[:-1]) & (wr[1:] != wr[:-1])
     switches = np.bincount(sc[1:][flips], minlength=geometry.subchannels)
+    new_req = np.zeros(n, bool)  # the request that opens its visit's row (an ACT)
+    new_req[by_group[g_start]] = new_visit
+    queue = _queue_path(t, sc, bank, wr, pos, arrival, new_req, g_bank, g_first,
+                        g_writes > 0, g_hits, new_visit, geometry.subchannels)
     out: list[SubchannelCounts | None] = []
     for s in range(geometry.subchannels):
         if reqs[s] == 0:
@@ -198,8 +209,103 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
             int(reqs[s]), int(nwr[s]), int(bank_acts[s].sum()), int(per_group[s].max()),
             int(bank_acts[s].max()), int(arr[-1]), int(switches[s]),
             float(group_tck[s].max()), int(group_acts[s].max()), float(bank_tck[s].max()),
-            int(write_acts[s]), float(write_tck[s]), arr))
+            int(write_acts[s]), float(write_tck[s]), arr, float(queue[s])))
     return out
+
+
+QUEUE_DEPTH = ControllerConfig().read_queue
+"""Requests the controller holds (its read queue): the window of the queue's critical path."""
+
+
+def _queue_path(t: DDR5Timing, sc: np.ndarray, bank: np.ndarray, wr: np.ndarray,
+                pos: np.ndarray, arrival: np.ndarray, new_req: np.ndarray,
+                v_bank: np.ndarray, v_first: np.ndarray, v_writes: np.ndarray,
+                v_hits: np.ndarray, v_new: np.ndarray, subs: int) -> np.ndarray:
+    """Per sub-channel, the tCK its work ends when the queue holds only QUEUE_DEPTH requests:
+    the stream is cut into windows of that many requests; the requests of a window enter the
+    queue while the window before issues, so a window's work on each resource (the data bus,
+    the ACT rate, each bank group's column commands tCCD_L or tCCD_L_WR apart, each bank's
+    row visits one after another) starts no sooner than the window before began issuing and
+    that resource finished the window before's work. A window begins issuing when the first
+    of its bank groups may (tRCD after an ACT). This sees what a shallow queue cannot hide:
+    a bank group that holds the whole queue, bank conflicts among interleaved streams."""
+    n = sc.size
+    if not n:
+        return np.zeros(subs)
+    groups, banks = t.bank_groups, t.banks
+    res = 2 + groups + banks  # bus, ACT rate, bank groups, banks
+    w_of = pos // QUEUE_DEPTH
+    nw = int(w_of.max()) + 1
+    cell = (sc * nw + w_of) * res
+    size = subs * nw * res
+    col = np.where(wr, t.nCCD_L_WR, t.nCCD_L)
+    work = np.bincount(cell, minlength=size) * float(t.burst_cycles)
+    work += np.bincount(cell + 1, weights=new_req * max(t.nRRD_S, t.nFAW / 4), minlength=size)
+    g_cell = cell + 2 + bank // t.banks_per_group
+    work += np.bincount(g_cell, weights=col, minlength=size)
+    opens = np.bincount(g_cell, weights=new_req, minlength=size) > 0
+    # a visit holds its bank from ACT to the next ACT: tRCD, its column commands, tRTP or the
+    # write recovery, and tRP (the next row is opened on demand, open page), at least tRC
+    v_sc = v_bank // banks
+    v_gap = np.where(v_writes, t.nCCD_L_WR, t.nCCD_L) * (v_hits - 1) + t.nRCD + t.nRP + \
+        np.where(v_writes, t.write_to_precharge, t.nRTP)
+    v_cell = (v_sc * nw + v_first // QUEUE_DEPTH) * res + 2 + groups + v_bank % banks
+    work += np.bincount(v_cell, weights=np.maximum(v_gap, t.nRC) * v_new, minlength=size)
+    work = work.reshape(subs, nw, res)
+    lat = np.where(opens, float(t.nRCD), 0.0).reshape(subs, nw, res)
+    # entry, a request a cycle as the front end delivers them
+    sub_start = np.searchsorted(sc, np.arange(subs + 1))
+    entry = arrival * float(TCK_PER_CYCLE) + TCK_PER_CYCLE - pos * float(TCK_PER_CYCLE)
+    entry = np.maximum.accumulate(entry + sc * _SEGMENT) - sc * _SEGMENT + \
+        pos * float(TCK_PER_CYCLE)
+    first = np.minimum(sub_start[:-1, None] + np.arange(nw)[None, :] * QUEUE_DEPTH, n - 1)
+    last = np.minimum(first + QUEUE_DEPTH, sub_start[1:, None]) - 1
+    used_w = first < sub_start[1:, None]
+    e_first, e_last = entry[first], entry[np.maximum(last, 0)]
+    unit = np.zeros(res)
+    unit[0] = t.burst_cycles
+    unit[2:2 + groups] = t.nCCD_L
+    unit[2 + groups:] = t.nRC
+    # requests per bank and window: a bank's visits finish one after another
+    reqs_bank = np.bincount(v_cell, weights=v_hits * v_new, minlength=size)
+    reqs_bank = reqs_bank.reshape(subs, nw, res)[:, :, 2 + groups:]
+    # the wait of a visit's requests behind the visits before it in its bank and window
+    v_win = v_first // QUEUE_DEPTH
+    gap = np.maximum(v_gap, t.nRC) * v_new
+    order = np.lexsort((v_first, v_bank, v_win))
+    key = (v_win * (subs * banks) + v_bank)[order]
+    seg = np.ones(order.size, bool)
+    seg[1:] = key[1:] != key[:-1]
+    cs = np.cumsum(gap[order]) - gap[order]
+    before = cs - cs[np.maximum.accumulate(np.where(seg, np.arange(order.size), 0))]
+    chain_wait = np.bincount((v_sc * nw + v_win)[order], weights=before * (v_hits * v_new)[order],
+                             minlength=subs * nw).reshape(subs, nw)
+    busy = np.full((subs, res), -_SEGMENT)
+    counted = np.full((2, subs), -_SEGMENT)  # windows w-2, w-1 issued (all but stragglers)
+    end = np.zeros(subs)
+    for w in range(nw):
+        wk = work[:, w]
+        used = (wk > 0) & used_w[:, w, None]
+        # the first request enters once the window two before has issued, the last once the
+        # window before has
+        enter_first = np.maximum(e_first[:, w], counted[0] + t.burst_cycles)
+        enter_last = np.maximum(e_last[:, w], counted[1])
+        start = np.maximum(busy, enter_first[:, None] + lat[:, w])  # ACTs hide behind work
+        done = np.maximum(start + wk, enter_last[:, None] + lat[:, w] + unit)
+        busy = np.where(used, done, busy)
+        # when the window's requests have issued, stragglers aside: the bus and the bank
+        # groups done, and twice the mean time a request of a bank's chain waits
+        nb = reqs_bank[:, w]
+        bank_mean = ((nb * start[:, 2 + groups:]).sum(axis=1) + chain_wait[:, w]) / \
+            np.maximum(nb.sum(axis=1), 1)
+        count_end = np.maximum(np.where(used[:, :2 + groups], done[:, :2 + groups], 0).max(axis=1),
+                               2 * bank_mean - enter_first)
+        counted = np.stack([counted[1], np.where(used_w[:, w], count_end, counted[1])])
+        end = np.maximum(end, np.where(used, done, 0).max(axis=1))
+    return end - t.burst_cycles  # the last column command
+
+
+_SEGMENT = float(2**36)  # > any time in tCK: keeps a segmented running maximum in its segment
 
 
 def _write_tck(geometry: DeviceGeometry, sc: np.ndarray, bank: np.ndarray) -> np.ndarray:
@@ -287,6 +393,7 @@ def busy_tck(c: SubchannelCounts, t: DDR5Timing, coefficients: npt.ArrayLike) ->
     busy = max(bank_side_tck(c, t), activation_tck(c, t),
                # the bound is an ideal controller's: a real one is never faster
                data_bus_tck(c, t) * max(1.0, 1.0 + float(np.dot(features(c, t), coefficients))))
+    busy = max(busy, c.queue_tck - t.nRCD)  # the tail adds tRCD, tCL and the burst
     if c.arrivals is not None:
         per = busy / c.requests
         late = c.arrivals * float(TCK_PER_CYCLE) - np.arange(c.requests) * per
