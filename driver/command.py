@@ -29,6 +29,7 @@ from nelssa.driver.formats import (
     out_bytes,
 )
 from nelssa.driver.memory import KvRegion, MemoryApi
+from nelssa.driver.split import Part, split_batch
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,17 @@ class CommandQueue:
             self._staged[desc_id] = _Staged(h, hd, [q_addr, ids_addr, out_addr], out_addr)
         self._ring(descs)
         return [DESCRIPTOR.parse(d).desc_id for d in descs]
+
+    def split(self, requests: Sequence[AttnRequest], units: int | None = None) -> list[Part]:
+        """``requests`` cut over the device's attention units (driver/split.py), or over
+        ``units`` of them; submit the parts' ``attn`` and merge each request's outputs by LSE."""
+        have = self.dev.caps["engines"]
+        if units is None:
+            units = have
+        elif not 1 <= units <= have:
+            raise ValueError(f"units {units}: the device has {have} attention units (CAPS "
+                             "engines), so a batch splits over 1.." + str(have))
+        return split_batch(requests, units)
 
     def submit_raw(self, descriptors: Sequence[bytes]) -> None:
         """Put descriptors on the ring as they are (no checks, no staging): for tests."""

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ENDPOINT = "ipc:///tmp/nelssa-node"
 NODE_OPTIONS = ("device_timeout_s", "max_queued", "max_sessions", "max_sessions_per_client",
                 "max_client_bytes", "max_clients", "max_queue_pairs", "max_request_heads",
-                "max_write_kv_bytes")
+                "max_write_kv_bytes", "split_over_units")
 """NodeConfig fields `node up` takes as options (config_args: name, default, help)."""
 LINKS = sorted(GPU_PNM_LINKS)
 

@@ -54,6 +54,12 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type,
     docs = field_docs(cls)
     for name in names:
         f = fields[name]
+        if str(f.type) == "bool":
+            parser.add_argument(option_name(name), dest=name, default=f.default,
+                                action=argparse.BooleanOptionalAction,
+                                help=f"{docs.get(name, '')} [default: {f.default}]"
+                                .replace("%", "%%"))
+            continue
         spec = f.metadata.get("num")
         kind = number(spec) if spec is not None else _TYPES.get(str(f.type))
         if kind is None or f.default is dataclasses.MISSING:

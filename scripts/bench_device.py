@@ -3,7 +3,7 @@
 backends: attention cycles, effective DDR5 bandwidth, the model's estimate against the RTL,
 bit-identical outputs, and simulation wall time per descriptor.
 
-    .venv/bin/python scripts/bench_device.py [--context 131072] [--selection 0.04]
+    .venv/bin/python scripts/bench_device.py [--batches 1 2 4] [--compare-split] [--write]
 
 Only the selected clusters' K and V are written (the others are never read; their directory
 entries still point at where they would be), so set-up costs what the descriptors read.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -21,11 +22,13 @@ from nelssa.driver.device import Device
 from nelssa.driver.formats import CLUSTER_ENTRY, cluster_bytes
 from nelssa.driver.memory import MemoryApi
 from nelssa.emu.latency.model import Sparsity
+from nelssa.host.pnm_node.aggregate import merge_partials
 from nelssa.hw.model import fp
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import SIM_CLOCK_HZ
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "results" / "device_bench.md"
 CLOCK_HZ = SIM_CLOCK_HZ
 _GEOMETRY = DeviceGeometry(PRESETS["ddr5-6400"])
 PEAK_BYTES_PER_S = _GEOMETRY.subchannels * _GEOMETRY.timing.peak_bytes_per_s
@@ -61,55 +64,123 @@ def run(port, args) -> dict[str, object]:
         region.data_used = int(sum(sizes))
         requests.append(AttnRequest(region, bf16(rng, (heads, hd)), sel.tolist()))
     setup = time.perf_counter() - t0
+    parts = cq.split(requests, None if getattr(args, "split", True) else 1)
     busy0, bytes0 = dev.reg_read64("PERF_BUSY"), dev.reg_read64("PERF_BYTES_READ")
     t0 = time.perf_counter()
-    ids = cq.submit(requests)
+    ids = cq.submit([p.attn for p in parts])
     out = cq.wait(ids, timeout_cycles=100_000_000)
     wall = time.perf_counter() - t0
     cycles = dev.reg_read64("PERF_BUSY") - busy0
     nbytes = dev.reg_read64("PERF_BYTES_READ") - bytes0
     # the same descriptors again while the host writes 4 MB of new KV through CXL.mem
     busy0 = dev.reg_read64("PERF_BUSY")
-    again = cq.submit(requests)
+    again = cq.submit([p.attn for p in parts])
     dev.mem_write(mem.alloc.alloc(4 << 20), rng.integers(0, 256, 4 << 20, np.uint8).tobytes())
     cq.wait(again, timeout_cycles=100_000_000)
     shared = dev.reg_read64("PERF_BUSY") - busy0
+    merged = []
+    for r in range(len(requests)):
+        mine = [out[i] for i, p in zip(ids, parts, strict=True) if p.request == r]
+        o, lse = merge_partials([(x.o, x.lse) for x in mine])
+        merged.append(([x.status for x in mine], o.tobytes(), lse.tobytes()))
     return {"cycles": cycles, "bytes": nbytes, "wall": wall, "setup": setup, "shared": shared,
-            "selected": sum(len(r.cluster_ids) for r in requests),
-            "outputs": [(out[i].status, out[i].o.tobytes(), out[i].lse.tobytes()) for i in ids],
-            "descriptors": len(ids)}
+            "selected": sum(len(r.cluster_ids) for r in requests), "outputs": merged,
+            "descriptors": len(ids), "units": dev.caps["engines"]}
+
+
+def _line(name: str, r: dict) -> str:
+    seconds = r["cycles"] / CLOCK_HZ
+    return (f"  {name:5}: {r['cycles']:>8,} cycles ({seconds * 1e6:.1f} us at "
+            f"{CLOCK_HZ / 1e6:g} MHz), {r['descriptors']} descriptors on {r['units']} units, "
+            f"{r['bytes'] / 1e6:.2f} MB read = {r['bytes'] / seconds / 1e9:.1f} GB/s "
+            f"({r['bytes'] / seconds / PEAK_BYTES_PER_S * 100:.1f} % of "
+            f"{PEAK_BYTES_PER_S / 1e9:g} GB/s); wall {r['wall']:.2f} s "
+            f"({r['cycles'] / r['wall']:,.0f} cycles/s; set-up {r['setup']:.1f} s)")
+
+
+def _page(args, rows: list[dict]) -> str:
+    head = ("| batch | KV heads | split | descriptors | rtl cycles | rtl GB/s | % of peak | "
+            "model vs rtl | with 4 MB ingestion | outputs | rtl cycles/s |\n"
+            "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n")
+    body = ""
+    for row in rows:
+        rtl, model = row["rtl"], row["model"]
+        gbs = rtl["bytes"] / (rtl["cycles"] / CLOCK_HZ) / 1e9
+        body += (f"| {row['batch']} | {row['kv_heads']} | {'yes' if row['split'] else 'no'} | "
+                 f"{rtl['descriptors']} | {rtl['cycles']:,} | {gbs:.1f} | "
+                 f"{gbs * 1e9 / PEAK_BYTES_PER_S * 100:.1f} | "
+                 f"{(model['cycles'] - rtl['cycles']) / rtl['cycles'] * 100:+.2f} % | "
+                 f"{(rtl['shared'] - rtl['cycles']) / rtl['cycles'] * 100:+.2f} % | "
+                 f"{'bit-identical' if rtl['outputs'] == model['outputs'] else 'DIFFERENT'} | "
+                 f"{rtl['cycles'] / rtl['wall']:,.0f} |\n")
+    return (f"# PNM device benchmark: one layer of one device\n\n"
+            f"Written by `python scripts/bench_device.py --write` (context {args.context:,} "
+            f"tokens per KV head, {args.selection:.0%} selection, clusters of 8-24 tokens, "
+            f"4 query heads per KV head, head_dim 128, {args.units} attention units, DDR5-6400, "
+            f"8 sub-channels = {PEAK_BYTES_PER_S / 1e9:g} GB/s peak at "
+            f"{CLOCK_HZ / 1e6:g} MHz).\n\n"
+            "A batch of B requests puts 2B KV heads on the device. Split: each KV head's "
+            "selected clusters cut into parts that fill the units (driver/split.py), the "
+            "parts merged by log-sum-exp; without it, one descriptor per KV head. GB/s: "
+            "bytes read (PERF_BYTES_READ) over busy cycles (PERF_BUSY). With 4 MB ingestion: "
+            "the same descriptors while the host writes 4 MB of KV through CXL.mem. Outputs: "
+            "merged O and LSE of rtl and model compared bit for bit. The wall rate is the "
+            "machine's (2 cores, shared).\n\n" + head + body)
 
 
 def main() -> None:
+    from nelssa.hw.model.device import DeviceConfig
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=131072, help="tokens per KV head")
     parser.add_argument("--selection", type=float, default=Sparsity().selection)
-    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--kv-heads", type=int, default=2, help="KV heads per request")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1],
+                        help="requests per run (each its own run)")
+    parser.add_argument("--units", type=int, default=DeviceConfig.engines,
+                        help="attention units of both devices")
+    parser.add_argument("--no-split", dest="split", action="store_false",
+                        help="one descriptor per KV head")
+    parser.add_argument("--compare-split", action="store_true",
+                        help="also run batch 1 without the split")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write", action="store_true",
+                        help="write docs/results/device_bench.md")
     args = parser.parse_args()
     from nelssa.hw.model.device import ModelDevice
     from nelssa.hw.sim.device import RtlDevice
 
-    results = {"rtl": run(RtlDevice(), args), "model": run(ModelDevice(), args)}
-    print(f"one layer, {args.kv_heads} KV heads x 4 query heads, head_dim 128, context "
-          f"{args.context} tokens, {args.selection:.0%} selection "
-          f"({results['rtl']['selected']} clusters of about 16 tokens)")
-    for name, r in results.items():
-        seconds = r["cycles"] / CLOCK_HZ
-        print(f"  {name:5}: {r['cycles']:>8,} cycles ({seconds * 1e6:.1f} us at "
-              f"{CLOCK_HZ / 1e6:g} MHz), "
-              f"{r['bytes'] / 1e6:.2f} MB read = {r['bytes'] / seconds / 1e9:.1f} GB/s "
-              f"({r['bytes'] / seconds / PEAK_BYTES_PER_S * 100:.1f} % of "
-              f"{PEAK_BYTES_PER_S / 1e9:g} GB/s); wall "
-              f"{r['wall'] / r['descriptors']:.2f} s per descriptor (set-up {r['setup']:.1f} s)")
-    rtl, model = results["rtl"], results["model"]
-    print(f"  KV ingestion (4 MB through CXL.mem) during the same descriptors: RTL "
-          f"{rtl['shared']:,} cycles, {(rtl['shared'] - rtl['cycles']) / rtl['cycles'] * 100:+.2f}"
-          f" % (goal: under 5 %)")
-    print(f"  model estimate vs RTL: {(model['cycles'] - rtl['cycles']) / rtl['cycles'] * 100:+.2f}"
-          f" % (goal: within 5 %)")
-    same = rtl["outputs"] == model["outputs"]
-    print(f"  outputs (status, O, LSE) {'bit-identical' if same else 'DIFFERENT'} on rtl and model")
+    rtl_port = RtlDevice(units=args.units)  # one per process (its DRAM store is the process's)
+    runs = [(b, args.split) for b in args.batches]
+    if args.compare_split:
+        runs.insert(0, (1, False))
+    rows, same = [], True
+    for batch, split in runs:
+        a = argparse.Namespace(**{**vars(args), "kv_heads": args.kv_heads * batch,
+                                  "split": split})
+        results = {"rtl": run(rtl_port, a),
+                   "model": run(ModelDevice(DeviceConfig(engines=args.units)), a)}
+        print(f"batch {batch}: {a.kv_heads} KV heads x 4 query heads, head_dim 128, context "
+              f"{args.context} tokens, {args.selection:.0%} selection "
+              f"({results['rtl']['selected']} clusters of about 16 tokens), "
+              f"{'split over units' if split else 'one descriptor per KV head'}")
+        for name, r in results.items():
+            print(_line(name, r))
+        rtl, model = results["rtl"], results["model"]
+        print(f"  KV ingestion (4 MB through CXL.mem) during the same descriptors: RTL "
+              f"{rtl['shared']:,} cycles, "
+              f"{(rtl['shared'] - rtl['cycles']) / rtl['cycles'] * 100:+.2f} % (goal: under 5 %)")
+        print(f"  model estimate vs RTL: "
+              f"{(model['cycles'] - rtl['cycles']) / rtl['cycles'] * 100:+.2f} % "
+              "(goal: within 5 %)")
+        ok = rtl["outputs"] == model["outputs"]
+        same &= ok
+        print(f"  outputs (status, O, LSE) {'bit-identical' if ok else 'DIFFERENT'} on rtl and "
+              "model")
+        rows.append({"batch": batch, "kv_heads": a.kv_heads, "split": split, **results})
+    if args.write:
+        DOC.write_text(_page(args, rows))
+        print(f"wrote {DOC}")
     if not same:
         raise SystemExit(1)
 

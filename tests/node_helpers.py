@@ -99,24 +99,35 @@ class Workload:
         return max(len(d.keys) for d in self.heads.values())
 
 
-def single_device_reference(w: Workload) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """(O, LSE) per KV head from one in-process model device through the driver."""
+def single_device_reference(w: Workload, devices: int = 1
+                            ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """(O, LSE) per KV head from in-process model devices through the driver, as a head-wise
+    node of ``devices`` computes them: KV head h on device h mod ``devices``, each device's
+    heads cut over its units (driver/split.py) and the parts merged by LSE."""
     from nelssa.driver.command import AttnRequest, CommandQueue
     from nelssa.driver.device import Device
     from nelssa.driver.memory import MemoryApi
+    from nelssa.host.pnm_node.aggregate import attend_split
     from nelssa.hw.model.device import ModelDevice
 
-    dev = Device(ModelDevice())
-    mem = MemoryApi(dev, 1 << 20, 1 << 32)
-    cq = CommandQueue(mem, entries=16)
-    reqs = []
-    for h, d in w.heads.items():
-        region = mem.alloc_kv(0, 0, h, HEAD_DIM, len(d.keys), sum(k.shape[0] for k in d.keys))
-        mem.write_clusters(region, d.keys, d.values)
-        reqs.append(AttnRequest(region, d.q, d.ids))
-    ids = cq.submit(reqs)
-    out = cq.wait(ids)
-    return {h: (out[i].o, out[i].lse) for h, i in zip(w.heads, ids, strict=True)}
+    out = {}
+    for index in range(devices):
+        dev = Device(ModelDevice())
+        mem = MemoryApi(dev, 1 << 20, 1 << 32)
+        cq = CommandQueue(mem, entries=16)
+        heads, reqs = [], []
+        for h, d in w.heads.items():
+            if h % devices != index:
+                continue
+            region = mem.alloc_kv(0, 0, h, HEAD_DIM, len(d.keys),
+                                  sum(k.shape[0] for k in d.keys))
+            mem.write_clusters(region, d.keys, d.values)
+            heads.append(h)
+            reqs.append(AttnRequest(region, d.q, d.ids))
+        if not reqs:
+            continue
+        out.update(zip(heads, attend_split(cq, reqs), strict=True))
+    return out
 
 
 def float64_reference(d: HeadData) -> tuple[np.ndarray, np.ndarray]:

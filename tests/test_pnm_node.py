@@ -70,7 +70,7 @@ def _check_timing(r: AttendResult, link: str = "roce-400g") -> None:
 def test_node_matches_single_device_and_float64(tmp_path: Path, backend: str,
                                                 devices: int) -> None:
     w = Workload.make(seed=devices, kv_heads=KV_HEADS)
-    ref = single_device_reference(w)
+    ref = single_device_reference(w, devices)
     node = NodeProcess(f"ipc://{tmp_path}/node", devices, backend)
     try:
         with NodeClient(node.endpoint, timeout_s=120) as c:

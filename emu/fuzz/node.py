@@ -261,26 +261,33 @@ class NodeUnderTest:
         self._dir.cleanup()
 
 
-def reference_attend(w: Workload) -> dict[int, tuple[bytes, bytes]]:
-    """(O, LSE) bits per KV head from one in-process model device through the driver."""
+def reference_attend(w: Workload, devices: int) -> dict[int, tuple[bytes, bytes]]:
+    """(O, LSE) bits per KV head from in-process model devices through the driver, as a
+    head-wise node of ``devices`` computes them: KV head h on device h mod ``devices``, each
+    device's heads cut over its units and merged (host/pnm_node/aggregate.attend_split)."""
     from nelssa.driver.command import AttnRequest, CommandQueue
     from nelssa.driver.device import Device
     from nelssa.driver.memory import MemoryApi
+    from nelssa.host.pnm_node.aggregate import attend_split
     from nelssa.hw.model.device import ModelDevice
 
     keys, values, q = w.arrays()
-    dev = Device(ModelDevice())
-    mem = MemoryApi(dev, 1 << 20, 1 << 32)
-    cq = CommandQueue(mem, entries=8)
-    reqs = []
-    for h in HEADS:
-        region = mem.alloc_kv(0, 0, h, w.head_dim, CLUSTERS, sum(w.tokens))
-        mem.write_clusters(region, keys[h], values[h])
-        reqs.append(AttnRequest(region, q[h], list(w.selected)))
-    ids = cq.submit(reqs)
-    out = cq.wait(ids)
-    return {h: (out[i].o.tobytes(), out[i].lse.tobytes()) for h, i in zip(HEADS, ids,
-                                                                          strict=True)}
+    want = {}
+    for index in range(devices):
+        heads = [h for h in HEADS if h % devices == index]
+        if not heads:
+            continue
+        dev = Device(ModelDevice())
+        mem = MemoryApi(dev, 1 << 20, 1 << 32)
+        cq = CommandQueue(mem, entries=8)
+        reqs = []
+        for h in heads:
+            region = mem.alloc_kv(0, 0, h, w.head_dim, CLUSTERS, sum(w.tokens))
+            mem.write_clusters(region, keys[h], values[h])
+            reqs.append(AttnRequest(region, q[h], list(w.selected)))
+        for h, (o, lse) in zip(heads, attend_split(cq, reqs), strict=True):
+            want[h] = (o.tobytes(), lse.tobytes())
+    return want
 
 
 def _call(client, op: int, payload: bytes, send_ps: int | None):
@@ -346,7 +353,7 @@ def run_node_case(case: NodeCase, node: NodeUnderTest) -> list[Finding]:
                     opened.append((client, int(p.OPEN_SESSION_REP.parse(got.payload).session)))
             if kind == "failed":
                 break
-        _check_owner(findings, owner, s, w, q)
+        _check_owner(findings, owner, s, w, q, node.devices)
         _check_self(findings, stranger, accepted_late)
         _check_node(findings, node, owner)
     finally:
@@ -390,7 +397,8 @@ def _judge(findings: list[Finding], what: str, a: Action, raw: bytes, victim: bo
                                                 f"session: answered {kind} {got}"))
 
 
-def _check_owner(findings: list[Finding], owner, s: int, w: Workload, q) -> None:
+def _check_owner(findings: list[Finding], owner, s: int, w: Workload, q,
+                 devices: int) -> None:
     kind, got = _answer(findings, "owner's ATTEND", lambda: owner.attend(
         s, 0, {h: q[h] for h in HEADS}, {h: list(w.selected) for h in HEADS}))
     if kind != "ok":
@@ -398,7 +406,7 @@ def _check_owner(findings: list[Finding], owner, s: int, w: Workload, q) -> None
             findings.append(Finding(Kind.WRONG, f"owner's ATTEND on its own session failed "
                                                 f"with code {got}"))
         return
-    want = reference_attend(w)
+    want = reference_attend(w, devices)
     for h in HEADS:
         o, lse = got.o[h].tobytes(), got.lse[h].tobytes()  # type: ignore[attr-defined]
         if (o, lse) != want[h]:

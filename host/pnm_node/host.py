@@ -111,6 +111,10 @@ class NodeConfig:
     max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
     """Largest WRITE_KV payload, checked from its header before the body is parsed (the
     client splits larger writes)."""
+    split_over_units: bool = True
+    """Cut each device's share of a request into a whole number of rounds of its attention
+    units, the parts merged by log-sum-exp (driver/split.py): a device given fewer KV heads
+    than it has units otherwise leaves bandwidth unused."""
     max_queued: int = LinkLimits.max_queued
     """Requests waiting to run, all clients together; once it is full, a request of a client
     holding its share of the queue is refused at once with BUSY (emu/link/server.py). Freeing,
@@ -482,6 +486,8 @@ class NelssaHost:
                     (gi, AttnRequest(shard.region, qrows, local_of[shard_of == sh].tolist(),
                                      scale)))
         self._need_alive(set(plan))
+        if self.config.split_over_units:
+            plan = {d: self._split(d, items) for d, items in plan.items()}
         futures = {d: self.slots[d].submit(lambda sl, reqs=[a for _, a in items]:
                                            sl.run_batch(reqs))
                    for d, items in plan.items()}
@@ -524,6 +530,12 @@ class NelssaHost:
             {"timing": timing, "q_heads": q.q_heads, "head_dim": q.head_dim,
              "count": len(outs), "groups": outs, "ndev": len(devices), "devices": devices}),
             timing["done_ps"])
+
+    def _split(self, device: int, items: list[tuple[int, AttnRequest]]
+               ) -> list[tuple[int, AttnRequest]]:
+        """A device's descriptors cut over its attention units (driver/split.py)."""
+        parts = self.slots[device].cq.split([a for _, a in items])
+        return [(items[part.request][0], part.attn) for part in parts]
 
     # -- status and shutdown ----------------------------------------------------------------------
     def _status(self, r: Request) -> Reply:

@@ -14,6 +14,7 @@ from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.port import DevicePort
 from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, encode
 from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.model.device import DeviceConfig
 from nelssa.hw.sim.rtl_sources import (
     DDR5_STORE_CPP,
     DDR5_VERILATOR_ARGS,
@@ -30,9 +31,13 @@ MAX_MESSAGE = 128
 RTL_MAX_UNITS = 6
 """Most attention units the RTL device is built with: it uses NumUnits + 2 of the memory front
 end's 8 ports (rtl/top/nelssa_device.sv checks NumUnits)."""
+DEVICE_UNITS = DeviceConfig.engines
+"""Units the RTL device is built with unless told otherwise: the model device's default, so the
+two backends are the same device."""
 
 
-def build_library(preset: str = "ddr5-6400", units: int = 2, waves: bool = False) -> Path:
+def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
+                  waves: bool = False) -> Path:
     """Build (or reuse) the device library for a DDR5 preset and unit count; ``waves`` adds
     waveform support (FST when the lz4 headers are installed, VCD otherwise)."""
     if preset not in PRESETS:
@@ -55,7 +60,8 @@ def build_library(preset: str = "ddr5-6400", units: int = 2, waves: bool = False
 class RtlDevice(DevicePort):
     """A simulated device in this process."""
 
-    def __init__(self, preset: str = "ddr5-6400", units: int = 2, waves: bool = False) -> None:
+    def __init__(self, preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
+                 waves: bool = False) -> None:
         self.units = units
         self.geometry = DeviceGeometry(PRESETS[preset])
         self.lib_path = build_library(preset, units, waves)
