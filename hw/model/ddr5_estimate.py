@@ -167,7 +167,11 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
     prev = np.minimum(prev, bc_key.size - 1)
     continues = ((bc_key[prev] == g_bc - 1) & (bc_last_row[prev] == g_row) & (g_bc % chunks > 0)
                  & (g_first - bc_last_pos[prev] <= ROW_REACH))
-    new_visit = ~continues
+    # open page: the writes to a row its reads of the window opened find it open (and the other
+    # way round), unless the bank opened another row between them
+    other_dir = np.zeros(n_groups, bool)
+    other_dir[1:] = (g_bc[1:] == g_bc[:-1]) & ((g_row[1:] ^ g_row[:-1]) == 1)
+    new_visit = ~continues & ~other_dir
     # per-group serial time in its bank: column commands, and ACT/tRCD + closing + PRE per visit
     g_reads = g_hits - g_writes
     col = g_reads * t.nCCD_L + g_writes * t.nCCD_L_WR
@@ -343,7 +347,7 @@ def drain_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     or, where the new direction's rows are not open (the controller opens rows only for the
     queue it serves), for PRE and ACT to tRCD, whichever is longer."""
     reads = c.requests - c.writes
-    open_rows = t.nRP + t.nRCD
+    open_rows = t.nRCD + TCK_PER_CYCLE  # ACT the cycle after the switch, tRCD to the column
     to_write = max(t.read_to_write - t.burst_cycles,
                    open_rows * c.write_activations / max(c.writes, 1))
     to_read = max(t.write_to_read(False) - t.burst_cycles,
@@ -366,8 +370,9 @@ def data_bus_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
 
 
 def activation_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
-    """The sub-channel's activations: tRRD_S apart, four per tFAW."""
-    return c.activations * max(t.nRRD_S, t.nFAW / 4)
+    """The sub-channel's activations: tRRD_S apart, four per tFAW; and each write drain stops
+    them as it stops the bus (rows open only for the queue being served)."""
+    return c.activations * max(t.nRRD_S, t.nFAW / 4) + _drains(c) * drain_tck(c, t)
 
 
 def features(c: SubchannelCounts, t: DDR5Timing) -> npt.NDArray[np.float64]:
