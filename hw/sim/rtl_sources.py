@@ -87,7 +87,10 @@ DDR5_VERILATOR_ARGS = ["--unroll-count", "1"]
 """Verilator arguments of every DDR5 build: the controller's tries stay loops (its reset and
 fixed two- and five-step loops are unrolled by `verilator unroll_full`). Unrolled, one sub-channel
 became tens of thousands of lines of C++ that ran slower (instruction-cache bound) and took
-minutes to compile for eight sub-channels."""
+minutes to compile for eight sub-channels. The count holds for the whole device build, so every
+other loop of the device's RTL (engine, units, line readers, front end, CXL slave) carries
+`verilator unroll_full`: kept as loops, with their non-blocking writes at loop indices, they made
+the four-unit device 3.4 times slower (scripts/bench_sim_speed.py)."""
 
 FP_GATED_ARGS = ["+define+NELSSA_FP_GATED"]
 """Verilator arguments of every build that holds the engine: each arithmetic unit computes only

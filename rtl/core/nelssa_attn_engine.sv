@@ -264,6 +264,7 @@ module nelssa_attn_engine
         end
         StQ: begin
           if (kv_fire && HW'(head_q) == HW'(h)) begin
+            // verilator unroll_full
             for (int b = 0; b < MAX_BPR; b++) begin
               if (part == PW'(b)) q_q[b] <= kv_data_i;
             end
@@ -332,6 +333,7 @@ module nelssa_attn_engine
         if (cmd_take) begin
           o_q <= '0;
         end else if (v_beat && on) begin
+          // verilator unroll_full
           for (int b = 0; b < MAX_BPR; b++) begin
             if (part == PW'(b)) o_q[b] <= o_sum;
           end
@@ -387,10 +389,12 @@ module nelssa_attn_engine
     res_data_o = '0;
     if (state_q == StOut) begin
       if (head_q == nq_q) begin
+        // verilator unroll_full
         for (int h = 0; h < NumQHeads; h++) begin
           if (h < 32'(nq_q)) res_data_o[32*h +: 32] = lse_head[h];
         end
       end else begin
+        // verilator unroll_full
         for (int k = 0; k < OUT_LANES; k++) res_data_o[32*k +: 32] = out_val[k];
       end
     end

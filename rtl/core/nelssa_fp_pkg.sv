@@ -13,6 +13,21 @@ package nelssa_fp_pkg;
   localparam logic [31:0] CANON_NAN = 32'h7FC0_0000;
   localparam logic [31:0] POS_INF   = 32'h7F80_0000;
 
+  // Leading zeros of a 27-bit value (0 for zero), halving the window: five steps where a bit
+  // loop takes 27, in gates and in a Verilated model (which keeps loops as loops).
+  function automatic logic [4:0] lead_zeros27(input logic [26:0] x);
+    logic [31:0] w;
+    logic [4:0]  n;
+    w = {x, 5'd0};
+    n = '0;
+    if (w[31:16] == '0) begin n[4] = 1'b1; w = w << 16; end
+    if (w[31:24] == '0) begin n[3] = 1'b1; w = w << 8; end
+    if (w[31:28] == '0) begin n[2] = 1'b1; w = w << 4; end
+    if (w[31:30] == '0) begin n[1] = 1'b1; w = w << 2; end
+    if (!w[31]) n[0] = 1'b1;
+    return (x == '0) ? 5'd0 : n;
+  endfunction
+
   // fp32 a + b.
   function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
     /*verilator no_inline_task*/
@@ -46,10 +61,7 @@ package nelssa_fp_pkg;
     small_aligned = align_wide[53:27] | {26'd0, |align_wide[26:0]};
     raw_sum = sub_op ? ({1'b0, big_sig} - {1'b0, small_aligned})
                      : ({1'b0, big_sig} + {1'b0, small_aligned});
-    lead_zeros = 5'd0;
-    for (int i = 0; i < 27; i++) begin
-      if (raw_sum[i]) lead_zeros = 5'(26 - i);
-    end
+    lead_zeros = lead_zeros27(raw_sum[26:0]);
     if (raw_sum[27]) begin
       norm_sig = {raw_sum[27:2], raw_sum[1] | raw_sum[0]};
       norm_exp = $signed({2'b00, big_exp}) + 10'sd1;

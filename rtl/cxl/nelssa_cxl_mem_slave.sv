@@ -157,6 +157,7 @@ module nelssa_cxl_mem_slave
   end
 
   always_comb begin
+    // verilator unroll_full
     for (int l = 0; l < ReadLanes; l++) begin
       drs_push[l] = mem_rd_valid_i[l];
       drs_in[l] = '{tag: mem_rd_tag_i[l], status: 8'(RSP_OK), data: mem_rd_data_i[l]};
@@ -169,6 +170,7 @@ module nelssa_cxl_mem_slave
     ndr_in[1] = '{tag: rwd_i.tag, status: err_status};
     // the first non-empty source at or after the one after the last served
     drs_sel = drs_rr_q;
+    // verilator unroll_full
     for (int k = DRS_SRCS - 1; k >= 0; k--) begin
       automatic int unsigned i = int'(drs_rr_q) + k;
       if (i >= DRS_SRCS) i = i - DRS_SRCS;
@@ -232,6 +234,7 @@ module nelssa_cxl_mem_slave
       ndr_sel_q <= ndr_sel;
       drs_stall_q <= drs_valid_o && !drs_ready_i;
       ndr_stall_q <= ndr_valid_o && !ndr_ready_i;
+      // verilator unroll_full
       for (int l = 0; l < ReadLanes; l++) begin
         if (mem_rd_valid_i[l]) begin
           drs_queued++;

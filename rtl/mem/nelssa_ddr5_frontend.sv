@@ -118,8 +118,11 @@ module nelssa_ddr5_frontend #(
     grant_valid = '0;
     grant_port  = '0;
     // ports of LowPriority only get a sub-channel no other port wants this cycle
+    // verilator unroll_full
     for (int pass = 0; pass < 2; pass++) begin
+      // verilator unroll_full
       for (int s = 0; s < NUM_SUB; s++) begin
+        // verilator unroll_full
         for (int n = 0; n < NumPorts; n++) begin
           automatic int p = (int'(rr_q) + n) % NumPorts;
           if (!grant_valid[s] && req_valid_i[p] && !p_err[p] && int'(p_sub[p]) == s &&
@@ -130,6 +133,7 @@ module nelssa_ddr5_frontend #(
         end
       end
     end
+    // verilator unroll_full
     for (int s = 0; s < NUM_SUB; s++) begin
       automatic int p = int'(grant_port[s]);
       sub_valid_o[s] = grant_valid[s] && id_avail[s];
@@ -146,6 +150,7 @@ module nelssa_ddr5_frontend #(
 
   // apart from the block above: the controllers' ready depends on what it drives
   always_comb begin
+    // verilator unroll_full
     for (int p = 0; p < NumPorts; p++) begin
       automatic int s = int'(p_sub[p]);
       req_ready_o[p] = p_err[p] ||
@@ -158,10 +163,12 @@ module nelssa_ddr5_frontend #(
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       rr_q <= '0;
+      // verilator unroll_full
       for (int s = 0; s < NUM_SUB; s++) begin
         free_n_q[s]  <= (IdW + 1)'(NUM_IDS);
         free_rd_q[s] <= '0;
         free_wr_q[s] <= '0;
+        // verilator unroll_full
         for (int i = 0; i < NUM_IDS; i++) free_q[s][i] <= IdW'(i);
       end
       cpl_valid_o <= '0;
@@ -170,6 +177,7 @@ module nelssa_ddr5_frontend #(
       cpl_err_o   <= '0;
     end else begin
       rr_q <= (int'(rr_q) == NumPorts - 1) ? '0 : rr_q + 1'b1;
+      // verilator unroll_full
       for (int s = 0; s < NUM_SUB; s++) begin
         automatic logic take = sub_valid_o[s] && sub_ready_i[s];
         // IDs come back from read data and from issued WRITEs (both can in one cycle)
@@ -192,6 +200,7 @@ module nelssa_ddr5_frontend #(
         free_n_q[s] <= free_n_q[s] - (IdW + 1)'(take) + (IdW + 1)'(back[0]) +
                        (IdW + 1)'(back[1]);
       end
+      // verilator unroll_full
       for (int p = 0; p < NumPorts; p++) begin
         automatic logic acc = req_valid_i[p] && req_ready_o[p];
         cpl_valid_o[p] <= acc && (p_err[p] || req_write_i[p]);

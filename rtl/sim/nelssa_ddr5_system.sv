@@ -119,6 +119,7 @@ module nelssa_ddr5_system #(
 
   always_comb begin
     violations_o = '0;
+    // verilator unroll_full
     for (int s = 0; s < 8; s++) violations_o += violations[s];
   end
 endmodule

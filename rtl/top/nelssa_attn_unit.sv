@@ -51,6 +51,7 @@ module nelssa_attn_unit
   // descriptor fields (driver/formats.py DESCRIPTOR)
   function automatic logic [63:0] field(logic [511:0] d, int off, int bytes);
     logic [63:0] v = '0;
+    // verilator unroll_full
     for (int b = 0; b < 8; b++) if (b < bytes) v[8*b +: 8] = d[8*(off+b) +: 8];
     return v;
   endfunction
@@ -197,6 +198,7 @@ module nelssa_attn_unit
     hi = region_hi_i;
     // (only looked at once the output lies in the region, where its end cannot wrap)
     out_on_ring = 1'b0;
+    // verilator unroll_full
     for (int r = 0; r < 2; r++) begin
       if (d_out < ring_hi_i[r] && ring_lo_i[r] < d_out + out_len) out_on_ring = 1'b1;
     end
@@ -308,6 +310,7 @@ module nelssa_attn_unit
           if (rd_out_valid) begin
             // words past num_ids are stored too but never read
             id_lines_q[ILW'(use_i_q)] <= rd_out_data;
+            // verilator unroll_full
             for (int k = 0; k < 16; k++) begin
               automatic int unsigned j = use_i_q * 16 + k;
               if (j < 32'(num_ids_q) && rd_out_data[32*k +: 32] >= num_clusters_q) begin

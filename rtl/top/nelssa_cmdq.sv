@@ -89,6 +89,7 @@ module nelssa_cmdq
   always_comb begin
     have_free = 1'b0;
     free_unit = '0;
+    // verilator unroll_full
     for (int u = NumUnits - 1; u >= 0; u--) begin
       if (!assigned_q[u] && !unit_busy_i[u]) begin
         have_free = 1'b1;
@@ -207,6 +208,7 @@ module nelssa_cmdq
       automatic logic [OW:0] n = ord_n_q;
       desc_done_o <= 1'b0;
       desc_err_o <= 1'b0;
+      // verilator unroll_full
       for (int u = 0; u < NumUnits; u++) begin
         if (unit_done_i[u]) begin
           owed_q[u] <= 1'b1;

@@ -110,11 +110,13 @@ module nelssa_device
   always_comb begin
     cmdq_rd_valid = |lane_valid[1];
     cmdq_rd_data = '0;
+    // verilator unroll_full
     for (int l = 0; l < 8; l++) if (lane_valid[1][l]) cmdq_rd_data = mem_rd_data_i[l];
   end
 
   always_comb begin
     bytes_read = '0;
+    // verilator unroll_full
     for (int u = 0; u < NumUnits; u++) if (unit_read[u]) bytes_read = bytes_read + 16'd64;
   end
 

@@ -76,6 +76,7 @@ module nelssa_line_reader #(
         have[deliver_q[IW-1:0]] = 1'b0;
         deliver_q <= deliver_q + 1'b1;
       end
+      // verilator unroll_full
       for (int l = 0; l < Lanes; l++) begin
         if (rd_valid_i[l]) begin
           have[rd_tag_i[l][IW-1:0]] = 1'b1;
