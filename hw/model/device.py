@@ -11,6 +11,7 @@ statuses); a bad descriptor completes with its error status and changes nothing 
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -34,7 +35,7 @@ from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
-from nelssa.hw.model.device_timing import UnitTiming
+from nelssa.hw.model.device_timing import Schedule, UnitTiming
 from nelssa.hw.model.engine import EngineParams
 
 log = logging.getLogger(__name__)
@@ -158,13 +159,13 @@ class ModelDevice(DevicePort):
         self._set("MEM_SIZE_HI", self.config.mem_bytes >> 32)
         self._out: list[bytes] = []
         self._now = 0
-        self._engine_free = [0] * self.config.engines
+        self._schedule = Schedule(self.config.engines)
+        self._planned = True  # done cycles of the in-flight descriptors are up to date
         # in fetch order; done cycles never decrease along it, so the head completes first
         self._inflight: deque[_InFlight] = deque()
         self._completed = 0  # completions written since CQ_SIZE was (their phase)
         self._fetched = 0  # descriptors fetched since SQ_SIZE was (mod 2^16): their sq_head
         self._ring_error = False  # the last enable was refused (STATUS[2])
-        self._busy_until = 0
         self.unit_timing = UnitTiming.load()
         self._latch: tuple[int, int] | None = None  # (HI offset, value) from the last LO read
 
@@ -284,10 +285,25 @@ class ModelDevice(DevicePort):
 
     def next_completion(self) -> int | None:
         """Cycle at which the oldest running descriptor completes; None when none runs."""
+        self._plan()
         return self._inflight[0].done_cycle if self._inflight else None
 
     def _update_perf(self) -> None:
         self._set64("PERF_CYCLES", self._now)
+        self._schedule.sync(self._now)
+        self._set64("PERF_BUSY", round(self._schedule.busy))
+
+    def _plan(self) -> None:
+        """Done cycles of the descriptors in flight, from the schedule (completions in order:
+        none before the one fetched ahead of it)."""
+        if self._planned:
+            return
+        finish = self._schedule.finish_times()
+        done = self._now
+        for job in self._inflight:
+            done = max(done, math.ceil(finish.get(id(job), self._now) - 1e-6))
+            job.done_cycle = done
+        self._planned = True
 
     # -- memory ----------------------------------------------------------------------------------
     def _mem_req(self, channel: cxl.Channel, body) -> None:
@@ -311,6 +327,9 @@ class ModelDevice(DevicePort):
                 self.mem.write_line(body.addr, body.data, body.byte_enable)
             self._out.append(cxl.build_message(cxl.Channel.S2M_NDR, {
                 "opcode": cxl.S2MNdrOpcode.CMP, "tag": body.tag, "status": status}))
+        if status == cxl.RspStatus.OK and self._inflight:  # it takes DDR5 from the units
+            self._schedule.add_host_lines(1)
+            self._planned = False
 
     # -- port ------------------------------------------------------------------------------------
     def send(self, message: bytes) -> None:
@@ -337,8 +356,10 @@ class ModelDevice(DevicePort):
     def advance(self, cycles: int) -> None:
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")
+        self._plan()
         self._retire(self._now + cycles)
         self._now += cycles
+        self._schedule.sync(self._now)
         self._fetch()
 
     def run_until_idle(self, max_cycles: int) -> int:
@@ -346,6 +367,7 @@ class ModelDevice(DevicePort):
         while self.has_work:
             if self._now - start >= max_cycles:
                 raise TimeoutError(f"device still busy after {max_cycles} cycles")
+            self._plan()
             target = self._inflight[0].done_cycle if self._inflight else self._now + 1
             self.advance(max(1, min(target - self._now, start + max_cycles - self._now)))
         return self._now - start
@@ -395,28 +417,23 @@ class ModelDevice(DevicePort):
         status, writes, lines = run_descriptor(d, self.mem, region, self.config)
         if status != DescStatus.OK:
             self._bump("ERR_DESC")
-        engine = min(range(len(self._engine_free)), key=self._engine_free.__getitem__)
-        start = max(self._now, self._engine_free[engine])
-        cycles = self._cycles(d, lines)
         if lines:
             self._bump64("PERF_BYTES_READ", len(lines) * LINE_BYTES)
-        self._engine_free[engine] = start + cycles
-        # busy: cycles with any descriptor in flight (the union over engines, as the RTL counts)
-        self._bump64("PERF_BUSY", max(0, start + cycles - max(start, self._busy_until)))
-        self._busy_until = max(self._busy_until, start + cycles)
-        done = max(start + cycles, self._inflight[-1].done_cycle if self._inflight else 0)
-        self._inflight.append(_InFlight(done, d.desc_id, status, self._fetched, writes))
+        job = _InFlight(self._now, d.desc_id, status, self._fetched, writes)
+        self._inflight.append(job)
+        self._schedule.sync(self._now)
+        self._schedule.add(id(job), *self._cycles(d, lines))
+        self._planned = False
 
-    def _cycles(self, d, lines: list[int]) -> int:
-        """Estimated cycles of one descriptor on its engine: the calibrated unit time
-        (hw/model/device_timing.py), or the DDR5 time of its reads at the engine's share of the
-        bandwidth if that is longer."""
-        cycles = self.unit_timing.cycles(d, len(lines))
+    def _cycles(self, d, lines: list[int]) -> tuple[int, int]:
+        """Cycles of one descriptor alone on its unit (the calibrated unit time,
+        hw/model/device_timing.py), and cycles of the whole DDR5 subsystem its reads take."""
+        unit = self.unit_timing.cycles(d, len(lines))
+        mem = 0
         if lines:
             mem = estimate_device(np.asarray(lines, dtype=np.int64), None, self.geometry,
-                                  lines_per_cycle=4).cycles * self.config.engines
-            cycles = max(cycles, mem)
-        return cycles
+                                  lines_per_cycle=4).cycles
+        return unit, mem
 
     def _bump64(self, name: str, by: int) -> None:
         self._set64(name, self._get64(name) + by)

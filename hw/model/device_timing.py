@@ -48,3 +48,107 @@ class UnitTiming:
 
     def cycles(self, d, lines_read: int) -> int:
         return round(float(np.dot(features(d, lines_read), self.coefficients)))
+
+
+HOST_SHARE = 4
+"""While a unit runs, the RTL's memory front end spaces the host's CXL.mem requests this many
+cycles apart (rtl/top/nelssa_device.sv HostShare); idle, it takes one per cycle."""
+HOST_LINE_MEMORY = 0.3
+"""Cycles of the whole DDR5 subsystem one host line costs the units (its slot, and a share of
+the write-to-read turnarounds it causes): fitted by scripts/calibrate_device.py."""
+
+
+@dataclass
+class _Job:
+    key: object
+    left: float
+    """Unit cycles of work left (at full speed)."""
+    demand: float
+    """Memory it takes per unit cycle of progress: its DDR5 time alone over its unit time."""
+
+
+class Schedule:
+    """When the model device's descriptors finish: at most ``engines`` run at once, in fetch
+    order, each as fast as its unit allows (its calibrated cycles) unless together with the
+    host's CXL.mem traffic they ask more of DDR5 than it has; then all slow by the same factor
+    (the front end serves its ports round robin). A fluid model: progress between events
+    (a start, a finish) at constant rates."""
+
+    def __init__(self, engines: int, host_line_memory: float = HOST_LINE_MEMORY) -> None:
+        self.engines = engines
+        self.host_line_memory = host_line_memory
+        self.now = 0.0
+        self.running: list[_Job] = []
+        self.waiting: list[_Job] = []
+        self.host_lines = 0.0
+        """Host lines not yet served (instant in the model's memory, paced in its time)."""
+        self.busy = 0.0
+        """Cycles with a descriptor running, up to ``now``."""
+
+    def add(self, key: object, unit_cycles: float, memory_cycles: float) -> None:
+        """A descriptor fetched at ``now``: ``unit_cycles`` alone on its unit,
+        ``memory_cycles`` of the whole DDR5 subsystem for its reads."""
+        unit = max(1.0, float(unit_cycles))
+        self.waiting.append(_Job(key, unit, max(0.0, float(memory_cycles)) / unit))
+        self._start()
+
+    def add_host_lines(self, n: int) -> None:
+        self.host_lines += n
+
+    def _start(self) -> None:
+        while self.waiting and len(self.running) < self.engines:
+            self.running.append(self.waiting.pop(0))
+
+    def _speed(self) -> tuple[float, float]:
+        """(unit speed, host lines per cycle) now."""
+        if not self.running:
+            return 1.0, 1.0
+        host = 1.0 / HOST_SHARE if self.host_lines > 0 else 0.0
+        demand = sum(j.demand for j in self.running) + host * self.host_line_memory
+        speed = min(1.0, 1.0 / demand) if demand > 0 else 1.0
+        return speed, host * speed
+
+    def _step(self, until: float | None, finished: dict[object, float]) -> bool:
+        """Advance to the next event or ``until``, whichever is first; False at ``until`` or
+        when nothing runs."""
+        speed, host = self._speed()
+        if not self.running:
+            if until is not None:
+                self.host_lines = max(0.0, self.host_lines - (until - self.now))
+                self.now = max(self.now, until)
+            return False
+        dt = min(j.left for j in self.running) / speed
+        if host > 0:
+            dt = min(dt, self.host_lines / host)  # the host's traffic ends: speeds change
+        stop = until is not None and self.now + dt >= until
+        if stop:
+            dt = until - self.now
+        for j in self.running:
+            j.left -= dt * speed
+        self.host_lines = max(0.0, self.host_lines - dt * host)
+        self.now += dt
+        self.busy += dt
+        done = [j for j in self.running if j.left <= 1e-9]
+        for j in done:
+            finished[j.key] = self.now
+            self.running.remove(j)
+        self._start()
+        return not stop
+
+    def sync(self, t: float) -> None:
+        """Account progress up to cycle ``t``."""
+        if t <= self.now:
+            return
+        while self._step(t, {}):
+            pass
+
+    def finish_times(self) -> dict[object, float]:
+        """The cycle each descriptor now known finishes, if nothing more arrives."""
+        ahead = Schedule(self.engines, self.host_line_memory)
+        ahead.now, ahead.host_lines, ahead.busy = self.now, self.host_lines, self.busy
+        ahead.running = [_Job(j.key, j.left, j.demand) for j in self.running]
+        ahead.waiting = [_Job(j.key, j.left, j.demand) for j in self.waiting]
+        finished: dict[object, float] = {}
+        while ahead.running or ahead.waiting:
+            ahead._step(None, finished)
+        return finished
