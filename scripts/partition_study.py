@@ -1,0 +1,670 @@
+"""Partitioning study (paper 5.3, Figure 7) measured on the RTL: head-wise against cluster-wise
+KV partitioning over 1-8 devices, 128K-1M tokens and 1-8 requests, per device busy cycles, bytes
+read, effective bandwidth, load imbalance and the DDR5 activations and row hits behind them.
+
+    .venv/bin/python scripts/partition_study.py [--backend rtl|model] [--points 128K:1 1M:8 ...]
+        [--devices 1 2 4 8] [--ddr5-lines N] [--write]
+
+A request is one layer of one Llama-3-8B sequence (8 KV heads x 4 query heads, head_dim 128;
+clusters of 8-24 tokens, 4 % of them selected at random per KV head, as scripts/bench_device.py
+draws them). The node's partitioner places it (host/pnm_node/partition.py): head-wise, KV head h
+whole on device h mod N; cluster-wise, every KV head sharded over all N devices, each cluster to
+the shard with the fewest tokens. The devices of a node work independently (each its own DDR5),
+so each device of a configuration runs alone on one simulated device: its KV regions allocated
+as the node allocates them, the directory lines its descriptors read written into the device's
+DRAM store directly (a backdoor: set-up is not what is measured), its descriptors cut over its
+attention units as the node cuts them (``CommandQueue.split``), busy cycles from PERF_BUSY and
+bytes from PERF_BYTES_READ. K and V are not written: the device's timing does not depend on
+their values (the run checks this once on the rtl backend, with random bf16 K and V).
+
+The RTL does not count DDR5 commands in registers, so activations and row hits come from the
+DDR5 cycle model (hw/model/ddr5_subchannel.py, command-identical to the RTL controller) replaying
+the first ``--ddr5-lines`` lines of each device's read stream: every descriptor's lines in the
+device's order (ids, directory entries, Q, then each cluster's K and V rows), the descriptors on
+the units they would take, the units' streams interleaved a line a cycle each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nelssa.driver.command import AttnRequest, CommandQueue
+from nelssa.driver.device import Device
+from nelssa.driver.formats import (
+    CLUSTER_ENTRY_BYTES,
+    DESC_BYTES,
+    DESCRIPTOR,
+    LINE_BYTES,
+    DescStatus,
+)
+from nelssa.driver.memory import MemoryApi
+from nelssa.emu.latency.model import Sparsity
+from nelssa.host.pnm_node.partition import HeadKv, Shard, head_devices, shard_tokens
+from nelssa.host.pnm_node.protocol import Partition
+from nelssa.hw.model import device_exec, fp
+from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
+from nelssa.hw.model.ddr5_device import run_device as ddr5_replay
+from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig, ModelDevice
+from nelssa.hw.model.engine import AttnResult, AttnStatus
+
+log = logging.getLogger("partition_study")
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "results"
+PAGE, PLOT = DOCS / "partitioning.md", DOCS / "partitioning.png"
+KV_HEADS, GROUP, HEAD_DIM = 8, 4, 128
+"""Llama-3-8B: 8 KV heads of 4 query heads each, head_dim 128."""
+CLUSTER_TOKENS = (8, 24)
+"""Tokens per cluster, uniform (mean 16), as scripts/bench_device.py draws them."""
+GEOMETRY = DeviceGeometry(PRESETS[DeviceConfig.preset])
+PEAK = GEOMETRY.subchannels * GEOMETRY.timing.peak_bytes_per_s
+"""One device's DDR5 peak (8 sub-channels of 25.6 GB/s)."""
+RTL_ADDRESS_MAP = "cacheline"
+"""The map the simulated device is built with (hw/sim/device.py, RtlDevice.image)."""
+RUN_LIMIT_CYCLES = 1 << 31
+BASE = 1 << 20
+"""Where each device's queue region starts (as scripts/bench_device.py)."""
+
+
+# -- workload and placement -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class HeadWork:
+    """One KV head of one request: its clusters' token counts and the ids selected."""
+
+    tokens: np.ndarray
+    selected: np.ndarray
+    """Sorted cluster ids."""
+
+
+def head_work(seed: int, context: int, request: int, head: int, selection: float) -> HeadWork:
+    """The same draw for a (context, request, head) whatever the partitioning and device count,
+    so configurations differ only in where the work goes."""
+    rng = np.random.default_rng([seed, context, request, head])
+    n = max(1, context // 16)
+    tokens = rng.integers(CLUSTER_TOKENS[0], CLUSTER_TOKENS[1] + 1, n)
+    k = max(1, round(selection * n))
+    return HeadWork(tokens, np.sort(rng.choice(n, k, replace=False)))
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What one device holds and reads of one KV head of one request."""
+
+    request: int
+    head: int
+    tokens: np.ndarray
+    """Token counts of the shard's clusters, by local id (the order they were written)."""
+    selected: np.ndarray
+    """Local ids of the selected clusters in the shard (empty: the shard is not read)."""
+    max_clusters: int
+    max_tokens: int
+
+
+def plan(partition: Partition, devices: int, works: dict[tuple[int, int], HeadWork],
+         max_cluster_tokens: int) -> list[list[ShardJob]]:
+    """Each device's shard jobs, in the order the node allocates them (request, then KV head)."""
+    per_device: list[list[ShardJob]] = [[] for _ in range(devices)]
+    for (r, h), w in sorted(works.items()):
+        devs = head_devices(partition, h, list(range(devices)))
+        max_tokens = shard_tokens(partition, int(w.tokens.sum()), devices, max_cluster_tokens)
+        if len(devs) == 1:
+            where = np.zeros(len(w.tokens), dtype=np.int64)
+        else:  # the node's placement: each cluster to the shard with the fewest tokens
+            head = HeadKv([Shard(d, None) for d in devs])  # type: ignore[arg-type]
+            where = np.asarray(head.place(w.tokens.tolist()), dtype=np.int64)
+        for i, d in enumerate(devs):
+            mine = where == i
+            local = np.cumsum(mine) - 1
+            sel = w.selected[mine[w.selected]]
+            per_device[d].append(ShardJob(r, h, w.tokens[mine], local[sel], len(w.tokens),
+                                          max_tokens))
+    return per_device
+
+
+# -- the device side ------------------------------------------------------------------------------
+class Store:
+    """Direct writes into a device's memory (the rtl DRAM store through its C interface, the
+    model's sparse memory), for set-up that is not measured."""
+
+    def __init__(self, port) -> None:
+        self.port = port
+        self.lib = None
+        if not isinstance(port, ModelDevice):  # RtlDevice: the library it loaded (one store)
+            lib = ctypes.CDLL(str(port.lib_path))
+            lib.nelssa_store_write.argtypes = [ctypes.c_longlong, ctypes.c_void_p,
+                                               ctypes.c_void_p]
+            self.lib = lib
+            self._strobe = np.full(2, 0xFFFF_FFFF, dtype=np.uint32)
+
+    def clear(self) -> None:
+        if self.lib is not None:
+            self.lib.nelssa_store_clear()
+
+    def write_lines(self, addrs: np.ndarray, data: np.ndarray) -> None:
+        """Whole 64-byte lines: ``data`` (n, 64) uint8 at line addresses ``addrs``."""
+        if self.lib is None:
+            for a, line in zip(addrs.tolist(), data, strict=True):
+                self.port.mem.write(a, line.tobytes())
+            return
+        d = decode(addrs, GEOMETRY, RTL_ADDRESS_MAP)
+        # the key nelssa_ddr5_dram.sv makes (hw/sim/device.py, RtlDevice.image)
+        keys = d.subchannel << 40 | d.row << 11 | d.bank_group << 8 | d.bank << 6 | d.column
+        data = np.ascontiguousarray(data, dtype=np.uint8)
+        for i, key in enumerate(keys.tolist()):
+            self.lib.nelssa_store_write(key, data[i].ctypes.data, self._strobe.ctypes.data)
+
+
+_ENTRY = np.dtype([("kv_addr", "<u8"), ("tokens", "<u2"), ("pad", "V6")])
+assert _ENTRY.itemsize == CLUSTER_ENTRY_BYTES
+
+
+def _directory_lines(dir_addr: int, addrs: np.ndarray, tokens: np.ndarray,
+                     selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The directory lines holding the selected entries (whole lines, every entry in them
+    right): line addresses and (n, 64) bytes."""
+    entries = np.zeros(len(tokens), dtype=_ENTRY)
+    entries["kv_addr"], entries["tokens"] = addrs, tokens
+    raw = entries.view(np.uint8)
+    raw = np.concatenate([raw, np.zeros(-len(raw) % LINE_BYTES, np.uint8)]).reshape(-1, 64)
+    first = dir_addr // LINE_BYTES
+    assert dir_addr % LINE_BYTES == 0
+    lines = np.unique(selected * CLUSTER_ENTRY_BYTES // LINE_BYTES)
+    return (first + lines) * LINE_BYTES, raw[lines]
+
+
+@dataclass
+class DeviceRun:
+    """One device of one configuration."""
+
+    cycles: int
+    bytes_read: int
+    descriptors: int
+    clusters: int
+    kv_bytes: int
+    """Bytes of the selected clusters' K and V."""
+    stream: np.ndarray = field(repr=False)
+    """Line addresses read, in the replay's order."""
+    kv_lines: int = 0
+
+
+def _unit_interleave(streams: list[np.ndarray], units: int) -> np.ndarray:
+    """Descriptors' line streams in submission order on ``units`` units (each to the first free
+    one, a line a cycle), interleaved by cycle."""
+    free = [0] * units
+    times, order, addrs = [], [], []
+    for s in streams:
+        u = min(range(units), key=lambda i: (free[i], i))
+        times.append(free[u] + np.arange(len(s)))
+        order.append(np.full(len(s), u))
+        addrs.append(s)
+        free[u] += len(s)
+    if not addrs:
+        return np.zeros(0, np.int64)
+    t, u, a = np.concatenate(times), np.concatenate(order), np.concatenate(addrs)
+    return a[np.lexsort((u, t))]
+
+
+def run_jobs(port, store: Store, jobs: list[ShardJob], rng: np.random.Generator,
+             write_kv: bool = False) -> DeviceRun:
+    """Allocate, fill and run one device's descriptors; its counters and read stream."""
+    store.clear()
+    dev = Device(port)
+    mem = MemoryApi(dev, BASE, dev.mem_bytes)
+    cq = CommandQueue(mem, entries=256)
+    requests, cluster_addr = [], {}
+    kv_bytes = clusters = 0
+    for j in jobs:
+        region = mem.alloc_kv(j.request, 0, j.head, HEAD_DIM, j.max_clusters, j.max_tokens)
+        sizes = 2 * j.tokens.astype(np.int64) * HEAD_DIM * 2  # K and V rows, whole lines
+        addrs = region.data_addr + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        region.clusters = list(zip(addrs.tolist(), j.tokens.tolist(), strict=True))
+        region.data_used = int(sizes.sum())
+        if not len(j.selected):
+            continue  # nothing selected in this shard: the node sends it no descriptor
+        store.write_lines(*_directory_lines(region.dir_addr, addrs, j.tokens, j.selected))
+        if write_kv:
+            for c in j.selected.tolist():
+                n = int(sizes[c]) // LINE_BYTES
+                kv = fp.f32_to_bf16_bits(rng.standard_normal(n * 32).astype(np.float32))
+                store.write_lines(addrs[c] + LINE_BYTES * np.arange(n),
+                                  kv.view(np.uint8).reshape(n, 64))
+        for c in j.selected.tolist():
+            cluster_addr[(region.dir_addr, c)] = (int(addrs[c]), int(sizes[c]))
+        kv_bytes += int(sizes[j.selected].sum())
+        clusters += len(j.selected)
+        q = fp.f32_to_bf16_bits(rng.standard_normal((GROUP, HEAD_DIM)).astype(np.float32))
+        requests.append(AttnRequest(region, q, j.selected.tolist()))
+    if not requests:
+        return DeviceRun(0, 0, 0, 0, 0, np.zeros(0, np.int64))
+    parts = cq.split(requests)
+    busy0, bytes0 = dev.reg_read64("PERF_BUSY"), dev.reg_read64("PERF_BYTES_READ")
+    ids = cq.submit([p.attn for p in parts])
+    port.run_until_idle(RUN_LIMIT_CYCLES)
+    out = cq.wait(ids)
+    bad = [o.status.name for o in out.values() if o.status != DescStatus.OK]
+    if bad:
+        raise RuntimeError(f"{len(bad)} descriptors failed ({bad[0]}): the set-up is wrong")
+    cycles = dev.reg_read64("PERF_BUSY") - busy0
+    nbytes = dev.reg_read64("PERF_BYTES_READ") - bytes0
+    streams, kv_lines = [], 0
+    for i, p in enumerate(parts):  # lines in the device's order: ids, directory, Q, clusters
+        # the ring still holds the descriptors (read after the run: no traffic during it)
+        d = DESCRIPTOR.parse(dev.mem_read(cq.sq_addr + i * DESC_BYTES, DESC_BYTES))
+        cids = np.asarray(p.attn.cluster_ids, dtype=np.int64)
+        lines = [np.arange(d.ids_addr, d.ids_addr + d.num_ids * 4, LINE_BYTES)]
+        entry = d.dir_addr + cids * CLUSTER_ENTRY_BYTES
+        lines.append(entry - entry % LINE_BYTES)
+        lines.append(np.arange(d.q_addr, d.q_addr + d.q_heads * d.head_dim * 2, LINE_BYTES))
+        for c in cids.tolist():
+            a, n = cluster_addr[(d.dir_addr, c)]
+            lines.append(np.arange(a, a + n, LINE_BYTES))
+            kv_lines += n // LINE_BYTES
+        streams.append(np.concatenate(lines).astype(np.int64))
+    stream = _unit_interleave(streams, dev.caps["engines"])
+    if len(stream) * LINE_BYTES != nbytes:  # the accounting below rests on it
+        raise RuntimeError(f"the device read {nbytes} bytes, its descriptors' lines come to "
+                           f"{len(stream) * LINE_BYTES}")
+    return DeviceRun(cycles, nbytes, len(ids), clusters, kv_bytes, stream, kv_lines)
+
+
+def _no_arithmetic(params, q, keys, values, scale) -> AttnResult:
+    """The model engine's place on the timing-only model runs: zeros (the model's time comes
+    from the descriptor and its lines, never from the values)."""
+    h, d = np.asarray(q).shape
+    return AttnResult(AttnStatus.OK, np.zeros((h, d), np.uint32), np.zeros(h, np.uint32))
+
+
+def run_model(jobs: list[ShardJob], seed: int) -> DeviceRun:
+    """The same device on the model backend (a fresh one), its arithmetic skipped."""
+    real = device_exec.attend
+    device_exec.attend = _no_arithmetic
+    try:
+        port = ModelDevice(DeviceConfig())
+        return run_jobs(port, Store(port), jobs, np.random.default_rng(seed))
+    finally:
+        device_exec.attend = real
+
+
+# -- DDR5 replay ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Replay:
+    lines: int
+    clusters: float
+    """Cluster reads the replayed lines amount to (KV lines over lines per cluster)."""
+    acts: int
+    reads: int
+    cycles: int
+
+
+def replay(run: DeviceRun, max_lines: int) -> Replay | None:
+    """The first ``max_lines`` of the device's stream through the DDR5 cycle model."""
+    if not len(run.stream) or max_lines <= 0:
+        return None
+    s = run.stream[:max_lines]
+    r = ddr5_replay(s, None, GEOMETRY, RTL_ADDRESS_MAP, check=False)
+    acts = sum(x.commands.get("ACT", 0) for x in r.per_subchannel)
+    reads = sum(x.commands.get("RD", 0) for x in r.per_subchannel)
+    kv_share = run.kv_lines / len(run.stream)
+    clusters = len(s) * kv_share / (run.kv_lines / run.clusters)
+    return Replay(len(s), clusters, acts, reads, r.cycles)
+
+
+# -- one configuration --------------------------------------------------------------------------
+@dataclass
+class Config:
+    partition: Partition
+    context: int
+    requests: int
+    devices: int
+    rtl: list[DeviceRun] = field(default_factory=list)
+    model: list[DeviceRun] = field(default_factory=list)
+    replays: list[Replay | None] = field(default_factory=list)
+    jobs: list[list[ShardJob]] = field(default_factory=list, repr=False)
+
+    @property
+    def measured(self) -> list[DeviceRun]:
+        return self.rtl or self.model
+
+    def summary(self) -> dict[str, object]:
+        runs = self.measured
+        cycles = np.array([r.cycles for r in runs], dtype=np.float64)
+        nbytes = np.array([r.bytes_read for r in runs], dtype=np.float64)
+        busy = cycles > 0
+        gbs = np.where(busy, nbytes / np.maximum(cycles, 1) * SIM_CLOCK_HZ, 0.0)
+        layer = cycles.max()
+        reps = [x for x in self.replays if x is not None]
+        clusters = sum(x.clusters for x in reps)
+        out = {
+            "partition": self.partition.name.lower(), "context": self.context,
+            "requests": self.requests, "devices": self.devices,
+            "cycles": [r.cycles for r in runs], "bytes": [r.bytes_read for r in runs],
+            "kv_bytes": [r.kv_bytes for r in runs], "clusters": [r.clusters for r in runs],
+            "descriptors": [r.descriptors for r in runs],
+            "gbs": gbs.tolist(), "mean_gbs": float(gbs[busy].mean()),
+            "imbalance": float(layer / cycles.mean()), "layer_cycles": int(layer),
+            "layer_us": layer / SIM_CLOCK_HZ * 1e6,
+            "node_gbs": float(nbytes.sum() / layer * SIM_CLOCK_HZ),
+            "acts_per_cluster": sum(x.acts for x in reps) / clusters if clusters else None,
+            "hits_per_cluster": (sum(x.reads - x.acts for x in reps) / clusters
+                                 if clusters else None),
+            "replayed_lines": sum(x.lines for x in reps),
+            "backend": "rtl" if self.rtl else "model",
+        }
+        if self.rtl and self.model:
+            m = max(r.cycles for r in self.model)
+            out["model_layer_cycles"] = m
+            out["model_vs_rtl"] = (m - layer) / layer
+        return out
+
+
+def run_config(cfg: Config, rtl_port, store: Store | None, with_model: bool, seed: int,
+               ddr5_lines: int, done: dict) -> None:
+    """Every device of one configuration, in turn; ``done`` caches device workloads already run
+    (a device with the same jobs, e.g. one device holding everything, is the same run)."""
+    for d, jobs in enumerate(cfg.jobs):
+        key = _jobs_key(jobs)
+        if key in done:
+            rtl_run, model_run, rep = done[key]
+        else:
+            rtl_run = None
+            if rtl_port is not None:
+                t0 = time.perf_counter()
+                rtl_run = run_jobs(rtl_port, store, jobs, np.random.default_rng([seed, d]))
+                log.info("  device %d: %d cycles in %.1f s", d, rtl_run.cycles,
+                         time.perf_counter() - t0)
+            model_run = run_model(jobs, seed) if with_model else None
+            rep = replay(rtl_run or model_run, ddr5_lines)
+            done[key] = (rtl_run, model_run, rep)
+        if rtl_run is not None:
+            cfg.rtl.append(rtl_run)
+        if model_run is not None:
+            cfg.model.append(model_run)
+        cfg.replays.append(rep)
+
+
+def _jobs_key(jobs: list[ShardJob]) -> tuple:
+    return tuple((j.request, j.head, j.max_clusters, j.max_tokens, j.tokens.tobytes(),
+                  j.selected.tobytes()) for j in jobs)
+
+
+def data_check(rtl_port, store: Store, jobs: list[ShardJob], seed: int) -> dict[str, int]:
+    """One device's jobs again with K and V unwritten and with random bf16 K and V."""
+    zero = run_jobs(rtl_port, store, jobs, np.random.default_rng(seed))
+    rand = run_jobs(rtl_port, store, jobs, np.random.default_rng(seed), write_kv=True)
+    return {"unwritten": zero.cycles, "random": rand.cycles, "clusters": zero.clusters}
+
+
+# -- the page -------------------------------------------------------------------------------------
+def _tokens(n: int) -> str:
+    return f"{n // 1048576}M" if n % 1048576 == 0 else f"{n // 1024}K"
+
+
+def _cell(x, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| partition | context | requests | devices | descriptors per device | busy cycles "
+            "per device (min / mean / max) | GB/s per device (mean, % of peak) | imbalance | "
+            "layer time (us) | node GB/s | ACT per cluster | row hits per cluster | "
+            "model vs rtl |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+            "| ---: |\n")
+    body = ""
+    for r in rows:
+        c = r["cycles"]
+        mvr = r.get("model_vs_rtl")
+        body += (f"| {r['partition']} | {_tokens(r['context'])} | {r['requests']} | "
+                 f"{r['devices']} | {max(r['descriptors'])} | {min(c):,} / "
+                 f"{round(float(np.mean(c))):,} / {max(c):,} | {r['mean_gbs'] / 1e9:.1f} "
+                 f"({r['mean_gbs'] / PEAK * 100:.1f} %) | {r['imbalance']:.3f} | "
+                 f"{r['layer_us']:.1f} | {r['node_gbs'] / 1e9:.0f} | "
+                 f"{_cell(r['acts_per_cluster'], '.1f')} | {_cell(r['hits_per_cluster'], '.1f')}"
+                 f" | {'-' if mvr is None else f'{mvr * 100:+.1f} %'} |\n")
+    return head + body
+
+
+def device_table(rows: list[dict]) -> str:
+    head = ("| partition | context | requests | devices | busy cycles by device | MB read by "
+            "device (KV share) |\n| --- | ---: | ---: | ---: | --- | --- |\n")
+    body = ""
+    for r in rows:
+        kv = sum(r["kv_bytes"]) / max(sum(r["bytes"]), 1)
+        body += (f"| {r['partition']} | {_tokens(r['context'])} | {r['requests']} | "
+                 f"{r['devices']} | {', '.join(f'{x:,}' for x in r['cycles'])} | "
+                 f"{', '.join(f'{b / 1e6:.2f}' for b in r['bytes'])} ({kv * 100:.1f} % KV) |\n")
+    return head + body
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    points = sorted({(r["context"], r["requests"]) for r in rows})
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (ctx, req) in enumerate(points):
+        for part, style in (("head", "-o"), ("cluster", "--s")):
+            sel = sorted((r for r in rows if (r["context"], r["requests"]) == (ctx, req)
+                          and r["partition"] == part), key=lambda r: r["devices"])
+            if not sel:
+                continue
+            n = [r["devices"] for r in sel]
+            label = f"{part}-wise, {_tokens(ctx)} x {req}"
+            colour = colours[k % len(colours)]
+            axes[0].plot(n, [r["imbalance"] for r in sel], style, color=colour, label=label)
+            axes[1].plot(n, [r["mean_gbs"] / PEAK * 100 for r in sel], style, color=colour,
+                         label=label)
+            axes[2].plot(n, [r["layer_cycles"] / sel[0]["layer_cycles"] * sel[0]["devices"]
+                             for r in sel], style, color=colour, label=label)
+    axes[0].set_ylabel("load imbalance (busiest device / mean)")
+    axes[1].set_ylabel("effective bandwidth per device (% of 204.8 GB/s)")
+    axes[2].set_ylabel("layer time x devices / the smallest node's (1 = linear scaling)")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r["devices"] for r in rows}))
+        ax.set_xticklabels([str(x) for x in sorted({r["devices"] for r in rows})])
+        ax.set_xlabel("devices")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Head-wise vs cluster-wise KV partitioning, Llama-3-8B layer, 4 % selection "
+                 f"({rows[0]['backend']} backend)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _comparison(rows: list[dict]) -> str:
+    """Cluster-wise against head-wise at each point and device count, from the rows."""
+    by = {(r["partition"], r["context"], r["requests"], r["devices"]): r for r in rows}
+    out = []
+    for (part, ctx, req, n), c in sorted(by.items()):
+        h = by.get(("head", ctx, req, n))
+        if part != "cluster" or h is None:
+            continue
+        out.append(f"| {_tokens(ctx)} | {req} | {n} | {h['imbalance']:.3f} | "
+                   f"{c['imbalance']:.3f} | {h['layer_us']:.1f} | {c['layer_us']:.1f} | "
+                   f"{(c['layer_cycles'] - h['layer_cycles']) / h['layer_cycles'] * 100:+.1f} %"
+                   f" | {max(h['descriptors'])} | {max(c['descriptors'])} |")
+    if not out:
+        return ""
+    return ("| context | requests | devices | imbalance head-wise | imbalance cluster-wise | "
+            "layer us head-wise | layer us cluster-wise | cluster-wise vs head-wise | "
+            "descriptors per device head-wise | cluster-wise |\n"
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+            + "\n".join(out) + "\n")
+
+
+def page(args, rows: list[dict], check: dict | None, wall: float, notes: str) -> str:
+    backend = rows[0]["backend"]
+    cmd = "python scripts/partition_study.py " + " ".join(sys.argv[1:])
+    check_text = ""
+    if check is not None:
+        check_text = (f"Data independence (rtl): the first configuration's device 0 again, "
+                      f"{check['clusters']} clusters, K and V unwritten: "
+                      f"{check['unwritten']:,} cycles; with random bf16 K and V written: "
+                      f"{check['random']:,} cycles.\n\n")
+    return (
+        f"# Head-wise against cluster-wise KV partitioning (paper 5.3, Figure 7)\n\n"
+        f"Written by `{cmd.strip()}` ({backend} backend, {wall / 60:.1f} min wall on this "
+        f"machine).\n\n"
+        f"One request is one layer of one Llama-3-8B sequence: {KV_HEADS} KV heads x {GROUP} "
+        f"query heads, head_dim {HEAD_DIM}, clusters of {CLUSTER_TOKENS[0]}-{CLUSTER_TOKENS[1]} "
+        f"tokens (mean 16), {args.selection:.0%} of each KV head's clusters selected at random "
+        f"(the same draw for every partitioning and device count). Head-wise: KV head h whole "
+        f"on device h mod N. Cluster-wise: every KV head sharded over all N devices, each "
+        f"cluster to the shard with the fewest tokens (host/pnm_node/partition.py). Each device "
+        f"runs alone ({'the Verilated device, ' if backend == 'rtl' else 'the model device, '}"
+        f"{DeviceConfig.engines} attention units, DDR5-6400, {PEAK / 1e9:g} GB/s peak, "
+        f"{SIM_CLOCK_HZ / 1e6:g} MHz): its KV regions allocated as the node allocates them, "
+        f"one descriptor per (request, KV head or shard) cut over its units by "
+        f"`CommandQueue.split` as the node cuts them.\n\n"
+        "Columns: busy cycles = PERF_BUSY; GB/s per device = PERF_BYTES_READ over busy cycles "
+        "(every line read: ids, directory entries, Q and the clusters' K and V), mean over the "
+        "devices that have work; imbalance = the busiest device's cycles over the mean; layer "
+        "time = the busiest device (the node's answer waits for it); node GB/s = all devices' "
+        "bytes over the layer time. ACT and row hits per cluster: the RTL has no DDR5 command "
+        f"counters, so the first {args.ddr5_lines:,} lines of each device's read stream (in the "
+        "device's order, its descriptors on the units they take, the units interleaved a line "
+        "a cycle each) were replayed through the DDR5 cycle model "
+        "(hw/model/ddr5_subchannel.py, command-identical to the RTL controller, "
+        f"{RTL_ADDRESS_MAP} address map); row hits = reads - ACTs; per cluster = over the cluster "
+        "reads those lines amount to (directory and Q reads counted in). A cluster of 16 tokens "
+        "is 8 KB = 128 lines, two on each of the 64 (sub-channel, bank group) pairs under the "
+        "cacheline map, so 64 ACTs and 64 row hits per cluster when no row stays open from the "
+        "cluster before. Model vs rtl: the model backend's busiest device against the RTL's.\n\n"
+        + check_text + notes + "\n## Configurations\n\n" + table(rows)
+        + "\n## Cluster-wise against head-wise\n\n" + _comparison(rows)
+        + "\n## Each device\n\n" + device_table(rows)
+        + f"\n![imbalance, bandwidth and scaling]({PLOT.name})\n")
+
+
+def _point(text: str) -> tuple[int, int]:
+    try:
+        ctx, req = text.upper().split(":")
+        scale = {"K": 1024, "M": 1048576}.get(ctx[-1:], 1)
+        context = int(ctx[:-1] if scale > 1 else ctx) * scale
+        requests = int(req)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"point {text!r}: want CONTEXT:REQUESTS, e.g. 128K:8"
+                                         ) from None
+    if not 16 <= context <= 1 << 24 or not 1 <= requests <= 64:
+        raise argparse.ArgumentTypeError(f"point {text!r}: context 16..16M tokens, requests "
+                                         "1..64")
+    return context, requests
+
+
+def _devices(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"devices {text!r}: not an integer") from None
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"devices {n}: 1..64")
+    return n
+
+
+def _fraction(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"selection {text!r}: not a number") from None
+    if not 0 < x <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"selection {text!r}: want a fraction in (0, 1]")
+    return x
+
+
+DEFAULT_POINTS = ["128K:1", "128K:8", "512K:1", "1M:1"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=("rtl", "model"), default="rtl",
+                    help="rtl: the Verilated device (and the model beside it for comparison); "
+                         "model: the model device only (fast)")
+    ap.add_argument("--points", type=_point, nargs="+", default=[_point(p) for p in
+                                                                 DEFAULT_POINTS],
+                    metavar="CONTEXT:REQUESTS", help="grid points, e.g. 128K:1 1M:8 "
+                    f"(default {' '.join(DEFAULT_POINTS)})")
+    ap.add_argument("--devices", type=_devices, nargs="+", default=[1, 2, 4, 8],
+                    help="node sizes")
+    ap.add_argument("--selection", type=_fraction, default=Sparsity().selection,
+                    help="fraction of each KV head's clusters selected")
+    ap.add_argument("--ddr5-lines", type=int, default=8192,
+                    help="lines of each device's stream replayed through the DDR5 cycle model "
+                         "(0: none)")
+    ap.add_argument("--no-model", action="store_true",
+                    help="rtl backend: skip the model comparison")
+    ap.add_argument("--no-data-check", action="store_true",
+                    help="rtl backend: skip the run with random K and V")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--write", action="store_true", help=f"write {PAGE.name} and {PLOT.name}")
+    ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    ap.add_argument("--out", type=Path, default=DOCS, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.ddr5_lines < 0:
+        ap.error(f"--ddr5-lines {args.ddr5_lines}: must be >= 0")
+    return args
+
+
+def study(args: argparse.Namespace) -> tuple[list[dict], dict | None]:
+    """Run the grid; the rows and the data check."""
+    rtl_port = store = None
+    if args.backend == "rtl":
+        from nelssa.hw.sim.device import RtlDevice
+
+        rtl_port = RtlDevice()  # one per process: its DRAM store is the process's
+        store = Store(rtl_port)
+    max_ct = DeviceConfig().engine.max_cluster_tokens
+    rows, check, done = [], None, {}
+    for context, requests in args.points:
+        works = {(r, h): head_work(args.seed, context, r, h, args.selection)
+                 for r in range(requests) for h in range(KV_HEADS)}
+        for partition in (Partition.HEAD, Partition.CLUSTER):
+            for n in args.devices:
+                t0 = time.perf_counter()
+                cfg = Config(partition, context, requests, n)
+                cfg.jobs = plan(partition, n, works, max_ct)
+                run_config(cfg, rtl_port, store, args.backend == "model" or not args.no_model,
+                           args.seed, args.ddr5_lines, done)
+                row = cfg.summary()
+                rows.append(row)
+                print(f"{row['partition']:7} {_tokens(context):>4} x {requests} on {n}: layer "
+                      f"{row['layer_cycles']:,} cycles, imbalance {row['imbalance']:.3f}, "
+                      f"{row['mean_gbs'] / 1e9:.1f} GB/s per device, ACT/cluster "
+                      f"{_cell(row['acts_per_cluster'], '.1f')} "
+                      f"({time.perf_counter() - t0:.1f} s)", flush=True)
+                if check is None and rtl_port is not None and not args.no_data_check:
+                    check = data_check(rtl_port, store, cfg.jobs[0], args.seed)
+                    print(f"  data check: {check}", flush=True)
+    return rows, check
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.WARNING)
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    rows, check = study(args)
+    wall = time.perf_counter() - t0
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "check": check}, indent=1))
+    if args.write:
+        args.out.mkdir(parents=True, exist_ok=True)
+        plot(rows, args.out / PLOT.name)
+        (args.out / PAGE.name).write_text(page(args, rows, check, wall, ""))
+        print(f"wrote {args.out / PAGE.name} and {args.out / PLOT.name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The partitioning study's accounting (scripts/partition_study.py) on the model backend, on a
+tiny grid: placement as the node's partitioner makes it, bytes read against the selected
+clusters' bytes, the replayed stream against the model device's own lines, and the imbalance
+head-wise partitioning shows when 8 KV heads do not divide over 3 devices."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nelssa.driver.formats import CLUSTER_ENTRY, cluster_bytes
+from nelssa.host.pnm_node.protocol import Partition
+
+_PATH = Path(__file__).resolve().parents[1] / "scripts" / "partition_study.py"
+_spec = importlib.util.spec_from_file_location("partition_study", _PATH)
+ps = importlib.util.module_from_spec(_spec)
+sys.modules["partition_study"] = ps
+_spec.loader.exec_module(ps)
+
+CONTEXT, REQUESTS = 2048, 8  # 128 clusters per KV head, 5 selected
+
+
+def _works(context=CONTEXT, requests=REQUESTS):
+    return {(r, h): ps.head_work(0, context, r, h, 0.04)
+            for r in range(requests) for h in range(ps.KV_HEADS)}
+
+
+def test_directory_entries_are_the_driver_format():
+    addrs = np.array([0x1000, 0x2040, 0x12345680])
+    tokens = np.array([8, 24, 17])
+    first, raw = ps._directory_lines(1 << 20, addrs, tokens, np.array([1]))
+    want = b"".join(CLUSTER_ENTRY.build({"kv_addr": int(a), "tokens": int(t)})
+                    for a, t in zip(addrs, tokens, strict=True))
+    assert first.tolist() == [1 << 20]
+    assert raw.tobytes()[:len(want)] == want
+
+
+def test_placement_follows_the_partitioner():
+    works = _works(requests=1)
+    head = ps.plan(Partition.HEAD, 3, works, 64)
+    assert [sorted(j.head for j in jobs) for jobs in head] == [[0, 3, 6], [1, 4, 7], [2, 5]]
+    cluster = ps.plan(Partition.CLUSTER, 3, works, 64)
+    for h in range(ps.KV_HEADS):
+        shards = [next(j for j in jobs if j.head == h) for jobs in cluster]
+        w = works[(0, h)]
+        # every cluster in exactly one shard, shards within one cluster of each other
+        assert sum(len(s.tokens) for s in shards) == len(w.tokens)
+        loads = [int(s.tokens.sum()) for s in shards]
+        assert max(loads) - min(loads) <= ps.CLUSTER_TOKENS[1]
+        # the selected clusters' tokens, whichever shard holds them
+        got = sorted(int(t) for s in shards for t in s.tokens[s.selected])
+        assert got == sorted(w.tokens[w.selected].tolist())
+
+
+@pytest.mark.parametrize("partition", [Partition.HEAD, Partition.CLUSTER])
+def test_bytes_read_are_the_selected_clusters_and_the_descriptors(partition):
+    works = _works()
+    jobs = ps.plan(partition, 3, works, 64)
+    runs = [ps.run_model(j, 0) for j in jobs]
+    want_kv = sum(cluster_bytes(int(t), ps.HEAD_DIM)
+                  for w in works.values() for t in w.tokens[w.selected])
+    assert sum(r.kv_bytes for r in runs) == want_kv
+    assert sum(r.kv_lines for r in runs) * 64 == want_kv
+    clusters = sum(len(w.selected) for w in works.values())
+    for r in runs:
+        # PERF_BYTES_READ: the KV, a directory line per cluster, ids and Q per descriptor
+        ids_lines = r.bytes_read // 64 - r.kv_lines - r.clusters - 16 * r.descriptors
+        assert r.descriptors <= ids_lines <= r.descriptors * 2
+        assert len(r.stream) * 64 == r.bytes_read
+    assert sum(r.clusters for r in runs) == clusters
+
+
+def test_stream_is_the_model_devices_lines():
+    """The replayed stream holds exactly the lines the model device's descriptors read."""
+    from nelssa.hw.model import device_exec
+
+    seen = []
+    real = device_exec.run_descriptor
+
+    def spy(d, mem, region, config):
+        out = real(d, mem, region, config)
+        seen.extend(out[2])
+        return out
+
+    jobs = ps.plan(Partition.CLUSTER, 2, _works(requests=1), 64)[0]
+    device_exec.run_descriptor = spy
+    import nelssa.hw.model.device as model_device
+    model_device.run_descriptor = spy
+    try:
+        run = ps.run_model(jobs, 0)
+    finally:
+        device_exec.run_descriptor = real
+        model_device.run_descriptor = real
+    assert sorted(seen) == sorted(run.stream.tolist())
+
+
+def test_head_wise_imbalance_on_three_devices():
+    """8 KV heads on 3 devices: 3, 3 and 2 heads each, so the busiest device does 3/(8/3) of
+    the mean's work (8 requests: 24, 24 and 16 descriptors, whole rounds of 4 units)."""
+    cfg = ps.Config(Partition.HEAD, CONTEXT, REQUESTS, 3)
+    cfg.jobs = ps.plan(Partition.HEAD, 3, _works(), 64)
+    ps.run_config(cfg, None, None, True, 0, 0, {})
+    row = cfg.summary()
+    assert row["descriptors"] == [24, 24, 16]
+    assert row["imbalance"] == pytest.approx(3 / (8 / 3), rel=0.04)
+    assert row["layer_cycles"] == max(row["cycles"])
+    cfg = ps.Config(Partition.CLUSTER, CONTEXT, REQUESTS, 3)
+    cfg.jobs = ps.plan(Partition.CLUSTER, 3, _works(), 64)
+    ps.run_config(cfg, None, None, True, 0, 0, {})
+    assert cfg.summary()["imbalance"] < 1.06
+
+
+def test_replay_counts_commands():
+    run = ps.run_model(ps.plan(Partition.HEAD, 8, _works(requests=1), 64)[0], 0)
+    n = len(run.stream) // 2
+    rep = ps.replay(run, n)
+    assert rep.lines == n and rep.reads == n  # all reads, each one a RD command
+    assert 0 < rep.acts <= rep.reads
+    assert rep.clusters == pytest.approx(n / len(run.stream) * run.clusters)
+    assert ps.replay(run, 10 * n).lines == len(run.stream)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--points", "128Q:1"], "CONTEXT:REQUESTS"),
+    (["--points", "128K:0"], "requests"),
+    (["--devices", "0"], "devices 0"),
+    (["--selection", "nan"], "selection"),
+    (["--ddr5-lines", "-1"], "--ddr5-lines"),
+])
+def test_bad_options_exit_2_naming_them(argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        ps.parse_args(argv)
+    assert e.value.code == 2
+    assert words in capsys.readouterr().err
