@@ -266,10 +266,15 @@ def _queue_path(t: DDR5Timing, sc: np.ndarray, bank: np.ndarray, wr: np.ndarray,
     last = np.minimum(first + QUEUE_DEPTH, sub_start[1:, None]) - 1
     used_w = first < sub_start[1:, None]
     e_first, e_last = entry[first], entry[np.maximum(last, 0)]
-    unit = np.zeros(res)
-    unit[0] = t.burst_cycles
-    unit[2:2 + groups] = t.nCCD_L
-    unit[2 + groups:] = t.nRC
+    # from a resource's work done to the last column command: a burst, a tCCD_L; a bank's
+    # visit ends with tRTP and tRP after it
+    tail = np.full(res, float(t.burst_cycles))
+    tail[2:2 + groups] = t.nCCD_L
+    tail[2 + groups:] = t.nRTP + t.nRP
+    # a resource's work ends no sooner than its last request's column command after it
+    # enters (tRCD after its bank's ACT), and the tail after that
+    unit = tail.copy()
+    unit[2 + groups:] += t.nRCD
     # requests per bank and window: a bank's visits finish one after another
     reqs_bank = np.bincount(v_cell, weights=v_hits * v_new, minlength=size)
     reqs_bank = reqs_bank.reshape(subs, nw, res)[:, :, 2 + groups:]
@@ -305,8 +310,8 @@ def _queue_path(t: DDR5Timing, sc: np.ndarray, bank: np.ndarray, wr: np.ndarray,
         count_end = np.maximum(np.where(used[:, :2 + groups], done[:, :2 + groups], 0).max(axis=1),
                                2 * bank_mean - enter_first)
         counted = np.stack([counted[1], np.where(used_w[:, w], count_end, counted[1])])
-        end = np.maximum(end, np.where(used, done, 0).max(axis=1))
-    return end - t.burst_cycles  # the last column command
+        end = np.maximum(end, np.where(used, done - tail, 0).max(axis=1))
+    return end  # the last column command
 
 
 _SEGMENT = float(2**36)  # > any time in tCK: keeps a segmented running maximum in its segment
