@@ -192,8 +192,15 @@ class DeviceRun:
     kv_bytes: int
     """Bytes of the selected clusters' K and V."""
     stream: np.ndarray = field(repr=False)
-    """Line addresses read, in the replay's order."""
+    """Line addresses read, in the replay's order (the units interleaved); dropped once
+    replayed."""
     kv_lines: int = 0
+    serial: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    """The same lines with the descriptors one after another (one unit's order)."""
+
+    @property
+    def lines(self) -> int:
+        return self.bytes_read // LINE_BYTES
 
 
 def _unit_interleave(streams: list[np.ndarray], units: int) -> np.ndarray:
@@ -273,7 +280,8 @@ def run_jobs(port, store: Store, jobs: list[ShardJob], rng: np.random.Generator,
     if len(stream) * LINE_BYTES != nbytes:  # the accounting below rests on it
         raise RuntimeError(f"the device read {nbytes} bytes, its descriptors' lines come to "
                            f"{len(stream) * LINE_BYTES}")
-    return DeviceRun(cycles, nbytes, len(ids), clusters, kv_bytes, stream, kv_lines)
+    return DeviceRun(cycles, nbytes, len(ids), clusters, kv_bytes, stream, kv_lines,
+                     np.concatenate(streams))
 
 
 def _no_arithmetic(params, q, keys, values, scale) -> AttnResult:
@@ -305,15 +313,17 @@ class Replay:
     cycles: int
 
 
-def replay(run: DeviceRun, max_lines: int) -> Replay | None:
-    """The first ``max_lines`` of the device's stream through the DDR5 cycle model."""
-    if not len(run.stream) or max_lines <= 0:
+def replay(run: DeviceRun, max_lines: int, serial: bool = False) -> Replay | None:
+    """The first ``max_lines`` of the device's stream (``serial``: its descriptors one after
+    another instead) through the DDR5 cycle model."""
+    stream = run.serial if serial else run.stream
+    if not len(stream) or max_lines <= 0:
         return None
-    s = run.stream[:max_lines]
+    s = stream[:max_lines]
     r = ddr5_replay(s, None, GEOMETRY, RTL_ADDRESS_MAP, check=False)
     acts = sum(x.commands.get("ACT", 0) for x in r.per_subchannel)
     reads = sum(x.commands.get("RD", 0) for x in r.per_subchannel)
-    kv_share = run.kv_lines / len(run.stream)
+    kv_share = run.kv_lines / run.lines
     clusters = len(s) * kv_share / (run.kv_lines / run.clusters)
     return Replay(len(s), clusters, acts, reads, r.cycles)
 
@@ -328,6 +338,8 @@ class Config:
     rtl: list[DeviceRun] = field(default_factory=list)
     model: list[DeviceRun] = field(default_factory=list)
     replays: list[Replay | None] = field(default_factory=list)
+    serial_replay: Replay | None = None
+    """Device 0's stream with its descriptors one after another, for comparison."""
     jobs: list[list[ShardJob]] = field(default_factory=list, repr=False)
 
     @property
@@ -357,6 +369,10 @@ class Config:
             "hits_per_cluster": (sum(x.reads - x.acts for x in reps) / clusters
                                  if clusters else None),
             "replayed_lines": sum(x.lines for x in reps),
+            "serial_acts_per_cluster": (self.serial_replay.acts / self.serial_replay.clusters
+                                        if self.serial_replay else None),
+            "device0_acts_per_cluster": (self.replays[0].acts / self.replays[0].clusters
+                                         if self.replays and self.replays[0] else None),
             "backend": "rtl" if self.rtl else "model",
         }
         if self.rtl and self.model:
@@ -367,33 +383,26 @@ class Config:
 
 
 def run_config(cfg: Config, rtl_port, store: Store | None, with_model: bool, seed: int,
-               ddr5_lines: int, done: dict) -> None:
-    """Every device of one configuration, in turn; ``done`` caches device workloads already run
-    (a device with the same jobs, e.g. one device holding everything, is the same run)."""
+               ddr5_lines: int) -> None:
+    """Every device of one configuration, in turn (on the rtl port when given, on a fresh model
+    device when ``with_model``), and the DDR5 replay of each one's stream."""
     for d, jobs in enumerate(cfg.jobs):
-        key = _jobs_key(jobs)
-        if key in done:
-            rtl_run, model_run, rep = done[key]
-        else:
-            rtl_run = None
-            if rtl_port is not None:
-                t0 = time.perf_counter()
-                rtl_run = run_jobs(rtl_port, store, jobs, np.random.default_rng([seed, d]))
-                log.info("  device %d: %d cycles in %.1f s", d, rtl_run.cycles,
-                         time.perf_counter() - t0)
-            model_run = run_model(jobs, seed) if with_model else None
-            rep = replay(rtl_run or model_run, ddr5_lines)
-            done[key] = (rtl_run, model_run, rep)
-        if rtl_run is not None:
-            cfg.rtl.append(rtl_run)
-        if model_run is not None:
-            cfg.model.append(model_run)
-        cfg.replays.append(rep)
-
-
-def _jobs_key(jobs: list[ShardJob]) -> tuple:
-    return tuple((j.request, j.head, j.max_clusters, j.max_tokens, j.tokens.tobytes(),
-                  j.selected.tobytes()) for j in jobs)
+        measured = None
+        if rtl_port is not None:
+            t0 = time.perf_counter()
+            measured = run_jobs(rtl_port, store, jobs, np.random.default_rng([seed, d]))
+            cfg.rtl.append(measured)
+            log.info("  device %d: %d cycles in %.1f s", d, measured.cycles,
+                     time.perf_counter() - t0)
+        if with_model:
+            cfg.model.append(run_model(jobs, seed))
+            measured = measured or cfg.model[-1]
+        assert measured is not None, "no backend to run on"
+        cfg.replays.append(replay(measured, ddr5_lines))
+        if d == 0:
+            cfg.serial_replay = replay(measured, ddr5_lines, serial=True)
+        for run in (*cfg.rtl[-1:], *cfg.model[-1:]):  # the streams are large: replayed, dropped
+            run.stream = run.serial = np.zeros(0, np.int64)
 
 
 def data_check(rtl_port, store: Store, jobs: list[ShardJob], seed: int) -> dict[str, int]:
@@ -415,10 +424,10 @@ def _cell(x, fmt: str) -> str:
 def table(rows: list[dict]) -> str:
     head = ("| partition | context | requests | devices | descriptors per device | busy cycles "
             "per device (min / mean / max) | GB/s per device (mean, % of peak) | imbalance | "
-            "layer time (us) | node GB/s | ACT per cluster | row hits per cluster | "
-            "model vs rtl |\n"
+            "layer time (us) | node GB/s | ACT per cluster | row hits per cluster | ACT per "
+            "cluster, device 0 interleaved / one stream | model vs rtl |\n"
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-            "| ---: |\n")
+            "| ---: | ---: |\n")
     body = ""
     for r in rows:
         c = r["cycles"]
@@ -429,7 +438,9 @@ def table(rows: list[dict]) -> str:
                  f"({r['mean_gbs'] / PEAK * 100:.1f} %) | {r['imbalance']:.3f} | "
                  f"{r['layer_us']:.1f} | {r['node_gbs'] / 1e9:.0f} | "
                  f"{_cell(r['acts_per_cluster'], '.1f')} | {_cell(r['hits_per_cluster'], '.1f')}"
-                 f" | {'-' if mvr is None else f'{mvr * 100:+.1f} %'} |\n")
+                 f" | {_cell(r['device0_acts_per_cluster'], '.1f')} / "
+                 f"{_cell(r['serial_acts_per_cluster'], '.1f')} | "
+                 f"{'-' if mvr is None else f'{mvr * 100:+.1f} %'} |\n")
     return head + body
 
 
@@ -466,15 +477,22 @@ def plot(rows: list[dict], path: Path) -> None:
             axes[0].plot(n, [r["imbalance"] for r in sel], style, color=colour, label=label)
             axes[1].plot(n, [r["mean_gbs"] / PEAK * 100 for r in sel], style, color=colour,
                          label=label)
-            axes[2].plot(n, [r["layer_cycles"] / sel[0]["layer_cycles"] * sel[0]["devices"]
-                             for r in sel], style, color=colour, label=label)
+            # speed-up over the smallest node of the series, in devices' worth
+            if len(sel) > 1:
+                    axes[2].plot(n, [sel[0]["layer_cycles"] * sel[0]["devices"] / r["layer_cycles"]
+                                 for r in sel], style, color=colour, label=label)
     axes[0].set_ylabel("load imbalance (busiest device / mean)")
     axes[1].set_ylabel("effective bandwidth per device (% of 204.8 GB/s)")
-    axes[2].set_ylabel("layer time x devices / the smallest node's (1 = linear scaling)")
+    every = sorted({r["devices"] for r in rows})
+    axes[2].plot(every, every, ":", color="grey", label="linear")
+    axes[2].set_ylabel("speed-up of the layer (devices' worth)")
+    axes[2].set_yscale("log", base=2)
+    axes[2].set_yticks(every)
+    axes[2].set_yticklabels([str(x) for x in every])
     for ax in axes:
         ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted({r["devices"] for r in rows}))
-        ax.set_xticklabels([str(x) for x in sorted({r["devices"] for r in rows})])
+        ax.set_xticks(every)
+        ax.set_xticklabels([str(x) for x in every])
         ax.set_xlabel("devices")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
@@ -506,22 +524,119 @@ def _comparison(rows: list[dict]) -> str:
             + "\n".join(out) + "\n")
 
 
-def page(args, rows: list[dict], check: dict | None, wall: float, notes: str) -> str:
+def _where(r: dict) -> str:
+    return f"{_tokens(r['context'])} x {r['requests']} on {r['devices']}"
+
+
+def findings(rows: list[dict]) -> str:
+    """What the rows say, in numbers taken from them."""
+    head = [r for r in rows if r["partition"] == "head" and r["devices"] > 1]
+    clus = [r for r in rows if r["partition"] == "cluster" and r["devices"] > 1]
+    out = []
+    if head:
+        even = [r for r in head if KV_HEADS % r["devices"] == 0]
+        odd = [r for r in head if KV_HEADS % r["devices"]]
+        if even:
+            worst = max(even, key=lambda r: r["imbalance"])
+            out.append(f"Head-wise, where the devices divide the {KV_HEADS} KV heads, every "
+                       f"device gets as many KV heads and the same number of unit "
+                       f"parts: imbalance at most {worst['imbalance']:.3f} ({_where(worst)}), "
+                       "from the KV heads' different token counts and the DDR5.")
+        for r in odd:
+            heads = [KV_HEADS // r["devices"] + (d < KV_HEADS % r["devices"])
+                     for d in range(r["devices"])]
+            out.append(f"Head-wise, {_where(r)}: {'/'.join(map(str, heads))} KV heads per "
+                       f"device, {'/'.join(map(str, r['descriptors']))} descriptors, "
+                       f"imbalance {r['imbalance']:.3f} (by whole KV heads "
+                       f"{max(heads)}/({KV_HEADS}/{r['devices']}) = "
+                       f"{max(heads) * r['devices'] / KV_HEADS:.3f}; the unit split rounds "
+                       f"each device's parts up to whole rounds of its "
+                       f"{DeviceConfig.engines} units, which moves it from there).")
+    if clus:
+        worst = max(clus, key=lambda r: r["imbalance"])
+        c = worst["clusters"]
+        busiest = int(np.argmax(worst["cycles"]))
+        match = sum(int(np.argmax(r["cycles"])) == int(np.argmax(r["clusters"])) for r in clus)
+        out.append(f"Cluster-wise: the shards hold equal tokens, but the selection does not "
+                   f"look at shards, so each device's share of a KV head's selected clusters "
+                   f"is a random draw. Worst imbalance {worst['imbalance']:.3f} "
+                   f"({_where(worst)}): its devices read {min(c)} to {max(c)} clusters, the "
+                   f"busiest (device {busiest}) {c[busiest]}; the busiest device is the one "
+                   f"with the most clusters in {match} of the {len(clus)} cluster-wise "
+                   "configurations on 2 or more devices. By point, the largest node:")
+        for ctx, req in sorted({(r["context"], r["requests"]) for r in clus}):
+            big = max((r for r in clus if (r["context"], r["requests"]) == (ctx, req)),
+                      key=lambda r: r["devices"])
+            out.append(f"  - {_where(big)}: imbalance {big['imbalance']:.3f}, "
+                       f"{min(big['clusters'])}-{max(big['clusters'])} clusters per device")
+    pairs = [(h, c) for h in head for c in clus
+             if (h["context"], h["requests"], h["devices"])
+             == (c["context"], c["requests"], c["devices"])]
+    if pairs:
+        d = [(c["layer_cycles"] - h["layer_cycles"]) / h["layer_cycles"] for h, c in pairs]
+        lo, hi = int(np.argmin(d)), int(np.argmax(d))
+        slower = sum(x > 0 for x in d)
+        out.append(f"Layer time (the busiest device), cluster-wise against head-wise: "
+                   f"{d[lo] * 100:+.1f} % ({_where(pairs[lo][0])}) to {d[hi] * 100:+.1f} % "
+                   f"({_where(pairs[hi][0])}); cluster-wise slower in {slower} of "
+                   f"{len(pairs)} configurations on 2 or more devices.")
+        hb = [h["mean_gbs"] / PEAK * 100 for h, _ in pairs]
+        cb = [c["mean_gbs"] / PEAK * 100 for _, c in pairs]
+        out.append(f"Bandwidth per device (mean over devices, % of peak): head-wise "
+                   f"{min(hb):.1f}-{max(hb):.1f}, cluster-wise {min(cb):.1f}-{max(cb):.1f}. "
+                   "Cluster-wise sends each device one descriptor per KV head and request "
+                   f"(up to {max(max(c['descriptors']) for _, c in pairs)} per device here, "
+                   "each with its fixed fetch, directory and completion costs, over fewer "
+                   "clusters); head-wise sends whole KV heads, cut into as many parts as the "
+                   "units need.")
+        acts = [(r["acts_per_cluster"], r) for r in rows if r["acts_per_cluster"] is not None]
+        if acts:
+            a_lo, a_hi = min(acts, key=lambda x: x[0]), max(acts, key=lambda x: x[0])
+            ser = [(r["device0_acts_per_cluster"], r["serial_acts_per_cluster"]) for r in rows
+                   if r["serial_acts_per_cluster"] is not None]
+            gbs = [r["mean_gbs"] / PEAK * 100 for _, r in acts]
+            out.append(f"DDR5 (cycle-model replay): {a_lo[0]:.0f} ({a_lo[1]['partition']}-wise"
+                       f", {_where(a_lo[1])}) to {a_hi[0]:.0f} ({a_hi[1]['partition']}-wise, "
+                       f"{_where(a_hi[1])}) ACTs per cluster read. A 16-token cluster is 128 "
+                       "lines, two to a row on each of the 64 (sub-channel, bank group) pairs "
+                       "of the cacheline map: 64 ACTs when it shares no row, fewer where the "
+                       "selected clusters after it in the same stream fall in rows still open."
+                       + (f" Device 0's lines with its descriptors one after another (one "
+                          f"stream) take {min(x[1] for x in ser):.0f}-"
+                          f"{max(x[1] for x in ser):.0f} ACTs per cluster, interleaved over "
+                          f"the units {min(x[0] for x in ser):.0f}-"
+                          f"{max(x[0] for x in ser):.0f}: the units' concurrent streams fall "
+                          "in the same banks on other rows and close each other's rows."
+                          if ser else "")
+                       + f" With these, the devices still read at {min(gbs):.1f}-"
+                       f"{max(gbs):.1f} % of peak: DDR5-6400 takes an ACT per burst on each "
+                       "sub-channel (tRRD_S 8 tCK, tFAW 32 tCK per four, a burst 8 tCK), and "
+                       "the layer time follows the work each device gets.")
+    return "".join(f"- {x}\n" if not x.startswith("  ") else f"{x}\n" for x in out)
+
+
+def page(meta: dict, rows: list[dict], check: dict | None) -> str:
+    """The results page; ``meta``: the run's command line, options and wall time."""
     backend = rows[0]["backend"]
-    cmd = "python scripts/partition_study.py " + " ".join(sys.argv[1:])
+    cmd = "python scripts/partition_study.py " + " ".join(meta["argv"])
+    partial = ("" if meta["complete"] else
+               f" It stopped after {len(rows)} configurations; the rest were not run.")
+    wall = meta["wall"]
     check_text = ""
     if check is not None:
         check_text = (f"Data independence (rtl): the first configuration's device 0 again, "
-                      f"{check['clusters']} clusters, K and V unwritten: "
-                      f"{check['unwritten']:,} cycles; with random bf16 K and V written: "
-                      f"{check['random']:,} cycles.\n\n")
+                      f"{check['clusters']} clusters: {check['first']:,} cycles in the grid, "
+                      f"{check['unwritten']:,} run again (K and V unwritten, as in the grid), "
+                      f"{check['random']:,} with random bf16 K and V written (run to run the "
+                      "device starts in another refresh phase and DDR5 state, which moves "
+                      "the cycles a little).\n\n")
     return (
         f"# Head-wise against cluster-wise KV partitioning (paper 5.3, Figure 7)\n\n"
         f"Written by `{cmd.strip()}` ({backend} backend, {wall / 60:.1f} min wall on this "
-        f"machine).\n\n"
+        f"machine, 2 cores shared).{partial}\n\n"
         f"One request is one layer of one Llama-3-8B sequence: {KV_HEADS} KV heads x {GROUP} "
         f"query heads, head_dim {HEAD_DIM}, clusters of {CLUSTER_TOKENS[0]}-{CLUSTER_TOKENS[1]} "
-        f"tokens (mean 16), {args.selection:.0%} of each KV head's clusters selected at random "
+        f"tokens (mean 16), {meta['selection']:.0%} of each KV head's clusters selected at random "
         f"(the same draw for every partitioning and device count). Head-wise: KV head h whole "
         f"on device h mod N. Cluster-wise: every KV head sharded over all N devices, each "
         f"cluster to the shard with the fewest tokens (host/pnm_node/partition.py). Each device "
@@ -535,7 +650,7 @@ def page(args, rows: list[dict], check: dict | None, wall: float, notes: str) ->
         "devices that have work; imbalance = the busiest device's cycles over the mean; layer "
         "time = the busiest device (the node's answer waits for it); node GB/s = all devices' "
         "bytes over the layer time. ACT and row hits per cluster: the RTL has no DDR5 command "
-        f"counters, so the first {args.ddr5_lines:,} lines of each device's read stream (in the "
+        f"counters, so the first {meta['ddr5_lines']:,} lines of each device's read stream (in the "
         "device's order, its descriptors on the units they take, the units interleaved a line "
         "a cycle each) were replayed through the DDR5 cycle model "
         "(hw/model/ddr5_subchannel.py, command-identical to the RTL controller, "
@@ -544,25 +659,31 @@ def page(args, rows: list[dict], check: dict | None, wall: float, notes: str) ->
         "is 8 KB = 128 lines, two on each of the 64 (sub-channel, bank group) pairs under the "
         "cacheline map, so 64 ACTs and 64 row hits per cluster when no row stays open from the "
         "cluster before. Model vs rtl: the model backend's busiest device against the RTL's.\n\n"
-        + check_text + notes + "\n## Configurations\n\n" + table(rows)
+        + check_text + "## What the numbers say\n\n" + findings(rows)
+        + "\n## Configurations\n\n" + table(rows)
         + "\n## Cluster-wise against head-wise\n\n" + _comparison(rows)
         + "\n## Each device\n\n" + device_table(rows)
         + f"\n![imbalance, bandwidth and scaling]({PLOT.name})\n")
 
 
-def _point(text: str) -> tuple[int, int]:
+def _point(text: str) -> tuple[int, int, tuple[int, ...] | None]:
+    """CONTEXT:REQUESTS[@N,N...]: a grid point, optionally on only these node sizes."""
     try:
-        ctx, req = text.upper().split(":")
+        spec, _, only = text.upper().partition("@")
+        ctx, req = spec.split(":")
         scale = {"K": 1024, "M": 1048576}.get(ctx[-1:], 1)
         context = int(ctx[:-1] if scale > 1 else ctx) * scale
         requests = int(req)
+        devices = tuple(int(x) for x in only.split(",")) if only else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"point {text!r}: want CONTEXT:REQUESTS, e.g. 128K:8"
-                                         ) from None
+        raise argparse.ArgumentTypeError(f"point {text!r}: want CONTEXT:REQUESTS[@N,N...], "
+                                         "e.g. 128K:8 or 1M:8@8") from None
     if not 16 <= context <= 1 << 24 or not 1 <= requests <= 64:
         raise argparse.ArgumentTypeError(f"point {text!r}: context 16..16M tokens, requests "
                                          "1..64")
-    return context, requests
+    if devices is not None and not all(1 <= n <= 64 for n in devices):
+        raise argparse.ArgumentTypeError(f"point {text!r}: devices 1..64")
+    return context, requests, devices
 
 
 def _devices(text: str) -> int:
@@ -586,6 +707,7 @@ def _fraction(text: str) -> float:
 
 
 DEFAULT_POINTS = ["128K:1", "128K:8", "512K:1", "1M:1"]
+DEFAULT_DEVICES = [1, 2, 3, 4, 8]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -597,8 +719,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                                  DEFAULT_POINTS],
                     metavar="CONTEXT:REQUESTS", help="grid points, e.g. 128K:1 1M:8 "
                     f"(default {' '.join(DEFAULT_POINTS)})")
-    ap.add_argument("--devices", type=_devices, nargs="+", default=[1, 2, 4, 8],
-                    help="node sizes")
+    ap.add_argument("--devices", type=_devices, nargs="+", default=DEFAULT_DEVICES,
+                    help="node sizes (a point's @N,N... overrides them)")
     ap.add_argument("--selection", type=_fraction, default=Sparsity().selection,
                     help="fraction of each KV head's clusters selected")
     ap.add_argument("--ddr5-lines", type=int, default=8192,
@@ -610,7 +732,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="rtl backend: skip the run with random K and V")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", action="store_true", help=f"write {PAGE.name} and {PLOT.name}")
-    ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    ap.add_argument("--json", type=Path,
+                    help="save the rows here as JSON (after every configuration)")
+    ap.add_argument("--replot", type=Path, metavar="JSON",
+                    help="write the page and plot from a saved run (--json) and run nothing")
     ap.add_argument("--out", type=Path, default=DOCS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.ddr5_lines < 0:
@@ -618,8 +743,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def study(args: argparse.Namespace) -> tuple[list[dict], dict | None]:
-    """Run the grid; the rows and the data check."""
+def study(args: argparse.Namespace, progress=None) -> tuple[list[dict], dict | None]:
+    """Run the grid; the rows and the data check (``progress(rows, check)`` after each
+    configuration)."""
     rtl_port = store = None
     if args.backend == "rtl":
         from nelssa.hw.sim.device import RtlDevice
@@ -627,17 +753,17 @@ def study(args: argparse.Namespace) -> tuple[list[dict], dict | None]:
         rtl_port = RtlDevice()  # one per process: its DRAM store is the process's
         store = Store(rtl_port)
     max_ct = DeviceConfig().engine.max_cluster_tokens
-    rows, check, done = [], None, {}
-    for context, requests in args.points:
+    rows, check = [], None
+    for context, requests, only in args.points:
         works = {(r, h): head_work(args.seed, context, r, h, args.selection)
                  for r in range(requests) for h in range(KV_HEADS)}
         for partition in (Partition.HEAD, Partition.CLUSTER):
-            for n in args.devices:
+            for n in only or args.devices:
                 t0 = time.perf_counter()
                 cfg = Config(partition, context, requests, n)
                 cfg.jobs = plan(partition, n, works, max_ct)
                 run_config(cfg, rtl_port, store, args.backend == "model" or not args.no_model,
-                           args.seed, args.ddr5_lines, done)
+                           args.seed, args.ddr5_lines)
                 row = cfg.summary()
                 rows.append(row)
                 print(f"{row['partition']:7} {_tokens(context):>4} x {requests} on {n}: layer "
@@ -647,23 +773,49 @@ def study(args: argparse.Namespace) -> tuple[list[dict], dict | None]:
                       f"({time.perf_counter() - t0:.1f} s)", flush=True)
                 if check is None and rtl_port is not None and not args.no_data_check:
                     check = data_check(rtl_port, store, cfg.jobs[0], args.seed)
+                    check["first"] = cfg.rtl[0].cycles
                     print(f"  data check: {check}", flush=True)
+                if progress is not None:
+                    progress(rows, check)
     return rows, check
+
+
+def write(out: Path, saved: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    plot(saved["rows"], out / PLOT.name)
+    (out / PAGE.name).write_text(page(saved["meta"], saved["rows"], saved["check"]))
+    print(f"wrote {out / PAGE.name} and {out / PLOT.name}")
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     args = parse_args(argv)
+    if args.replot is not None:
+        try:
+            saved = json.loads(args.replot.read_text())
+            if not saved.get("rows"):
+                raise ValueError("no rows")
+        except (OSError, ValueError, AttributeError) as e:
+            print(f"--replot {args.replot}: not a saved run ({e})", file=sys.stderr)
+            raise SystemExit(2) from None
+        write(args.out, saved)
+        return
     t0 = time.perf_counter()
-    rows, check = study(args)
-    wall = time.perf_counter() - t0
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "check": check}, indent=1))
+    meta = {"argv": sys.argv[1:] if argv is None else argv, "selection": args.selection,
+            "ddr5_lines": args.ddr5_lines, "complete": False}
+
+    def save(rows: list[dict], check: dict | None) -> None:
+        if args.json:
+            meta["wall"] = time.perf_counter() - t0
+            args.json.write_text(json.dumps({"meta": meta, "rows": rows, "check": check},
+                                            indent=1))
+
+    rows, check = study(args, save)
+    meta["complete"] = True
+    save(rows, check)
+    meta["wall"] = time.perf_counter() - t0
     if args.write:
-        args.out.mkdir(parents=True, exist_ok=True)
-        plot(rows, args.out / PLOT.name)
-        (args.out / PAGE.name).write_text(page(args, rows, check, wall, ""))
-        print(f"wrote {args.out / PAGE.name} and {args.out / PLOT.name}")
+        write(args.out, {"meta": meta, "rows": rows, "check": check})
 
 
 if __name__ == "__main__":

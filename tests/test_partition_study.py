@@ -103,14 +103,14 @@ def test_head_wise_imbalance_on_three_devices():
     the mean's work (8 requests: 24, 24 and 16 descriptors, whole rounds of 4 units)."""
     cfg = ps.Config(Partition.HEAD, CONTEXT, REQUESTS, 3)
     cfg.jobs = ps.plan(Partition.HEAD, 3, _works(), 64)
-    ps.run_config(cfg, None, None, True, 0, 0, {})
+    ps.run_config(cfg, None, None, True, 0, 0)
     row = cfg.summary()
     assert row["descriptors"] == [24, 24, 16]
     assert row["imbalance"] == pytest.approx(3 / (8 / 3), rel=0.04)
     assert row["layer_cycles"] == max(row["cycles"])
     cfg = ps.Config(Partition.CLUSTER, CONTEXT, REQUESTS, 3)
     cfg.jobs = ps.plan(Partition.CLUSTER, 3, _works(), 64)
-    ps.run_config(cfg, None, None, True, 0, 0, {})
+    ps.run_config(cfg, None, None, True, 0, 0)
     assert cfg.summary()["imbalance"] < 1.06
 
 
@@ -128,6 +128,8 @@ def test_replay_counts_commands():
     (["--points", "128Q:1"], "CONTEXT:REQUESTS"),
     (["--points", "128K:0"], "requests"),
     (["--devices", "0"], "devices 0"),
+    (["--points", "1M:8@0"], "devices 1..64"),
+    (["--points", "1M:8@x"], "CONTEXT:REQUESTS"),
     (["--selection", "nan"], "selection"),
     (["--ddr5-lines", "-1"], "--ddr5-lines"),
 ])
