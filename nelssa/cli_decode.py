@@ -83,6 +83,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
     if args.grow and router.t_input is None:
         raise UsageError(f"--grow needs a T_input to grow past, and T_input is "
                          f"{router.describe()}: give --t-input")
+    if args.grow and router.t_input - 4 + args.steps + 1 > c.max_position_embeddings:
+        raise UsageError(f"--grow: the growing request starts at T_input - 4 = "
+                         f"{router.t_input - 4} tokens (T_input {router.describe()}); with "
+                         f"{args.steps + 1} generated it exceeds the model's "
+                         f"{c.max_position_embeddings} positions: give --t-input")
     for option, span in (("--short-len", args.short_len), ("--long-len", args.long_len)):
         if span[1] + args.steps + 1 > c.max_position_embeddings:
             raise UsageError(f"{option}: a prompt of {span[1]} tokens and {args.steps + 1} "

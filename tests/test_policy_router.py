@@ -4,6 +4,7 @@ it is given; the migration policy's choice."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -34,7 +35,10 @@ def test_router_is_the_crossover_unless_given() -> None:
     given = Router.from_latency(lm, 4, t_input=1000)
     assert (given.t_input, given.source) == (1000, Source.GIVEN)
     assert "given" in given.describe()
-    none = Router.from_latency(lm, 1)  # one prototype device never beats the GPU
+    # one device of a fifth of the prototype's bandwidth never beats the GPU
+    slow = LatencyModel(lm.gpu, dataclasses.replace(lm.pnm, bw_eff_gbs=lm.pnm.bw_eff_gbs / 5),
+                        lm.model, lm.sparsity, lm.link)
+    none = Router.from_latency(slow, 1)
     assert none.t_input is None and none.tier(10**9) is Tier.GPU and "never" in none.describe()
     gpu_only = Router.from_latency(lm, 4, t_input=1000, pnm=False)
     assert gpu_only.t_input is None and gpu_only.source is Source.NO_PNM
@@ -82,5 +86,7 @@ def test_decode_takes_t_input_from_the_crossover() -> None:
     proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "model",
                            "--devices", "1", "--short", "1", "--long", "0", "--grow"],
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 2 and "--grow needs a T_input" in proc.stderr
+    # one device's crossover is past the model's positions: refused, naming both
+    assert proc.returncode == 2 and "--grow: the growing request starts at" in proc.stderr
+    assert "exceeds the model's 131072 positions: give --t-input" in proc.stderr
     assert "Traceback" not in proc.stderr

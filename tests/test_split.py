@@ -137,7 +137,7 @@ def _device(engines: int = 4):
 
 
 def test_the_driver_refuses_a_unit_count_the_device_does_not_have():
-    _, mem, cq = _device(engines=4)
+    _, _, cq = _device(engines=4)
     with pytest.raises(ValueError, match=r"units 5: the device has 4 attention units \(CAPS "
                        r"engines\), so a batch splits over 1..4"):
         cq.split([], units=5)
