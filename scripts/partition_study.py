@@ -197,15 +197,18 @@ class DeviceRun:
     kv_lines: int = 0
     serial: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     """The same lines with the descriptors one after another (one unit's order)."""
+    unit_fill: float = 0.0
+    """How well its parts fill its units (see _unit_interleave)."""
 
     @property
     def lines(self) -> int:
         return self.bytes_read // LINE_BYTES
 
 
-def _unit_interleave(streams: list[np.ndarray], units: int) -> np.ndarray:
+def _unit_interleave(streams: list[np.ndarray], units: int) -> tuple[np.ndarray, float]:
     """Descriptors' line streams in submission order on ``units`` units (each to the first free
-    one, a line a cycle), interleaved by cycle."""
+    one, a line a cycle), interleaved by cycle; and the units' fill: the lines over units x the
+    busiest unit's lines (1: the parts keep every unit busy to the end)."""
     free = [0] * units
     times, order, addrs = [], [], []
     for s in streams:
@@ -215,9 +218,9 @@ def _unit_interleave(streams: list[np.ndarray], units: int) -> np.ndarray:
         addrs.append(s)
         free[u] += len(s)
     if not addrs:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), 0.0
     t, u, a = np.concatenate(times), np.concatenate(order), np.concatenate(addrs)
-    return a[np.lexsort((u, t))]
+    return a[np.lexsort((u, t))], sum(free) / (units * max(free))
 
 
 def run_jobs(port, store: Store, jobs: list[ShardJob], rng: np.random.Generator,
@@ -251,7 +254,7 @@ def run_jobs(port, store: Store, jobs: list[ShardJob], rng: np.random.Generator,
         q = fp.f32_to_bf16_bits(rng.standard_normal((GROUP, HEAD_DIM)).astype(np.float32))
         requests.append(AttnRequest(region, q, j.selected.tolist()))
     if not requests:
-        return DeviceRun(0, 0, 0, 0, 0, np.zeros(0, np.int64))
+        return DeviceRun(0, 0, 0, 0, 0, np.zeros(0, np.int64), unit_fill=1.0)
     parts = cq.split(requests)
     busy0, bytes0 = dev.reg_read64("PERF_BUSY"), dev.reg_read64("PERF_BYTES_READ")
     ids = cq.submit([p.attn for p in parts])
@@ -276,12 +279,12 @@ def run_jobs(port, store: Store, jobs: list[ShardJob], rng: np.random.Generator,
             lines.append(np.arange(a, a + n, LINE_BYTES))
             kv_lines += n // LINE_BYTES
         streams.append(np.concatenate(lines).astype(np.int64))
-    stream = _unit_interleave(streams, dev.caps["engines"])
+    stream, fill = _unit_interleave(streams, dev.caps["engines"])
     if len(stream) * LINE_BYTES != nbytes:  # the accounting below rests on it
         raise RuntimeError(f"the device read {nbytes} bytes, its descriptors' lines come to "
                            f"{len(stream) * LINE_BYTES}")
     return DeviceRun(cycles, nbytes, len(ids), clusters, kv_bytes, stream, kv_lines,
-                     np.concatenate(streams))
+                     np.concatenate(streams), fill)
 
 
 def _no_arithmetic(params, q, keys, values, scale) -> AttnResult:
@@ -362,6 +365,7 @@ class Config:
             "kv_bytes": [r.kv_bytes for r in runs], "clusters": [r.clusters for r in runs],
             "descriptors": [r.descriptors for r in runs],
             "gbs": gbs.tolist(), "mean_gbs": float(gbs[busy].mean()),
+            "unit_fill": [r.unit_fill for r in runs],
             "imbalance": float(layer / cycles.mean()), "layer_cycles": int(layer),
             "layer_us": layer / SIM_CLOCK_HZ * 1e6,
             "node_gbs": float(nbytes.sum() / layer * SIM_CLOCK_HZ),
@@ -422,18 +426,20 @@ def _cell(x, fmt: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| partition | context | requests | devices | descriptors per device | busy cycles "
+    head = ("| partition | context | requests | devices | descriptors per device | unit fill "
+            "| busy cycles "
             "per device (min / mean / max) | GB/s per device (mean, % of peak) | imbalance | "
             "layer time (us) | node GB/s | ACT per cluster | row hits per cluster | ACT per "
             "cluster, device 0 interleaved / one stream | model vs rtl |\n"
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-            "| ---: | ---: |\n")
+            "| ---: | ---: | ---: |\n")
     body = ""
     for r in rows:
         c = r["cycles"]
         mvr = r.get("model_vs_rtl")
         body += (f"| {r['partition']} | {_tokens(r['context'])} | {r['requests']} | "
-                 f"{r['devices']} | {max(r['descriptors'])} | {min(c):,} / "
+                 f"{r['devices']} | {max(r['descriptors'])} | "
+                 f"{float(np.mean(r['unit_fill'])):.3f} | {min(c):,} / "
                  f"{round(float(np.mean(c))):,} / {max(c):,} | {r['mean_gbs'] / 1e9:.1f} "
                  f"({r['mean_gbs'] / PEAK * 100:.1f} %) | {r['imbalance']:.3f} | "
                  f"{r['layer_us']:.1f} | {r['node_gbs'] / 1e9:.0f} | "
@@ -582,13 +588,23 @@ def findings(rows: list[dict]) -> str:
                    f"{len(pairs)} configurations on 2 or more devices.")
         hb = [h["mean_gbs"] / PEAK * 100 for h, _ in pairs]
         cb = [c["mean_gbs"] / PEAK * 100 for _, c in pairs]
+        hf = [float(np.mean(h["unit_fill"])) for h, _ in pairs]
+        cf = [float(np.mean(c["unit_fill"])) for _, c in pairs]
+        fills = [float(np.mean(r["unit_fill"])) for r in rows]
+        corr = float(np.corrcoef(fills, [r["mean_gbs"] for r in rows])[0, 1])
         out.append(f"Bandwidth per device (mean over devices, % of peak): head-wise "
                    f"{min(hb):.1f}-{max(hb):.1f}, cluster-wise {min(cb):.1f}-{max(cb):.1f}. "
-                   "Cluster-wise sends each device one descriptor per KV head and request "
-                   f"(up to {max(max(c['descriptors']) for _, c in pairs)} per device here, "
-                   "each with its fixed fetch, directory and completion costs, over fewer "
-                   "clusters); head-wise sends whole KV heads, cut into as many parts as the "
-                   "units need.")
+                   f"The units' fill (a device's lines over {DeviceConfig.engines} units x its "
+                   f"busiest unit's lines, as its parts land on the units) is head-wise "
+                   f"{min(hf):.3f}-{max(hf):.3f}, cluster-wise {min(cf):.3f}-{max(cf):.3f}, "
+                   f"and follows the bandwidth (correlation {corr:.2f} over all rows). "
+                   "Cluster-wise gives a device one descriptor per KV head and request (up to "
+                   f"{max(max(c['descriptors']) for _, c in pairs)} here): as soon as they "
+                   "are as many as the units the split leaves them whole, and shards of "
+                   "different sizes do not fill the units' last round; each also pays its "
+                   "fetch, directory and completion over fewer clusters. Head-wise, KV heads "
+                   "of equal cluster counts are cut into as many parts as the units need, "
+                   "except where a device's KV heads are not a multiple of its units (3 on 4).")
         acts = [(r["acts_per_cluster"], r) for r in rows if r["acts_per_cluster"] is not None]
         if acts:
             a_lo, a_hi = min(acts, key=lambda x: x[0]), max(acts, key=lambda x: x[0])
@@ -644,7 +660,11 @@ def page(meta: dict, rows: list[dict], check: dict | None) -> str:
         f"{DeviceConfig.engines} attention units, DDR5-6400, {PEAK / 1e9:g} GB/s peak, "
         f"{SIM_CLOCK_HZ / 1e6:g} MHz): its KV regions allocated as the node allocates them, "
         f"one descriptor per (request, KV head or shard) cut over its units by "
-        f"`CommandQueue.split` as the node cuts them.\n\n"
+        f"`CommandQueue.split` as the node cuts them. Here a cluster belongs to one KV head "
+        "(each KV head has its own clusters and directory), so a device reads one KV head's "
+        "share of a cluster, about 8 KB, under either partitioning: the smaller access the "
+        "paper weighs against head-wise partitioning is the same on both sides here, and what "
+        "differs is how much work each device gets and in how many descriptors.\n\n"
         "Columns: busy cycles = PERF_BUSY; GB/s per device = PERF_BYTES_READ over busy cycles "
         "(every line read: ids, directory entries, Q and the clusters' K and V), mean over the "
         "devices that have work; imbalance = the busiest device's cycles over the mean; layer "

@@ -114,6 +114,15 @@ def test_head_wise_imbalance_on_three_devices():
     assert cfg.summary()["imbalance"] < 1.06
 
 
+def test_unit_interleave_deals_parts_to_the_first_free_unit():
+    streams = [np.arange(4) * 64 + base for base in (0, 1 << 20, 2 << 20)] + [np.array([7 << 20])]
+    order, fill = ps._unit_interleave(streams, 2)
+    # unit 0: the first part, then the third; unit 1: the second, then the fourth
+    assert order[:4].tolist() == [0, 1 << 20, 64, (1 << 20) + 64]
+    assert order.tolist().index(2 << 20) == 8 and order.tolist().index(7 << 20) == 9
+    assert fill == pytest.approx(13 / (2 * 8))
+
+
 def test_replay_counts_commands():
     run = ps.run_model(ps.plan(Partition.HEAD, 8, _works(requests=1), 64)[0], 0)
     n = len(run.stream) // 2
