@@ -483,18 +483,19 @@ def plot(rows: list[dict], path: Path) -> None:
             axes[0].plot(n, [r["imbalance"] for r in sel], style, color=colour, label=label)
             axes[1].plot(n, [r["mean_gbs"] / PEAK * 100 for r in sel], style, color=colour,
                          label=label)
-            # speed-up over the smallest node of the series, in devices' worth
-            if len(sel) > 1:
-                    axes[2].plot(n, [sel[0]["layer_cycles"] * sel[0]["devices"] / r["layer_cycles"]
-                                 for r in sel], style, color=colour, label=label)
+        here = [r for r in rows if (r["context"], r["requests"]) == (ctx, req)]
+        head = {r["devices"]: r["layer_cycles"] for r in here if r["partition"] == "head"}
+        ratio = sorted((r["devices"], r["layer_cycles"] / head[r["devices"]]) for r in here
+                       if r["partition"] == "cluster" and r["devices"] in head)
+        if ratio:
+            axes[2].plot(*zip(*ratio, strict=True), "-^", color=colours[k % len(colours)],
+                         label=f"{_tokens(ctx)} x {req}")
     axes[0].set_ylabel("load imbalance (busiest device / mean)")
     axes[1].set_ylabel("effective bandwidth per device (% of 204.8 GB/s)")
     every = sorted({r["devices"] for r in rows})
-    axes[2].plot(every, every, ":", color="grey", label="linear")
-    axes[2].set_ylabel("speed-up of the layer (devices' worth)")
-    axes[2].set_yscale("log", base=2)
-    axes[2].set_yticks(every)
-    axes[2].set_yticklabels([str(x) for x in every])
+    axes[2].axhline(1.0, color="grey", linestyle=":")
+    axes[2].set_ylabel("layer time, cluster-wise / head-wise")
+    axes[2].legend(fontsize=7)
     for ax in axes:
         ax.set_xscale("log", base=2)
         ax.set_xticks(every)
@@ -551,13 +552,22 @@ def findings(rows: list[dict]) -> str:
         for r in odd:
             heads = [KV_HEADS // r["devices"] + (d < KV_HEADS % r["devices"])
                      for d in range(r["devices"])]
-            out.append(f"Head-wise, {_where(r)}: {'/'.join(map(str, heads))} KV heads per "
-                       f"device, {'/'.join(map(str, r['descriptors']))} descriptors, "
-                       f"imbalance {r['imbalance']:.3f} (by whole KV heads "
-                       f"{max(heads)}/({KV_HEADS}/{r['devices']}) = "
-                       f"{max(heads) * r['devices'] / KV_HEADS:.3f}; the unit split rounds "
-                       f"each device's parts up to whole rounds of its "
-                       f"{DeviceConfig.engines} units, which moves it from there).")
+            busiest = int(np.argmax(r["cycles"]))
+            fill = r["unit_fill"][busiest]
+            units = DeviceConfig.engines
+            text = (f"Head-wise, {_where(r)}: {'/'.join(map(str, heads))} KV heads per "
+                    f"device, {'/'.join(map(str, r['descriptors']))} descriptors, imbalance "
+                    f"{r['imbalance']:.3f} (by whole KV heads {max(heads)}/({KV_HEADS}/"
+                    f"{r['devices']}) = {max(heads) * r['devices'] / KV_HEADS:.3f}); the "
+                    f"busiest device's units are filled to {fill:.3f}.")
+            if fill < 0.95 and units <= 2 * heads[busiest] * r["requests"] < 2 * units:
+                k = heads[busiest] * r["requests"]
+                text += (f" The unit split (driver/split.py) makes the next multiple of the "
+                         f"units at or above the KV heads: {k} KV heads become {units} parts, "
+                         f"{2 * k - units} whole and {2 * (units - k)} halves, so the device "
+                         f"takes one KV head's time on its {units} units where about {k}/{units} "
+                         f"would do ({k * units} parts of 1/{units}, {k} rounds).")
+            out.append(text)
     if clus:
         worst = max(clus, key=lambda r: r["imbalance"])
         c = worst["clusters"]

@@ -147,3 +147,18 @@ def test_bad_options_exit_2_naming_them(argv, words, capsys):
         ps.parse_args(argv)
     assert e.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_page_and_plot_from_a_tiny_grid(tmp_path):
+    saved = tmp_path / "rows.json"
+    ps.main(["--backend", "model", "--points", "2K:1", "--devices", "1", "3",
+             "--ddr5-lines", "256", "--json", str(saved), "--write", "--out", str(tmp_path)])
+    text = (tmp_path / "partitioning.md").read_text()
+    assert "Head-wise, 2K x 1 on 3: 3/3/2 KV heads per device" in text
+    # two configurations of each, in the table of configurations and in that of devices
+    assert text.count("\n| head | 2K | 1 |") == 4 and text.count("\n| cluster | 2K | 1 |") == 4
+    assert (tmp_path / "partitioning.png").stat().st_size > 10_000
+    # the page again from the saved rows, nothing run
+    (tmp_path / "partitioning.md").unlink()
+    ps.main(["--replot", str(saved), "--out", str(tmp_path)])
+    assert (tmp_path / "partitioning.md").read_text() == text
