@@ -24,16 +24,17 @@ TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake_conversati
 PREFILL_GPUS = 8
 LINK = "roce-400g"
 WHY_10 = ("the ratio follows the PNM tier's capacity (batch) and bandwidth; the paper does not "
-          "state its device count and bandwidth here: 4 `prototype` devices (this emulator's, "
-          "93 GB/s and 64 GB each) give x3.6 and x1.5, 8 `projection-512g` give x15.6 and x6.4 "
-          "(`--pnm projection-512g --devices 8`), bracketing the paper")
+          "state its device count and bandwidth here: this row is {devices} `{pnm}` devices "
+          "({bw:g} GB/s and {cap:g} GB each); 8 `projection-512g` (182 GB/s, 512 GB) gave x15.6 "
+          "and x6.4 (`--pnm projection-512g --devices 8`, at 93ee506)")
 WHY_14 = ("the ratio depends steeply on load: below memory saturation both tiers decode fast; "
           "once the GPU-only run preempts long requests by recompute, its tail grows by seconds. "
-          "The paper's rate is not stated; P95 matches near 3.5/s, where our P99 overshoots")
+          "The paper's rate is not stated")
 
 
-def fig10(sweep: dict) -> list[str]:
+def fig10(sweep: dict, pnm: str, devices: int, hw) -> list[str]:
     """Table rows from ``sweeps.context_batch``: each mode at its largest batch."""
+    why = WHY_10.format(devices=devices, pnm=pnm, bw=hw.bw_eff_gbs, cap=hw.capacity_gb)
     rows = []
     for gpu, paper in (("h100-nvl", "up to 5.5x"), ("2x-h100-nvl", "up to 3.6x")):
         parts, best = [], 0.0
@@ -48,7 +49,7 @@ def fig10(sweep: dict) -> list[str]:
                 parts.append(f"{ctx >> 10}K: GPU cannot hold one request; NELSSA {tn:.0f} tok/s "
                              f"(batch {bn})")
         rows.append(f"| 10 | decode throughput, NELSSA / {gpu} at max batch | {paper} | "
-                    f"x{best:.1f} at most ({'; '.join(parts)}) | {WHY_10} |")
+                    f"x{best:.1f} at most ({'; '.join(parts)}) | {why} |")
     return rows
 
 
@@ -100,7 +101,7 @@ def main() -> None:
     models = {g: LatencyModel(cat.gpus[g], cat.pnm[args.pnm], cat.models["llama-3-8b"],
                               link=cat.links[LINK]) for g in ("h100-nvl", "2x-h100-nvl")}
     sweep = sweeps.context_batch(models, _cfg("gpu", args.devices))
-    rows += fig10(sweep)
+    rows += fig10(sweep, args.pnm, args.devices, cat.pnm[args.pnm])
     sweeps.plot_context_batch(sweep, Path(args.out).with_name("fig10.png"))
     for rate in args.rates:
         for label, t_input in (("the crossover", None), ("32K", 32768)):
