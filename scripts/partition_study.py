@@ -595,32 +595,48 @@ def findings(rows: list[dict]) -> str:
         out.append(f"Layer time (the busiest device), cluster-wise against head-wise: "
                    f"{d[lo] * 100:+.1f} % ({_where(pairs[lo][0])}) to {d[hi] * 100:+.1f} % "
                    f"({_where(pairs[hi][0])}); cluster-wise slower in {slower} of "
-                   f"{len(pairs)} configurations on 2 or more devices.")
+                   f"{len(pairs)} configurations on 2 or more devices"
+                   + (", faster at " + ", ".join(_where(h) for (h, _), x in zip(pairs, d,
+                                                                                strict=True)
+                                                  if x <= 0) if slower < len(pairs) else "")
+                   + ".")
         hb = [h["mean_gbs"] / PEAK * 100 for h, _ in pairs]
         cb = [c["mean_gbs"] / PEAK * 100 for _, c in pairs]
         hf = [float(np.mean(h["unit_fill"])) for h, _ in pairs]
         cf = [float(np.mean(c["unit_fill"])) for _, c in pairs]
-        fills = [float(np.mean(r["unit_fill"])) for r in rows]
-        corr = float(np.corrcoef(fills, [r["mean_gbs"] for r in rows])[0, 1])
+        h_low = min(pairs, key=lambda p: p[0]["mean_gbs"])[0]
+        c_low = min(pairs, key=lambda p: p[1]["mean_gbs"])
         out.append(f"Bandwidth per device (mean over devices, % of peak): head-wise "
                    f"{min(hb):.1f}-{max(hb):.1f}, cluster-wise {min(cb):.1f}-{max(cb):.1f}. "
                    f"The units' fill (a device's lines over {DeviceConfig.engines} units x its "
                    f"busiest unit's lines, as its parts land on the units) is head-wise "
-                   f"{min(hf):.3f}-{max(hf):.3f}, cluster-wise {min(cf):.3f}-{max(cf):.3f}, "
-                   f"and follows the bandwidth (correlation {corr:.2f} over all rows). "
-                   "Cluster-wise gives a device one descriptor per KV head and request (up to "
-                   f"{max(max(c['descriptors']) for _, c in pairs)} here): as soon as they "
-                   "are as many as the units the split leaves them whole, and shards of "
-                   "different sizes do not fill the units' last round; each also pays its "
-                   "fetch, directory and completion over fewer clusters. Head-wise, KV heads "
-                   "of equal cluster counts are cut into as many parts as the units need, "
-                   "except where a device's KV heads are not a multiple of its units (3 on 4).")
+                   f"{min(hf):.3f}-{max(hf):.3f}, cluster-wise {min(cf):.3f}-{max(cf):.3f}. "
+                   f"Head-wise's lowest bandwidth ({_where(h_low)}, "
+                   f"{h_low['mean_gbs'] / PEAK * 100:.1f} %) is its units' fill "
+                   f"({float(np.mean(h_low['unit_fill'])):.3f}). Cluster-wise loses more than "
+                   f"its fill: at {_where(c_low[1])} its devices read at "
+                   f"{c_low[1]['mean_gbs'] / PEAK * 100:.1f} % with their units filled to "
+                   f"{float(np.mean(c_low[1]['unit_fill'])):.3f}, head-wise at "
+                   f"{c_low[0]['mean_gbs'] / PEAK * 100:.1f} % filled to "
+                   f"{float(np.mean(c_low[0]['unit_fill'])):.3f}, over the same clusters per "
+                   f"device. Cluster-wise gives a device one descriptor per KV head and request "
+                   f"({max(c_low[1]['descriptors'])} there, against "
+                   f"{max(c_low[0]['descriptors'])}), each over 1/{c_low[1]['devices']} of a "
+                   "KV head's clusters, so a unit runs more, smaller descriptors, each with its "
+                   "fetch, id, directory and Q reads before its stream and its completion "
+                   "after; here the loss grows with devices and shrinks with context and "
+                   "requests (the table), as a per-descriptor cost would.")
         acts = [(r["acts_per_cluster"], r) for r in rows if r["acts_per_cluster"] is not None]
         if acts:
             a_lo, a_hi = min(acts, key=lambda x: x[0]), max(acts, key=lambda x: x[0])
             ser = [(r["device0_acts_per_cluster"], r["serial_acts_per_cluster"]) for r in rows
                    if r["serial_acts_per_cluster"] is not None]
-            gbs = [r["mean_gbs"] / PEAK * 100 for _, r in acts]
+            full = [(a, r["mean_gbs"]) for a, r in acts if np.mean(r["unit_fill"]) >= 0.95]
+            both = [(h, c) for h, c in pairs if h["acts_per_cluster"] is not None
+                    and c["acts_per_cluster"] is not None]
+            more = sum(c["acts_per_cluster"] > h["acts_per_cluster"] for h, c in both)
+            corr = (float(np.corrcoef(*zip(*full, strict=True))[0, 1]) if len(full) > 2
+                    else float("nan"))
             out.append(f"DDR5 (cycle-model replay): {a_lo[0]:.0f} ({a_lo[1]['partition']}-wise"
                        f", {_where(a_lo[1])}) to {a_hi[0]:.0f} ({a_hi[1]['partition']}-wise, "
                        f"{_where(a_hi[1])}) ACTs per cluster read. A 16-token cluster is 128 "
@@ -634,11 +650,44 @@ def findings(rows: list[dict]) -> str:
                           f"{max(x[0] for x in ser):.0f}: the units' concurrent streams fall "
                           "in the same banks on other rows and close each other's rows."
                           if ser else "")
-                       + f" With these, the devices still read at {min(gbs):.1f}-"
-                       f"{max(gbs):.1f} % of peak: DDR5-6400 takes an ACT per burst on each "
-                       "sub-channel (tRRD_S 8 tCK, tFAW 32 tCK per four, a burst 8 tCK), and "
-                       "the layer time follows the work each device gets.")
+                       + f" Cluster-wise activates more than head-wise in {more} of "
+                       f"{len(both)} configurations on 2 or more devices. Over the "
+                       "configurations whose units are filled (>= 0.95), ACTs per cluster and "
+                       f"bandwidth per device correlate at {corr:.2f}; DDR5-6400 takes up to "
+                       "an ACT per burst on each sub-channel (tRRD_S 8 tCK, tFAW 32 tCK per "
+                       f"four, a burst 8 tCK), so {a_lo[0]:.0f}-{a_hi[0]:.0f} ACTs per cluster "
+                       "of about 130 reads are within what it can issue at full bandwidth.")
+    mvr = [r for r in rows if r.get("model_vs_rtl") is not None]
+    if mvr:
+        parts = []
+        for part in ("head", "cluster"):
+            d = [r for r in mvr if r["partition"] == part]
+            if d:
+                lo = min(d, key=lambda r: r["model_vs_rtl"])
+                hi = max(d, key=lambda r: r["model_vs_rtl"])
+                parts.append(f"{part}-wise {lo['model_vs_rtl'] * 100:+.1f} % ({_where(lo)}) "
+                             f"to {hi['model_vs_rtl'] * 100:+.1f} % ({_where(hi)})")
+        out.append("The model backend's layer time against the RTL's: " + "; ".join(parts)
+                   + " (issue 23 item 3 asks for within 5 %).")
     return "".join(f"- {x}\n" if not x.startswith("  ") else f"{x}\n" for x in out)
+
+
+def grid_text(rows: list[dict]) -> str:
+    """Which points ran on which node sizes, and what they cost in device cycles."""
+    points = {}
+    for r in rows:
+        points.setdefault((r["context"], r["requests"]), set()).add(r["devices"])
+    total = sum(sum(r["cycles"]) for r in rows)
+    biggest = max(points, key=lambda p: p[0] * p[1])
+    cost = sum(sum(r["cycles"]) for r in rows if (r["context"], r["requests"]) == biggest)
+    return ("Grid: " + "; ".join(f"{_tokens(c)} x {q} on {', '.join(map(str, sorted(n)))}"
+                                 for (c, q), n in sorted(points.items()))
+            + f" devices, both partitionings: {total / 1e6:.1f} M device cycles simulated "
+            f"({_tokens(biggest[0])} x {biggest[1]} alone {cost / 1e6:.1f} M). Larger "
+            "points on more node sizes (8 requests at 512K-1M on 1-4 devices) were left out "
+            f"to keep the run near the default grid's time ({' '.join(DEFAULT_POINTS)} on "
+            f"{', '.join(map(str, DEFAULT_DEVICES))} devices, the script's defaults); "
+            "`--points` adds them.\n\n")
 
 
 def page(meta: dict, rows: list[dict], check: dict | None) -> str:
@@ -689,7 +738,7 @@ def page(meta: dict, rows: list[dict], check: dict | None) -> str:
         "is 8 KB = 128 lines, two on each of the 64 (sub-channel, bank group) pairs under the "
         "cacheline map, so 64 ACTs and 64 row hits per cluster when no row stays open from the "
         "cluster before. Model vs rtl: the model backend's busiest device against the RTL's.\n\n"
-        + check_text + "## What the numbers say\n\n" + findings(rows)
+        + grid_text(rows) + check_text + "## What the numbers say\n\n" + findings(rows)
         + "\n## Configurations\n\n" + table(rows)
         + "\n## Cluster-wise against head-wise\n\n" + _comparison(rows)
         + "\n## Each device\n\n" + device_table(rows)
