@@ -2,8 +2,9 @@
 KV partitioning over 1-8 devices, 128K-1M tokens and 1-8 requests, per device busy cycles, bytes
 read, effective bandwidth, load imbalance and the DDR5 activations and row hits behind them.
 
-    .venv/bin/python scripts/partition_study.py [--backend rtl|model] [--points 128K:1 1M:8 ...]
-        [--devices 1 2 4 8] [--ddr5-lines N] [--write]
+    .venv/bin/python scripts/partition_study.py [--backend rtl|model] [--points 128K:1 1M:8@8 ...]
+        [--devices 1 2 3 4 8] [--ddr5-lines N] [--json FILE] [--write]
+    .venv/bin/python scripts/partition_study.py --replot FILE   (the page from saved rows)
 
 A request is one layer of one Llama-3-8B sequence (8 KV heads x 4 query heads, head_dim 128;
 clusters of 8-24 tokens, 4 % of them selected at random per KV head, as scripts/bench_device.py
@@ -737,7 +738,9 @@ def page(meta: dict, rows: list[dict], check: dict | None) -> str:
         "reads those lines amount to (directory and Q reads counted in). A cluster of 16 tokens "
         "is 8 KB = 128 lines, two on each of the 64 (sub-channel, bank group) pairs under the "
         "cacheline map, so 64 ACTs and 64 row hits per cluster when no row stays open from the "
-        "cluster before. Model vs rtl: the model backend's busiest device against the RTL's.\n\n"
+        "cluster before. Model vs rtl: the model backend's busiest device against the RTL's (the "
+        "model device with its arithmetic skipped: its time comes from the descriptors and "
+        "the lines they read, never from the values).\n\n"
         + grid_text(rows) + check_text + "## What the numbers say\n\n" + findings(rows)
         + "\n## Configurations\n\n" + table(rows)
         + "\n## Cluster-wise against head-wise\n\n" + _comparison(rows)
