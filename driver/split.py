@@ -20,6 +20,7 @@ parts to fit.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -90,22 +91,28 @@ def _cut(work: np.ndarray, parts: int, max_ids: int) -> list[slice]:
     return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 
 
-def split_batch(requests: Sequence[AttnRequest], units: int, max_ids: int = MAX_IDS
-                ) -> list[Part]:
-    """The descriptors to submit for ``requests`` on a device of ``units`` attention units:
-    their count is the next multiple of ``units`` at or above ``len(requests)`` where the
-    requests have clusters enough, and more where a request exceeds ``max_ids``. Parts come
-    largest first (the order to submit them in), a request's parts in cluster order among
-    equals. ``units`` 1 keeps one descriptor per
-    request (unless one exceeds ``max_ids``)."""
-    if units < 1:
-        raise ValueError(f"units must be >= 1, got {units}")
-    if max_ids < 1:
-        raise ValueError(f"max_ids must be >= 1, got {max_ids}")
-    if not requests:
-        return []
-    work = [_work(i, r) for i, r in enumerate(requests)]
-    target = -(-len(requests) // units) * units
+PART_OVERHEAD_WORK = 16 * 100
+"""What one more descriptor costs a unit, in work units (tokens x head_dim; a 64-byte beat is
+16 of them): about 100 cycles of fetch, directory and output writes beside its stream (the RTL
+device's fixed and result costs, hw/model/device_calibration.json). It decides how finely to
+cut, not how a device is timed."""
+
+
+def _makespan(sizes: list[int], units: int) -> float:
+    """When ``sizes`` (submitted in order) finish on ``units`` units, each descriptor taken by
+    the first free unit, and a unit freed when its completion is written: in submission order,
+    so one done ahead of an earlier one holds its unit (rtl/top/nelssa_cmdq.sv)."""
+    free = [0.0] * units
+    released = 0.0
+    for size in sizes:
+        t = heapq.heappop(free)
+        released = max(t + size + PART_OVERHEAD_WORK, released)
+        heapq.heappush(free, released)
+    return released
+
+
+def _plan(requests: Sequence[AttnRequest], work: list[np.ndarray], target: int,
+          max_ids: int) -> list[tuple[int, Part]]:
     out: list[tuple[int, Part]] = []
     for i, (r, w, k) in enumerate(zip(requests, work, _parts_per_request(work, target, max_ids),
                                       strict=True)):
@@ -118,4 +125,35 @@ def split_batch(requests: Sequence[AttnRequest], units: int, max_ids: int = MAX_
     # largest first: a unit that frees early takes a small part, not the last large one
     # (six KV heads on four units as 4 whole + 4 halves: 1.5 rounds this way, 2 in request order)
     out.sort(key=lambda wp: -wp[0])
-    return [p for _, p in out]
+    return out
+
+
+def split_batch(requests: Sequence[AttnRequest], units: int, max_ids: int = MAX_IDS
+                ) -> list[Part]:
+    """The descriptors to submit for ``requests`` on a device of ``units`` attention units.
+    Their count is the multiple of ``units`` (from the first at or above ``len(requests)``,
+    ``units`` more at most) whose plan finishes soonest by ``_makespan``, the fewer on ties:
+    two KV heads on four units make 4 parts, three make 12 (each cut in four: three even
+    rounds, where 4 parts would leave two units idle half the time). A request with more
+    clusters than ``max_ids`` always gets enough parts to fit; one with few clusters caps its
+    parts. Parts come largest first (the order to submit them in), a request's parts in
+    cluster order among equals. ``units`` 1 keeps one descriptor per request (unless one
+    exceeds ``max_ids``)."""
+    if units < 1:
+        raise ValueError(f"units must be >= 1, got {units}")
+    if max_ids < 1:
+        raise ValueError(f"max_ids must be >= 1, got {max_ids}")
+    if not requests:
+        return []
+    work = [_work(i, r) for i, r in enumerate(requests)]
+    first = -(-len(requests) // units)
+    best: tuple[float, list[tuple[int, Part]]] | None = None
+    for rounds in range(first, first + (units if units > 1 else 0) + 1):
+        plan = _plan(requests, work, rounds * units, max_ids)
+        span = _makespan([w for w, _ in plan], units)
+        if best is None or span < best[0]:
+            best = (span, plan)
+        if len(plan) < rounds * units:  # no request has clusters to cut further
+            break
+    assert best is not None
+    return [p for _, p in best[1]]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.memory import KvRegion, MemoryApi
-from nelssa.driver.split import split_batch
+from nelssa.driver.split import PART_OVERHEAD_WORK, _makespan, _plan, split_batch
 from nelssa.host.pnm_node.aggregate import merge_partials
 from nelssa.hw.model import fp
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
@@ -54,6 +54,10 @@ def _work(r: AttnRequest) -> int:
     return sum(r.region.clusters[c][1] for c in r.cluster_ids)
 
 
+def _ids_work(r: AttnRequest) -> np.ndarray:
+    return np.array([r.region.clusters[c][1] * HEAD_DIM for c in r.cluster_ids])
+
+
 @settings(max_examples=300, deadline=None)
 @given(batches(), st.integers(1, 8), st.integers(1, 50))
 def test_parts_cover_each_request_once_fit_and_fill_whole_rounds(reqs, units, max_ids):
@@ -70,12 +74,15 @@ def test_parts_cover_each_request_once_fit_and_fill_whole_rounds(reqs, units, ma
         runs = sorted((list(a.cluster_ids) for a in mine), key=lambda ids: _find(r, ids))
         assert [c for run in runs for c in run] == list(r.cluster_ids)
         assert len(mine) >= -(-len(r.cluster_ids) // max_ids)
-    rounds = -(-len(reqs) // units) * units
+    first = -(-len(reqs) // units) * units
     at_least = sum(-(-len(r.cluster_ids) // max_ids) for r in reqs)
     most = sum(len(r.cluster_ids) for r in reqs)
-    assert len(parts) == max(at_least, min(rounds, most))
-    works = [_work(p.attn) for p in parts]
+    assert len(parts) >= max(at_least, min(first, most))
+    works = [_work(p.attn) * HEAD_DIM for p in parts]
     assert works == sorted(works, reverse=True)  # largest first
+    # never later than the first whole round of the units would finish
+    fewest = [w for w, _ in _plan(reqs, [_ids_work(r) for r in reqs], first, max_ids)]
+    assert _makespan(works, units) <= _makespan(fewest, units)
 
 
 def _find(r: AttnRequest, run: list) -> int:
@@ -110,6 +117,16 @@ def test_a_batch_that_fills_the_units_is_not_cut():
     parts = split_batch(reqs, 4)
     assert sorted(p.request for p in parts) == [0, 1, 2, 3]
     assert all(p.attn is reqs[p.request] for p in parts)
+
+
+@pytest.mark.parametrize("heads, parts", [(1, 4), (2, 4), (3, 12), (4, 4), (5, 16), (8, 8)])
+def test_equal_heads_on_four_units_are_cut_into_even_rounds(heads, parts):
+    reqs = [_request([16] * 40, list(range(40))) for _ in range(heads)]
+    works = [_work(p.attn) * HEAD_DIM for p in split_batch(reqs, 4)]
+    assert len(works) == parts
+    # every unit busy in every round: the work over the units plus one overhead per round
+    rounds = -(-len(works) // 4)
+    assert _makespan(works, 4) <= sum(works) / 4 + rounds * PART_OVERHEAD_WORK
 
 
 def test_six_heads_on_four_units_make_two_even_rounds():

@@ -141,9 +141,10 @@ class ModelDevice(DevicePort):
     """The ``model`` backend."""
 
     def __init__(self, config: DeviceConfig | None = None,
-                 memory: SparseMemory | None = None) -> None:
+                 memory: SparseMemory | None = None, timing: UnitTiming | None = None) -> None:
         """``memory``: where device memory lives (a fake FPGA board passes its memory BAR
-        file); a fresh :class:`SparseMemory` when None."""
+        file); a fresh :class:`SparseMemory` when None. ``timing``: the unit timing
+        (calibrated, ``device_calibration.json``, when None)."""
         self.config = config or DeviceConfig()
         self.timing = PRESETS[self.config.preset]
         self.geometry = DeviceGeometry(self.timing)
@@ -159,14 +160,15 @@ class ModelDevice(DevicePort):
         self._set("MEM_SIZE_HI", self.config.mem_bytes >> 32)
         self._out: list[bytes] = []
         self._now = 0
-        self._schedule = Schedule(self.config.engines)
+        self.unit_timing = timing or UnitTiming.load()
+        self._schedule = Schedule(self.config.engines, self.unit_timing.host_line_memory,
+                                  self.unit_timing.contention)
         self._planned = True  # done cycles of the in-flight descriptors are up to date
         # in fetch order; done cycles never decrease along it, so the head completes first
         self._inflight: deque[_InFlight] = deque()
         self._completed = 0  # completions written since CQ_SIZE was (their phase)
         self._fetched = 0  # descriptors fetched since SQ_SIZE was (mod 2^16): their sq_head
         self._ring_error = False  # the last enable was refused (STATUS[2])
-        self.unit_timing = UnitTiming.load()
         self._latch: tuple[int, int] | None = None  # (HI offset, value) from the last LO read
 
     # -- registers -------------------------------------------------------------------------------

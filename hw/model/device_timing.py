@@ -38,13 +38,21 @@ def features(d, lines_read: int) -> np.ndarray:
 @dataclass(frozen=True)
 class UnitTiming:
     coefficients: tuple[float, ...] = DEFAULT
+    contention: float = 0.0
+    """How much more DDR5 time each descriptor's reads take per other descriptor streaming at
+    the same time (their interleaved rows conflict), as a fraction of its time alone."""
+    host_line_memory: float = 0.3
+    """Cycles of the whole DDR5 subsystem one host CXL.mem line costs the units (its slot and
+    a share of the write-to-read turnarounds it causes)."""
 
     @classmethod
     def load(cls) -> UnitTiming:
         if not CALIBRATION_FILE.exists():
             return cls()
         data = json.loads(CALIBRATION_FILE.read_text())
-        return cls(tuple(float(c) for c in data["coefficients"]))
+        return cls(tuple(float(c) for c in data["coefficients"]),
+                   float(data.get("contention", 0.0)),
+                   float(data.get("host_line_memory", cls.host_line_memory)))
 
     def cycles(self, d, lines_read: int) -> int:
         return round(float(np.dot(features(d, lines_read), self.coefficients)))
@@ -53,9 +61,6 @@ class UnitTiming:
 HOST_SHARE = 4
 """While a unit runs, the RTL's memory front end spaces the host's CXL.mem requests this many
 cycles apart (rtl/top/nelssa_device.sv HostShare); idle, it takes one per cycle."""
-HOST_LINE_MEMORY = 0.3
-"""Cycles of the whole DDR5 subsystem one host line costs the units (its slot, and a share of
-the write-to-read turnarounds it causes): fitted by scripts/calibrate_device.py."""
 
 
 @dataclass
@@ -68,15 +73,18 @@ class _Job:
 
 
 class Schedule:
-    """When the model device's descriptors finish: at most ``engines`` run at once, in fetch
-    order, each as fast as its unit allows (its calibrated cycles) unless together with the
-    host's CXL.mem traffic they ask more of DDR5 than it has; then all slow by the same factor
-    (the front end serves its ports round robin). A fluid model: progress between events
-    (a start, a finish) at constant rates."""
+    """When the model device's descriptors finish: at most ``engines`` hold a unit at once, in
+    fetch order (a unit is freed when its completion is written, and completions are written
+    in fetch order: rtl/top/nelssa_cmdq.sv), each as fast as its unit allows (its calibrated
+    cycles) unless together with the host's CXL.mem traffic they ask more of DDR5 than it has;
+    then all slow by the same factor (the front end serves its ports round robin). A fluid
+    model: progress between events (a start, a finish) at constant rates."""
 
-    def __init__(self, engines: int, host_line_memory: float = HOST_LINE_MEMORY) -> None:
+    def __init__(self, engines: int, host_line_memory: float = 0.3,
+                 contention: float = 0.0) -> None:
         self.engines = engines
         self.host_line_memory = host_line_memory
+        self.contention = contention
         self.now = 0.0
         self.running: list[_Job] = []
         self.waiting: list[_Job] = []
@@ -104,7 +112,9 @@ class Schedule:
         if not self.running:
             return 1.0, 1.0
         host = 1.0 / HOST_SHARE if self.host_lines > 0 else 0.0
-        demand = sum(j.demand for j in self.running) + host * self.host_line_memory
+        streams = [j.demand for j in self.running if j.left > 0]
+        demand = (sum(streams) * (1.0 + self.contention * max(0, len(streams) - 1))
+                  + host * self.host_line_memory)
         speed = min(1.0, 1.0 / demand) if demand > 0 else 1.0
         return speed, host * speed
 
@@ -117,21 +127,25 @@ class Schedule:
                 self.host_lines = max(0.0, self.host_lines - (until - self.now))
                 self.now = max(self.now, until)
             return False
-        dt = min(j.left for j in self.running) / speed
+        active = [j for j in self.running if j.left > 0]
+        dt = min(j.left for j in active) / speed
         if host > 0:
             dt = min(dt, self.host_lines / host)  # the host's traffic ends: speeds change
         stop = until is not None and self.now + dt >= until
         if stop:
             dt = until - self.now
-        for j in self.running:
+        for j in active:
             j.left -= dt * speed
+            if j.left <= 1e-9:
+                j.left = 0.0
+                finished[j.key] = self.now + dt
         self.host_lines = max(0.0, self.host_lines - dt * host)
         self.now += dt
         self.busy += dt
-        done = [j for j in self.running if j.left <= 1e-9]
-        for j in done:
-            finished[j.key] = self.now
-            self.running.remove(j)
+        # a unit is free once its completion is written, and completions go in fetch order:
+        # a descriptor done ahead of an earlier one holds its unit until that one is done
+        while self.running and self.running[0].left == 0:
+            self.running.pop(0)
         self._start()
         return not stop
 
@@ -144,7 +158,7 @@ class Schedule:
 
     def finish_times(self) -> dict[object, float]:
         """The cycle each descriptor now known finishes, if nothing more arrives."""
-        ahead = Schedule(self.engines, self.host_line_memory)
+        ahead = Schedule(self.engines, self.host_line_memory, self.contention)
         ahead.now, ahead.host_lines, ahead.busy = self.now, self.host_lines, self.busy
         ahead.running = [_Job(j.key, j.left, j.demand) for j in self.running]
         ahead.waiting = [_Job(j.key, j.left, j.demand) for j in self.waiting]
