@@ -85,7 +85,7 @@ calibrate-ddr5: venv
 	$(VPY) scripts/calibrate_ddr5.py
 
 bench-device: venv
-	$(VPY) scripts/bench_device.py
+	$(VPY) scripts/bench_device.py --compare-split --batches 1 2 3 4 --write
 
 bench-node: venv
 	$(VPY) scripts/bench_node.py

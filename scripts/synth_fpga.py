@@ -35,8 +35,8 @@ DEV_PKG = TOP / "nelssa_dev_pkg.sv"
 FIFO = TOP / "nelssa_fifo.sv"
 COLUMNS = ("LUT", "FF", "CARRY", "DSP", "BRAM", "LUTRAM")
 
-# the top's defaults (nelssa_fpga_top): 2 units, 4 channels of 16 GiB, 64 GiB of device memory
-UNITS, CHANNELS, CHAN_ADDR_W = 2, 4, 34
+# the top's defaults (nelssa_fpga_top): 4 units, 4 channels of 16 GiB, 64 GiB of device memory
+UNITS, CHANNELS, CHAN_ADDR_W = 4, 4, 34
 
 
 @dataclass(frozen=True)

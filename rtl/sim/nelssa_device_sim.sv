@@ -5,7 +5,7 @@ module nelssa_device_sim
   import nelssa_dev_pkg::*;
 #(
   parameter int unsigned PresetId = 0,  // DDR5 timing preset (hw/model/ddr5_timing.PRESETS)
-  parameter int unsigned NumUnits = 2   // attention units (nelssa_device)
+  parameter int unsigned NumUnits = 4   // attention units (nelssa_device)
 ) (
   input  logic         clk_i,
   input  logic         rst_ni,

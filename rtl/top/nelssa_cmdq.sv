@@ -11,7 +11,7 @@ module nelssa_cmdq
   import nelssa_dev_pkg::*;
 #(
   parameter int unsigned AddrW    = 40,           // device-memory address width
-  parameter int unsigned NumUnits = 2,            // attention units
+  parameter int unsigned NumUnits = 4,            // attention units
   parameter longint      MemBytes = 64'd1 << 36,  // device memory
   parameter int unsigned OrderDepth = 8,          // descriptors in flight, power of two
   localparam int unsigned UW = (NumUnits > 1) ? $clog2(NumUnits) : 1  // unit index width

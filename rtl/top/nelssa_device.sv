@@ -6,7 +6,7 @@
 module nelssa_device
   import nelssa_dev_pkg::*;
 #(
-  parameter int unsigned NumUnits    = 2,             // attention units (engines)
+  parameter int unsigned NumUnits    = 4,             // attention units (engines)
   parameter int unsigned HeadDim     = 128,           // each engine's largest head_dim
   parameter int unsigned NumQHeads   = 8,             // each engine's largest GQA group
   parameter int unsigned MaxClusterTokens = 64,       // each engine's largest cluster

@@ -16,7 +16,7 @@
 module nelssa_fpga_top
   import nelssa_dev_pkg::*;
 #(
-  parameter int unsigned NumUnits    = 2,             // attention units
+  parameter int unsigned NumUnits    = 4,             // attention units
   parameter int unsigned NumChannels = 4,             // memory channels (1, 2, 4 or 8)
   parameter int unsigned ChanAddrW   = 34,            // byte-address width of each channel
   parameter longint      MemBytes    = 64'd1 << 36,   // device memory (MEM_SIZE), all channels
