@@ -20,19 +20,20 @@ _spec = importlib.util.spec_from_file_location("partition_study", _PATH)
 ps = importlib.util.module_from_spec(_spec)
 sys.modules["partition_study"] = ps
 _spec.loader.exec_module(ps)
+import partition_jobs as pj  # noqa: E402  (on the path partition_study put it on)
 
 CONTEXT, REQUESTS = 2048, 8  # 128 clusters per KV head, 5 selected
 
 
 def _works(context=CONTEXT, requests=REQUESTS):
-    return {(r, h): ps.head_work(0, context, r, h, 0.04)
-            for r in range(requests) for h in range(ps.KV_HEADS)}
+    return {(r, h): pj.head_work(0, context, r, h, 0.04)
+            for r in range(requests) for h in range(pj.KV_HEADS)}
 
 
 def test_directory_entries_are_the_driver_format():
     addrs = np.array([0x1000, 0x2040, 0x12345680])
     tokens = np.array([8, 24, 17])
-    first, raw = ps._directory_lines(1 << 20, addrs, tokens, np.array([1]))
+    first, raw = pj.directory_lines(1 << 20, addrs, tokens, np.array([1]))
     want = b"".join(CLUSTER_ENTRY.build({"kv_addr": int(a), "tokens": int(t)})
                     for a, t in zip(addrs, tokens, strict=True))
     assert first.tolist() == [1 << 20]
@@ -41,16 +42,16 @@ def test_directory_entries_are_the_driver_format():
 
 def test_placement_follows_the_partitioner():
     works = _works(requests=1)
-    head = ps.plan(Partition.HEAD, 3, works, 64)
+    head = pj.plan(Partition.HEAD, 3, works, 64)
     assert [sorted(j.head for j in jobs) for jobs in head] == [[0, 3, 6], [1, 4, 7], [2, 5]]
-    cluster = ps.plan(Partition.CLUSTER, 3, works, 64)
-    for h in range(ps.KV_HEADS):
+    cluster = pj.plan(Partition.CLUSTER, 3, works, 64)
+    for h in range(pj.KV_HEADS):
         shards = [next(j for j in jobs if j.head == h) for jobs in cluster]
         w = works[(0, h)]
         # every cluster in exactly one shard, shards within one cluster of each other
         assert sum(len(s.tokens) for s in shards) == len(w.tokens)
         loads = [int(s.tokens.sum()) for s in shards]
-        assert max(loads) - min(loads) <= ps.CLUSTER_TOKENS[1]
+        assert max(loads) - min(loads) <= pj.CLUSTER_TOKENS[1]
         # the selected clusters' tokens, whichever shard holds them
         got = sorted(int(t) for s in shards for t in s.tokens[s.selected])
         assert got == sorted(w.tokens[w.selected].tolist())
@@ -59,9 +60,9 @@ def test_placement_follows_the_partitioner():
 @pytest.mark.parametrize("partition", [Partition.HEAD, Partition.CLUSTER])
 def test_bytes_read_are_the_selected_clusters_and_the_descriptors(partition):
     works = _works()
-    jobs = ps.plan(partition, 3, works, 64)
-    runs = [ps.run_model(j, 0) for j in jobs]
-    want_kv = sum(cluster_bytes(int(t), ps.HEAD_DIM)
+    jobs = pj.plan(partition, 3, works, 64)
+    runs = [pj.run_model(j, 0) for j in jobs]
+    want_kv = sum(cluster_bytes(int(t), pj.HEAD_DIM)
                   for w in works.values() for t in w.tokens[w.selected])
     assert sum(r.kv_bytes for r in runs) == want_kv
     assert sum(r.kv_lines for r in runs) * 64 == want_kv
@@ -86,12 +87,12 @@ def test_stream_is_the_model_devices_lines():
         seen.extend(out[2])
         return out
 
-    jobs = ps.plan(Partition.CLUSTER, 2, _works(requests=1), 64)[0]
+    jobs = pj.plan(Partition.CLUSTER, 2, _works(requests=1), 64)[0]
     device_exec.run_descriptor = spy
     import nelssa.hw.model.device as model_device
     model_device.run_descriptor = spy
     try:
-        run = ps.run_model(jobs, 0)
+        run = pj.run_model(jobs, 0)
     finally:
         device_exec.run_descriptor = real
         model_device.run_descriptor = real
@@ -101,22 +102,22 @@ def test_stream_is_the_model_devices_lines():
 def test_head_wise_imbalance_on_three_devices():
     """8 KV heads on 3 devices: 3, 3 and 2 heads each, so the busiest device does 3/(8/3) of
     the mean's work (8 requests: 24, 24 and 16 descriptors, whole rounds of 4 units)."""
-    cfg = ps.Config(Partition.HEAD, CONTEXT, REQUESTS, 3)
-    cfg.jobs = ps.plan(Partition.HEAD, 3, _works(), 64)
-    ps.run_config(cfg, None, None, True, 0, 0)
+    cfg = pj.Config(Partition.HEAD, CONTEXT, REQUESTS, 3)
+    cfg.jobs = pj.plan(Partition.HEAD, 3, _works(), 64)
+    pj.run_config(cfg, None, None, True, 0, 0)
     row = cfg.summary()
     assert row["descriptors"] == [24, 24, 16]
     assert row["imbalance"] == pytest.approx(3 / (8 / 3), rel=0.04)
     assert row["layer_cycles"] == max(row["cycles"])
-    cfg = ps.Config(Partition.CLUSTER, CONTEXT, REQUESTS, 3)
-    cfg.jobs = ps.plan(Partition.CLUSTER, 3, _works(), 64)
-    ps.run_config(cfg, None, None, True, 0, 0)
+    cfg = pj.Config(Partition.CLUSTER, CONTEXT, REQUESTS, 3)
+    cfg.jobs = pj.plan(Partition.CLUSTER, 3, _works(), 64)
+    pj.run_config(cfg, None, None, True, 0, 0)
     assert cfg.summary()["imbalance"] < 1.06
 
 
-def test_unit_interleave_deals_parts_to_the_first_free_unit():
+def testunit_interleave_deals_parts_to_the_first_free_unit():
     streams = [np.arange(4) * 64 + base for base in (0, 1 << 20, 2 << 20)] + [np.array([7 << 20])]
-    order, fill = ps._unit_interleave(streams, 2)
+    order, fill = pj.unit_interleave(streams, 2)
     # unit 0: the first part, then the third; unit 1: the second, then the fourth
     assert order[:4].tolist() == [0, 1 << 20, 64, (1 << 20) + 64]
     assert order.tolist().index(2 << 20) == 8 and order.tolist().index(7 << 20) == 9
@@ -124,13 +125,13 @@ def test_unit_interleave_deals_parts_to_the_first_free_unit():
 
 
 def test_replay_counts_commands():
-    run = ps.run_model(ps.plan(Partition.HEAD, 8, _works(requests=1), 64)[0], 0)
+    run = pj.run_model(pj.plan(Partition.HEAD, 8, _works(requests=1), 64)[0], 0)
     n = len(run.stream) // 2
-    rep = ps.replay(run, n)
+    rep = pj.replay(run, n)
     assert rep.lines == n and rep.reads == n  # all reads, each one a RD command
     assert 0 < rep.acts <= rep.reads
     assert rep.clusters == pytest.approx(n / len(run.stream) * run.clusters)
-    assert ps.replay(run, 10 * n).lines == len(run.stream)
+    assert pj.replay(run, 10 * n).lines == len(run.stream)
 
 
 @pytest.mark.parametrize("argv, words", [
