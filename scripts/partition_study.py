@@ -4,9 +4,9 @@ read, effective bandwidth, load imbalance and the DDR5 activations and row hits 
 
     .venv/bin/python scripts/partition_study.py [--backend rtl|model] [--points 128K:1 1M:8@8 ...]
         [--devices 1 2 3 4 8] [--ddr5-lines N] [--json FILE] [--write]
-
-The measurement itself is scripts/partition_jobs.py; this script runs the grid and writes the page.
     .venv/bin/python scripts/partition_study.py --replot FILE   (the page from saved rows)
+
+The measurement is scripts/partition_jobs.py; this script runs the grid and writes the page.
 
 A request is one layer of one Llama-3-8B sequence (8 KV heads x 4 query heads, head_dim 128;
 clusters of 8-24 tokens, 4 % of them selected at random per KV head, as scripts/bench_device.py
