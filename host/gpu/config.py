@@ -1,12 +1,23 @@
 """Model configuration: the fields of a Hugging Face Llama ``config.json`` this decoder uses,
-and a small deterministic default for demos and tests."""
+a small deterministic default for demos and tests, the paper's Llama-3-8B shape (``PRESETS``,
+random weights, any number of layers), and how a prompt is prefilled (``PrefillConfig``)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from nelssa.emu.latency.fields import Num
+
+F32 = 4
+"""Bytes of a float32: the decoder's weights, activations and KV on the host."""
+LLAMA3_ROPE_SCALING: dict[str, Any] = {
+    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192}
+"""Llama 3.1's RoPE scaling (its ``config.json``)."""
 
 
 @dataclass(frozen=True)
@@ -65,11 +76,41 @@ class LlamaConfig:
     @property
     def params(self) -> int:
         """Parameters (for the roofline time model)."""
-        h, i, layers = self.hidden_size, self.intermediate_size, self.num_hidden_layers
+        return self.num_hidden_layers * self.layer_params + self.vocab_params
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer (projections, MLP, its two norms)."""
+        h = self.hidden_size
         attn = h * self.head_dim * (self.num_attention_heads * 2 + self.num_key_value_heads * 2)
-        per_layer = attn + 3 * h * i + 2 * h
-        head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return layers * per_layer + self.vocab_size * h + head + h
+        return attn + 3 * h * self.intermediate_size + 2 * h
+
+    @property
+    def vocab_params(self) -> int:
+        """Parameters outside the layers: the embedding, the output head unless tied, the
+        final norm."""
+        head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return self.vocab_size * self.hidden_size + head + self.hidden_size
+
+    @classmethod
+    def small(cls, layers: int | None = None, vocab: int | None = None) -> LlamaConfig:
+        """The small default model (``LlamaConfig()``), optionally with other layer and
+        vocabulary counts."""
+        c = cls()
+        return replace(c, num_hidden_layers=layers or c.num_hidden_layers,
+                       vocab_size=vocab or c.vocab_size)
+
+    @classmethod
+    def llama3_8b(cls, layers: int | None = None, vocab: int | None = None) -> LlamaConfig:
+        """Llama-3-8B's shape (32 query heads, 8 KV heads of 128, hidden 4096, MLP 14336,
+        RoPE base 500000 with Llama-3 scaling, 131072 positions) with ``layers`` layers
+        (default 32) and a ``vocab``-token vocabulary (default 32000, where the real model has
+        128256: the embedding and the output head are ``vocab`` x 4096 each)."""
+        return cls(vocab_size=vocab or 32000, hidden_size=4096, intermediate_size=14336,
+                   num_hidden_layers=layers or 32, num_attention_heads=32,
+                   num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
+                   rms_norm_eps=1e-5, max_position_embeddings=131072,
+                   rope_scaling=dict(LLAMA3_ROPE_SCALING))
 
     @classmethod
     def from_hf(cls, path: str | Path) -> LlamaConfig:
@@ -100,3 +141,49 @@ class LlamaConfig:
                   "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
                   "torch_dtype": "float32"})
         return d
+
+
+PRESETS: dict[str, Callable[..., LlamaConfig]] = {
+    "small": LlamaConfig.small,
+    "llama3-8b": LlamaConfig.llama3_8b,
+}
+"""Named model shapes with random weights (``nelssa decode --model-shape``); each takes
+``layers`` and ``vocab`` (None: the preset's own)."""
+
+
+def describe_shape(c: LlamaConfig) -> str:
+    """One line on a shape and the float32 memory of its weights."""
+    gib = 1 << 30
+    return (f"{c.num_attention_heads} query / {c.num_key_value_heads} KV heads x {c.head_dim}, "
+            f"hidden {c.hidden_size}, MLP {c.intermediate_size}, vocabulary {c.vocab_size}: "
+            f"{c.layer_params * F32 / gib:.2f} GiB of weights per layer + "
+            f"{c.vocab_params * F32 / gib:.2f} GiB for the vocabulary")
+
+
+TOKENS = Num("a positive integer", integer=True, lo=1, most=1 << 20)
+RATE = Num("a finite number > 0", lo=0, lo_open=True, most=1e6)
+SHARE = Num("in (0, 1]", lo=0, lo_open=True, hi=1)
+
+
+@dataclass(frozen=True)
+class PrefillConfig:
+    """How a prompt is prefilled on the host (vLLM's chunked prefill: the prompt goes through
+    all layers ``prefill_chunk`` tokens at a time, each chunk's queries attending to the
+    earlier chunks' K and V and causally to their own), and what a run may plan to use
+    (``host/gpu/prefill.py`` estimates both before a run starts)."""
+
+    prefill_chunk: int = field(default=2048, metadata={"num": TOKENS})
+    """Prompt tokens per forward chunk: activations (and attention's working set) scale with
+    it, the result does not."""
+    prefill_limit_s: float = field(default=3600.0, metadata={"num": RATE})
+    """Longest estimated host time of a run's prefills (all prompts); a longer one is refused
+    before it starts."""
+    host_gflops: float = field(default=60.0, metadata={"num": RATE})
+    """Host CPU rate (GFLOP/s, float32) the time estimate assumes; scripts/bench_prefill.py
+    measures the real one."""
+    memory_share: float = field(default=0.9, metadata={"num": SHARE})
+    """Share of the host's available memory (MemAvailable) a run may plan to use."""
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_chunk", "prefill_limit_s", "host_gflops", "memory_share"):
+            self.__dataclass_fields__[name].metadata["num"].check(getattr(self, name), name)

@@ -164,7 +164,7 @@ class HybridDecoder(NodeKv):
     def _prefill(self, req: Request) -> None:
         """Prefill (on the prefill node: no GPU time is charged) and make the first token; a
         PNM-tier request's KV goes to the node."""
-        logits, kv = self.model.prefill(torch.tensor(req.prompt))
+        logits, kv = self.model.prefill(torch.tensor(req.prompt), last_only=True)
         req.generated.append(int(logits[-1].argmax()))
         req.kv = kv
         if req.tier is Tier.PNM:

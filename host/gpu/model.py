@@ -2,6 +2,11 @@
 gives one layer's post-RoPE queries, keys and values; attention happens elsewhere (dense on the
 GPU or sparse on the PNM node); ``finish_layer`` applies the output projection and the MLP.
 
+A prompt is prefilled in chunks (``PrefillConfig.prefill_chunk`` tokens through every layer at
+a time, ``prefill.chunk_attention``), so its memory is the KV of all layers and one chunk's
+activations, never a (prompt x prompt) mask; ``dense_forward`` is the unchunked pass the chunked
+one is tested against.
+
 Weights use Hugging Face names (``model.layers.{i}.self_attn.q_proj.weight``, ...) and load from
 safetensors; without a file, ``random_weights`` makes a deterministic model. Computation is in
 float32; ``attn_bf16`` rounds q, k and v to bf16 before attention, as the PNM devices hold them,
@@ -17,7 +22,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual spelling
 
-from nelssa.host.gpu.config import LlamaConfig
+from nelssa.host.gpu.config import LlamaConfig, PrefillConfig
+from nelssa.host.gpu.prefill import chunk_attention
 
 log = logging.getLogger(__name__)
 Tensor = torch.Tensor
@@ -61,7 +67,7 @@ def random_weights(c: LlamaConfig, seed: int = 0, qk_gain: float = 1.0) -> dict[
             out[name] = torch.ones(shape)
         else:
             gain = qk_gain if name.endswith(("q_proj.weight", "k_proj.weight")) else 1.0
-            out[name] = torch.randn(shape, generator=g) * (gain / math.sqrt(shape[1]))
+            out[name] = torch.randn(shape, generator=g).mul_(gain / math.sqrt(shape[1]))
     return out
 
 
@@ -107,21 +113,24 @@ class Llama:
     """The decoder, layer by layer."""
 
     def __init__(self, config: LlamaConfig, weights: dict[str, Tensor],
-                 attn_bf16: bool = True) -> None:
+                 attn_bf16: bool = True, prefill: PrefillConfig | None = None) -> None:
         self.c = config
         self.w = weights
         self.attn_bf16 = attn_bf16
+        self.prefill_cfg = prefill or PrefillConfig()
         self._inv_freq = _rope_inv_freq(config)
 
     @classmethod
-    def load(cls, model: str | Path | None, seed: int = 0, attn_bf16: bool = True) -> Llama:
-        """A Hugging Face model folder (config.json and safetensors), or the default random
-        model when ``model`` is None."""
+    def load(cls, model: str | Path | None, seed: int = 0, attn_bf16: bool = True,
+             config: LlamaConfig | None = None, prefill: PrefillConfig | None = None) -> Llama:
+        """A Hugging Face model folder (config.json and safetensors), or random weights
+        (``random_weights(seed)``) of ``config`` (default: the small model) when ``model`` is
+        None."""
         if model is None:
-            c = LlamaConfig()
-            return cls(c, random_weights(c, seed), attn_bf16)
+            c = config or LlamaConfig()
+            return cls(c, random_weights(c, seed), attn_bf16, prefill)
         c = LlamaConfig.from_hf(model)
-        return cls(c, load_weights(c, model), attn_bf16)
+        return cls(c, load_weights(c, model), attn_bf16, prefill)
 
     def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
         var = x.pow(2).mean(-1, keepdim=True)
@@ -169,22 +178,55 @@ class Llama:
                       else "lm_head.weight"]
         return h @ head.T
 
-    def prefill(self, tokens: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        """Dense causal forward pass of one sequence: logits (tokens, vocab) and each layer's
-        post-RoPE K and V (tokens, kv heads, hd)."""
-        x, kv = self._forward(tokens)
+    def prefill(self, tokens: Tensor, last_only: bool = False
+                ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """Causal forward pass of one sequence, chunked: logits (tokens, vocab), or (1, vocab)
+        of the last token with ``last_only``, and each layer's post-RoPE K and V (tokens, kv
+        heads, hd)."""
+        x, kv = self._forward(tokens, "last" if last_only else "all")
         return self.logits(x), kv
 
     def context_kv(self, tokens: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Each layer's K and V of a context, as ``prefill`` gives them (no logits)."""
-        return self._forward(tokens)[1]
+        return self._forward(tokens, "none")[1]
 
-    def _forward(self, tokens: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+    def _check_prompt(self, tokens: Tensor) -> None:
         if tokens.ndim != 1 or tokens.numel() == 0:
             raise ValueError(f"a prompt is a non-empty 1-D token tensor, got {tuple(tokens.shape)}")
         if tokens.numel() > self.c.max_position_embeddings:
             raise ValueError(f"prompt of {tokens.numel()} tokens exceeds the model's maximum "
                              f"{self.c.max_position_embeddings}")
+
+    def _forward(self, tokens: Tensor, keep: str, chunk: int | None = None
+                 ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """Chunks of ``chunk`` tokens (default: the prefill config's) through every layer in
+        turn, each layer's K and V written into buffers for the whole prompt; the final
+        hidden states of ``keep``: "all" tokens, the "last", or "none" (an empty tensor)."""
+        self._check_prompt(tokens)
+        c, n = self.c, tokens.numel()
+        chunk = chunk or self.prefill_cfg.prefill_chunk
+        shape = (n, c.num_key_value_heads, c.head_dim)
+        kv = [(torch.empty(shape), torch.empty(shape)) for _ in range(c.num_hidden_layers)]
+        outs = []
+        for start in range(0, n, chunk):
+            end = min(n, start + chunk)
+            x = self.embed(tokens[start:end])
+            pos = torch.arange(start, end)
+            for layer, (kk, vv) in enumerate(kv):
+                q, k, v = self.qkv(layer, x, pos)
+                kk[start:end], vv[start:end] = k, v
+                x = self.finish_layer(layer, x, chunk_attention(q, kk[:end], vv[:end]))
+            if keep == "all" or (keep == "last" and end == n):
+                outs.append(x if keep == "all" else x[-1:])
+            log.debug("prefill: %d of %d tokens", end, n)
+        x = torch.cat(outs) if outs else torch.empty(0, c.hidden_size)
+        return x, kv
+
+    def dense_forward(self, tokens: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """The unchunked causal pass (a tokens x tokens mask): final hidden states of every
+        token and each layer's K and V; the reference of the chunked pass, for short
+        prompts."""
+        self._check_prompt(tokens)
         pos = torch.arange(tokens.numel())
         x = self.embed(tokens)
         kv = []
