@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 POLL_CYCLES = 64
 """Device cycles to run while waiting for a response that is not there yet."""
 DMA_MIN_BYTES = 4096
-"""Transfers this long or longer go through the port's DMA engine when it has one."""
+"""Transfers this long or longer go through the port's DMA engine (or a simulated device's
+backdoor) when it has one."""
 MAX_OUTSTANDING = 256
 """CXL.mem requests the driver keeps in flight (tags are 16-bit; the device may back-pressure)."""
 
@@ -27,9 +28,14 @@ class DeviceError(RuntimeError):
 class Device:
     """Registers and memory of one device behind ``port``."""
 
-    def __init__(self, port: DevicePort, response_timeout_cycles: int = 1_000_000) -> None:
+    def __init__(self, port: DevicePort, response_timeout_cycles: int = 1_000_000,
+                 bulk: bool = True) -> None:
+        """``bulk``: transfers of DMA_MIN_BYTES or more go through the port's DMA engine or
+        backdoor when it has one (the bytes metered are the same); False sends every line
+        over CXL.mem."""
         self.port = port
         self.timeout = response_timeout_cycles
+        self.bulk = bulk
         self._tag = 0
         magic = self.reg_read("MAGIC")
         if magic != regs.DEVICE_MAGIC:
@@ -92,11 +98,11 @@ class Device:
             raise ValueError(f"[{addr:#x}, {addr + n:#x}) is outside device memory "
                              f"(0 .. {self.mem_bytes:#x})")
 
-    def mem_write(self, addr: int, data: bytes) -> None:
+    def mem_write(self, addr: int, data: bytes | memoryview) -> None:
         """Write bytes anywhere in device memory (partial lines with byte enables)."""
-        data = bytes(data)
+        data = memoryview(data).cast("B")  # any contiguous buffer, never copied here
         self._check_range(addr, len(data))
-        if len(data) >= DMA_MIN_BYTES and self.port.dma_write(addr, data):
+        if self.bulk and len(data) >= DMA_MIN_BYTES and self.port.dma_write(addr, data):
             return
         pending: set[int] = set()
         pos = 0
@@ -118,7 +124,7 @@ class Device:
     def mem_read(self, addr: int, n: int) -> bytes:
         """Read bytes anywhere in device memory."""
         self._check_range(addr, n)
-        if n >= DMA_MIN_BYTES:
+        if self.bulk and n >= DMA_MIN_BYTES:
             data = self.port.dma_read(addr, n)
             if data is not None:
                 return data

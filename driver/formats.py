@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+import numpy as np
 from construct import Bytes, Const, Int8ul, Int16ul, Int32ul, Int64ul, Padding, Struct
 
 LINE_BYTES = 64
@@ -122,6 +123,10 @@ CLUSTER_ENTRY = Struct(
 assert DESCRIPTOR.sizeof() == DESC_BYTES
 assert COMPLETION.sizeof() == COMPLETION_BYTES
 assert CLUSTER_ENTRY.sizeof() == CLUSTER_ENTRY_BYTES
+CLUSTER_ENTRY_DTYPE = np.dtype([("kv_addr", "<u8"), ("tokens", "<u2"), ("pad", "V6")])
+"""CLUSTER_ENTRY as a numpy record, for directories written or read in bulk (the same bytes:
+tests/test_formats.py)."""
+assert CLUSTER_ENTRY_DTYPE.itemsize == CLUSTER_ENTRY_BYTES
 
 
 def out_bytes(q_heads: int, head_dim: int) -> int:

@@ -17,7 +17,13 @@ import numpy as np
 import numpy.typing as npt
 
 from nelssa.driver.device import Device
-from nelssa.driver.formats import CLUSTER_ENTRY, CLUSTER_ENTRY_BYTES, LINE_BYTES, cluster_bytes
+from nelssa.driver.formats import (
+    CLUSTER_ENTRY,
+    CLUSTER_ENTRY_BYTES,
+    CLUSTER_ENTRY_DTYPE,
+    LINE_BYTES,
+    cluster_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,36 +161,73 @@ class MemoryApi:
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} key clusters but {len(values)} value clusters")
         max_tokens = self.device.caps["max_cluster_tokens"]
-        blobs = []
+        hd = region.head_dim
+        ks, vs = [], []
         for i, (k, v) in enumerate(zip(keys, values, strict=True)):
             ka, va = np.asarray(k), np.asarray(v)
             if ka.dtype != np.uint16 or va.dtype != np.uint16:
                 raise TypeError(f"cluster {i}: K and V must be bf16 bits (uint16), got "
                                 f"{ka.dtype}, {va.dtype}")
-            if ka.shape != va.shape or ka.ndim != 2 or ka.shape[1] != region.head_dim:
+            if ka.shape != va.shape or ka.ndim != 2 or ka.shape[1] != hd:
                 raise ValueError(f"cluster {i}: K {ka.shape} and V {va.shape} must both be "
-                                 f"(tokens, {region.head_dim})")
+                                 f"(tokens, {hd})")
             if not 1 <= ka.shape[0] <= max_tokens:
                 raise ValueError(f"cluster {i}: {ka.shape[0]} tokens; the device takes 1.."
                                  f"{max_tokens}")
-            blobs.append((ka.shape[0], ka.astype("<u2").tobytes() + va.astype("<u2").tobytes()))
-        if region.num_clusters + len(blobs) > region.max_clusters:
+            ks.append(ka)
+            vs.append(va)
+        if not ks:
+            return []
+        tokens = np.array([k.shape[0] for k in ks], dtype=np.int64)
+        parts = [a.reshape(-1) for kv in zip(ks, vs, strict=True) for a in kv]
+        return self.write_packed(region, tokens, np.concatenate(parts).astype("<u2", copy=False))
+
+    def write_packed(self, region: KvRegion, tokens: npt.ArrayLike,
+                     data: bytes | memoryview | np.ndarray) -> list[int]:
+        """Append clusters given as their token counts and their K then V rows back to back
+        (bf16 bits, little-endian: what a WRITE_KV message carries); returns their cluster ids.
+        Checks everything before writing anything. The bytes go to the device in one transfer
+        (no copy when no cluster needs padding to a line, as with head_dim 64 or 128)."""
+        hd = region.head_dim
+        max_tokens = self.device.caps["max_cluster_tokens"]
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        raw = memoryview(data).cast("B")
+        if tokens.size == 0:
+            if len(raw):
+                raise ValueError(f"no clusters but {len(raw)} bytes of K and V")
+            return []
+        bad = np.flatnonzero((tokens < 1) | (tokens > max_tokens))
+        if bad.size:
+            raise ValueError(f"cluster {int(bad[0])}: {int(tokens[bad[0]])} tokens; the device "
+                             f"takes 1..{max_tokens}")
+        lengths = tokens * hd * 4  # K and V
+        if len(raw) != int(lengths.sum()):
+            raise ValueError(f"{tokens.size} clusters of {int(tokens.sum())} tokens x head_dim "
+                             f"{hd} need {int(lengths.sum())} bytes of K and V, got {len(raw)}")
+        if region.num_clusters + tokens.size > region.max_clusters:
             raise KvCapacityError(f"region holds {region.max_clusters} clusters; "
-                                  f"{region.num_clusters} written, {len(blobs)} more asked")
-        need = sum(_align(len(b)) for _, b in blobs)
+                                  f"{region.num_clusters} written, {tokens.size} more asked")
+        sizes = -(-lengths // LINE_BYTES) * LINE_BYTES  # each cluster starts on a line
+        need = int(sizes.sum())
         if region.data_used + need > region.data_bytes:
             raise KvCapacityError(f"region data full: {region.data_bytes - region.data_used} "
                                   f"bytes left, {need} asked")
-        placed, entries, data = [], bytearray(), bytearray()
         start = region.data_addr + region.data_used
-        for tokens, blob in blobs:
-            placed.append((start + len(data), tokens))
-            entries += CLUSTER_ENTRY.build({"kv_addr": start + len(data), "tokens": tokens})
-            data += blob + bytes(_align(len(blob)) - len(blob))
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        if need != len(raw):  # pad each cluster to a line
+            padded = np.zeros(need, dtype=np.uint8)
+            src = np.frombuffer(raw, dtype=np.uint8)
+            for dst, s, n in zip(offsets.tolist(), (np.cumsum(lengths) - lengths).tolist(),
+                                 lengths.tolist(), strict=True):
+                padded[dst:dst + n] = src[s:s + n]
+            raw = memoryview(padded)
+        entries = np.zeros(tokens.size, CLUSTER_ENTRY_DTYPE)
+        entries["kv_addr"], entries["tokens"] = start + offsets, tokens
+        placed = list(zip((start + offsets).tolist(), tokens.tolist(), strict=True))
         # data first, then the directory entries that point at it
-        self.device.mem_write(start, bytes(data))
+        self.device.mem_write(start, raw)
         self.device.mem_write(region.dir_addr + region.num_clusters * CLUSTER_ENTRY_BYTES,
-                              bytes(entries))
+                              entries.tobytes())
         ids = list(range(region.num_clusters, region.num_clusters + len(placed)))
         region.clusters += placed
         region.data_used += need

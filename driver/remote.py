@@ -60,6 +60,11 @@ class RpcOp(IntEnum):
     WAIT = 6
     """Wait for the call answered PENDING (up to ``HEARTBEAT_S``); reply with its result, or
     PENDING again."""
+    DMA_WRITE = 7
+    """Write device memory by backdoor (``DMA_WRITE_REQ``); reply with nothing."""
+    DMA_READ = 8
+    """Read device memory by backdoor (``DMA_READ_REQ``); reply with the bytes as its one
+    message."""
 
 
 class RpcStatus(IntEnum):
@@ -104,6 +109,13 @@ _REPLY_HEAD = struct.Struct("<BQ")
 """RPC_REPLY's head for ``struct``."""
 _LEN = struct.Struct("<I")
 
+DMA_WRITE_REQ = Struct("addr" / Int64ul, "data" / GreedyBytes)
+"""A backdoor write: the device address, then the bytes (at most ``MAX_DMA_BYTES``)."""
+DMA_READ_REQ = Struct("addr" / Int64ul, "length" / Int64ul)
+"""A backdoor read: the device address and how many bytes (at most ``MAX_DMA_BYTES``)."""
+MAX_DMA_BYTES = 1 << 22
+"""Most bytes one backdoor call carries; a port cuts a larger transfer into calls."""
+
 MAX_CALL_CYCLES = 1 << 24
 """Most cycles one ADVANCE or RUN_UNTIL_IDLE may ask for (21 ms at 800 MHz; about 17 s of
 ``rtl``), so no call holds a device for long or carries its clock anywhere near overflow."""
@@ -112,10 +124,15 @@ MAX_BATCH_MESSAGES = 4096
 MAX_PORT_MESSAGE = 1 + max(s.sizeof() for s in (cxl.M2S_REQ, cxl.M2S_RWD, cxl.S2M_NDR,
                                                  cxl.S2M_DRS, cxl.MMIO_REQ, cxl.MMIO_RSP))
 """The largest port message (driver/cxl.py: a channel byte and the largest body)."""
-MAX_RPC_PAYLOAD = _ARG.size + MAX_BATCH_MESSAGES * (_LEN.size + MAX_PORT_MESSAGE)
-"""The largest legal call; the server refuses a larger message before reading it."""
-MAX_RPC_REPLY = _REPLY_HEAD.size + (1 << 16) * (_LEN.size + MAX_PORT_MESSAGE)
-"""The largest legal answer: a response for each of the 2^16 tags a host can have out."""
+MAX_BATCH_PAYLOAD = _ARG.size + MAX_BATCH_MESSAGES * (_LEN.size + MAX_PORT_MESSAGE)
+"""The largest call that carries port messages."""
+MAX_RPC_PAYLOAD = max(MAX_BATCH_PAYLOAD, _ARG.size + MAX_DMA_BYTES)
+"""The largest legal call (a backdoor write); the server refuses a larger message before
+reading it."""
+MAX_RPC_REPLY = _REPLY_HEAD.size + max((1 << 16) * (_LEN.size + MAX_PORT_MESSAGE),
+                                       _LEN.size + MAX_DMA_BYTES)
+"""The largest legal answer: a response for each of the 2^16 tags a host can have out, or a
+backdoor read."""
 RPC_RETRY = RetryPolicy(rto_s=2 * HEARTBEAT_S, min_rto_s=0.05, max_rto_s=1.0)
 """Every call is answered within a heartbeat: one lost is sent again after two, until the
 round trips measured say sooner."""
@@ -251,13 +268,19 @@ class RemotePort(DevicePort):
             raise RuntimeError(f"device at {self.endpoint}: {call.name} answer: {e}") from None
 
     def _call(self, op: RpcOp, arg: int = 0) -> tuple[int, list[bytes]]:
+        self._usable()
+        msgs, self._pending = self._pending, []
+        return self._call_payload(op, encode_request(arg, msgs))
+
+    def _usable(self) -> None:
         if self._abort.is_set():
             raise self._aborted()
         if self._broken:
             raise PortTimeoutError(f"device at {self.endpoint} stopped answering earlier; the "
                                    "port is closed")
-        msgs, self._pending = self._pending, []
-        status, value, out = self._exchange(op, op, encode_request(arg, msgs))
+
+    def _call_payload(self, op: RpcOp, payload: bytes) -> tuple[int, list[bytes]]:
+        status, value, out = self._exchange(op, op, payload)
         cpu_ns, since = -1, time.monotonic()
         while status == RpcStatus.PENDING:  # a heartbeat: alive; stuck unless the CPU time grows
             now = time.monotonic()
@@ -294,6 +317,33 @@ class RemotePort(DevicePort):
     def cycle(self) -> int:
         return self._call(RpcOp.CYCLE)[0]
 
+    def dma_write(self, addr: int, data: bytes) -> bool:
+        """Device memory by backdoor (after the messages sent before it), in calls of at most
+        MAX_DMA_BYTES."""
+        if self._pending:
+            self._call(RpcOp.SEND)
+        data = memoryview(data).cast("B")
+        for pos in range(0, len(data), MAX_DMA_BYTES):
+            self._usable()
+            chunk = data[pos:pos + MAX_DMA_BYTES]
+            self._call_payload(RpcOp.DMA_WRITE, _ARG.pack(addr + pos) + chunk)
+        return True
+
+    def dma_read(self, addr: int, n: int) -> bytes:
+        if self._pending:
+            self._call(RpcOp.SEND)
+        out = bytearray()
+        for pos in range(0, n, MAX_DMA_BYTES):
+            self._usable()
+            want = min(MAX_DMA_BYTES, n - pos)
+            _, msgs = self._call_payload(RpcOp.DMA_READ, DMA_READ_REQ.build(
+                {"addr": addr + pos, "length": want}))
+            if len(msgs) != 1 or len(msgs[0]) != want:
+                raise RuntimeError(f"device at {self.endpoint}: DMA_READ of {want} bytes "
+                                   f"answered with {sum(map(len, msgs))}")
+            out += msgs[0]
+        return bytes(out)
+
     def shutdown(self) -> None:
         """Ask the server to exit."""
         self._call(RpcOp.SHUTDOWN)
@@ -304,9 +354,36 @@ class RemotePort(DevicePort):
         self.link.close()
 
 
+def _check_dma(op: RpcOp, payload: bytes) -> tuple[int, list[bytes]]:
+    """A backdoor call's (address, [data]) or (address, [length as 8 bytes])."""
+    if len(payload) < _ARG.size:
+        raise ValueError(f"call of {len(payload)} bytes is shorter than its {_ARG.size}-byte "
+                         "address")
+    (addr,) = _ARG.unpack_from(payload)
+    if op == RpcOp.DMA_WRITE:
+        data = payload[_ARG.size:]
+        if len(data) > MAX_DMA_BYTES:
+            raise ValueError(f"backdoor write of {len(data)} bytes; one call carries at most "
+                             f"{MAX_DMA_BYTES}")
+        return addr, [data]
+    if len(payload) != DMA_READ_REQ.sizeof():
+        raise ValueError(f"backdoor read of {len(payload)} bytes; it is "
+                         f"{DMA_READ_REQ.sizeof()} (address, length)")
+    length = DMA_READ_REQ.parse(payload).length
+    if length > MAX_DMA_BYTES:
+        raise ValueError(f"backdoor read of {length} bytes; one call reads at most "
+                         f"{MAX_DMA_BYTES}")
+    return addr, [payload[_ARG.size:]]
+
+
 def _check_call(op: RpcOp, payload: bytes) -> tuple[int, list[bytes]]:
     """A call's (arg, messages), checked whole before the device sees any of it."""
     try:
+        if op in (RpcOp.DMA_WRITE, RpcOp.DMA_READ):
+            return _check_dma(op, payload)
+        if len(payload) > MAX_BATCH_PAYLOAD:
+            raise ValueError(f"call of {len(payload)} bytes; one carrying messages has at most "
+                             f"{MAX_BATCH_PAYLOAD}")
         arg, messages = decode_request(payload)
         if op in (RpcOp.ADVANCE, RpcOp.RUN_UNTIL_IDLE) and arg > MAX_CALL_CYCLES:
             raise ValueError(f"{op.name} of {arg} cycles: one call runs at most "
@@ -325,6 +402,8 @@ def _execute(port: DevicePort, op: RpcOp, arg: int, messages: list[bytes]) -> by
     """Deliver a call's messages and carry out its operation: the reply payload, or
     ServiceError naming what failed."""
     value, out = 0, []
+    if op in (RpcOp.DMA_WRITE, RpcOp.DMA_READ):
+        return _execute_dma(port, op, arg, messages[0])
     try:
         for m in messages:
             port.send(m)
@@ -342,6 +421,27 @@ def _execute(port: DevicePort, op: RpcOp, arg: int, messages: list[bytes]) -> by
         log.warning("%s failed: %s", op.name, e)
         raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}") from None
     return encode_reply(value, out)
+
+
+def _execute_dma(port: DevicePort, op: RpcOp, addr: int, body: bytes) -> bytes:
+    """A backdoor call; an address range outside the device is a bad request (the port
+    checks it before it touches memory)."""
+    try:
+        if op == RpcOp.DMA_WRITE:
+            ok, out = port.dma_write(addr, body), []
+        else:
+            data = port.dma_read(addr, _ARG.unpack(body)[0])
+            ok, out = data is not None, [data or b""]
+    except ValueError as e:
+        raise ServiceError(RpcErrorCode.BAD_REQUEST, f"{op.name}: {e}") from None
+    except TimeoutError as e:
+        raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
+    except Exception as e:
+        log.warning("%s failed: %s", op.name, e)
+        raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}") from None
+    if not ok:
+        raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{op.name}: this device has no backdoor")
+    return encode_reply(0, out)
 
 
 class _Calls:

@@ -6,7 +6,6 @@ backdoor, and the replay of each device's read stream through the DDR5 cycle mod
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.formats import (
     CLUSTER_ENTRY_BYTES,
+    CLUSTER_ENTRY_DTYPE,
     DESC_BYTES,
     DESCRIPTOR,
     LINE_BYTES,
@@ -112,11 +112,7 @@ class Store:
         self.port = port
         self.lib = None
         if not isinstance(port, ModelDevice):  # RtlDevice: the library it loaded (one store)
-            lib = ctypes.CDLL(str(port.lib_path))
-            lib.nelssa_store_write.argtypes = [ctypes.c_longlong, ctypes.c_void_p,
-                                               ctypes.c_void_p]
-            self.lib = lib
-            self._strobe = np.full(2, 0xFFFF_FFFF, dtype=np.uint32)
+            self.lib = port._lib
 
     def clear(self) -> None:
         if self.lib is not None:
@@ -129,22 +125,20 @@ class Store:
                 self.port.mem.write(a, line.tobytes())
             return
         d = decode(addrs, GEOMETRY, RTL_ADDRESS_MAP)
-        # the key nelssa_ddr5_dram.sv makes (hw/sim/device.py, RtlDevice.image)
-        keys = d.subchannel << 40 | d.row << 11 | d.bank_group << 8 | d.bank << 6 | d.column
+        # the key nelssa_ddr5_dram.sv makes (hw/sim/device.py, RtlDevice._keys)
+        keys = np.ascontiguousarray(d.subchannel << 40 | d.row << 11 | d.bank_group << 8
+                                    | d.bank << 6 | d.column, dtype=np.int64)
         data = np.ascontiguousarray(data, dtype=np.uint8)
-        for i, key in enumerate(keys.tolist()):
-            self.lib.nelssa_store_write(key, data[i].ctypes.data, self._strobe.ctypes.data)
+        self.lib.nelssa_store_write_lines(keys.ctypes.data, data.ctypes.data, len(keys))
 
 
-_ENTRY = np.dtype([("kv_addr", "<u8"), ("tokens", "<u2"), ("pad", "V6")])
-assert _ENTRY.itemsize == CLUSTER_ENTRY_BYTES
 
 
 def directory_lines(dir_addr: int, addrs: np.ndarray, tokens: np.ndarray,
                      selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The directory lines holding the selected entries (whole lines, every entry in them
     right): line addresses and (n, 64) bytes."""
-    entries = np.zeros(len(tokens), dtype=_ENTRY)
+    entries = np.zeros(len(tokens), dtype=CLUSTER_ENTRY_DTYPE)
     entries["kv_addr"], entries["tokens"] = addrs, tokens
     raw = entries.view(np.uint8)
     raw = np.concatenate([raw, np.zeros(-len(raw) % LINE_BYTES, np.uint8)]).reshape(-1, 64)

@@ -215,7 +215,7 @@ def main() -> int:
         todo = [b for b in every if b.module in want or b.within == args.only]
     print(f"nelssa_fpga_top ({args.family}; {UNITS} attention units, {CHANNELS} memory "
           "channels), per block, out of context")
-    print(f"{'block':<34}{'n':>5}" + "".join(f"{c:>9}" for c in COLUMNS))
+    print(f"{'block':<34}{'n':>5}" + "".join(f"{c:>10}" for c in COLUMNS))
     total = dict.fromkeys(COLUMNS, 0)
     failed: list[str] = []
     results: dict[str, dict[str, object]] = {}
@@ -236,12 +236,12 @@ def main() -> int:
         netlists[b.module] = cells
         results[b.module] = {"count": count, "per_instance": groups, "note": note}
         print(f"{b.name:<34}{count:>5,}"
-              + "".join(f"{groups[c] * count:>9,}" for c in COLUMNS) + f"   ({note})",
+              + "".join(f"{groups[c] * count:>10,}" for c in COLUMNS) + f"   ({note})",
               flush=True)
         for c in COLUMNS:
             total[c] += groups[c] * count
     label = "total" + (" without " + ", ".join(failed) if failed else "")
-    print(f"{label:<39}" + "".join(f"{total[c]:>9,}" for c in COLUMNS))
+    print(f"{label:<39}" + "".join(f"{total[c]:>10,}" for c in COLUMNS))
     (OUT / "fpga_top.json").write_text(json.dumps({"blocks": results, "total": total,
                                                    "failed": failed}, indent=2) + "\n")
     if args.write_page and args.only is None and not failed:

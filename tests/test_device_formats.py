@@ -111,6 +111,10 @@ def test_completion_and_cluster_entry_bytes():
         formats.COMPLETION.parse(raw[:8] + b"\x01" + raw[9:])  # reserved must be zero
     e = bytes.fromhex("0010000000000000" "1000" + "00" * 6)
     assert formats.CLUSTER_ENTRY.build({"kv_addr": 0x1000, "tokens": 16}) == e
+    rec = np.zeros(2, formats.CLUSTER_ENTRY_DTYPE)
+    rec["kv_addr"], rec["tokens"] = [0x1000, 0xFFFF_FFFF_FFC0], [16, 64]
+    assert rec.tobytes() == e + formats.CLUSTER_ENTRY.build({"kv_addr": 0xFFFF_FFFF_FFC0,
+                                                             "tokens": 64})
 
 
 def test_register_map():

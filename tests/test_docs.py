@@ -109,7 +109,8 @@ def test_paper_concepts_table_names_modules():
 
 def test_device_guide_example_runs():
     page = (ROOT / "docs" / "device.md").read_text()
-    [code] = re.findall(r"```python\n(.*?)```", page, re.S)
+    # the blocks run in order, each continuing the one before
+    code = "".join(re.findall(r"```python\n(.*?)```", page, re.S))
     from nelssa.hw.sim.demo import bf16_normal
 
     rng = np.random.default_rng(0)
@@ -118,3 +119,6 @@ def test_device_guide_example_runs():
            "q": bf16_normal(rng, (4, 128)), "selected_cluster_ids": [1, 5]}
     exec(compile(code, "docs/device.md", "exec"), env)
     assert env["out"].status.name == "OK" and env["out"].o.shape == (4, 128)
+    # the split over the units: the same attention as one descriptor, to the merge's rounding
+    np.testing.assert_allclose(env["o"], env["out"].o, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(env["lse"], env["out"].lse, rtol=1e-6, atol=1e-6)

@@ -16,7 +16,10 @@ from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.memory import MemoryApi
 from nelssa.driver.remote import (
+    DMA_READ_REQ,
     MAX_BATCH_MESSAGES,
+    MAX_BATCH_PAYLOAD,
+    MAX_DMA_BYTES,
     MAX_PORT_MESSAGE,
     MAX_RPC_PAYLOAD,
     RPC_REPLY,
@@ -64,7 +67,9 @@ def test_call_payloads_literal_bytes():
         decode_request(encode_request(0, [b""] * (MAX_BATCH_MESSAGES + 1)))
     # the largest legal call: a full batch of the largest port message
     assert MAX_PORT_MESSAGE == 1 + 83  # an M2S RwD
-    assert len(encode_request(0, [bytes(MAX_PORT_MESSAGE)] * 4096)) == MAX_RPC_PAYLOAD
+    assert len(encode_request(0, [bytes(MAX_PORT_MESSAGE)] * 4096)) == MAX_BATCH_PAYLOAD
+    # the largest call of all: a backdoor write
+    assert MAX_RPC_PAYLOAD == 8 + MAX_DMA_BYTES
 
 
 def _run(port) -> tuple[np.ndarray, np.ndarray, int]:
@@ -211,3 +216,39 @@ def test_oversize_message_refused_before_it_is_read(device):
     grew = _peak_rss(proc.pid) - peak
     assert grew < 32 << 20, f"the server's peak memory grew by {grew >> 20} MiB"
     assert proc.poll() is None
+
+
+def test_backdoor_over_the_link(device):
+    """Device memory by backdoor (issue 24 item 1) through the device server: in calls of at
+    most MAX_DMA_BYTES, each checked whole; a bad one is refused naming what is wrong, writes
+    nothing, and the server goes on (a write beyond MAX_DMA_BYTES is beyond MAX_RPC_PAYLOAD,
+    dropped unread: test_oversize_message_refused_before_it_is_read)."""
+    proc, endpoint, port = device
+    data = np.random.default_rng(2).bytes(MAX_DMA_BYTES + 1000)  # two calls
+    addr = (1 << 30) + 17  # not line-aligned
+    assert port.dma_write(addr, data)
+    assert port.dma_read(addr, len(data)) == data
+    mem_bytes = Device(port).mem_bytes
+    dealer = _raw(endpoint, zmq.DEALER)
+    bad = [
+        (RpcOp.DMA_WRITE, b"\x01\x02", "shorter than its 8-byte address"),
+        (RpcOp.DMA_WRITE, (mem_bytes - 8).to_bytes(8, "little") + bytes(16),
+         "outside device memory"),
+        (RpcOp.DMA_WRITE, (2**64 - 8).to_bytes(8, "little") + bytes(16), "outside device memory"),
+        (RpcOp.DMA_READ, DMA_READ_REQ.build({"addr": 0, "length": MAX_DMA_BYTES + 1}), "at most"),
+        (RpcOp.DMA_READ, DMA_READ_REQ.build({"addr": mem_bytes, "length": 1}),
+         "outside device memory"),
+        (RpcOp.DMA_READ, bytes(9), "it is 16 (address, length)"),
+    ]
+    try:
+        for seq, (op, payload, why) in enumerate(bad, start=100):
+            dealer.send_multipart(encode_frame(Frame(FrameKind.REQUEST, op, seq, 0, 0, payload)))
+            frame = decode_frame(dealer.recv_multipart())
+            code, text = parse_error(frame.payload)
+            assert (frame.kind, code) == (FrameKind.ERROR, RpcErrorCode.BAD_REQUEST), text
+            assert why in text, text
+    finally:
+        dealer.close()
+    assert proc.poll() is None
+    assert port.dma_read(mem_bytes - 8, 8) == bytes(8)  # the refused write left nothing
+    assert port.dma_read(addr, 64) == data[:64]

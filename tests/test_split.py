@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
+from nelssa.driver.formats import MAX_IDS
 from nelssa.driver.memory import KvRegion, MemoryApi
 from nelssa.driver.split import PART_OVERHEAD_WORK, _makespan, _plan, split_batch
 from nelssa.host.pnm_node.aggregate import merge_partials
@@ -97,12 +98,20 @@ def _find(r: AttnRequest, run: list) -> int:
 @given(st.lists(st.integers(1, 64), min_size=4, max_size=300), st.integers(2, 8))
 def test_one_request_is_cut_into_near_equal_shares(tokens, units):
     r = _request(tokens, list(range(len(tokens))))
+    # one round: a part per unit, each cut at the cluster nearest its share, so a part is off
+    # by at most one cluster
+    one = [p for _, p in _plan([r], [np.array(tokens) * HEAD_DIM], units, MAX_IDS)]
+    assert len(one) == min(units, len(tokens))
+    share = _work(r) / len(one)
+    for p in one:
+        assert abs(_work(p.attn) - share) <= max(tokens) * len(one)
+    # the split takes whole rounds (or a part per cluster when there are fewer), and finishes
+    # no later than the one round
     parts = split_batch([r], units)
-    assert len(parts) == min(units, len(tokens))
-    share = _work(r) / len(parts)
-    # each cut is at the cluster nearest its share, so a part is off by at most one cluster
-    for p in parts:
-        assert abs(_work(p.attn) - share) <= max(tokens) * len(parts)
+    assert len(parts) % units == 0 or len(parts) == len(tokens)
+    assert sorted(c for p in parts for c in p.attn.cluster_ids) == list(range(len(tokens)))
+    spans = [_makespan([_work(p.attn) * HEAD_DIM for p in ps], units) for ps in (parts, one)]
+    assert spans[0] <= spans[1]
 
 
 def test_repeated_ids_are_kept_as_often_as_given():

@@ -65,13 +65,6 @@ class WatchedMemory(SparseMemory):
         self._note(line_addr, LINE_BYTES)
         super().write_line(line_addr, data, byte_enable)
 
-    @property
-    def line_count(self) -> int:
-        return len(self._lines)
-
-    def written(self) -> dict[int, bytes]:
-        """Every line written by anyone (zeros included), by address."""
-        return {k * LINE_BYTES: bytes(v) for k, v in sorted(self._lines.items())}
 
 
 def outside_writes(mem: WatchedMemory) -> list[Finding]:

@@ -4,7 +4,9 @@ port messages good and bad, or spoiled bytes, sent over a link client.
 
 Reference: driver/remote.py as documented (a call is checked whole before the device sees any
 of it: a payload that does not parse, a message that is not a port message, an ADVANCE or
-RUN_UNTIL_IDLE beyond MAX_CALL_CYCLES is BAD_REQUEST; an unknown operation UNKNOWN_OP), and a
+RUN_UNTIL_IDLE beyond MAX_CALL_CYCLES, a backdoor call shorter than its address, a read not
+16 bytes or beyond MAX_DMA_BYTES, an access outside device memory is BAD_REQUEST; an unknown
+operation UNKNOWN_OP), and a
 model device in this process that gets every call the server accepts, in the same order.
 
 Oracles: every call answered within a bound (hang); no INTERNAL answer, the server process
@@ -37,6 +39,8 @@ from nelssa.hw.model.device import ModelDevice
 
 ANSWER_S = 20.0
 CALL_OPS = tuple(op for op in RpcOp if op not in (RpcOp.SHUTDOWN, RpcOp.WAIT))
+DMA_OPS = (RpcOp.DMA_WRITE, RpcOp.DMA_READ)
+MEM_BYTES = ModelDevice().config.mem_bytes
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,14 @@ class Call:
     arg: int
     messages: tuple[bytes, ...]
     spoil: tuple = ()
+    body: bytes = b""
+    """A backdoor call's bytes after its address (the data, or the length to read)."""
 
     def payload(self) -> bytes:
-        raw = remote.encode_request(self.arg, list(self.messages))
+        if self.op in DMA_OPS:
+            raw = (self.arg & (1 << 64) - 1).to_bytes(8, "little") + self.body
+        else:
+            raw = remote.encode_request(self.arg, list(self.messages))
         if not self.spoil:
             return raw
         if self.spoil[0] == "cut":
@@ -67,6 +76,12 @@ class RpcCase:
 _ARGS = st.one_of(st.sampled_from([0, 1, 64, 1000, remote.MAX_CALL_CYCLES,
                                    remote.MAX_CALL_CYCLES + 1, (1 << 63), (1 << 64) - 1]),
                   uint(64))
+_ADDRS = st.one_of(st.sampled_from([0, 63, 1 << 20, MEM_BYTES - 64, MEM_BYTES - 1, MEM_BYTES,
+                                    (1 << 64) - 1]), uint(40), uint(64))
+_BODIES = st.one_of(st.binary(max_size=300),  # data to write
+                    st.integers(0, 600).map(lambda n: n.to_bytes(8, "little")),  # a length
+                    st.sampled_from([remote.MAX_DMA_BYTES + 1, 1 << 63]).map(
+                        lambda n: n.to_bytes(8, "little")))
 _MESSAGES = st.lists(st.one_of(cxl_mem.GOOD, cxl_mem.GOOD, cxl_mem.MALFORMED), max_size=6)
 
 
@@ -80,7 +95,10 @@ def rpc_cases(draw, max_calls: int = 6) -> RpcCase:
         spoil = draw(st.one_of(st.just(()), st.just(()), st.just(()),
                                st.tuples(st.just("cut"), st.integers(0, 12)),
                                st.tuples(st.just("extend"), st.binary(min_size=1, max_size=6))))
-        calls.append(Call(op, draw(_ARGS), tuple(draw(_MESSAGES)), spoil))
+        if op in DMA_OPS:
+            calls.append(Call(op, draw(_ADDRS), (), spoil, draw(_BODIES)))
+        else:
+            calls.append(Call(op, draw(_ARGS), tuple(draw(_MESSAGES)), spoil))
     return RpcCase(tuple(calls))
 
 
@@ -88,6 +106,15 @@ def _accepts(call: Call) -> tuple[bool, int | None]:
     """(accepted, error code if refused) by the documented checks."""
     if call.op not in RpcOp.__members__.values():
         return False, LinkErrorCode.UNKNOWN_OP
+    if call.op in DMA_OPS:
+        raw = call.payload()
+        if len(raw) < 8 or (call.op == RpcOp.DMA_READ and len(raw) != 16):
+            return False, RpcErrorCode.BAD_REQUEST
+        addr = int.from_bytes(raw[:8], "little")
+        n = len(raw) - 8 if call.op == RpcOp.DMA_WRITE else int.from_bytes(raw[8:], "little")
+        if n > remote.MAX_DMA_BYTES or addr + n > MEM_BYTES:
+            return False, RpcErrorCode.BAD_REQUEST
+        return True, None
     try:
         arg, messages = remote.decode_request(call.payload())
     except ValueError:
@@ -157,6 +184,13 @@ class DeviceServer:
 def _local(model: ModelDevice, call: Call) -> tuple[int, list[bytes]] | str:
     """What the in-process model gives for an accepted call: (value, messages), or
     "busy"/"error: ..." where the device refuses it."""
+    if call.op in DMA_OPS:
+        raw = call.payload()
+        addr = int.from_bytes(raw[:8], "little")
+        if call.op == RpcOp.DMA_WRITE:
+            model.dma_write(addr, raw[8:])
+            return 0, []
+        return 0, [model.dma_read(addr, int.from_bytes(raw[8:], "little"))]
     _, messages = remote.decode_request(call.payload())
     try:
         for m in messages:

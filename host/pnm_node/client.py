@@ -249,28 +249,32 @@ class NodeClient:
         if len(keys) != len(values) or not keys:
             raise ValueError(f"{len(keys)} key clusters and {len(values)} value clusters: need "
                              "the same number, at least one")
-        blobs = [np.ascontiguousarray(k, dtype="<u2").tobytes()
-                 + np.ascontiguousarray(v, dtype="<u2").tobytes()
-                 for k, v in zip(keys, values, strict=True)]
+        # every cluster's K then V, back to back, in one buffer (one copy)
+        parts = [np.asarray(a, dtype="<u2").reshape(-1) for kv in zip(keys, values, strict=True)
+                 for a in kv]
+        data = memoryview(np.concatenate(parts)).cast("B")
+        sizes = [2 * parts[2 * i].nbytes for i in range(len(keys))]
         # consecutive clusters per message, each message within max_write_bytes
         room = self.max_write_bytes - p.WRITE_KV_HEAD.sizeof()
         chunks: list[list[int]] = [[]]
         size = 0
-        for i, b in enumerate(blobs):
-            if 4 + len(b) > room:
+        for i, b in enumerate(sizes):
+            if 4 + b > room:
                 raise ValueError(f"cluster {i} of {np.shape(keys[i])[0]} tokens takes "
-                                 f"{4 + len(b)} bytes; a WRITE_KV message holds at most "
+                                 f"{4 + b} bytes; a WRITE_KV message holds at most "
                                  f"{room} (max_write_bytes {self.max_write_bytes})")
-            if size + 4 + len(b) > room and chunks[-1]:
+            if size + 4 + b > room and chunks[-1]:
                 chunks.append([])
                 size = 0
             chunks[-1].append(i)
-            size += 4 + len(b)
+            size += 4 + b
+        starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
         sent = self.link.clock_ps if send_ps is None else send_ps
-        pending = [self._link().request(NodeOp.WRITE_KV, p.WRITE_KV_REQ.build({
-            "session": session, "layer": layer, "kv_head": kv_head, "count": len(idx),
-            "tokens": np.array([np.shape(keys[i])[0] for i in idx], dtype="<u4").tobytes(),
-            "data": b"".join(blobs[i] for i in idx)}), sent) for idx in chunks]
+        pending = [self._link().request(NodeOp.WRITE_KV, b"".join((
+            p.WRITE_KV_HEAD.build({"session": session, "layer": layer, "kv_head": kv_head,
+                                   "count": len(idx)}),
+            np.array([np.shape(keys[i])[0] for i in idx], dtype="<u4").tobytes(),
+            data[starts[idx[0]]:starts[idx[-1] + 1]])), sent) for idx in chunks]
 
         def decode(infos: list[ReplyInfo]) -> WriteResult:
             reps = [p.WRITE_KV_REP.parse(info.payload) for info in infos]

@@ -122,10 +122,14 @@ class DeviceSlot:
 
     def __init__(self, index: int, endpoint: str, cxl: LinkSpec, backend: str = "remote",
                  connect_timeout_s: float = 300.0, timeout_s: float = 30.0,
-                 ring_entries: int = 256, fpga_manifest: str | None = None) -> None:
+                 ring_entries: int = 256, fpga_manifest: str | None = None,
+                 bulk: bool = True) -> None:
         """``endpoint``: a device process's ZeroMQ endpoint, or ``fpga:BOARD`` for a board
         reached from this process (hw/fpga/port.open_board: a PCI device folder, optionally
-        ``,H2C,C2H`` DMA devices), checked against ``fpga_manifest``."""
+        ``,H2C,C2H`` DMA devices), checked against ``fpga_manifest``. ``bulk``: KV goes by DMA
+        (a board) or backdoor (a simulated device), metered as the CXL.mem lines it replaces;
+        False writes every line over CXL.mem."""
+        self.bulk = bulk
         self.fpga_manifest = fpga_manifest
         self.index, self.endpoint, self.backend = index, endpoint, backend
         self.cxl = cxl
@@ -148,7 +152,7 @@ class DeviceSlot:
             self.remote = RemotePort(self.endpoint, timeout_ms=int(connect_timeout_s * 1000))
         self.port = MeteredPort(self.remote)
         try:
-            self.dev = Device(self.port)
+            self.dev = Device(self.port, bulk=self.bulk)
         except PortTimeoutError as e:
             raise DeviceUnreachableError(f"device {self.index} at {self.endpoint} did not "
                                          f"answer within {connect_timeout_s:g} s") from e

@@ -111,6 +111,10 @@ class NodeConfig:
     max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
     """Largest WRITE_KV payload, checked from its header before the body is parsed (the
     client splits larger writes)."""
+    kv_backdoor: bool = True
+    """Write KV (prefill offload, chunk appends, migration) into a simulated device's memory
+    by backdoor and a board's by DMA, its emulated time charged as the CXL.mem lines it
+    replaces; off, every line crosses CXL.mem as a message (slow: about 1 MB/s of wall time)."""
     split_over_units: bool = True
     """Cut each device's share of a request into a whole number of rounds of its attention
     units, the parts merged by log-sum-exp (driver/split.py): a device given fewer KV heads
@@ -174,7 +178,8 @@ class NelssaHost:
         self.config = config
         self.cxl = link_preset(config.cxl)
         self.slots = [DeviceSlot(i, ep, self.cxl, config.backend, config.connect_timeout_s,
-                                 config.device_timeout_s, fpga_manifest=config.fpga_manifest)
+                                 config.device_timeout_s, fpga_manifest=config.fpga_manifest,
+                                 bulk=config.kv_backdoor)
                       for i, ep in enumerate(config.devices)]
         self.clients = ClientTable(config)
         self.requests = self.errors = 0
@@ -401,13 +406,9 @@ class NelssaHost:
             raise _fail(NodeErrorCode.BAD_REQUEST, f"KV data of {len(q.data)} bytes; "
                         f"{q.count} clusters of {int(tokens.sum())} tokens x head_dim {hd} "
                         f"need {need}")
-        data = np.frombuffer(q.data, dtype="<u2")
-        keys, values, pos = [], [], 0
-        for t in tokens:
-            n = int(t) * hd
-            keys.append(data[pos:pos + n].reshape(-1, hd))
-            values.append(data[pos + n:pos + 2 * n].reshape(-1, hd))
-            pos += 2 * n
+        data = np.frombuffer(q.data, dtype=np.uint8)
+        ends = np.cumsum(tokens * hd * 4)  # each cluster's K then V, back to back
+        starts = ends - tokens * hd * 4
         where = head.place([int(t) for t in tokens])
         per_shard: dict[int, list[int]] = {}
         for i, sh in enumerate(where):
@@ -425,8 +426,11 @@ class NelssaHost:
         self._need_alive({head.shards[sh].device for sh in per_shard})
 
         def write(slot: DeviceSlot, region: Any, idx: list[int]) -> tuple[list[int], int]:
-            ids = slot.mem.write_clusters(region, [keys[i] for i in idx],
-                                          [values[i] for i in idx])
+            if idx == list(range(idx[0], idx[-1] + 1)):  # a run of clusters: no copy
+                kv = data[starts[idx[0]]:ends[idx[-1]]]
+            else:
+                kv = np.concatenate([data[starts[i]:ends[i]] for i in idx])
+            ids = slot.mem.write_packed(region, tokens[idx], kv)
             to_dev, from_dev = slot.port.take()
             return ids, self.cxl.transfer_ps(to_dev) + self.cxl.transfer_ps(from_dev)
 

@@ -37,6 +37,7 @@ from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
 from nelssa.hw.model.device_timing import Schedule, UnitTiming
 from nelssa.hw.model.engine import EngineParams
+from nelssa.hw.model.sparse_memory import SparseMemory
 
 log = logging.getLogger(__name__)
 
@@ -86,48 +87,6 @@ SIM_CLOCK_HZ = DeviceConfig().clock_hz
 device cycle lasts wherever no board manifest says otherwise."""
 
 
-class SparseMemory:
-    """Device memory that costs host memory only where written (zeros elsewhere)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._lines: dict[int, bytearray] = {}
-
-    def read(self, addr: int, n: int) -> bytes:
-        out = bytearray(n)
-        pos = 0
-        while pos < n:
-            line, off = divmod(addr + pos, LINE_BYTES)
-            take = min(LINE_BYTES - off, n - pos)
-            data = self._lines.get(line)
-            if data is not None:
-                out[pos:pos + take] = data[off:off + take]
-            pos += take
-        return bytes(out)
-
-    def write(self, addr: int, data: bytes) -> None:
-        pos = 0
-        while pos < len(data):
-            line, off = divmod(addr + pos, LINE_BYTES)
-            take = min(LINE_BYTES - off, len(data) - pos)
-            buf = self._lines.setdefault(line, bytearray(LINE_BYTES))
-            buf[off:off + take] = data[pos:pos + take]
-            pos += take
-
-    def write_line(self, line_addr: int, data: bytes, byte_enable: int) -> None:
-        buf = self._lines.setdefault(line_addr // LINE_BYTES, bytearray(LINE_BYTES))
-        if byte_enable == cxl.FULL_LINE:
-            buf[:] = data
-            return
-        for b in range(LINE_BYTES):
-            if byte_enable >> b & 1:
-                buf[b] = data[b]
-
-    def image(self) -> dict[int, bytes]:
-        """Every line that is not all zero, by line address."""
-        return {k * LINE_BYTES: bytes(v) for k, v in sorted(self._lines.items()) if any(v)}
-
-
 @dataclass
 class _InFlight:
     done_cycle: int
@@ -160,6 +119,7 @@ class ModelDevice(DevicePort):
         self._set("MEM_SIZE_HI", self.config.mem_bytes >> 32)
         self._out: list[bytes] = []
         self._now = 0
+        self._busy_cycles = 0  # cycles with a descriptor in flight (PERF_BUSY)
         self.unit_timing = timing or UnitTiming.load()
         self._schedule = Schedule(self.config.engines, self.unit_timing.host_line_memory,
                                   self.unit_timing.contention)
@@ -293,7 +253,7 @@ class ModelDevice(DevicePort):
     def _update_perf(self) -> None:
         self._set64("PERF_CYCLES", self._now)
         self._schedule.sync(self._now)
-        self._set64("PERF_BUSY", round(self._schedule.busy))
+        self._set64("PERF_BUSY", self._busy_cycles)
 
     def _plan(self) -> None:
         """Done cycles of the descriptors in flight, from the schedule (completions in order:
@@ -334,6 +294,23 @@ class ModelDevice(DevicePort):
             self._planned = False
 
     # -- port ------------------------------------------------------------------------------------
+    def dma_write(self, addr: int, data: bytes) -> bool:
+        """Write device memory directly (the backdoor: no device cycle passes; the caller
+        charges the time the CXL.mem writes would take)."""
+        self._check_backdoor(addr, len(data))
+        self.mem.write(addr, data)
+        return True
+
+    def dma_read(self, addr: int, n: int) -> bytes:
+        """Read device memory directly (the backdoor)."""
+        self._check_backdoor(addr, n)
+        return self.mem.read(addr, n)
+
+    def _check_backdoor(self, addr: int, n: int) -> None:
+        if addr < 0 or n < 0 or addr + n > self.config.mem_bytes:
+            raise ValueError(f"backdoor access of {n} bytes at {addr:#x} outside device memory "
+                             f"(0..{self.config.mem_bytes:#x})")
+
     def send(self, message: bytes) -> None:
         try:
             msg = cxl.parse_message(message)
@@ -359,6 +336,8 @@ class ModelDevice(DevicePort):
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")
         self._plan()
+        if self._inflight:  # busy until the last one in flight completes (they do in order)
+            self._busy_cycles += min(cycles, max(0, self._inflight[-1].done_cycle - self._now))
         self._retire(self._now + cycles)
         self._now += cycles
         self._schedule.sync(self._now)

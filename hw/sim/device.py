@@ -9,10 +9,11 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.port import DevicePort
-from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, encode
+from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, decode, encode
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig
 from nelssa.hw.sim.rtl_sources import (
@@ -31,6 +32,10 @@ MAX_MESSAGE = 128
 RTL_MAX_UNITS = 6
 """Most attention units the RTL device is built with: it uses NumUnits + 2 of the memory front
 end's 8 ports (rtl/top/nelssa_device.sv checks NumUnits)."""
+BACKDOOR_CHUNK_LINES = 1 << 18
+"""Lines one backdoor step decodes and copies (16 MiB: bounded scratch for any size)."""
+DRAIN_MAX_CYCLES = 1 << 20
+"""Most cycles a backdoor access waits for the device to drain before it gives up."""
 DEVICE_UNITS = DeviceConfig.engines
 """Units the RTL device is built with unless told otherwise: the model device's default, so the
 two backends are the same device."""
@@ -85,6 +90,11 @@ class RtlDevice(DevicePort):
         lib.nelssa_dev_violations.argtypes = [ctypes.c_void_p]
         lib.nelssa_dev_trace_open.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         lib.nelssa_dev_trace_close.argtypes = [ctypes.c_void_p]
+        lib.nelssa_dev_drain.restype = ctypes.c_int64
+        lib.nelssa_dev_drain.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        for name in ("nelssa_store_write_lines", "nelssa_store_read_lines"):
+            getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+        lib.nelssa_store_lines.restype = ctypes.c_longlong
         lib.nelssa_store_dump.restype = ctypes.c_longlong
         lib.nelssa_store_dump.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
         self._lib = lib
@@ -123,6 +133,73 @@ class RtlDevice(DevicePort):
     @property
     def cycle(self) -> int:
         return int(self._lib.nelssa_dev_cycle(self._h))
+
+    # -- the backdoor: device memory through the DRAM store's C interface ----------------------
+    def _keys(self, first_line: int, lines: int) -> npt.NDArray[np.int64]:
+        """The store's keys of ``lines`` lines from line ``first_line`` (the key
+        nelssa_ddr5_dram.sv makes, through the device's address map: cacheline)."""
+        d = decode((first_line + np.arange(lines, dtype=np.int64)) * LINE_BYTES, self.geometry)
+        return np.ascontiguousarray(d.subchannel << 40 | d.row << 11 | d.bank_group << 8
+                                    | d.bank << 6 | d.column, dtype=np.int64)
+
+    def _backdoor_range(self, addr: int, n: int) -> None:
+        if addr < 0 or n < 0 or addr + n > self.mem_bytes:
+            raise ValueError(f"backdoor access of {n} bytes at {addr:#x} outside device memory "
+                             f"(0..{self.mem_bytes:#x})")
+        got = self._lib.nelssa_dev_drain(self._h, DRAIN_MAX_CYCLES)
+        if got == -2:
+            raise TimeoutError(f"device still busy after {DRAIN_MAX_CYCLES} cycles; a backdoor "
+                               "access waits for it to drain")
+        if got < 0:
+            raise RuntimeError(self._error())
+
+    def _lines_read(self, first_line: int, lines: int) -> npt.NDArray[np.uint8]:
+        out = np.empty((lines, LINE_BYTES), dtype=np.uint8)
+        keys = self._keys(first_line, lines)
+        self._lib.nelssa_store_read_lines(keys.ctypes.data, out.ctypes.data, lines)
+        return out
+
+    def dma_write(self, addr: int, data: bytes) -> bool:
+        """Write device memory straight into the DRAM store (a backdoor, as verification
+        loads memories: no device cycle passes; the caller charges the time the front door
+        would take). Waits first for the device to drain (every earlier write in the store)."""
+        src = np.frombuffer(data, dtype=np.uint8)
+        self._backdoor_range(addr, len(src))
+        pos = 0
+        while pos < len(src):
+            first = (addr + pos) // LINE_BYTES
+            off = (addr + pos) % LINE_BYTES
+            lines = min(BACKDOOR_CHUNK_LINES, -(-(off + len(src) - pos) // LINE_BYTES))
+            take = min(lines * LINE_BYTES - off, len(src) - pos)
+            buf = np.zeros((lines, LINE_BYTES), dtype=np.uint8)
+            if off:  # a partial first line keeps its other bytes
+                buf[0] = self._lines_read(first, 1)[0]
+            if (off + take) % LINE_BYTES:  # and a partial last one
+                buf[-1] = self._lines_read(first + lines - 1, 1)[0]
+            buf.reshape(-1)[off:off + take] = src[pos:pos + take]
+            keys = self._keys(first, lines)
+            self._lib.nelssa_store_write_lines(keys.ctypes.data, buf.ctypes.data, lines)
+            pos += take
+        return True
+
+    def dma_read(self, addr: int, n: int) -> bytes:
+        """Read device memory straight from the DRAM store (the backdoor; see dma_write)."""
+        self._backdoor_range(addr, n)
+        out = bytearray()
+        first, end = addr // LINE_BYTES, -(-(addr + n) // LINE_BYTES)
+        for line in range(first, end, BACKDOOR_CHUNK_LINES):
+            out += self._lines_read(line, min(BACKDOOR_CHUNK_LINES, end - line)).tobytes()
+        off = addr % LINE_BYTES
+        return bytes(out[off:off + n])
+
+    @property
+    def mem_bytes(self) -> int:
+        return self.geometry.capacity_bytes
+
+    @property
+    def store_lines(self) -> int:
+        """Lines of the DRAM store ever written (front door or back)."""
+        return int(self._lib.nelssa_store_lines())
 
     def trace_start(self, path: str | Path) -> None:
         """Write a waveform of everything from now on (needs ``waves=True``)."""

@@ -254,6 +254,25 @@ int64_t nelssa_dev_run_until_idle(void* h, uint64_t max_cycles) {
   return static_cast<int64_t>(n);
 }
 
+// Run until idle and the DRAM controllers hold no request (every write is in the backing
+// store, so a backdoor access sees and keeps what the front door wrote); cycles run, or -1
+// (stopped) or -2 (timeout).
+int64_t nelssa_dev_drain(void* h, uint64_t max_cycles) {
+  auto* d = static_cast<Device*>(h);
+  uint64_t n = 0;
+  if (!d->stopped.empty()) {
+    d->error = d->stopped;
+    return -1;
+  }
+  while (busy(*d) || !d->top->mem_quiet_o) {
+    if (n >= max_cycles) return -2;
+    step(*d);
+    ++n;
+    if (!d->stopped.empty()) return -1;
+  }
+  return static_cast<int64_t>(n);
+}
+
 // Start writing a waveform (FST or VCD, as built) to path; 0, or -1 (see last_error).
 int nelssa_dev_trace_open(void* h, const char* path) {
   auto* d = static_cast<Device*>(h);

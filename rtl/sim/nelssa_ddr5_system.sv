@@ -27,7 +27,10 @@ module nelssa_ddr5_system #(
   output logic [7:0][PortW-1:0]          rd_port_o,
   output logic [7:0][TagW-1:0]           rd_tag_o,
   output logic [7:0][511:0]              rd_data_o,
-  output logic [31:0]                    violations_o
+  output logic [31:0]                    violations_o,
+  // no request held in a sub-channel: every read's data returned, every write issued to the
+  // DRAM (a backdoor access to the store waits for it: hw/sim/device.py RtlDevice.dma_write)
+  output logic                           quiet_o
 );
   localparam int unsigned ID_W = 7;
 
@@ -116,6 +119,21 @@ module nelssa_ddr5_system #(
   logic [7:0] served_unused;
   /* verilator lint_on UNUSEDSIGNAL */
   assign served_unused = served;
+
+  // requests a controller holds: +1 when it takes one, -1 for read data and for an issued WRITE
+  localparam int unsigned HELD_W = ID_W + 4;  // 8 sub-channels of 2^ID_W IDs each
+  logic [HELD_W-1:0] held_q;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      held_q <= '0;
+    end else begin
+      held_q <= held_q + HELD_W'($countones(sub_valid & sub_ready))
+                - HELD_W'($countones(rdata_valid)) - HELD_W'($countones(wdone));
+    end
+  end
+
+  assign quiet_o = held_q == '0;
 
   always_comb begin
     violations_o = '0;

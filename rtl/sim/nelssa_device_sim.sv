@@ -44,7 +44,8 @@ module nelssa_device_sim
   output logic [7:0]   drs_status_o,
   output logic [511:0] drs_data_o,
   output logic         idle_o,
-  output logic [31:0]  violations_o
+  output logic [31:0]  violations_o,
+  output logic         mem_quiet_o   // no request held in the DRAM controllers
 );
   localparam int unsigned PORTS = NumUnits + 2;
   localparam int unsigned ADDR_W = 40;
@@ -162,6 +163,7 @@ module nelssa_device_sim
     .rd_port_o   (rd_port),
     .rd_tag_o    (rd_tag),
     .rd_data_o   (rd_data),
-    .violations_o(violations_o)
+    .violations_o(violations_o),
+    .quiet_o     (mem_quiet_o)
   );
 endmodule
