@@ -16,6 +16,7 @@ from nelssa.config_args import add_config_options
 from nelssa.emu.latency.hardware import DEFAULT_GPU
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
+from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
 from nelssa.host.gpu.timing import GPUS
 from nelssa.options import (
     POSITIVE_INT,
@@ -48,6 +49,18 @@ def _lengths(span: tuple[int, int], count: int, rng: Any) -> list[int]:
     return [int(x) for x in rng.integers(span[0], span[1] + 1, count)]
 
 
+def model_config(args: argparse.Namespace) -> LlamaConfig:
+    """The decoder's shape: the ``--model`` folder's config.json, else ``--model-shape`` with
+    ``--layers`` and ``--vocab``; ValueError naming what is wrong."""
+    if args.model is not None:
+        return LlamaConfig.from_hf(args.model)
+    return PRESETS[args.model_shape or "small"](layers=args.layers, vocab=args.vocab)
+
+
+def _prefill_config(args: argparse.Namespace) -> PrefillConfig:
+    return PrefillConfig(prefill_chunk=args.prefill_chunk, prefill_limit_s=args.prefill_limit_s)
+
+
 def cmd_decode(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -69,7 +82,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
         except EndpointError as e:
             raise UsageError(f"--node {e}") from None
     try:
-        model = Llama.load(args.model, seed=args.seed)
+        model = Llama.load(args.model, seed=args.seed, config=model_config(args),
+                           prefill=_prefill_config(args))
     except (ValueError, OSError) as e:
         raise UsageError(f"--model {args.model}: {e}") from None
     c = model.c
@@ -99,7 +113,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     prompts = [rng.integers(0, c.vocab_size, n).tolist() for _, n in lens]
     print(f"NELSSA decode: Llama {c.num_hidden_layers} layers, {c.num_attention_heads} query / "
           f"{c.num_key_value_heads} KV heads x {c.head_dim}, "
-          f"{'weights from ' + str(args.model) if args.model else 'random weights'}; "
+          f"{'weights from ' + str(args.model) if args.model else 'random weights'}"
+          f"{'' if args.model else ' (' + (args.model_shape or 'small') + ' shape)'}; "
           f"{args.short} short + {args.long} long requests, T_input {router.describe()}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
     launcher = None
@@ -123,7 +138,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 return 1
             print(f"  node up at {endpoint} in {time.perf_counter() - t0:.1f} s")
         client = NodeClient(endpoint, args.link, timeout_s=args.timeout)
-        dec = HybridDecoder(model, cfg, client, router=router)
+        try:
+            dec = HybridDecoder(model, cfg, client, router=router)
+        except ValueError as e:  # a model the node's devices cannot run (their CAPS)
+            raise UsageError(f"--model: {e}") from None
         if args.grow:  # one request that starts below T_input and grows past it
             assert router.t_input is not None
             prompts.append(rng.integers(0, c.vocab_size, router.t_input - 4).tolist())
@@ -243,8 +261,19 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     add_board_args(p, several=True)
     p.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=sorted(GPU_PNM_LINKS))
     p.add_argument("--model", type=input_dir,
-                   help="Hugging Face Llama folder (config.json + safetensors); default: a "
-                        "small random model")
+                   help="Hugging Face Llama folder (config.json + safetensors); default: "
+                        "random weights of --model-shape")
+    shapes = "; ".join(f"{name}: {describe_shape(make())}" for name, make in PRESETS.items())
+    p.add_argument("--model-shape", choices=sorted(PRESETS),
+                   help=f"a decoder of random weights (default small, "
+                        f"{LlamaConfig().num_hidden_layers} layers; llama3-8b: Llama-3-8B's "
+                        f"shape and RoPE, 32 layers unless --layers). {shapes}"
+                        .replace("%", "%%"))
+    p.add_argument("--layers", type=int_range(1, 256),
+                   help="layers of --model-shape (default: the shape's)")
+    p.add_argument("--vocab", type=int_range(1, 1 << 20),
+                   help="vocabulary of --model-shape (default: the shape's)")
+    add_config_options(p, PrefillConfig, ("prefill_chunk", "prefill_limit_s"))
     p.add_argument("--short", type=int_range(0, 256), default=4, help="short requests (0..256)")
     p.add_argument("--long", type=int_range(0, 64), default=2, help="long requests (0..64)")
     p.add_argument("--short-len", type=length_range, default="64..512",
@@ -293,3 +322,39 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             DecodeConfig(**{field: getattr(args, field)})
         except ValueError as e:
             parser.error(f"argument {option}: {e}")
+    check_model_args(parser, args)
+
+
+def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The model the PNM devices can run, and a run this host can hold and prefill in time
+    (estimated from the shapes, before anything is built)."""
+    from nelssa.driver.status import SUPPORTED_HEAD_DIMS
+    from nelssa.host.gpu.prefill import available_memory, check_run, estimate_run
+    from nelssa.hw.model.engine import EngineParams
+
+    if args.model is not None and (args.model_shape or args.layers or args.vocab):
+        parser.error("--model-shape, --layers and --vocab describe a random model; --model "
+                     "loads one")
+    what = f"--model {args.model}" if args.model else f"--model-shape {args.model_shape or 'small'}"
+    try:
+        c = model_config(args)
+    except ValueError as e:
+        parser.error(f"{what}: {e}")
+    if c.head_dim not in SUPPORTED_HEAD_DIMS:
+        parser.error(f"{what}: head_dim {c.head_dim}: the PNM devices take "
+                     f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
+    most = EngineParams().num_qheads
+    if c.group > most:
+        parser.error(f"{what}: {c.group} query heads per KV head: the PNM devices take at "
+                     f"most {most}")
+    cfg = _prefill_config(args)
+    short = [args.short_len[1]] * args.short
+    long = [args.long_len[1]] * args.long
+    est = estimate_run(c, short, long, cfg, accuracy=not args.no_accuracy,
+                       local_node=args.node is None)
+    why = check_run(est, cfg, available_memory())
+    if why:
+        parser.error(f"{what} ({c.num_hidden_layers} layers) with --short {args.short} x "
+                     f"--short-len up to {args.short_len[1]} and --long {args.long} x --long-len "
+                     f"up to {args.long_len[1]}: the run {why} (fewer --layers, shorter "
+                     "prompts, --no-accuracy or --prefill-limit)")

@@ -176,8 +176,8 @@ class PrefillConfig:
     """Prompt tokens per forward chunk: activations (and attention's working set) scale with
     it, the result does not."""
     prefill_limit_s: float = field(default=3600.0, metadata={"num": RATE})
-    """Longest estimated host time of a run's prefills (all prompts); a longer one is refused
-    before it starts."""
+    """Longest estimated host time of a run's prefills (all prompts), in seconds; a longer
+    one is refused before it starts."""
     host_gflops: float = field(default=60.0, metadata={"num": RATE})
     """Host CPU rate (GFLOP/s, float32) the time estimate assumes; scripts/bench_prefill.py
     measures the real one."""

@@ -173,6 +173,6 @@ def check_run(est: RunEstimate, cfg: PrefillConfig, available: int | None) -> st
                 f"{RUNTIME_BYTES / gib:.1f}); the limit is {cfg.memory_share:.0%} of the "
                 f"{available / gib:.1f} GiB available")
     if est.prefill_s > cfg.prefill_limit_s:
-        return (f"prefill estimated at {est.prefill_s:,.0f} s of host time at "
-                f"{cfg.host_gflops:g} GFLOP/s; the limit is {cfg.prefill_limit_s:g} s")
+        return (f"needs about {est.prefill_s:,.0f} s of host time to prefill (at "
+                f"{cfg.host_gflops:g} GFLOP/s); the limit is {cfg.prefill_limit_s:g} s")
     return None
