@@ -169,8 +169,14 @@ def private_folder(prefix: str) -> Path:
 class DeviceProcesses:
     """``count`` device processes serving at ipc:// endpoints in a private folder."""
 
-    def __init__(self, count: int, backend: str, engines: int = 2,
+    def __init__(self, count: int, backend: str, engines: int | None = None,
                  preset: str = "ddr5-6400", verbose: bool = False) -> None:
+        """``engines``: attention units per device (None: the device's default,
+        hw/model/device.DeviceConfig.engines)."""
+        if engines is None:
+            from nelssa.hw.model.device import DeviceConfig
+
+            engines = DeviceConfig.engines
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         self.folder = private_folder("nelssa-node-")

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ENDPOINT = "ipc:///tmp/nelssa-node"
 NODE_OPTIONS = ("device_timeout_s", "max_queued", "max_sessions", "max_sessions_per_client",
                 "max_client_bytes", "max_clients", "max_queue_pairs", "max_request_heads",
-                "max_write_kv_bytes", "split_over_units")
+                "max_write_kv_bytes", "split_over_units", "rtl_layers", "kv_backdoor")
 """NodeConfig fields `node up` takes as options (config_args: name, default, help)."""
 LINKS = sorted(GPU_PNM_LINKS)
 
@@ -142,8 +142,16 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             build_library(args.preset, args.engines)
         procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose)
         endpoints = procs.endpoints
+    twins = None
+    if args.rtl_layers:  # sampled simulation: a Verilated twin beside each model device
+        from nelssa.hw.sim.device import build_library
+
+        print("building the Verilated device (cached after the first run) ...", flush=True)
+        build_library(args.preset, args.engines)
+        twins = DeviceProcesses(args.devices, "rtl", args.engines, args.preset, args.verbose)
     try:
         config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
+                            twins=tuple(twins.endpoints) if twins else (),
                             core_clock_mhz=clock_mhz, fpga_manifest=args.manifest,
                             **config_values(args, NodeConfig, NODE_OPTIONS))
         try:
@@ -162,6 +170,8 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             return 2
         if procs is not None:
             service.host.watch_processes(procs.dead)
+        if twins is not None:
+            service.host.watch_twins(twins.dead)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: service.stop())
         print(f"NELSSA node: {len(endpoints)} {backend} devices; link {spec.name} "
@@ -170,13 +180,17 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         for i, ep in enumerate(endpoints):
             pid = f" (pid {procs.procs[i].pid})" if procs else ""
             print(f"  device {i}: {ep}{pid}")
+            if twins is not None:
+                print(f"  device {i} twin (rtl, layers 0..{args.rtl_layers - 1}): "
+                      f"{twins.endpoints[i]} (pid {twins.procs[i].pid})")
         service.serve(on_ready=lambda ep: print(f"listening at {ep}", flush=True),
                       shutdown_devices=procs is not None)
         print("node stopped", flush=True)
         return 0
     finally:
-        if procs is not None:
-            procs.stop()
+        for started in (procs, twins):
+            if started is not None:
+                started.stop()
 
 
 def cmd_node_status(args: argparse.Namespace) -> int:
@@ -298,6 +312,11 @@ def check_node_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         if args.curve_clients and not args.curve_secret:
             parser.error("--curve-clients needs --curve-secret")
         if args.backend == "rtl" and not args.attach:
+            check_rtl_engines(parser, args.engines)
+        if args.rtl_layers and (args.backend != "model" or args.attach):
+            parser.error(f"--rtl-layers {args.rtl_layers}: sampling runs the other layers on "
+                         "model devices the node starts (--backend model, no --attach)")
+        if args.rtl_layers:
             check_rtl_engines(parser, args.engines)
         if args.backend == "fpga" and not args.attach and not args.bar:
             parser.error("--backend fpga needs --bar BOARD for each board (a PCI device "

@@ -22,9 +22,10 @@ class NodeProcess(NodeLauncher):
     """A node started with `nelssa node up`, its device pids read from what it prints."""
 
     def __init__(self, endpoint: str, devices: int, backend: str = "model",
-                 device_timeout: float = 30.0, ready_timeout: float = 300.0) -> None:
+                 device_timeout: float = 30.0, ready_timeout: float = 300.0,
+                 extra: list[str] | None = None) -> None:
         super().__init__(endpoint, devices, backend, "roce-400g", ready_timeout,
-                         extra=["--device-timeout", str(device_timeout)])
+                         extra=["--device-timeout", str(device_timeout), *(extra or [])])
         self.device_pids = [int(m.group(1)) for line in self.lines
                             if (m := re.search(r"device \d+: .* \(pid (\d+)\)", line))]
 

@@ -110,10 +110,15 @@ def test_request_formats_byte_for_byte() -> None:
     status = p.STATUS_REP.build({"version": "1", "link": "r", "sessions": 2, "requests": 3,
                                  "errors": 4, "clock_khz": 800_000, "bad_frames": 5,
                                  "duplicates": 6, "busy": 7, "queued": 8, "ndev": 0,
-                                 "devices": []})
+                                 "devices": [], "sampling": {
+                                     "rtl_layers": 4, "batches": 9, "descriptors": 10,
+                                     "mismatches": 0, "rtl_cycles": 11, "model_cycles": 12,
+                                     "worst_ppm": 13}})
     assert status == bytes.fromhex("0131 0172 02000000 0300000000000000 0400000000000000 "
                                    "00350c00 0500000000000000 0600000000000000 "
-                                   "0700000000000000 08000000 00")
+                                   "0700000000000000 08000000 00 "
+                                   "0400 0900000000000000 0a00000000000000 0000000000000000 "
+                                   "0b00000000000000 0c00000000000000 0d000000")
     dev = {"index": 1, "alive": 1, "endpoint": "e", "backend": "m", "mem_bytes": 2,
            "used_bytes": 3, "regions": 4, "queue_depth": 5, "descriptors": 6, "cycles": 7,
            "caps": 0x0040_0376, "error": ""}
@@ -274,7 +279,7 @@ def test_a_queue_pair_reaches_the_sessions_of_its_client(node: InProcessNode) ->
           NodeClient(node.endpoint, timeout_s=10) as other):
         s = _load(bulk, w)  # opened and written on the bulk queue pair, as the GPU node does
         r = _attend(a, s, w)
-        ref = single_device_reference(w)
+        ref = single_device_reference(w, 2)  # as the 2-device node cuts it
         assert all(np.array_equal(r.o[h], ref[h][0]) for h in w.heads)
         with pytest.raises(UnknownSessionError):
             _attend(other, s, w)
@@ -536,7 +541,7 @@ def test_per_request_limits_refuse_before_the_body_is_parsed(tmp_path: Path) -> 
             two = {h: w.heads[h] for h in (0, 1)}
             r = c.attend(s, 0, {h: x.q for h, x in two.items()},
                          {h: x.ids for h, x in two.items()})
-            ref = single_device_reference(Workload(two))
+            ref = single_device_reference(Workload(two), 2)  # as the 2-device node cuts it
             assert all(np.array_equal(r.o[h], ref[h][0]) for h in two)
             with pytest.raises(NodeLimitError, match="max_request_heads = 2"):
                 c.attend(s, 0, {h: x.q for h, x in w.heads.items()},

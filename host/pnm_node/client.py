@@ -108,6 +108,27 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class SamplingInfo:
+    """Sampled simulation on the node (host/pnm_node/sampling.py): layers 0..rtl_layers-1 on
+    the devices' Verilated twins, checked against the model devices."""
+
+    rtl_layers: int
+    batches: int
+    descriptors: int
+    mismatches: int
+    """Descriptors whose RTL and model results differed in a bit."""
+    rtl_cycles: int
+    model_cycles: int
+    worst_ppm: int
+    """Largest |model - rtl| / rtl of one device batch, parts per million."""
+
+    @property
+    def model_error(self) -> float:
+        """The model's cycles over all sampled batches against the RTL's, relative."""
+        return (self.model_cycles - self.rtl_cycles) / max(self.rtl_cycles, 1)
+
+
+@dataclass(frozen=True)
 class NodeStatus:
     version: str
     link: str
@@ -126,6 +147,8 @@ class NodeStatus:
     queued: int
     """Requests waiting to run when the node answered."""
     devices: list[DeviceInfo]
+    sampling: SamplingInfo = SamplingInfo(0, 0, 0, 0, 0, 0, 0)
+
 
 
 class NodeFuture(Generic[T]):
@@ -220,9 +243,12 @@ class NodeClient:
         devices = [DeviceInfo(d.index, bool(d.alive), d.endpoint, d.backend, d.mem_bytes,
                               d.used_bytes, d.regions, d.queue_depth, d.descriptors, d.cycles,
                               unpack_caps(d.caps), d.error) for d in rep.devices]
+        sm = rep.sampling
         return NodeStatus(rep.version, rep.link, rep.sessions, rep.requests, rep.errors,
                           rep.clock_khz * 1000.0, rep.bad_frames, rep.duplicates, rep.busy,
-                          rep.queued, devices)
+                          rep.queued, devices, SamplingInfo(
+                              sm.rtl_layers, sm.batches, sm.descriptors, sm.mismatches,
+                              sm.rtl_cycles, sm.model_cycles, sm.worst_ppm))
 
     def probe_status(self) -> NodeStatus:
         """``status`` over a connection of its own, so that this connection's link (its

@@ -64,6 +64,7 @@ from nelssa.host.pnm_node.protocol import (
     NodeOp,
     Partition,
 )
+from nelssa.host.pnm_node.sampling import SampleStats, compare, twin_requests
 from nelssa.hw.model.device import SIM_CLOCK_HZ
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,13 @@ class NodeConfig:
     max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
     """Largest WRITE_KV payload, checked from its header before the body is parsed (the
     client splits larger writes)."""
+    rtl_layers: int = 0
+    """Sampled simulation: layers 0..rtl_layers-1 of every session also run on a Verilated
+    twin of each device (``twins``), answered with the twin's results and cycles and held to
+    the model device bit for bit and cycle for cycle (host/pnm_node/sampling.py); the other
+    layers on the devices alone. 0: no sampling."""
+    twins: tuple[str, ...] = ()
+    """Endpoints of the twins, one per device, with ``rtl_layers`` (`node up` starts them)."""
     kv_backdoor: bool = True
     """Write KV (prefill offload, chunk appends, migration) into a simulated device's memory
     by backdoor and a board's by DMA, its emulated time charged as the CXL.mem lines it
@@ -141,6 +149,13 @@ class NodeConfig:
                      "max_queued"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not isinstance(self.rtl_layers, int) or not 0 <= self.rtl_layers <= 0xFFFF:
+            raise ValueError(f"rtl_layers must be an integer in 0..65535, got "
+                             f"{self.rtl_layers!r}")
+        if (self.rtl_layers > 0) != bool(self.twins) or (
+                self.twins and len(self.twins) != len(self.devices)):
+            raise ValueError(f"rtl_layers {self.rtl_layers} with {len(self.twins)} twins for "
+                             f"{len(self.devices)} devices: sampling needs a twin per device")
         if self.max_client_bytes is not None and (not isinstance(self.max_client_bytes, int)
                                                   or self.max_client_bytes < 1):
             raise ValueError(f"max_client_bytes must be an integer >= 1 or None, got "
@@ -181,12 +196,17 @@ class NelssaHost:
                                  config.device_timeout_s, fpga_manifest=config.fpga_manifest,
                                  bulk=config.kv_backdoor)
                       for i, ep in enumerate(config.devices)]
+        self.twins = [DeviceSlot(i, ep, self.cxl, "rtl", config.connect_timeout_s,
+                                 config.device_timeout_s, bulk=config.kv_backdoor)
+                      for i, ep in enumerate(config.twins)]
+        self.sampling = SampleStats()
         self.clients = ClientTable(config)
         self.requests = self.errors = 0
         self.stop_requested = False
         self.admin_token: bytes | None = None
         """What a SHUTDOWN must carry (host/pnm_node/admin.py); None: no SHUTDOWN stops it."""
         self._watch: ProcessWatch | None = None
+        self._twin_watch: ProcessWatch | None = None
         self.link_counters: Callable[[], tuple[int, int, int, int]] = lambda: (0, 0, 0, 0)
         """(bad frames, duplicates, refused BUSY, queued now) of the link server, set by
         whoever serves this host."""
@@ -309,31 +329,54 @@ class NelssaHost:
             return slot.mem.alloc_kv(s.id, q.layer, h, s.head_dim, q.max_clusters, tokens)
 
         got: dict[tuple[int, int], Any] = {}
-        failure: ServiceError | None = None
-        for h, d in want:  # one at a time: a failure stops before more is reserved
-            try:
-                got[(h, d)] = self.slots[d].submit(lambda sl, h=h: alloc(sl, h)).result()
-            except KvCapacityError as e:
-                failure = _fail(NodeErrorCode.OUT_OF_MEMORY, f"device {d} cannot hold session "
-                                f"{s.id} layer {q.layer} KV head {h}: {e}")
-            except DeviceUnreachableError as e:
-                failure = _fail(NodeErrorCode.DEVICE_DOWN, str(e))
-            if failure is not None:
-                break
-        if failure is not None:
-            for (_, d), region in got.items():  # roll back: nothing stays half-allocated
-                with contextlib.suppress(DeviceUnreachableError):  # gone with its device
-                    self.slots[d].submit(lambda sl, rg=region: sl.mem.free_kv(rg)).result()
+        try:
+            got = self._alloc_regions(self.slots, want, alloc, s, q.layer)
+            twin_got = (self._alloc_regions(self.twins, want, alloc, s, q.layer, twin=True)
+                        if self._sampled(q.layer) else {})
+        except ServiceError:  # each side rolled back its own; the devices' part goes too
+            self._free_regions(self.slots, got)
             self.clients.refund(s, region_bytes * len(want))
-            raise failure
+            raise
         placement = []
         for h in heads:
             shards = [Shard(d, got[(h, d)]) for d in head_devices(s.partition, h, up)]
-            head = HeadKv(shards, reserved_bytes=region_bytes * len(shards))
+            head = HeadKv(shards, reserved_bytes=region_bytes * len(shards),
+                          twin_regions=[twin_got[(h, sh.device)] for sh in shards
+                                        if (h, sh.device) in twin_got])
             s.kv[(q.layer, h)] = head
             placement.append({"kv_head": h, "devices": head.device_mask})
         return self._reply(NodeOp.ALLOC_KV, p.ALLOC_KV_REP.build(
             {"count": len(placement), "placement": placement}), r, self._host_ps)
+
+    def _sampled(self, layer: int) -> bool:
+        return layer < self.config.rtl_layers
+
+    def _alloc_regions(self, slots: list[DeviceSlot], want: list[tuple[int, int]],
+                       alloc: Callable[[DeviceSlot, int], Any], s: Session, layer: int,
+                       twin: bool = False) -> dict[tuple[int, int], Any]:
+        """A region per (KV head, device) on ``slots``, one at a time: a failure frees what
+        was allocated and raises, so nothing stays half-allocated."""
+        what = "the twin of device" if twin else "device"
+        got: dict[tuple[int, int], Any] = {}
+        for h, d in want:
+            try:
+                got[(h, d)] = slots[d].submit(lambda sl, h=h: alloc(sl, h)).result()
+            except KvCapacityError as e:
+                failure = _fail(NodeErrorCode.OUT_OF_MEMORY, f"{what} {d} cannot hold session "
+                                f"{s.id} layer {layer} KV head {h}: {e}")
+            except DeviceUnreachableError as e:
+                failure = _fail(NodeErrorCode.DEVICE_DOWN, str(e))
+            else:
+                continue
+            self._free_regions(slots, got)
+            raise failure
+        return got
+
+    @staticmethod
+    def _free_regions(slots: list[DeviceSlot], got: dict[tuple[int, int], Any]) -> None:
+        for (_, d), region in got.items():
+            with contextlib.suppress(DeviceUnreachableError):  # gone with its device
+                slots[d].submit(lambda sl, rg=region: sl.mem.free_kv(rg)).result()
 
     def _free_kv(self, r: Request) -> Reply:
         q = p.FREE_KV_REQ.parse(r.payload)
@@ -350,10 +393,11 @@ class NelssaHost:
         for key in keys:
             head = s.kv.pop(key)
             self.clients.refund(s, head.reserved_bytes)
-            for shard in head.shards:
-                slot = self.slots[shard.device]
+            twins = [(self.twins[sh.device], rg) for sh, rg in zip(head.shards, head.twin_regions,
+                                                                  strict=False)]
+            for slot, region in [(self.slots[sh.device], sh.region) for sh in head.shards] + twins:
                 if slot.alive:
-                    futures.append(slot.submit(lambda sl, rg=shard.region: sl.mem.free_kv(rg)))
+                    futures.append(slot.submit(lambda sl, rg=region: sl.mem.free_kv(rg)))
         for f in futures:
             try:
                 f.result()
@@ -384,8 +428,12 @@ class NelssaHost:
             raise self._over("max_write_kv_bytes", f"WRITE_KV announcing {count} clusters "
                              f"(at least {least} bytes)")
 
-    def _need_alive(self, devices: set[int]) -> None:
-        down = [self.slots[d].down_message() for d in sorted(devices) if not self.slots[d].alive]
+    def _need_alive(self, devices: set[int], twins: bool = False) -> None:
+        """The devices (and, for a sampled layer, their twins) up, or DEVICE_DOWN."""
+        slots = [self.slots[d] for d in sorted(devices)]
+        if twins:
+            slots += [self.twins[d] for d in sorted(devices)]
+        down = [sl.down_message() for sl in slots if not sl.alive]
         if down:
             raise _fail(NodeErrorCode.DEVICE_DOWN, "; ".join(down))
 
@@ -423,7 +471,7 @@ class NelssaHost:
                             f"full ({region.num_clusters}/{region.max_clusters} clusters, "
                             f"{region.data_bytes - region.data_used} bytes left, {len(idx)} "
                             f"clusters of {more} bytes asked)")
-        self._need_alive({head.shards[sh].device for sh in per_shard})
+        self._need_alive({head.shards[sh].device for sh in per_shard}, bool(head.twin_regions))
 
         def write(slot: DeviceSlot, region: Any, idx: list[int]) -> tuple[list[int], int]:
             if idx == list(range(idx[0], idx[-1] + 1)):  # a run of clusters: no copy
@@ -437,7 +485,15 @@ class NelssaHost:
         futures = {sh: self.slots[head.shards[sh].device].submit(
             lambda sl, rg=head.shards[sh].region, ix=idx: write(sl, rg, ix))
             for sh, idx in per_shard.items()}
-        results = _wait(futures)
+        twin_futures = {sh: self.twins[head.shards[sh].device].submit(
+            lambda sl, rg=head.twin_regions[sh], ix=idx: write(sl, rg, ix))
+            for sh, idx in per_shard.items() if head.twin_regions}
+        results, twin_results = _wait(futures), _wait(twin_futures)
+        for sh, (ids, _) in twin_results.items():  # the same clusters in the same order
+            if ids != results[sh][0]:
+                raise _fail(NodeErrorCode.DEVICE_ERROR, f"the twin of device "
+                            f"{head.shards[sh].device} placed clusters {ids[:4]}... where the "
+                            f"device placed {results[sh][0][:4]}...")
         local: dict[int, int] = {}
         for sh, idx in per_shard.items():
             for i, lid in zip(idx, results[sh][0], strict=True):
@@ -471,8 +527,12 @@ class NelssaHost:
         scale = None if q.scale == 0 else float(q.scale)
         # plan every descriptor before touching a device
         plan: dict[int, list[tuple[int, AttnRequest]]] = {}
+        sampled = self._sampled(q.layer)
+        twin_of: dict[int, Any] = {}  # a sampled layer's regions on the twins
         for gi, g in enumerate(q.groups):
             head = self._head(s, q.layer, g.kv_head)
+            twin_of.update((id(sh.region), tr) for sh, tr in zip(head.shards, head.twin_regions,
+                                                                 strict=False))
             ids = np.frombuffer(g.ids, dtype="<u4").astype(np.int64)
             if not 1 <= ids.size <= MAX_IDS:
                 raise _fail(NodeErrorCode.BAD_REQUEST, f"KV head {g.kv_head}: {ids.size} cluster"
@@ -489,13 +549,27 @@ class NelssaHost:
                 plan.setdefault(shard.device, []).append(
                     (gi, AttnRequest(shard.region, qrows, local_of[shard_of == sh].tolist(),
                                      scale)))
-        self._need_alive(set(plan))
+        self._need_alive(set(plan), sampled)
         if self.config.split_over_units:
             plan = {d: self._split(d, items) for d, items in plan.items()}
         futures = {d: self.slots[d].submit(lambda sl, reqs=[a for _, a in items]:
                                            sl.run_batch(reqs))
                    for d, items in plan.items()}
+        twin_plan = {d: twin_requests(items, twin_of) for d, items in plan.items()
+                     if sampled}
+        twin_futures = {d: self.twins[d].submit(lambda sl, reqs=[a for _, a in items]:
+                                                sl.run_batch(reqs))
+                        for d, items in twin_plan.items()}
         results: dict[int, BatchResult] = _wait(futures)
+        if sampled:  # the sample's answer is the RTL's, held to the model's
+            twin_results: dict[int, BatchResult] = _wait(twin_futures)
+            for d in results:
+                bad = compare(self.sampling, d, twin_results[d], results[d])
+                if bad:
+                    raise _fail(NodeErrorCode.DEVICE_ERROR, f"device {d} and its Verilated "
+                                f"twin differ in {len(bad)} of {len(plan[d])} descriptors "
+                                f"(the first: {bad[0]}) at layer {q.layer}")
+            results = twin_results
         partials: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         for d, items in plan.items():
             for (gi, _), out in zip(items, results[d].outputs, strict=True):
@@ -569,7 +643,7 @@ class NelssaHost:
             **dict(zip(("bad_frames", "duplicates", "busy", "queued"), self.link_counters(),
                        strict=True)),
             "ndev": len(devices),
-            "devices": devices}), r)
+            "devices": devices, "sampling": self.sampling.as_status(self.config.rtl_layers)}), r)
 
     def _shutdown(self, r: Request) -> Reply:
         """The operator's stop: the admin token or a refusal, and the node serves on."""
@@ -600,8 +674,13 @@ class NelssaHost:
         ``exited`` is emu/launcher.py DeviceProcesses.dead)."""
         self._watch = ProcessWatch(self.slots, exited)
 
+    def watch_twins(self, exited: Callable[[], list[tuple[int, int]]]) -> None:
+        """The same for the twins' processes."""
+        self._twin_watch = ProcessWatch(self.twins, exited)
+
     def close(self, shutdown_devices: bool = False) -> None:
-        if self._watch is not None:  # the devices are asked to exit now
-            self._watch.stop()
-        for sl in self.slots:
+        for watch in (self._watch, self._twin_watch):
+            if watch is not None:  # the devices are asked to exit now
+                watch.stop()
+        for sl in self.slots + self.twins:
             sl.close(shutdown_devices)

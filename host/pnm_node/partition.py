@@ -36,6 +36,9 @@ class HeadKv:
     """Cluster id inside its shard's region, by cluster id."""
     reserved_bytes: int = 0
     """Device memory its shards' regions take, charged to the session's client."""
+    twin_regions: list[KvRegion] = field(default_factory=list)
+    """A sampled layer's regions on the devices' Verilated twins, by shard
+    (host/pnm_node/sampling.py); empty otherwise."""
 
     @property
     def num_clusters(self) -> int:

@@ -169,11 +169,19 @@ DEVICE_STATUS = Struct(
     "caps" / Int32ul, "error" / PascalString(Int16ul, "utf8"),
 )
 """``caps``: the device's CAPS register (driver/regs.unpack_caps), what it can run."""
+SAMPLING_STATUS = Struct(
+    "rtl_layers" / Int16ul, "batches" / Int64ul, "descriptors" / Int64ul,
+    "mismatches" / Int64ul, "rtl_cycles" / Int64ul, "model_cycles" / Int64ul,
+    "worst_ppm" / Int32ul,
+)
+"""Sampled simulation (host/pnm_node/sampling.py SampleStats): the layers on the devices'
+Verilated twins and what checking them against the model devices has found."""
 STATUS_REP = Struct(
     "version" / PascalString(Int8ul, "utf8"), "link" / PascalString(Int8ul, "utf8"),
     "sessions" / Int32ul, "requests" / Int64ul, "errors" / Int64ul, "clock_khz" / Int32ul,
     "bad_frames" / Int64ul, "duplicates" / Int64ul, "busy" / Int64ul, "queued" / Int32ul,
     "ndev" / Int8ul, "devices" / Array(this.ndev, DEVICE_STATUS),
+    "sampling" / SAMPLING_STATUS,
 )
 EMPTY = Struct(Terminated)
 """The payload of STATUS and JOIN_TICKET requests: nothing."""
