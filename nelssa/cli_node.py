@@ -14,7 +14,7 @@ from pathlib import Path
 from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
-from nelssa.host.pnm_node.host import NodeConfig
+from nelssa.host.pnm_node.config import NodeConfig
 from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.options import (
     SECONDS,
@@ -204,6 +204,12 @@ def cmd_node_status(args: argparse.Namespace) -> int:
           f"{st.sessions} sessions, {st.requests} requests ({st.errors} failed), "
           f"{st.bad_frames} bad frames, {st.duplicates} duplicates dropped, {st.busy} refused "
           f"busy, {st.queued} queued")
+    sm = st.sampling
+    if sm.rtl_layers:
+        print(f"  sampled layers 0..{sm.rtl_layers - 1} on Verilated twins: {sm.batches} "
+              f"batches, {sm.descriptors} descriptors, {sm.mismatches} differing from the model; "
+              f"the model's cycles {100 * sm.model_error:+.2f} % of the RTL's (worst batch "
+              f"{sm.worst_ppm / 1e4:.2f} %)")
     print(f"  {'dev':>3} {'state':<6} {'backend':<7} {'used':>10} {'of':>8} {'regions':>7} "
           f"{'queued':>6} {'descs':>7} {'cycles':>12}  endpoint")
     for d in st.devices:

@@ -52,7 +52,7 @@ def cmd_device(args: argparse.Namespace) -> int:
 
 def cmd_node(args: argparse.Namespace) -> int:
     from nelssa.emu.link.model import LinkFaults
-    from nelssa.host.pnm_node.host import NodeConfig
+    from nelssa.host.pnm_node.config import NodeConfig
     from nelssa.host.pnm_node.node import NodeService
     from nelssa.host.pnm_node.protocol import NodeOp
 

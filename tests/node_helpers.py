@@ -153,7 +153,7 @@ class InProcessNode:
         import threading
 
         from nelssa.emu.launcher import DeviceProcesses
-        from nelssa.host.pnm_node.host import NodeConfig
+        from nelssa.host.pnm_node.config import NodeConfig
         from nelssa.host.pnm_node.node import NodeService
 
         self.procs = DeviceProcesses(devices, backend)

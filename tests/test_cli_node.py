@@ -244,7 +244,7 @@ def test_node_limits_are_options_with_the_configs_defaults_and_help(
 
     from nelssa.cli_node import NODE_OPTIONS
     from nelssa.config_args import field_docs, option_name
-    from nelssa.host.pnm_node.host import NodeConfig
+    from nelssa.host.pnm_node.config import NodeConfig
 
     with pytest.raises(SystemExit):
         main(["node", "up", "--help"])

@@ -80,7 +80,7 @@ def test_sampled_layers_run_on_the_twins_too(tmp_path):
 
 
 def test_sampling_needs_a_twin_per_device():
-    from nelssa.host.pnm_node.host import NodeConfig
+    from nelssa.host.pnm_node.config import NodeConfig
 
     with pytest.raises(ValueError, match="sampling needs a twin per device"):
         NodeConfig(("a", "b"), rtl_layers=1, twins=("c",))

@@ -25,7 +25,7 @@ from nelssa.host.pnm_node.partition import Session
 from nelssa.host.pnm_node.protocol import TICKET_BYTES, NodeErrorCode, Partition
 
 if TYPE_CHECKING:
-    from nelssa.host.pnm_node.host import NodeConfig
+    from nelssa.host.pnm_node.config import NodeConfig
 
 TICKET_LIFETIME_S = 60.0
 """How long a join ticket stays valid (wall-clock)."""

@@ -33,7 +33,6 @@ import math
 import secrets
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,11 +43,12 @@ from nelssa.driver.command import AttnRequest
 from nelssa.driver.formats import LINE_BYTES, MAX_IDS, DescStatus
 from nelssa.driver.memory import KvCapacityError, kv_region_bytes
 from nelssa.emu.link.frame import LinkErrorCode
-from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, PS_PER_NS, link_preset
-from nelssa.emu.link.transport import LinkLimits, Reply, Request, ServiceError
+from nelssa.emu.link.model import PS_PER_NS, link_preset
+from nelssa.emu.link.transport import Reply, Request, ServiceError
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.aggregate import merge_partials
 from nelssa.host.pnm_node.clients import ClientTable
+from nelssa.host.pnm_node.config import NodeConfig
 from nelssa.host.pnm_node.devices import (
     BatchResult,
     DeviceSlot,
@@ -59,107 +59,13 @@ from nelssa.host.pnm_node.partition import HeadKv, Session, Shard, head_devices,
 from nelssa.host.pnm_node.protocol import (
     MAX_ARRIVE_PS,
     MAX_EMU_TIME_PS,
-    MAX_WRITE_KV_BYTES,
     NodeErrorCode,
     NodeOp,
     Partition,
 )
 from nelssa.host.pnm_node.sampling import SampleStats, compare, twin_requests
-from nelssa.hw.model.device import SIM_CLOCK_HZ
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class NodeConfig:
-    """How NelssaHost reaches its devices and accounts time."""
-
-    devices: tuple[str, ...]
-    """Endpoint of each device process (``nelssa device serve``)."""
-    link: str = DEFAULT_GPU_PNM_LINK
-    """Link preset toward the GPU node (emu/link/model.PRESETS)."""
-    cxl: str = "cxl-pcie5-x16"
-    """Link preset between the host and each device."""
-    backend: str = "remote"
-    """What the device processes run (``rtl``, ``model``), shown by status."""
-    device_timeout_s: float = 30.0
-    """A device that does not answer, or answers without progress, for this long is marked
-    down (how long its work takes does not count: driver/remote.py HEARTBEAT_S)."""
-    connect_timeout_s: float = 300.0
-    """How long to wait for each device to answer first (an ``rtl`` device may be building)."""
-    host_request_ns: float = 1000.0
-    """Emulated host software time per request (parse, dispatch, aggregate)."""
-    host_descriptor_ns: float = 100.0
-    """Emulated host software time per descriptor built."""
-    core_clock_mhz: float = SIM_CLOCK_HZ / 1e6
-    """Device core clock: device cycles to emulated time (a board's comes from its manifest)."""
-    fpga_manifest: str | None = None
-    """Bitstream manifest of ``fpga:`` devices (default: manifest.json in each board folder)."""
-    max_sessions: int = 4096
-    """Sessions open on the node, over all clients."""
-    max_sessions_per_client: int = 1024
-    """Sessions one client (with its queue pairs) may hold open."""
-    max_client_bytes: int | None = None
-    """Device memory (bytes, over all devices) the KV regions of one client may take; None: as
-    much as the devices have (one GPU node per PNM node, the paper's setup)."""
-    max_clients: int = 1024
-    """Clients the node keeps state for; when full, the least recently used one without
-    sessions is forgotten (its queue pairs then stand alone)."""
-    max_queue_pairs: int = 16
-    """Connections that may join one client (host/pnm_node/clients.py)."""
-    max_request_heads: int = 256
-    """KV heads one ALLOC_KV or ATTEND request may name."""
-    max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
-    """Largest WRITE_KV payload, checked from its header before the body is parsed (the
-    client splits larger writes)."""
-    rtl_layers: int = 0
-    """Sampled simulation: layers 0..rtl_layers-1 of every session also run on a Verilated
-    twin of each device (``twins``), answered with the twin's results and cycles and held to
-    the model device bit for bit and cycle for cycle (host/pnm_node/sampling.py); the other
-    layers on the devices alone. 0: no sampling."""
-    twins: tuple[str, ...] = ()
-    """Endpoints of the twins, one per device, with ``rtl_layers`` (`node up` starts them)."""
-    kv_backdoor: bool = True
-    """Write KV (prefill offload, chunk appends, migration) into a simulated device's memory
-    by backdoor and a board's by DMA, its emulated time charged as the CXL.mem lines it
-    replaces; off, every line crosses CXL.mem as a message (slow: about 1 MB/s of wall time)."""
-    split_over_units: bool = True
-    """Cut each device's share of a request into a whole number of rounds of its attention
-    units, the parts merged by log-sum-exp (driver/split.py): a device given fewer KV heads
-    than it has units otherwise leaves bandwidth unused."""
-    max_queued: int = LinkLimits.max_queued
-    """Requests waiting to run, all clients together; once it is full, a request of a client
-    holding its share of the queue is refused at once with BUSY (emu/link/server.py). Freeing,
-    closing, status and shutdown are never refused."""
-
-    def __post_init__(self) -> None:
-        if not 1 <= len(self.devices) <= 32:
-            raise ValueError(f"devices: a node has 1..32 devices, got {len(self.devices)}")
-        link_preset(self.link)
-        link_preset(self.cxl)
-        for name in ("device_timeout_s", "connect_timeout_s", "core_clock_mhz"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("host_request_ns", "host_descriptor_ns"):
-            if not 0 <= getattr(self, name) <= 1e9:
-                raise ValueError(f"{name} must be in 0..1e9 (one second), got "
-                                 f"{getattr(self, name)}")
-        for name in ("max_sessions", "max_sessions_per_client", "max_clients",
-                     "max_queue_pairs", "max_request_heads", "max_write_kv_bytes",
-                     "max_queued"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if not isinstance(self.rtl_layers, int) or not 0 <= self.rtl_layers <= 0xFFFF:
-            raise ValueError(f"rtl_layers must be an integer in 0..65535, got "
-                             f"{self.rtl_layers!r}")
-        if (self.rtl_layers > 0) != bool(self.twins) or (
-                self.twins and len(self.twins) != len(self.devices)):
-            raise ValueError(f"rtl_layers {self.rtl_layers} with {len(self.twins)} twins for "
-                             f"{len(self.devices)} devices: sampling needs a twin per device")
-        if self.max_client_bytes is not None and (not isinstance(self.max_client_bytes, int)
-                                                  or self.max_client_bytes < 1):
-            raise ValueError(f"max_client_bytes must be an integer >= 1 or None, got "
-                             f"{self.max_client_bytes!r}")
 
 
 ALWAYS_ADMITTED = frozenset({NodeOp.CLOSE_SESSION, NodeOp.FREE_KV, NodeOp.STATUS,
