@@ -90,6 +90,7 @@ def main() -> int:
     args = parser.parse_args()
     runs = args.run or [("small", 4, 4096), ("llama3-8b", 2, 2048)]
     rows = []
+    load = [os.getloadavg()[0]]
     for shape, layers, tokens in runs:  # each in a process of its own: peak memory is its own
         if os.environ.get("BENCH_PREFILL_ONE"):
             break
@@ -107,6 +108,9 @@ def main() -> int:
               f"{r['wall']:.1f} s = {r['tok_min']:,.0f} tokens/min, {r['gflops']:.0f} GFLOP/s; "
               f"peak memory {r['peak'] / GIB:.2f} GiB (estimate {r['est'] / GIB:.2f}); random "
               f"weights {r['weights_s']:.1f} s", flush=True)
+    load.append(os.getloadavg()[0])
+    print(f"load average (1 min) {load[0]:.1f} before, {load[1]:.1f} after: other processes "
+          f"on the {os.cpu_count()} cores slow the runs")
     available = available_memory()
     reach = []
     for shape, layers in dict.fromkeys((r["shape"], r["layers"]) for r in rows):
@@ -118,17 +122,19 @@ def main() -> int:
               f" lets start ({cfg.prefill_limit_s:g} s of prefill, {cfg.memory_share:.0%} of "
               f"{(available or 0) / GIB:.1f} GiB) is {n:,} tokens")
     if args.write:
-        write(rows, reach, sys.argv[1:])
+        write(rows, reach, sys.argv[1:], load)
         print(f"wrote {RESULTS}")
     return 0
 
 
-def write(rows: list[dict], reach: list[tuple], argv: list[str]) -> None:
+def write(rows: list[dict], reach: list[tuple], argv: list[str], load: list[float]) -> None:
     cmd = " ".join([".venv/bin/python scripts/bench_prefill.py", *argv])
     lines = ["# Chunked prefill on the host", "",
              f"Written by `{cmd}` on {platform.machine()}, {os.cpu_count()} CPU cores, "
              f"PyTorch {torch.__version__} ({torch.get_num_threads()} threads): random weights, "
-             "float32, the last token's logits; FLOPs from `estimate_prefill`.", "",
+             "float32, the last token's logits; FLOPs from `estimate_prefill`. Load average "
+             f"(1 min) {load[0]:.1f} before the runs and {load[1]:.1f} after (other work on "
+             "the host's cores slows them).", "",
              "| shape | layers | prompt tokens | chunk | wall | tokens/min | GFLOP/s | "
              "peak memory | estimate |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
