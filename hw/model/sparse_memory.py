@@ -54,8 +54,13 @@ class SparseMemory:
         while pos < len(src):
             index, off = divmod(addr + pos, PAGE_BYTES)
             take = min(PAGE_BYTES - off, len(src) - pos)
-            self._page(index)[off:off + take] = src[pos:pos + take]
-            self._mark(index, off // LINE_BYTES, -(-(off + take) // LINE_BYTES))
+            if take == PAGE_BYTES and index not in self._pages:  # a whole new page: one copy
+                self._pages[index] = src[pos:pos + take].copy()
+                self._written[index] = np.ones(PAGE_LINES, dtype=bool)
+                self._lines += PAGE_LINES
+            else:
+                self._page(index)[off:off + take] = src[pos:pos + take]
+                self._mark(index, off // LINE_BYTES, -(-(off + take) // LINE_BYTES))
             pos += take
 
     def write_line(self, line_addr: int, data: bytes, byte_enable: int) -> None:
