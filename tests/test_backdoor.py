@@ -119,3 +119,30 @@ def test_rtl_front_and_back_door_agree():
     assert port.dma_read(addr, 128) == bytes(want)
     assert front.mem_read(addr, 128) == bytes(want)
     assert port.violations == 0
+
+
+def test_node_front_and_back_door_agree(tmp_path):
+    """Through a node and its device processes: the same write timings (the CXL time the node
+    charges), the same results and device cycles with the backdoor as with every line over
+    CXL.mem (`node up --no-kv-backdoor`)."""
+    from nelssa.host.pnm_node.client import NodeClient
+    from tests.node_helpers import GROUP, HEAD_DIM, InProcessNode, Workload
+
+    w = Workload.make(21, [0, 1, 2, 3], clusters=40)
+    seen = []
+    for backdoor in (False, True):
+        node = InProcessNode(f"ipc://{tmp_path}/node-{backdoor}", 2, kv_backdoor=backdoor)
+        try:
+            with NodeClient(node.endpoint) as c:
+                s = c.open_session(HEAD_DIM, GROUP)
+                c.alloc_kv(s, 0, list(w.heads), w.max_clusters, w.max_tokens)
+                writes = [c.write_kv(s, 0, h, d.keys, d.values).timing
+                          for h, d in w.heads.items()]
+                r = c.attend(s, 0, {h: d.q for h, d in w.heads.items()},
+                             {h: d.ids for h, d in w.heads.items()})
+                seen.append(([(t.cxl_ps, t.total_ps) for t in writes], r.device_cycles,
+                             {h: (r.o[h].tobytes(), r.lse[h].tobytes()) for h in w.heads}))
+        finally:
+            node.stop()
+    assert seen[0] == seen[1]
+    assert all(cxl > 0 for cxl, _ in seen[0][0])
