@@ -1,0 +1,136 @@
+"""An emulated prefill node (issue 24 item 4): for prompts whose real forward pass is out of the
+host's reach, the KV cache a prefill would hand the decode node, made with the statistics of a
+real one, and the first token from a real pass of the last prompt token over it.
+
+What the keys of a trained Llama look like, and what is kept here:
+
+* a large per-head offset: keys share a mean direction per KV head (the reason clustering
+  centres keys by the head mean first, host/gpu/clustering.py);
+* clustered directions: around the offset, tokens of one passage point in similar directions,
+  and text stays on a passage for a while, so a key is the offset plus one of ``directions``
+  topic vectors, chosen per run of about ``run_tokens`` tokens, plus noise (``spread``);
+* the scale of the model's own projection: each of a head's dimensions varies as much as the
+  k_proj (or v_proj) rows of this model's weights make a unit-RMS hidden state vary (the row
+  norms), so keys and values are in the units the model's queries meet; that variance is
+  shared out between the offset, the topics and the noise (``*_share``, summing to one);
+* RoPE applied by position, with the model's own rotary embedding, after the pre-RoPE key is
+  drawn; values carry the same passage structure (their own topic vectors), unrotated;
+* bf16 rounding as the model's ``attn_bf16`` does.
+
+Each (layer, KV head) draws from its own seeded generator, so a request's KV is the same
+whatever else runs. The prefill node's time is the latency model's (the caller's GPU timing
+of the prefill's bytes and FLOPs); it is not charged to the decode node.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from nelssa.host.gpu.model import Llama, attention_with_lse, bf16_round
+
+log = logging.getLogger(__name__)
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class SyntheticKvConfig:
+    """The statistics of the KV an emulated prefill makes."""
+
+    directions: int = 64
+    """Topic vectors per KV head that keys cluster around."""
+    run_tokens: int = 256
+    """Mean length of a run of tokens on one topic (geometric)."""
+    offset_share: float = 0.35
+    """Share of a key dimension's variance in the per-head offset."""
+    topic_share: float = 0.5
+    """Share in the topic vectors (keys of one passage point alike)."""
+    noise_share: float = 0.15
+    """Share in per-token noise around the topic."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.directions < 1 or self.run_tokens < 1:
+            raise ValueError(f"directions and run_tokens must be >= 1, got {self.directions}, "
+                             f"{self.run_tokens}")
+        shares = (self.offset_share, self.topic_share, self.noise_share)
+        if not all(0 <= s <= 1 for s in shares) or abs(sum(shares) - 1) > 1e-6:  # NaN fails
+            raise ValueError(f"offset_share, topic_share and noise_share must be in 0..1 and "
+                             f"sum to 1, got {shares}")
+
+
+def projection_spread(weight: Tensor, heads: int, head_dim: int) -> Tensor:
+    """(heads, head_dim): how much each output of ``h @ weight.T`` varies for a hidden state
+    of unit RMS (what RMSNorm hands the projections): the norms of the weight's rows."""
+    return weight.view(heads, head_dim, -1).norm(dim=-1)
+
+
+def _runs(g: torch.Generator, tokens: int, mean: int, choices: int) -> Tensor:
+    """A topic index per token: runs of geometric length with the given mean (a run starts at
+    each token with probability 1 / mean)."""
+    starts = torch.rand(tokens, generator=g) < 1.0 / mean
+    starts[0] = True
+    run = torch.cumsum(starts, 0) - 1
+    return torch.randint(choices, (int(run[-1]) + 1,), generator=g)[run]
+
+
+class EmulatedPrefill:
+    """Synthetic prefill KV for ``model``."""
+
+    def __init__(self, model: Llama, cfg: SyntheticKvConfig | None = None) -> None:
+        self.model, self.cfg = model, cfg or SyntheticKvConfig()
+
+    def layer_kv(self, layer: int, tokens: int, request_seed: int = 0) -> tuple[Tensor, Tensor]:
+        """Post-RoPE K and V (tokens, KV heads, head_dim) of one layer for a prompt of
+        ``tokens`` tokens."""
+        if tokens < 1:
+            raise ValueError(f"tokens must be >= 1, got {tokens}")
+        m, cfg = self.model, self.cfg
+        c = m.c
+        kvh, hd = c.num_key_value_heads, c.head_dim
+        p = f"model.layers.{layer}.self_attn."
+        k_std = projection_spread(m.w[p + "k_proj.weight"], kvh, hd)
+        v_std = projection_spread(m.w[p + "v_proj.weight"], kvh, hd)
+        k = torch.empty(tokens, kvh, hd)
+        v = torch.empty(tokens, kvh, hd)
+        for h in range(kvh):
+            g = torch.Generator().manual_seed(
+                (cfg.seed * 1_000_003 + request_seed) * 65_537 + layer * 257 + h)
+            a, b, e = (s ** 0.5 for s in (cfg.offset_share, cfg.topic_share, cfg.noise_share))
+            offset = a * k_std[h] * torch.randn(hd, generator=g)
+            topics_k = b * k_std[h] * torch.randn(cfg.directions, hd, generator=g)
+            topics_v = (b / (b * b + e * e) ** 0.5) * v_std[h] * torch.randn(
+                cfg.directions, hd, generator=g)
+            which = _runs(g, tokens, cfg.run_tokens, cfg.directions)
+            k[:, h] = offset + topics_k[which] + e * k_std[h] * torch.randn(
+                tokens, hd, generator=g)
+            v[:, h] = topics_v[which] + (e / (b * b + e * e) ** 0.5) * v_std[h] * torch.randn(
+                tokens, hd, generator=g)
+        k = m._rope(k, torch.arange(tokens))
+        if m.attn_bf16:
+            k, v = bf16_round(k), bf16_round(v)
+        return k, v
+
+    def prefill(self, prompt: list[int], request_seed: int = 0
+                ) -> tuple[int, list[tuple[Tensor, Tensor]]]:
+        """(first token, each layer's K and V): the prompt's KV made up to its last token, the
+        last token's own pass real (its K and V, then attention over the context, layer by
+        layer), so the first token follows from what the decode node will hold."""
+        m = self.model
+        n = len(prompt)
+        if n < 1:
+            raise ValueError("empty prompt: a request needs at least one token")
+        x = m.embed(torch.tensor(prompt[-1:]))
+        pos = torch.tensor([n - 1])
+        kv = []
+        for layer in range(m.c.num_hidden_layers):
+            k, v = self.layer_kv(layer, n, request_seed) if n > 1 else (None, None)
+            q, k_last, v_last = m.qkv(layer, x, pos)
+            k = k_last if k is None else torch.cat([k[:-1], k_last])
+            v = v_last if v is None else torch.cat([v[:-1], v_last])
+            kv.append((k, v))
+            o, _ = attention_with_lse(q[0], k, v)
+            x = m.finish_layer(layer, x, o[None])
+        return int(m.logits(x)[-1].argmax()), kv

@@ -1,0 +1,80 @@
+"""The emulated prefill node (host/gpu/emulated_prefill.py): KV with the stated statistics, made
+the same way every time, and a first token from a real pass of the last prompt token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nelssa.host.gpu.config import LlamaConfig
+from nelssa.host.gpu.emulated_prefill import EmulatedPrefill, SyntheticKvConfig, projection_spread
+from nelssa.host.gpu.model import Llama, random_weights
+
+SMALL = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                    num_attention_heads=8, num_key_value_heads=2, head_dim=64)
+
+
+@pytest.fixture(scope="module")
+def model() -> Llama:
+    return Llama(SMALL, random_weights(SMALL, seed=3))
+
+
+def test_keys_and_values_have_the_projections_scale_and_a_passage_structure(model):
+    cfg = SyntheticKvConfig(run_tokens=64)
+    e = EmulatedPrefill(model, cfg)
+    k, v = e.layer_kv(1, 4096)
+    assert k.shape == v.shape == (4096, 2, 64)
+    w = model.w["model.layers.1.self_attn.k_proj.weight"]
+    spread = projection_spread(w, 2, 64)  # (heads, hd)
+    # the per-dimension RMS is the projection's (RoPE rotates pairs of dimensions: compare the
+    # RMS over each head)
+    for h in range(2):
+        want = spread[h].pow(2).mean().sqrt()
+        assert abs(float(k[:, h].pow(2).mean().sqrt()) / float(want) - 1) < 0.1
+    # pre-RoPE structure: undo the rotation and look at the offset and the runs
+    raw = model._rope(k, -torch.arange(4096).float())  # the inverse rotation
+    for h in range(2):
+        x = raw[:, h]
+        offset = x.mean(0)
+        share = float(offset.pow(2).sum() / x.pow(2).sum(-1).mean())
+        assert 0.2 < share < 0.5  # offset_share 0.35 (the topics' mean adds a little)
+        centred = torch.nn.functional.normalize(x - offset, dim=-1)
+        near = float((centred[1:] * centred[:-1]).sum(-1).mean())  # neighbours: mostly one run
+        far = float((centred[2048:] * centred[:-2048]).sum(-1).mean())
+        assert near > 0.5 and abs(far) < 0.1
+
+
+def test_the_same_kv_for_the_same_request_and_seed(model):
+    a = EmulatedPrefill(model).layer_kv(0, 300, request_seed=5)
+    b = EmulatedPrefill(model).layer_kv(0, 300, request_seed=5)
+    c = EmulatedPrefill(model).layer_kv(0, 300, request_seed=6)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+    # bf16 values, as the devices hold them
+    assert torch.equal(a[0], a[0].to(torch.bfloat16).float())
+
+
+def test_the_last_token_is_a_real_pass_over_the_context(model, monkeypatch):
+    """Given the real context KV, the emulated prefill's first token and last-token K and V are
+    the real prefill's."""
+    prompt = [int(t) for t in torch.randint(0, 256, (200,), generator=torch.Generator()
+                                            .manual_seed(1))]
+    logits, real = model.prefill(torch.tensor(prompt), last_only=True)
+    e = EmulatedPrefill(model)
+    monkeypatch.setattr(e, "layer_kv", lambda layer, n, seed=0: real[layer])
+    first, kv = e.prefill(prompt)
+    assert first == int(logits[-1].argmax())
+    for (k, v), (kr, vr) in zip(kv, real, strict=True):
+        assert torch.equal(k[:-1], kr[:-1]) and torch.equal(v[:-1], vr[:-1])
+        # the last token's own pass: the same up to float rounding, then bf16 (one ulp)
+        torch.testing.assert_close(k[-1], kr[-1], rtol=1e-2, atol=1e-3)
+        torch.testing.assert_close(v[-1], vr[-1], rtol=1e-2, atol=1e-3)
+
+
+def test_bad_statistics_are_refused():
+    with pytest.raises(ValueError, match="sum to 1"):
+        SyntheticKvConfig(offset_share=0.5, topic_share=0.5, noise_share=0.5)
+    with pytest.raises(ValueError, match="sum to 1"):
+        SyntheticKvConfig(offset_share=float("nan"))
+    with pytest.raises(ValueError, match="run_tokens"):
+        SyntheticKvConfig(run_tokens=0)
