@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.cli_fpga import add_board_args
-from nelssa.config_args import add_config_options
+from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.latency.hardware import DEFAULT_GPU
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
@@ -29,6 +29,8 @@ from nelssa.options import (
     output_file,
 )
 
+PREFILL_OPTIONS = ("prefill_chunk", "prefill_limit_s", "prefill", "emulate_above_s")
+"""PrefillConfig fields `decode` takes as options."""
 log = logging.getLogger(__name__)
 
 MAX_PROMPT = 1 << 20
@@ -58,7 +60,7 @@ def model_config(args: argparse.Namespace) -> LlamaConfig:
 
 
 def _prefill_config(args: argparse.Namespace) -> PrefillConfig:
-    return PrefillConfig(prefill_chunk=args.prefill_chunk, prefill_limit_s=args.prefill_limit_s)
+    return PrefillConfig(**config_values(args, PrefillConfig, PREFILL_OPTIONS))
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
@@ -129,6 +131,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   "(the first rtl run builds the device) ...", flush=True)
             t0 = time.perf_counter()
             extra = [x for b in args.bar or [] for x in ("--bar", b)]
+            if args.rtl_layers:
+                extra += ["--rtl-layers", str(args.rtl_layers)]
             if args.manifest:
                 extra += ["--manifest", args.manifest]
             try:
@@ -163,6 +167,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
             extra = f" ({r.note})" if r.note else ""
             where = (f"PNM tier, {r.offloaded} tokens clustered on the node"
                      if r.tier is Tier.PNM else "GPU tier, dense attention")
+            if r.emulated_prefill:
+                where += (f" (KV from the emulated prefill node, its prefill "
+                          f"{r.prefill_ps * 1e-9:.1f} ms there)")
             print(f"  request {r.rid}: prompt {len(r.prompt):>6} tokens -> {where}{extra}")
         if args.long and args.t_input is None and not any(r.tier is Tier.PNM
                                                           for r in dec.requests):
@@ -194,6 +201,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
             n_events = len(dec.events)
         wall = time.perf_counter() - wall
         failed = [r for r in dec.requests if r.status is SeqState.FAILED]
+        sampling = client.probe_status().sampling if args.rtl_layers else None
         dec.close()
         client.close()
     finally:
@@ -220,6 +228,12 @@ def cmd_decode(args: argparse.Namespace) -> int:
               f"{100 * sums['transfer_ps'] / node_sum:.1f} %, PNM-overhead "
               f"{100 * sums['pnm_overhead_ps'] / node_sum:.1f} %, PNM-attn "
               f"{100 * sums['pnm_attn_ps'] / node_sum:.1f} %")
+    if sampling is not None:
+        print(f"  sampled layers 0..{sampling.rtl_layers - 1} on Verilated twins: "
+              f"{sampling.batches} device batches, {sampling.descriptors} descriptors, "
+              f"{sampling.mismatches} differing from the model devices; the model's cycles "
+              f"{100 * sampling.model_error:+.2f} % of the RTL's (worst batch "
+              f"{sampling.worst_ppm / 1e4:.2f} %)")
     if cfg.check_accuracy and any(r.tier is Tier.PNM for r in dec.requests):
         print("  accuracy: the first error is the devices' and the LSE merge's own (over exactly "
               "the tokens attended to;\n  bound 1e-3); the second adds what top-K selection "
@@ -273,7 +287,12 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                    help="layers of --model-shape (default: the shape's)")
     p.add_argument("--vocab", type=int_range(1, 1 << 20),
                    help="vocabulary of --model-shape (default: the shape's)")
-    add_config_options(p, PrefillConfig, ("prefill_chunk", "prefill_limit_s"))
+    add_config_options(p, PrefillConfig, PREFILL_OPTIONS)
+    p.add_argument("--rtl-layers", type=int_range(0, 0xFFFF), default=0, metavar="K",
+                   help="with --backend model: layers 0..K-1 also on a Verilated twin of "
+                        "each device, answered by it and checked against the model devices "
+                        "bit for bit and cycle for cycle (sampled simulation; `node up "
+                        "--rtl-layers`)")
     p.add_argument("--short", type=int_range(0, 256), default=4, help="short requests (0..256)")
     p.add_argument("--long", type=int_range(0, 64), default=2, help="long requests (0..64)")
     p.add_argument("--short-len", type=length_range, default="64..512",
@@ -312,6 +331,9 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
                      "a fake board from `nelssa fpga fake`)")
     if args.bar and args.backend != "fpga":
         parser.error("--bar goes with --backend fpga")
+    if args.rtl_layers and (args.backend != "model" or args.node is not None):
+        parser.error(f"--rtl-layers {args.rtl_layers}: sampling puts the other layers on model "
+                     "devices of a node this run boots (--backend model, no --node)")
     from nelssa.host.gpu.decode import DecodeConfig
 
     for option, field in (("--t-input", "t_input"), ("--selection", "selection"),

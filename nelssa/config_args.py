@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import enum
 import inspect
 import itertools
 import textwrap
@@ -58,6 +59,14 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type,
             parser.add_argument(option_name(name), dest=name, default=f.default,
                                 action=argparse.BooleanOptionalAction,
                                 help=f"{docs.get(name, '')} [default: {f.default}]"
+                                .replace("%", "%%"))
+            continue
+        if isinstance(f.default, enum.Enum):  # its members by their values
+            kind_of = type(f.default)
+            parser.add_argument(option_name(name), dest=name, default=f.default,
+                                type=kind_of, choices=list(kind_of),
+                                metavar="{" + ",".join(str(m.value) for m in kind_of) + "}",
+                                help=f"{docs.get(name, '')} [default: {f.default.value}]"
                                 .replace("%", "%%"))
             continue
         spec = f.metadata.get("num")

@@ -50,6 +50,9 @@ def test_the_same_kv_for_the_same_request_and_seed(model):
     c = EmulatedPrefill(model).layer_kv(0, 300, request_seed=6)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert not torch.equal(a[0], c[0])
+    # a longer prompt's KV starts with a shorter one's (what a recovery makes again)
+    longer = EmulatedPrefill(model).layer_kv(0, 5000, request_seed=5)
+    assert torch.equal(longer[0][:300], a[0]) and torch.equal(longer[1][:300], a[1])
     # bf16 values, as the devices hold them
     assert torch.equal(a[0], a[0].to(torch.bfloat16).float())
 
@@ -78,3 +81,37 @@ def test_bad_statistics_are_refused():
         SyntheticKvConfig(offset_share=float("nan"))
     with pytest.raises(ValueError, match="run_tokens"):
         SyntheticKvConfig(run_tokens=0)
+
+
+def test_decode_with_the_emulated_prefill_node(tmp_path, model):
+    """`--prefill emulated` (and auto past its threshold): long prompts' KV from the emulated
+    node, offloaded and attended as a real prefill's; the first token is the emulation's, the
+    devices' attention within their bound, the prefill node's time recorded."""
+    from nelssa.host.gpu.config import PrefillConfig, PrefillMode
+    from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+    from nelssa.host.gpu.prefill import emulates
+    from nelssa.host.pnm_node.client import NodeClient
+    from tests.node_helpers import NodeProcess
+
+    assert emulates(SMALL, 2000, PrefillConfig(emulate_above_s=1e-6))
+    assert not emulates(SMALL, 2000, PrefillConfig())
+    assert not emulates(SMALL, 10, PrefillConfig(prefill=PrefillMode.REAL, emulate_above_s=1e-6))
+    emu = Llama(SMALL, model.w, prefill=PrefillConfig(prefill=PrefillMode.EMULATED))
+    node = NodeProcess(f"ipc://{tmp_path}/node", 2)
+    try:
+        with NodeClient(node.endpoint, timeout_s=60) as c:
+            dec = HybridDecoder(emu, DecodeConfig(t_input=300, recent=16, sink=4), c)
+            g = torch.Generator().manual_seed(4)
+            prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (100, 900)]
+            reqs = [dec.add(p, 3) for p in prompts]
+            for _ in range(2):
+                dec.step()
+            long = reqs[1]
+            assert all(r.emulated_prefill and r.prefill_ps > 0 for r in reqs)
+            assert long.tier.name == "PNM" and long.offloaded > 0
+            first, _ = EmulatedPrefill(emu).prefill(prompts[1], long.rid)
+            assert long.generated[0] == first and len(long.generated) == 3
+            assert long.max_engine_error < 1e-3
+            dec.close()
+    finally:
+        node.kill()

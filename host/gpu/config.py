@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,17 @@ RATE = Num("a finite number > 0", lo=0, lo_open=True, most=1e6)
 SHARE = Num("in (0, 1]", lo=0, lo_open=True, hi=1)
 
 
+class PrefillMode(Enum):
+    """How a prompt's KV is made."""
+
+    REAL = "real"
+    """A forward pass of the model over the prompt (chunked, on this host)."""
+    EMULATED = "emulated"
+    """The emulated prefill node's synthetic KV (host/gpu/emulated_prefill.py)."""
+    AUTO = "auto"
+    """Real where its estimated host time is within ``emulate_above_s``, emulated beyond."""
+
+
 @dataclass(frozen=True)
 class PrefillConfig:
     """How a prompt is prefilled on the host (vLLM's chunked prefill: the prompt goes through
@@ -183,7 +195,18 @@ class PrefillConfig:
     measures the real one."""
     memory_share: float = field(default=0.9, metadata={"num": SHARE})
     """Share of the host's available memory (MemAvailable) a run may plan to use."""
+    prefill: PrefillMode = PrefillMode.AUTO
+    """real: every prompt through the model; emulated: every prompt's KV from the emulated
+    prefill node (per-head offsets, passage-clustered keys, RoPE by position; the first token
+    from a real pass of the last prompt token); auto: real where affordable."""
+    emulate_above_s: float = field(default=300.0, metadata={"num": RATE})
+    """With --prefill auto, a prompt whose real prefill the estimate puts above this many
+    seconds of host time is emulated."""
 
     def __post_init__(self) -> None:
-        for name in ("prefill_chunk", "prefill_limit_s", "host_gflops", "memory_share"):
+        for name in ("prefill_chunk", "prefill_limit_s", "host_gflops", "memory_share",
+                     "emulate_above_s"):
             self.__dataclass_fields__[name].metadata["num"].check(getattr(self, name), name)
+        if not isinstance(self.prefill, PrefillMode):
+            raise ValueError(f"prefill must be one of {[m.value for m in PrefillMode]}, got "
+                             f"{self.prefill!r}")

@@ -49,7 +49,9 @@ from nelssa.emu.policy.router import Router
 from nelssa.emu.policy.states import SeqState, Tier
 from nelssa.host.gpu.clustering import select_clusters
 from nelssa.host.gpu.config import LlamaConfig
+from nelssa.host.gpu.emulated_prefill import EmulatedPrefill
 from nelssa.host.gpu.model import Llama, attention_with_lse, dense_attention
+from nelssa.host.gpu.prefill import emulates
 from nelssa.host.gpu.report import DecodeTracer, StepReport, TraceRecorder
 from nelssa.host.gpu.request import DecodeConfig, Request, to_bf16_bits
 from nelssa.host.gpu.scheduler import Admit, DecodeScheduler, StepPlan
@@ -164,8 +166,16 @@ class HybridDecoder(NodeKv):
     def _prefill(self, req: Request) -> None:
         """Prefill (on the prefill node: no GPU time is charged) and make the first token; a
         PNM-tier request's KV goes to the node."""
-        logits, kv = self.model.prefill(torch.tensor(req.prompt), last_only=True)
-        req.generated.append(int(logits[-1].argmax()))
+        n = len(req.prompt)
+        if emulates(self.model.c, n, self.model.prefill_cfg):  # the emulated prefill node
+            first, kv = EmulatedPrefill(self.model).prefill(req.prompt, req.rid)
+            req.emulated_prefill = True
+        else:
+            logits, kv = self.model.prefill(torch.tensor(req.prompt), last_only=True)
+            first = int(logits[-1].argmax())
+        # the prefill node's time (the latency model's GPU), not charged to this one
+        req.prefill_ps = self.gpu.op_ps(*self._prefill_cost(n))
+        req.generated.append(first)
         req.kv = kv
         if req.tier is Tier.PNM:
             self._offload(req)

@@ -33,6 +33,8 @@ from nelssa.host.gpu.model import Llama, attention_with_lse, bf16_round
 
 log = logging.getLogger(__name__)
 Tensor = torch.Tensor
+BLOCK_TOKENS = 4096
+"""Tokens drawn from one seed (a run of topics starts again at each block)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ class EmulatedPrefill:
 
     def layer_kv(self, layer: int, tokens: int, request_seed: int = 0) -> tuple[Tensor, Tensor]:
         """Post-RoPE K and V (tokens, KV heads, head_dim) of one layer for a prompt of
-        ``tokens`` tokens."""
+        ``tokens`` tokens. Made in blocks of BLOCK_TOKENS, each from its own seed, so a longer
+        prompt's KV starts with a shorter one's (a recovery makes the same KV again)."""
         if tokens < 1:
             raise ValueError(f"tokens must be >= 1, got {tokens}")
         m, cfg = self.model, self.cfg
@@ -93,21 +96,23 @@ class EmulatedPrefill:
         p = f"model.layers.{layer}.self_attn."
         k_std = projection_spread(m.w[p + "k_proj.weight"], kvh, hd)
         v_std = projection_spread(m.w[p + "v_proj.weight"], kvh, hd)
+        a, b, e = (s ** 0.5 for s in (cfg.offset_share, cfg.topic_share, cfg.noise_share))
+        bv, ev = b / (b * b + e * e) ** 0.5, e / (b * b + e * e) ** 0.5  # values: no offset
         k = torch.empty(tokens, kvh, hd)
         v = torch.empty(tokens, kvh, hd)
+        base = (cfg.seed * 1_000_003 + request_seed) * 65_537 + layer * 257
         for h in range(kvh):
-            g = torch.Generator().manual_seed(
-                (cfg.seed * 1_000_003 + request_seed) * 65_537 + layer * 257 + h)
-            a, b, e = (s ** 0.5 for s in (cfg.offset_share, cfg.topic_share, cfg.noise_share))
+            g = torch.Generator().manual_seed(base + h)
             offset = a * k_std[h] * torch.randn(hd, generator=g)
             topics_k = b * k_std[h] * torch.randn(cfg.directions, hd, generator=g)
-            topics_v = (b / (b * b + e * e) ** 0.5) * v_std[h] * torch.randn(
-                cfg.directions, hd, generator=g)
-            which = _runs(g, tokens, cfg.run_tokens, cfg.directions)
-            k[:, h] = offset + topics_k[which] + e * k_std[h] * torch.randn(
-                tokens, hd, generator=g)
-            v[:, h] = topics_v[which] + (e / (b * b + e * e) ** 0.5) * v_std[h] * torch.randn(
-                tokens, hd, generator=g)
+            topics_v = bv * v_std[h] * torch.randn(cfg.directions, hd, generator=g)
+            for start in range(0, tokens, BLOCK_TOKENS):
+                n = min(BLOCK_TOKENS, tokens - start)
+                gb = torch.Generator().manual_seed((base + h) * 4099 + start // BLOCK_TOKENS + 1)
+                which = _runs(gb, BLOCK_TOKENS, cfg.run_tokens, cfg.directions)[:n]
+                noise = torch.randn(2, BLOCK_TOKENS, hd, generator=gb)[:, :n]
+                k[start:start + n, h] = offset + topics_k[which] + e * k_std[h] * noise[0]
+                v[start:start + n, h] = topics_v[which] + ev * v_std[h] * noise[1]
         k = m._rope(k, torch.arange(tokens))
         if m.attn_bf16:
             k, v = bf16_round(k), bf16_round(v)

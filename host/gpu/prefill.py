@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual spelling
 
-from nelssa.host.gpu.config import F32, LlamaConfig, PrefillConfig
+from nelssa.host.gpu.config import F32, LlamaConfig, PrefillConfig, PrefillMode
 
 log = logging.getLogger(__name__)
 Tensor = torch.Tensor
@@ -147,6 +147,14 @@ class RunEstimate:
         return RUNTIME_BYTES + self.weights_bytes + self.kv_bytes + self.activation_bytes
 
 
+def emulates(c: LlamaConfig, tokens: int, cfg: PrefillConfig) -> bool:
+    """Whether a prompt of ``tokens`` tokens gets the emulated prefill node's KV."""
+    if cfg.prefill is PrefillMode.AUTO:
+        return (estimate_prefill(c, tokens, cfg.prefill_chunk).seconds(cfg.host_gflops)
+                > cfg.emulate_above_s)
+    return cfg.prefill is PrefillMode.EMULATED
+
+
 def estimate_run(c: LlamaConfig, short: list[int], long: list[int], cfg: PrefillConfig,
                  accuracy: bool = True, local_node: bool = True) -> RunEstimate:
     """A decode run with prompts of these lengths (short ones on the GPU tier, long ones
@@ -159,8 +167,9 @@ def estimate_run(c: LlamaConfig, short: list[int], long: list[int], cfg: Prefill
         raise ValueError("no prompt to estimate")
     ests = [estimate_prefill(c, n, cfg.prefill_chunk) for n in prompts]
     kv = sum(kv_bytes(c, n) for n in short) + copies * sum(kv_bytes(c, n) for n in long)
+    real = [e for e, n in zip(ests, prompts, strict=True) if not emulates(c, n, cfg)]
     return RunEstimate(c.params * F32, int(kv), max(e.activation_bytes for e in ests),
-                       sum(e.seconds(cfg.host_gflops) for e in ests))
+                       sum(e.seconds(cfg.host_gflops) for e in real))
 
 
 def check_run(est: RunEstimate, cfg: PrefillConfig, available: int | None) -> str | None:

@@ -125,6 +125,10 @@ class Request(Seq):
     """Times the node lost its KV with a device and the GPU recomputed it."""
     recovering: bool = False
     """Its recomputed KV is to go back to the node (then it returns to the PNM tier)."""
+    emulated_prefill: bool = False
+    """Its prompt's KV came from the emulated prefill node (host/gpu/emulated_prefill.py)."""
+    prefill_ps: int = 0
+    """Its prefill's time on the prefill node (the latency model's GPU; not this one's)."""
     max_engine_error: float = 0.0
     """Largest relative error against dense attention over exactly the tokens it attended to
     (window and selected clusters): the devices' and the merge's own error."""

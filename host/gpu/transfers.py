@@ -14,6 +14,7 @@ import torch
 from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
 from nelssa.emu.policy.states import Fallback, SeqState, Tier, Transfer
 from nelssa.host.gpu.clustering import cluster_keys
+from nelssa.host.gpu.emulated_prefill import EmulatedPrefill
 from nelssa.host.gpu.report import StepReport
 from nelssa.host.gpu.request import Migration, Request, to_bf16_bits
 from nelssa.host.pnm_node.client import NodeClient, NodeFuture
@@ -239,7 +240,13 @@ class NodeKv:
         back on the node, on the devices that survive."""
         cfg = self.cfg
         held = cfg.sink + r.offloaded  # tokens [sink, held) were on the node
-        kv = self.model.context_kv(torch.tensor((r.prompt + r.generated)[:held]))
+        if r.emulated_prefill:  # made again by the emulated prefill node: the prompt's KV as
+            # first handed over (its blocks are seeded), the generated tokens' synthetic too
+            emu = EmulatedPrefill(self.model)
+            kv = [emu.layer_kv(layer, held, r.rid)
+                  for layer in range(self.model.c.num_hidden_layers)]
+        else:
+            kv = self.model.context_kv(torch.tensor((r.prompt + r.generated)[:held]))
         rep.recovery_ps += self._gpu_op(f"req {r.rid} re-prefill ({held} tokens)",
                                         *self._prefill_cost(held))
         rep.recovered.append(r.rid)
