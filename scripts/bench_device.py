@@ -75,7 +75,9 @@ def run(port, args) -> dict[str, object]:
     # the same descriptors again while the host writes 4 MB of new KV through CXL.mem
     busy0 = dev.reg_read64("PERF_BUSY")
     again = cq.submit([p.attn for p in parts])
+    dev.bulk = False  # the ingestion alongside goes line by line over CXL.mem, as it is timed
     dev.mem_write(mem.alloc.alloc(4 << 20), rng.integers(0, 256, 4 << 20, np.uint8).tobytes())
+    dev.bulk = True
     cq.wait(again, timeout_cycles=100_000_000)
     shared = dev.reg_read64("PERF_BUSY") - busy0
     merged = []

@@ -59,7 +59,7 @@ def _bf16(rng: np.random.Generator, shape) -> np.ndarray:
 def run_workload(port, w: TimingWorkload) -> dict[str, int]:
     """Write the workload's KV, run its descriptors (and its traffic) on ``port``; the busy
     cycles, bytes read and descriptors. Same data and order on every port."""
-    dev = Device(port)
+    dev = Device(port, bulk=False)  # every line over CXL.mem: the traffic alongside is the point
     mem = MemoryApi(dev, 1 << 20, 1 << 32)
     cq = CommandQueue(mem, entries=64)
     rng = np.random.default_rng(w.seed)
