@@ -30,6 +30,7 @@ from nelssa.hw.model.device import ModelDevice
 
 HEAD_DIM, CLUSTER_TOKENS = 128, 16
 FRONT_SLICE = 32
+REPEATS = 3
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "results" / "ingest.md"
 
 
@@ -54,17 +55,23 @@ def _write(port, bulk: bool, keys, values) -> tuple[float, tuple[int, int]]:
 
 
 def _row(path: str, port, keys, values) -> dict:
+    """The backdoor's first write of the data into a fresh region (the process's memory grows
+    for it) and its steady rate (the median of REPEATS more, each into a fresh region), the
+    front door's on a slice."""
     nbytes = sum(k.nbytes + v.nbytes for k, v in zip(keys, values, strict=True))
-    t_back, metered_back = _write(port, True, keys, values)
+    _write(port, True, keys[:8], values[:8])  # code paths warm
+    t_first, metered_back = _write(port, True, keys, values)
+    t_back = float(np.median([_write(port, True, keys, values)[0] for _ in range(REPEATS)]))
     n = max(1, len(keys) // FRONT_SLICE)
     t_front, metered_front = _write(port, False, keys[:n], values[:n])
     front_bytes = nbytes * n / len(keys)
     row = {"path": path, "bytes": nbytes, "back_s": t_back, "back_gbs": nbytes / t_back / 1e9,
-           "front_gbs": front_bytes / t_front / 1e9, "metered": metered_back,
-           "metered_front": metered_front}
+           "first_gbs": nbytes / t_first / 1e9, "front_gbs": front_bytes / t_front / 1e9,
+           "metered": metered_back, "metered_front": metered_front}
     row["ratio"] = row["back_gbs"] / row["front_gbs"]
-    print(f"{path:28} {nbytes / 2**20:8.1f} MiB  backdoor {row['back_gbs']:7.3f} GB/s  front "
-          f"door {row['front_gbs'] * 1e3:7.2f} MB/s  x{row['ratio']:,.0f}", flush=True)
+    print(f"{path:28} {nbytes / 2**20:8.1f} MiB  backdoor {row['back_gbs']:7.3f} GB/s (first "
+          f"{row['first_gbs']:.3f})  front door {row['front_gbs'] * 1e3:7.2f} MB/s  "
+          f"x{row['ratio']:,.0f}", flush=True)
     return row
 
 
@@ -97,14 +104,16 @@ def _node(folder: str, keys, values, devices: int = 4) -> dict:
             tokens = sum(k.shape[0] for k in keys)
             client.alloc_kv(s, 0, range(8), len(keys), tokens)
             t0 = time.perf_counter()
-            for h in range(8):  # every KV head of a layer: all devices at work
-                client.write_kv(s, 0, h, keys, values)
+            # every KV head of a layer, all sent before any answer is waited for (as the
+            # decode offloads a prompt): all devices at work
+            for f in [client.write_kv_async(s, 0, h, keys, values) for h in range(8)]:
+                f.result()
             wall = time.perf_counter() - t0
     finally:
         node.stop()
     row = {"path": f"node of {devices} (client to devices)", "bytes": 8 * nbytes,
-           "back_s": wall, "back_gbs": 8 * nbytes / wall / 1e9, "front_gbs": None,
-           "ratio": None}
+           "back_s": wall, "back_gbs": 8 * nbytes / wall / 1e9, "first_gbs": None,
+           "front_gbs": None, "ratio": None}
     print(f"{row['path']:28} {8 * nbytes / 2**20:8.1f} MiB  backdoor {row['back_gbs']:7.3f} "
           "GB/s", flush=True)
     return row
@@ -120,13 +129,18 @@ def page(rows: list[dict], argv: list[str]) -> str:
            f"64-byte line a CXL.mem message; measured on a 1/{FRONT_SLICE} slice). Both meter "
            "the same CXL.mem bytes, so the emulated transfer time is the same "
            "(`tests/test_backdoor.py`).\n\n"
-           "| path | MiB | backdoor GB/s | front door MB/s | ratio |\n"
-           "| --- | ---: | ---: | ---: | ---: |\n")
+           f"Backdoor: the median of {REPEATS} writes into fresh regions, and (first) the "
+           "first one, while the process's memory grows for it (page faults are slow on this "
+           "virtual machine). The node: every KV head of a layer written by a client, through "
+           "the node's link, its dispatcher and the device links.\n\n"
+           "| path | MiB | backdoor GB/s | first write GB/s | front door MB/s | ratio |\n"
+           "| --- | ---: | ---: | ---: | ---: | ---: |\n")
     for r in rows:
         front = "-" if r["front_gbs"] is None else f"{r['front_gbs'] * 1e3:.2f}"
+        first = "-" if r["first_gbs"] is None else f"{r['first_gbs']:.3f}"
         ratio = "-" if r["ratio"] is None else f"x{r['ratio']:,.0f}"
-        out += (f"| {r['path']} | {r['bytes'] / 2**20:.1f} | {r['back_gbs']:.3f} | {front} | "
-                f"{ratio} |\n")
+        out += (f"| {r['path']} | {r['bytes'] / 2**20:.1f} | {r['back_gbs']:.3f} | {first} | "
+                f"{front} | {ratio} |\n")
     return out
 
 
