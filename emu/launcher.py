@@ -171,12 +171,8 @@ class DeviceProcesses:
 
     def __init__(self, count: int, backend: str, engines: int | None = None,
                  preset: str = "ddr5-6400", verbose: bool = False) -> None:
-        """``engines``: attention units per device (None: the device's default,
-        hw/model/device.DeviceConfig.engines)."""
-        if engines is None:
-            from nelssa.hw.model.device import DeviceConfig
-
-            engines = DeviceConfig.engines
+        """``engines``: attention units per device (None: `device serve`'s default, the
+        device's own)."""
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         self.folder = private_folder("nelssa-node-")
@@ -186,7 +182,8 @@ class DeviceProcesses:
             for ep in self.endpoints:
                 cmd = [sys.executable, "-m", "nelssa.cli", *(["-v"] if verbose else []),
                        "device", "serve", "--backend", backend, "--endpoint", ep,
-                       "--engines", str(engines), "--preset", preset,
+                       *(["--engines", str(engines)] if engines is not None else []),
+                       "--preset", preset,
                        "--parent-pid", str(os.getpid())]
                 self.procs.append(subprocess.Popen(cmd, start_new_session=True,
                                                    stdin=subprocess.DEVNULL))
