@@ -104,11 +104,6 @@ def cmd_decode(args: argparse.Namespace) -> int:
                          f"{router.t_input - 4} tokens (T_input {router.describe()}); with "
                          f"{args.steps + 1} generated it exceeds the model's "
                          f"{c.max_position_embeddings} positions: give --t-input")
-    for option, span in (("--short-len", args.short_len), ("--long-len", args.long_len)):
-        if span[1] + args.steps + 1 > c.max_position_embeddings:
-            raise UsageError(f"{option}: a prompt of {span[1]} tokens and {args.steps + 1} "
-                             f"generated exceed the model's {c.max_position_embeddings} "
-                             "positions")
     rng = np.random.default_rng(args.seed)
     lens = ([("short", n) for n in _lengths(args.short_len, args.short, rng)]
             + [("long", n) for n in _lengths(args.long_len, args.long, rng)])
@@ -369,6 +364,10 @@ def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     if c.group > most:
         parser.error(f"{what}: {c.group} query heads per KV head: the PNM devices take at "
                      f"most {most}")
+    for option, span in (("--short-len", args.short_len), ("--long-len", args.long_len)):
+        if span[1] + args.steps + 1 > c.max_position_embeddings:  # before anything is built
+            parser.error(f"{option}: a prompt of {span[1]} tokens and {args.steps + 1} "
+                         f"generated exceed the model's {c.max_position_embeddings} positions")
     cfg = _prefill_config(args)
     short = [args.short_len[1]] * args.short
     long = [args.long_len[1]] * args.long

@@ -46,6 +46,17 @@ def option_name(field: str) -> str:
     return "--" + field.removesuffix("_s").replace("_", "-")
 
 
+def _member_of(kind: type[enum.Enum]):
+    """An option's value as a member of ``kind``, by its value; argparse's error lists them."""
+    def convert(text: str) -> enum.Enum:
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: choose from {', '.join(str(m.value) for m in kind)}") from None
+    return convert
+
+
 def add_config_options(parser: argparse.ArgumentParser, cls: type,
                        names: Sequence[str]) -> None:
     """An option per field in ``names``: its type from the field's ``Num`` (metadata "num")
@@ -64,7 +75,7 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type,
         if isinstance(f.default, enum.Enum):  # its members by their values
             kind_of = type(f.default)
             parser.add_argument(option_name(name), dest=name, default=f.default,
-                                type=kind_of, choices=list(kind_of),
+                                type=_member_of(kind_of), choices=list(kind_of),
                                 metavar="{" + ",".join(str(m.value) for m in kind_of) + "}",
                                 help=f"{docs.get(name, '')} [default: {f.default.value}]"
                                 .replace("%", "%%"))

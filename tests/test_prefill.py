@@ -195,6 +195,12 @@ def test_decode_refuses_what_the_host_cannot_hold_or_prefill(capsys, monkeypatch
     assert "s of host time to prefill" in err and "the limit is 1 s" in err
     err = _decode_error(capsys, ["--model-shape", "small", "--prefill-chunk", "0"])
     assert "argument --prefill-chunk" in err
+    # a prompt past the model's positions, refused before the model is built
+    err = _decode_error(capsys, ["--model-shape", "llama3-8b", "--layers", "1", "--long-len",
+                                 "131072", "--long", "1", "--steps", "2"])
+    assert "--long-len: a prompt of 131072 tokens and 3 generated exceed the model's 131072" in err
+    err = _decode_error(capsys, ["--prefill", "sometimes"])
+    assert "argument --prefill: 'sometimes': choose from real, emulated, auto" in err
     parser = build_parser()  # the preset with few layers passes
     args = parser.parse_args(["decode", "--model-shape", "llama3-8b", "--layers", "1",
                               "--short", "1", "--long", "1", "--long-len", "4096"])
