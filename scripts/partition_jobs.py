@@ -26,7 +26,7 @@ from nelssa.driver.memory import MemoryApi
 from nelssa.host.pnm_node.partition import HeadKv, Shard, head_devices, shard_tokens
 from nelssa.host.pnm_node.protocol import Partition
 from nelssa.hw.model import device_exec, fp
-from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
+from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_device import run_device as ddr5_replay
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig, ModelDevice
@@ -124,12 +124,7 @@ class Store:
             for a, line in zip(addrs.tolist(), data, strict=True):
                 self.port.mem.write(a, line.tobytes())
             return
-        d = decode(addrs, GEOMETRY, RTL_ADDRESS_MAP)
-        # the key nelssa_ddr5_dram.sv makes (hw/sim/device.py, RtlDevice._keys)
-        keys = np.ascontiguousarray(d.subchannel << 40 | d.row << 11 | d.bank_group << 8
-                                    | d.bank << 6 | d.column, dtype=np.int64)
-        data = np.ascontiguousarray(data, dtype=np.uint8)
-        self.lib.nelssa_store_write_lines(keys.ctypes.data, data.ctypes.data, len(keys))
+        self.port.store_write_lines(addrs, data)
 
 
 

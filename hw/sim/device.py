@@ -136,11 +136,22 @@ class RtlDevice(DevicePort):
 
     # -- the backdoor: device memory through the DRAM store's C interface ----------------------
     def _keys(self, first_line: int, lines: int) -> npt.NDArray[np.int64]:
-        """The store's keys of ``lines`` lines from line ``first_line`` (the key
-        nelssa_ddr5_dram.sv makes, through the device's address map: cacheline)."""
-        d = decode((first_line + np.arange(lines, dtype=np.int64)) * LINE_BYTES, self.geometry)
+        """The store's keys of ``lines`` lines from line ``first_line``."""
+        return self.store_keys((first_line + np.arange(lines, dtype=np.int64)) * LINE_BYTES)
+
+    def store_keys(self, addrs: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """The DRAM store's key of each line address (the key nelssa_ddr5_dram.sv makes,
+        through the device's address map: cacheline)."""
+        d = decode(np.asarray(addrs, dtype=np.int64), self.geometry)
         return np.ascontiguousarray(d.subchannel << 40 | d.row << 11 | d.bank_group << 8
                                     | d.bank << 6 | d.column, dtype=np.int64)
+
+    def store_write_lines(self, addrs: npt.ArrayLike, data: npt.ArrayLike) -> None:
+        """Whole 64-byte lines into the DRAM store at line addresses ``addrs`` (``data``:
+        (n, 64) bytes), no drain: for set-up before the device runs."""
+        keys = self.store_keys(addrs)
+        buf = np.ascontiguousarray(data, dtype=np.uint8).reshape(len(keys), LINE_BYTES)
+        self._lib.nelssa_store_write_lines(keys.ctypes.data, buf.ctypes.data, len(keys))
 
     def _backdoor_range(self, addr: int, n: int) -> None:
         if addr < 0 or n < 0 or addr + n > self.mem_bytes:
