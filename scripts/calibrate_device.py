@@ -1,6 +1,10 @@
-"""Fit the model device's unit timing (hw/model/device_timing.py) to the RTL device: one ATTN
-descriptor at a time over a grid of shapes and random ones, the RTL's busy cycles against the
-features, least squares; writes hw/model/device_calibration.json with the fit's error per shape.
+"""Fit the model device's unit timing (hw/model/device_timing.py) to the RTL device, in three
+steps: the refresh window as a unit meets it (its stall, the descriptor tail it spares, the
+fetch before a unit starts: one shape swept over the phases of nREFI); the unit's cost (one
+ATTN descriptor at a time over a grid of shapes and random ones, each measurement freed of the
+refreshes it met, least squares against the features); the sharing terms (batches over the
+units, with and without host traffic). Writes hw/model/device_calibration.json with the fit's
+errors.
 
     .venv/bin/python scripts/calibrate_device.py
 """
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from dataclasses import replace
 
@@ -19,8 +24,16 @@ from nelssa.driver.device import Device
 from nelssa.driver.formats import DESCRIPTOR
 from nelssa.driver.memory import MemoryApi
 from nelssa.hw.model import fp
-from nelssa.hw.model.device import ModelDevice
-from nelssa.hw.model.device_timing import CALIBRATION_FILE, FEATURES, UnitTiming, features
+from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.model.device import DeviceConfig, ModelDevice
+from nelssa.hw.model.device_timing import (
+    CALIBRATION_FILE,
+    FEATURES,
+    Refresh,
+    Schedule,
+    UnitTiming,
+    features,
+)
 from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload
 from nelssa.hw.sim.device import RtlDevice
 
@@ -47,14 +60,20 @@ def bf16(rng: np.random.Generator, shape) -> np.ndarray:
     return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
-def measure(dev: Device, mem: MemoryApi, cq: CommandQueue, shape, rng, session: int
-            ) -> tuple[np.ndarray, int]:
+def measure(dev: Device, mem: MemoryApi, cq: CommandQueue, shape, rng, session: int,
+            phase: int | None = None, copies: int = 1) -> tuple[np.ndarray, int, int]:
+    """One descriptor of ``shape`` alone (or ``copies`` of it in one batch): its features, the
+    RTL's busy cycles, and the cycle its submission ended at (started at ``phase`` of the
+    refresh period when given)."""
     hd, heads, n_sel, tokens = shape
     region = mem.alloc_kv(session, 0, 0, hd, n_sel, n_sel * tokens)
     mem.write_clusters(region, [bf16(rng, (tokens, hd))] * n_sel,
                        [bf16(rng, (tokens, hd))] * n_sel)
     busy0, bytes0 = dev.reg_read64("PERF_BUSY"), dev.reg_read64("PERF_BYTES_READ")
-    ids = cq.submit([AttnRequest(region, bf16(rng, (heads, hd)), list(range(n_sel)))])
+    if phase is not None:
+        dev.port.advance(int(phase - dev.port.cycle) % int(REFRESH_PERIOD))
+    ids = cq.submit([AttnRequest(region, bf16(rng, (heads, hd)), list(range(n_sel)))] * copies)
+    started = dev.port.cycle
     cq.wait(ids)
     busy = dev.reg_read64("PERF_BUSY") - busy0
     lines = (dev.reg_read64("PERF_BYTES_READ") - bytes0) // 64
@@ -63,7 +82,75 @@ def measure(dev: Device, mem: MemoryApi, cq: CommandQueue, shape, rng, session: 
         "num_ids": n_sel, "desc_id": 0, "num_clusters": n_sel, "q_addr": 0, "dir_addr": 0,
         "ids_addr": 0, "out_addr": 0, "scale": 0, "reserved1": bytes(12)}))
     mem.free_kv(region)
-    return features(d, lines), busy
+    return features(d, lines), busy, started
+
+
+MEMORY = PRESETS[DeviceConfig().preset]
+REFRESH_PERIOD = Refresh.of(MEMORY, UnitTiming()).period
+REFRESH_SHAPES = [(128, 4, 16, 16), (64, 1, 32, 16)]
+"""Shapes swept over the refresh period: about 2,250 cycles each, so that a window meets them
+at every point of their run in one sweep."""
+REFRESH_PHASES = 26
+
+
+def model_busy(unit_cycles: float, started: int, timing: UnitTiming, copies: int = 1) -> float:
+    """Busy cycles of ``copies`` descriptors of ``unit_cycles`` each, rung in at ``started``
+    (no memory limit: fewer than the units can stream together)."""
+    schedule = Schedule(DeviceConfig().engines, timing, Refresh.of(MEMORY, timing))
+    schedule.now = float(started)
+    for i in range(copies):
+        schedule.add(i, unit_cycles, 0.0)
+    schedule.sync(math.inf)
+    return schedule.busy
+
+
+def unit_cycles(busy: int, started: int, timing: UnitTiming) -> float:
+    """The unit time whose run from ``started`` takes ``busy`` cycles with the refreshes it
+    meets (the measurement freed of them)."""
+    lo, hi = 1.0, float(busy)
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if model_busy(mid, started, timing) < busy:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def fit_refresh(dev, mem, cq, rng) -> tuple[UnitTiming, float]:
+    """The command queue's ring reads and the refresh window as a unit meets it: the read of
+    one descriptor from two in a batch against one alone (away from refresh); then stall,
+    spared tail and the doorbell's latency where the model's busy cycles over a sweep of
+    refresh phases match the RTL's best (least squares). The worst error left, in cycles."""
+    reads = []
+    for k, shape in enumerate(REFRESH_SHAPES):
+        _, one, _ = measure(dev, mem, cq, shape, rng, 900 + k, phase=300)
+        _, two, _ = measure(dev, mem, cq, shape, rng, 900 + k, phase=300, copies=2)
+        reads.append(two - one)
+    fetch = float(np.median(reads))
+    runs = []
+    for k, shape in enumerate(REFRESH_SHAPES):
+        for i in range(REFRESH_PHASES):
+            phase = int(i * REFRESH_PERIOD / REFRESH_PHASES)
+            _, busy, started = measure(dev, mem, cq, shape, rng, 1000 + k, phase)
+            runs.append((k, busy, started))
+    base = {k: min(b for j, b, _ in runs if j == k) for k in range(len(REFRESH_SHAPES))}
+    best = None
+    for stall in np.arange(200.0, 284.0, 4.0):
+        for tail in np.arange(40.0, 200.0, 8.0):
+            for doorbell in np.arange(0.0, 64.0, 4.0):
+                t = UnitTiming(refresh_stall=float(stall), refresh_tail=float(tail),
+                               doorbell_cycles=float(doorbell), fetch_cycles=fetch)
+                # the shape's unit time: its busy cycles where no refresh met it
+                err = [model_busy(base[k], st, t) - b for k, b, st in runs]
+                cost = float(np.sum(np.square(err)))
+                if best is None or cost < best[0]:
+                    best = (cost, t, float(np.max(np.abs(err))))
+    _, timing, worst = best
+    print(f"ring read {fetch} cycles (two against one: {reads}); refresh: stall "
+          f"{timing.refresh_stall}, tail {timing.refresh_tail}, doorbell "
+          f"{timing.doorbell_cycles} cycles; worst busy error over {len(runs)} runs {worst:.0f}")
+    return timing, worst
 
 
 def main() -> None:
@@ -73,13 +160,14 @@ def main() -> None:
     mem = MemoryApi(dev, 1 << 20, 1 << 32)
     cq = CommandQueue(mem, entries=16)
     rng = np.random.default_rng(0)
-    rows, cycles = [], []
     t0 = time.perf_counter()
+    refresh, refresh_worst = fit_refresh(dev, mem, cq, rng)
+    rows, cycles = [], []
     grid = shapes()
     for i, shape in enumerate(grid):
-        x, busy = measure(dev, mem, cq, shape, rng, i)
+        x, busy, started = measure(dev, mem, cq, shape, rng, i)
         rows.append(x)
-        cycles.append(busy)
+        cycles.append(unit_cycles(busy, started, refresh))
     # least squares on relative error: small descriptors count as much as large ones
     x, y = np.array(rows), np.array(cycles, dtype=np.float64)
     coef, *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
@@ -89,26 +177,35 @@ def main() -> None:
         hd, heads, n_sel, tokens = shape
         errors[f"hd {hd}, {heads} heads, {n_sel} clusters x {tokens} tokens"] = round(
             (est - busy) / busy * 100, 2)
-        print(f"{shape}: RTL {busy} cycles, fit {est:.0f} ({(est - busy) / busy * 100:+.2f} %)")
+        print(f"{shape}: RTL {busy:.0f} unit cycles, fit {est:.0f} "
+              f"({(est - busy) / busy * 100:+.2f} %)")
     worst = max(abs(e) for e in errors.values())
     median = float(np.median([abs(e) for e in errors.values()]))
     fitted = dict(zip(FEATURES, np.round(coef, 4).tolist(), strict=True))
     print(f"median |error| {median:.2f} %; coefficients {fitted}, "
           f"worst error {worst:.2f} %, {time.perf_counter() - t0:.0f} s")
-    fitted_timing, spread = fit_sharing(port, UnitTiming(tuple(coef.tolist())))
+    fitted_timing, spread = fit_sharing(port, replace(refresh, coefficients=tuple(coef.tolist())))
     CALIBRATION_FILE.write_text(json.dumps({
         "features": list(FEATURES), "coefficients": coef.tolist(), "error_percent": errors,
         "worst_error_percent": worst, "median_error_percent": round(median, 2),
-        "contention": fitted_timing.contention,
+        "softness": fitted_timing.softness,
         "host_line_memory": fitted_timing.host_line_memory,
+        "refresh_stall": fitted_timing.refresh_stall,
+        "refresh_tail": fitted_timing.refresh_tail,
+        "doorbell_cycles": fitted_timing.doorbell_cycles,
+        "fetch_cycles": fitted_timing.fetch_cycles,
+        "refresh_worst_error_cycles": round(refresh_worst, 1),
         "sharing_errors_percent": spread}, indent=1) + "\n")
     print(f"wrote {CALIBRATION_FILE}")
     port.close()
 
 
-SHARING_SEEDS = range(16)
+SHARING_SEEDS = range(24)
 """Workloads (hw/model/timing_workloads.py) the sharing terms are fitted on; the check
 (scripts/device_timing_check.py, tests/test_device_timing.py) draws others."""
+
+
+SOFTNESS_GRID = tuple(round(0.02 * i, 2) for i in range(16))
 
 
 def _bisect(errors, lo: float, hi: float) -> float:
@@ -123,23 +220,27 @@ def _bisect(errors, lo: float, hi: float) -> float:
 
 
 def fit_sharing(port, timing: UnitTiming) -> tuple[UnitTiming, dict[str, list[float]]]:
-    """The contention among descriptors in flight together (fitted on the workloads without
+    """How the units slow as together they near DDR5's rate (fitted on the workloads without
     host traffic), then the DDR5 cost of a host line (on those with), each where the model's
     cycles match the RTL's on average; the errors there."""
     loads = [TimingWorkload.draw(s, min_selected=32, min_tokens=16) for s in SHARING_SEEDS]
-    rtl = [run_workload(port, w)["cycles"] for w in loads]
+    rtl = [run_workload(port, w) for w in loads]
 
     def errors(t: UnitTiming, traffic: bool) -> list[float]:
-        return [(run_workload(ModelDevice(timing=t), w)["cycles"] - r) / r * 100
+        return [(run_workload(ModelDevice(timing=t), w, start_at=r["started"])["cycles"]
+                 - r["cycles"]) / r["cycles"] * 100
                 for w, r in zip(loads, rtl, strict=True) if bool(w.traffic_bytes) == traffic]
 
-    contention = _bisect(lambda c: errors(replace(timing, contention=c), False), 0.0, 0.5)
-    timing = replace(timing, contention=contention)
+    # the softness where the workloads without traffic come closest (squared error): a
+    # refresh met or missed near a window's edge makes single errors jump, so not the mean
+    softness = min(SOFTNESS_GRID, key=lambda c: float(np.sum(np.square(
+        errors(replace(timing, softness=c), False)))))
+    timing = replace(timing, softness=softness)
     host = _bisect(lambda h: errors(replace(timing, host_line_memory=h), True), 0.0, 4.0)
     timing = replace(timing, host_line_memory=host)
     spread = {"without traffic": [round(e, 2) for e in errors(timing, False)],
               "with traffic": [round(e, 2) for e in errors(timing, True)]}
-    print(f"contention {contention}, host line {host} DDR5 cycles: errors {spread}")
+    print(f"softness {softness}, host line {host} DDR5 cycles: errors {spread}")
     return timing, spread
 
 

@@ -35,7 +35,7 @@ from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
-from nelssa.hw.model.device_timing import Schedule, UnitTiming
+from nelssa.hw.model.device_timing import Refresh, Schedule, UnitTiming
 from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.model.sparse_memory import SparseMemory
 
@@ -56,6 +56,9 @@ class DeviceConfig:
     """DDR5 timing preset (hw/model/ddr5_timing.PRESETS)."""
     build_id: int = 0
     """What the BUILD_ID register reads (a bitstream's build id; 0 in simulation)."""
+    order_depth: int = 8
+    """Descriptors the command queue holds in flight (read from the ring, not yet completed):
+    the RTL's nelssa_cmdq OrderDepth."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.engines <= regs.CAPS_MAX_ENGINES:
@@ -119,10 +122,10 @@ class ModelDevice(DevicePort):
         self._set("MEM_SIZE_HI", self.config.mem_bytes >> 32)
         self._out: list[bytes] = []
         self._now = 0
-        self._busy_cycles = 0  # cycles with a descriptor in flight (PERF_BUSY)
         self.unit_timing = timing or UnitTiming.load()
-        self._schedule = Schedule(self.config.engines, self.unit_timing.host_line_memory,
-                                  self.unit_timing.contention)
+        self._schedule = Schedule(self.config.engines, self.unit_timing,
+                                  Refresh.of(self.timing, self.unit_timing),
+                                  self.config.order_depth)
         self._planned = True  # done cycles of the in-flight descriptors are up to date
         # in fetch order; done cycles never decrease along it, so the head completes first
         self._inflight: deque[_InFlight] = deque()
@@ -253,7 +256,7 @@ class ModelDevice(DevicePort):
     def _update_perf(self) -> None:
         self._set64("PERF_CYCLES", self._now)
         self._schedule.sync(self._now)
-        self._set64("PERF_BUSY", self._busy_cycles)
+        self._set64("PERF_BUSY", round(self._schedule.busy))
 
     def _plan(self) -> None:
         """Done cycles of the descriptors in flight, from the schedule (completions in order:
@@ -336,8 +339,6 @@ class ModelDevice(DevicePort):
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")
         self._plan()
-        if self._inflight:  # busy until the last one in flight completes (they do in order)
-            self._busy_cycles += min(cycles, max(0, self._inflight[-1].done_cycle - self._now))
         self._retire(self._now + cycles)
         self._now += cycles
         self._schedule.sync(self._now)

@@ -56,10 +56,15 @@ def _bf16(rng: np.random.Generator, shape) -> np.ndarray:
     return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
-def run_workload(port, w: TimingWorkload) -> dict[str, int]:
+def run_workload(port, w: TimingWorkload, start_at: int | None = None) -> dict[str, int]:
     """Write the workload's KV, run its descriptors (and its traffic) on ``port``; the busy
-    cycles, bytes read and descriptors. Same data and order on every port."""
-    dev = Device(port, bulk=False)  # every line over CXL.mem: the traffic alongside is the point
+    cycles, bytes read, descriptors, and ``started``: the device cycle its submission ended
+    at. Same data and order on every port.
+
+    ``start_at``: first run the port up to that cycle, so that the batch meets DDR5 refresh
+    (due at fixed cycles from reset) where another port's did: give a model the RTL's
+    ``started``. The model takes no cycle to be written or submitted to; the RTL does."""
+    dev = Device(port)  # the KV by backdoor where the port has one, before the batch
     mem = MemoryApi(dev, 1 << 20, 1 << 32)
     cq = CommandQueue(mem, entries=64)
     rng = np.random.default_rng(w.seed)
@@ -75,9 +80,16 @@ def run_workload(port, w: TimingWorkload) -> dict[str, int]:
     scratch = mem.alloc.alloc(max(64, w.traffic_bytes), "traffic")
     parts = cq.split(requests)
     busy0, bytes0 = dev.reg_read64("PERF_BUSY"), dev.reg_read64("PERF_BYTES_READ")
+    if start_at is not None:
+        if port.cycle > start_at:
+            raise ValueError(f"the port is at cycle {port.cycle}, past start_at={start_at}")
+        port.advance(start_at - port.cycle)
     ids = cq.submit([p.attn for p in parts])
+    started = port.cycle
     if traffic:
+        dev.bulk = False  # every line over CXL.mem, beside the units: the point of it
         dev.mem_write(scratch, traffic)
     cq.wait(ids, timeout_cycles=50_000_000)
     return {"cycles": dev.reg_read64("PERF_BUSY") - busy0,
-            "bytes": dev.reg_read64("PERF_BYTES_READ") - bytes0, "descriptors": len(ids)}
+            "bytes": dev.reg_read64("PERF_BYTES_READ") - bytes0, "descriptors": len(ids),
+            "started": started}
