@@ -108,9 +108,10 @@ class SubchannelCounts:
     queue_tck: float = 0.0
     """Last column command of the queue's critical path (:func:`_queue_path`), in tCK."""
     conflicts: float = 0.0
-    """Windows of QUEUE_DEPTH requests that wait for row switches: the sum over the windows of
-    the squared fraction of their requests whose bank visits other rows in the same
-    ``QUEUE_WINDOW`` (the queue fills with requests that wait for switches, which come at once)."""
+    """Windows of QUEUE_DEPTH requests whose banks switch rows: the sum over the windows of the
+    squared share of row visits beyond each bank's first per bank the window holds (at most 1):
+    the queue fills with requests that wait for the switches, and few banks are left to hide
+    them behind."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,12 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
     other_row = g_row >> 1 != bc_last_row[bc_of_group] >> 1
     later = np.where(other_row, g_last, -1)
     bc_waits = (np.maximum.reduceat(later, bc_start) > bc_first) if n else np.zeros(0, bool)
+    # unless the bank holds most of the queue: then the open row lasts until the queue is full
+    # of the other row's requests, and its new requests keep coming meanwhile
+    bc_reqs = np.add.reduceat(g_hits, bc_start) if n else np.zeros(0, np.int64)
+    win_reqs = np.bincount(sc * chunks + chunk, minlength=geometry.subchannels * chunks)
+    bc_win = (bc_key // chunks // t.banks) * chunks + bc_key % chunks
+    bc_waits &= 2 * bc_reqs < win_reqs[bc_win]
     prev = np.searchsorted(bc_key, g_bc - 1)
     prev = np.minimum(prev, bc_key.size - 1)
     continues = ((bc_key[prev] == g_bc - 1) & (bc_last_row[prev] >> 1 == g_row >> 1)
@@ -197,11 +204,6 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
     other_dir = np.zeros(n_groups, bool)
     other_dir[1:] = (g_bc[1:] == g_bc[:-1]) & ((g_row[1:] ^ g_row[:-1]) == 1)
     new_visit = ~continues & ~other_dir
-    # rows a bank's window interleaves: the queue fills with requests that wait for the switch,
-    # so the bus cannot hide it as it hides the opening of an idle bank
-    new_row = np.ones(n_groups, bool)
-    new_row[1:] = (g_bc[1:] != g_bc[:-1]) | (g_row[1:] >> 1 != g_row[:-1] >> 1)
-    bc_rows = np.add.reduceat(new_row, bc_start) if n else np.zeros(0, np.int64)
     # per-group serial time in its bank: column commands, and ACT/tRCD + closing + PRE per visit
     g_reads = g_hits - g_writes
     col = g_reads * t.nCCD_L + g_writes * t.nCCD_L_WR
@@ -212,21 +214,18 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
     banks_total = geometry.subchannels * t.banks
     bank_tck = np.bincount(g_bank, weights=g_tck, minlength=banks_total)
     bank_acts = np.bincount(g_bank, weights=new_visit, minlength=banks_total)
-    # the queue's windows whose requests mostly wait for row switches: the switches come at once
-    # and nothing is left to hide them behind
-    # (rows whose requests interleave: a row that is done before the next is wanted holds none)
-    if n:
-        span = np.add.reduceat(g_last - g_first + 1, bc_start)
-        whole = np.maximum.reduceat(g_last, bc_start) - np.minimum.reduceat(g_first, bc_start) + 1
-        bc_fight = (bc_rows > 1) & (span > whole)
-    else:
-        bc_fight = np.zeros(0, bool)
-    waiting = np.zeros(n, bool)
-    waiting[by_group] = bc_fight[bc_of_group][g_of]
-    q_win = (sc * (n // QUEUE_DEPTH + 1) + pos // QUEUE_DEPTH)
-    w_frac = np.bincount(q_win, weights=waiting) / np.maximum(np.bincount(q_win), 1)
-    w_sub = np.arange(w_frac.size) // (n // QUEUE_DEPTH + 1)
-    conflicts = np.bincount(w_sub, weights=w_frac ** 2, minlength=geometry.subchannels)
+    # the queue's windows whose banks switch rows: per window of QUEUE_DEPTH requests, the row
+    # visits beyond each bank's first over the banks it holds (the banks that can hide a switch)
+    per_sub = n // QUEUE_DEPTH + 1
+    q_win = sc * per_sub + pos // QUEUE_DEPTH
+    v_win = (g_bank // t.banks) * per_sub + g_first // QUEUE_DEPTH
+    cells = geometry.subchannels * per_sub
+    visits_w = np.bincount(v_win, weights=new_visit, minlength=cells)
+    bank_w = np.unique(q_win * t.banks + bank)  # (window, bank) pairs
+    banks_w = np.bincount(bank_w // t.banks, minlength=cells)
+    q = np.minimum(1.0, np.maximum(visits_w - banks_w, 0) / np.maximum(banks_w, 1))
+    conflicts = np.bincount(np.arange(cells) // per_sub, weights=q * q,
+                            minlength=geometry.subchannels)
     write_acts = np.bincount(g_bank // t.banks, weights=new_visit & (g_row & 1 == 1),
                              minlength=geometry.subchannels)
     nwr = np.bincount(sc, weights=wr, minlength=geometry.subchannels)
@@ -462,6 +461,11 @@ def drain_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     return to_write + to_read
 
 
+def _drain_time(c: SubchannelCounts, t: DDR5Timing) -> float:
+    """Bus time the write drains lose: their number times each one's."""
+    return _drains(c, t) * drain_tck(c, t) if c.writes else 0.0
+
+
 def bank_side_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     """The largest bound of one bank or bank group, in tCK: exact for a stream that keeps one
     bank or group busy, so the calibration leaves it alone."""
@@ -473,13 +477,13 @@ def data_bus_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     """The data bus: a burst per read, the writes drain by drain, and a read/write turnaround
     per drain."""
     reads = c.requests - c.writes
-    return reads * t.burst_cycles + c.write_tck + _drains(c, t) * drain_tck(c, t)
+    return reads * t.burst_cycles + c.write_tck + _drain_time(c, t)
 
 
 def activation_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     """The sub-channel's activations: tRRD_S apart, four per tFAW; and each write drain stops
     them as it stops the bus (rows open only for the queue being served)."""
-    return c.activations * max(t.nRRD_S, t.nFAW / 4) + _drains(c, t) * drain_tck(c, t)
+    return c.activations * max(t.nRRD_S, t.nFAW / 4) + _drain_time(c, t)
 
 
 def features(c: SubchannelCounts, t: DDR5Timing) -> npt.NDArray[np.float64]:
