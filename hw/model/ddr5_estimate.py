@@ -68,8 +68,6 @@ ROW_REACH = ControllerConfig().read_queue + ControllerConfig().close_idle // 8
 """Requests of the sub-channel after which an open row no longer takes a request for it: the
 next one is still outside the queue when the row has idled ``close_idle`` tCK (at one burst,
 8 tCK, a request), so the row was closed meanwhile."""
-WRITE_WINDOW = ControllerConfig().write_queue
-"""Writes the controller chooses among while it drains (its write queue)."""
 WRITE_BATCH = ControllerConfig().write_high - ControllerConfig().write_low
 """Writes served per drain."""
 WRITE_POOL = ControllerConfig().write_queue
@@ -101,8 +99,7 @@ class SubchannelCounts:
     write_activations: int = 0
     """Row visits of writes (among ``activations``)."""
     write_tck: float = 0.0
-    """Time of the writes, a write queue's worth at a time (WRITE_WINDOW), each batch
-    at least a burst a write and tCCD_L_WR apart in its busiest bank group."""
+    """Time of the writes, drain by drain (:func:`_write_tck`)."""
     arrivals: npt.NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
     """Cycle each of the sub-channel's requests leaves the front end (stream order)."""
     queue_tck: float = 0.0
@@ -365,10 +362,14 @@ _SEGMENT = float(2**36)  # > any time in tCK: keeps a segmented running maximum 
 
 def _fewest(counts: list[int], want: int) -> int:
     """The least m such that taking at most m of each count takes ``want`` in all."""
-    m = 1
-    while sum(min(c, m) for c in counts) < want:
+    held = sorted(c for c in counts if c)
+    below, m = 0, 1  # below: the counts under m, taken whole
+    while True:
+        while held and held[0] < m:
+            below += held.pop(0)
+        if below + m * len(held) >= want or not held:
+            return m
         m += 1
-    return m
 
 
 def _write_tck(geometry: DeviceGeometry, sc: np.ndarray, bank: np.ndarray,
@@ -378,11 +379,11 @@ def _write_tck(geometry: DeviceGeometry, sc: np.ndarray, bank: np.ndarray,
     of them, those it can serve soonest: the fewest from any one bank (FR-FCFS serves the ready
     ones and leaves the busy bank's for later). A drain takes its bursts, its busiest bank
     group's writes tCCD_L_WR apart (the drain balanced over the groups), or its busiest bank's
-    writes one after another: tCCD_L_WR
-    apart in one row, a row visit (ACT, tRCD, write recovery, PRE, tRP) apart in different rows,
-    mixed by ``row_share`` (write row visits per write of the sub-channel), from when the bank
-    is free of the drains before (the sub-channel's ``reads`` are served between drains, as many
-    between any two). The writes a drain leaves wait for the next."""
+    writes one after another: tCCD_L_WR apart in one row, a row visit (ACT, tRCD, write
+    recovery, PRE, tRP) apart in different rows, mixed by ``row_share`` (write row visits per
+    write of the sub-channel), from when the bank is free of the drains before (the
+    sub-channel's ``reads`` are served between drains, as many between any two). The writes a
+    drain leaves wait for the next."""
     t = geometry.timing
     subs = geometry.subchannels
     out = np.zeros(subs)
@@ -396,17 +397,18 @@ def _write_tck(geometry: DeviceGeometry, sc: np.ndarray, bank: np.ndarray,
         if not b.size:
             continue
         apart = row_share[s] * visit + (1 - row_share[s]) * t.nCCD_L_WR
-        cum = np.zeros((b.size + 1, t.banks), np.int64)
+        cum = np.zeros((b.size + 1, t.banks), np.int64)  # writes per bank before each
         cum[1:] = np.cumsum(np.eye(t.banks, dtype=np.int64)[b], axis=0)
-        cum_l = cum.tolist()
+        seen = [0] * t.banks
         pool = [0] * t.banks
         ready = [0.0] * t.banks  # when each bank may take its next write
         between = reads[s] * t.burst_cycles * WRITE_BATCH / b.size  # reads between two drains
         taken, total, now = 0, 0.0, 0.0
         while True:
             nxt = min(b.size, taken + WRITE_POOL - sum(pool))
-            pool = [p + y - x for p, x, y in zip(pool, cum_l[taken], cum_l[nxt], strict=True)]
-            taken = nxt
+            upto = cum[nxt].tolist()
+            pool = [p + y - x for p, x, y in zip(pool, seen, upto, strict=True)]
+            taken, seen = nxt, upto
             held = sum(pool)
             if not held:
                 break
@@ -418,11 +420,10 @@ def _write_tck(geometry: DeviceGeometry, sc: np.ndarray, bank: np.ndarray,
             m_group = _fewest(in_group, want)
             end = now + max(sum(served) * t.burst_cycles,
                             (m_group - 1) * t.nCCD_L_WR + t.burst_cycles)
-            for k, x in enumerate(served):
-                if x:
-                    last = max(now, ready[k]) + (x - 1) * apart
-                    ready[k] = last + apart
-                    end = max(end, last + t.burst_cycles)
+            for k in (k for k, x in enumerate(served) if x):
+                last = max(now, ready[k]) + (served[k] - 1) * apart
+                ready[k] = last + apart
+                end = max(end, last + t.burst_cycles)
             total += end - now
             now = end + between
             pool = [p - x for p, x in zip(pool, served, strict=True)]
