@@ -49,9 +49,27 @@ def test_counts_of_a_hand_made_stream():
     # bank group 0: 3 reads tCCD_L (16) apart and a write tCCD_L_WR (64): 112 tCK
     assert c.group_tck == 3 * 16 + 64
     # bank (0,0): row 5's visit 46 (tRCD) + 3 x 16 + 24 (tRTP) + 46 (tRP) - 16 = 148, row 6's
-    # 46 + 64 + 148 (write to precharge: 44 + 8 + 96) + 46 - 16 = 288
-    assert c.bank_tck == 148 + 288
+    # one write 46 + 148 (write to precharge: 44 + 8 + 96) + 46 = 240 (ACT, WRITE at tRCD, PRE
+    # after the write recovery, tRP; was charged 288, a tCCD_L_WR less a tCCD_L too much)
+    assert c.bank_tck == 148 + 240
     assert counts[7].writes == 1 and counts[7].last_arrival == 6
+
+
+def test_k_and_v_in_one_bank_switch_rows_as_the_cycle_model_does():
+    """K and V of a cluster in the same bank, other rows, a few lines of each in turn: with
+    the other row waiting, a row closes as soon as the queue holds none of its requests, so it
+    does not last into the next window (the estimate counted 216 ACTs where the cycle model
+    issues 288 on 64-line clusters, and put their bandwidth 10 points high)."""
+    geo = DeviceGeometry(DDR5_6400_MICRON, subchannels=1)
+    space = geo.capacity_bytes // 64
+    rng = np.random.default_rng(11)
+    for per in (64, 16):
+        k = rng.integers(0, space // 2 // per - 1, 1200 // (2 * per)) * per
+        k = (k[:, None] + np.arange(per)).reshape(-1, per // 4, 4)
+        addrs = np.stack([k, k + space // 2], axis=2).ravel() * 64
+        model = run_device(addrs, None, geo, check=False).per_subchannel[0].commands["ACT"]
+        est = count_subchannels(addrs, None, geo)[0].activations
+        assert abs(est - model) <= 0.06 * model, f"{per}-line clusters: {est} ACTs, model {model}"
 
 
 def test_every_preset_is_calibrated():
@@ -85,7 +103,8 @@ def test_device_cluster_reads_within_5_percent_of_the_cycle_model():
 
 def test_mixed_patterns_within_the_held_bounds():
     """Reads and writes, hot rows, 1-16 KB blocks: a wider net, fresh seed (was within 8 % of
-    the cycle model's cycles; random 64 B with 50 % writes is now 13 % off, 6.4 points)."""
+    the cycle model's cycles; random 64 B with 50 % writes was 6.4 points off, is 4.5 now; the
+    worst is random 4 KB with 50 % written blocks, 5.3 points)."""
     geo = DeviceGeometry(DDR5_6400_MICRON, subchannels=1)
     rng = np.random.default_rng(99)
     for name, (addrs, writes) in calibration_patterns(2000, geo, rng).items():
@@ -140,7 +159,7 @@ def _queue_bound_streams(geo, rng):
                                "row", 3),
         # writes to the rows the reads opened find them open; each drain stops the ACTs
         "64-line blocks, 35 % writes": (mixed * 64, rng.random(mixed.size) < 0.35,
-                                        "mop4clxor", 5),
+                                        "mop4clxor", 3),
     }
 
 
@@ -149,7 +168,7 @@ def test_streams_the_queue_cannot_hide(preset):
     """Issue 23: the whole-stream bounds put these 10-19 points above the cycle model (row map
     +12.3, stride +10.1, K and V +19.5 on ddr5-6400) and mixed reads and writes 10.6 points
     below it; the queue's window bound and the open-page and drain terms bring them within 3
-    (5 for the mixed one)."""
+    (the mixed one within 3 since the writes are timed drain by drain: it was held at 5)."""
     geo = DeviceGeometry(PRESETS[preset], subchannels=1)
     for name, (addrs, writes, amap, held) in _queue_bound_streams(
             geo, np.random.default_rng(5)).items():
@@ -179,14 +198,16 @@ def test_addresses_outside_the_device_are_rejected():
 
 GOAL_POINTS = 3.0
 """Issue 23, item 4: the estimate within 3 points of peak of the cycle model on every kind."""
-HELD_POINTS = {"one bank": 5.0, "one bank group": 6.0, "stride": 8.0, "hot rows": 7.0,
-               "mixed reads and writes": 14.0, "random blocks": 9.0, "K and V": 13.0}
-"""What the estimate holds per kind (the worst case of `scripts/ddr5_estimate_check.py
---cases 9`, 24 cases a kind, and of 112 cases from seed 50, rounded up, and one bank group
-+5.4 found by this test on 400 requests; docs/results/ddr5_estimate.md): was 8, 8, 8, 8, 19,
-22 and 22 points on all maps but the row map, before the queue's window bound and the
-open-page and drain terms. No kind but one bank meets the 3-point goal in every case yet;
-these guard against regression while the rest stays open (GOAL_POINTS)."""
+HELD_POINTS = {"one bank": 3.0, "one bank group": 6.0, "stride": 4.0, "hot rows": 5.0,
+               "mixed reads and writes": 7.0, "random blocks": 4.0, "K and V": 11.0}
+"""What the estimate holds per kind: the worst of `scripts/ddr5_estimate_check.py --cases 9`
+(168 cases, seeds 0 to 6,999; docs/results/ddr5_estimate.md) and of this test's 24 draws,
+rounded up (one bank -2.4, one bank group +5.5 on a draw of this test, stride +3.3, hot rows
++4.2, mixed reads and writes +6.6, random blocks +3.4, K and V -10.1); was 5, 6, 8, 7, 14, 9 and
+13 before rows fought over in the queue stopped lasting into the next window, the writes were
+timed drain by drain and the loss factor was refit over both presets and every map. The fit
+uses other seeds (scripts/calibrate_ddr5.py: from 50,000). Only one bank meets the 3-point goal
+(GOAL_POINTS) in every case; what the rest miss is in docs/results/ddr5_estimate.md."""
 MAPS_HELD = ALL_ADDRESS_MAPS
 """Every map, the row map (a 4 KB block in one bank) included: it was left out while the
 estimate was 39 points off there (K and V)."""

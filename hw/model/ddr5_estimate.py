@@ -6,31 +6,42 @@ Per sub-channel the stream is reduced to counts. Row visits: the controller (FR-
 every queued request of an open row before it closes it, so a sub-channel's stream is cut into
 windows of ``QUEUE_WINDOW`` requests and each (bank, row, direction) of a window is one visit
 (split where its requests lie more than ``ROW_REACH`` apart: the row idled shut in between),
-continuing the bank's last visit of the window before when it is the same row. Each JEDEC rule
-then bounds the busy time from below:
+continuing the bank's last visit of the window before when it is the same row (of either
+direction: open page) and no other row of the bank was wanted after it began (with another row
+waiting, the open one closes as soon as the queue holds none of its requests: K and V of a
+cluster in one bank switch rows every window). Each JEDEC rule then bounds the busy time from
+below:
 
-* data bus: a burst per read; the writes a write queue at a time, each batch at least a burst a
-  write and tCCD_L_WR apart in its busiest bank group; per write drain a turnaround, or PRE and
-  ACT to tRCD where the new direction's rows are not open (``drain_tck``);
+* data bus: a burst per read; the writes drain by drain (``_write_tck``: each drain serves
+  WRITE_BATCH of the WRITE_POOL writes the write queue holds, the least busy banks' and groups'
+  first, and takes their bursts, its busiest group's writes tCCD_L_WR apart, or its busiest
+  bank's writes one after another, a row visit apart where they are in different rows); per
+  write drain a turnaround, or PRE, ACT and tRCD where the new direction's rows are not open
+  (``drain_tck``); the drains (``_drains``) at most one per WRITE_BATCH writes that finds a read
+  waiting, and where writes are most of the stream, one per the reads served while WRITE_BATCH
+  writes enter;
 * per bank group: its reads tCCD_L apart, its writes tCCD_L_WR apart; its activations tRRD_L;
 * per sub-channel: activations tRRD_S apart, four per tFAW;
 * per bank: its visits one after another, each ACT, tRCD, its column commands (tCCD_L or
-  tCCD_L_WR apart), tRTP (or the write recovery) and PRE, and at least tRC;
+  tCCD_L_WR apart, the first with none before it), tRTP (or the write recovery) and PRE, and at
+  least tRC;
 * arrival: the front end delivers ``lines_per_cycle`` lines per cycle to the whole device, so
   the sub-channel cannot finish its k-th request's share of the work before that request came;
 * the queue (``_queue_path``): the controller sees only QUEUE_DEPTH requests, so the work of
   each window of that many requests on each resource (bus, ACT rate, bank group, bank) waits
   for the windows before it to enter and issue: a bank group that holds the whole queue, or a
   bank whose rows interleaved streams fight over, stalls the bus, which the whole-stream
-  bounds above cannot see.
+  bounds above cannot see. It has the arrivals in it (the arrival bound is not added to it).
 
-The largest bound is what an ideal controller reaches; the real one loses a little more to row
-switches it cannot hide and to write drains. That loss, on the data bus, is the calibrated
-factor ``1 + c0 + c1 a + c2 a^2 + c3 d + c4 r^2`` (``a`` activations, ``d`` write drains per
-request, ``r`` the load: see ``features``), at least 1,
-fitted per preset by ``scripts/calibrate_ddr5.py`` (least squares in points of peak bandwidth)
-and stored in ``ddr5_calibration.json`` beside this file, with the error of the fit. All-bank
-refresh comes on top where the run is long enough to meet one (every nREFI, nRFC each).
+The largest bound is what an ideal controller reaches; the real one loses more to row switches
+it cannot hide and to write drains. That loss, on the data bus, is the calibrated factor
+``1 + c . features`` (at least 1; ``features``: activations per request and their square, write
+drains per request, arrivals at the bus rate with row openings, the queue's windows that wait
+for row switches, and the bus tied with a bank group while rows switch; no constant term),
+fitted by ``scripts/calibrate_ddr5.py`` (linear least squares on the factor the cycle model
+needs, over both presets together) and stored in ``ddr5_calibration.json`` beside this file,
+with the error of the fit. All-bank refresh comes on top where the run is long enough to meet
+one (every nREFI, nRFC each).
 """
 
 from __future__ import annotations
@@ -48,7 +59,7 @@ from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE, ControllerConfig
 from nelssa.hw.model.ddr5_timing import DDR5Timing
 
 CALIBRATION_FILE = Path(__file__).with_name("ddr5_calibration.json")
-NUM_COEFFICIENTS = 5
+NUM_COEFFICIENTS = 6
 QUEUE_WINDOW = 2 * ControllerConfig().read_queue
 """The reach of the controller's reordering, in requests of the sub-channel: twice its read
 queue, since an open row also takes the requests that enter while it is served (on one-bank
@@ -57,10 +68,10 @@ ROW_REACH = ControllerConfig().read_queue + ControllerConfig().close_idle // 8
 """Requests of the sub-channel after which an open row no longer takes a request for it: the
 next one is still outside the queue when the row has idled ``close_idle`` tCK (at one burst,
 8 tCK, a request), so the row was closed meanwhile."""
-WRITE_WINDOW = ControllerConfig().write_queue
-"""Writes the controller chooses among while it drains (its write queue)."""
 WRITE_BATCH = ControllerConfig().write_high - ControllerConfig().write_low
 """Writes served per drain."""
+WRITE_POOL = ControllerConfig().write_queue
+"""Writes a drain chooses among (the write queue: writes keep entering while it drains)."""
 
 
 @dataclass(frozen=True)
@@ -88,12 +99,16 @@ class SubchannelCounts:
     write_activations: int = 0
     """Row visits of writes (among ``activations``)."""
     write_tck: float = 0.0
-    """Time of the writes, a write queue's worth at a time (WRITE_WINDOW), each batch
-    at least a burst a write and tCCD_L_WR apart in its busiest bank group."""
+    """Time of the writes, drain by drain (:func:`_write_tck`)."""
     arrivals: npt.NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
     """Cycle each of the sub-channel's requests leaves the front end (stream order)."""
     queue_tck: float = 0.0
     """Last column command of the queue's critical path (:func:`_queue_path`), in tCK."""
+    conflicts: float = 0.0
+    """Windows of QUEUE_DEPTH requests whose banks switch rows: the sum over the windows of the
+    squared share of row visits beyond each bank's first per bank the window holds (at most 1):
+    the queue fills with requests that wait for the switches, and few banks are left to hide
+    them behind."""
 
 
 @dataclass(frozen=True)
@@ -163,9 +178,23 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
     bc_last_row[bc_of_group[is_last]] = g_row[is_last]
     bc_last_pos = np.zeros(bc_start.size, np.int64)
     bc_last_pos[bc_of_group[is_last]] = g_last[is_last]
+    # rows a bank visits in a window: with another row waiting, the open one closes as soon as
+    # the queue holds none of its requests, so it does not last into the next window
+    bc_first = np.zeros(bc_start.size, np.int64)
+    bc_first[bc_of_group[is_last]] = g_first[is_last]
+    other_row = g_row >> 1 != bc_last_row[bc_of_group] >> 1
+    later = np.where(other_row, g_last, -1)
+    bc_waits = (np.maximum.reduceat(later, bc_start) > bc_first) if n else np.zeros(0, bool)
+    # unless the bank holds most of the queue: then the open row lasts until the queue is full
+    # of the other row's requests, and its new requests keep coming meanwhile
+    bc_reqs = np.add.reduceat(g_hits, bc_start) if n else np.zeros(0, np.int64)
+    win_reqs = np.bincount(sc * chunks + chunk, minlength=geometry.subchannels * chunks)
+    bc_win = (bc_key // chunks // t.banks) * chunks + bc_key % chunks
+    bc_waits &= 2 * bc_reqs < win_reqs[bc_win]
     prev = np.searchsorted(bc_key, g_bc - 1)
     prev = np.minimum(prev, bc_key.size - 1)
-    continues = ((bc_key[prev] == g_bc - 1) & (bc_last_row[prev] == g_row) & (g_bc % chunks > 0)
+    continues = ((bc_key[prev] == g_bc - 1) & (bc_last_row[prev] >> 1 == g_row >> 1)
+                 & ~bc_waits[prev] & (g_bc % chunks > 0)
                  & (g_first - bc_last_pos[prev] <= ROW_REACH))
     # open page: the writes to a row its reads of the window opened find it open (and the other
     # way round), unless the bank opened another row between them
@@ -177,12 +206,28 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
     col = g_reads * t.nCCD_L + g_writes * t.nCCD_L_WR
     close = np.where(g_writes > 0, t.write_to_precharge, t.nRTP)
     g_bank = g_bc // chunks
-    g_tck = col + new_visit * (t.nRCD + close + t.nRP - t.nCCD_L)
+    first_gap = np.where(g_writes > 0, t.nCCD_L_WR, t.nCCD_L)  # no column command before it
+    g_tck = col + new_visit * (t.nRCD + close + t.nRP - first_gap)
     banks_total = geometry.subchannels * t.banks
     bank_tck = np.bincount(g_bank, weights=g_tck, minlength=banks_total)
     bank_acts = np.bincount(g_bank, weights=new_visit, minlength=banks_total)
+    # the queue's windows whose banks switch rows: per window of QUEUE_DEPTH requests, the row
+    # visits beyond each bank's first over the banks it holds (the banks that can hide a switch)
+    per_sub = n // QUEUE_DEPTH + 1
+    q_win = sc * per_sub + pos // QUEUE_DEPTH
+    v_win = (g_bank // t.banks) * per_sub + g_first // QUEUE_DEPTH
+    cells = geometry.subchannels * per_sub
+    visits_w = np.bincount(v_win, weights=new_visit, minlength=cells)
+    bank_w = np.unique(q_win * t.banks + bank)  # (window, bank) pairs
+    banks_w = np.bincount(bank_w // t.banks, minlength=cells)
+    q = np.minimum(1.0, np.maximum(visits_w - banks_w, 0) / np.maximum(banks_w, 1))
+    conflicts = np.bincount(np.arange(cells) // per_sub, weights=q * q,
+                            minlength=geometry.subchannels)
     write_acts = np.bincount(g_bank // t.banks, weights=new_visit & (g_row & 1 == 1),
                              minlength=geometry.subchannels)
+    nwr = np.bincount(sc, weights=wr, minlength=geometry.subchannels)
+    write_tck = _write_tck(geometry, sc[wr], bank[wr], write_acts / np.maximum(nwr, 1),
+                           np.diff(sub_start) - nwr)
     bank_tck = np.maximum(bank_tck, bank_acts * t.nRC).reshape(geometry.subchannels, t.banks)
     bank_acts = bank_acts.reshape(geometry.subchannels, t.banks)
     grp = bank_key // t.banks_per_group  # sub-channel * groups + group
@@ -195,8 +240,6 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
     per_group = np.bincount(grp, minlength=groups_total).reshape(geometry.subchannels,
                                                                  t.bank_groups)
     reqs = np.diff(sub_start)
-    write_tck = _write_tck(geometry, sc[wr], bank[wr])
-    nwr = np.bincount(sc, weights=wr, minlength=geometry.subchannels)
     flips = (sc[1:] == sc[:-1]) & (wr[1:] != wr[:-1])
     switches = np.bincount(sc[1:][flips], minlength=geometry.subchannels)
     new_req = np.zeros(n, bool)  # the request that opens its visit's row (an ACT)
@@ -213,7 +256,7 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
             int(reqs[s]), int(nwr[s]), int(bank_acts[s].sum()), int(per_group[s].max()),
             int(bank_acts[s].max()), int(arr[-1]), int(switches[s]),
             float(group_tck[s].max()), int(group_acts[s].max()), float(bank_tck[s].max()),
-            int(write_acts[s]), float(write_tck[s]), arr, float(queue[s])))
+            int(write_acts[s]), float(write_tck[s]), arr, float(queue[s]), float(conflicts[s])))
     return out
 
 
@@ -317,34 +360,93 @@ def _queue_path(t: DDR5Timing, sc: np.ndarray, bank: np.ndarray, wr: np.ndarray,
 _SEGMENT = float(2**36)  # > any time in tCK: keeps a segmented running maximum in its segment
 
 
-def _write_tck(geometry: DeviceGeometry, sc: np.ndarray, bank: np.ndarray) -> np.ndarray:
-    """Per sub-channel: the writes (their sub-channels and banks, in stream order) served in
-    batches of WRITE_WINDOW, each batch as long as its bursts or its busiest bank group's writes
-    tCCD_L_WR apart."""
+def _fewest(counts: list[int], want: int) -> int:
+    """The least m such that taking at most m of each count takes ``want`` in all."""
+    held = sorted(c for c in counts if c)
+    below, m = 0, 1  # below: the counts under m, taken whole
+    while True:
+        while held and held[0] < m:
+            below += held.pop(0)
+        if below + m * len(held) >= want or not held:
+            return m
+        m += 1
+
+
+def _write_tck(geometry: DeviceGeometry, sc: np.ndarray, bank: np.ndarray,
+               row_share: np.ndarray, reads: np.ndarray) -> np.ndarray:
+    """Per sub-channel: the time of its writes (their sub-channels and banks, in stream order),
+    drain by drain. Each drain finds the write queue filled to WRITE_POOL and serves WRITE_BATCH
+    of them, those it can serve soonest: the fewest from any one bank (FR-FCFS serves the ready
+    ones and leaves the busy bank's for later). A drain takes its bursts, its busiest bank
+    group's writes tCCD_L_WR apart (the drain balanced over the groups), or its busiest bank's
+    writes one after another: tCCD_L_WR apart in one row, a row visit (ACT, tRCD, write
+    recovery, PRE, tRP) apart in different rows, mixed by ``row_share`` (write row visits per
+    write of the sub-channel), from when the bank is free of the drains before (the
+    sub-channel's ``reads`` are served between drains, as many between any two). The writes a
+    drain leaves wait for the next."""
     t = geometry.timing
     subs = geometry.subchannels
+    out = np.zeros(subs)
     if not sc.size:
-        return np.zeros(subs)
-    start = np.searchsorted(sc, np.arange(subs))
-    batch = (np.arange(sc.size) - start[sc]) // WRITE_WINDOW
-    batches = int(batch.max()) + 1
-    key = (sc * batches + batch) * t.bank_groups + bank // t.banks_per_group
-    per_group = np.bincount(key, minlength=subs * batches * t.bank_groups)
-    per_group = per_group.reshape(subs, batches, t.bank_groups)
-    busiest = per_group.max(axis=2)
-    per_batch = np.maximum(per_group.sum(axis=2) * t.burst_cycles,
-                           np.maximum(busiest - 1, 0) * t.nCCD_L_WR + t.burst_cycles)
-    return per_batch.sum(axis=1).astype(np.float64)
+        return out
+    start = np.searchsorted(sc, np.arange(subs + 1))
+    visit = max(t.nRCD + t.write_to_precharge + t.nRP, t.nRC)
+    per_group = t.banks_per_group
+    for s in range(subs):
+        b = bank[start[s]:start[s + 1]]
+        if not b.size:
+            continue
+        apart = row_share[s] * visit + (1 - row_share[s]) * t.nCCD_L_WR
+        cum = np.zeros((b.size + 1, t.banks), np.int64)  # writes per bank before each
+        cum[1:] = np.cumsum(np.eye(t.banks, dtype=np.int64)[b], axis=0)
+        seen = [0] * t.banks
+        pool = [0] * t.banks
+        ready = [0.0] * t.banks  # when each bank may take its next write
+        between = reads[s] * t.burst_cycles * WRITE_BATCH / b.size  # reads between two drains
+        taken, total, now = 0, 0.0, 0.0
+        while True:
+            nxt = min(b.size, taken + WRITE_POOL - sum(pool))
+            upto = cum[nxt].tolist()
+            pool = [p + y - x for p, x, y in zip(pool, seen, upto, strict=True)]
+            taken, seen = nxt, upto
+            held = sum(pool)
+            if not held:
+                break
+            want = held if taken == b.size else min(WRITE_BATCH, held)
+            m = _fewest(pool, want)
+            served = [min(p, m) for p in pool]
+            # the same drain balanced over the bank groups instead
+            in_group = [sum(pool[g:g + per_group]) for g in range(0, t.banks, per_group)]
+            m_group = _fewest(in_group, want)
+            end = now + max(sum(served) * t.burst_cycles,
+                            (m_group - 1) * t.nCCD_L_WR + t.burst_cycles)
+            for k in (k for k, x in enumerate(served) if x):
+                last = max(now, ready[k]) + (served[k] - 1) * apart
+                ready[k] = last + apart
+                end = max(end, last + t.burst_cycles)
+            total += end - now
+            now = end + between
+            pool = [p - x for p, x in zip(pool, served, strict=True)]
+        out[s] = total
+    return out
 
 
-def _drains(c: SubchannelCounts) -> float:
+def _drains(c: SubchannelCounts, t: DDR5Timing) -> float:
     """Write drains that end in a turnaround to reads: at most one per change of direction, and
     one per WRITE_BATCH writes that finds a read waiting (reads arrive at random, so a batch
-    finds none with probability exp(-reads per batch))."""
+    finds none with probability exp(-reads per batch)). And where writes are most of the stream,
+    a drain lasts until the reads fill their queue (the writes that keep entering keep the write
+    queue above ``write_low``); the reads in between are those served while WRITE_BATCH writes
+    enter, a request a cycle, a burst a read: one drain per WRITE_BATCH / (w x bursts a cycle)
+    reads (``w`` the write fraction)."""
     if not c.writes:
         return 0.0
-    reads_per_batch = WRITE_BATCH * (c.requests - c.writes) / c.writes
-    return min(c.switches / 2, c.writes / WRITE_BATCH * -np.expm1(-reads_per_batch))
+    reads = c.requests - c.writes
+    reads_per_batch = WRITE_BATCH * reads / c.writes
+    w = c.writes / c.requests
+    per_phase = WRITE_BATCH * TCK_PER_CYCLE / (w * t.burst_cycles)
+    return min(c.switches / 2, c.writes / WRITE_BATCH * -np.expm1(-reads_per_batch),
+               max(1.0, reads / per_phase))
 
 
 def drain_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
@@ -352,12 +454,17 @@ def drain_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     or, where the new direction's rows are not open (the controller opens rows only for the
     queue it serves), for PRE and ACT to tRCD, whichever is longer."""
     reads = c.requests - c.writes
-    open_rows = t.nRCD + TCK_PER_CYCLE  # ACT the cycle after the switch, tRCD to the column
+    open_rows = t.nRP + t.nRCD + TCK_PER_CYCLE  # PRE the cycle after the switch, ACT, tRCD
     to_write = max(t.read_to_write - t.burst_cycles,
                    open_rows * c.write_activations / max(c.writes, 1))
     to_read = max(t.write_to_read(False) - t.burst_cycles,
                   open_rows * (c.activations - c.write_activations) / max(reads, 1))
     return to_write + to_read
+
+
+def _drain_time(c: SubchannelCounts, t: DDR5Timing) -> float:
+    """Bus time the write drains lose: their number times each one's."""
+    return _drains(c, t) * drain_tck(c, t) if c.writes else 0.0
 
 
 def bank_side_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
@@ -371,22 +478,29 @@ def data_bus_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     """The data bus: a burst per read, the writes drain by drain, and a read/write turnaround
     per drain."""
     reads = c.requests - c.writes
-    return reads * t.burst_cycles + c.write_tck + _drains(c) * drain_tck(c, t)
+    return reads * t.burst_cycles + c.write_tck + _drain_time(c, t)
 
 
 def activation_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     """The sub-channel's activations: tRRD_S apart, four per tFAW; and each write drain stops
     them as it stops the bus (rows open only for the queue being served)."""
-    return c.activations * max(t.nRRD_S, t.nFAW / 4) + _drains(c) * drain_tck(c, t)
+    return c.activations * max(t.nRRD_S, t.nFAW / 4) + _drain_time(c, t)
 
 
 def features(c: SubchannelCounts, t: DDR5Timing) -> npt.NDArray[np.float64]:
-    """The terms the calibration weighs, per request: 1, activations a, a^2, write drains d,
-    and the squared load r^2 (r: the last arrival over the data bus time, at most 1: requests
-    that come as fast as the bus serves them leave no slack to hide a row switch in)."""
+    """The terms the calibration weighs: activations per request ``a`` and ``a^2``; write
+    drains per request ``d``; ``r^8 a``, with r the load (the last arrival over the data bus
+    time, at most 1: requests that come as fast as the bus serves them leave the queue nearly
+    empty, with nothing to hide a row opening behind); ``q``, the queue's windows that wait for
+    row switches per request (``SubchannelCounts.conflicts``); and ``s``, near 1 where the bus
+    and the busiest bank or bank group tie while rows switch (neither hides the other's gaps).
+    No constant: a stream that needs no row switch and no turnaround runs at the bound."""
     a = c.activations / c.requests
     load = min(1.0, c.last_arrival * TCK_PER_CYCLE / (c.requests * t.burst_cycles))
-    return np.array([1.0, a, a * a, _drains(c) / c.requests, load * load])
+    bus, bank = data_bus_tck(c, t), bank_side_tck(c, t)
+    tie = (min(bus, bank) / max(bus, bank, 1.0)) ** 8 * min(1.0, 10 * a)
+    return np.array([a, a * a, _drains(c, t) / c.requests, load ** 8 * a,
+                     c.conflicts / c.requests, tie])
 
 
 def with_refresh(busy_tck: float, t: DDR5Timing) -> float:
@@ -403,12 +517,12 @@ def busy_tck(c: SubchannelCounts, t: DDR5Timing, coefficients: npt.ArrayLike) ->
     busy = max(bank_side_tck(c, t), activation_tck(c, t),
                # the bound is an ideal controller's: a real one is never faster
                data_bus_tck(c, t) * max(1.0, 1.0 + float(np.dot(features(c, t), coefficients))))
-    busy = max(busy, c.queue_tck - t.nRCD)  # the tail adds tRCD, tCL and the burst
     if c.arrivals is not None:
         per = busy / c.requests
         late = c.arrivals * float(TCK_PER_CYCLE) - np.arange(c.requests) * per
         busy += max(0.0, float(late.max()))
-    return busy
+    # the queue's path has the arrivals in it already
+    return max(busy, c.queue_tck - t.nRCD)  # the tail adds tRCD, tCL and the burst
 
 
 def subchannel_cycles(c: SubchannelCounts, t: DDR5Timing,
