@@ -526,10 +526,13 @@ def busy_tck(c: SubchannelCounts, t: DDR5Timing, coefficients: npt.ArrayLike) ->
 
 
 def subchannel_cycles(c: SubchannelCounts, t: DDR5Timing,
-                      coefficients: npt.ArrayLike) -> int:
-    """Estimated controller cycles until the sub-channel's last burst."""
+                      coefficients: npt.ArrayLike, refresh: bool = True) -> int:
+    """Estimated controller cycles until the sub-channel's last burst (``refresh``: with the
+    refreshes that fall inside, else without)."""
     tail = t.nRCD + t.nCL + t.burst_cycles  # the last request's own latency
-    busy = with_refresh(busy_tck(c, t, coefficients), t)
+    busy = busy_tck(c, t, coefficients)
+    if refresh:
+        busy = with_refresh(busy, t)
     return int(np.ceil((busy + tail) / TCK_PER_CYCLE))
 
 
@@ -551,11 +554,14 @@ def coefficients_for(timing: DDR5Timing) -> npt.NDArray[np.float64]:
 def estimate_device(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
                     geometry: DeviceGeometry, address_map: str = "cacheline",
                     lines_per_cycle: int = 4,
-                    coefficients: npt.ArrayLike | None = None) -> Estimate:
-    """Estimated cycles of a stream of 64-byte requests (as run_device would replay it)."""
+                    coefficients: npt.ArrayLike | None = None,
+                    refresh: bool = True) -> Estimate:
+    """Estimated cycles of a stream of 64-byte requests (as run_device would replay it);
+    ``refresh=False`` leaves out the refreshes (for a caller that places them itself: the
+    model device, hw/model/device_timing.Refresh)."""
     t = geometry.timing
     coef = coefficients_for(t) if coefficients is None else np.asarray(coefficients)
     counts = count_subchannels(addrs, writes, geometry, address_map, lines_per_cycle)
-    per = [subchannel_cycles(c, t, coef) if c else 0 for c in counts]
+    per = [subchannel_cycles(c, t, coef, refresh) if c else 0 for c in counts]
     n = int(np.asarray(addrs).size)
     return Estimate(max(per), per, n * t.burst_bytes)

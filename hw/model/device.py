@@ -414,7 +414,7 @@ class ModelDevice(DevicePort):
         mem = 0
         if lines:
             mem = estimate_device(np.asarray(lines, dtype=np.int64), None, self.geometry,
-                                  lines_per_cycle=4).cycles
+                                  lines_per_cycle=4, refresh=False).cycles
         return unit, mem
 
     def _bump64(self, name: str, by: int) -> None:
