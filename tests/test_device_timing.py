@@ -1,13 +1,16 @@
-"""The model device's timing held to the RTL's (issue 23 item 3): on random batches (head_dim,
+"""The model device's timing held to the RTL (issue 23 item 3): on random batches (head_dim,
 GQA group, cluster lengths, selections, several descriptors in flight over the four units,
 Memory API traffic alongside in some; hw/model/timing_workloads.py) the model's busy cycles
-against the Verilated device's. The workloads are the first ten of
+against the Verilated device's, the model rung in at the cycle the RTL's submission ended at,
+so that both meet DDR5 refresh at the same points. The workloads are the first ten of
 scripts/device_timing_check.py's (seeds 100-109), not those the calibration was fitted on
-(scripts/calibrate_device.py: seeds 0-15).
+(scripts/calibrate_device.py: seeds 0-23).
 
-Bounds: the median within 5 %, every workload within 12 %. The issue's goal is every workload
-within 5 %; 17 of 20 are at the calibration of this commit (python scripts/device_timing_check.py),
-the rest small batches (under 2,000 cycles) or heavy host traffic.
+Bounds: the median within 3 %, eight of ten within 5 %, every workload within 10 %. The
+issue's goal is every workload within 5 %; the misses (docs/results/device_timing.md) are
+batches whose units run four at once on rows that the per-descriptor DDR5 estimate does not
+see them fight over, and a refresh window met by one side only where the model's round ends
+a little early.
 """
 
 from __future__ import annotations
@@ -38,8 +41,10 @@ def test_model_cycles_follow_the_rtl_on_random_batches():
     finally:
         rtl.close()
     worst = max(errors, key=lambda w: abs(errors[w]))
-    assert np.median(np.abs(list(errors.values()))) <= 5.0, errors
-    assert abs(errors[worst]) <= 12.0, f"{worst}: {errors[worst]:+.2f} %"
+    size = np.abs(list(errors.values()))
+    assert np.median(size) <= 3.0, errors
+    assert (size <= 5.0).sum() >= 8, errors
+    assert abs(errors[worst]) <= 10.0, f"{worst}: {errors[worst]:+.2f} %"
     # the batches span the shapes the check is about
     assert {w.head_dim for w in errors} == {64, 128}
     assert any(w.traffic_bytes for w in errors) and any(not w.traffic_bytes for w in errors)
