@@ -42,7 +42,7 @@ def bf16(rng: np.random.Generator, shape) -> np.ndarray:
 def run(port, args) -> dict[str, object]:
     dev = Device(port)
     mem = MemoryApi(dev, 1 << 20, 1 << 34)
-    cq = CommandQueue(mem, entries=16)
+    cq = CommandQueue(mem, entries=64)
     rng = np.random.default_rng(args.seed)
     hd, heads = 128, 4
     n_clusters = args.context // 16
