@@ -40,8 +40,9 @@ DDR5_CHECKER = [
 ]
 """The sim-only DDR5 timing checker and its package."""
 
-DDR5_CTRL = [RTL_ROOT / "mem" / "nelssa_ddr5_pkg.sv", RTL_ROOT / "mem" / "nelssa_ddr5_ctrl.sv"]
-"""The synthesizable sub-channel memory controller."""
+DDR5_CTRL = [RTL_ROOT / "mem" / f"{name}.sv" for name in (
+    "nelssa_ddr5_pkg", "nelssa_ddr5_sched_tries", "nelssa_ddr5_sched_parallel", "nelssa_ddr5_ctrl")]
+"""The synthesizable sub-channel memory controller and its two schedulers (its ParallelSched)."""
 
 DDR5_BENCH = [*DDR5_CTRL, RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
               RTL_ROOT / "sim" / "nelssa_ddr5_bench_top.sv"]
