@@ -13,7 +13,8 @@ module nelssa_ddr5_sched_parallel
   parameter int unsigned TckW = 20          // width of the wrapping tCK registers (the controller's)
 ) (
   // (the interface of both forms: this one keeps no state, so it needs no clock; neither the
-  // open positions nor the entering request, which only the tries' counts follow)
+  // open positions, nor the open rows and the entering request, which only the tries' counts
+  // follow)
   /* verilator lint_off UNUSEDSIGNAL */
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -53,14 +54,10 @@ module nelssa_ddr5_sched_parallel
   input  ddr5_entry_t           req_i,
   input  logic                  req_write_i,
   output logic                  req_same_line_o,
-  // the request joins its queue this cycle: at position enter_at_i, a row hit or not, its bank
-  // open or not after this cycle's row commands; the bank planes after this cycle
+  // the row open in each open bank, and whether the request joins its queue this cycle
   /* verilator lint_off UNUSEDSIGNAL */
+  input  logic [15:0]           orow_i [32],
   input  logic                  enter_i,
-  input  logic [4:0]            enter_at_i,
-  input  logic                  enter_hit_i,
-  input  logic                  enter_open_i,
-  input  logic [31:0]           bank_d_i [2][5],
   /* verilator lint_on UNUSEDSIGNAL */
   // the column command: valid, position and slot of its entry, tCK offset in the cycle, entry
   output logic                  col_valid_o,

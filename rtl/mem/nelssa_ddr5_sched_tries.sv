@@ -55,13 +55,9 @@ module nelssa_ddr5_sched_tries
   input  ddr5_entry_t           req_i,
   input  logic                  req_write_i,
   output logic                  req_same_line_o,
-  // the request joins its queue this cycle: at position enter_at_i, a row hit or not, its bank
-  // open or not after this cycle's row commands; the bank planes after this cycle
+  // the row open in each open bank, and whether the request joins its queue this cycle
+  input  logic [15:0]           orow_i [32],
   input  logic                  enter_i,
-  input  logic [4:0]            enter_at_i,
-  input  logic                  enter_hit_i,
-  input  logic                  enter_open_i,
-  input  logic [31:0]           bank_d_i [2][5],
   // the column command: valid, position and slot of its entry, tCK offset in the cycle, entry
   output logic                  col_valid_o,
   output logic [4:0]            col_idx_o,
@@ -398,6 +394,10 @@ module nelssa_ddr5_sched_tries
     automatic logic [4:0] b;
     automatic logic wa;
     automatic logic wq;
+    automatic logic [4:0] enter_at;   // the entering request's position
+    automatic logic enter_open;       // its bank open after this cycle's row commands
+    automatic logic [15:0] enter_orow;
+    automatic qmask_t of_req;         // its bank's positions after this cycle
     if (!rst_ni) begin
       // verilator unroll_full
       for (int q = 0; q < 2; q++) begin
@@ -416,6 +416,8 @@ module nelssa_ddr5_sched_tries
       hit_n = hit_n_q;
       bank_n = bank_n_q;
       wanted = wanted_q;
+      enter_open = open_i[req_i.bank];
+      enter_orow = orow_i[req_i.bank];
       // an ACT holds the entries of its bank if any wants its row; a PRE frees them
       // verilator unroll_full
       for (int r = 0; r < 2; r++) begin
@@ -423,6 +425,10 @@ module nelssa_ddr5_sched_tries
           b = row_bank_o[r];
           unique case (row_cmd_o[r])
             CMD_ACT: begin
+              if (b == req_i.bank) begin
+                enter_open = 1'b1;
+                enter_orow = row_row_o[r];
+              end
               // verilator unroll_full
               for (int q = 0; q < 2; q++) begin
                 of_b = `NELSSA_HOLDING(bank_i[q], b);
@@ -431,6 +437,7 @@ module nelssa_ddr5_sched_tries
               end
             end
             CMD_PRE: begin
+              if (b == req_i.bank) enter_open = 1'b0;
               // verilator unroll_full
               for (int q = 0; q < 2; q++) begin
                 of_b = `NELSSA_HOLDING(bank_i[q], b);
@@ -452,15 +459,23 @@ module nelssa_ddr5_sched_tries
         if (bank_n[wa][col_bank] == '0) wanted[wa][col_bank] = 1'b0;
       end
       // a new hit holds its bank's entries, the new one included; any other new entry is held
-      // if its bank already is
+      // if its bank already is. (Its bank's positions after this cycle: those before it, moved
+      // down past the served entry, and its own; the bits above the live positions differ from
+      // the controller's planes there, which nothing reads.)
       if (enter_i) begin
-        if (enter_hit_i) begin
+        enter_at = 5'(n_i[wq] - ((col_valid_o && wa == wq) ? 6'd1 : 6'd0));
+        if (enter_open && enter_orow == req_i.row) begin
           hit_n[wq][req_i.bank] = hit_n[wq][req_i.bank] + 6'd1;
-          if (hit_n[wq][req_i.bank] == 6'd1)
-            qheld[wq] |= `NELSSA_HOLDING(bank_d_i[wq], req_i.bank);
-          else qheld[wq][enter_at_i] = 1'b1;
+          if (hit_n[wq][req_i.bank] == 6'd1) begin
+            of_req = `NELSSA_HOLDING(bank_i[wq], req_i.bank);
+            if (col_valid_o && wa == wq) of_req = `NELSSA_DROP(of_req, col_idx_o);
+            of_req[enter_at] = 1'b1;
+            qheld[wq] |= of_req;
+          end else begin
+            qheld[wq][enter_at] = 1'b1;
+          end
         end else begin
-          qheld[wq][enter_at_i] = enter_open_i && hit_n[wq][req_i.bank] != '0;
+          qheld[wq][enter_at] = enter_open && hit_n[wq][req_i.bank] != '0;
         end
         bank_n[wq][req_i.bank] = bank_n[wq][req_i.bank] + 6'd1;
         wanted[wq][req_i.bank] = 1'b1;
