@@ -10,7 +10,7 @@ module nelssa_ddr5_sched_parallel
   import nelssa_ddr5_pkg::*;
 #(
   parameter timing_t     T    = DDR5_6400,  // timing preset (nelssa_ddr5_pkg)
-  parameter int unsigned TckW = 20          // width of the wrapping tCK registers (the controller's)
+  parameter int unsigned TckW = 20          // width of the controller's wrapping tCK registers
 ) (
   // (the interface of both forms: this one keeps no state, so it needs no clock; neither the
   // open positions, nor the open rows and the entering request, which only the tries' counts

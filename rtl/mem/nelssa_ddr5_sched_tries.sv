@@ -14,7 +14,7 @@ module nelssa_ddr5_sched_tries
   import nelssa_ddr5_pkg::*;
 #(
   parameter timing_t     T    = DDR5_6400,  // timing preset (nelssa_ddr5_pkg)
-  parameter int unsigned TckW = 20          // width of the wrapping tCK registers (the controller's)
+  parameter int unsigned TckW = 20          // width of the controller's wrapping tCK registers
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
