@@ -63,7 +63,7 @@ CXL_MEM_SLAVE = [RTL_ROOT / "top" / "nelssa_dev_pkg.sv", *FIFO,
 DEVICE = [*ENGINE, *CXL_MEM_SLAVE,
           RTL_ROOT / "top" / "nelssa_regs.sv", RTL_ROOT / "top" / "nelssa_line_reader.sv",
           RTL_ROOT / "top" / "nelssa_attn_unit.sv", RTL_ROOT / "top" / "nelssa_cmdq.sv",
-          RTL_ROOT / "top" / "nelssa_device.sv"]
+          RTL_ROOT / "top" / "nelssa_device.sv", RTL_ROOT / "top" / "nelssa_mem_req_split.sv"]
 """The synthesizable device: registers, CXL.mem slave, command queue, attention units."""
 FPGA_TOP = [*DEVICE, RTL_ROOT / "top" / "nelssa_axil_regs.sv",
             RTL_ROOT / "top" / "nelssa_axi_host.sv", RTL_ROOT / "top" / "nelssa_axi_mem.sv",
