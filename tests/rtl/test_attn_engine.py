@@ -230,19 +230,17 @@ FIRES = [("breaks_command_changed", {"CmdHeld"}),
 @pytest.mark.rtl
 @pytest.mark.parametrize(("case", "fired"), FIRES, ids=[c for c, _ in FIRES])
 def test_attn_engine_assertion_fires(case: str, fired: set[str]):
-    """Each input rule of the engine, broken on purpose, fires its assertion (the smallest
-    instance, unoptimized: the build is most of the cost)."""
-    from cocotb_runner import run_cocotb
-
-    run_cocotb(TOP, "test_attn_engine", _params(64, 1, 1), test_filter=case,
-               build_extra=FP_GATED_ARGS, expect_assertion=fired, unoptimized=True)
+    """Each input rule of the engine, broken on purpose, fires its assertion (on the build of
+    test_attn_engine_small[gated], so no build of its own)."""
+    _run(_params(64, 2, 16), test_filter=case, expect_assertion=fired)
 
 
 def _params(head_dim: int, num_qheads: int, max_cluster_tokens: int) -> dict[str, int]:
     return {"HeadDim": head_dim, "NumQHeads": num_qheads, "MaxClusterTokens": max_cluster_tokens}
 
 
-def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = True) -> None:
+def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = True,
+         expect_assertion: set[str] | None = None) -> None:
     from cocotb_runner import run_cocotb
 
     env = {"NELSSA_ENGINE_PARAMS": json.dumps({
@@ -250,7 +248,7 @@ def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = T
         "max_cluster_tokens": params["MaxClusterTokens"]})}
     run_cocotb(TOP, "test_attn_engine", parameters=params, extra_env=env,
                test_filter=test_filter or WITHIN_CONTRACT,
-               build_extra=FP_GATED_ARGS if gated else ())
+               build_extra=FP_GATED_ARGS if gated else (), expect_assertion=expect_assertion)
 
 
 @pytest.mark.rtl
