@@ -544,7 +544,8 @@ module nelssa_ddr5_ctrl
   // queue (the younger ones move down a position) and an accepted request joins the end of its
   // own, in the lowest free slot. (One clocked block with its temporaries at the top, which a
   // Verilated model keeps in the evaluation's locals: as combinational next-state signals they
-  // were evaluated again whenever a request input changed, 7 % of the device's simulated cycle.)
+  // were evaluated again whenever a request input changed: several percent of the device's
+  // simulated cycle, by CPU time on a shared machine.)
   always_ff @(posedge clk_i or negedge rst_ni) begin
     automatic logic wa;
     automatic logic wq;
