@@ -28,6 +28,18 @@ _TIMING_FIELDS = ("bank_groups", "banks_per_group", "row_bytes", "rows", "nCL", 
                   "nRRD_L", "nFAW", "nWTR_S", "nWTR_L", "nRFC", "nREFI", "max_postponed_refresh")
 
 
+_DE_BRUIJN = [0, 1, 28, 2, 29, 14, 24, 3, 30, 22, 20, 15, 25, 17, 4, 8, 31, 27, 13, 23, 21, 19, 16,
+              7, 26, 12, 18, 6, 11, 5, 10, 9]
+"""DE_BRUIJN[(2^k * 0x077CB531 mod 2^32) >> 27] == k"""
+assert all(_DE_BRUIJN[((1 << k) * 0x077CB531 & 0xFFFFFFFF) >> 27] == k for k in range(32))
+
+
+def _table_rows(items: list[str], per_row: int) -> list[str]:
+    """An SV array literal's elements, per_row to a line, commas between them."""
+    rows = [", ".join(items[i:i + per_row]) for i in range(0, len(items), per_row)]
+    return [f"    {r}," for r in rows[:-1]] + [f"    {rows[-1]}"]
+
+
 def render_ddr5_pkg() -> str:
     """nelssa_ddr5_pkg: DRAM commands, checker rules and the timing presets."""
     from nelssa.hw.model.ddr5_checker import CA_CYCLES, CheckRule, DramCmd
@@ -53,6 +65,17 @@ def render_ddr5_pkg() -> str:
         consts.append(const)
         values = ", ".join(str(getattr(t, f)) for f in _TIMING_FIELDS)
         lines += [f"  // {t.name}", f"  localparam timing_t {const} = '{{{values}}};"]
+    lines += ["", "  // a request queued in the sub-channel controller "
+              "(rtl/mem/nelssa_ddr5_ctrl.sv)",
+              "  typedef struct packed {",
+              "    logic [4:0]  bank;  // {bank group, bank}",
+              "    logic [15:0] row;",
+              "    logic [5:0]  col;",
+              "  } ddr5_entry_t;", "",
+              "  // bit position of 2^k from the top five bits of 2^k * 0x077CB531 (a de Bruijn",
+              "  // sequence): the controller's lowest set bit in simulation",
+              "  localparam logic [4:0] DE_BRUIJN [32] = '{",
+              *_table_rows([f"5'd{v}" for v in _DE_BRUIJN], 14), "  };"]
     lines += ["", "  // presets by index, in the order of hw/model/ddr5_timing.PRESETS",
               "  function automatic timing_t preset_timing(int id);", "    unique case (id)"]
     lines += [f"      {i}: return {c};" for i, c in enumerate(consts)]

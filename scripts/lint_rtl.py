@@ -38,7 +38,10 @@ def main() -> int:
     failed = []
     runs = [(top, srcs, {}) for top, srcs in TOPS.items() if top != "nelssa_attn_engine"]
     runs += [("nelssa_attn_engine", ENGINE, v) for v in ENGINE_VARIANTS]
+    # the controller in both scheduler forms (rtl/mem/nelssa_ddr5_ctrl.sv): parallel, the
+    # default, for synthesis; the tries for simulation
     runs += [("nelssa_ddr5_checker", DDR5_CHECKER, {}), ("nelssa_ddr5_ctrl", DDR5_CTRL, {}),
+             ("nelssa_ddr5_ctrl", DDR5_CTRL, {"ParallelSched": 0}),
              ("nelssa_ddr5_bench_top", DDR5_BENCH, {}), ("nelssa_ddr5_mem", DDR5_MEM, {}),
              ("nelssa_ddr5_system", DDR5_SYSTEM, {}), ("nelssa_device", DEVICE, {}),
              ("nelssa_device_sim", DEVICE_SIM, {}), ("nelssa_fpga_top", FPGA_TOP, {}),
@@ -46,8 +49,6 @@ def main() -> int:
     amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
     runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
     runs = [(top, srcs, params, ()) for top, srcs, params in runs]
-    # the controller's synthesis form (see rtl/mem/nelssa_ddr5_ctrl.sv)
-    runs.append(("nelssa_ddr5_ctrl", DDR5_CTRL, {}, ("NELSSA_DDR5_PARALLEL",)))
     # the engine's composite blocks, and its units as simulation builds use them
     runs += [(part.stem, ENGINE, {}, ()) for part in ENGINE_PARTS]
     runs += [("nelssa_attn_engine", ENGINE, v, ("NELSSA_FP_GATED",)) for v in ENGINE_VARIANTS]

@@ -40,8 +40,9 @@ DDR5_CHECKER = [
 ]
 """The sim-only DDR5 timing checker and its package."""
 
-DDR5_CTRL = [RTL_ROOT / "mem" / "nelssa_ddr5_pkg.sv", RTL_ROOT / "mem" / "nelssa_ddr5_ctrl.sv"]
-"""The synthesizable sub-channel memory controller."""
+DDR5_CTRL = [RTL_ROOT / "mem" / f"{name}.sv" for name in (
+    "nelssa_ddr5_pkg", "nelssa_ddr5_sched_tries", "nelssa_ddr5_sched_parallel", "nelssa_ddr5_ctrl")]
+"""The synthesizable sub-channel memory controller and its two schedulers (its ParallelSched)."""
 
 DDR5_BENCH = [*DDR5_CTRL, RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
               RTL_ROOT / "sim" / "nelssa_ddr5_bench_top.sv"]
@@ -62,7 +63,7 @@ CXL_MEM_SLAVE = [RTL_ROOT / "top" / "nelssa_dev_pkg.sv", *FIFO,
 DEVICE = [*ENGINE, *CXL_MEM_SLAVE,
           RTL_ROOT / "top" / "nelssa_regs.sv", RTL_ROOT / "top" / "nelssa_line_reader.sv",
           RTL_ROOT / "top" / "nelssa_attn_unit.sv", RTL_ROOT / "top" / "nelssa_cmdq.sv",
-          RTL_ROOT / "top" / "nelssa_device.sv"]
+          RTL_ROOT / "top" / "nelssa_device.sv", RTL_ROOT / "top" / "nelssa_mem_req_split.sv"]
 """The synthesizable device: registers, CXL.mem slave, command queue, attention units."""
 FPGA_TOP = [*DEVICE, RTL_ROOT / "top" / "nelssa_axil_regs.sv",
             RTL_ROOT / "top" / "nelssa_axi_host.sv", RTL_ROOT / "top" / "nelssa_axi_mem.sv",

@@ -15,6 +15,8 @@
 // The order of floating-point operations is the contract with hw/model/engine.py; see
 // docs/numerics.md. Throughput: one beat per cycle inside a K or V phase; each cluster costs
 // two stall cycles at its K->V turn (last score, softmax set-up); the first cluster one more.
+`include "nelssa_assert.svh"
+
 module nelssa_attn_engine
   import nelssa_engine_pkg::*;
 #(
@@ -624,4 +626,24 @@ module nelssa_attn_engine
   assign done_o   = (state_q == StDone);
   assign status_o = status_q;
   assign busy_o   = (state_q != StIdle);
+
+  // ---------------------------------------------------------------------------------------------
+  // Protocol rules. A command offered stays offered, unchanged, until taken. A cluster entry or a
+  // beat not taken may be withdrawn (the engine takes what is offered when it is ready: the
+  // testbenches' gaps do so), but one still offered in the next cycle is the same one.
+  `NELSSA_ASSERT_HOLD(CmdHeld, cmd_valid_i, cmd_ready_o,
+                      {cmd_head_dim_i, cmd_num_qheads_i, cmd_num_clusters_i, cmd_scale_i})
+  `NELSSA_ASSERT(CluKeptStable, !(clu_valid_i && $past(clu_valid_i && !clu_ready_o)) ||
+                                $stable(clu_tokens_i))
+  // (a beat's first four lanes stand for it: keeping all 512 bits of the last cycle cost the
+  // device's simulation about a percent, four engines each cycle)
+  `NELSSA_ASSERT(KvKeptStable, !(kv_valid_i && $past(kv_valid_i && !kv_ready_o)) ||
+                               $stable({kv_data_i[63:0], kv_last_i}))
+  // The engine's own, which no input can break (checked in every run): a result beat not taken
+  // stays, the same beat (its head and beat index, which select its data from registers that
+  // hold still in StOut: cheaper than keeping the 512 data bits of the last cycle); the cluster
+  // entries consumed never exceed the command's clusters; done_o is a one-cycle pulse.
+  `NELSSA_ASSERT_HOLD(ResHeld, res_valid_o, res_ready_i, {head_q, obeat_q, res_last_o})
+  `NELSSA_ASSERT(CluPoppedBounded, state_q == StIdle || clu_popped_q <= nclu_q)
+  `NELSSA_ASSERT_NEVER(DoneTwice, done_o && $past(done_o))
 endmodule

@@ -13,16 +13,16 @@
 // oldest) as bit planes over positions: per position, the slot and the bank of the entry there,
 // and masks of the positions whose bank is open and whose row is open (row hits). A served
 // entry leaves by dropping one bit of each plane; "the entries of bank b" is five mask
-// operations. A choice is "the oldest entry of a mask whose bank can take the command", made in
-// one of two forms that issue the same commands (tests/rtl/test_ddr5_ctrl.py runs both):
-//  - tries (simulation, the default): the lowest set bit is tried and, if its bank or its whole
-//    bank group cannot take the command this cycle, all of their entries leave the mask at once.
-//    Per-bank counts of live entries and of row hits, kept as entries come and go, let the row
-//    choice skip before its first try the entries that must wait behind a row hit of their
-//    bank, and find open rows no entry wants without a try per bank. Usually the first try
-//    wins, so a cycle costs a few mask operations.
-//  - parallel (NELSSA_DDR5_PARALLEL, for synthesis): every bank's readiness at once, gathered
-//    per position, and one priority encoder, instead of a chain of up to 32 tries.
+// operations. A choice is "the oldest entry of a mask whose bank can take the command", made by
+// a scheduler in one of two forms behind one interface, chosen by ParallelSched; they issue the
+// same commands (tests/rtl/test_ddr5_ctrl.py runs both against the cycle model):
+//  - nelssa_ddr5_sched_parallel (the default, for synthesis): every bank's readiness at once,
+//    gathered per position, and one priority encoder.
+//  - nelssa_ddr5_sched_tries (the simulation wrappers in rtl/sim/ choose it): the lowest set bit
+//    is tried and, if its bank or group cannot take the command, their entries leave the mask at
+//    once; usually the first try wins. Verilator runs it about 3.7 times faster.
+// This module holds what both share: the queues, the banks, the rule registers and the
+// close-after-idle wheel, and their update from the scheduler's choices, one block each.
 // Close-after-idle ages banks through a timing wheel rather than comparing every bank's last use
 // each cycle.
 //
@@ -32,20 +32,26 @@
 // the range (the horizon) in the past up to it (a bank, a bank group and one of the registers
 // shared by all banks every 64th cycle, so each register at least every 2,048 cycles, 8,192
 // tCK), so no difference ever reaches half the range.
+`include "nelssa_assert.svh"
+`include "nelssa_ddr5_sched.svh"
+
 module nelssa_ddr5_ctrl
   import nelssa_ddr5_pkg::*;
 #(
-  parameter timing_t     T           = DDR5_6400,  // timing preset (nelssa_ddr5_pkg)
-  parameter int unsigned ReadQueue   = 32,         // read-queue entries (1 to 32)
-  parameter int unsigned WriteQueue  = 32,         // write-queue entries (1 to 32)
-  parameter int unsigned WriteHigh   = 24,         // write-queue level that starts a drain
-  parameter int unsigned WriteLow    = 8,          // level at which a drain stops
-  parameter int unsigned CloseIdle   = 64,         // tCK an unrequested open row stays open
-  parameter bit          Refresh     = 1'b1,       // issue all-bank refresh
-  parameter int unsigned TagW        = 16,         // request tag width
+  parameter timing_t     T             = DDR5_6400,  // timing preset (nelssa_ddr5_pkg)
+  parameter int unsigned ReadQueue     = 32,         // read-queue entries (1 to 32)
+  parameter int unsigned WriteQueue    = 32,         // write-queue entries (1 to 32)
+  parameter int unsigned WriteHigh     = 24,         // write-queue level that starts a drain
+  parameter int unsigned WriteLow      = 8,          // level at which a drain stops
+  parameter int unsigned CloseIdle     = 64,         // tCK an unrequested open row stays open
+  parameter bit          Refresh       = 1'b1,       // issue all-bank refresh
+  parameter int unsigned TagW          = 16,         // request tag width
   // width of the wrapping tCK registers: 20 is the fewest flops the horizon allows; 32, a
   // native word, spares Verilator a mask after every subtraction (3 % of a simulated cycle)
-  parameter int unsigned TckW        = 20
+  parameter int unsigned TckW          = 20,
+  // the scheduler's form (the same commands either way): 1 nelssa_ddr5_sched_parallel, for
+  // synthesis; 0 nelssa_ddr5_sched_tries, which Verilator runs about 3.7 times faster
+  parameter bit          ParallelSched = 1'b1
 ) (
   input  logic                clk_i,
   input  logic                rst_ni,
@@ -79,15 +85,7 @@ module nelssa_ddr5_ctrl
 
   typedef logic [TckW-1:0] tck_t;
   typedef logic [QW-1:0] qmask_t;
-
-`ifndef NELSSA_DDR5_PARALLEL
-  // bit position of 2^k from the top five bits of 2^k * 0x077CB531 (a de Bruijn sequence)
-  localparam logic [4:0] DE_BRUIJN [32] = '{
-    5'd0, 5'd1, 5'd28, 5'd2, 5'd29, 5'd14, 5'd24, 5'd3, 5'd30, 5'd22, 5'd20, 5'd15, 5'd25, 5'd17,
-    5'd4, 5'd8, 5'd31, 5'd27, 5'd13, 5'd23, 5'd21, 5'd19, 5'd16, 5'd7, 5'd26, 5'd12, 5'd18, 5'd6,
-    5'd11, 5'd5, 5'd10, 5'd9
-  };
-`endif
+  typedef ddr5_entry_t entry_t;
 
   // timings in tCK
   localparam tck_t NRCD = tck_t'(T.nRCD);
@@ -100,7 +98,6 @@ module nelssa_ddr5_ctrl
   localparam tck_t NCCD_L_WR = tck_t'(T.nCCD_L_WR);
   localparam tck_t NRRD_S = tck_t'(T.nRRD_S);
   localparam tck_t NRRD_L = tck_t'(T.nRRD_L);
-  localparam tck_t NFAW = tck_t'(T.nFAW);
   localparam tck_t NRFC = tck_t'(T.nRFC);
   localparam tck_t NREFI = tck_t'(T.nREFI);
   localparam int BURST = 8;  // tCK of a BL16 burst
@@ -109,6 +106,7 @@ module nelssa_ddr5_ctrl
   localparam tck_t WTP = tck_t'(T.nCWL + BURST + T.nWR);       // WR to PRE
   localparam int NCL_RTW = T.nCL + BURST + 1 - T.nCWL;
   localparam tck_t RTW = tck_t'((NCL_RTW > T.nCCD_S) ? NCL_RTW : T.nCCD_S);  // RD to WR
+  localparam tck_t PAST = tck_t'(HORIZON);
 
   if (T.bank_groups != NG || T.banks_per_group != NB / NG) begin : gen_geometry_check
     $error("nelssa_ddr5_ctrl: built for 8 bank groups of 4 banks");
@@ -121,7 +119,7 @@ module nelssa_ddr5_ctrl
     $error("nelssa_ddr5_ctrl: need WriteLow < WriteHigh <= WriteQueue");
   end
   // Commands of one cycle never touch the same bank, and a cycle holds at most one ACT and one
-  // REF, when these gaps exceed the 4 tCK of a cycle; the scheduling below relies on it.
+  // REF, when these gaps exceed the 4 tCK of a cycle; the scheduling relies on it.
   if (T.nRP < 4 || T.nRAS < 4 || T.nRTP < 4 || T.nRRD_S < 4 || T.nRFC < 4 || T.nRCD < 4)
   begin : gen_gap_check
     $error("nelssa_ddr5_ctrl: needs nRP, nRAS, nRTP, nRRD_S, nRFC and nRCD of 4 tCK or more");
@@ -135,11 +133,8 @@ module nelssa_ddr5_ctrl
            "and CloseIdle 1 to 2^(TckW-2)");
   end
 
-  typedef struct packed {
-    logic [4:0]  bank;  // {bank group, bank}
-    logic [15:0] row;
-    logic [5:0]  col;
-  } entry_t;
+  // position of the lowest set bit: each form's way (nelssa_ddr5_sched.svh)
+  `define NELSSA_CTRL_LOWEST(m) (ParallelSched ? `NELSSA_LOWEST_POP(m) : `NELSSA_LOWEST_DB(m))
 
   // ---------------------------------------------------------------------------------------------
   // State. Queue 0 holds reads, queue 1 writes. An entry stays in its slot from arrival to
@@ -153,16 +148,6 @@ module nelssa_ddr5_ctrl
   qmask_t          bankp_q [2][5];    // bank planes, by position
   qmask_t          qopen_q [2];       // positions whose bank is open
   qmask_t          qhit_q [2];        // positions whose row is open
-`ifndef NELSSA_DDR5_PARALLEL
-  // per queue, the live entries of each bank, and the banks that have any: which open rows no
-  // entry wants, without gathering each bank's positions from the bank planes
-  logic [5:0]      bank_n_q [2][NB];
-  logic [NB-1:0]   wanted_q [2];
-  // per queue, the row hits of each bank, and the positions whose bank is open with a row hit
-  // waiting ("held"): no ACT or PRE can serve them while the hits wait, so the tries skip them
-  logic [5:0]      hit_n_q [2][NB];
-  qmask_t          qheld_q [2];
-`endif
   logic [5:0]      n_q [2];
   logic [NB-1:0]   open_q;
   logic [15:0]     orow_q [NB];
@@ -189,463 +174,192 @@ module nelssa_ddr5_ctrl
   logic            ca_carry_q;       // tCK 0 of this cycle is taken by a command of the last cycle
   logic [61:0]     cycle_q;
 
-  // Helpers as macros, not functions: Verilator lowers each function call to copies through
-  // module-level temporaries, which cost more than these one-line expressions themselves.
-  // a is after b (wrapping tCK): their difference is 1 to 2^(TckW-1) - 1. Times compare through
-  // unsigned differences throughout: a signed compare of a narrow value costs Verilator a sign
-  // extension per operand.
-  `define NELSSA_AFTER(a, b) (tck_t'((a) - (b) - tck_t'(1)) < tck_t'(HALF_M1))
-  `define NELSSA_TMAX(a, b) (`NELSSA_AFTER(a, b) ? (a) : (b))
-  // position of the lowest set bit of a 32-bit mask (not zero): for synthesis a count of the bits
-  // below it; for simulation a de Bruijn multiply and a table, which Verilator makes a few
-  // instructions where it makes a population count a few dozen
-`ifdef NELSSA_DDR5_PARALLEL
-  `define NELSSA_LOWEST(m) 5'($countones((m) ^ ((m) - 1)) - 1)
-`else
-  `define NELSSA_LOWEST(m) DE_BRUIJN[5'(32'(((m) & (~(m) + 32'd1)) * 32'h077CB531) >> 27)]
-`endif
-  // a mask without position p, the positions above it moved down by one
-  `define NELSSA_DROP(m, p) \
-    (((m) & ((qmask_t'(1) << (p)) - 1)) | (((m) >> 1) & ~((qmask_t'(1) << (p)) - 1)))
-  // the value that five bit planes pl[0..4] hold at position p
-  `define NELSSA_AT(pl, p) {pl[4][p], pl[3][p], pl[2][p], pl[1][p], pl[0][p]}
-  // the positions at which five bit planes hold v
-  `define NELSSA_HOLDING(pl, v) \
-    (~(pl[0] ^ {QW{v[0]}}) & ~(pl[1] ^ {QW{v[1]}}) & ~(pl[2] ^ {QW{v[2]}}) & \
-     ~(pl[3] ^ {QW{v[3]}}) & ~(pl[4] ^ {QW{v[4]}}))
-  // the positions at which bank planes 2..4 hold bank group g
-  `define NELSSA_HOLDING_GROUP(pl, g) \
-    (~(pl[2] ^ {QW{g[0]}}) & ~(pl[3] ^ {QW{g[1]}}) & ~(pl[4] ^ {QW{g[2]}}))
-  // the positions of a queue of n entries
-  `define NELSSA_LIVE(n) ((n[5]) ? '1 : (qmask_t'(1) << n[4:0]) - 1)
-  // the first offset set in a mask of fitting offsets 0..3
-  `define NELSSA_FIRST(ok) (ok[0] ? 2'd0 : ok[1] ? 2'd1 : ok[2] ? 2'd2 : 2'd3)
-  // a rule register pulled up to now - Horizon when it lies further behind
-  // (it lies Horizon + 1 to 2^19 - 1 behind)
-  `define NELSSA_SCRUB(v) \
-    ((tck_t'(now - (v) - tck_t'(HORIZON + 1)) < tck_t'(HORIZON - 1)) ? now - PAST : (v))
-
-  // {found, k}: the first offset k in 0..3 of this cycle at or after `earliest` whose CA slots
-  // (two if `two`) are free in `busy`; into pk, through the temporaries d and ok
-  `define NELSSA_PLACE(earliest, two) \
-    begin \
-      d = tck_t'((earliest) - lo); \
-      ok = ~busy[3:0] & ((two) ? ~busy[4:1] : 4'hf); \
-      if (!d[TckW-1]) begin \
-        if (d > 3) ok = '0; \
-        else if (d != 0) ok &= 4'hf << d[1:0]; \
-      end \
-      pk = {ok != '0, `NELSSA_FIRST(ok)}; \
-    end
-
   // ---------------------------------------------------------------------------------------------
-  // Scheduling of one cycle: a column command, then up to two row commands, each seeing the
-  // commands before it.
-  tck_t               lo;
-  logic               write_active, refreshing, draining_d;
-  qmask_t             live;       // positions of the active queue that hold entries
-  qmask_t             act_hit;
-  logic               col_valid;
-  logic [4:0]         col_idx;    // position of the served entry
-  logic [4:0]         col_slot;
-  logic [1:0]         col_k;
-  logic [4:0]         col_bank;
-  entry_t             col_e;
-  logic [1:0]         row_valid;
-  dram_cmd_e [1:0]    row_cmd;
-  logic [1:0][1:0]    row_k;
-  logic [1:0][4:0]    row_bank;
-  logic [1:0][15:0]   row_row;
-  logic               ca_carry_d;
-  logic [NB-1:0]      aged_now;   // banks unused for CloseIdle tCK
-
-  // The choices come in two forms that issue the same commands: the tries (simulation, the
-  // default), and for synthesis (NELSSA_DDR5_PARALLEL) every bank's readiness at once, gathered
-  // per queue position through the bank planes, then one priority encoder, instead of a chain
-  // of up to 32 tries.
+  // The cycle: its first tCK, the queue it serves (a write drain starts at the high watermark or
+  // when only writes wait, and stops at the low one), whether a refresh is due, the aged banks.
+  tck_t          lo;
+  logic          write_active, draining_d, refreshing;
+  logic [NB-1:0] aged_now;   // banks unused for CloseIdle tCK
   always_comb begin
-    automatic logic [4:0] busy = {4'b0, ca_carry_q};
-    automatic logic wa;
-    automatic logic [5:0] n_active;
-    automatic qmask_t cand, others;
-    automatic logic stop = 1'b0;
-    automatic logic [2:0] pk;
-    automatic tck_t d;
-    automatic logic [3:0] ok;
-    automatic logic [4:0] p;
-    automatic tck_t ep;
-`ifdef NELSSA_DDR5_PARALLEL
-    automatic qmask_t of_bank [NB];     // positions of each bank's entries
-    automatic logic [NB-1:0] hit_wanted, any_wanted, ok_bank;
-    automatic logic [3:0] fit [NB];
-`else
-    automatic logic group_blocked = 1'b0;
-    automatic int t;
-    automatic qmask_t act_open;
-    automatic logic [4:0] b;
-    automatic logic [2:0] g;
-    automatic entry_t e;
-`endif
-    // (the row commands' temporaries: declared here, at the top of the block, Verilator keeps
-    // them in the evaluation's locals rather than in the model, a tenth fewer instructions
-    // together with the unrolled loop over the two row commands)
-    automatic logic found;
-    automatic tck_t best, act_any;
-    automatic logic [NB-1:0] idle;
-    automatic int x;
-    // the first row command, for the second
-    automatic logic ov_valid = 1'b0, ov_act = 1'b0, ov_ref = 1'b0;
-    automatic logic [4:0] ov_bank = '0;
-    automatic tck_t ov_tck = '0;
-
     lo = tck_t'({cycle_q, 2'b00});
     aged_now = aged_q | wheel_q[cycle_q[WHEEL_W-1:0]];
     if (n_q[1] >= 6'(WriteHigh) || (n_q[1] != 0 && n_q[0] == 0)) draining_d = 1'b1;
     else if (n_q[1] <= 6'(WriteLow) && n_q[0] != 0) draining_d = 1'b0;
     else draining_d = draining_q;
     write_active = draining_d;
-    wa = draining_d;
-    n_active = n_q[wa];
-    live = `NELSSA_LIVE(n_active);
-    act_hit = qhit_q[wa] & live;
-`ifndef NELSSA_DDR5_PARALLEL
-    act_open = qopen_q[wa] & live;
-`endif
     refreshing = Refresh && !`NELSSA_AFTER(next_refresh_q, lo);
-
-    // column command: the oldest row hit whose bank and group allow it
-    col_valid = 1'b0;
-    col_idx = '0;
-    col_slot = '0;
-    col_k = '0;
-    col_e = '0;
-`ifdef NELSSA_DDR5_PARALLEL
-    for (x = 0; x < NB; x++) begin
-      automatic logic [4:0] xb = 5'(x);
-      of_bank[x] = `NELSSA_HOLDING(bankp_q[wa], xb) & live;
-    end
-    ok_bank = '0;
-    for (x = 0; x < NB; x++) begin
-      ep = wa ? `NELSSA_TMAX(`NELSSA_TMAX(wr_all_q, wr_grp_q[x / 4]), col_bank_q[x])
-              : `NELSSA_TMAX(`NELSSA_TMAX(rd_all_q, rd_grp_q[x / 4]), col_bank_q[x]);
-      `NELSSA_PLACE(ep, 1'b1)
-      fit[x] = ok;
-      ok_bank[x] = pk[2];
-    end
-    cand = '0;
-    for (x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
-    cand &= act_hit;
-    if (cand != '0) begin
-      col_valid = 1'b1;
-      col_idx = `NELSSA_LOWEST(cand);
-      col_slot = `NELSSA_AT(slot_q[wa], col_idx);
-      col_e = ent_q[wa][col_slot];
-      ok = fit[col_e.bank];
-      col_k = `NELSSA_FIRST(ok);
-    end
-`else
-    // (when the rule over all groups leaves no slot this cycle, none is tried; when a group's
-    // rule leaves none, that group's entries leave the mask, otherwise that bank's)
-    cand = act_hit;
-    `NELSSA_PLACE(wa ? wr_all_q : rd_all_q, 1'b1)
-    if (!pk[2]) cand = '0;
-    for (t = 0; t < NB; t++) begin
-      if (cand == '0 || col_valid) break;
-      p = `NELSSA_LOWEST(cand);
-      e = ent_q[wa][`NELSSA_AT(slot_q[wa], p)];
-      g = e.bank[4:2];
-      ep = wa ? `NELSSA_TMAX(wr_all_q, wr_grp_q[g]) : `NELSSA_TMAX(rd_all_q, rd_grp_q[g]);
-      `NELSSA_PLACE(ep, 1'b1)
-      if (!pk[2]) begin
-        cand &= ~`NELSSA_HOLDING_GROUP(bankp_q[wa], g);
-      end else begin
-        ep = `NELSSA_TMAX(ep, col_bank_q[e.bank]);
-        `NELSSA_PLACE(ep, 1'b1)
-        if (pk[2]) begin
-          col_valid = 1'b1;
-          col_idx = p;
-          col_slot = `NELSSA_AT(slot_q[wa], p);
-          col_k = pk[1:0];
-          col_e = e;
-        end else begin
-          cand &= ~`NELSSA_HOLDING(bankp_q[wa], e.bank);
-        end
-      end
-    end
-`endif
-    if (col_valid) begin
-      busy[3'(col_k)] = 1'b1;
-      busy[3'(col_k) + 3'd1] = 1'b1;
-    end
-    col_bank = col_e.bank;
-    // the entries left to want a bank this cycle
-    others = live & ~(col_valid ? qmask_t'(1) << col_idx : '0);
-`ifdef NELSSA_DDR5_PARALLEL
-    for (x = 0; x < NB; x++) begin
-      hit_wanted[x] = (of_bank[x] & act_hit & others) != '0;
-      any_wanted[x] = (of_bank[x] & others) != '0;
-    end
-`endif
-
-    // row commands
-    row_valid = '0;
-    row_cmd = {CMD_ACT, CMD_ACT};
-    row_k = '0;
-    row_bank = '0;
-    row_row = '0;
-    // verilator unroll_full
-    for (int r = 0; r < 2; r++) begin
-      automatic logic issued = 1'b0;
-      automatic dram_cmd_e c = CMD_ACT;
-      automatic logic [4:0] cb = '0;
-      automatic logic [15:0] crow = '0;
-      automatic logic [1:0] ck = '0;
-      automatic logic [NB-1:0] open_now = open_q;
-      if (ov_valid) open_now[ov_bank] = ov_act;
-      if (!stop) begin
-        if (refreshing) begin
-          // close the open bank that may close first (the lowest on a tie), then refresh
-          found = 1'b0;
-          best = '0;
-          for (x = 0; x < NB; x++) begin
-            if (open_now[x]) begin
-              ep = pre_bank_q[x];
-              if (col_valid && 5'(x) == col_bank)
-                ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
-              if (!found || `NELSSA_AFTER(best, ep)) begin
-                best = ep;
-                cb = 5'(x);
-              end
-              found = 1'b1;
-            end
-          end
-          if (found) begin
-            c = CMD_PRE;
-            `NELSSA_PLACE(best, 1'b0)
-          end else begin
-            c = CMD_REF;
-            ep = `NELSSA_TMAX(pre_all_q, ref_ready_q);
-            if (ov_valid) ep = `NELSSA_TMAX(ep, ov_tck + (ov_ref ? NRFC : NRP));
-            `NELSSA_PLACE(ep, 1'b0)
-          end
-          issued = pk[2];
-          ck = pk[1:0];
-        end else begin
-          // the oldest entry that is not a row hit and whose bank can take an ACT or a PRE (a
-          // PRE only if no entry left wants the open row); the first slot's bank is done for
-          // this cycle (its entries hit, or wait for tRP)
-          act_any = `NELSSA_TMAX(ref_ready_q, (ov_act ? acts_q[1] : acts_q[0]) + NFAW);
-          act_any = `NELSSA_TMAX(act_any, act_all_q);
-          if (ov_act) act_any = `NELSSA_TMAX(act_any, ov_tck + NRRD_S);
-`ifdef NELSSA_DDR5_PARALLEL
-          begin
-            automatic logic [3:0] pre_fit [NB];
-            automatic logic [3:0] act_fit [NB];
-            automatic logic [NB-1:0] pre_ok;
-            for (x = 0; x < NB; x++) begin
-              ep = pre_bank_q[x];
-              if (col_valid && 5'(x) == col_bank)
-                ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
-              `NELSSA_PLACE(ep, 1'b0)
-              pre_fit[x] = ok;
-              pre_ok[x] = pk[2];
-              ep = `NELSSA_TMAX(`NELSSA_TMAX(act_bank_q[x], act_grp_q[x / 4]), act_any);
-              if (ov_act && 32'(ov_bank[4:2]) == x / 4) ep = `NELSSA_TMAX(ep, ov_tck + NRRD_L);
-              `NELSSA_PLACE(ep, 1'b1)
-              act_fit[x] = ok;
-              ok_bank[x] = open_q[x] ? !hit_wanted[x] && pre_ok[x] : pk[2];
-            end
-            if (ov_valid) ok_bank[ov_bank] = 1'b0;
-            cand = '0;
-            for (x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
-            cand &= others & ~act_hit;
-            if (cand != '0) begin
-              p = `NELSSA_LOWEST(cand);
-              cb = ent_q[wa][`NELSSA_AT(slot_q[wa], p)].bank;
-              issued = 1'b1;
-              if (open_q[cb]) begin
-                c = CMD_PRE;
-                ok = pre_fit[cb];
-              end else begin
-                c = CMD_ACT;
-                crow = ent_q[wa][`NELSSA_AT(slot_q[wa], p)].row;
-                ok = act_fit[cb];
-              end
-            end else begin
-              // close a row left idle: open, wanted by no entry left, unused for CloseIdle
-              idle = open_now & aged_now & ~any_wanted & pre_ok;
-              if (col_valid) idle[col_bank] = 1'b0;
-              if (ov_valid) idle[ov_bank] = 1'b0;
-              if (idle != '0) begin
-                cb = `NELSSA_LOWEST(idle);
-                issued = 1'b1;
-                c = CMD_PRE;
-                ok = pre_fit[cb];
-              end
-            end
-            ck = `NELSSA_FIRST(ok);
-          end
-`else
-          // (a held bank's try would fail: a hit among the entries left, or the served entry was
-          // its last hit and its PRE must wait for tRTP or tWR, 4 tCK or more, after this
-          // cycle's column command)
-          cand = others & ~act_hit & ~qheld_q[wa];
-          if (ov_valid) cand &= ~`NELSSA_HOLDING(bankp_q[wa], ov_bank);
-          `NELSSA_PLACE(act_any, 1'b1)
-          if (!pk[2]) cand &= act_open;  // no ACT fits this cycle
-          for (t = 0; t < NB; t++) begin
-            if (cand == '0 || issued) break;
-            p = `NELSSA_LOWEST(cand);  // once: the plane gather below reads it five times
-            e = ent_q[wa][`NELSSA_AT(slot_q[wa], p)];
-            b = e.bank;
-            g = b[4:2];
-            if (open_q[b]) begin
-              // (no entry left wants its open row: the entries of an open bank with a row hit
-              // waiting are held, and left out above)
-              ep = pre_bank_q[b];
-              if (col_valid && b == col_bank)
-                ep = `NELSSA_TMAX(ep, lo + tck_t'(col_k) + (wa ? WTP : NRTP));
-              `NELSSA_PLACE(ep, 1'b0)
-              if (pk[2]) begin
-                issued = 1'b1;
-                c = CMD_PRE;
-              end
-            end else begin
-              // the group's rules first: if they leave no slot, no closed bank of the group can
-              // take its ACT this cycle
-              ep = `NELSSA_TMAX(act_grp_q[b[4:2]], act_any);
-              if (ov_act && ov_bank[4:2] == b[4:2]) ep = `NELSSA_TMAX(ep, ov_tck + NRRD_L);
-              `NELSSA_PLACE(ep, 1'b1)
-              if (!pk[2]) begin
-                group_blocked = 1'b1;
-              end else begin
-                ep = `NELSSA_TMAX(ep, act_bank_q[b]);
-                `NELSSA_PLACE(ep, 1'b1)
-                if (pk[2]) begin
-                  issued = 1'b1;
-                  c = CMD_ACT;
-                  crow = e.row;
-                end
-              end
-            end
-            if (issued) begin
-              cb = b;
-              ck = pk[1:0];
-            end else if (group_blocked) begin
-              cand &= ~(`NELSSA_HOLDING_GROUP(bankp_q[wa], g) & ~act_open);
-              group_blocked = 1'b0;
-            end else begin
-              cand &= ~`NELSSA_HOLDING(bankp_q[wa], b);
-            end
-          end
-          // close a row left idle: open, wanted by no entry left, unused for CloseIdle (for a
-          // bank other than the column command's, the entries left are all the live ones)
-          if (!issued) begin
-            idle = open_now & aged_now & ~wanted_q[wa];
-            if (col_valid) idle[col_bank] = 1'b0;
-            if (ov_valid) idle[ov_bank] = 1'b0;
-            for (x = 0; x < NB; x++) begin
-              if (idle == '0 || issued) break;
-              b = `NELSSA_LOWEST(idle);
-              `NELSSA_PLACE(pre_bank_q[b], 1'b0)
-              if (pk[2]) begin
-                issued = 1'b1;
-                c = CMD_PRE;
-                cb = b;
-                ck = pk[1:0];
-              end
-              idle[b] = 1'b0;
-            end
-          end
-`endif
-        end
-        if (issued) begin
-          busy[3'(ck)] = 1'b1;
-          if (c == CMD_ACT) busy[3'(ck) + 3'd1] = 1'b1;
-          row_valid[r] = 1'b1;
-          row_cmd[r] = c;
-          row_k[r] = ck;
-          row_bank[r] = cb;
-          row_row[r] = crow;
-          ov_valid = 1'b1;
-          ov_act = (c == CMD_ACT);
-          ov_ref = (c == CMD_REF);
-          ov_bank = cb;
-          ov_tck = lo + tck_t'(ck);
-        end else begin
-          stop = 1'b1;
-        end
-      end
-    end
-    ca_carry_d = busy[4];
   end
 
   // ---------------------------------------------------------------------------------------------
   // Requests. The queue a request needs must have room at the start of the cycle, and the other
   // queue must not hold its line: reads and writes of one line complete in request order.
   entry_t req_entry;
+  logic   req_same_line, enters;
   assign req_entry = '{bank: {req_bg_i, req_bank_i}, row: req_row_i, col: req_col_i};
-
-`ifdef NELSSA_DDR5_PARALLEL
-  always_comb begin
-    automatic logic other = !req_write_i;
-    automatic logic same_line = 1'b0;
-    for (int s = 0; s < QW; s++) same_line |= !free_q[other][s] && ent_q[other][s] == req_entry;
-    req_ready_o = !same_line && n_q[req_write_i] < (req_write_i ? 6'(WriteQueue)
-                                                                  : 6'(ReadQueue));
-  end
-`else
-  always_comb begin
-    automatic logic other = !req_write_i;
-    automatic logic [5:0] n_other = n_q[other];
-    automatic qmask_t same = '0;
-    automatic logic same_line = 1'b0;
-    automatic logic [4:0] p;
-    if (wanted_q[other][req_entry.bank])
-      same = `NELSSA_HOLDING(bankp_q[other], req_entry.bank) & `NELSSA_LIVE(n_other);
-    for (int t = 0; t < QW; t++) begin
-      if (same == '0 || same_line) break;
-      p = `NELSSA_LOWEST(same);
-      same_line = ent_q[other][`NELSSA_AT(slot_q[other], p)] == req_entry;
-      same &= same - 1;
-    end
-    req_ready_o = !same_line && n_q[req_write_i] < (req_write_i ? 6'(WriteQueue)
-                                                                  : 6'(ReadQueue));
-  end
-`endif
+  assign req_ready_o = !req_same_line &&
+                       n_q[req_write_i] < (req_write_i ? 6'(WriteQueue) : 6'(ReadQueue));
+  assign enters = req_valid_i && req_ready_o;
 
   // ---------------------------------------------------------------------------------------------
-  // State update: the rules' earliest times rise by the commands of the cycle, the masks follow
-  // the banks that opened and closed, the served request leaves its queue (the younger ones move
-  // down a position) and an accepted request joins the end of its queue.
+  // The scheduler: this cycle's column command and up to two row commands, each seeing the
+  // commands before it, and the entries that want the row this cycle's ACT opens.
+  logic             col_valid;
+  logic [4:0]       col_idx;    // position of the served entry
+  logic [4:0]       col_slot;
+  logic [1:0]       col_k;
+  entry_t           col_e;
+  logic [4:0]       col_bank;
+  logic [1:0]       row_valid;
+  dram_cmd_e [1:0]  row_cmd;
+  logic [1:0][1:0]  row_k;
+  logic [1:0][4:0]  row_bank;
+  logic [1:0][15:0] row_row;
+  logic             ca_carry_d;
+  qmask_t           act_hits [2];
+  assign col_bank = col_e.bank;
 
-`ifdef NELSSA_DDR5_PARALLEL
-  // positions of queue q, among `m`, whose entry wants `row` (the tries form finds them with a
-  // loop over the bank's live entries in the update below, counting them as it goes)
-  function automatic qmask_t row_matches(logic q, qmask_t m, logic [15:0] row);
-    automatic logic [QW-1:0] slot_match;
-    automatic qmask_t hits = '0;
-    for (int s = 0; s < QW; s++) slot_match[s] = ent_q[q][s].row == row;
-    for (int x = 0; x < QW; x++) begin
-      automatic logic [4:0] xp = 5'(x);
-      hits[x] = m[x] && slot_match[`NELSSA_AT(slot_q[q], xp)];
+  if (ParallelSched) begin : gen_parallel
+    nelssa_ddr5_sched_parallel #(
+      .T   (T),
+      .TckW(TckW)
+    ) u_sched (
+      .clk_i          (clk_i),
+      .rst_ni         (rst_ni),
+      .lo_i           (lo),
+      .ca_carry_i     (ca_carry_q),
+      .write_i        (write_active),
+      .refresh_i      (refreshing),
+      .aged_i         (aged_now),
+      .ent_i          (ent_q),
+      .free_i         (free_q),
+      .slot_i         (slot_q),
+      .bank_i         (bankp_q),
+      .qopen_i        (qopen_q),
+      .qhit_i         (qhit_q),
+      .n_i            (n_q),
+      .open_i         (open_q),
+      .act_bank_i     (act_bank_q),
+      .col_bank_i     (col_bank_q),
+      .pre_bank_i     (pre_bank_q),
+      .act_grp_i      (act_grp_q),
+      .act_all_i      (act_all_q),
+      .rd_grp_i       (rd_grp_q),
+      .rd_all_i       (rd_all_q),
+      .wr_grp_i       (wr_grp_q),
+      .wr_all_i       (wr_all_q),
+      .acts_i         (acts_q),
+      .ref_ready_i    (ref_ready_q),
+      .pre_all_i      (pre_all_q),
+      .req_i          (req_entry),
+      .req_write_i    (req_write_i),
+      .req_same_line_o(req_same_line),
+      .orow_i         (orow_q),
+      .enter_i        (enters),
+      .col_valid_o    (col_valid),
+      .col_idx_o      (col_idx),
+      .col_slot_o     (col_slot),
+      .col_k_o        (col_k),
+      .col_entry_o    (col_e),
+      .row_valid_o    (row_valid),
+      .row_cmd_o      (row_cmd),
+      .row_k_o        (row_k),
+      .row_bank_o     (row_bank),
+      .row_row_o      (row_row),
+      .ca_carry_o     (ca_carry_d),
+      .act_hits_o     (act_hits)
+    );
+  end else begin : gen_tries
+    nelssa_ddr5_sched_tries #(
+      .T   (T),
+      .TckW(TckW)
+    ) u_sched (
+      .clk_i          (clk_i),
+      .rst_ni         (rst_ni),
+      .lo_i           (lo),
+      .ca_carry_i     (ca_carry_q),
+      .write_i        (write_active),
+      .refresh_i      (refreshing),
+      .aged_i         (aged_now),
+      .ent_i          (ent_q),
+      .free_i         (free_q),
+      .slot_i         (slot_q),
+      .bank_i         (bankp_q),
+      .qopen_i        (qopen_q),
+      .qhit_i         (qhit_q),
+      .n_i            (n_q),
+      .open_i         (open_q),
+      .act_bank_i     (act_bank_q),
+      .col_bank_i     (col_bank_q),
+      .pre_bank_i     (pre_bank_q),
+      .act_grp_i      (act_grp_q),
+      .act_all_i      (act_all_q),
+      .rd_grp_i       (rd_grp_q),
+      .rd_all_i       (rd_all_q),
+      .wr_grp_i       (wr_grp_q),
+      .wr_all_i       (wr_all_q),
+      .acts_i         (acts_q),
+      .ref_ready_i    (ref_ready_q),
+      .pre_all_i      (pre_all_q),
+      .req_i          (req_entry),
+      .req_write_i    (req_write_i),
+      .req_same_line_o(req_same_line),
+      .orow_i         (orow_q),
+      .enter_i        (enters),
+      .col_valid_o    (col_valid),
+      .col_idx_o      (col_idx),
+      .col_slot_o     (col_slot),
+      .col_k_o        (col_k),
+      .col_entry_o    (col_e),
+      .row_valid_o    (row_valid),
+      .row_cmd_o      (row_cmd),
+      .row_k_o        (row_k),
+      .row_bank_o     (row_bank),
+      .row_row_o      (row_row),
+      .ca_carry_o     (ca_carry_d),
+      .act_hits_o     (act_hits)
+    );
+  end
+
+  // ---------------------------------------------------------------------------------------------
+  // The cycle count, the drain mode and the CA slot carried into the next cycle.
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      draining_q <= 1'b0;
+      ca_carry_q <= 1'b0;
+      cycle_q    <= '0;
+    end else begin
+      draining_q <= draining_d;
+      ca_carry_q <= ca_carry_d;
+      cycle_q    <= cycle_q + 1;
     end
-    return hits;
-  endfunction
-`endif
+  end
 
-  localparam tck_t PAST = tck_t'(HORIZON);
+  // ---------------------------------------------------------------------------------------------
+  // Banks: an ACT opens its bank with its row, a PRE closes it.
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      open_q <= '0;
+      // verilator unroll_full
+      for (int x = 0; x < NB; x++) orow_q[x] <= '0;
+    end else begin
+      // verilator unroll_full
+      for (int r = 0; r < 2; r++) begin
+        if (row_valid[r] && row_cmd[r] == CMD_ACT) begin
+          open_q[row_bank[r]] <= 1'b1;
+          orow_q[row_bank[r]] <= row_row[r];
+        end else if (row_valid[r] && row_cmd[r] == CMD_PRE) begin
+          open_q[row_bank[r]] <= 1'b0;
+        end
+      end
+    end
+  end
 
+  // ---------------------------------------------------------------------------------------------
+  // Rule registers: each rule's earliest tCK rises by the commands of the cycle; a scrub step
+  // every 64th cycle pulls a bank's, a group's and one shared register up to the horizon.
   always_ff @(posedge clk_i or negedge rst_ni) begin
     // (every temporary of the update declared here, at the top of the block, where Verilator
     // keeps it in the evaluation's locals rather than in the model)
-    automatic qmask_t qopen [2];
-    automatic qmask_t qhit [2];
-    automatic logic [NB-1:0] open;
-    automatic logic [1:0] used_valid;
-    automatic logic [1:0][4:0] used_bank;
-    automatic tck_t used_tck [2];
-    automatic logic [15:0] req_orow;
     automatic tck_t now;
     automatic logic scrub;
     automatic logic [4:0] sb;
@@ -657,57 +371,9 @@ module nelssa_ddr5_ctrl
     automatic tck_t wr_all;
     automatic tck_t tck;
     automatic logic [4:0] b;
-    automatic qmask_t of_b;
-    automatic qmask_t hits;
-    automatic logic [NB-1:0] wheel [WHEEL];
-    automatic logic [NB-1:0] aged;
-    automatic logic [WHEEL_W-1:0] slot;
-    automatic logic wa;
-    automatic logic wq;
-    automatic logic enters;
-    automatic logic [QW-1:0] free [2];
-    automatic logic [5:0] n [2];
-    automatic logic [4:0] s;
-    automatic logic [4:0] at_n;
-    automatic qmask_t slots [2][5];
-    automatic qmask_t banks [2][5];
-`ifndef NELSSA_DDR5_PARALLEL
-    automatic qmask_t qheld [2];
-    automatic logic [NB-1:0] wanted [2];
-    automatic logic [5:0] hit_n [2][NB];
-    automatic logic [5:0] bank_n [2][NB];
-    automatic qmask_t left;
-    automatic logic [5:0] nhit;
-    automatic logic [4:0] p;
-    automatic int t;
-`endif
     if (!rst_ni) begin
       // verilator unroll_full
-      for (int q = 0; q < 2; q++) begin
-        n_q[q]     <= '0;
-        free_q[q]  <= '1;
-        // verilator unroll_full
-        for (int j = 0; j < 5; j++) begin
-          slot_q[q][j]  <= '0;
-          bankp_q[q][j] <= '0;
-        end
-        qopen_q[q] <= '0;
-        qhit_q[q]  <= '0;
-`ifndef NELSSA_DDR5_PARALLEL
-        wanted_q[q] <= '0;
-        qheld_q[q] <= '0;
-        // verilator unroll_full
-        for (int x = 0; x < NB; x++) begin
-          bank_n_q[q][x] <= '0;
-          hit_n_q[q][x] <= '0;
-        end
-`endif
-      end
-      open_q <= '0;
-      // verilator unroll_full
       for (int x = 0; x < NB; x++) begin
-        orow_q[x]     <= '0;
-        due_q[x]      <= '0;
         act_bank_q[x] <= '0;
         col_bank_q[x] <= '0;
         pre_bank_q[x] <= '0;
@@ -725,29 +391,8 @@ module nelssa_ddr5_ctrl
       for (int x = 0; x < 4; x++) acts_q[x] <= -PAST;
       ref_ready_q    <= '0;
       pre_all_q      <= '0;
-      aged_q         <= '0;
-      // verilator unroll_full
-      for (int x = 0; x < WHEEL; x++) wheel_q[x] <= '0;
       next_refresh_q <= NREFI;
-      draining_q     <= 1'b0;
-      ca_carry_q     <= 1'b0;
-      cycle_q        <= '0;
     end else begin
-      qopen = qopen_q;
-      qhit = qhit_q;
-`ifndef NELSSA_DDR5_PARALLEL
-      qheld = qheld_q;
-      hit_n = hit_n_q;
-      // (whole-array copies: a non-blocking write of one element of a two-dimensional array
-      // costs Verilator a flag per element, each checked every cycle)
-      bank_n = bank_n_q;
-`endif
-      open = open_q;
-      // the banks whose row a command used this cycle (a column command and at most one ACT)
-      used_valid = '0;
-      used_bank = '0;
-      used_tck = '{default: '0};
-      req_orow = orow_q[req_entry.bank];
       now = lo + tck_t'(4);
       // a scrub step every 64th cycle, visiting a bank, a group and a shared register (every
       // register at least each 2,048 cycles, 8,192 tCK, still far inside the horizon's margin)
@@ -772,9 +417,6 @@ module nelssa_ddr5_ctrl
         4'd8: ref_ready_q <= `NELSSA_SCRUB(ref_ready_q);
         default: ;
       endcase
-      draining_q <= draining_d;
-      ca_carry_q <= ca_carry_d;
-      cycle_q    <= cycle_q + 1;
 
       // a bank and a group (the bank and group of a command write them below)
       if (scrub) begin
@@ -789,9 +431,6 @@ module nelssa_ddr5_ctrl
       // the column command
       if (col_valid) begin
         tck = lo + tck_t'(col_k);
-        used_valid[0] = 1'b1;
-        used_bank[0] = col_bank;
-        used_tck[0] = tck;
         if (write_active) begin
           pre_bank_q[col_bank] <= `NELSSA_TMAX(pre_bank_q[col_bank], tck + WTP);
           wr_grp_q[col_bank[4:2]] <= `NELSSA_TMAX(wr_grp_q[col_bank[4:2]], tck + NCCD_L_WR);
@@ -806,7 +445,7 @@ module nelssa_ddr5_ctrl
         end
       end
 
-      // the row commands, and what they do to the masks
+      // the row commands
       // verilator unroll_full
       for (int r = 0; r < 2; r++) begin
         if (row_valid[r]) begin
@@ -814,11 +453,6 @@ module nelssa_ddr5_ctrl
           b = row_bank[r];
           unique case (row_cmd[r])
             CMD_ACT: begin
-              open[b] = 1'b1;
-              orow_q[b]     <= row_row[r];
-              used_valid[1] = 1'b1;
-              used_bank[1] = b;
-              used_tck[1] = tck;
               act_bank_q[b] <= `NELSSA_TMAX(act_bank_q[b], tck + NRC);
               col_bank_q[b] <= tck + NRCD;
               pre_bank_q[b] <= `NELSSA_TMAX(pre_bank_q[b], tck + NRAS);
@@ -828,48 +462,10 @@ module nelssa_ddr5_ctrl
               acts[1] = acts[2];
               acts[2] = acts[3];
               acts[3] = tck;
-              // verilator unroll_full
-              for (int q = 0; q < 2; q++) begin
-                of_b = `NELSSA_HOLDING(bankp_q[q], b);
-`ifdef NELSSA_DDR5_PARALLEL
-                hits = row_matches(q[0], of_b, row_row[r]);
-`else
-                // the bank's live entries that want the row, and how many (the masks hold stale
-                // bits above the live positions)
-                hits = '0;
-                nhit = '0;
-                left = of_b & `NELSSA_LIVE(n_q[q]);
-                for (t = 0; t < QW; t++) begin
-                  if (left == '0) break;
-                  p = `NELSSA_LOWEST(left);
-                  if (ent_q[q][`NELSSA_AT(slot_q[q], p)].row == row_row[r]) begin
-                    hits |= left & ~(left - 1);
-                    nhit++;
-                  end
-                  left &= left - 1;
-                end
-                hit_n[q][b] = nhit;
-                if (nhit != '0) qheld[q] |= of_b;
-`endif
-                qopen[q] |= of_b;
-                qhit[q] |= hits;
-              end
-              if (b == req_entry.bank) req_orow = row_row[r];
             end
             CMD_PRE: begin
-              open[b] = 1'b0;
               act_bank_q[b] <= `NELSSA_TMAX(act_bank_q[b], tck + NRP);
               pre_all = `NELSSA_TMAX(pre_all, tck + NRP);
-              // verilator unroll_full
-              for (int q = 0; q < 2; q++) begin
-                of_b = `NELSSA_HOLDING(bankp_q[q], b);
-                qopen[q] &= ~of_b;
-                qhit[q] &= ~of_b;
-`ifndef NELSSA_DDR5_PARALLEL
-                hit_n[q][b] = '0;
-                qheld[q] &= ~of_b;
-`endif
-              end
             end
             CMD_REF: begin
               ref_ready_q    <= tck + NRFC;
@@ -879,20 +475,58 @@ module nelssa_ddr5_ctrl
           endcase
         end
       end
-      open_q <= open;
+      pre_all_q <= pre_all;
+      act_all_q <= act_all;
+      rd_all_q <= rd_all;
+      wr_all_q <= wr_all;
+      acts_q <= acts;
+    end
+  end
 
-      // the timing wheel: this cycle's slot has joined the aged mask; a used bank ages again
-      // CloseIdle tCK after its use, in the cycle ceil((use + CloseIdle) / 4). A bank's bit
-      // stays in its slot until the bank is used again (so the wheel changes only then): when
-      // the wheel comes round to the slot again, the bank is already aged.
+  // ---------------------------------------------------------------------------------------------
+  // The timing wheel: this cycle's slot has joined the aged mask; a bank used by this cycle's
+  // column command or ACT ages again CloseIdle tCK after its use, in the cycle
+  // ceil((use + CloseIdle) / 4). A bank's bit stays in its slot until the bank is used again (so
+  // the wheel changes only then): when the wheel comes round to the slot again, the bank is
+  // already aged.
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    automatic logic [1:0] used_valid;
+    automatic logic [1:0][4:0] used_bank;
+    automatic tck_t used_tck [2];
+    automatic logic [NB-1:0] wheel [WHEEL];
+    automatic logic [NB-1:0] aged;
+    automatic logic [WHEEL_W-1:0] slot;
+    if (!rst_ni) begin
+      aged_q <= '0;
+      // verilator unroll_full
+      for (int x = 0; x < WHEEL; x++) wheel_q[x] <= '0;
+      // verilator unroll_full
+      for (int x = 0; x < NB; x++) due_q[x] <= '0;
+    end else begin
+      // the banks whose row a command used this cycle (a column command and at most one ACT)
+      used_valid = '0;
+      used_bank = '0;
+      used_tck = '{default: '0};
+      if (col_valid) begin
+        used_valid[0] = 1'b1;
+        used_bank[0] = col_bank;
+        used_tck[0] = lo + tck_t'(col_k);
+      end
+      // verilator unroll_full
+      for (int r = 0; r < 2; r++) begin
+        if (row_valid[r] && row_cmd[r] == CMD_ACT) begin
+          used_valid[1] = 1'b1;
+          used_bank[1] = row_bank[r];
+          used_tck[1] = lo + tck_t'(row_k[r]);
+        end
+      end
       aged = aged_now;
       if (used_valid != '0) begin
         wheel = wheel_q;
         // verilator unroll_full
         for (int u = 0; u < 2; u++) begin
           if (used_valid[u]) begin
-            slot =
-                WHEEL_W'((used_tck[u] + tck_t'(CloseIdle + 3)) >> 2);
+            slot = WHEEL_W'((used_tck[u] + tck_t'(CloseIdle + 3)) >> 2);
             wheel[due_q[used_bank[u]]][used_bank[u]] = 1'b0;
             wheel[slot][used_bank[u]] = 1'b1;
             aged[used_bank[u]] = 1'b0;
@@ -902,96 +536,112 @@ module nelssa_ddr5_ctrl
         wheel_q <= wheel;
       end
       aged_q <= aged;
-      pre_all_q <= pre_all;
-      act_all_q <= act_all;
-      rd_all_q <= rd_all;
-      wr_all_q <= wr_all;
-      acts_q <= acts;
-
-      // the served request leaves its queue and an accepted one joins the end of its own
-      begin
-        wa = write_active;
-        wq = req_write_i;
-        enters = req_valid_i && req_ready_o;
-        slots = slot_q;
-        banks = bankp_q;
-        free = free_q;
-        n = n_q;
-        if (col_valid) begin
-`ifndef NELSSA_DDR5_PARALLEL
-          // the served entry was a row hit of its bank; with the last one gone, the bank's
-          // other entries are no longer held
-          hit_n[wa][col_bank] = hit_n[wa][col_bank] - 6'd1;
-          if (hit_n[wa][col_bank] == '0) qheld[wa] &= ~`NELSSA_HOLDING(bankp_q[wa], col_bank);
-          qheld[wa] = `NELSSA_DROP(qheld[wa], col_idx);
-`endif
-          // verilator unroll_full
-          for (int j = 0; j < 5; j++) begin
-            slots[wa][j] = `NELSSA_DROP(slots[wa][j], col_idx);
-            banks[wa][j] = `NELSSA_DROP(banks[wa][j], col_idx);
-          end
-          qopen[wa] = `NELSSA_DROP(qopen[wa], col_idx);
-          qhit[wa] = `NELSSA_DROP(qhit[wa], col_idx);
-          free[wa][col_slot] = 1'b1;
-          n[wa] = n[wa] - 1;
-        end
-        if (enters) begin
-          s = `NELSSA_LOWEST(free[wq]);
-          at_n = n[wq][4:0];
-          ent_q[wq][s] <= req_entry;
-          tag_q[wq][s] <= req_tag_i;
-          free[wq][s] = 1'b0;
-          // verilator unroll_full
-          for (int j = 0; j < 5; j++) begin
-            slots[wq][j][at_n] = s[j];
-            banks[wq][j][at_n] = req_entry.bank[j];
-          end
-          qopen[wq][at_n] = open[req_entry.bank];
-          qhit[wq][at_n] = open[req_entry.bank] && req_orow == req_entry.row;
-          n[wq] = n[wq] + 1;
-`ifndef NELSSA_DDR5_PARALLEL
-          // a new hit holds its bank's entries, the new one included; any other new entry is
-          // held if its bank already is
-          if (qhit[wq][at_n]) begin
-            hit_n[wq][req_entry.bank] = hit_n[wq][req_entry.bank] + 6'd1;
-            if (hit_n[wq][req_entry.bank] == 6'd1)
-              qheld[wq] |= `NELSSA_HOLDING(banks[wq], req_entry.bank);
-            else qheld[wq][at_n] = 1'b1;
-          end else begin
-            qheld[wq][at_n] = open[req_entry.bank] && hit_n[wq][req_entry.bank] != '0;
-          end
-`endif
-        end
-        slot_q <= slots;
-        bankp_q <= banks;
-        free_q <= free;
-        n_q <= n;
-`ifndef NELSSA_DDR5_PARALLEL
-        begin
-          // the live entries per bank
-          wanted = wanted_q;
-          if (col_valid) begin
-            bank_n[wa][col_bank] = bank_n[wa][col_bank] - 6'd1;
-            if (bank_n[wa][col_bank] == '0) wanted[wa][col_bank] = 1'b0;
-          end
-          if (enters) begin
-            bank_n[wq][req_entry.bank] = bank_n[wq][req_entry.bank] + 6'd1;
-            wanted[wq][req_entry.bank] = 1'b1;
-          end
-          wanted_q <= wanted;
-          bank_n_q <= bank_n;
-        end
-`endif
-      end
-      qopen_q <= qopen;
-      qhit_q <= qhit;
-`ifndef NELSSA_DDR5_PARALLEL
-      qheld_q <= qheld;
-      hit_n_q <= hit_n;
-`endif
     end
   end
 
+  // ---------------------------------------------------------------------------------------------
+  // Queues: the masks follow the banks that opened and closed, the served request leaves its
+  // queue (the younger ones move down a position) and an accepted request joins the end of its
+  // own, in the lowest free slot. (One clocked block with its temporaries at the top, which a
+  // Verilated model keeps in the evaluation's locals: as combinational next-state signals they
+  // were evaluated again whenever a request input changed: several percent of the device's
+  // simulated cycle, by CPU time on a shared machine.)
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    automatic logic wa;
+    automatic logic wq;
+    automatic qmask_t of_b;
+    automatic logic [NB-1:0] open;
+    automatic logic [15:0] req_orow;
+    automatic qmask_t qopen [2];
+    automatic qmask_t qhit [2];
+    automatic qmask_t slots [2][5];
+    automatic qmask_t banks [2][5];
+    automatic logic [QW-1:0] free [2];
+    automatic logic [5:0] n [2];
+    automatic logic [4:0] s;
+    automatic logic [4:0] at_n;
+    if (!rst_ni) begin
+      // verilator unroll_full
+      for (int q = 0; q < 2; q++) begin
+        n_q[q]     <= '0;
+        free_q[q]  <= '1;
+        // verilator unroll_full
+        for (int j = 0; j < 5; j++) begin
+          slot_q[q][j]  <= '0;
+          bankp_q[q][j] <= '0;
+        end
+        qopen_q[q] <= '0;
+        qhit_q[q]  <= '0;
+      end
+    end else begin
+      wa = write_active;
+      wq = req_write_i;
+      qopen = qopen_q;
+      qhit = qhit_q;
+      slots = slot_q;
+      banks = bankp_q;
+      free = free_q;
+      n = n_q;
+      // the row commands: an ACT opens its bank's positions and makes row hits of those that
+      // want its row; a PRE closes them
+      open = open_q;
+      req_orow = orow_q[req_entry.bank];
+      // verilator unroll_full
+      for (int r = 0; r < 2; r++) begin
+        if (row_valid[r] && (row_cmd[r] == CMD_ACT || row_cmd[r] == CMD_PRE)) begin
+          open[row_bank[r]] = row_cmd[r] == CMD_ACT;
+          if (row_cmd[r] == CMD_ACT && row_bank[r] == req_entry.bank) req_orow = row_row[r];
+          // verilator unroll_full
+          for (int q = 0; q < 2; q++) begin
+            of_b = `NELSSA_HOLDING(bankp_q[q], row_bank[r]);
+            if (row_cmd[r] == CMD_ACT) begin
+              qopen[q] |= of_b;
+              qhit[q] |= act_hits[q];
+            end else begin
+              qopen[q] &= ~of_b;
+              qhit[q] &= ~of_b;
+            end
+          end
+        end
+      end
+      // the served entry
+      if (col_valid) begin
+        // verilator unroll_full
+        for (int j = 0; j < 5; j++) begin
+          slots[wa][j] = `NELSSA_DROP(slots[wa][j], col_idx);
+          banks[wa][j] = `NELSSA_DROP(banks[wa][j], col_idx);
+        end
+        qopen[wa] = `NELSSA_DROP(qopen[wa], col_idx);
+        qhit[wa] = `NELSSA_DROP(qhit[wa], col_idx);
+        free[wa][col_slot] = 1'b1;
+        n[wa] = n[wa] - 1;
+      end
+      // the entering request
+      if (enters) begin
+        s = `NELSSA_CTRL_LOWEST(free[wq]);
+        at_n = n[wq][4:0];
+        ent_q[wq][s] <= req_entry;
+        tag_q[wq][s] <= req_tag_i;
+        free[wq][s] = 1'b0;
+        // verilator unroll_full
+        for (int j = 0; j < 5; j++) begin
+          slots[wq][j][at_n] = s[j];
+          banks[wq][j][at_n] = req_entry.bank[j];
+        end
+        qopen[wq][at_n] = open[req_entry.bank];
+        qhit[wq][at_n] = open[req_entry.bank] && req_orow == req_entry.row;
+        n[wq] = n[wq] + 1;
+      end
+      slot_q  <= slots;
+      bankp_q <= banks;
+      free_q  <= free;
+      n_q     <= n;
+      qopen_q <= qopen;
+      qhit_q  <= qhit;
+    end
+  end
+
+  // ---------------------------------------------------------------------------------------------
   // command slots: 0 carries the READ/WRITE, 1 and 2 the row commands
   logic [63:0] lo64;
   assign lo64        = {cycle_q, 2'b00};
@@ -1004,16 +654,32 @@ module nelssa_ddr5_ctrl
   assign cmd_col_o   = col_e.col;
   assign cmd_tag_o   = tag_q[write_active][col_slot];
   assign cmd_write_o = col_valid && write_active;
-endmodule
 
-`undef NELSSA_AFTER
-`undef NELSSA_TMAX
-`undef NELSSA_LOWEST
-`undef NELSSA_DROP
-`undef NELSSA_AT
-`undef NELSSA_HOLDING
-`undef NELSSA_HOLDING_GROUP
-`undef NELSSA_LIVE
-`undef NELSSA_FIRST
-`undef NELSSA_SCRUB
-`undef NELSSA_PLACE
+  // ---------------------------------------------------------------------------------------------
+  // Protocol rules. The request port is accept-as-offered (a front end may offer another request
+  // in the next cycle: nelssa_ddr5_frontend re-arbitrates every cycle), so no input can break a
+  // rule here: these are the controller's own, checked in every run (tests/rtl/test_ddr5_ctrl.py,
+  // test_ddr5_system.py and every device build).
+  // the queues never run over or under (a count of the free slots against the length, checked
+  // too at first, cost the device's simulation 2 %: eight controllers, two population counts
+  // each per cycle)
+  `NELSSA_ASSERT(QueuesBounded, n_q[0] <= 6'(ReadQueue) && n_q[1] <= 6'(WriteQueue))
+  `NELSSA_ASSERT_NEVER(ServedFromEmpty, col_valid && n_q[write_active] == '0)
+  `NELSSA_ASSERT_NEVER(EnteredFull, enters && n_q[req_write_i] ==
+                                    (req_write_i ? 6'(WriteQueue) : 6'(ReadQueue)))
+  // one column command per cycle (slot 0), on a row hit; the row commands of a cycle on distinct
+  // banks and CA slots, at most one ACT and one REF, none on the column command's bank or slot
+  // (each of these costs eight controllers' worth of checks per simulated cycle: the set is
+  // kept to what the scheduling relies on)
+  `NELSSA_ASSERT(ColumnOnOpenRow, !col_valid || (open_q[col_bank] && orow_q[col_bank] == col_e.row))
+  `NELSSA_ASSERT_NEVER(RowCommandsClash, row_valid == 2'b11 && (row_bank[0] == row_bank[1] ||
+                                         row_k[0] == row_k[1] ||
+                                         (row_cmd[0] == row_cmd[1] && row_cmd[0] != CMD_PRE)))
+  `NELSSA_ASSERT_NEVER(RowOnColumnSlot, col_valid && ((row_valid[0] && row_k[0] == col_k) ||
+                                        (row_valid[1] && row_k[1] == col_k)))
+  `NELSSA_ASSERT_NEVER(RowOnColumnBank, col_valid &&
+                                        ((row_valid[0] && row_bank[0] == col_bank) ||
+                                         (row_valid[1] && row_bank[1] == col_bank)))
+
+  `undef NELSSA_CTRL_LOWEST
+endmodule

@@ -70,6 +70,21 @@ package nelssa_ddr5_pkg;
   // DDR5_6400AN (Ramulator 2)
   localparam timing_t DDR5_6400AN = '{8, 4, 4096, 65536, 46, 44, 46, 46, 103, 149, 96, 24, 8, 16, 64, 16, 16, 64, 5, 32, 946, 12480, 4};
 
+  // a request queued in the sub-channel controller (rtl/mem/nelssa_ddr5_ctrl.sv)
+  typedef struct packed {
+    logic [4:0]  bank;  // {bank group, bank}
+    logic [15:0] row;
+    logic [5:0]  col;
+  } ddr5_entry_t;
+
+  // bit position of 2^k from the top five bits of 2^k * 0x077CB531 (a de Bruijn
+  // sequence): the controller's lowest set bit in simulation
+  localparam logic [4:0] DE_BRUIJN [32] = '{
+    5'd0, 5'd1, 5'd28, 5'd2, 5'd29, 5'd14, 5'd24, 5'd3, 5'd30, 5'd22, 5'd20, 5'd15, 5'd25, 5'd17,
+    5'd4, 5'd8, 5'd31, 5'd27, 5'd13, 5'd23, 5'd21, 5'd19, 5'd16, 5'd7, 5'd26, 5'd12, 5'd18, 5'd6,
+    5'd11, 5'd5, 5'd10, 5'd9
+  };
+
   // presets by index, in the order of hw/model/ddr5_timing.PRESETS
   function automatic timing_t preset_timing(int id);
     unique case (id)

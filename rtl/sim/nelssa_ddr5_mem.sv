@@ -42,9 +42,11 @@ module nelssa_ddr5_mem
   logic                  cmd_write;
 
   nelssa_ddr5_ctrl #(
-    .T   (T),
-    .TagW(TagW),
-    .TckW(TckW)
+    .T            (T),
+    .TagW         (TagW),
+    .TckW         (TckW),
+    // the tries: the same commands as the synthesis form, 3.7 times faster in Verilator
+    .ParallelSched(1'b0)
   ) u_ctrl (
     .clk_i      (clk_i),
     .rst_ni     (rst_ni),

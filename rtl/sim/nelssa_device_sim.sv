@@ -85,17 +85,17 @@ module nelssa_device_sim
 
   // the device's requests as the memory's ports take them (addresses below 2^ADDR_W)
   mem_req_t [PORTS-1:0] mem_req;
-  /* verilator lint_off UNUSEDSIGNAL */
-  logic [PORTS-1:0][63-ADDR_W:0] mem_addr_high;  // zero: the device checks its ranges
-  /* verilator lint_on UNUSEDSIGNAL */
-  for (genvar p = 0; p < PORTS; p++) begin : gen_mem_req
-    assign mem_write[p] = mem_req[p].write;
-    assign mem_addr[p]  = mem_req[p].addr[ADDR_W-1:0];
-    assign mem_tag[p]   = mem_req[p].tag;
-    assign mem_wdata[p] = mem_req[p].wdata;
-    assign mem_wstrb[p] = mem_req[p].wstrb;
-    assign mem_addr_high[p] = mem_req[p].addr[63:ADDR_W];
-  end
+  nelssa_mem_req_split #(
+    .NumPorts(PORTS),
+    .AddrW   (ADDR_W)
+  ) u_mem_req_split (
+    .req_i  (mem_req),
+    .write_o(mem_write),
+    .addr_o (mem_addr),
+    .tag_o  (mem_tag),
+    .wdata_o(mem_wdata),
+    .wstrb_o(mem_wstrb)
+  );
 
   nelssa_device #(
     .NumUnits(NumUnits),

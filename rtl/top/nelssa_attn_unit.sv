@@ -56,7 +56,7 @@ module nelssa_attn_unit
     return v;
   endfunction
 
-  state_e       state_q;
+  state_e       state_q, state_d;
   logic [7:0]   status_q;
   logic [7:0]   q_heads_q;
   logic [15:0]  head_dim_q, num_ids_q;
@@ -265,6 +265,25 @@ module nelssa_attn_unit
   assign done_o = state_q == StDone;
   assign status_o = status_q;
 
+  // ---- the phase: descriptor checks, ids, directory, the directory's verdict, the stream (or a
+  // drain of the reads in flight after a failed check), done --------------------------------------
+  always_comb begin
+    state_d = state_q;
+    unique case (state_q)
+      StIdle: if (start_i) state_d = (static_status != 8'(DESC_OK)) ? StDone : StIds;
+      StIds: if (rd_out_valid && use_i_q + 1 == id_lines) state_d = StDir;
+      StDir: begin
+        if (id_bad_q) state_d = StDrain;
+        else if (rd_out_valid && use_j_q + 1 == 32'(num_ids_q)) state_d = StWait;
+      end
+      StWait: state_d = (len_bad_q || first_fail_q != 0) ? StDrain : StRun;
+      StRun: if (engine_done_q && !res_valid && cpls_q == writes_q && reader_idle) state_d = StDone;
+      StDrain: if (reader_idle) state_d = StDone;  // no read of this descriptor left
+      StDone: state_d = StIdle;
+      default: state_d = StIdle;
+    endcase
+  end
+
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q <= StIdle;
@@ -277,6 +296,7 @@ module nelssa_attn_unit
       {out_beat_q, writes_q, cpls_q, engine_done_q} <= '0;
       {cmd_sent_q, clu_sent_q, kv_beats_q, kv_total_q, kv_sum_q} <= '0;
     end else begin
+      state_q <= state_d;
       if (mem_valid_o && mem_ready_i && wr_pending) begin
         out_beat_q <= out_beat_q + 1;
         writes_q <= writes_q + 1;
@@ -300,7 +320,6 @@ module nelssa_attn_unit
           {out_beat_q, writes_q, cpls_q, engine_done_q} <= '0;
           {cmd_sent_q, clu_sent_q, kv_beats_q, kv_sum_q} <= '0;
           status_q <= static_status;
-          state_q <= (static_status != 8'(DESC_OK)) ? StDone : StIds;
         end
         StIds: begin
           if (ra_valid && ra_ready) begin
@@ -321,14 +340,12 @@ module nelssa_attn_unit
             if (use_i_q + 1 == id_lines) begin
               gen_done_q <= 1'b0;
               {gen_i_q, gen_j_q, use_i_q, use_j_q} <= '0;
-              state_q <= StDir;
             end
           end
         end
         StDir: begin
           if (id_bad_q) begin
             status_q <= 8'(DESC_ERR_CLUSTER_ID);
-            state_q <= StDrain;
           end else begin
             if (ra_valid && ra_ready) begin
               gen_j_q <= gen_j_q + 1;
@@ -353,7 +370,6 @@ module nelssa_attn_unit
               if (use_j_q + 1 == 32'(num_ids_q)) begin
                 gen_done_q <= 1'b0;
                 {gen_i_q, gen_j_q, use_i_q, use_j_q} <= '0;
-                state_q <= StWait;
               end
             end
           end
@@ -361,13 +377,10 @@ module nelssa_attn_unit
         StWait: begin  // the directory's verdict, then the stream's length
           if (len_bad_q) begin
             status_q <= 8'(DESC_ERR_CLUSTER_LEN);
-            state_q <= StDrain;
           end else if (first_fail_q != 0) begin
             status_q <= first_fail_q;
-            state_q <= StDrain;
           end else begin
             kv_total_q <= q_lines + kv_sum_q;
-            state_q <= StRun;
           end
         end
         StRun: begin
@@ -389,13 +402,8 @@ module nelssa_attn_unit
             engine_done_q <= 1'b1;
             if (eng_status != STATUS_OK) status_q <= 8'(DESC_ERR_CLUSTER_LEN);
           end
-          if (engine_done_q && !res_valid && cpls_q == writes_q && reader_idle) begin
-            state_q <= StDone;
-          end
         end
-        StDrain: if (reader_idle) state_q <= StDone;  // no read of this descriptor left
-        StDone: state_q <= StIdle;
-        default: state_q <= StIdle;
+        default: ;
       endcase
     end
   end

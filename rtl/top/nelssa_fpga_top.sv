@@ -220,17 +220,17 @@ module nelssa_fpga_top
 
   // the device's requests as the memory's ports take them (addresses below 2^AddrW)
   mem_req_t [NumPorts-1:0] mem_req;
-  /* verilator lint_off UNUSEDSIGNAL */
-  logic [NumPorts-1:0][63-AddrW:0] mem_addr_high;  // zero: the device checks its ranges
-  /* verilator lint_on UNUSEDSIGNAL */
-  for (genvar p = 0; p < NumPorts; p++) begin : gen_mem_req
-    assign mem_write[p] = mem_req[p].write;
-    assign mem_addr[p]  = mem_req[p].addr[AddrW-1:0];
-    assign mem_tag[p]   = mem_req[p].tag;
-    assign mem_wdata[p] = mem_req[p].wdata;
-    assign mem_wstrb[p] = mem_req[p].wstrb;
-    assign mem_addr_high[p] = mem_req[p].addr[63:AddrW];
-  end
+  nelssa_mem_req_split #(
+    .NumPorts(NumPorts),
+    .AddrW   (AddrW)
+  ) u_mem_req_split (
+    .req_i  (mem_req),
+    .write_o(mem_write),
+    .addr_o (mem_addr),
+    .tag_o  (mem_tag),
+    .wdata_o(mem_wdata),
+    .wstrb_o(mem_wstrb)
+  );
 
   nelssa_device #(
     .NumUnits(NumUnits),

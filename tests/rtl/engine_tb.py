@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
 from nelssa.driver.status import AttnStatus
 from nelssa.hw.model import fp
@@ -136,10 +136,14 @@ class TB:
             cycles += 1
             assert cycles < max_cycles, f"engine hung: no done_o after {max_cycles} cycles"
             await RisingEdge(d.clk_i)
-        await RisingEdge(d.clk_i)
+        # the offers end with the command (the engine, done, takes none in the next cycle): an
+        # untaken beat or entry still offered there would be replaced by the next command's,
+        # which the engine's KvKeptStable/CluKeptStable forbid
+        await Timer(1, unit="ns")  # out of the read-only phase, before the next edge
         d.cmd_valid_i.value = 0
         d.kv_valid_i.value = 0
         d.clu_valid_i.value = 0
+        await RisingEdge(d.clk_i)
         o = lse = None
         if status == AttnStatus.OK:
             per_head = cmd.head_dim // 16

@@ -8,6 +8,7 @@ import json
 import cocotb
 import numpy as np
 import pytest
+from buses import clock_and_reset, wait_cycles
 
 from nelssa.driver.status import AttnStatus
 from nelssa.hw.model import fp
@@ -17,6 +18,11 @@ from nelssa.hw.sim.rtl_sources import FP_GATED_ARGS
 from engine_tb import TB, Command, Workload, assert_error_bound
 
 TOP = "nelssa_attn_engine"
+INPUTS = ("cmd_valid_i", "cmd_head_dim_i", "cmd_num_qheads_i", "cmd_num_clusters_i",
+          "cmd_scale_i", "clu_valid_i", "clu_tokens_i", "kv_valid_i", "kv_data_i", "kv_last_i",
+          "res_ready_i")
+WITHIN_CONTRACT = r"\.(?!breaks_)\w+$"
+"""cocotb's test filter (searched in module.test): every test but the rule breakers"""
 
 
 def _dims(tb: TB) -> list[int]:
@@ -180,18 +186,69 @@ async def malformed_streams(dut):
         await tb.check_workload(Workload.random(rng, d, h, [2, 5]))
 
 
+async def _offer_then_change(dut, valid: str, field: str) -> None:
+    """Offer on ``valid`` with ``field`` = 1 while the engine is not ready, then change the
+    field in the next cycle with the offer kept."""
+    getattr(dut, valid).value = 1
+    getattr(dut, field).value = 1
+    await wait_cycles(dut, 1)
+    getattr(dut, field).value = 2
+    await wait_cycles(dut, 3)
+
+
+@cocotb.test()
+async def breaks_command_changed(dut):
+    """A second command offered while the first waits for its stream, its scale changed before
+    the engine takes it."""
+    await clock_and_reset(dut, INPUTS)
+    d = dut
+    d.cmd_head_dim_i.value, d.cmd_num_qheads_i.value, d.cmd_num_clusters_i.value = 64, 1, 1
+    d.cmd_valid_i.value = 1
+    await wait_cycles(dut, 1)  # taken: the engine waits for Q now, not ready for another
+    await _offer_then_change(dut, "cmd_valid_i", "cmd_scale_i")
+
+
+@cocotb.test()
+async def breaks_cluster_entry_changed(dut):
+    """A cluster entry offered to the idle engine, its length changed while still offered."""
+    await clock_and_reset(dut, INPUTS)
+    await _offer_then_change(dut, "clu_valid_i", "clu_tokens_i")
+
+
+@cocotb.test()
+async def breaks_beat_changed(dut):
+    """A beat offered to the idle engine, its data changed while still offered."""
+    await clock_and_reset(dut, INPUTS)
+    await _offer_then_change(dut, "kv_valid_i", "kv_data_i")
+
+
+FIRES = [("breaks_command_changed", {"CmdHeld"}),
+         ("breaks_cluster_entry_changed", {"CluKeptStable"}),
+         ("breaks_beat_changed", {"KvKeptStable"})]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize(("case", "fired"), FIRES, ids=[c for c, _ in FIRES])
+def test_attn_engine_assertion_fires(case: str, fired: set[str]):
+    """Each input rule of the engine, broken on purpose, fires its assertion (on the build of
+    test_attn_engine_small[gated], so no build of its own)."""
+    _run(_params(64, 2, 16), test_filter=case, expect_assertion=fired)
+
+
 def _params(head_dim: int, num_qheads: int, max_cluster_tokens: int) -> dict[str, int]:
     return {"HeadDim": head_dim, "NumQHeads": num_qheads, "MaxClusterTokens": max_cluster_tokens}
 
 
-def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = True) -> None:
+def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = True,
+         expect_assertion: set[str] | None = None) -> None:
     from cocotb_runner import run_cocotb
 
     env = {"NELSSA_ENGINE_PARAMS": json.dumps({
         "head_dim": params["HeadDim"], "num_qheads": params["NumQHeads"],
         "max_cluster_tokens": params["MaxClusterTokens"]})}
     run_cocotb(TOP, "test_attn_engine", parameters=params, extra_env=env,
-               test_filter=test_filter, build_extra=FP_GATED_ARGS if gated else ())
+               test_filter=test_filter or WITHIN_CONTRACT,
+               build_extra=FP_GATED_ARGS if gated else (), expect_assertion=expect_assertion)
 
 
 @pytest.mark.rtl
