@@ -9,6 +9,14 @@ transactions as its pause generator says; a :class:`StreamSink` takes transactio
 driven by its pause generator (back-pressure) and checks the DUT's side of the rule: valid held
 until ready, payload unchanged meanwhile. Each cycle runs: rising edge, drive, ReadOnly,
 sample; the handshake is what is seen in ReadOnly.
+
+AXI: cocotbext-axi's masters and slaves bind to ports named ``<prefix>_<signal>`` through
+cocotb-bus ``Bus`` objects; :func:`axi_bus` and :func:`axil_bus` build those for the house
+style's direction suffixes (``s_axi_awaddr_i``, ``s_axi_awready_o``), :func:`set_axi_pauses`
+gives a master or slave idle and back-pressure generators (the taxi testbenches' pattern).
+:class:`ReorderingAxiMemory` serves packed per-channel AXI4 master ports (``m_axi_*``, one
+vector per signal holding every channel's field) with responses reordered across IDs, which
+cocotbext-axi's AxiRam does not do (it answers each burst in order, at once).
 """
 
 from __future__ import annotations
@@ -22,6 +30,21 @@ from typing import Any, ClassVar, Self
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb_bus.bus import Bus
+from cocotbext.axi import (
+    AxiARBus,
+    AxiAWBus,
+    AxiBBus,
+    AxiBus,
+    AxiLiteARBus,
+    AxiLiteAWBus,
+    AxiLiteBBus,
+    AxiLiteBus,
+    AxiLiteRBus,
+    AxiLiteWBus,
+    AxiRBus,
+    AxiWBus,
+)
 
 from nelssa.gen import mem_req_layout
 
@@ -282,3 +305,202 @@ async def pulse(dut, name: str, value: int = 1, settle: int = 3) -> None:
     await wait_cycles(dut, 1)
     getattr(dut, name).value = 0
     await wait_cycles(dut, settle)
+
+
+# -- AXI (cocotbext-axi) ---------------------------------------------------------------------------
+def suffixed_bus(bus_cls: type[Bus], dut, prefix: str) -> Bus:
+    """A cocotbext-axi channel bus (``AxiAWBus``, ``AxiLiteRBus``, ...) on the ports
+    ``<prefix>_<signal>_i`` or ``<prefix>_<signal>_o``, whichever the DUT has: the house style's
+    suffixes name the direction, which cocotbext-axi's ``from_prefix`` does not expect. Every
+    required signal must be there; optional ones (awprot, wstrb, ...) are bound where present."""
+    names = {}
+    for sig in (*bus_cls._signals, *bus_cls._optional_signals):
+        port = next((f"{sig}_{d}" for d in ("i", "o") if hasattr(dut, f"{prefix}_{sig}_{d}")),
+                    None)
+        if port is not None:
+            names[sig] = port
+        elif sig in bus_cls._signals:
+            raise AttributeError(f"{bus_cls.__name__}: no {prefix}_{sig}_i or _o on the DUT")
+    bus = bus_cls.__new__(bus_cls)  # the class's __init__ would name the ports itself
+    Bus.__init__(bus, dut, prefix, names, case_insensitive=False)
+    return bus
+
+
+def axi_bus(dut, prefix: str) -> AxiBus:
+    """An AXI4 interface (five channels) on house-style ports, for AxiMaster, AxiSlave, AxiRam."""
+    return AxiBus.from_channels(*(suffixed_bus(c, dut, prefix)
+                                  for c in (AxiAWBus, AxiWBus, AxiBBus, AxiARBus, AxiRBus)))
+
+
+def axil_bus(dut, prefix: str) -> AxiLiteBus:
+    """An AXI4-Lite interface on house-style ports, for AxiLiteMaster, AxiLiteSlave, AxiLiteRam."""
+    return AxiLiteBus.from_channels(*(suffixed_bus(c, dut, prefix) for c in (
+        AxiLiteAWBus, AxiLiteWBus, AxiLiteBBus, AxiLiteARBus, AxiLiteRBus)))
+
+
+def set_axi_pauses(model, idle: Callable[[], Iterator[bool]] | None = None,
+                   backpressure: Callable[[], Iterator[bool]] | None = None) -> None:
+    """Pause generators on a cocotbext-axi master's (AxiMaster, AxiLiteMaster) or slave's
+    channels, as the taxi testbenches set them: ``idle`` on the channels it drives (valid
+    withheld), ``backpressure`` on those it takes (ready withheld); a fresh generator per
+    channel from each factory. None clears them (each one is a coroutine woken every cycle)."""
+    w, r = model.write_if, model.read_if
+    master = hasattr(w.aw_channel, "send")  # a source: the master drives AW
+    driven = (w.aw_channel, w.w_channel, r.ar_channel) if master else (w.b_channel, r.r_channel)
+    taken = (w.b_channel, r.r_channel) if master else (w.aw_channel, w.w_channel, r.ar_channel)
+    for channels, factory in ((driven, idle), (taken, backpressure)):
+        for ch in channels:
+            ch.set_pause_generator(factory() if factory is not None else None)
+            if factory is None:
+                ch.pause = False  # a cleared generator leaves its last value
+
+
+def _field(value: int, index: int, width: int) -> int:
+    return value >> (index * width) & ((1 << width) - 1)
+
+
+class ReorderingAxiMemory:
+    """AXI4 slaves behind a DUT's packed memory-channel masters (``<prefix>_awvalid_o`` holds
+    every channel's valid, ``<prefix>_awaddr_o`` every channel's address, channel 0 in the low
+    bits), each a sparse memory of 64-byte lines: random ready on AR, AW and W, each request
+    answered after a random latency (``read_latency``, ``write_latency`` cycles), the R and B
+    channels stalled at random and, among the IDs whose oldest answer is due, one chosen at
+    random: responses reorder across IDs, in order within one (as AXI4 requires). Single-beat
+    bursts of 64 bytes only (asserted), as the FPGA top issues. ``stall``: the probability of
+    each ready or response being withheld in a cycle. Call :meth:`start` once reset is over."""
+
+    LINE = 64
+
+    def __init__(self, dut, clk, channels: int, id_width: int, addr_width: int,
+                 rng: random.Random, stall: float = 0.3, read_latency: tuple[int, int] = (4, 40),
+                 write_latency: tuple[int, int] = (2, 20), prefix: str = "m_axi") -> None:
+        self.dut, self.clk, self.rng, self.stall = dut, clk, rng, stall
+        self.channels, self.id_width, self.addr_width = channels, id_width, addr_width
+        self.read_latency, self.write_latency = read_latency, write_latency
+        self.p = prefix
+        n = range(channels)
+        self.lines: list[dict[int, bytes]] = [{} for _ in n]
+        self.reads: list[dict[int, deque]] = [{} for _ in n]   # id -> (due cycle, line)
+        self.writes: list[dict[int, deque]] = [{} for _ in n]  # id -> due cycle
+        self.aw: list[deque] = [deque() for _ in n]
+        self.w: list[deque] = [deque() for _ in n]
+        self.r_shown: list[tuple | None] = [None] * channels
+        self.b_shown: list[int | None] = [None] * channels
+        self.cycle = 0
+        self.requests = 0
+        # the handles, looked up once (a lookup by name costs more than the access)
+        self._h = {name: getattr(dut, f"{prefix}_{name}") for name in self._PORTS}
+        for name in self._PORTS:
+            if name.endswith("_i"):
+                self._h[name].value = 0
+        self._task = None
+
+    _PORTS = ("rvalid_i", "bvalid_i", "arready_i", "awready_i", "wready_i", "rresp_i",
+              "bresp_i", "rlast_i", "rid_i", "bid_i", "rdata_i", "rready_o", "bready_o",
+              "arvalid_o", "awvalid_o", "wvalid_o", "araddr_o", "arid_o", "arlen_o", "awaddr_o",
+              "awid_o", "awlen_o", "wdata_o", "wstrb_o")
+
+    def _sig(self, name: str):
+        return self._h[name]
+
+    def start(self) -> None:
+        self._task = cocotb.start_soon(self._run())
+
+    def device_line(self, addr: int) -> bytes:
+        """A line of device memory by device address, lines interleaved over the channels
+        (line i is line i // channels of channel i % channels): a backdoor read."""
+        line = addr // self.LINE
+        return self.lines[line % self.channels].get(line // self.channels, bytes(self.LINE))
+
+    def image(self) -> dict[int, bytes]:
+        """Device address -> line, every line that is not all zero."""
+        return {(idx * self.channels + c) * self.LINE: v for c in range(self.channels)
+                for idx, v in self.lines[c].items() if any(v)}
+
+    def _present(self, c: int, rv: int, bv: int) -> tuple[int, int, int, int, int]:
+        """Choose channel ``c``'s R and B answers for this cycle (held until taken)."""
+        rng, ln = self.rng, self.LINE
+        rdata = rid = bid = 0
+        if self.r_shown[c] is None:
+            due = [i for i, q in self.reads[c].items() if q and q[0][0] <= self.cycle]
+            if due and rng.random() > self.stall:
+                i = rng.choice(due)
+                self.r_shown[c] = (i, self.reads[c][i].popleft()[1])
+        if self.r_shown[c] is not None:
+            i, line = self.r_shown[c]
+            rv |= 1 << c
+            rid = i << (c * self.id_width)
+            rdata = int.from_bytes(self.lines[c].get(line, bytes(ln)), "little") << (c * 8 * ln)
+        if self.b_shown[c] is None:
+            due = [i for i, q in self.writes[c].items() if q and q[0] <= self.cycle]
+            if due and rng.random() > self.stall:
+                i = rng.choice(due)
+                self.writes[c][i].popleft()
+                self.b_shown[c] = i
+        if self.b_shown[c] is not None:
+            bv |= 1 << c
+            bid = self.b_shown[c] << (c * self.id_width)
+        return rv, bv, rdata, rid, bid
+
+    async def _run(self) -> None:
+        rng, sig, ln = self.rng, self._sig, self.LINE
+        while True:
+            await RisingEdge(self.clk)
+            self.cycle += 1
+            rv = bv = rdata = rid = bid = 0
+            for c in range(self.channels):
+                rv, bv, d, r, b = self._present(c, rv, bv)
+                rdata, rid, bid = rdata | d, rid | r, bid | b
+            sig("rvalid_i").value = rv
+            sig("rid_i").value = rid
+            sig("rdata_i").value = rdata
+            sig("bvalid_i").value = bv
+            sig("bid_i").value = bid
+            ar_ready = aw_ready = w_ready = 0
+            for c in range(self.channels):
+                ar_ready |= int(rng.random() > self.stall) << c
+                aw_ready |= int(rng.random() > self.stall) << c
+                w_ready |= int(rng.random() > self.stall) << c
+            sig("arready_i").value = ar_ready
+            sig("awready_i").value = aw_ready
+            sig("wready_i").value = w_ready
+            await ReadOnly()
+            rready, bready = int(sig("rready_o").value), int(sig("bready_o").value)
+            arv, awv, wv = (int(sig("arvalid_o").value), int(sig("awvalid_o").value),
+                            int(sig("wvalid_o").value))
+            araddr = arid = awaddr = awid = wdata = wstrb = None
+            for c in range(self.channels):
+                if rv >> c & 1 and rready >> c & 1:
+                    self.r_shown[c] = None
+                if bv >> c & 1 and bready >> c & 1:
+                    self.b_shown[c] = None
+                if arv >> c & 1 and ar_ready >> c & 1:
+                    araddr = araddr if araddr is not None else int(sig("araddr_o").value)
+                    arid = arid if arid is not None else int(sig("arid_o").value)
+                    addr = _field(araddr, c, self.addr_width)
+                    assert addr % ln == 0, f"channel {c}: read of {addr:#x} not line-aligned"
+                    assert _field(int(sig("arlen_o").value), c, 8) == 0, "a read burst"
+                    self.reads[c].setdefault(_field(arid, c, self.id_width), deque()).append(
+                        (self.cycle + rng.randrange(*self.read_latency), addr // ln))
+                    self.requests += 1
+                if awv >> c & 1 and aw_ready >> c & 1:
+                    awaddr = awaddr if awaddr is not None else int(sig("awaddr_o").value)
+                    awid = awid if awid is not None else int(sig("awid_o").value)
+                    assert _field(int(sig("awlen_o").value), c, 8) == 0, "a write burst"
+                    self.aw[c].append((_field(awaddr, c, self.addr_width),
+                                       _field(awid, c, self.id_width)))
+                if wv >> c & 1 and w_ready >> c & 1:
+                    wdata = wdata if wdata is not None else int(sig("wdata_o").value)
+                    wstrb = wstrb if wstrb is not None else int(sig("wstrb_o").value)
+                    self.w[c].append((_field(wdata, c, 8 * ln), _field(wstrb, c, ln)))
+                while self.aw[c] and self.w[c]:
+                    (addr, i), (data, strb) = self.aw[c].popleft(), self.w[c].popleft()
+                    old = bytearray(self.lines[c].get(addr // ln, bytes(ln)))
+                    new = data.to_bytes(ln, "little")
+                    for b in range(ln):
+                        if strb >> b & 1:
+                            old[b] = new[b]
+                    self.lines[c][addr // ln] = bytes(old)
+                    self.writes[c].setdefault(i, deque()).append(
+                        self.cycle + rng.randrange(*self.write_latency))
+                    self.requests += 1
