@@ -33,8 +33,22 @@ below:
   bank whose rows interleaved streams fight over, stalls the bus, which the whole-stream
   bounds above cannot see. It has the arrivals in it (the arrival bound is not added to it).
 
-The largest bound is what an ideal controller reaches; the real one loses more to row switches
-it cannot hide and to write drains. That loss, on the data bus, is the calibrated factor
+Where a read-only sub-channel's rows switch often (READ_PATH_ACTS row openings per request,
+or a bank whose counted visits outlast the data bus), the counts cannot say how much of the
+banks' work the queue hides: nearly every request opens a row, and the bus, the ACT rate and
+the banks' tRC tie (K and V of small clusters, random lines; the bounds were up to 10 points
+off), or the queue fills with one bank's requests and serves more of them a visit than the
+windows count (64 hot rows on the row map: the bank bound was 34 points low). There the stream
+is served request by request as the controller serves it (``_read_path``: the queue, FR-FCFS,
+each bank's PRE, ACT and tRC, tRRD_S/L, tFAW, tCCD_S/L), which holds the bank-level rules
+request by request; the busiest bank group's column time and the activation rate still bound
+it from below, and the loss factor is not applied. It costs about 40 us a request (a Python
+loop), so it runs only there: the model device's 8 KB cluster reads (one opening in two
+requests) keep the counted bounds unless a descriptor is short enough that a bank's visits
+outlast the bus.
+
+Elsewhere the largest bound is what an ideal controller reaches; the real one loses more to row
+switches it cannot hide and to write drains. That loss, on the data bus, is the calibrated factor
 ``1 + c . features`` (at least 1; ``features``: activations per request and their square, write
 drains per request, arrivals at the bus rate with row openings, the queue's windows that wait
 for row switches, and the bus tied with a bank group while rows switch; no constant term),
@@ -613,16 +627,16 @@ def features(c: SubchannelCounts, t: DDR5Timing) -> npt.NDArray[np.float64]:
 
 def with_refresh(busy_tck: float, t: DDR5Timing) -> float:
     """Busy time stretched by the all-bank refreshes that fall inside it (one every nREFI from
-    the start, nRFC each): the k-th comes where work is left at k nREFI, that is where the
-    work outlasts k nREFI less the k - 1 refreshes before it."""
-    return busy_tck + t.nRFC * np.floor(max(busy_tck - t.nRFC, 0.0) / (t.nREFI - t.nRFC))
+    the start, nRFC each)."""
+    return busy_tck + t.nRFC * np.floor(busy_tck / (t.nREFI - t.nRFC))
 
 
 def busy_tck(c: SubchannelCounts, t: DDR5Timing, coefficients: npt.ArrayLike) -> float:
     """The sub-channel's work in tCK, refresh not included: the bank-side bound, the activation
     rate, or the data bus times the calibrated factor (the bus idles at row switches and drains
     the rules alone do not show), no sooner than the arrivals allow (each request's share of the
-    work after it arrives)."""
+    work after it arrives). Where the read path ran, its last column command, no sooner than the
+    busiest bank group's column time and the activation rate."""
     if c.read_path_tck:
         return max(c.read_path_tck - t.nRCD, *_exact_bounds(c, t))
     busy = max(bank_side_tck(c, t), activation_tck(c, t),
