@@ -72,7 +72,7 @@ def _fit_rows(cases, timing):
     bound at least 85 % of the cycle model's busy time and no other bound above that time): its
     features and the loss factor the cycle model needs (its busy time, refresh and the last
     request's latency taken out, over the bus bound). The other patterns the factor cannot
-    move."""
+    move, nor those the read path times (ddr5_estimate._read_path)."""
     zero = np.zeros(NUM_COEFFICIENTS)
     rows, need = [], []
     tail = timing.nRCD + timing.nCL + timing.burst_cycles
@@ -81,6 +81,8 @@ def _fit_rows(cases, timing):
         target = n * timing.burst_bytes / (model_fraction * peak) * TCK_PER_CYCLE - tail
         target -= timing.nRFC * np.floor(target / timing.nREFI)  # the refreshes inside it
         c = max(counts, key=lambda c: busy_tck(c, timing, zero))
+        if c.read_path_tck:  # timed request by request: the factor is not used
+            continue
         bus = data_bus_tck(c, timing)
         others = max(bank_side_tck(c, timing), activation_tck(c, timing),
                      c.queue_tck - timing.nRCD)

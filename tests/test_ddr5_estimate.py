@@ -190,6 +190,26 @@ def test_short_cluster_reads_within_6_percent_of_the_cycle_model():
         assert abs(est - model) / model < 0.06, f"{n} lines: estimate {est}, model {model}"
 
 
+def test_read_path_times_what_the_counts_cannot():
+    """Read-only streams whose rows switch often are served request by request (_read_path):
+    64 hot rows on the row map put 172 requests in 9 rows of one bank, and the counted visits
+    of that bank were a bound 34 points below the cycle model (the queue fills with the bank's
+    requests and serves more of them a visit); K and V of 4-line clusters, every request a row
+    opening, were 8 points above it. Now +4.0 and +2.2 (the read path runs a little fast where
+    the queue fills with one bank's requests)."""
+    for preset in sorted(PRESETS):
+        geo = DeviceGeometry(PRESETS[preset], subchannels=1)
+        for kind, seed, held in (("hot rows", 95004, 5), ("K and V", 95007, 3)):
+            rng = np.random.default_rng(seed)
+            amap = ALL_ADDRESS_MAPS[int(rng.integers(0, len(ALL_ADDRESS_MAPS)))]
+            (addrs, writes), params = generated_pattern(kind, 1200, geo, rng, amap)
+            assert count_subchannels(addrs, writes, geo, amap)[0].read_path_tck > 0
+            model = run_device(addrs, writes, geo, amap, check=False).bandwidth_fraction(
+                geo.timing, 1) * 100
+            est = estimate_device(addrs, writes, geo, amap).bandwidth_fraction(geo.timing, 1) * 100
+            assert abs(est - model) <= held, f"{kind} ({params}, {amap}): {est:.1f} %, {model:.1f}"
+
+
 def test_addresses_outside_the_device_are_rejected():
     geo = DeviceGeometry(DDR5_6400_MICRON)
     with pytest.raises(ValueError, match="outside the device"):
@@ -198,16 +218,21 @@ def test_addresses_outside_the_device_are_rejected():
 
 GOAL_POINTS = 3.0
 """Issue 23, item 4: the estimate within 3 points of peak of the cycle model on every kind."""
-HELD_POINTS = {"one bank": 3.0, "one bank group": 6.0, "stride": 4.0, "hot rows": 5.0,
-               "mixed reads and writes": 7.0, "random blocks": 4.0, "K and V": 11.0}
+HELD_POINTS = {"one bank": GOAL_POINTS, "one bank group": GOAL_POINTS, "stride": 5.0,
+               "hot rows": 6.0, "mixed reads and writes": 7.0, "random blocks": 4.0,
+               "K and V": 7.0}
 """What the estimate holds per kind: the worst of `scripts/ddr5_estimate_check.py --cases 9`
 (168 cases, seeds 0 to 6,999; docs/results/ddr5_estimate.md) and of this test's 24 draws,
-rounded up (one bank -2.4, one bank group +5.5 on a draw of this test, stride +3.3, hot rows
-+4.2, mixed reads and writes +6.6, random blocks +3.4, K and V -10.1); was 5, 6, 8, 7, 14, 9 and
-13 before rows fought over in the queue stopped lasting into the next window, the writes were
-timed drain by drain and the loss factor was refit over both presets and every map. The fit
-uses other seeds (scripts/calibrate_ddr5.py: from 50,000). Only one bank meets the 3-point goal
-(GOAL_POINTS) in every case; what the rest miss is in docs/results/ddr5_estimate.md."""
+rounded up (one bank -2.4, one bank group -1.1 and +1.4 on a draw of this test, stride +4.7,
+hot rows +5.1, mixed reads and writes +6.6 and -6.1 on a draw, random blocks -3.4, K and V
++6.1); was 3, 6, 4, 5, 7, 4 and 11 before read-only streams whose rows switch often were timed
+request by request (the read path: K and V -10.1 -> +2.7 on its worst case, one bank group +5.5
+-> +1.4) and the loss factor was refit without them (stride +3.3 -> +4.7 and hot rows +4.2 ->
++5.1 on the check page's worst, both on the counted bounds). The fit uses other seeds
+(scripts/calibrate_ddr5.py: from 50,000). One bank and one bank group meet the 3-point goal
+(GOAL_POINTS); fresh seeds (90,000 on) find worse cases of the rest (K and V -10.1 on 128-line
+clusters of the mop4clxor map, random blocks +8.8 on 8 sub-channels, hot rows -8.5 on
+ddr5-6400an): what they miss is in docs/results/ddr5_estimate.md."""
 MAPS_HELD = ALL_ADDRESS_MAPS
 """Every map, the row map (a 4 KB block in one bank) included: it was left out while the
 estimate was 39 points off there (K and V)."""

@@ -33,8 +33,22 @@ below:
   bank whose rows interleaved streams fight over, stalls the bus, which the whole-stream
   bounds above cannot see. It has the arrivals in it (the arrival bound is not added to it).
 
-The largest bound is what an ideal controller reaches; the real one loses more to row switches
-it cannot hide and to write drains. That loss, on the data bus, is the calibrated factor
+Where a read-only sub-channel's rows switch often (READ_PATH_ACTS row openings per request,
+or a bank whose counted visits outlast the data bus), the counts cannot say how much of the
+banks' work the queue hides: nearly every request opens a row, and the bus, the ACT rate and
+the banks' tRC tie (K and V of small clusters, random lines; the bounds were up to 10 points
+off), or the queue fills with one bank's requests and serves more of them a visit than the
+windows count (64 hot rows on the row map: the bank bound was 34 points low). There the stream
+is served request by request as the controller serves it (``_read_path``: the queue, FR-FCFS,
+each bank's PRE, ACT and tRC, tRRD_S/L, tFAW, tCCD_S/L), which holds the bank-level rules
+request by request; the busiest bank group's column time and the activation rate still bound
+it from below, and the loss factor is not applied. It costs about 40 us a request (a Python
+loop), so it runs only there: the model device's 8 KB cluster reads (one opening in two
+requests) keep the counted bounds unless a descriptor is short enough that a bank's visits
+outlast the bus.
+
+Elsewhere the largest bound is what an ideal controller reaches; the real one loses more to row
+switches it cannot hide and to write drains. That loss, on the data bus, is the calibrated factor
 ``1 + c . features`` (at least 1; ``features``: activations per request and their square, write
 drains per request, arrivals at the bus rate with row openings, the queue's windows that wait
 for row switches, and the bus tied with a bank group while rows switch; no constant term),
@@ -109,6 +123,9 @@ class SubchannelCounts:
     squared share of row visits beyond each bank's first per bank the window holds (at most 1):
     the queue fills with requests that wait for the switches, and few banks are left to hide
     them behind."""
+    read_path_tck: float = 0.0
+    """Last column command of the request-level read path (:func:`_read_path`), in tCK, where
+    it runs (a read-only sub-channel whose rows switch often: READ_PATH_ACTS); else 0."""
 
 
 @dataclass(frozen=True)
@@ -252,12 +269,110 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
             out.append(None)
             continue
         arr = arrival[sub_start[s]:sub_start[s + 1]]
+        read_path = 0.0
+        if nwr[s] == 0 and _read_path_wanted(t, bank_acts[s], reqs[s], bank_tck[s]):
+            sl = slice(sub_start[s], sub_start[s + 1])
+            read_path = _read_path(t, bank[sl], row[sl], arr * float(TCK_PER_CYCLE))
         out.append(SubchannelCounts(
             int(reqs[s]), int(nwr[s]), int(bank_acts[s].sum()), int(per_group[s].max()),
             int(bank_acts[s].max()), int(arr[-1]), int(switches[s]),
             float(group_tck[s].max()), int(group_acts[s].max()), float(bank_tck[s].max()),
-            int(write_acts[s]), float(write_tck[s]), arr, float(queue[s]), float(conflicts[s])))
+            int(write_acts[s]), float(write_tck[s]), arr, float(queue[s]), float(conflicts[s]),
+            read_path))
     return out
+
+
+READ_PATH_ACTS = 0.75
+"""Row openings per request above which a read-only sub-channel is timed request by request
+(:func:`_read_path`): where nearly every request opens a row, the bus, the ACT rate and the
+banks' tRC tie, and no count of the bounds tells how much of the banks' work the 32-entry queue
+hides (K and V of small clusters, random lines: the counted bounds were 10 points off)."""
+
+
+def _read_path_wanted(t: DDR5Timing, bank_acts: np.ndarray, reqs: int,
+                      bank_tck: np.ndarray) -> bool:
+    """Whether a read-only sub-channel is timed by :func:`_read_path`: its row openings per
+    request reach READ_PATH_ACTS, or its busiest bank's counted visits exceed the data bus
+    (a bank the queue fills with its requests serves more of them a visit than the windows
+    count: hot rows)."""
+    return bool(bank_acts.sum() >= READ_PATH_ACTS * reqs
+                or bank_tck.max() > reqs * t.burst_cycles)
+
+
+def _read_path(t: DDR5Timing, bank: np.ndarray, row: np.ndarray, arrival_tck: np.ndarray,
+               ) -> float:
+    """The last column command (tCK) of a read-only stream served request by request as the
+    controller serves it: QUEUE_DEPTH requests queued, entering a cycle apart (and after their
+    arrival) as served ones leave; each step serves the queued request whose column command can
+    issue first (the oldest of those in the same controller cycle): a row hit when its bank has
+    its row open, else a row opening (PRE where another row is open and no queued request wants
+    it, after tRAS, tRTP and, for a row left idle, ``close_idle``; then tRP; ACT tRC after the
+    bank's last, tRRD_S/tRRD_L after the sub-channel's/bank group's last, four per tFAW; READ
+    tRCD after the ACT); every READ tCCD_S after the last, tCCD_L after its bank group's. The
+    bank-level rules hold request by request, so this sees what the counts cannot: how many of
+    a bank's requests the queue gathers into a visit, and how many banks it leaves to hide a
+    row switch behind."""
+    n = bank.size
+    bpg = t.banks_per_group
+    banks, rows, arr = bank.tolist(), row.tolist(), arrival_tck.tolist()
+    cyc = TCK_PER_CYCLE
+    idle = ControllerConfig().close_idle
+    never = -1e18
+    act_ok = [never] * t.banks  # last ACT + tRC
+    pre_at = [never] * t.banks  # earliest PRE of the open row
+    used = [never] * t.banks  # last READ of the open row
+    open_row: list[int | None] = [None] * t.banks
+    opened = [never] * t.banks  # ACT of the open row
+    grp_act = [never] * t.bank_groups
+    grp_rd = [never] * t.bank_groups
+    faw = [never] * 4
+    last_act = last_rd = last_entry = never
+    queue: list[tuple[int, float]] = []  # (request, cycle it may be served from, in tCK)
+    nxt, end = 0, 0.0
+    while nxt < n and len(queue) < QUEUE_DEPTH:
+        last_entry = max(arr[nxt], last_entry + cyc)
+        queue.append((nxt, last_entry + cyc))
+        nxt += 1
+    while queue:
+        act_rate = max(last_act + t.nRRD_S, faw[0] + t.nFAW)
+        wanted = {banks[i] for i, _ in queue if open_row[banks[i]] == rows[i]}
+        best = 1e18
+        cand: list[tuple[float, int, float | None]] = []
+        for k, (i, ready) in enumerate(queue):
+            b = banks[i]
+            g = b // bpg
+            col = max(last_rd + t.nCCD_S, grp_rd[g] + t.nCCD_L, ready)
+            if open_row[b] == rows[i]:
+                act = None
+                rd = max(col, opened[b] + t.nRCD)
+            elif b in wanted:
+                continue  # the open row is served first
+            else:
+                pre = (max(pre_at[b], min(ready, used[b] + idle)) + t.nRP
+                       if open_row[b] is not None else never)
+                act = max(act_ok[b], pre, ready, act_rate, grp_act[g] + t.nRRD_L)
+                rd = max(col, act + t.nRCD)
+            cand.append((rd, k, act))
+            best = min(best, rd)
+        first_cycle_end = (best // cyc + 1) * cyc
+        rd, k, act = next(c for c in cand if c[0] < first_cycle_end)
+        i, _ = queue.pop(k)
+        b = banks[i]
+        g = b // bpg
+        if act is not None:
+            last_act = grp_act[g] = opened[b] = act
+            faw = [*faw[1:], act]
+            act_ok[b] = act + t.nRC
+            open_row[b] = rows[i]
+            pre_at[b] = act + t.nRAS
+        last_rd = grp_rd[g] = used[b] = rd
+        pre_at[b] = max(pre_at[b], rd + t.nRTP)
+        end = max(end, rd)
+        if nxt < n:
+            last_entry = max(arr[nxt], rd + cyc, last_entry + cyc)
+            queue.append((nxt, last_entry + cyc))
+            nxt += 1
+    return end
 
 
 QUEUE_DEPTH = ControllerConfig().read_queue
@@ -474,6 +589,13 @@ def bank_side_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
                c.bank_tck - (t.nRCD + t.nRTP + t.nRP))  # the last visit's latency is the tail's
 
 
+def _exact_bounds(c: SubchannelCounts, t: DDR5Timing) -> tuple[float, float]:
+    """The bounds whose counts need no model of the queue: the busiest bank group's column
+    commands and the sub-channel's activations (the read path holds them too, up to its
+    rounding)."""
+    return c.group_tck, c.activations * max(t.nRRD_S, t.nFAW / 4)
+
+
 def data_bus_tck(c: SubchannelCounts, t: DDR5Timing) -> float:
     """The data bus: a burst per read, the writes drain by drain, and a read/write turnaround
     per drain."""
@@ -513,7 +635,10 @@ def busy_tck(c: SubchannelCounts, t: DDR5Timing, coefficients: npt.ArrayLike) ->
     """The sub-channel's work in tCK, refresh not included: the bank-side bound, the activation
     rate, or the data bus times the calibrated factor (the bus idles at row switches and drains
     the rules alone do not show), no sooner than the arrivals allow (each request's share of the
-    work after it arrives)."""
+    work after it arrives). Where the read path ran, its last column command, no sooner than the
+    busiest bank group's column time and the activation rate."""
+    if c.read_path_tck:
+        return max(c.read_path_tck - t.nRCD, *_exact_bounds(c, t))
     busy = max(bank_side_tck(c, t), activation_tck(c, t),
                # the bound is an ideal controller's: a real one is never faster
                data_bus_tck(c, t) * max(1.0, 1.0 + float(np.dot(features(c, t), coefficients))))
