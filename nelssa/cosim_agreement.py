@@ -236,3 +236,23 @@ def compare(p: Point) -> Comparison:
     wall = time.perf_counter() - t0
     log.info("%s: co-simulation %.1f s wall", p.label, wall)
     return Comparison(p, cosim, serving_side(p), wall)
+
+
+STEP_BOUND = 0.05
+"""Largest relative difference of the step, and of its GPU and top-K components."""
+WAIT_BOUND_US = 3.0
+"""Largest difference of the GPU's wait for the node, per layer (microseconds): what the
+node's accounting has that the latency model's T_comm and BW_PNM^eff leave out (EXPLANATION)."""
+
+
+def verdict(r: Comparison) -> str:
+    """``agree``, or which bound is passed."""
+    off = [c for c in ("step", "gpu", "topk")
+           if r.diff(c) is not None and abs(r.diff(c)) > STEP_BOUND]  # type: ignore[arg-type]
+    if abs(r.serving.wait - r.cosim.wait) > WAIT_BOUND_US * r.point.layers:
+        off.append("wait")
+    return "agree" if not off else "differs: " + ", ".join(off)
+
+
+EXPLANATION: list[str] = []
+"""The page's account of every remaining difference (scripts/cosim_agreement.py)."""
