@@ -170,7 +170,10 @@ def serving_side(p: Point) -> Side:
     return Side(gpu=(parts.kernel_s + parts.linear_s + parts.gpu_attn_s) * us,
                 topk=parts.topk_s * us, wait=parts.wait_s * us,
                 pnm_attn=parts.pnm_attn_s * us, comm=parts.comm_s * us,
-                detail={k: v * us for k, v in parts.as_dict().items()})
+                detail={**{k: v * us for k, v in parts.as_dict().items()},
+                        "transfer": lm.t_link * c.num_hidden_layers * us if p.long else 0.0,
+                        "kv_bytes": p.selection * p.long * (p.long_len + grown)
+                        * lm.model.kv_bytes_per_token})
 
 
 def cosim_side(p: Point, timeout_s: float = 600.0) -> Side:
@@ -242,7 +245,8 @@ STEP_BOUND = 0.05
 """Largest relative difference of the step, and of its GPU and top-K components."""
 WAIT_BOUND_US = 3.0
 """Largest difference of the GPU's wait for the node, per layer (microseconds): what the
-node's accounting has that the latency model's T_comm and BW_PNM^eff leave out (EXPLANATION)."""
+node's accounting has that the latency model's T_comm and BW_PNM^eff leave out
+(docs/results/cosim_agreement.md says what)."""
 
 
 def verdict(r: Comparison) -> str:
@@ -252,7 +256,3 @@ def verdict(r: Comparison) -> str:
     if abs(r.serving.wait - r.cosim.wait) > WAIT_BOUND_US * r.point.layers:
         off.append("wait")
     return "agree" if not off else "differs: " + ", ".join(off)
-
-
-EXPLANATION: list[str] = []
-"""The page's account of every remaining difference (scripts/cosim_agreement.py)."""
