@@ -224,6 +224,12 @@ def explain(rows: list[Comparison]) -> list[str]:
     return lines
 
 
+def save(command: str, rows: list[Comparison]) -> None:
+    DATA.write_text(json.dumps({"command": command, "points": [
+        {"point": asdict(r.point), "cosim": asdict(r.cosim), "wall_s": r.wall_s}
+        for r in rows]}, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=_bounded(1, 8, "--layers"), default=2)
@@ -255,15 +261,15 @@ def main(argv: list[str] | None = None) -> int:
             r = compare(p)
             rows.append(r)
             log.info("%s", table([r])[-1])
+            if args.write:  # as points finish: an interrupted grid keeps what it measured
+                save(command, rows)
     wall = time.perf_counter() - t0
     lines = table(rows)
     print("\n".join(lines))
     bad = [r for r in rows if verdict(r) != "agree"]
     print(f"\n{len(rows) - len(bad)} of {len(rows)} points agree ({wall:.0f} s wall)")
     if args.write:
-        DATA.write_text(json.dumps({"command": command, "points": [
-            {"point": asdict(r.point), "cosim": asdict(r.cosim), "wall_s": r.wall_s}
-            for r in rows]}, indent=1) + "\n")
+        save(command, rows)
         PAGE.write_text(page(rows, command, wall if not args.reuse else None))
         print(f"wrote {PAGE.relative_to(ROOT)} and {DATA.relative_to(ROOT)}")
     return 1 if bad else 0
