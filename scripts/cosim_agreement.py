@@ -113,7 +113,7 @@ def node_table(rows: list[Comparison]) -> list[str]:
     out = ["| point | transfer | host + CXL | PNM-attn | KV read MB | GB/s per device |",
            "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        if not r.point.long:
+        if not r.point.long or "transfer" not in r.cosim.detail:
             continue
         c, s = r.cosim, r.serving
         ct, st = c.detail["transfer"], s.detail["transfer"]
@@ -127,12 +127,14 @@ def node_table(rows: list[Comparison]) -> list[str]:
 
 
 def _per_layer(rows: list[Comparison]) -> dict[int, tuple[float, float, float, float]]:
-    """Per device count, the mean per layer of host + CXL (co-simulation, serving) and of the
-    devices' bandwidth (co-simulation; the serving side's is ``bw_eff_gbs``)."""
+    """Per device count, the means of host + CXL per node request (co-simulation) and per
+    layer (serving: one T_comm), of the devices' bandwidth (co-simulation; the serving side's
+    is ``bw_eff_gbs``) and of the wait's difference per layer."""
     out = {}
-    for n in sorted({r.point.devices for r in rows if r.point.long}):
-        rs = [r for r in rows if r.point.devices == n and r.point.long]
-        per = [((r.cosim.comm - r.cosim.detail["transfer"]) / r.point.layers,
+    measured = [r for r in rows if r.point.long and "transfer" in r.cosim.detail]
+    for n in sorted({r.point.devices for r in measured}):
+        rs = [r for r in measured if r.point.devices == n]
+        per = [((r.cosim.comm - r.cosim.detail["transfer"]) / r.point.layers / r.point.long,
                 (r.serving.comm - r.serving.detail["transfer"]) / r.point.layers,
                 r.cosim.detail["kv_bytes"] / (r.cosim.pnm_attn * 1e-6) / n / 1e9,
                 (r.cosim.wait - r.serving.wait) / r.point.layers) for r in rs]
@@ -187,7 +189,7 @@ def explain(rows: list[Comparison]) -> list[str]:
         "bandwidth leave out. They are a small share of a step here (the weights dominate "
         "a decode step at these batch sizes) and of a 32-layer step alike: per layer both the "
         "weights and the node's time scale with the layers.", "",
-        "| devices | host + CXL per layer, co-sim us | T_comm without the link per layer, us "
+        "| devices | host + CXL per node request, co-sim us | T_comm less the link per layer, us "
         "| device GB/s, co-sim | `bw_eff_gbs` | wait, co-sim - serving, per layer us |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for n, (c, s, g, w) in per.items():
