@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs/results/cosim_agreement.md"
 DATA = ROOT / "docs/results/cosim_agreement.json"
 log = logging.getLogger("cosim_agreement")
+BIG = 131072 - 16
+"""The long point: llama3-8b's 131072 positions less room for the steps generated."""
 
 
 def grid(layers: int, steps: int, devices: list[int], links: list[str],
@@ -51,7 +53,7 @@ def grid(layers: int, steps: int, devices: list[int], links: list[str],
     pts.append(Point(2, 32768, 8, 2048, devices[len(devices) // 2], links[-1], layers=layers,
                      steps=steps))
     if big:
-        pts.append(Point(1, 131072, 4, 4096, devices[-1], links[-1], layers=layers,
+        pts.append(Point(1, BIG, 4, 4096, devices[-1], links[-1], layers=layers,
                          steps=steps))
     return list(dict.fromkeys(pts))
 
@@ -113,30 +115,39 @@ def node_table(rows: list[Comparison]) -> list[str]:
     out = ["| point | transfer | host + CXL | PNM-attn | KV read MB | GB/s per device |",
            "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        if not r.point.long or "transfer" not in r.cosim.detail:
+        if not r.point.long:
             continue
         c, s = r.cosim, r.serving
-        ct, st = c.detail["transfer"], s.detail["transfer"]
-        kv, skv = c.detail["kv_bytes"], s.detail["kv_bytes"]
-        gbs = kv / (c.pnm_attn * 1e-6) / r.point.devices / 1e9 if c.pnm_attn else 0.0
+        st = s.detail["transfer"]
+        ct = c.detail.get("transfer")
+        skv = s.detail["kv_bytes"]
         bw = skv / (s.pnm_attn * 1e-6) / r.point.devices / 1e9 if s.pnm_attn else 0.0
-        out.append(f"| {r.point.label} | {ct:.1f} / {st:.1f} | {c.comm - ct:.1f} / "
-                   f"{s.comm - st:.1f} | {c.pnm_attn:.1f} / {s.pnm_attn:.1f} | "
-                   f"{kv / 1e6:.2f} / {skv / 1e6:.2f} | {gbs:.0f} / {bw:.0f} |")
+        kv = c.detail.get("kv_bytes")
+        gbs = (f"{kv / (c.pnm_attn * 1e-6) / r.point.devices / 1e9:.0f}"
+               if kv and c.pnm_attn else "—")
+        link = f"{ct:.1f}" if ct is not None else "—"
+        host = f"{c.comm - ct:.1f}" if ct is not None else f"({c.comm - st:.1f})"
+        kvs = f"{kv / 1e6:.2f}" if kv else "—"
+        out.append(f"| {r.point.label} | {link} / {st:.1f} | {host} / {s.comm - st:.1f} | "
+                   f"{c.pnm_attn:.1f} / {s.pnm_attn:.1f} | {kvs} / {skv / 1e6:.2f} | "
+                   f"{gbs} / {bw:.0f} |")
     return out
 
 
 def _per_layer(rows: list[Comparison]) -> dict[int, tuple[float, float, float, float]]:
-    """Per device count, the means of host + CXL per node request (co-simulation) and per
+    """Per device count, over the points of one long request, the means of host + CXL per node
+    request (co-simulation) and per
     layer (serving: one T_comm), of the devices' bandwidth (co-simulation; the serving side's
     is ``bw_eff_gbs``) and of the wait's difference per layer."""
     out = {}
-    measured = [r for r in rows if r.point.long and "transfer" in r.cosim.detail]
+    measured = [r for r in rows if r.point.long == 1]  # (several queue behind each other)
     for n in sorted({r.point.devices for r in measured}):
         rs = [r for r in measured if r.point.devices == n]
-        per = [((r.cosim.comm - r.cosim.detail["transfer"]) / r.point.layers / r.point.long,
+        per = [((r.cosim.comm - r.cosim.detail.get("transfer", r.serving.detail["transfer"]))
+                / r.point.layers / r.point.long,
                 (r.serving.comm - r.serving.detail["transfer"]) / r.point.layers,
-                r.cosim.detail["kv_bytes"] / (r.cosim.pnm_attn * 1e-6) / n / 1e9,
+                (r.cosim.detail.get("kv_bytes") or r.serving.detail["kv_bytes"])
+                / (r.cosim.pnm_attn * 1e-6) / n / 1e9,
                 (r.cosim.wait - r.serving.wait) / r.point.layers) for r in rs]
         out[n] = tuple(sum(x[i] for x in per) / len(per) for i in range(4))
     return out
@@ -190,7 +201,8 @@ def explain(rows: list[Comparison]) -> list[str]:
         "a decode step at these batch sizes) and of a 32-layer step alike: per layer both the "
         "weights and the node's time scale with the layers.", "",
         "| devices | host + CXL per node request, co-sim us | T_comm less the link per layer, us "
-        "| device GB/s, co-sim | `bw_eff_gbs` | wait, co-sim - serving, per layer us |",
+        "| device GB/s, co-sim (selection x context over its compute) | `bw_eff_gbs` "
+        "| wait, co-sim - serving, per layer us |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for n, (c, s, g, w) in per.items():
         lines.append(f"| {n} | {c:.2f} | {s:.2f} | {g:.0f} | {pnm.bw_eff_gbs:g} | {w:+.2f} |")
@@ -248,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     t0 = time.perf_counter()
     rows: list[Comparison] = []
+    note = ""
     if args.reuse:
         if not DATA.is_file():
             ap.error(f"--reuse: no {DATA.relative_to(ROOT)}; run without --reuse first")
@@ -256,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             p = Point(**d["point"])
             rows.append(Comparison(p, Side(**d["cosim"]), serving_side(p), d["wall_s"]))
         command = saved["command"]
+        note = saved.get("note", "")
     else:
         command = " ".join(["scripts/cosim_agreement.py", *(argv if argv is not None
                                                              else sys.argv[1:])])
@@ -271,13 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     bad = [r for r in rows if verdict(r) != "agree"]
     print(f"\n{len(rows) - len(bad)} of {len(rows)} points agree ({wall:.0f} s wall)")
     if args.write:
-        save(command, rows)
-        PAGE.write_text(page(rows, command, wall if not args.reuse else None))
+        if not args.reuse:  # (with --reuse the measurements stay as they were)
+            save(command, rows)
+        PAGE.write_text(page(rows, command, wall if not args.reuse else None, note))
         print(f"wrote {PAGE.relative_to(ROOT)} and {DATA.relative_to(ROOT)}")
     return 1 if bad else 0
 
 
-def page(rows: list[Comparison], command: str, wall: float | None) -> str:
+def page(rows: list[Comparison], command: str, wall: float | None, note: str = "") -> str:
     total = sum(r.wall_s for r in rows)
     agree = sum(verdict(r) == "agree" for r in rows)
     head = [
@@ -295,7 +310,7 @@ def page(rows: list[Comparison], command: str, wall: float | None) -> str:
         f"Verdict: `agree` where the step is within {STEP_BOUND:.0%} and the GPU and top-K "
         f"components within {STEP_BOUND:.0%}; the node's share (`wait`) may differ by up to "
         f"{WAIT_BOUND_US:g} us per layer for the reasons below. {agree} of {len(rows)} points "
-        "agree.", ""]
+        "agree.", "", *([note, ""] if note else [])]
     node = ["", "The node's figures per step, summed over its requests (one per long request "
             "and layer; co-simulation / serving). KV read: the selected clusters' bytes (the "
             "serving side: the selection ratio of the context). Bandwidth: those bytes over "
