@@ -37,6 +37,7 @@ COUNT = Num("a positive integer", integer=True, lo=1, most=1 << 20)
 """Layers, heads, head width."""
 PARAMS_B = Num("a positive number", lo=0, lo_open=True, least=1e-6, most=1e6)
 CONTEXT = Num("a positive integer", integer=True, lo=1, most=1 << 40)
+EMBED_B = Num("a non-negative number", lo=0, most=1e6)
 
 
 def _num(spec: Num, default: Any = MISSING) -> Any:
@@ -184,9 +185,15 @@ class ModelHw:
     """Parameters in billions (bf16 weights are read once per decode step)."""
     max_context: int = _num(CONTEXT)
     """Longest context the model takes."""
+    embedding_b: float = _num(EMBED_B, 0.0)
+    """Of ``params_b``, the input embedding's (billions): a decode step gathers one row of it
+    per token instead of reading it whole (the output head is read whole, tied or not)."""
 
     def __post_init__(self) -> None:
         _check(self)
+        if self.embedding_b >= self.params_b:
+            raise HardwareError(f"ModelHw {self.name!r}: embedding_b ({self.embedding_b}) must "
+                                f"be below params_b ({self.params_b})")
         if self.q_heads % self.kv_heads:
             raise HardwareError(f"ModelHw {self.name!r}: q_heads ({self.q_heads}) must be a "
                                 f"multiple of kv_heads ({self.kv_heads})")
@@ -198,6 +205,12 @@ class ModelHw:
 
     @property
     def weight_bytes(self) -> float:
+        """bf16 weights a decode step reads: every parameter but the input embedding's."""
+        return (self.params_b - self.embedding_b) * 1e9 * 2
+
+    @property
+    def resident_bytes(self) -> float:
+        """bf16 weights the GPU holds: every parameter."""
         return self.params_b * 1e9 * 2
 
 

@@ -4,21 +4,23 @@ schedulers (ours and vLLM's), so that they differ only in what they schedule.
 Step cost: kernel overhead + max(weights over bandwidth, GEMM FLOPs over the linear layers'
 achieved FLOP/s) for the batch's computed tokens + attention. GPU tier: every decoding request's
 KV over the achieved bandwidth; prefill attention FLOPs over the attention kernels' achieved
-FLOP/s. PNM tier: centroid search and window attention on the GPU, and the PNM tier's sparse
-attention (selected KV over N devices, plus one T_comm for the step) overlapped with the GPU's
-attention, not with its GEMMs. Achieved rates are the GPU description's efficiencies times its
-peaks (``linear_efficiency``, ``attn_efficiency``, ``mem_efficiency``).
+FLOP/s. PNM tier: centroid search (keys only) on the GPU, then the PNM tier's sparse attention
+(selected KV over N devices, plus one T_comm for the step) overlapped with the GPU's attention
+(GPU-tier contexts and PNM-tier windows), not with its GEMMs nor with the search that picks what
+the node reads (as the co-simulation runs a layer). Weights: every parameter but the input
+embedding's (``ModelHw.weight_bytes``). Achieved rates are the GPU description's efficiencies
+times its peaks (``linear_efficiency``, ``attn_efficiency``, ``mem_efficiency``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from nelssa.emu.latency.model import LatencyModel, Sparsity
 from nelssa.emu.policy.capacity import resident_tokens
 from nelssa.emu.policy.states import Tier
 
-__all__ = ["Chunk", "CostModel", "Tier"]
+__all__ = ["Chunk", "CostModel", "StepParts", "Tier"]
 
 
 _SPARSITY = Sparsity()  # the defaults, by name (the cost model reads its latency model's)
@@ -44,6 +46,45 @@ class Chunk:
     request's GPU-resident window taken in through the token budget): no FLOPs are charged."""
 
 
+@dataclass(frozen=True)
+class StepParts:
+    """One step's cost by component (seconds): what ``CostModel.step_agg_s`` adds up."""
+
+    kernel_s: float
+    """Launches and sampling, once per step (``GpuHw.kernel_us``)."""
+    linear_s: float
+    """Weights or GEMM FLOPs of the batch's computed tokens."""
+    gpu_attn_s: float
+    """The GPU's attention: GPU-tier contexts, PNM-tier windows, prefill."""
+    topk_s: float
+    """The centroid search of the PNM-tier requests."""
+    pnm_attn_s: float
+    """The PNM tier's sparse attention."""
+    comm_s: float
+    """One T_comm for the step (link, host software, CXL) when a PNM-tier request decodes."""
+    swap_s: float = 0.0
+    """Swapped-in KV over PCIe."""
+
+    @property
+    def pnm_s(self) -> float:
+        return self.pnm_attn_s + self.comm_s
+
+    @property
+    def wait_s(self) -> float:
+        """The GPU waiting for the node beyond its own attention."""
+        return max(0.0, self.pnm_s - self.gpu_attn_s)
+
+    @property
+    def total_s(self) -> float:
+        """The top-K search decides what the node reads, so it precedes the node's work; the
+        node's work overlaps the GPU's attention only."""
+        return (self.kernel_s + self.linear_s + self.topk_s + max(self.gpu_attn_s, self.pnm_s)
+                + self.swap_s)
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 class CostModel:
     """Seconds of one step, for one latency model and tier layout."""
 
@@ -63,7 +104,8 @@ class CostModel:
         self._pnm_s_per_token = (latency.sparsity.selection * self.kv_bytes
                                  / (devices * latency.pnm.bw_eff_gbs * 1e9))
         self._t_comm = latency.t_comm(devices)
-        self._centroid_frac = 1.0 / latency.sparsity.compression
+        self._s_per_centroid_token = self._s_per_kv_token / 2 / latency.sparsity.compression
+        """Centroid search: one centroid (keys only, half a token's KV) per cluster."""
         self._s_per_swap_token = self.kv_bytes / (pcie_gbs * 1e9)
         self._s_per_link_token = self.kv_bytes / (link_gbs * 1e9)
         self._s_per_key_pass = self.kv_bytes / 2 / (g.hbm_gbs * 1e9)
@@ -90,11 +132,25 @@ class CostModel:
         """``step_s`` from its sums: computed tokens, GPU decode context, PNM-tier context,
         PNM-tier requests, their GPU windows, prefill (query, key) pairs, swapped-in tokens."""
         t_lin = max(self._s_weights, tokens * self._flops_per_token * self._s_linear_flop)
-        t_gpu_attn = ((gpu_ctx + pnm_ctx * self._centroid_frac + window) * self._s_per_kv_token
+        t_gpu_attn = ((gpu_ctx + window) * self._s_per_kv_token
                       + prefill_pairs * self._attn_flops * self._s_attn_flop)
+        t_topk = pnm_ctx * self._s_per_centroid_token
         t_pnm = pnm_ctx * self._pnm_s_per_token + (self._t_comm if pnm_n else 0.0)
-        return (self.lm.gpu.kernel_us * 1e-6 + t_lin + max(t_gpu_attn, t_pnm)
+        return (self.lm.gpu.kernel_us * 1e-6 + t_lin + t_topk + max(t_gpu_attn, t_pnm)
                 + swap_tokens * self._s_per_swap_token)
+
+    def step_parts(self, gpu_ctx: int, pnm_ctxs: list[int], decodes: int = 0) -> StepParts:
+        """A decode-only step (``step_s`` with no prefill chunk) by component."""
+        pnm_ctx = sum(pnm_ctxs)
+        window = sum(min(x, self.window_tokens) for x in pnm_ctxs)
+        tokens = decodes + len(pnm_ctxs)
+        return StepParts(
+            kernel_s=self.lm.gpu.kernel_us * 1e-6,
+            linear_s=max(self._s_weights, tokens * self._flops_per_token * self._s_linear_flop),
+            gpu_attn_s=(gpu_ctx + window) * self._s_per_kv_token,
+            topk_s=pnm_ctx * self._s_per_centroid_token,
+            pnm_attn_s=pnm_ctx * self._pnm_s_per_token,
+            comm_s=self._t_comm if pnm_ctxs else 0.0)
 
     def prefill_s(self, tokens: int, chunk: int) -> float:
         """Seconds to prefill ``tokens`` alone in chunks of ``chunk`` tokens."""

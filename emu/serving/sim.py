@@ -40,9 +40,9 @@ class ServingSim:
         self.lm, self.cfg = latency, config
         m, g = latency.model, latency.gpu
         self.m_kv = m.kv_bytes_per_token
-        kv_bytes = g.memory_gb * 1e9 * config.gpu_mem_util - m.weight_bytes
+        kv_bytes = g.memory_gb * 1e9 * config.gpu_mem_util - m.resident_bytes
         if kv_bytes <= 0:
-            raise ValueError(f"{m.name} weights ({m.weight_bytes / 1e9:.1f} GB) do not fit "
+            raise ValueError(f"{m.name} weights ({m.resident_bytes / 1e9:.1f} GB) do not fit "
                              f"{g.name} at gpu_mem_util {config.gpu_mem_util}")
         self.gpu_blocks = int(kv_bytes // (self.m_kv * config.block_tokens))
         self.pnm_tokens = int(latency.pnm.capacity_gb * 1e9 * config.devices // self.m_kv)

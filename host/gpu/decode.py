@@ -131,6 +131,9 @@ class HybridDecoder(NodeKv):
         self._out_bytes = (c.hidden_size * c.head_dim * c.num_attention_heads
                            + 3 * c.hidden_size * c.intermediate_size) * BF16
         self._kv_token_bytes = 2 * c.num_key_value_heads * c.head_dim * BF16
+        self._head_bytes = c.vocab_size * c.hidden_size * BF16
+        """The output head, read whole every step (the embedding only gathers rows): with the
+        layers' QKV and O-proj + MLP, what ``ModelHw.weight_bytes`` counts."""
 
     @property
     def requests(self) -> list[Request]:
@@ -240,6 +243,8 @@ class HybridDecoder(NodeKv):
         for layer in range(self.model.c.num_hidden_layers):
             x = self._layer(layer, live, x, pos, rep)
         nxt = self.model.logits(x).argmax(dim=-1).tolist()
+        rep.others_ps += self._gpu_op("output head", self._head_bytes,
+                                      2 * self._head_bytes / BF16 * len(live))
         rep.others_ps += self._gpu_slice("launches, sampling", self.gpu.step_overhead_ps)
         for r, t in zip(live, nxt, strict=True):
             if r.status is not SeqState.RUNNING:

@@ -20,7 +20,8 @@ def model_hw(c: LlamaConfig, name: str = "co-simulated") -> ModelHw:
     """What the latency model needs of the decoder."""
     return ModelHw(name, layers=c.num_hidden_layers, kv_heads=c.num_key_value_heads,
                    q_heads=c.num_attention_heads, head_dim=c.head_dim, params_b=c.params / 1e9,
-                   max_context=c.max_position_embeddings)
+                   max_context=c.max_position_embeddings,
+                   embedding_b=c.vocab_size * c.hidden_size / 1e9)
 
 
 def latency_model(c: LlamaConfig, cfg: DecodeConfig, link: str, pnm: str = PNM_PRESET,
