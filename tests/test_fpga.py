@@ -27,8 +27,9 @@ from nelssa.hw.fpga.fake import FakeBoard
 from nelssa.hw.fpga.manifest import Manifest
 from nelssa.hw.fpga.port import FpgaPort, open_board
 from nelssa.hw.model import fp
-from nelssa.hw.model.device import ModelDevice
-from nelssa.hw.model.device_timing import UnitTiming
+from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.model.device import DeviceConfig, ModelDevice
+from nelssa.hw.model.device_timing import Refresh, UnitTiming
 
 # time and work counters differ between backends by design; a fake board cannot see loads, so
 # it does not count reads of unmapped offsets
@@ -392,7 +393,8 @@ def test_decode_on_fake_boards_equals_decode_on_model_devices(tmp_path):
             runs[backend] = _step_lines(r.stdout)
         assert len(runs["fpga"]) == 3
         timing = UnitTiming.load()
-        per_batch = (timing.refresh_stall or 240) + timing.doorbell_cycles + 8 * timing.fetch_cycles
+        stall = Refresh.of(PRESETS[DeviceConfig().preset], timing).stall
+        per_batch = stall + timing.doorbell_cycles + 8 * timing.fetch_cycles
         for fpga, model in zip(runs["fpga"], runs["model"], strict=True):
             (f, f_cycles), (m, m_cycles) = _fields(fpga), _fields(model)
             assert f == m, (fpga, model)

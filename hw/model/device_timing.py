@@ -154,8 +154,6 @@ class Schedule:
         self.engines = engines
         self.order_depth = order_depth
         self.timing = timing
-        self.host_line_memory = timing.host_line_memory
-        self.softness = timing.softness
         self.refresh = refresh
         """DDR5's refresh windows (None: memory never pauses)."""
         self.now = 0.0
@@ -205,11 +203,12 @@ class Schedule:
         streams = [j.demand for j in self.running if j.left > 0 and j.held_until <= self.now]
         if not streams:
             return 1.0, host
-        load = sum(streams) + host * self.host_line_memory
+        load = sum(streams) + host * self.timing.host_line_memory
+        softness = self.timing.softness
         if load <= 0:
             speed = 1.0
-        elif self.softness > 0:
-            speed = (1.0 + load ** (1.0 / self.softness)) ** -self.softness
+        elif softness > 0:
+            speed = (1.0 + load ** (1.0 / softness)) ** -softness
         else:
             speed = min(1.0, 1.0 / load)
         return speed, host * speed
