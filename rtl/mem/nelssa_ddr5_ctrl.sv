@@ -659,7 +659,8 @@ module nelssa_ddr5_ctrl
   // Protocol rules. The request port is accept-as-offered (a front end may offer another request
   // in the next cycle: nelssa_ddr5_frontend re-arbitrates every cycle), so no input can break a
   // rule here: these are the controller's own, checked in every run (tests/rtl/test_ddr5_ctrl.py,
-  // test_ddr5_system.py and every device build).
+  // test_ddr5_system.py and every device build), and each shown firing, alone, on a fault forced
+  // into the controller (test_ddr5_ctrl_assertion_fires: tests/rtl/ddr5_ctrl_faults.vlt).
   // the queues never run over or under (no entry into a full one is what req_ready_o says; a
   // check of it beside QueuesBounded raced the C++ harness's input changes at the clock edge
   // in test_ddr5_rtl_memory; a count of the free slots against the length, checked
