@@ -172,9 +172,10 @@ class FaultTB:
         self.dut.req_valid_i.value = 1
         self.dut.req_row_i.value = row
 
-    async def read_issuing(self) -> None:
+    async def read_issuing(self) -> tuple[int, int]:
         """One read offered and taken; returns mid-cycle in the cycle its READ issues (bank 0
-        open on row 0; the queue empty after this cycle)."""
+        open on row 0; the queue empty after this cycle), with the READ's tCK in the cycle and
+        its bank."""
         d = self.dut
         self.offer(row=0)
         await FallingEdge(d.clk_i)
@@ -182,7 +183,7 @@ class FaultTB:
         for _ in range(100):
             await FallingEdge(d.clk_i)
             if int(d.col_valid.value) == 1:
-                return
+                return int(d.col_k.value), int(d.col_bank.value)
         raise AssertionError("the read was not served within 100 cycles")
 
     async def fault(self, values: dict[str, int], edges: int = 1) -> None:
@@ -265,8 +266,7 @@ async def breaks_row_command_on_column_slot(dut):
     """A PRE to another bank on the tCK of the cycle's READ."""
     tb = FaultTB(dut)
     await tb.reset()
-    await tb.read_issuing()
-    k, bank = int(dut.col_k.value), int(dut.col_bank.value)
+    k, bank = await tb.read_issuing()
     await tb.fault(row_commands(k=k, bank=(bank + 1) % 32))
 
 
@@ -275,8 +275,7 @@ async def breaks_row_command_on_column_bank(dut):
     """A PRE to the READ's bank on another tCK of its cycle."""
     tb = FaultTB(dut)
     await tb.reset()
-    await tb.read_issuing()
-    k, bank = int(dut.col_k.value), int(dut.col_bank.value)
+    k, bank = await tb.read_issuing()
     await tb.fault(row_commands(k=(k + 2) % 4, bank=bank))
 
 
