@@ -72,8 +72,9 @@ synth-engine: venv
 # one DDR5 sub-channel controller in its synthesis form (about 15 minutes; not part of `test`)
 synth-ddr5: venv
 	mkdir -p build/synth
-	$(VPY) scripts/synth.py rtl/mem/nelssa_ddr5_pkg.sv rtl/mem/nelssa_ddr5_sched_parallel.sv \
-	  rtl/mem/nelssa_ddr5_sched_tries.sv rtl/mem/nelssa_ddr5_ctrl.sv \
+	$(VPY) scripts/synth.py rtl/mem/nelssa_ddr5_pkg.sv rtl/mem/nelssa_ddr5_sched_if.sv \
+	  rtl/mem/nelssa_ddr5_sched_parallel.sv rtl/mem/nelssa_ddr5_sched_tries.sv \
+	  rtl/mem/nelssa_ddr5_ctrl.sv \
 	  --top nelssa_ddr5_ctrl -P ParallelSched=1 --classic-abc --json build/synth/ddr5_ctrl.json
 
 bench: venv

@@ -41,8 +41,10 @@ DDR5_CHECKER = [
 """The sim-only DDR5 timing checker and its package."""
 
 DDR5_CTRL = [RTL_ROOT / "mem" / f"{name}.sv" for name in (
-    "nelssa_ddr5_pkg", "nelssa_ddr5_sched_tries", "nelssa_ddr5_sched_parallel", "nelssa_ddr5_ctrl")]
-"""The synthesizable sub-channel memory controller and its two schedulers (its ParallelSched)."""
+    "nelssa_ddr5_pkg", "nelssa_ddr5_sched_if", "nelssa_ddr5_sched_tries",
+    "nelssa_ddr5_sched_parallel", "nelssa_ddr5_ctrl")]
+"""The synthesizable sub-channel memory controller, its two schedulers (its ParallelSched) and
+the interface between them."""
 
 DDR5_BENCH = [*DDR5_CTRL, RTL_ROOT / "sim" / "nelssa_ddr5_checker.sv",
               RTL_ROOT / "sim" / "nelssa_ddr5_bench_top.sv"]

@@ -5,8 +5,8 @@
 // temporaries, which cost more than these one-line expressions themselves. They name what the
 // including module declares: the types tck_t (TckW bits) and qmask_t (QW bits) and the
 // localparams QW and HALF_M1; NELSSA_SCRUB also now, PAST and HORIZON; NELSSA_PLACE the
-// temporaries d, ok, pk and busy and the cycle's first tCK lo_i. (One compilation unit holds all
-// the files, so the macros are defined once, here, and stay defined.)
+// temporaries d, ok, pk and busy and the cycle's first tCK bus.lo (nelssa_ddr5_sched_if). (One
+// compilation unit holds all the files, so the macros are defined once, here, and stay defined.)
 `ifndef NELSSA_DDR5_SCHED_SVH
 `define NELSSA_DDR5_SCHED_SVH
 
@@ -47,7 +47,7 @@
 // (two if `two`) are free in `busy`; into pk, through the temporaries d and ok
 `define NELSSA_PLACE(earliest, two) \
   begin \
-    d = tck_t'((earliest) - lo_i); \
+    d = tck_t'((earliest) - bus.lo); \
     ok = ~busy[3:0] & ((two) ? ~busy[4:1] : 4'hf); \
     if (!d[TckW-1]) begin \
       if (d > 3) ok = '0; \

@@ -14,8 +14,9 @@
 // and masks of the positions whose bank is open and whose row is open (row hits). A served
 // entry leaves by dropping one bit of each plane; "the entries of bank b" is five mask
 // operations. A choice is "the oldest entry of a mask whose bank can take the command", made by
-// a scheduler in one of two forms behind one interface, chosen by ParallelSched; they issue the
-// same commands (tests/rtl/test_ddr5_ctrl.py runs both against the cycle model):
+// a scheduler in one of two forms behind one interface (nelssa_ddr5_sched_if), chosen by
+// ParallelSched; they issue the same commands (tests/rtl/test_ddr5_ctrl.py runs both against the
+// cycle model):
 //  - nelssa_ddr5_sched_parallel (the default, for synthesis): every bank's readiness at once,
 //    gathered per position, and one priority encoder.
 //  - nelssa_ddr5_sched_tries (the simulation wrappers in rtl/sim/ choose it): the lowest set bit
@@ -218,105 +219,68 @@ module nelssa_ddr5_ctrl
   qmask_t           act_hits [2];
   assign col_bank = col_e.bank;
 
+  // the scheduler's view of the state above, and its choices under the names used below
+  nelssa_ddr5_sched_if #(.TckW(TckW)) sched ();
+  assign sched.lo        = lo;
+  assign sched.ca_carry  = ca_carry_q;
+  assign sched.write     = write_active;
+  assign sched.refresh   = refreshing;
+  assign sched.aged      = aged_now;
+  assign sched.ent       = ent_q;
+  assign sched.free      = free_q;
+  assign sched.slot      = slot_q;
+  assign sched.bank      = bankp_q;
+  assign sched.qopen     = qopen_q;
+  assign sched.qhit      = qhit_q;
+  assign sched.n         = n_q;
+  assign sched.open      = open_q;
+  assign sched.orow      = orow_q;
+  assign sched.act_bank  = act_bank_q;
+  assign sched.col_bank  = col_bank_q;
+  assign sched.pre_bank  = pre_bank_q;
+  assign sched.act_grp   = act_grp_q;
+  assign sched.act_all   = act_all_q;
+  assign sched.rd_grp    = rd_grp_q;
+  assign sched.rd_all    = rd_all_q;
+  assign sched.wr_grp    = wr_grp_q;
+  assign sched.wr_all    = wr_all_q;
+  assign sched.acts      = acts_q;
+  assign sched.ref_ready = ref_ready_q;
+  assign sched.pre_all   = pre_all_q;
+  assign sched.req       = req_entry;
+  assign sched.req_write = req_write_i;
+  assign sched.enter     = enters;
+  assign req_same_line   = sched.req_same_line;
+  assign col_valid       = sched.col_valid;
+  assign col_idx         = sched.col_idx;
+  assign col_slot        = sched.col_slot;
+  assign col_k           = sched.col_k;
+  assign col_e           = sched.col_entry;
+  assign row_valid       = sched.row_valid;
+  assign row_cmd         = sched.row_cmd;
+  assign row_k           = sched.row_k;
+  assign row_bank        = sched.row_bank;
+  assign row_row         = sched.row_row;
+  assign ca_carry_d      = sched.ca_carry_next;
+  assign act_hits        = sched.act_hits;
+
   if (ParallelSched) begin : gen_parallel
     nelssa_ddr5_sched_parallel #(
       .T   (T),
       .TckW(TckW)
     ) u_sched (
-      .clk_i          (clk_i),
-      .rst_ni         (rst_ni),
-      .lo_i           (lo),
-      .ca_carry_i     (ca_carry_q),
-      .write_i        (write_active),
-      .refresh_i      (refreshing),
-      .aged_i         (aged_now),
-      .ent_i          (ent_q),
-      .free_i         (free_q),
-      .slot_i         (slot_q),
-      .bank_i         (bankp_q),
-      .qopen_i        (qopen_q),
-      .qhit_i         (qhit_q),
-      .n_i            (n_q),
-      .open_i         (open_q),
-      .act_bank_i     (act_bank_q),
-      .col_bank_i     (col_bank_q),
-      .pre_bank_i     (pre_bank_q),
-      .act_grp_i      (act_grp_q),
-      .act_all_i      (act_all_q),
-      .rd_grp_i       (rd_grp_q),
-      .rd_all_i       (rd_all_q),
-      .wr_grp_i       (wr_grp_q),
-      .wr_all_i       (wr_all_q),
-      .acts_i         (acts_q),
-      .ref_ready_i    (ref_ready_q),
-      .pre_all_i      (pre_all_q),
-      .req_i          (req_entry),
-      .req_write_i    (req_write_i),
-      .req_same_line_o(req_same_line),
-      .orow_i         (orow_q),
-      .enter_i        (enters),
-      .col_valid_o    (col_valid),
-      .col_idx_o      (col_idx),
-      .col_slot_o     (col_slot),
-      .col_k_o        (col_k),
-      .col_entry_o    (col_e),
-      .row_valid_o    (row_valid),
-      .row_cmd_o      (row_cmd),
-      .row_k_o        (row_k),
-      .row_bank_o     (row_bank),
-      .row_row_o      (row_row),
-      .ca_carry_o     (ca_carry_d),
-      .act_hits_o     (act_hits)
+      .clk_i (clk_i),
+      .rst_ni(rst_ni),
+      .bus   (sched.sched)
     );
   end else begin : gen_tries
     nelssa_ddr5_sched_tries #(
       .T   (T),
       .TckW(TckW)
     ) u_sched (
-      .clk_i          (clk_i),
-      .rst_ni         (rst_ni),
-      .lo_i           (lo),
-      .ca_carry_i     (ca_carry_q),
-      .write_i        (write_active),
-      .refresh_i      (refreshing),
-      .aged_i         (aged_now),
-      .ent_i          (ent_q),
-      .free_i         (free_q),
-      .slot_i         (slot_q),
-      .bank_i         (bankp_q),
-      .qopen_i        (qopen_q),
-      .qhit_i         (qhit_q),
-      .n_i            (n_q),
-      .open_i         (open_q),
-      .act_bank_i     (act_bank_q),
-      .col_bank_i     (col_bank_q),
-      .pre_bank_i     (pre_bank_q),
-      .act_grp_i      (act_grp_q),
-      .act_all_i      (act_all_q),
-      .rd_grp_i       (rd_grp_q),
-      .rd_all_i       (rd_all_q),
-      .wr_grp_i       (wr_grp_q),
-      .wr_all_i       (wr_all_q),
-      .acts_i         (acts_q),
-      .ref_ready_i    (ref_ready_q),
-      .pre_all_i      (pre_all_q),
-      .req_i          (req_entry),
-      .req_write_i    (req_write_i),
-      .req_same_line_o(req_same_line),
-      .orow_i         (orow_q),
-      .enter_i        (enters),
-      .col_valid_o    (col_valid),
-      .col_idx_o      (col_idx),
-      .col_slot_o     (col_slot),
-      .col_k_o        (col_k),
-      .col_entry_o    (col_e),
-      .row_valid_o    (row_valid),
-      .row_cmd_o      (row_cmd),
-      .row_k_o        (row_k),
-      .row_bank_o     (row_bank),
-      .row_row_o      (row_row),
-      .ca_carry_o     (ca_carry_d),
-      .act_hits_o     (act_hits)
+      .clk_i (clk_i),
+      .rst_ni(rst_ni),
+      .bus   (sched.sched)
     );
   end
 
@@ -659,7 +623,8 @@ module nelssa_ddr5_ctrl
   // Protocol rules. The request port is accept-as-offered (a front end may offer another request
   // in the next cycle: nelssa_ddr5_frontend re-arbitrates every cycle), so no input can break a
   // rule here: these are the controller's own, checked in every run (tests/rtl/test_ddr5_ctrl.py,
-  // test_ddr5_system.py and every device build).
+  // test_ddr5_system.py and every device build), and each shown firing, alone, on a fault forced
+  // into the controller (test_ddr5_ctrl_assertion_fires: tests/rtl/ddr5_ctrl_faults.vlt).
   // the queues never run over or under (no entry into a full one is what req_ready_o says; a
   // check of it beside QueuesBounded raced the C++ harness's input changes at the clock edge
   // in test_ddr5_rtl_memory; a count of the free slots against the length, checked

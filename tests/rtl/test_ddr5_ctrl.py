@@ -1,13 +1,18 @@
 """nelssa_ddr5_ctrl against hw/model/ddr5_subchannel.py: the same commands at the same tCK, for
-read, write and mixed streams with refresh, and none of them breaks a timing rule."""
+read, write and mixed streams with refresh, and none of them breaks a timing rule; and each of the
+controller's assertions shown firing on a named fault forced into it."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import cocotb
 import numpy as np
 import pytest
+from buses import clock_and_reset
 from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.handle import Force, Release
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from nelssa.hw.model.ddr5_checker import DramCmd
 from nelssa.hw.model.ddr5_subchannel import SubchannelModel, requests_from_lines
@@ -134,3 +139,162 @@ def test_ddr5_ctrl(form):
 
     run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", {"ParallelSched": FORMS[form]},
                sources=DDR5_CTRL, build_extra=DDR5_VERILATOR_ARGS, test_filter=WITHIN_CONTRACT)
+
+
+# -- the controller's assertions, each shown firing ------------------------------------------------
+# Its request port is accept-as-offered, so no input breaks a rule: the assertions state the
+# controller's own invariants (queue bounds, what the scheduler may issue in one cycle). Each
+# test below forces one named fault into a build where those signals are forceable
+# (ddr5_ctrl_faults.vlt), lets one clock edge sample it and resets the controller right after,
+# so what the fault leaves behind breaks no other rule: exactly the named assertion fires.
+FAULTS_VLT = Path(__file__).resolve().parent / "ddr5_ctrl_faults.vlt"
+"""the signals a fault forces, marked forceable for that build only"""
+REQUEST_INPUTS = ("req_valid_i", "req_write_i", "req_bg_i", "req_bank_i", "req_row_i",
+                  "req_col_i", "req_tag_i")
+CMD_PRE = 3
+"""dram_cmd_e's CMD_PRE (nelssa_ddr5_pkg)"""
+
+
+class FaultTB:
+    """The controller after reset, reads offered at its port, a fault forced mid-cycle and the
+    controller reset once the assertion has sampled it."""
+
+    def __init__(self, dut) -> None:
+        self.dut = dut
+
+    async def reset(self) -> None:
+        """Clock started, inputs zero, reset done; returns mid-cycle."""
+        await clock_and_reset(self.dut, REQUEST_INPUTS)
+        await FallingEdge(self.dut.clk_i)
+
+    def offer(self, row: int) -> None:
+        """A read of bank group 0, bank 0, ``row``, column 0 at the port."""
+        self.dut.req_valid_i.value = 1
+        self.dut.req_row_i.value = row
+
+    async def read_issuing(self) -> tuple[int, int]:
+        """One read offered and taken; returns mid-cycle in the cycle its READ issues (bank 0
+        open on row 0; the queue empty after this cycle), with the READ's tCK in the cycle and
+        its bank."""
+        d = self.dut
+        self.offer(row=0)
+        await FallingEdge(d.clk_i)
+        d.req_valid_i.value = 0
+        for _ in range(100):
+            await FallingEdge(d.clk_i)
+            if int(d.col_valid.value) == 1:
+                return int(d.col_k.value), int(d.col_bank.value)
+        raise AssertionError("the read was not served within 100 cycles")
+
+    async def fault(self, values: dict[str, int], edges: int = 1) -> None:
+        """Force ``values`` (mid-cycle) for the next rising edge, release them mid-cycle after
+        it, and reset the controller mid-cycle after ``edges`` edges (the assertion samples what
+        the fault did at the last one), so nothing it leaves behind is seen by another
+        assertion. (Mid-cycle, not on RisingEdge: there the edge is not yet evaluated, the
+        registers still hold their old values, so a release there would undo the fault before
+        the edge took it.)"""
+        d = self.dut
+        for name, v in values.items():
+            getattr(d, name).value = Force(v)
+        d.req_valid_i.value = 0
+        await FallingEdge(d.clk_i)
+        for name in values:
+            getattr(d, name).value = Release()
+        for _ in range(edges - 1):
+            await FallingEdge(d.clk_i)
+        d.rst_ni.value = 0
+        for _ in range(2):
+            await RisingEdge(d.clk_i)
+
+
+def row_commands(k: int, bank: int, k1: int = 0, bank1: int = 0, both: bool = False) -> dict:
+    """The forced values of the row-command slots: a PRE at tCK ``k`` of the cycle on ``bank``
+    in the first, and with ``both`` another at ``k1`` on ``bank1`` in the second."""
+    return {"row_valid": 0b11 if both else 0b01, "row_cmd": CMD_PRE << 3 | CMD_PRE,
+            "row_k": k1 << 2 | k, "row_bank": bank1 << 5 | bank}
+
+
+@cocotb.test()
+async def breaks_taken_when_full(dut):
+    """A read taken into the full read queue (its refusal, req_ready_o low, ignored)."""
+    tb = FaultTB(dut)
+    await tb.reset()
+    row = 0
+    for _ in range(400):  # reads of distinct rows of one bank (a tRC each) fill the queue
+        tb.offer(row=row)
+        await FallingEdge(dut.clk_i)
+        if int(dut.req_ready_o.value) == 0 and int(dut.col_valid.value) == 0:
+            break  # full, and no entry leaves this cycle
+        row += int(dut.req_ready_o.value)
+    else:
+        raise AssertionError("the read queue never filled")
+    # the 33rd read is taken; QueuesBounded sees 33 entries at the next edge
+    await tb.fault({"enters": 1}, edges=2)
+
+
+@cocotb.test()
+async def breaks_column_from_empty(dut):
+    """A column command made up while the queues are empty (on the row left open, so the empty
+    queue is all that is wrong)."""
+    tb = FaultTB(dut)
+    await tb.reset()
+    await tb.read_issuing()
+    await FallingEdge(dut.clk_i)
+    assert int(dut.cmd_valid_o.value) == 0, "a command in the cycle meant to be idle"
+    await tb.fault({"col_valid": 1})
+
+
+@cocotb.test()
+async def breaks_bank_register_cleared(dut):
+    """The open-bank register cleared while a READ issues to the row it held open."""
+    tb = FaultTB(dut)
+    await tb.reset()
+    await tb.read_issuing()
+    await tb.fault({"open_q": 0})
+
+
+@cocotb.test()
+async def breaks_row_commands_on_one_bank(dut):
+    """Two PREs in one cycle to one bank, on distinct CA slots, the controller idle."""
+    tb = FaultTB(dut)
+    await tb.reset()
+    await tb.fault(row_commands(k=1, bank=5, k1=2, bank1=5, both=True))
+
+
+@cocotb.test()
+async def breaks_row_command_on_column_slot(dut):
+    """A PRE to another bank on the tCK of the cycle's READ."""
+    tb = FaultTB(dut)
+    await tb.reset()
+    k, bank = await tb.read_issuing()
+    await tb.fault(row_commands(k=k, bank=(bank + 1) % 32))
+
+
+@cocotb.test()
+async def breaks_row_command_on_column_bank(dut):
+    """A PRE to the READ's bank on another tCK of its cycle."""
+    tb = FaultTB(dut)
+    await tb.reset()
+    k, bank = await tb.read_issuing()
+    await tb.fault(row_commands(k=(k + 2) % 4, bank=bank))
+
+
+FIRES = [("breaks_taken_when_full", {"QueuesBounded"}),
+         ("breaks_column_from_empty", {"ServedFromEmpty"}),
+         ("breaks_bank_register_cleared", {"ColumnOnOpenRow"}),
+         ("breaks_row_commands_on_one_bank", {"RowCommandsClash"}),
+         ("breaks_row_command_on_column_slot", {"RowOnColumnSlot"}),
+         ("breaks_row_command_on_column_bank", {"RowOnColumnBank"})]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize(("case", "fired"), FIRES, ids=[c for c, _ in FIRES])
+def test_ddr5_ctrl_assertion_fires(case: str, fired: set[str]):
+    """Each of the controller's assertions fires, alone, on its fault (the synthesis form: it
+    keeps no state of its own for a forced output to put out of step)."""
+    from cocotb_runner import run_cocotb
+
+    run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", {"ParallelSched": 1}, sources=DDR5_CTRL,
+               build_extra=[*DDR5_VERILATOR_ARGS, str(FAULTS_VLT)], test_filter=case,
+               expect_assertion=fired, unoptimized=True)
+
