@@ -109,6 +109,8 @@ class Replay:
         """Routes arrivals and bounds migrations; with ``adaptive`` its T_input moves."""
         self.adaptive = (AdaptiveThreshold(sim.t_input) if self.cfg.adaptive
                          and sim.t_input is not None else None)
+        self._preempted_seen = 0
+        """Preemptions when the tiers were last observed."""
         self.live: list[_Req] = []
         self.now = 0.0
         ordered = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
@@ -389,16 +391,27 @@ class Replay:
                 self.progress(len(out.results) / self.total)
 
     def _adapt(self, kv_used: float) -> None:
-        """What an orchestrator sees of the tiers, to the adaptive threshold."""
+        """What an orchestrator sees of the tiers, to the adaptive threshold (arrivals from
+        now on are routed by where it moves)."""
         assert self.adaptive is not None
         now = self.now
-        # waiting for the GPU: GPU-tier requests, and PNM-tier ones admitted to their tier
-        # whose prefill has not made a token yet
-        gpu_wait = max((now - rq.req.arrival_s for rq in self.live if rq.first_token_s is None
-                        and (rq.tier is Tier.GPU or rq.pnm_reserved)), default=0.0)
         pnm_wait = now - self.pnm_queue[0][0].req.arrival_s if self.pnm_queue else 0.0
         used = 1 - self.pnm_free / self.sim.pnm_tokens if self.sim.pnm_tokens else 1.0
-        if self.adaptive.observe(TierLoad(now, kv_used, gpu_wait, used, pnm_wait)):
+        gpu_ctx, pnm_ctxs, decodes = 0, [], 0
+        for job in self.jobs.values():
+            if not job.decoding:
+                continue
+            if job.kind is JobKind.PNM_RESIDENT:
+                pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
+            else:
+                gpu_ctx += job.prompt + job.outputs
+                decodes += 1
+        parts = self.cost.step_parts(gpu_ctx, pnm_ctxs, decodes)
+        preempted = self.out.preemptions - self._preempted_seen
+        self._preempted_seen = self.out.preemptions
+        load = TierLoad(now, kv_used, preempted, used, pnm_wait, parts.gpu_attn_s, parts.pnm_s,
+                        parts.total_s if gpu_ctx or pnm_ctxs else 0.0)
+        if self.adaptive.observe(load):
             self.router = Router(self.adaptive.t_input, Source.ADAPTIVE)
 
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
