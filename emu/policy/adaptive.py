@@ -13,12 +13,18 @@ nothing (compute-bound waits). What it reacts to now, each ``interval_s`` of (em
   their window and centroids on the GPU.
 - **PNM memory.** The share of the PNM tier's capacity held, and the wait of the oldest
   request queued for it (it waits for memory only). Raise T_input: the next ones stay on the
-  GPU. (Routing again the requests already queued for the PNM tier was tried and lost
+  GPU, unless the GPU's own queue is long (compute-bound: that queue, not the PNM tier's,
+  would hold them). (Routing again the requests already queued for the PNM tier was tried and lost
   goodput: they crowd the GPU's compute-bound queue at once.)
-- **Per-step time.** A decode step of the running batch against the TPOT SLO
-  (``emu/policy/slo.py``). When a step nears the budget, the tier whose attention sets it (the
-  two overlap: the longer one) gives requests to the other: the GPU's dense attention over
-  its contexts, or the PNM tier's sparse attention and its T_comm.
+- **Per-step time.** The steps the decoding requests saw against the TPOT SLO
+  (``emu/policy/slo.py``). When they near it, the tier whose attention sets the decode step
+  (the two overlap: the longer one) gives requests to the other: the GPU's dense attention
+  over its contexts, or the PNM tier's sparse attention and its T_comm. When neither sets it
+  (the GEMMs, prefill chunks: compute), the GPU has no room (its dense attention would add
+  to the step), while the PNM tier has if its memory does (its attention overlaps the
+  GPU's). So under compute-bound load a full PNM tier does not raise the threshold (its
+  queue is then a useful throttle: raised, the first version lost goodput), while a full GPU
+  KV pool still lowers it (a preemption's recompute only adds compute).
 
 A move needs one tier short and the other with room (two levels per signal, a dead band, so a
 load near one level does not flip the decision); the threshold holds for ``cooldown_s`` after
@@ -69,14 +75,23 @@ class AdaptiveConfig:
     wait_hot_s: float = 2.0
     wait_cool_s: float = 0.5
     """Wait of the oldest request queued for the PNM tier's memory: short at or above, room at
-    or below."""
+    or below. The GPU's compute queue at or above ``wait_hot_s``: no room to take more."""
+    raise_on_pnm_memory: bool = False
+    """Raise the threshold when the PNM tier's memory is full (module doc: measured, it lost
+    goodput on every workload of docs/results/adaptive.md; off by default)."""
     tpot_s: float = MLPERF_SLO.tpot_s
     """The TPOT SLO a decode step is held to."""
     step_hot: float = 0.8
-    step_cool: float = 0.5
+    step_cool: float = 0.2
     """A decode step at or above this share of ``tpot_s`` is slow, at or below it has room."""
+    overload: float = 2.0
+    """Steps this many times ``tpot_s`` or more: the GPU's compute is overloaded (prefill
+    chunks), every decoding request misses its TPOT whatever the split, and nothing moves."""
     lead: float = 1.25
-    """A tier sets the step when its attention takes at least this many times the other's."""
+    attn_share: float = 0.2
+    """A tier sets the step when its attention takes at least ``lead`` times the other's, and
+    the difference is at least ``attn_share`` of the step (else the step is the GEMMs' and
+    the prefill chunks', which routing does not move)."""
 
     def __post_init__(self) -> None:
         def finite(*names: str) -> None:
@@ -84,7 +99,8 @@ class AdaptiveConfig:
                 v = getattr(self, n)
                 if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                     raise ValueError(f"{n} must be a finite number, got {v!r}")
-        finite(*(f.name for f in self.__dataclass_fields__.values()))  # type: ignore[attr-defined]
+        finite(*(f.name for f in self.__dataclass_fields__.values()  # type: ignore[attr-defined]
+                 if f.name != "raise_on_pnm_memory"))
         if not 0 < self.lo_factor <= 1 <= self.hi_factor:
             raise ValueError(f"need 0 < lo_factor <= 1 <= hi_factor, got {self.lo_factor}, "
                              f"{self.hi_factor}")
@@ -97,9 +113,10 @@ class AdaptiveConfig:
                                  f"{getattr(self, hot)}")
         if not 0 < self.interval_s <= self.cooldown_s <= self.reset_s:
             raise ValueError("need 0 < interval_s <= cooldown_s <= reset_s")
-        if not self.home_s >= 0 or not self.tpot_s > 0 or not self.lead >= 1:
-            raise ValueError(f"need home_s >= 0, tpot_s > 0 and lead >= 1, got {self.home_s}, "
-                             f"{self.tpot_s}, {self.lead}")
+        if (not self.home_s >= 0 or not self.tpot_s > 0 or not self.lead >= 1
+                or not self.overload > self.step_hot):
+            raise ValueError(f"need home_s >= 0, tpot_s > 0, lead >= 1 and overload > step_hot, "
+                             f"got {self.home_s}, {self.tpot_s}, {self.lead}, {self.overload}")
 
 
 @dataclass(frozen=True)
@@ -115,13 +132,18 @@ class TierLoad:
     """Share of the PNM tier's memory held."""
     pnm_wait_s: float
     """How long the oldest request queued for the PNM tier's memory has waited (0: none)."""
+    gpu_wait_s: float = 0.0
+    """How long the oldest request waiting for the GPU (its prefill) has waited: compute, which
+    routing cannot give; it only keeps the threshold from rising (more GPU-tier requests would
+    not wait for memory on the PNM tier, but for compute here)."""
     gpu_attn_s: float = 0.0
     """The GPU's attention in one decode step of the running batch (GPU-tier contexts, PNM-tier
     windows)."""
     pnm_s: float = 0.0
     """The PNM tier's part of that step (its sparse attention, T_comm), overlapping the GPU's."""
     step_s: float = 0.0
-    """The whole decode step (0: nothing decodes)."""
+    """A step as the decoding requests see it (the mean since the last observation, prefill
+    chunks included: their TPOT); 0: nothing decodes."""
 
 
 class Move(enum.IntEnum):
@@ -145,17 +167,20 @@ class Pressure:
     def of(cls, load: TierLoad, c: AdaptiveConfig) -> Pressure:
         slow = load.step_s >= c.step_hot * c.tpot_s
         calm = load.step_s <= c.step_cool * c.tpot_s
-        gpu_sets = load.gpu_attn_s >= c.lead * load.pnm_s
-        pnm_sets = load.pnm_s >= c.lead * load.gpu_attn_s
+        # the overlapped attention routing can shorten: the longer side, by what it leads by
+        gap = abs(load.gpu_attn_s - load.pnm_s) >= c.attn_share * load.step_s
+        gpu_sets = gap and load.gpu_attn_s >= c.lead * load.pnm_s
+        pnm_sets = gap and load.pnm_s >= c.lead * load.gpu_attn_s
         preempts = load.gpu_preempted > 0
         return cls(
             gpu_short=load.gpu_kv_used >= c.gpu_kv_hot or preempts or (slow and gpu_sets),
             gpu_room=(load.gpu_kv_used <= c.gpu_kv_cool and not preempts
-                      and (calm or pnm_sets)),
-            pnm_short=(load.pnm_mem_used >= c.pnm_mem_hot or load.pnm_wait_s >= c.wait_hot_s
-                       or (slow and pnm_sets)),
+                      and load.gpu_wait_s < c.wait_hot_s and (calm or pnm_sets)),
+            pnm_short=(c.raise_on_pnm_memory and (load.pnm_mem_used >= c.pnm_mem_hot
+                                                   or load.pnm_wait_s >= c.wait_hot_s))
+            or (slow and pnm_sets),
             pnm_room=(load.pnm_mem_used <= c.pnm_mem_cool and load.pnm_wait_s <= c.wait_cool_s
-                      and (calm or gpu_sets)))
+                      and (calm or not pnm_sets)))
 
 
 class AdaptiveThreshold:
@@ -199,11 +224,16 @@ class AdaptiveThreshold:
             return Move.HOLD
         if load.t_s - self._moved_at >= c.reset_s:
             self._log_step, self._last = math.log(c.step), Move.HOLD
+        if load.step_s >= c.overload * c.tpot_s:
+            return Move.HOLD  # compute-bound far past the SLO: routing only reshuffles who fails
         homing = False
+        pnm_full = load.pnm_mem_used >= c.pnm_mem_hot or load.pnm_wait_s >= c.wait_hot_s
         if p.gpu_short and p.pnm_room:
             move = Move.DOWN
         elif p.pnm_short and p.gpu_room:
             move = Move.UP
+        elif pnm_full and self._value < self.crossover and not p.gpu_short:
+            move, homing = Move.UP, True  # it lowered too far: back, up to the crossover
         elif (calm and self.t_input != self.crossover and self._calm_since is not None
               and load.t_s - self._calm_since >= c.home_s):
             move = Move.UP if self._value < self.crossover else Move.DOWN
