@@ -12,19 +12,23 @@ nothing (compute-bound waits). What it reacts to now, each ``interval_s`` of (em
   Lower T_input: the shortest long requests (those just above the new threshold) keep only
   their window and centroids on the GPU.
 - **PNM memory.** The share of the PNM tier's capacity held, and the wait of the oldest
-  request queued for it (it waits for memory only). Raise T_input: the next ones stay on the
-  GPU, unless the GPU's own queue is long (compute-bound: that queue, not the PNM tier's,
-  would hold them). (Routing again the requests already queued for the PNM tier was tried and lost
-  goodput: they crowd the GPU's compute-bound queue at once.)
+  request queued for it (it waits for memory only). After a lowering, a full PNM tier brings
+  the threshold back toward the crossover. Raising it past the crossover on a full PNM tier
+  (``raise_on_pnm_memory``) is off by default: measured (``scripts/adaptive_eval.py`` with
+  this default set to True), it lost goodput, with colocated prefill by up to 33 % (the
+  long-fraction sweep at 20 %) and with disaggregated prefill by 23 % (2 PNM devices, 8/s): the
+  requests it keeps on the GPU add dense attention and KV there, and the PNM tier's queue had
+  been a useful throttle. Routing again the requests already queued for the PNM tier (not
+  started) lost too: they crowd the GPU's queue at once.
 - **Per-step time.** The steps the decoding requests saw against the TPOT SLO
   (``emu/policy/slo.py``). When they near it, the tier whose attention sets the decode step
   (the two overlap: the longer one) gives requests to the other: the GPU's dense attention
   over its contexts, or the PNM tier's sparse attention and its T_comm. When neither sets it
   (the GEMMs, prefill chunks: compute), the GPU has no room (its dense attention would add
   to the step), while the PNM tier has if its memory does (its attention overlaps the
-  GPU's). So under compute-bound load a full PNM tier does not raise the threshold (its
-  queue is then a useful throttle: raised, the first version lost goodput), while a full GPU
-  KV pool still lowers it (a preemption's recompute only adds compute).
+  GPU's). Steps ``overload`` times the SLO or more: compute is overloaded, every decoding
+  request misses its TPOT whatever the split, and nothing moves (measured: moving there only
+  reshuffled who failed, and lost).
 
 A move needs one tier short and the other with room (two levels per signal, a dead band, so a
 load near one level does not flip the decision); the threshold holds for ``cooldown_s`` after
