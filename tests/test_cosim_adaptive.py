@@ -9,7 +9,7 @@ import pytest
 import torch
 from node_helpers import NodeProcess
 
-from nelssa.emu.policy.adaptive import AdaptiveConfig, AdaptiveThreshold, Move
+from nelssa.emu.policy.adaptive import AdaptiveConfig, AdaptiveThreshold, Move, TierLoad
 from nelssa.emu.policy.states import Tier
 from nelssa.host.gpu.config import LlamaConfig
 from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
@@ -22,6 +22,18 @@ SMALL = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_
 T_INPUT = 300
 QUICK = AdaptiveConfig(interval_s=1e-9, cooldown_s=1e-9, reset_s=1.0, home_s=1.0)
 """Steps of this small model take microseconds of emulated time: observe at every one."""
+
+
+class Recording(AdaptiveThreshold):
+    """The threshold, keeping what it was shown."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.seen: list[TierLoad] = []
+
+    def observe(self, load: TierLoad) -> Move:
+        self.seen.append(load)
+        return super().observe(load)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +66,7 @@ def test_a_full_gpu_lowers_the_threshold_and_the_next_request_goes_to_the_node(
         node: NodeProcess) -> None:
     with NodeClient(node.endpoint, "roce-400g", timeout_s=20) as c:
         static = _run(c, None)
-        a = AdaptiveThreshold(T_INPUT, QUICK)
+        a = Recording(T_INPUT, QUICK)
         moved = _run(c, a)
     assert static.sched.router.t_input == T_INPUT
     assert static.requests[3].tier is Tier.GPU  # below the crossover: the GPU
@@ -69,6 +81,14 @@ def test_a_full_gpu_lowers_the_threshold_and_the_next_request_goes_to_the_node(
     assert moved.requests[2].migrated and not moved.requests[0].migrated
     assert len(moved.requests[3].generated) == 4
     assert any("adaptive" in e for e in moved.events)
+    # what it was shown: this GPU's own step (its attention within it), the node's replies
+    # beside it, the node's memory from STATUS; no queue for the node's memory
+    assert len(a.seen) == moved.steps
+    for load in a.seen:
+        assert 0 < load.gpu_attn_s < load.step_s and 0 <= load.pnm_s < load.step_s
+        assert load.gpu_wait_s == 0 and load.pnm_wait_s == 0
+        assert 0 < load.gpu_kv_used <= 1 and 0 <= load.pnm_mem_used < 1
+    assert any(load.pnm_s > 0 for load in a.seen) and any(x.pnm_mem_used > 0 for x in a.seen)
 
 
 def test_a_threshold_that_does_not_start_at_the_config_is_refused() -> None:

@@ -259,8 +259,9 @@ class HybridDecoder(NodeKv):
                 devs = []
             total = sum(d.mem_bytes for d in devs)
             pnm_used = sum(d.used_bytes for d in devs) / total if total else 1.0
-        load = TierLoad(t_s, kv_used, self._preempted, pnm_used, 0.0, rep.gpu_attn_ps * 1e-12,
-                        rep.node_ps * 1e-12, rep.step_ps * 1e-12)
+        load = TierLoad(t_s, kv_used, self._preempted, pnm_used, pnm_wait_s=0.0,
+                        gpu_attn_s=rep.gpu_attn_ps * 1e-12, pnm_s=rep.node_ps * 1e-12,
+                        step_s=rep.step_ps * 1e-12)
         self._preempted = 0
         if self.adaptive.observe(load):
             self.sched.router = Router(self.adaptive.t_input, Source.ADAPTIVE)
