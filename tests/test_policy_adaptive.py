@@ -29,7 +29,7 @@ def plant(t: int, demand: float, gpu_cap: float = 1.0, pnm_cap: float = 1.0) -> 
     p = share_above(t)
     gpu, pnm = (1 - p) * demand / gpu_cap, p * demand / pnm_cap
     return TierLoad(0.0, min(1.0, gpu), int(gpu > 1), min(1.0, pnm), max(0.0, pnm - 1) * 20,
-                    0.0, gpu_attn_s=0.01 * gpu, pnm_s=0.01 * pnm, step_s=0.02)
+                    gpu_attn_s=0.01 * gpu, pnm_s=0.01 * pnm, step_s=0.02)
 
 
 GPU_SHORT = {"gpu_cap": 0.7, "pnm_cap": 2.0}
@@ -109,7 +109,7 @@ def test_a_full_pnm_tier_alone_does_not_raise_it_by_default() -> None:
 
 def _step(a: AdaptiveThreshold, t: float, gpu_attn: float, pnm: float, step: float) -> Move:
     """Memory with room on both tiers; only the step's parts speak."""
-    return a.observe(TierLoad(t, 0.5, 0, 0.5, 0.0, 0.0, gpu_attn, pnm, step))
+    return a.observe(TierLoad(t, 0.5, 0, 0.5, 0.0, gpu_attn_s=gpu_attn, pnm_s=pnm, step_s=step))
 
 
 def test_a_slow_step_moves_attention_off_the_tier_that_sets_it() -> None:

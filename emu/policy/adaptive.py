@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from nelssa.emu.policy.slo import MLPERF_SLO
 
@@ -136,6 +136,7 @@ class TierLoad:
     """Share of the PNM tier's memory held."""
     pnm_wait_s: float
     """How long the oldest request queued for the PNM tier's memory has waited (0: none)."""
+    _: KW_ONLY
     gpu_wait_s: float = 0.0
     """How long the oldest request waiting for the GPU (its prefill) has waited: compute, which
     routing cannot give; it only keeps the threshold from rising (more GPU-tier requests would

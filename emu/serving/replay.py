@@ -418,7 +418,8 @@ class Replay:
         step_s = (now - t0) / steps if steps and (gpu_ctx or pnm_ctxs) else 0.0
         self._seen = (now, self.out.steps, self.out.preemptions)
         load = TierLoad(now, kv_used, self.out.preemptions - preempted0, used, pnm_wait,
-                        gpu_wait, parts.gpu_attn_s, parts.pnm_s, step_s)
+                        gpu_wait_s=gpu_wait, gpu_attn_s=parts.gpu_attn_s, pnm_s=parts.pnm_s,
+                        step_s=step_s)
         if self.adaptive.observe(load):
             self.router = Router(self.adaptive.t_input, Source.ADAPTIVE)
 
