@@ -234,7 +234,9 @@ def write(rows: list[dict], vllm: list[str], out: Path, wall_s: float, argv: lis
               "when tried (module doc of `emu/policy/adaptive.py`).",
               "- The memory-tight GPU (GPU memory 0.5): from 1.5/s its KV and the PNM tier's "
               "memory fill together, so neither tier has room to give; at 1/s it saturated "
-              "the GPU's KV yet never moved (not examined further).", ""]
+              "the GPU's KV yet never moved: traced by hand, the KV fills only while the "
+              "longest prompts prefill, in steps of about 1 s, past the overload level where "
+              "it holds by design.", ""]
     lines += ["", "![goodput against rate](adaptive_rates.png)", "",
               "![a representative run](adaptive_run.png)", ""]
     if vllm:
