@@ -1,22 +1,42 @@
 """An adaptive routing threshold (the paper's next step, section 10; issue 26): an orchestrator
-that watches what a real one can see of each tier and moves T_input when one tier is about to
-saturate while the other has room, and back toward the static crossover once neither is short.
+that watches what a real one can see of each tier and moves T_input when a tier is short of
+something routing can give it, and back toward the static crossover once neither is.
 
-What it reacts to, each ``interval_s`` of (emulated) time, and why:
+Routing decides only where a request's KV lives and whose bandwidth its attention reads. It
+cannot relieve the GPU's compute (every prefill and every GEMM stays there), so a wait for the
+GPU's token budget is no reason to move: the first version reacted to queue waits and gained
+nothing (compute-bound waits). What it reacts to now, each ``interval_s`` of (emulated) time:
 
-- the GPU tier: the share of its KV blocks in use, and how long its oldest waiting request has
-  waited. A full KV pool means the next admissions wait or preempt; a long wait is the TTFT an
-  SLO sees. Either one high: the GPU is saturating, so a lower T_input sends more requests to
-  the PNM tier (the shortest of the long ones first: those just above the new threshold).
-- the PNM tier: its utilization (running requests over what its devices hold) and the wait of
-  its oldest queued request. Either one high: a higher T_input keeps more on the GPU.
+- **GPU memory.** The share of its KV blocks in use, and preemptions since the last look. A
+  full pool preempts (recompute: the GPU does the prefill again) or holds admissions back.
+  Lower T_input: the shortest long requests (those just above the new threshold) keep only
+  their window and centroids on the GPU.
+- **PNM memory.** The share of the PNM tier's capacity held, and the wait of the oldest
+  request queued for it (it waits for memory only). After a lowering, a full PNM tier brings
+  the threshold back toward the crossover. Raising it past the crossover on a full PNM tier
+  (``raise_on_pnm_memory``) is off by default: measured (``scripts/adaptive_eval.py`` with
+  this default set to True), it lost goodput, with colocated prefill by up to 33 % (the
+  long-fraction sweep at 20 %) and with disaggregated prefill by 23 % (2 PNM devices, 8/s): the
+  requests it keeps on the GPU add dense attention and KV there, and the PNM tier's queue had
+  been a useful throttle. Routing again the requests already queued for the PNM tier (not
+  started) lost too: they crowd the GPU's queue at once.
+- **Per-step time.** The steps the decoding requests saw against the TPOT SLO
+  (``emu/policy/slo.py``). When they near it, the tier whose attention sets the decode step
+  (the two overlap: the longer one) gives requests to the other: the GPU's dense attention
+  over its contexts, or the PNM tier's sparse attention and its T_comm. When neither sets it
+  (the GEMMs, prefill chunks: compute), the GPU has no room (its dense attention would add
+  to the step), while the PNM tier has if its memory does (its attention overlaps the
+  GPU's). Steps ``overload`` times the SLO or more: compute is overloaded, every decoding
+  request misses its TPOT whatever the split, and nothing moves (measured: moving there only
+  reshuffled who failed, and lost).
 
-A move needs one tier hot and the other cool (two thresholds per signal: a dead band, so a load
-near one threshold does not flip the decision), and the threshold holds for ``cooldown_s``
-after each move so the effect of a move is seen before the next. A move against the previous
-one halves the step (as a bisection does): after a step change of load the threshold settles
-on a value instead of cycling, since the steps shrink geometrically and stop below
-``min_step``. After ``reset_s`` without a move the step is whole again, for the next change.
+A move needs one tier short and the other with room (two levels per signal, a dead band, so a
+load near one level does not flip the decision); the threshold holds for ``cooldown_s`` after
+each move so the effect of a move is seen before the next. A move against the previous one
+halves the step (as a bisection does): after a step change of load the threshold settles on a
+value instead of cycling, since the steps shrink geometrically and stop below ``min_step``.
+After ``reset_s`` without a move the step is whole again, for the next change. It goes back
+toward the crossover only after both tiers have had room for ``home_s`` (and not past it).
 The bounds keep the threshold within ``lo_factor``..``hi_factor`` of the static crossover.
 """
 
@@ -24,12 +44,14 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
+
+from nelssa.emu.policy.slo import MLPERF_SLO
 
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    """Bounds, step and hysteresis of the adaptive threshold."""
+    """Bounds, step and hysteresis of the adaptive threshold, and the levels it reacts at."""
 
     lo_factor: float = 0.25
     """The lowest threshold, as a share of the static crossover."""
@@ -45,15 +67,35 @@ class AdaptiveConfig:
     """The threshold holds this long after a move."""
     reset_s: float = 60.0
     """After this long without a move, the step is whole again."""
+    home_s: float = 30.0
+    """Both tiers with room this long: the threshold steps back toward the crossover."""
     gpu_kv_hot: float = 0.92
     gpu_kv_cool: float = 0.75
-    """Share of the GPU's KV blocks in use: hot at or above, cool at or below."""
+    """Share of the GPU's KV blocks in use: short at or above (or any preemption), room at or
+    below (and no preemption)."""
+    pnm_mem_hot: float = 0.95
+    pnm_mem_cool: float = 0.80
+    """Share of the PNM tier's memory held: short at or above, room at or below."""
     wait_hot_s: float = 2.0
     wait_cool_s: float = 0.5
-    """Wait of a tier's oldest queued request: hot at or above, cool at or below."""
-    pnm_util_hot: float = 0.95
-    pnm_util_cool: float = 0.75
-    """PNM tier utilization (running over capacity): hot at or above, cool at or below."""
+    """Wait of the oldest request queued for the PNM tier's memory: short at or above, room at
+    or below. The GPU's compute queue at or above ``wait_hot_s``: no room to take more."""
+    raise_on_pnm_memory: bool = False
+    """Raise the threshold when the PNM tier's memory is full (module doc: measured, it lost
+    goodput on every workload of docs/results/adaptive.md; off by default)."""
+    tpot_s: float = MLPERF_SLO.tpot_s
+    """The TPOT SLO a decode step is held to."""
+    step_hot: float = 0.8
+    step_cool: float = 0.2
+    """A decode step at or above this share of ``tpot_s`` is slow, at or below it has room."""
+    overload: float = 2.0
+    """Steps this many times ``tpot_s`` or more: the GPU's compute is overloaded (prefill
+    chunks), every decoding request misses its TPOT whatever the split, and nothing moves."""
+    lead: float = 1.25
+    attn_share: float = 0.2
+    """A tier sets the step when its attention takes at least ``lead`` times the other's, and
+    the difference is at least ``attn_share`` of the step (else the step is the GEMMs' and
+    the prefill chunks', which routing does not move)."""
 
     def __post_init__(self) -> None:
         def finite(*names: str) -> None:
@@ -61,19 +103,24 @@ class AdaptiveConfig:
                 v = getattr(self, n)
                 if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                     raise ValueError(f"{n} must be a finite number, got {v!r}")
-        finite(*(f.name for f in self.__dataclass_fields__.values()))  # type: ignore[attr-defined]
+        finite(*(f.name for f in self.__dataclass_fields__.values()  # type: ignore[attr-defined]
+                 if f.name != "raise_on_pnm_memory"))
         if not 0 < self.lo_factor <= 1 <= self.hi_factor:
             raise ValueError(f"need 0 < lo_factor <= 1 <= hi_factor, got {self.lo_factor}, "
                              f"{self.hi_factor}")
         if not 1 < self.min_step < self.step:
             raise ValueError(f"need 1 < min_step < step, got {self.min_step}, {self.step}")
         for cool, hot in (("gpu_kv_cool", "gpu_kv_hot"), ("wait_cool_s", "wait_hot_s"),
-                          ("pnm_util_cool", "pnm_util_hot")):
+                          ("pnm_mem_cool", "pnm_mem_hot"), ("step_cool", "step_hot")):
             if not 0 <= getattr(self, cool) < getattr(self, hot):
                 raise ValueError(f"need 0 <= {cool} < {hot}, got {getattr(self, cool)}, "
                                  f"{getattr(self, hot)}")
         if not 0 < self.interval_s <= self.cooldown_s <= self.reset_s:
             raise ValueError("need 0 < interval_s <= cooldown_s <= reset_s")
+        if (not self.home_s >= 0 or not self.tpot_s > 0 or not self.lead >= 1
+                or not self.overload > self.step_hot):
+            raise ValueError(f"need home_s >= 0, tpot_s > 0, lead >= 1 and overload > step_hot, "
+                             f"got {self.home_s}, {self.tpot_s}, {self.lead}, {self.overload}")
 
 
 @dataclass(frozen=True)
@@ -83,12 +130,25 @@ class TierLoad:
     t_s: float
     gpu_kv_used: float
     """Share of the GPU's KV blocks in use."""
-    gpu_wait_s: float
-    """How long the GPU tier's oldest waiting request has waited (0: none waits)."""
-    pnm_utilization: float
-    """PNM-tier requests running over what its devices hold."""
+    gpu_preempted: int
+    """Requests preempted (GPU KV full) since the last observation."""
+    pnm_mem_used: float
+    """Share of the PNM tier's memory held."""
     pnm_wait_s: float
-    """How long the PNM tier's oldest queued request has waited (0: none waits)."""
+    """How long the oldest request queued for the PNM tier's memory has waited (0: none)."""
+    _: KW_ONLY
+    gpu_wait_s: float = 0.0
+    """How long the oldest request waiting for the GPU (its prefill) has waited: compute, which
+    routing cannot give; it only keeps the threshold from rising (more GPU-tier requests would
+    not wait for memory on the PNM tier, but for compute here)."""
+    gpu_attn_s: float = 0.0
+    """The GPU's attention in one decode step of the running batch (GPU-tier contexts, PNM-tier
+    windows)."""
+    pnm_s: float = 0.0
+    """The PNM tier's part of that step (its sparse attention, T_comm), overlapping the GPU's."""
+    step_s: float = 0.0
+    """A step as the decoding requests see it (the mean since the last observation, prefill
+    chunks included: their TPOT); 0: nothing decodes."""
 
 
 class Move(enum.IntEnum):
@@ -97,6 +157,35 @@ class Move(enum.IntEnum):
     HOLD = 0
     UP = 1
     """T_input raised: more requests stay on the GPU."""
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """One observation read against the levels: which tier is short, which has room."""
+
+    gpu_short: bool
+    gpu_room: bool
+    pnm_short: bool
+    pnm_room: bool
+
+    @classmethod
+    def of(cls, load: TierLoad, c: AdaptiveConfig) -> Pressure:
+        slow = load.step_s >= c.step_hot * c.tpot_s
+        calm = load.step_s <= c.step_cool * c.tpot_s
+        # the overlapped attention routing can shorten: the longer side, by what it leads by
+        gap = abs(load.gpu_attn_s - load.pnm_s) >= c.attn_share * load.step_s
+        gpu_sets = gap and load.gpu_attn_s >= c.lead * load.pnm_s
+        pnm_sets = gap and load.pnm_s >= c.lead * load.gpu_attn_s
+        preempts = load.gpu_preempted > 0
+        return cls(
+            gpu_short=load.gpu_kv_used >= c.gpu_kv_hot or preempts or (slow and gpu_sets),
+            gpu_room=(load.gpu_kv_used <= c.gpu_kv_cool and not preempts
+                      and load.gpu_wait_s < c.wait_hot_s and (calm or pnm_sets)),
+            pnm_short=(c.raise_on_pnm_memory and (load.pnm_mem_used >= c.pnm_mem_hot
+                                                   or load.pnm_wait_s >= c.wait_hot_s))
+            or (slow and pnm_sets),
+            pnm_room=(load.pnm_mem_used <= c.pnm_mem_cool and load.pnm_wait_s <= c.wait_cool_s
+                      and (calm or not pnm_sets)))
 
 
 class AdaptiveThreshold:
@@ -113,6 +202,8 @@ class AdaptiveThreshold:
         self._log_step = math.log(c.step)
         self._last: Move = Move.HOLD
         self._moved_at = -math.inf
+        self._seen_at = -math.inf
+        self._calm_since: float | None = None
         self.history: list[tuple[float, int, Move]] = []
         """(time, threshold after, move) of each move."""
 
@@ -120,23 +211,36 @@ class AdaptiveThreshold:
     def t_input(self) -> int:
         return round(self._value)
 
+    def due(self, t_s: float) -> bool:
+        """An observation is due at ``t_s`` (one each ``interval_s``)."""
+        return t_s - self._seen_at >= self.config.interval_s
+
     def observe(self, load: TierLoad) -> Move:
         """Take one observation; the move made (the new threshold is ``t_input``)."""
         c = self.config
+        self._seen_at = load.t_s
+        p = Pressure.of(load, c)
+        calm = p.gpu_room and p.pnm_room
+        if not calm:
+            self._calm_since = None
+        elif self._calm_since is None:
+            self._calm_since = load.t_s
         if load.t_s - self._moved_at < c.cooldown_s:
             return Move.HOLD
         if load.t_s - self._moved_at >= c.reset_s:
             self._log_step, self._last = math.log(c.step), Move.HOLD
-        gpu_hot = load.gpu_kv_used >= c.gpu_kv_hot or load.gpu_wait_s >= c.wait_hot_s
-        gpu_cool = load.gpu_kv_used <= c.gpu_kv_cool and load.gpu_wait_s <= c.wait_cool_s
-        pnm_hot = load.pnm_utilization >= c.pnm_util_hot or load.pnm_wait_s >= c.wait_hot_s
-        pnm_cool = load.pnm_utilization <= c.pnm_util_cool and load.pnm_wait_s <= c.wait_cool_s
+        if load.step_s >= c.overload * c.tpot_s:
+            return Move.HOLD  # compute-bound far past the SLO: routing only reshuffles who fails
         homing = False
-        if gpu_hot and pnm_cool:
+        pnm_full = load.pnm_mem_used >= c.pnm_mem_hot or load.pnm_wait_s >= c.wait_hot_s
+        if p.gpu_short and p.pnm_room:
             move = Move.DOWN
-        elif pnm_hot and gpu_cool:
+        elif p.pnm_short and p.gpu_room:
             move = Move.UP
-        elif gpu_cool and pnm_cool and self.t_input != self.crossover:
+        elif pnm_full and self._value < self.crossover and not p.gpu_short:
+            move, homing = Move.UP, True  # it lowered too far: back, up to the crossover
+        elif (calm and self.t_input != self.crossover and self._calm_since is not None
+              and load.t_s - self._calm_since >= c.home_s):
             move = Move.UP if self._value < self.crossover else Move.DOWN
             homing = True  # neither tier short: back toward the crossover, not past it
         else:

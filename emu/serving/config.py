@@ -43,7 +43,8 @@ class ServingConfig:
     """Routing threshold in tokens; None takes the latency model's crossover for ``devices``."""
     adaptive: bool = False
     """Move T_input with the tiers' load, from where it starts (emu/policy/adaptive.py: GPU KV
-    use and wait, PNM utilization and wait, within 0.25x..4x)."""
+    use and preemptions, PNM memory and its queue's wait, a decode step against the TPOT SLO;
+    within 0.25x..4x)."""
     window_tokens: int = Sparsity().window_tokens
     """Tokens of a PNM-tier request that the GPU attends to densely: sink, recent, one chunk
     not yet clustered."""

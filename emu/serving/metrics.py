@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from nelssa.emu.policy.slo import MLPERF_SLO
 from nelssa.emu.serving.sim import RunResult
 
 
@@ -56,7 +57,8 @@ def series(run: RunResult) -> dict[str, list[float]]:
             "pnm_running": [x.pnm_running for x in s[1:]]}
 
 
-def goodput(run: RunResult, ttft_s: float, tpot_s: float) -> dict[str, float]:
+def goodput(run: RunResult, ttft_s: float = MLPERF_SLO.ttft_s,
+            tpot_s: float = MLPERF_SLO.tpot_s) -> dict[str, float]:
     """Requests that met the SLO (TTFT <= ``ttft_s`` and their own TPOT <= ``tpot_s``; one
     of a single output token meets the TPOT part), as a share of all and per second of the
     run: goodput as DistServe defines it."""

@@ -109,6 +109,8 @@ class Replay:
         """Routes arrivals and bounds migrations; with ``adaptive`` its T_input moves."""
         self.adaptive = (AdaptiveThreshold(sim.t_input) if self.cfg.adaptive
                          and sim.t_input is not None else None)
+        self._seen = (0.0, 0, 0)
+        """Time, steps and preemptions when the tiers were last observed."""
         self.live: list[_Req] = []
         self.now = 0.0
         ordered = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
@@ -378,27 +380,47 @@ class Replay:
         if self.now >= self.next_sample:
             running, waiting = self.sched.counts()
             kv_used = self.sched.used_blocks() / self.sim.gpu_blocks
+            pnm_used = 1 - self.pnm_free / self.sim.pnm_tokens if self.sim.pnm_tokens else 0.0
             if self.adaptive is not None:
-                self._adapt(kv_used)
+                self._adapt(kv_used, pnm_used)
             out.samples.append(Sample(
                 self.now, running, waiting + len(self.pnm_queue), kv_used, self.tokens_since,
-                self.resident_jobs, self.router.t_input))
+                self.resident_jobs, self.router.t_input, len(self.pnm_queue), pnm_used))
             self.tokens_since = 0
             self.next_sample = self.now + cfg.sample_s
             if self.progress is not None:
                 self.progress(len(out.results) / self.total)
 
-    def _adapt(self, kv_used: float) -> None:
-        """What an orchestrator sees of the tiers, to the adaptive threshold."""
+    def _adapt(self, kv_used: float, used: float) -> None:
+        """What an orchestrator sees of the tiers, to the adaptive threshold (arrivals from
+        now on are routed by where it moves)."""
         assert self.adaptive is not None
         now = self.now
+        pnm_wait = now - self.pnm_queue[0][0].req.arrival_s if self.pnm_queue else 0.0
         # waiting for the GPU: GPU-tier requests, and PNM-tier ones admitted to their tier
         # whose prefill has not made a token yet
         gpu_wait = max((now - rq.req.arrival_s for rq in self.live if rq.first_token_s is None
                         and (rq.tier is Tier.GPU or rq.pnm_reserved)), default=0.0)
-        pnm_wait = now - self.pnm_queue[0][0].req.arrival_s if self.pnm_queue else 0.0
-        used = 1 - self.pnm_free / self.sim.pnm_tokens if self.sim.pnm_tokens else 1.0
-        if self.adaptive.observe(TierLoad(now, kv_used, gpu_wait, used, pnm_wait)):
+        gpu_ctx, pnm_ctxs, decodes = 0, [], 0
+        for job in self.jobs.values():
+            if not job.decoding:
+                continue
+            if job.kind is JobKind.PNM_RESIDENT:
+                pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
+            else:
+                gpu_ctx += job.prompt + job.outputs
+                decodes += 1
+        parts = self.cost.step_parts(gpu_ctx, pnm_ctxs, decodes)
+        # the steps since the last look, prefill chunks and all: what a decoding request's TPOT
+        # is made of
+        t0, steps0, preempted0 = self._seen
+        steps = self.out.steps - steps0
+        step_s = (now - t0) / steps if steps and (gpu_ctx or pnm_ctxs) else 0.0
+        self._seen = (now, self.out.steps, self.out.preemptions)
+        load = TierLoad(now, kv_used, self.out.preemptions - preempted0, used, pnm_wait,
+                        gpu_wait_s=gpu_wait, gpu_attn_s=parts.gpu_attn_s, pnm_s=parts.pnm_s,
+                        step_s=step_s)
+        if self.adaptive.observe(load):
             self.router = Router(self.adaptive.t_input, Source.ADAPTIVE)
 
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:

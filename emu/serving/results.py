@@ -35,6 +35,7 @@ class Sample:
     t_s: float
     running: int
     waiting: int
+    """Requests waiting: for the GPU's scheduler, and (``pnm_waiting``) for the PNM tier."""
     gpu_kv_used: float
     """Share of the GPU's KV blocks in use."""
     decode_tokens: int
@@ -42,6 +43,10 @@ class Sample:
     pnm_running: int = 0
     t_input: int | None = None
     """The routing threshold after this sample (it moves with ``adaptive`` routing)."""
+    pnm_waiting: int = 0
+    """Of ``waiting``, the requests queued for the PNM tier's memory."""
+    pnm_mem_used: float = 0.0
+    """Share of the PNM tier's memory held."""
 
 
 @dataclass

@@ -1,20 +1,25 @@
 """The paper's sweeps on the emulator: decode throughput against context and batch
-(Figure 10) and against the share of long requests (Figure 16), as data and as PNG plots."""
+(Figure 10) and against the share of long requests (Figure 16), as data and as PNG plots; and
+the static routing threshold against the adaptive one on one workload (issue 26)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from nelssa.emu.latency.model import LatencyModel
-from nelssa.emu.serving.metrics import summarize
-from nelssa.emu.serving.sim import ServingConfig, ServingSim
+from nelssa.emu.policy.slo import MLPERF_SLO, Slo
+from nelssa.emu.serving.metrics import goodput, summarize
+from nelssa.emu.serving.sim import RunResult, ServingConfig, ServingSim
 from nelssa.emu.serving.workload import Request, long_fraction_mix, poisson
 
 CONTEXTS = (131072, 262144, 524288, 1048576)
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 FRACTIONS = (0.0, 0.04, 0.08, 0.12, 0.16, 0.20, 0.24)
+FULL = 0.95
+"""A tier whose memory reached this share was saturated."""
 
 
 def context_batch(models: dict[str, LatencyModel], config: ServingConfig
@@ -96,3 +101,36 @@ def plot_long_fraction(data: dict[float, dict[str, float]], path: str | Path) ->
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def saturated_tiers(run: RunResult, sim: ServingSim, slo: Slo = MLPERF_SLO) -> list[str]:
+    """What ran out in a run: ``gpu-kv`` (the GPU's KV blocks full, or a preemption),
+    ``pnm-mem`` (the PNM tier's memory full and a queue for it), ``ttft`` (neither, but the
+    TTFT SLO broken at P99: queueing for the GPU's compute, which routing cannot relieve)."""
+    out = []
+    if run.peak_gpu_blocks >= FULL * sim.gpu_blocks or run.preemptions:
+        out.append("gpu-kv")
+    if (sim.pnm_tokens and run.peak_pnm_tokens >= FULL * sim.pnm_tokens
+            and any(s.pnm_waiting for s in run.samples)):
+        out.append("pnm-mem")
+    if not out and summarize(run)["ttft_s"]["p99"] > slo.ttft_s:
+        out.append("ttft")
+    return out
+
+
+def static_vs_adaptive(lm: LatencyModel, requests: list[Request], config: ServingConfig,
+                       slo: Slo = MLPERF_SLO) -> dict[str, dict[str, Any]]:
+    """The same requests with the static threshold and the adaptive one (``config`` otherwise):
+    per mode its goodput, SLO attainment, the tiers the run saturated, the threshold's moves
+    and the run itself."""
+    out = {}
+    for mode, adaptive in (("static", False), ("adaptive", True)):
+        sim = ServingSim(lm, replace(config, mode="nelssa", adaptive=adaptive))
+        run = sim.run(requests)
+        g = goodput(run, slo.ttft_s, slo.tpot_s)
+        out[mode] = {"goodput_rps": g["goodput_rps"], "attainment": g["attainment"],
+                     "saturated": saturated_tiers(run, sim, slo),
+                     "moves": sum(1 for a, b in itertools.pairwise(run.samples)
+                                  if a.t_input != b.t_input),
+                     "run": run, "sim": sim}
+    return out

@@ -42,10 +42,11 @@ from dataclasses import replace
 import torch
 
 from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
+from nelssa.emu.policy.adaptive import AdaptiveThreshold, TierLoad
 from nelssa.emu.policy.capacity import KvBlocks
 from nelssa.emu.policy.merge import merge_torch
 from nelssa.emu.policy.migration import MigrationPolicy
-from nelssa.emu.policy.router import Router
+from nelssa.emu.policy.router import Router, Source
 from nelssa.emu.policy.states import SeqState, Tier
 from nelssa.host.gpu.clustering import select_clusters
 from nelssa.host.gpu.config import LlamaConfig
@@ -93,8 +94,11 @@ class HybridDecoder(NodeKv):
     """Decode a batch of requests on the GPU and the PNM node behind ``client``."""
 
     def __init__(self, model: Llama, config: DecodeConfig, client: NodeClient | None,
-                 trace: TraceRecorder | None = None, router: Router | None = None) -> None:
-        """``router``: how requests are placed (default: by ``config.t_input``)."""
+                 trace: TraceRecorder | None = None, router: Router | None = None,
+                 adaptive: AdaptiveThreshold | None = None) -> None:
+        """``router``: how requests are placed (default: by ``config.t_input``); ``adaptive``:
+        the threshold moves with the tiers' load from there (``emu/policy/adaptive.py``, the
+        serving emulator's policy), and new requests are routed by where it is."""
         clock_hz = SIM_CLOCK_HZ
         if client is not None:  # the devices' facts, from their registers (CAPS) via the node
             try:  # over a connection of its own: emulated times do not depend on it
@@ -115,6 +119,15 @@ class HybridDecoder(NodeKv):
             KvBlocks(config.gpu_kv_blocks, config.block_tokens),
             kept=config.sink + config.recent, compression=config.cluster.tokens_per_cluster,
             pnm=client is not None)
+        if adaptive is not None and adaptive.t_input != config.t_input:
+            raise ValueError(f"the adaptive threshold starts at {adaptive.t_input}, not at the "
+                             f"config's T_input ({config.t_input})")
+        if adaptive is not None and adaptive.lo <= config.sink + config.recent:
+            raise ValueError(f"the adaptive threshold's lowest ({adaptive.lo}) must exceed sink "
+                             f"+ recent ({config.sink + config.recent})")
+        self.adaptive = adaptive
+        self._preempted = 0
+        """Preemptions since the tiers were last observed."""
         self.now_ps = 0
         self.steps = 0
         self.events: list[str] = []
@@ -221,7 +234,39 @@ class HybridDecoder(NodeKv):
         rep.engine_errors = {r.rid: r.max_engine_error for r in checked}
         self.steps += 1
         self._transfers()
+        if self.adaptive is not None:
+            self._adapt(rep, len(plan.preempted))
         return rep
+
+    def _adapt(self, rep: StepReport, preempted: int) -> None:
+        """What the GPU node sees of the tiers, to the adaptive threshold: its KV blocks and
+        preemptions, the node's memory (its STATUS, over a connection of its own), and this
+        step's attention on either side. The node places what it is sent or refuses it (a
+        stated fallback): no request queues for its memory."""
+        assert self.adaptive is not None
+        self._preempted += preempted
+        t_s = self.now_ps * 1e-12
+        if not self.adaptive.due(t_s):
+            return
+        kv = self.sched.kv
+        kv_used = kv.used() / kv.total if kv.total else 0.0
+        pnm_used = 0.0
+        if self.client is not None:
+            try:
+                devs = [d for d in self.client.probe_status().devices if d.alive]
+            except (LinkTimeoutError, RemoteError) as e:
+                log.warning("PNM node status unavailable (%s): its memory read as full", e)
+                devs = []
+            total = sum(d.mem_bytes for d in devs)
+            pnm_used = sum(d.used_bytes for d in devs) / total if total else 1.0
+        load = TierLoad(t_s, kv_used, self._preempted, pnm_used, pnm_wait_s=0.0,
+                        gpu_attn_s=rep.gpu_attn_ps * 1e-12, pnm_s=rep.node_ps * 1e-12,
+                        step_s=rep.step_ps * 1e-12)
+        self._preempted = 0
+        if self.adaptive.observe(load):
+            self.sched.router = Router(self.adaptive.t_input, Source.ADAPTIVE)
+            self.events.append(f"T_input -> {self.adaptive.t_input} tokens (adaptive, "
+                               f"{load.t_s * 1e3:.3f} ms)")
 
     def _admit(self, plan: StepPlan, rep: StepReport) -> None:
         """The plan's admissions: new requests prefilled (on the prefill node), preempted ones
@@ -310,10 +355,12 @@ class HybridDecoder(NodeKv):
                 local[i] = attention_with_lse(q[i], kk, vv)
             else:
                 attn[i] = dense_attention(q[i:i + 1], kk, vv)[0]
-        rep.others_ps += self._gpu_op(f"L{layer} attention", gpu_bytes,
-                                      4 * gpu_bytes / BF16 * g)
+        attn_ps = self._gpu_op(f"L{layer} attention", gpu_bytes, 4 * gpu_bytes / BF16 * g)
+        rep.others_ps += attn_ps
+        rep.gpu_attn_ps += attn_ps
         gpu_done = self.now_ps
         latest = gpu_done
+        node_end: int | None = None
         lost: dict[int, str] = {}
         for i, f in futures.items():
             r = live[i]
@@ -329,9 +376,12 @@ class HybridDecoder(NodeKv):
                 continue
             self._record_node(r, layer, res, rep)
             latest = max(latest, res.timing.arrive_ps)
+            node_end = max(node_end or 0, res.timing.arrive_ps)
             attn[i] = self._merge(local[i], res)
             if r.full is not None:
                 self._check(r, layer, q[i], attn[i], chosen[i])
+        if node_end is not None:
+            rep.node_ps += node_end - send
         if latest > gpu_done:
             rep.wait_ps += latest - gpu_done
             self.tracer.gpu(f"L{layer} wait for PNM", gpu_done, latest - gpu_done)

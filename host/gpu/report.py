@@ -40,6 +40,11 @@ class StepReport:
     """Node requests: host software, queueing behind other requests, CXL transfers."""
     pnm_attn_ps: int = 0
     """Node requests: device compute of the critical device."""
+    gpu_attn_ps: int = 0
+    """GPU: its attention (of ``others_ps``), what the node's replies overlap."""
+    node_ps: int = 0
+    """The node's replies, from their sending to the last one's arrival, summed over the
+    layers (what the GPU's attention overlaps; beyond it, ``wait_ps``)."""
     node_requests: int = 0
     device_cycles: dict[int, int] = field(default_factory=dict)
     """Cycles each device computed this step."""

@@ -36,6 +36,7 @@ from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.hardware import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_PNM
 from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
+from nelssa.emu.policy.slo import MLPERF_SLO
 from nelssa.emu.serving.workload import RATE
 
 MAX_POINTS = 100_000
@@ -127,9 +128,8 @@ SLO_S = Num("a finite number of seconds > 0", lo=0, lo_open=True, most=1e6)
 POINTS = Num(f"an integer in 1..{MAX_POINTS}", integer=True, lo=1, hi=MAX_POINTS)
 SEED = Num("an integer >= 0", integer=True, lo=0, most=(1 << 63) - 1)
 TOP_KEYS = {"trace", "limit", "seed", "slo", "grid", "random", "scheduler"}
-SLO_KEYS = {"ttft_s": 6.0, "tpot_s": 0.175}
-"""The default SLO: MLPerf Inference's server scenario for Llama 3.1 405B (TTFT <= 6 s, TPOT
-<= 175 ms), a long-context benchmark of published serving systems."""
+SLO_KEYS = MLPERF_SLO.as_dict()
+"""The default SLO (``emu/policy/slo.py``)."""
 
 
 @dataclass(frozen=True)
