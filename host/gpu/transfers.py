@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
 from nelssa.emu.policy.states import Fallback, SeqState, Tier, Transfer
-from nelssa.host.gpu.clustering import cluster_keys
+from nelssa.host.gpu.clustering import Clusters, cluster_keys
 from nelssa.host.gpu.emulated_prefill import EmulatedPrefill
 from nelssa.host.gpu.report import StepReport
 from nelssa.host.gpu.request import Migration, Request, to_bf16_bits
@@ -25,7 +26,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 BF16 = 2  # bytes
+Tensor = torch.Tensor
 _WHAT = {Transfer.MIGRATION: "migration", Transfer.RECOVERY: "recovery"}
+
+
+def _cluster_bits(k: Tensor, v: Tensor, cl: Clusters) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each cluster's keys and values as bf16 bits: one gather and conversion per head, the
+    clusters views of it."""
+    order = torch.cat(cl.members)
+    ends = np.cumsum([len(m) for m in cl.members])[:-1]
+    return (np.split(to_bf16_bits(k[order]), ends), np.split(to_bf16_bits(v[order]), ends))
 
 
 class NodeKv:
@@ -57,8 +67,7 @@ class NodeKv:
                 sizes.append(torch.tensor([len(m) for m in cl.members]))
                 members.append([m + cfg.sink for m in cl.members])
                 futures.append(client.write_kv_async(
-                    s, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
-                    [to_bf16_bits(vh[m]) for m in cl.members], send_ps=send_ps))
+                    s, layer, h, *_cluster_bits(kh, vh, cl), send_ps=send_ps))
             req.centroids.append(cents)
             req.sizes.append(sizes)
             if cfg.check_accuracy:
@@ -207,8 +216,7 @@ class NodeKv:
                 cl = cluster_keys(kh, cfg.cluster, r.key_mean[layer][h])
                 clusters[-1].append(cl)
                 futures.append(self.client.write_kv_async(
-                    r.session, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
-                    [to_bf16_bits(vh[m]) for m in cl.members]))
+                    r.session, layer, h, *_cluster_bits(kh, vh, cl)))
         try:
             for f in futures:
                 f.result()
