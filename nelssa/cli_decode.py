@@ -56,7 +56,8 @@ def model_config(args: argparse.Namespace) -> LlamaConfig:
     ``--layers`` and ``--vocab``; ValueError naming what is wrong."""
     if args.model is not None:
         return LlamaConfig.from_hf(args.model)
-    return PRESETS[args.model_shape or "small"](layers=args.layers, vocab=args.vocab)
+    return PRESETS[args.model_shape or "small"](layers=args.layers, vocab=args.vocab,
+                                                 positions=args.positions)
 
 
 def _prefill_config(args: argparse.Namespace) -> PrefillConfig:
@@ -287,6 +288,10 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                    help="layers of --model-shape (default: the shape's)")
     p.add_argument("--vocab", type=int_range(1, 1 << 20),
                    help="vocabulary of --model-shape (default: the shape's)")
+    p.add_argument("--positions", type=int_range(1, 1 << 24), metavar="N",
+                   help="positions of --model-shape (default: the shape's; llama3-8b 131072): "
+                        "longer prompts, RoPE (Llama-3 scaled) taken on past the trained "
+                        "range, as long-context variants do; random weights do not mind")
     add_config_options(p, PrefillConfig, PREFILL_OPTIONS)
     p.add_argument("--kmeans-iterations", type=int_range(1, 1000), metavar="N",
                    default=Sparsity().kmeans_iterations,
@@ -359,9 +364,10 @@ def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     from nelssa.host.gpu.prefill import available_memory, check_run, estimate_run
     from nelssa.hw.model.engine import EngineParams
 
-    if args.model is not None and (args.model_shape or args.layers or args.vocab):
-        parser.error("--model-shape, --layers and --vocab describe a random model; --model "
-                     "loads one")
+    if args.model is not None and (args.model_shape or args.layers or args.vocab
+                                   or args.positions):
+        parser.error("--model-shape, --layers, --vocab and --positions describe a random "
+                     "model; --model loads one")
     what = f"--model {args.model}" if args.model else f"--model-shape {args.model_shape or 'small'}"
     try:
         c = model_config(args)

@@ -64,7 +64,9 @@ def test_the_last_token_is_a_real_pass_over_the_context(model, monkeypatch):
                                             .manual_seed(1))]
     logits, real = model.prefill(torch.tensor(prompt), last_only=True)
     e = EmulatedPrefill(model)
-    monkeypatch.setattr(e, "layer_kv", lambda layer, n, seed=0: real[layer])
+    # copies: the last token's K and V are written over the context's last row
+    monkeypatch.setattr(e, "layer_kv", lambda layer, n, seed=0, dtype=None:
+                        tuple(t.clone() for t in real[layer]))
     first, kv = e.prefill(prompt)
     assert first == int(logits[-1].argmax())
     for (k, v), (kr, vr) in zip(kv, real, strict=True):

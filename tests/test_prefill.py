@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,7 +15,13 @@ import torch
 from nelssa.cli import build_parser, main
 from nelssa.cli_decode import check_decode_args
 from nelssa.host.gpu import prefill as prefill_mod
-from nelssa.host.gpu.config import LLAMA3_ROPE_SCALING, PRESETS, LlamaConfig, PrefillConfig
+from nelssa.host.gpu.config import (
+    LLAMA3_ROPE_SCALING,
+    PRESETS,
+    LlamaConfig,
+    PrefillConfig,
+    PrefillMode,
+)
 from nelssa.host.gpu.model import Llama, _rope_inv_freq, dense_attention, random_weights
 from nelssa.host.gpu.prefill import (
     available_memory,
@@ -156,7 +163,10 @@ def test_estimates():
         c, 4096, chunk=2048).activation_bytes
     cfg = PrefillConfig()
     run = estimate_run(c, [512], [32768], cfg, accuracy=True, local_node=True)
-    assert run.kv_bytes == kv_bytes(c, 512) + 2.5 * kv_bytes(c, 32768)
+    # the long prompt emulated (auto, past emulate_above_s): its own KV in bf16
+    assert run.kv_bytes == kv_bytes(c, 512) + 2.0 * kv_bytes(c, 32768)
+    real = estimate_run(c, [512], [32768], replace(cfg, prefill=PrefillMode.REAL))
+    assert real.kv_bytes == kv_bytes(c, 512) + 2.5 * kv_bytes(c, 32768)
     why = check_run(run, cfg, 24 * GIB)
     assert why is not None and "GiB of host memory" in why and "24.0 GiB available" in why
     tiny = estimate_run(LlamaConfig(), [64], [1024], cfg)
@@ -222,4 +232,4 @@ def test_decode_refuses_shapes_the_devices_cannot_hold(capsys, tmp_path):
         err = _decode_error(capsys, ["--model", str(folder)])
         assert f"--model {folder}: {words}" in err
     err = _decode_error(capsys, ["--model", str(tmp_path / "hd96"), "--layers", "2"])
-    assert "--model-shape, --layers and --vocab describe a random model" in err
+    assert "--model-shape, --layers, --vocab and --positions describe a random model" in err
