@@ -6,6 +6,7 @@ process under /usr/bin/time -v; a sampler adds up the resident memory of the who
 commands and what each point printed in docs/results/target_runs.md.
 
     .venv/bin/python scripts/target_runs.py [--write] [--only NAME ...] [--steps 3]
+        [--kmeans-iterations 3] [--reuse]
 
 It takes many minutes (the rtl point alone about half an hour on this machine); it is not a
 test.
@@ -150,15 +151,16 @@ def figures(out: str) -> dict[str, str]:
     steps = [line for line in out.splitlines() if re.match(r"\s+\d+\s+\d+S\+", line)]
     if steps:
         last = steps[-1].split()
-        # step, batch, step us, GPU, top-K, wait, tok/s, xfer, PNM-ovh, PNM-attn, cycles, GB/s
-        f["step_us"], f["pnm_attn_us"], f["cycles"] = last[2], last[9], last[10]
+        # step, batch ("4S+", " 2L"), step us, GPU, top-K, wait, tok/s, xfer, PNM-ovh,
+        # PNM-attn, device cycles, GB/s
+        f["step_us"], f["pnm_attn_us"], f["cycles"] = last[3], last[10], last[11]
     return f
 
 
 def page(outcomes: list[Outcome], steps: int) -> str:
     rows = []
     for o in outcomes:
-        f = o.figures
+        f = o.figures = figures(o.out)  # read again: the page's reading of a saved point
         shown = "refused (exit 2)" if o.rc == 2 else (
             f"exit {o.rc}" if o.rc else f.get("step_walls", ""))
         rows.append(
@@ -203,8 +205,11 @@ def main() -> int:
     ap.add_argument("--kmeans-iterations", type=int, default=3,
                     help="k-means rounds per segment (the reference is 10; the set-up's wall "
                          "time scales with it, no emulated time does)")
+    ap.add_argument("--reuse", action="store_true",
+                    help=f"run nothing: the page from the points saved in "
+                         f"{DATA.relative_to(ROOT)}")
     args = ap.parse_args()
-    todo = targets(args.steps, args.kmeans_iterations)
+    todo = [] if args.reuse else targets(args.steps, args.kmeans_iterations)
     if args.only:
         names = {t.name for t in todo}
         bad = sorted(set(args.only) - names)
@@ -217,8 +222,10 @@ def main() -> int:
         o = run(t)
         saved[t.name] = {k: v for k, v in asdict(o).items() if k != "target"}
         DATA.write_text(json.dumps(saved, indent=1))
+    names = [t.name for t in targets(args.steps, args.kmeans_iterations)]
     outcomes = [Outcome(t, **saved[t.name])
                 for t in targets(args.steps, args.kmeans_iterations) if t.name in saved]
+    outcomes.sort(key=lambda o: names.index(o.target.name))
     text = page(outcomes, args.steps)
     if args.write:
         PAGE.write_text(text)

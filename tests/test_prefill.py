@@ -127,6 +127,8 @@ def test_llama3_8b_preset():
     assert LlamaConfig.llama3_8b().num_hidden_layers == 32
     assert PRESETS["llama3-8b"](layers=2) == LlamaConfig.llama3_8b(layers=2)
     assert PRESETS["small"]() == LlamaConfig()
+    assert LlamaConfig.llama3_8b(positions=1 << 20).max_position_embeddings == 1 << 20
+    assert PRESETS["small"](positions=100).max_position_embeddings == 100
     # q 64 MiB, k and v 16 MiB each, o 64 MiB, three MLP matrices 224 MiB each, two norms
     assert c.layer_params * 4 == (64 + 16 + 16 + 64 + 3 * 224) * 2**20 + 2 * 4096 * 4
     # Llama-3 RoPE: the highest frequency kept, the lowest divided by the factor
