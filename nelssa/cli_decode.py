@@ -388,7 +388,7 @@ def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     short = [args.short_len[1]] * args.short
     long = [args.long_len[1]] * args.long
     est = estimate_run(c, short, long, cfg, accuracy=not args.no_accuracy,
-                       local_node=args.node is None)
+                       local_node=args.node is None, twin_layers=args.rtl_layers)
     why = check_run(est, cfg, available_memory())
     if why:
         parser.error(f"{what} ({c.num_hidden_layers} layers) with --short {args.short} x "

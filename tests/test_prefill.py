@@ -169,6 +169,9 @@ def test_estimates():
     assert run.kv_bytes == kv_bytes(c, 512) + 2.0 * kv_bytes(c, 32768)
     real = estimate_run(c, [512], [32768], replace(cfg, prefill=PrefillMode.REAL))
     assert real.kv_bytes == kv_bytes(c, 512) + 2.5 * kv_bytes(c, 32768)
+    # sampled simulation: the twins hold another bf16 copy of their layers (8 of 32 here)
+    sampled = estimate_run(c, [512], [32768], cfg, twin_layers=8)
+    assert sampled.kv_bytes == kv_bytes(c, 512) + 2.125 * kv_bytes(c, 32768)
     why = check_run(run, cfg, 24 * GIB)
     assert why is not None and "GiB of host memory" in why and "24.0 GiB available" in why
     tiny = estimate_run(LlamaConfig(), [64], [1024], cfg)
