@@ -56,7 +56,8 @@ def model_config(args: argparse.Namespace) -> LlamaConfig:
     ``--layers`` and ``--vocab``; ValueError naming what is wrong."""
     if args.model is not None:
         return LlamaConfig.from_hf(args.model)
-    return PRESETS[args.model_shape or "small"](layers=args.layers, vocab=args.vocab)
+    return PRESETS[args.model_shape or "small"](layers=args.layers, vocab=args.vocab,
+                                                 positions=args.positions)
 
 
 def _prefill_config(args: argparse.Namespace) -> PrefillConfig:
@@ -77,7 +78,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from nelssa.progress import Progress
 
     cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=args.gpu,
-                       check_accuracy=not args.no_accuracy, cluster=ClusterConfig())
+                       check_accuracy=not args.no_accuracy,
+                       cluster=ClusterConfig(iterations=args.kmeans_iterations))
     if args.node is not None:
         try:
             check_listening(args.node, min(args.timeout, 2.0))
@@ -176,11 +178,14 @@ def cmd_decode(args: argparse.Namespace) -> int:
               f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
               f"{'GB/s':>6}  max rel. error of long requests: attended tokens / full context")
         wall = time.perf_counter()
+        walls: list[float] = []
         n_events = len(dec.events)
         for s in range(args.steps):
             if not dec.unfinished():
                 break
+            t_step = time.perf_counter()
             rep = dec.step()
+            walls.append(time.perf_counter() - t_step)
             reports.append(rep)
             us = 1e-6
             errs = " ".join(f"r{k}: {rep.engine_errors[k]:.1e} / {v:.1e}"
@@ -213,6 +218,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
             ("others_ps", "topk_ps", "wait_ps", "transfer_ps", "pnm_overhead_ps", "pnm_attn_ps")}
     print(f"\ntotal: {toks} tokens in {total * 1e-6:.1f} us emulated = "
           f"{toks / (total * 1e-12):,.0f} tokens/s ({wall:.1f} s wall)")
+    print(f"  wall time per step: {', '.join(f'{w:.1f}' for w in walls)} s")
     print("  Figure-11 breakdown of the step time: "
           f"GPU {100 * sums['others_ps'] / total:.1f} %, top-K search "
           f"{100 * sums['topk_ps'] / total:.1f} %, waiting for the node "
@@ -282,7 +288,16 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                    help="layers of --model-shape (default: the shape's)")
     p.add_argument("--vocab", type=int_range(1, 1 << 20),
                    help="vocabulary of --model-shape (default: the shape's)")
+    p.add_argument("--positions", type=int_range(1, 1 << 24), metavar="N",
+                   help="positions of --model-shape (default: the shape's; llama3-8b 131072): "
+                        "longer prompts, RoPE (Llama-3 scaled) taken on past the trained "
+                        "range, as long-context variants do; random weights do not mind")
     add_config_options(p, PrefillConfig, PREFILL_OPTIONS)
+    p.add_argument("--kmeans-iterations", type=int_range(1, 1000), metavar="N",
+                   default=Sparsity().kmeans_iterations,
+                   help="k-means rounds per segment of a long prompt's keys (the reference "
+                        "figure is the default; the set-up's wall time scales with it, the "
+                        "emulated times do not) [default: %(default)s]")
     p.add_argument("--rtl-layers", type=int_range(0, 0xFFFF), default=0, metavar="K",
                    help="with --backend model: layers 0..K-1 also on a Verilated twin of "
                         "each device, answered by it and checked against the model devices "
@@ -349,9 +364,10 @@ def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     from nelssa.host.gpu.prefill import available_memory, check_run, estimate_run
     from nelssa.hw.model.engine import EngineParams
 
-    if args.model is not None and (args.model_shape or args.layers or args.vocab):
-        parser.error("--model-shape, --layers and --vocab describe a random model; --model "
-                     "loads one")
+    if args.model is not None and (args.model_shape or args.layers or args.vocab
+                                   or args.positions):
+        parser.error("--model-shape, --layers, --vocab and --positions describe a random "
+                     "model; --model loads one")
     what = f"--model {args.model}" if args.model else f"--model-shape {args.model_shape or 'small'}"
     try:
         c = model_config(args)
@@ -372,7 +388,7 @@ def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     short = [args.short_len[1]] * args.short
     long = [args.long_len[1]] * args.long
     est = estimate_run(c, short, long, cfg, accuracy=not args.no_accuracy,
-                       local_node=args.node is None)
+                       local_node=args.node is None, twin_layers=args.rtl_layers)
     why = check_run(est, cfg, available_memory())
     if why:
         parser.error(f"{what} ({c.num_hidden_layers} layers) with --short {args.short} x "

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nelssa.host.gpu import emulated_prefill
 from nelssa.host.gpu.config import LlamaConfig
 from nelssa.host.gpu.emulated_prefill import EmulatedPrefill, SyntheticKvConfig, projection_spread
-from nelssa.host.gpu.model import Llama, random_weights
+from nelssa.host.gpu.model import Llama, attention_with_lse, random_weights
 
 SMALL = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                     num_attention_heads=8, num_key_value_heads=2, head_dim=64)
@@ -64,7 +65,9 @@ def test_the_last_token_is_a_real_pass_over_the_context(model, monkeypatch):
                                             .manual_seed(1))]
     logits, real = model.prefill(torch.tensor(prompt), last_only=True)
     e = EmulatedPrefill(model)
-    monkeypatch.setattr(e, "layer_kv", lambda layer, n, seed=0: real[layer])
+    # copies: the last token's K and V are written over the context's last row
+    monkeypatch.setattr(e, "layer_kv", lambda layer, n, seed=0, dtype=None:
+                        tuple(t.clone() for t in real[layer]))
     first, kv = e.prefill(prompt)
     assert first == int(logits[-1].argmax())
     for (k, v), (kr, vr) in zip(kv, real, strict=True):
@@ -115,3 +118,29 @@ def test_decode_with_the_emulated_prefill_node(tmp_path, model):
             dec.close()
     finally:
         node.kill()
+
+
+def test_kv_in_bf16_and_by_rope_chunks_holds_the_same_values(model, monkeypatch):
+    """The bf16 KV a long prompt is held in until offloaded has the float32 KV's values, and
+    RoPE a chunk of tokens at a time gives what it gives over all of them (chunk boundaries
+    inside and on a seed block's)."""
+    e = EmulatedPrefill(model)
+    k, v = e.layer_kv(1, 5000, request_seed=2)
+    kb, vb = e.layer_kv(1, 5000, request_seed=2, dtype=torch.bfloat16)
+    assert kb.dtype == torch.bfloat16
+    assert torch.equal(kb.float(), k) and torch.equal(vb.float(), v)
+    monkeypatch.setattr(emulated_prefill, "ROPE_TOKENS", 1000)
+    kc, vc = e.layer_kv(1, 5000, request_seed=2)
+    assert torch.equal(kc, k) and torch.equal(vc, v)
+    with pytest.raises(ValueError, match="dtype"):
+        e.layer_kv(1, 10, dtype=torch.float16)
+
+
+def test_last_token_attention_by_kv_head_is_attention_with_lse():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(*s, generator=g) for s in ((8, 64), (700, 2, 64), (700, 2, 64)))
+    want, _ = attention_with_lse(q, k, v)
+    got = emulated_prefill._attend_by_head(q, k.to(torch.bfloat16), v.to(torch.bfloat16))
+    want_b, _ = attention_with_lse(q, k.to(torch.bfloat16).float(), v.to(torch.bfloat16).float())
+    torch.testing.assert_close(got, want_b, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got, want, rtol=1e-6, atol=1e-7)  # it did read the bf16 values

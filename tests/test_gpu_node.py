@@ -331,3 +331,49 @@ def test_a_request_preempted_while_it_migrates_abandons_the_transfer(node: NodeP
         assert any("migrating request 2" in e for e in dec.events)
         dec.close()
         assert c.status().sessions == 0
+
+
+def _kmeans_reference(seg: torch.Tensor, k: int, iterations: int) -> torch.Tensor:
+    """Spherical k-means as written before: every round, index_add_ sums, no early stop."""
+    centers = seg[torch.linspace(0, seg.shape[0] - 1, k).round().long()].clone()
+    assign = torch.zeros(seg.shape[0], dtype=torch.long)
+    for _ in range(iterations):
+        assign = (seg @ centers.T).argmax(dim=1)
+        sums = torch.zeros_like(centers).index_add_(0, assign, seg)
+        keep = torch.bincount(assign, minlength=k) > 0
+        centers[keep] = torch.nn.functional.normalize(sums[keep], dim=-1)
+    return assign
+
+
+def test_kmeans_with_segmented_sums_and_early_stop_is_the_plain_one() -> None:
+    from nelssa.host.gpu.clustering import _kmeans
+
+    g = torch.Generator().manual_seed(5)
+    topics = torch.randn(12, 32, generator=g)
+    keys = topics[torch.randint(0, 12, (2000,), generator=g)] + 0.3 * torch.randn(
+        2000, 32, generator=g)
+    seg = torch.nn.functional.normalize(keys - keys.mean(0), dim=-1)
+    for iterations in (1, 3, 40):  # 40: converged long before (the early stop taken)
+        assert torch.equal(_kmeans(seg, 125, iterations), _kmeans_reference(seg, 125, iterations))
+
+
+def test_a_transfer_keeps_its_bytes_in_flight_bounded() -> None:
+    from nelssa.host.gpu.transfers import _bound
+
+    class Fake:
+        def __init__(self) -> None:
+            self.waited = False
+
+        def done(self) -> bool:
+            return self.waited
+
+        def result(self) -> None:
+            self.waited = True
+
+    fs = [Fake() for _ in range(4)]
+    _bound(fs, [10, 10, 10, 10], 25)  # 40 in flight, room for 25: the two oldest waited for
+    assert [f.waited for f in fs] == [True, True, False, False]
+    _bound(fs, [10, 10, 10, 10], 100)
+    assert [f.waited for f in fs] == [True, True, False, False]
+    _bound(fs, [10, 10, 10, 10], 0)  # nothing fits: every one answered first
+    assert all(f.waited for f in fs)

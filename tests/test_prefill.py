@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,7 +15,13 @@ import torch
 from nelssa.cli import build_parser, main
 from nelssa.cli_decode import check_decode_args
 from nelssa.host.gpu import prefill as prefill_mod
-from nelssa.host.gpu.config import LLAMA3_ROPE_SCALING, PRESETS, LlamaConfig, PrefillConfig
+from nelssa.host.gpu.config import (
+    LLAMA3_ROPE_SCALING,
+    PRESETS,
+    LlamaConfig,
+    PrefillConfig,
+    PrefillMode,
+)
 from nelssa.host.gpu.model import Llama, _rope_inv_freq, dense_attention, random_weights
 from nelssa.host.gpu.prefill import (
     available_memory,
@@ -120,6 +127,8 @@ def test_llama3_8b_preset():
     assert LlamaConfig.llama3_8b().num_hidden_layers == 32
     assert PRESETS["llama3-8b"](layers=2) == LlamaConfig.llama3_8b(layers=2)
     assert PRESETS["small"]() == LlamaConfig()
+    assert LlamaConfig.llama3_8b(positions=1 << 20).max_position_embeddings == 1 << 20
+    assert PRESETS["small"](positions=100).max_position_embeddings == 100
     # q 64 MiB, k and v 16 MiB each, o 64 MiB, three MLP matrices 224 MiB each, two norms
     assert c.layer_params * 4 == (64 + 16 + 16 + 64 + 3 * 224) * 2**20 + 2 * 4096 * 4
     # Llama-3 RoPE: the highest frequency kept, the lowest divided by the factor
@@ -156,7 +165,13 @@ def test_estimates():
         c, 4096, chunk=2048).activation_bytes
     cfg = PrefillConfig()
     run = estimate_run(c, [512], [32768], cfg, accuracy=True, local_node=True)
-    assert run.kv_bytes == kv_bytes(c, 512) + 2.5 * kv_bytes(c, 32768)
+    # the long prompt emulated (auto, past emulate_above_s): its own KV in bf16
+    assert run.kv_bytes == kv_bytes(c, 512) + 2.0 * kv_bytes(c, 32768)
+    real = estimate_run(c, [512], [32768], replace(cfg, prefill=PrefillMode.REAL))
+    assert real.kv_bytes == kv_bytes(c, 512) + 2.5 * kv_bytes(c, 32768)
+    # sampled simulation: the twins hold another bf16 copy of their layers (8 of 32 here)
+    sampled = estimate_run(c, [512], [32768], cfg, twin_layers=8)
+    assert sampled.kv_bytes == kv_bytes(c, 512) + 2.125 * kv_bytes(c, 32768)
     why = check_run(run, cfg, 24 * GIB)
     assert why is not None and "GiB of host memory" in why and "24.0 GiB available" in why
     tiny = estimate_run(LlamaConfig(), [64], [1024], cfg)
@@ -222,4 +237,4 @@ def test_decode_refuses_shapes_the_devices_cannot_hold(capsys, tmp_path):
         err = _decode_error(capsys, ["--model", str(folder)])
         assert f"--model {folder}: {words}" in err
     err = _decode_error(capsys, ["--model", str(tmp_path / "hd96"), "--layers", "2"])
-    assert "--model-shape, --layers and --vocab describe a random model" in err
+    assert "--model-shape, --layers, --vocab and --positions describe a random model" in err

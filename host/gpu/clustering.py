@@ -47,6 +47,37 @@ class Clusters:
     """(clusters, head_dim) mean key of each cluster."""
 
 
+def _cluster_sums(rows: Tensor, assign: Tensor, counts: Tensor,
+                  order: Tensor | None = None) -> Tensor:
+    """Each cluster's sum of ``rows``, in ascending row order within a cluster (a sort by
+    cluster, then a segmented sum: an order of magnitude faster here than ``index_add_``, and
+    the same sums); ``order``: the stable sort by cluster, when the caller has it."""
+    if order is None:
+        order = torch.argsort(assign, stable=True)
+    return torch.segment_reduce(rows[order], "sum", lengths=counts)
+
+
+def _kmeans(seg: Tensor, k: int, iterations: int) -> Tensor:
+    """Spherical k-means of unit rows ``seg``: the cluster of each row after ``iterations``
+    rounds of assignment and update from evenly spaced rows. Stops early once an assignment
+    repeats the last one: the centres it would compute are the ones it has, so every later
+    round is the same (the result is the full count's)."""
+    centers = seg[torch.linspace(0, seg.shape[0] - 1, k).round().long()].clone()
+    scores = torch.empty(seg.shape[0], k)
+    assign: Tensor | None = None
+    for _ in range(iterations):
+        new = torch.mm(seg, centers.T, out=scores).argmax(dim=1)
+        if assign is not None and torch.equal(new, assign):
+            break
+        assign = new
+        counts = torch.bincount(assign, minlength=k)
+        sums = _cluster_sums(seg, assign, counts)
+        keep = counts > 0  # an empty cluster keeps its centre
+        centers[keep] = torch.nn.functional.normalize(sums[keep], dim=-1)
+    assert assign is not None  # iterations >= 1 (ClusterConfig)
+    return assign
+
+
 def cluster_keys(keys: Tensor, cfg: ClusterConfig, mean: Tensor | None = None) -> Clusters:
     """Cluster ``keys`` (tokens, head_dim); ``mean`` is the head's key mean (the keys' own mean
     when None)."""
@@ -54,28 +85,20 @@ def cluster_keys(keys: Tensor, cfg: ClusterConfig, mean: Tensor | None = None) -
         raise ValueError(f"keys must be (tokens >= 1, head_dim), got {tuple(keys.shape)}")
     mu = keys.mean(0) if mean is None else mean
     x = torch.nn.functional.normalize(keys - mu, dim=-1)
-    members: list[Tensor] = []
+    orders, sizes = [], []
     for start in range(0, keys.shape[0], cfg.segment_tokens):
         seg = x[start:start + cfg.segment_tokens]
         k = max(1, -(-seg.shape[0] // cfg.tokens_per_cluster))
-        centers = seg[torch.linspace(0, seg.shape[0] - 1, k).round().long()].clone()
-        assign = torch.zeros(seg.shape[0], dtype=torch.long)
-        for _ in range(cfg.iterations):
-            assign = (seg @ centers.T).argmax(dim=1)
-            sums = torch.zeros_like(centers).index_add_(0, assign, seg)
-            counts = torch.bincount(assign, minlength=k)
-            keep = counts > 0  # an empty cluster keeps its old centre
-            centers[keep] = torch.nn.functional.normalize(sums[keep], dim=-1)
-        order = torch.argsort(assign, stable=True)
-        counts = torch.bincount(assign, minlength=k).tolist()
-        pos = 0
-        for n in counts:
-            if n:
-                idx = torch.sort(order[pos:pos + n]).values + start
-                members += list(torch.split(idx, cfg.max_cluster_tokens))
-            pos += n
-    centroids = torch.stack([keys[m].mean(0) for m in members])
-    return Clusters(members, centroids)
+        assign = _kmeans(seg, k, cfg.iterations)
+        # a stable sort by cluster keeps each cluster's tokens ascending
+        orders.append(torch.argsort(assign, stable=True) + start)
+        for n in torch.bincount(assign, minlength=k).tolist():
+            whole, rest = divmod(n, cfg.max_cluster_tokens)  # larger ones split in order
+            sizes += [cfg.max_cluster_tokens] * whole + ([rest] if rest else [])
+    order = torch.cat(orders)
+    counts = torch.tensor(sizes)
+    sums = _cluster_sums(keys, order, counts, order)
+    return Clusters(list(torch.split(order, sizes)), sums / counts[:, None].to(keys.dtype))
 
 
 def select_clusters(q_group: Tensor, centroids: Tensor, count: int) -> Tensor:

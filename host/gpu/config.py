@@ -94,23 +94,27 @@ class LlamaConfig:
         return self.vocab_size * self.hidden_size + head + self.hidden_size
 
     @classmethod
-    def small(cls, layers: int | None = None, vocab: int | None = None) -> LlamaConfig:
-        """The small default model (``LlamaConfig()``), optionally with other layer and
-        vocabulary counts."""
+    def small(cls, layers: int | None = None, vocab: int | None = None,
+              positions: int | None = None) -> LlamaConfig:
+        """The small default model (``LlamaConfig()``), optionally with other layer,
+        vocabulary and position counts."""
         c = cls()
         return replace(c, num_hidden_layers=layers or c.num_hidden_layers,
-                       vocab_size=vocab or c.vocab_size)
+                       vocab_size=vocab or c.vocab_size,
+                       max_position_embeddings=positions or c.max_position_embeddings)
 
     @classmethod
-    def llama3_8b(cls, layers: int | None = None, vocab: int | None = None) -> LlamaConfig:
+    def llama3_8b(cls, layers: int | None = None, vocab: int | None = None,
+                  positions: int | None = None) -> LlamaConfig:
         """Llama-3-8B's shape (32 query heads, 8 KV heads of 128, hidden 4096, MLP 14336,
-        RoPE base 500000 with Llama-3 scaling, 131072 positions) with ``layers`` layers
-        (default 32) and a ``vocab``-token vocabulary (default 32000, where the real model has
-        128256: the embedding and the output head are ``vocab`` x 4096 each)."""
+        RoPE base 500000 with Llama-3 scaling, 131072 positions unless ``positions``) with
+        ``layers`` layers (default 32) and a ``vocab``-token vocabulary (default 32000, where
+        the real model has 128256: the embedding and the output head are ``vocab`` x 4096
+        each)."""
         return cls(vocab_size=vocab or 32000, hidden_size=4096, intermediate_size=14336,
                    num_hidden_layers=layers or 32, num_attention_heads=32,
                    num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
-                   rms_norm_eps=1e-5, max_position_embeddings=131072,
+                   rms_norm_eps=1e-5, max_position_embeddings=positions or 131072,
                    rope_scaling=dict(LLAMA3_ROPE_SCALING))
 
     @classmethod
@@ -149,7 +153,7 @@ PRESETS: dict[str, Callable[..., LlamaConfig]] = {
     "llama3-8b": LlamaConfig.llama3_8b,
 }
 """Named model shapes with random weights (``nelssa decode --model-shape``); each takes
-``layers`` and ``vocab`` (None: the preset's own)."""
+``layers``, ``vocab`` and ``positions`` (None: the preset's own)."""
 
 
 def describe_shape(c: LlamaConfig) -> str:

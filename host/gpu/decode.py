@@ -184,7 +184,11 @@ class HybridDecoder(NodeKv):
         PNM-tier request's KV goes to the node."""
         n = len(req.prompt)
         if emulates(self.model.c, n, self.model.prefill_cfg):  # the emulated prefill node
-            first, kv = EmulatedPrefill(self.model).prefill(req.prompt, req.rid)
+            # a prompt for the node in bf16 (its values are: half the host memory until it
+            # is offloaded; the GPU keeps its window in float32, transfers._switch)
+            held = (torch.bfloat16 if req.tier is Tier.PNM and self.model.attn_bf16
+                    else torch.float32)
+            first, kv = EmulatedPrefill(self.model).prefill(req.prompt, req.rid, held)
             req.emulated_prefill = True
         else:
             logits, kv = self.model.prefill(torch.tensor(req.prompt), last_only=True)

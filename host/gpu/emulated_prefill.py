@@ -25,16 +25,19 @@ of the prefill's bytes and FLOPs); it is not charged to the decode node.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import torch
 
-from nelssa.host.gpu.model import Llama, attention_with_lse, bf16_round
+from nelssa.host.gpu.model import Llama, bf16_round
 
 log = logging.getLogger(__name__)
 Tensor = torch.Tensor
 BLOCK_TOKENS = 4096
 """Tokens drawn from one seed (a run of topics starts again at each block)."""
+ROPE_TOKENS = 1 << 16
+"""Tokens RoPE is applied to at a time (bounds its temporaries)."""
 
 
 @dataclass(frozen=True)
@@ -84,13 +87,20 @@ class EmulatedPrefill:
     def __init__(self, model: Llama, cfg: SyntheticKvConfig | None = None) -> None:
         self.model, self.cfg = model, cfg or SyntheticKvConfig()
 
-    def layer_kv(self, layer: int, tokens: int, request_seed: int = 0) -> tuple[Tensor, Tensor]:
+    def layer_kv(self, layer: int, tokens: int, request_seed: int = 0,
+                 dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
         """Post-RoPE K and V (tokens, KV heads, head_dim) of one layer for a prompt of
         ``tokens`` tokens. Made in blocks of BLOCK_TOKENS, each from its own seed, so a longer
-        prompt's KV starts with a shorter one's (a recovery makes the same KV again)."""
+        prompt's KV starts with a shorter one's (a recovery makes the same KV again).
+        ``dtype`` bfloat16 holds the same values in half the memory (the model rounds K and V
+        to bf16: ``attn_bf16``). Made a head at a time, RoPE over ROPE_TOKENS at a time, so
+        the memory beyond the result is one head's float32 K and V."""
         if tokens < 1:
             raise ValueError(f"tokens must be >= 1, got {tokens}")
         m, cfg = self.model, self.cfg
+        if dtype is not torch.float32 and not (dtype is torch.bfloat16 and m.attn_bf16):
+            raise ValueError(f"dtype {dtype}: float32, or bfloat16 for a model that rounds "
+                             "K and V to bf16 (attn_bf16)")
         c = m.c
         kvh, hd = c.num_key_value_heads, c.head_dim
         p = f"model.layers.{layer}.self_attn."
@@ -98,31 +108,41 @@ class EmulatedPrefill:
         v_std = projection_spread(m.w[p + "v_proj.weight"], kvh, hd)
         a, b, e = (s ** 0.5 for s in (cfg.offset_share, cfg.topic_share, cfg.noise_share))
         bv, ev = b / (b * b + e * e) ** 0.5, e / (b * b + e * e) ** 0.5  # values: no offset
-        k = torch.empty(tokens, kvh, hd)
-        v = torch.empty(tokens, kvh, hd)
+        # head-major buffers (contiguous writes), handed out as (tokens, KV heads, head_dim)
+        k_out = torch.empty(kvh, tokens, hd, dtype=dtype)
+        v_out = torch.empty(kvh, tokens, hd, dtype=dtype)
+        kh, vh = torch.empty(tokens, hd), torch.empty(tokens, hd)  # one head, pre-RoPE
+        positions = torch.arange(tokens)
         base = (cfg.seed * 1_000_003 + request_seed) * 65_537 + layer * 257
         for h in range(kvh):
             g = torch.Generator().manual_seed(base + h)
             offset = a * k_std[h] * torch.randn(hd, generator=g)
             topics_k = b * k_std[h] * torch.randn(cfg.directions, hd, generator=g)
             topics_v = bv * v_std[h] * torch.randn(cfg.directions, hd, generator=g)
+            topics_k += offset  # the offset folded in: one add per token fewer
             for start in range(0, tokens, BLOCK_TOKENS):
                 n = min(BLOCK_TOKENS, tokens - start)
                 gb = torch.Generator().manual_seed((base + h) * 4099 + start // BLOCK_TOKENS + 1)
                 which = _runs(gb, BLOCK_TOKENS, cfg.run_tokens, cfg.directions)[:n]
                 noise = torch.randn(2, BLOCK_TOKENS, hd, generator=gb)[:, :n]
-                k[start:start + n, h] = offset + topics_k[which] + e * k_std[h] * noise[0]
-                v[start:start + n, h] = topics_v[which] + ev * v_std[h] * noise[1]
-        k = m._rope(k, torch.arange(tokens))
-        if m.attn_bf16:
-            k, v = bf16_round(k), bf16_round(v)
-        return k, v
+                kb, vb = kh[start:start + n], vh[start:start + n]
+                torch.index_select(topics_k, 0, which, out=kb)
+                kb.add_(noise[0].mul_(e * k_std[h]))
+                torch.index_select(topics_v, 0, which, out=vb)
+                vb.add_(noise[1].mul_(ev * v_std[h]))
+            for start in range(0, tokens, ROPE_TOKENS):  # elementwise: the same values as
+                end = min(tokens, start + ROPE_TOKENS)  # RoPE over every token at once
+                kr = m._rope(kh[start:end, None], positions[start:end])[:, 0]
+                k_out[h, start:end] = bf16_round(kr) if m.attn_bf16 else kr
+            v_out[h] = bf16_round(vh) if m.attn_bf16 else vh
+        return k_out.transpose(0, 1), v_out.transpose(0, 1)
 
-    def prefill(self, prompt: list[int], request_seed: int = 0
-                ) -> tuple[int, list[tuple[Tensor, Tensor]]]:
-        """(first token, each layer's K and V): the prompt's KV made up to its last token, the
-        last token's own pass real (its K and V, then attention over the context, layer by
-        layer), so the first token follows from what the decode node will hold."""
+    def prefill(self, prompt: list[int], request_seed: int = 0,
+                dtype: torch.dtype = torch.float32) -> tuple[int, list[tuple[Tensor, Tensor]]]:
+        """(first token, each layer's K and V, in ``dtype`` as ``layer_kv`` makes them): the
+        prompt's KV made up to its last token, the last token's own pass real (its K and V,
+        then attention over the context, a KV head at a time, layer by layer), so the first
+        token follows from what the decode node will hold."""
         m = self.model
         n = len(prompt)
         if n < 1:
@@ -131,11 +151,26 @@ class EmulatedPrefill:
         pos = torch.tensor([n - 1])
         kv = []
         for layer in range(m.c.num_hidden_layers):
-            k, v = self.layer_kv(layer, n, request_seed) if n > 1 else (None, None)
             q, k_last, v_last = m.qkv(layer, x, pos)
-            k = k_last if k is None else torch.cat([k[:-1], k_last])
-            v = v_last if v is None else torch.cat([v[:-1], v_last])
+            if n > 1:
+                k, v = self.layer_kv(layer, n, request_seed, dtype)
+                k[-1], v[-1] = k_last[0], v_last[0]  # bf16 values already: exact in either
+            else:
+                k, v = k_last.to(dtype), v_last.to(dtype)
             kv.append((k, v))
-            o, _ = attention_with_lse(q[0], k, v)
-            x = m.finish_layer(layer, x, o[None])
+            x = m.finish_layer(layer, x, _attend_by_head(q[0], k, v)[None])
         return int(m.logits(x)[-1].argmax()), kv
+
+
+def _attend_by_head(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``attention_with_lse``'s output for one query token (heads, hd) over k, v (ctx, KV
+    heads, hd), a KV head's query group at a time: no repeated K and V (at 1M tokens they
+    would be 16 GiB each), one head's float32 K and V at most."""
+    kvh = k.shape[1]
+    group = q.shape[0] // kvh
+    out = []
+    for h in range(kvh):
+        kh, vh = k[:, h].float(), v[:, h].float()
+        s = q[h * group:(h + 1) * group] @ kh.T / math.sqrt(q.shape[-1])
+        out.append(torch.softmax(s, dim=-1) @ vh)
+    return torch.cat(out)

@@ -156,17 +156,22 @@ def emulates(c: LlamaConfig, tokens: int, cfg: PrefillConfig) -> bool:
 
 
 def estimate_run(c: LlamaConfig, short: list[int], long: list[int], cfg: PrefillConfig,
-                 accuracy: bool = True, local_node: bool = True) -> RunEstimate:
+                 accuracy: bool = True, local_node: bool = True,
+                 twin_layers: int = 0) -> RunEstimate:
     """A decode run with prompts of these lengths (short ones on the GPU tier, long ones
-    perhaps on the PNM tier: counted as if they were): each holds its float32 KV; a long one
-    also a full copy for the accuracy check (``accuracy``) and, when the node runs on this
-    host (``local_node``), the node's bf16 copy."""
-    copies = 1.0 + (1.0 if accuracy else 0.0) + (0.5 if local_node else 0.0)
+    perhaps on the PNM tier: counted as if they were): each holds its float32 KV (a long
+    emulated one bf16); a long one also a full copy for the accuracy check (``accuracy``) and,
+    when the node runs on this host (``local_node``), the node's bf16 copy, and the Verilated
+    twins' bf16 copy of the first ``twin_layers`` layers (sampled simulation)."""
+    twins = min(twin_layers, c.num_hidden_layers) / c.num_hidden_layers
+    copies = (1.0 if accuracy else 0.0) + (0.5 * (1 + twins) if local_node else 0.0)
     prompts = short + long
     if not prompts:
         raise ValueError("no prompt to estimate")
     ests = [estimate_prefill(c, n, cfg.prefill_chunk) for n in prompts]
-    kv = sum(kv_bytes(c, n) for n in short) + copies * sum(kv_bytes(c, n) for n in long)
+    # a long prompt's own KV: float32, or bf16 from the emulated prefill node (decode._prefill)
+    kv = sum(kv_bytes(c, n) for n in short) + sum(
+        (copies + (0.5 if emulates(c, n, cfg) else 1.0)) * kv_bytes(c, n) for n in long)
     real = [e for e, n in zip(ests, prompts, strict=True) if not emulates(c, n, cfg)]
     return RunEstimate(c.params * F32, int(kv), max(e.activation_bytes for e in ests),
                        sum(e.seconds(cfg.host_gflops) for e in real))

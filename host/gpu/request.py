@@ -52,8 +52,14 @@ class DecodeConfig:
     """Tokens per KV block (vLLM's block_size)."""
     migrate_at: float = 0.95
     """Share of the GPU's KV blocks in use from which a migration starts."""
+    inflight_bytes: int = 2 << 30
+    """Most KV bytes of one transfer to the node in flight at a time: a KV head's writes wait
+    for the oldest ones' replies beyond it (bounds the host memory of a 1M-token offload; a
+    transfer's emulated send times are unchanged where it is given them)."""
 
     def __post_init__(self) -> None:
+        if self.inflight_bytes < 1:
+            raise ValueError(f"inflight_bytes must be >= 1, got {self.inflight_bytes}")
         if self.block_tokens < 1:
             raise ValueError(f"block_tokens must be >= 1, got {self.block_tokens}")
         if self.gpu_kv_tokens is not None and self.gpu_kv_tokens < 2 * self.block_tokens:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
 from nelssa.emu.policy.states import Fallback, SeqState, Tier, Transfer
-from nelssa.host.gpu.clustering import cluster_keys
+from nelssa.host.gpu.clustering import Clusters, cluster_keys
 from nelssa.host.gpu.emulated_prefill import EmulatedPrefill
 from nelssa.host.gpu.report import StepReport
 from nelssa.host.gpu.request import Migration, Request, to_bf16_bits
@@ -25,7 +26,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 BF16 = 2  # bytes
+Tensor = torch.Tensor
 _WHAT = {Transfer.MIGRATION: "migration", Transfer.RECOVERY: "recovery"}
+
+
+def _cluster_bits(k: Tensor, v: Tensor, cl: Clusters) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each cluster's keys and values as bf16 bits: one gather and conversion per head, the
+    clusters views of it."""
+    order = torch.cat(cl.members)
+    ends = np.cumsum([len(m) for m in cl.members])[:-1]
+    return (np.split(to_bf16_bits(k[order]), ends), np.split(to_bf16_bits(v[order]), ends))
+
+
+def _bound(futures: list[NodeFuture], sizes: list[int], room: int) -> None:
+    """Wait for the oldest writes' replies until those not yet answered take at most
+    ``room`` bytes (at least the last write waited for, when nothing fits)."""
+    pending = [i for i, f in enumerate(futures) if not f.done()]
+    while pending and sum(sizes[i] for i in pending) > room:
+        futures[pending.pop(0)].result()
 
 
 class NodeKv:
@@ -45,20 +63,23 @@ class NodeKv:
         s = client.open_session(c.head_dim, c.group, "head")
         req.session = s
         futures: list[NodeFuture] = []
+        sizes_b: list[int] = []  # bytes of each write in ``futures``
         for layer, (k, v) in enumerate(req.kv):
             client.alloc_kv(s, layer, list(range(c.num_key_value_heads)), est, n + left)
-            mean = k[:n].mean(0)
+            mean = k[:n].mean(0, dtype=torch.float32)
             req.key_mean.append(mean)
             cents, sizes, members = [], [], []
             for h in range(c.num_key_value_heads):
                 kh, vh = k[cfg.sink:n - cfg.recent, h], v[cfg.sink:n - cfg.recent, h]
-                cl = cluster_keys(kh, cfg.cluster, mean[h])
+                cl = cluster_keys(kh.float(), cfg.cluster, mean[h])
                 cents.append(cl.centroids)
                 sizes.append(torch.tensor([len(m) for m in cl.members]))
                 members.append([m + cfg.sink for m in cl.members])
+                head_b = 2 * kh.shape[0] * kh.shape[1] * BF16
+                _bound(futures, sizes_b, cfg.inflight_bytes - head_b)
                 futures.append(client.write_kv_async(
-                    s, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
-                    [to_bf16_bits(vh[m]) for m in cl.members], send_ps=send_ps))
+                    s, layer, h, *_cluster_bits(kh, vh, cl), send_ps=send_ps))
+                sizes_b.append(head_b)
             req.centroids.append(cents)
             req.sizes.append(sizes)
             if cfg.check_accuracy:
@@ -76,6 +97,7 @@ class NodeKv:
         except (RemoteError, LinkTimeoutError) as e:
             note = f"PNM offload failed ({e}); kept on the GPU"
             self._abandon(req, note)
+            req.kv = [(k.float(), v.float()) for k, v in req.kv]  # the GPU's in float32
             self.sched.stay_on_gpu(req, Fallback.OFFLOAD_FAILED, note)
             return
         self._switch(req, len(req.prompt))
@@ -94,10 +116,11 @@ class NodeKv:
         req.tier = Tier.PNM
         req.offloaded = n - cfg.sink - cfg.recent
         if cfg.check_accuracy:
-            req.full = [(k.clone(), v.clone()) for k, v in req.kv]
+            req.full = [(k.float().clone(), v.float().clone()) for k, v in req.kv]
         length = req.kv[0][0].shape[0]
         keep = list(range(cfg.sink)) + list(range(n - cfg.recent, length))
-        req.kv = [(k[keep], v[keep]) for k, v in req.kv]
+        # the window in float32 (an emulated prefill's KV comes in bf16: the same values)
+        req.kv = [(k[keep].float(), v[keep].float()) for k, v in req.kv]
 
     def _release(self: HybridDecoder, req: Request) -> None:
         """Free what the node holds for a request, after its in-flight writes have landed."""
@@ -207,8 +230,7 @@ class NodeKv:
                 cl = cluster_keys(kh, cfg.cluster, r.key_mean[layer][h])
                 clusters[-1].append(cl)
                 futures.append(self.client.write_kv_async(
-                    r.session, layer, h, [to_bf16_bits(kh[m]) for m in cl.members],
-                    [to_bf16_bits(vh[m]) for m in cl.members]))
+                    r.session, layer, h, *_cluster_bits(kh, vh, cl)))
         try:
             for f in futures:
                 f.result()
