@@ -47,13 +47,10 @@ class Clusters:
     """(clusters, head_dim) mean key of each cluster."""
 
 
-def _cluster_sums(rows: Tensor, assign: Tensor, counts: Tensor,
-                  order: Tensor | None = None) -> Tensor:
-    """Each cluster's sum of ``rows``, in ascending row order within a cluster (a sort by
-    cluster, then a segmented sum: an order of magnitude faster here than ``index_add_``, and
-    the same sums); ``order``: the stable sort by cluster, when the caller has it."""
-    if order is None:
-        order = torch.argsort(assign, stable=True)
+def _cluster_sums(rows: Tensor, order: Tensor, counts: Tensor) -> Tensor:
+    """Each cluster's sum of ``rows``: ``order`` lists the rows cluster by cluster (ascending
+    within one, as a stable sort by cluster gives them), ``counts`` each cluster's rows. A
+    segmented sum: an order of magnitude faster here than ``index_add_``, the same sums."""
     return torch.segment_reduce(rows[order], "sum", lengths=counts)
 
 
@@ -71,7 +68,7 @@ def _kmeans(seg: Tensor, k: int, iterations: int) -> Tensor:
             break
         assign = new
         counts = torch.bincount(assign, minlength=k)
-        sums = _cluster_sums(seg, assign, counts)
+        sums = _cluster_sums(seg, torch.argsort(assign, stable=True), counts)
         keep = counts > 0  # an empty cluster keeps its centre
         centers[keep] = torch.nn.functional.normalize(sums[keep], dim=-1)
     assert assign is not None  # iterations >= 1 (ClusterConfig)
@@ -97,7 +94,7 @@ def cluster_keys(keys: Tensor, cfg: ClusterConfig, mean: Tensor | None = None) -
             sizes += [cfg.max_cluster_tokens] * whole + ([rest] if rest else [])
     order = torch.cat(orders)
     counts = torch.tensor(sizes)
-    sums = _cluster_sums(keys, order, counts, order)
+    sums = _cluster_sums(keys, order, counts)
     return Clusters(list(torch.split(order, sizes)), sums / counts[:, None].to(keys.dtype))
 
 
