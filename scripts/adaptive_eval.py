@@ -391,9 +391,10 @@ READING = """**Reading.** Per point, from the tables above.
   KV, or a slow step set by the GPU's attention, and none shows there (the steps are the
   prefill chunks'). No observed signal for these was found; they are left open. (3) Raising
   (the head at 2/s, 3x; the memory-tight GPU at 2/s, 1.5x): the full PNM tier's queue moves
-  to the GPU. The raise's guard (calm decode steps, the GPU's KV at most half used) is not met
-  under colocated prefill's chunks, and without the guard the raise lost up to 33 %
-  (`emu/policy/adaptive.py`).
+  to the GPU. The raise's guard (calm decode steps, no queue for the GPU's compute, the GPU's
+  KV at most half used) is not met under colocated prefill (with the step's levels relaxed it
+  still did not move there: the compute queue holds it), and without the guard the raise lost
+  up to 33 % (`emu/policy/adaptive.py`).
 - *The TPOT-held budget* (`budget`, `both`) acts on what routing cannot: while requests
   decode, {chunk:,}-token steps become {capped:,}-token ones ({capped_ms:.0f} ms), and the
   TPOT misses of the `fails` column fall (`fails both`); what it costs is prefill throughput
