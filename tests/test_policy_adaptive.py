@@ -35,9 +35,9 @@ def plant(t: int, demand: float, gpu_cap: float = 1.0, pnm_cap: float = 1.0) -> 
 GPU_SHORT = {"gpu_cap": 0.7, "pnm_cap": 2.0}
 """A plant whose GPU tier saturates first when the demand grows."""
 PNM_SHORT = {"gpu_cap": 2.0, "pnm_cap": 0.6}
-RAISING = AdaptiveConfig(raise_on_pnm_memory=True)
-"""A full PNM tier raises the threshold (off by default: it lost goodput where the GPU's
-compute binds, docs/results/adaptive.md)."""
+RAISING = AdaptiveConfig()
+"""A full PNM tier raises the threshold, guarded (the GPU clear of pressure for
+``raise_hold_s``), in steps of at most ``raise_step``."""
 
 
 def drive(a: AdaptiveThreshold, demand, seconds: int, **caps) -> list[int]:
@@ -101,10 +101,41 @@ def test_it_never_moves_during_its_cooldown() -> None:
     assert all(b - x >= a.config.cooldown_s for x, b in itertools.pairwise(times))
 
 
-def test_a_full_pnm_tier_alone_does_not_raise_it_by_default() -> None:
-    """Its queue then defers prefills the GPU would do anyway (measured: raising lost)."""
+@pytest.mark.parametrize("strain", [
+    {"step_s": 0.1},  # decode steps not calm (prefill chunks: the GPU's compute)
+    {"gpu_kv": 0.6},  # the GPU's KV past raise_kv_room
+    {"gpu_wait_s": 3.0},  # a queue for the GPU's compute
+])
+def test_a_full_pnm_tier_does_not_raise_it_while_the_gpu_shows_pressure(strain: dict) -> None:
+    """Measured (docs/results/adaptive.md, the long-fraction sweep): a raise while the GPU's
+    compute binds lost goodput; the guard keeps the threshold where it is."""
     a = AdaptiveThreshold(CROSSOVER)
-    assert set(drive(a, lambda t: 1.6, 300, gpu_cap=3.0, pnm_cap=0.3)) == {CROSSOVER}
+    for t in range(300):
+        a.observe(TierLoad(float(t), strain.get("gpu_kv", 0.3), 0, 1.0, 5.0,
+                           gpu_wait_s=strain.get("gpu_wait_s", 0.0), gpu_attn_s=0.01,
+                           pnm_s=0.01, step_s=strain.get("step_s", 0.02)))
+    assert a.history == [] and a.t_input == CROSSOVER
+
+
+def test_a_raise_is_guarded_small_and_comes_back_at_the_first_gpu_pressure() -> None:
+    """A full PNM tier and a clear GPU: raises of at most ``raise_step``, each after the GPU
+    has been clear ``raise_hold_s`` since the last move; a preemption brings it back toward
+    the crossover (not below it)."""
+    c = AdaptiveConfig()
+    a = AdaptiveThreshold(CROSSOVER)
+    clear = {"gpu_attn_s": 0.01, "pnm_s": 0.01, "step_s": 0.02}
+    for t in range(60):
+        a.observe(TierLoad(float(t), 0.3, 0, 1.0, 5.0, **clear))
+    ups = [(t, v) for t, v, m in a.history if m is Move.UP]
+    assert len(ups) == len(a.history) >= 3
+    assert all(b - x >= c.raise_hold_s for (x, _), (b, _) in itertools.pairwise(ups))
+    values = [CROSSOVER] + [v for _, v in ups]
+    assert all(y <= math.ceil(x * c.raise_step) for x, y in itertools.pairwise(values))
+    top = a.t_input
+    for t in range(60, 200):
+        a.observe(TierLoad(float(t), 0.95, 1, 1.0, 5.0, **clear))  # preempting, PNM still full
+    assert a.history[-1][2] is Move.DOWN and CROSSOVER <= a.t_input < top
+    assert a.t_input == CROSSOVER  # back home, not past it
 
 
 def _step(a: AdaptiveThreshold, t: float, gpu_attn: float, pnm: float, step: float) -> Move:
@@ -149,6 +180,8 @@ def test_a_step_change_of_the_step_time_settles_too() -> None:
     ({"cooldown_s": 0.5}, "interval_s <= cooldown_s"), ({"step": math.nan}, "step must be"),
     ({"wait_hot_s": True}, "wait_hot_s must be"), ({"overload": 0.5}, "overload > step_hot"),
     ({"step_cool": 0.9}, "step_cool < step_hot"),
+    ({"raise_step": 1.01}, "min_step < raise_step"), ({"raise_kv_room": 0.8}, "raise_kv_room"),
+    ({"raise_hold_s": -1.0}, "raise_hold_s >= 0"),
 ])
 def test_bad_settings_are_refused_naming_the_field(kw: dict, words: str) -> None:
     with pytest.raises(ValueError, match=words.replace("(", r"\(")):

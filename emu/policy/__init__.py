@@ -8,5 +8,9 @@ emulator (``emu/serving``):
   and which one (paper 4.3);
 - ``capacity``: the GPU's KV blocks, vLLM-like (admission, growth, preemption victims), and
   what a PNM-tier request keeps on the GPU;
-- ``merge``: the log-sum-exp merge of partial attention results (paper 4.2, 6.2).
+- ``merge``: the log-sum-exp merge of partial attention results (paper 4.2, 6.2);
+- ``adaptive``: T_input moved by what an orchestrator observes of the two tiers (issue 26);
+- ``budget``: a step's token budget held to the TPOT SLO while requests decode (issue 26, a
+  scheduling knob apart from routing; the serving emulator's, both schedulers);
+- ``slo``: the TTFT and TPOT objective goodput and the two above are held to.
 """

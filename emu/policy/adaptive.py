@@ -13,13 +13,19 @@ nothing (compute-bound waits). What it reacts to now, each ``interval_s`` of (em
   their window and centroids on the GPU.
 - **PNM memory.** The share of the PNM tier's capacity held, and the wait of the oldest
   request queued for it (it waits for memory only). After a lowering, a full PNM tier brings
-  the threshold back toward the crossover. Raising it past the crossover on a full PNM tier
-  (``raise_on_pnm_memory``) is off by default: measured (``scripts/adaptive_eval.py`` with
-  this default set to True), it lost goodput, with colocated prefill by up to 33 % (the
-  long-fraction sweep at 20 %) and with disaggregated prefill by 23 % (2 PNM devices, 8/s): the
-  requests it keeps on the GPU add dense attention and KV there, and the PNM tier's queue had
-  been a useful throttle. Routing again the requests already queued for the PNM tier (not
-  started) lost too: they crowd the GPU's queue at once.
+  the threshold back toward the crossover. Past the crossover a full PNM tier raises it only
+  while the GPU is clear of pressure (``raise_on_pnm_memory``): its KV use at or below
+  ``raise_kv_room``, no preemption, no queue for its compute, decode steps at or below
+  ``step_cool`` of the SLO, all held ``raise_hold_s`` since the last move, and by at most
+  ``raise_step``; at the first sign of GPU pressure (KV hot, a preemption, slow steps, a compute
+  queue) it comes back toward the crossover. The first, unguarded version (a raise whenever
+  the GPU's KV had room) lost goodput (``scripts/adaptive_eval.py``): with colocated prefill
+  by 33 % (the long-fraction sweep at 20 %), where it rose in the short gaps between prefill
+  chunks and the GPU's compute was what bound, and with disaggregated prefill by 23 % (2 PNM
+  devices, 8/s), where it ratcheted to 4x with nothing to bring it down and the GPU preempted
+  (a static 3x already does). Guarded, the latter gains (docs/results/adaptive.md). Routing
+  again the requests already queued for the PNM tier (not started) lost too: they crowd the
+  GPU's queue at once.
 - **Per-step time.** The steps the decoding requests saw against the TPOT SLO
   (``emu/policy/slo.py``). When they near it, the tier whose attention sets the decode step
   (the two overlap: the longer one) gives requests to the other: the GPU's dense attention
@@ -80,9 +86,18 @@ class AdaptiveConfig:
     wait_cool_s: float = 0.5
     """Wait of the oldest request queued for the PNM tier's memory: short at or above, room at
     or below. The GPU's compute queue at or above ``wait_hot_s``: no room to take more."""
-    raise_on_pnm_memory: bool = False
-    """Raise the threshold when the PNM tier's memory is full (module doc: measured, it lost
-    goodput on every workload of docs/results/adaptive.md; off by default)."""
+    raise_on_pnm_memory: bool = True
+    """Raise the threshold when the PNM tier's memory is full, guarded (module doc): only while
+    the GPU has clear room, by ``raise_step``, and back toward the crossover at the first sign
+    of GPU pressure."""
+    raise_step: float = 1.2
+    """A raise on a full PNM tier multiplies the threshold by at most this."""
+    raise_hold_s: float = 10.0
+    """... and the GPU's clear room held this long without a break, and since the last move (a
+    raise's requests take their KV over their decode: the next is taken once that shows)."""
+    raise_kv_room: float = 0.5
+    """A raise on a full PNM tier needs the GPU's KV use at or below this share (and no
+    preemption, no compute queue at ``wait_hot_s``, decode steps at or below ``step_cool``)."""
     tpot_s: float = MLPERF_SLO.tpot_s
     """The TPOT SLO a decode step is held to."""
     step_hot: float = 0.8
@@ -108,8 +123,11 @@ class AdaptiveConfig:
         if not 0 < self.lo_factor <= 1 <= self.hi_factor:
             raise ValueError(f"need 0 < lo_factor <= 1 <= hi_factor, got {self.lo_factor}, "
                              f"{self.hi_factor}")
-        if not 1 < self.min_step < self.step:
-            raise ValueError(f"need 1 < min_step < step, got {self.min_step}, {self.step}")
+        if not 1 < self.min_step < self.step or not 1 < self.min_step < self.raise_step:
+            raise ValueError(f"need 1 < min_step < step and min_step < raise_step, got "
+                             f"{self.min_step}, {self.step}, {self.raise_step}")
+        if not 0 < self.raise_kv_room <= self.gpu_kv_cool:
+            raise ValueError(f"need 0 < raise_kv_room <= gpu_kv_cool, got {self.raise_kv_room}")
         for cool, hot in (("gpu_kv_cool", "gpu_kv_hot"), ("wait_cool_s", "wait_hot_s"),
                           ("pnm_mem_cool", "pnm_mem_hot"), ("step_cool", "step_hot")):
             if not 0 <= getattr(self, cool) < getattr(self, hot):
@@ -117,10 +135,11 @@ class AdaptiveConfig:
                                  f"{getattr(self, hot)}")
         if not 0 < self.interval_s <= self.cooldown_s <= self.reset_s:
             raise ValueError("need 0 < interval_s <= cooldown_s <= reset_s")
-        if (not self.home_s >= 0 or not self.tpot_s > 0 or not self.lead >= 1
-                or not self.overload > self.step_hot):
-            raise ValueError(f"need home_s >= 0, tpot_s > 0, lead >= 1 and overload > step_hot, "
-                             f"got {self.home_s}, {self.tpot_s}, {self.lead}, {self.overload}")
+        if (not self.home_s >= 0 or not self.raise_hold_s >= 0 or not self.tpot_s > 0
+                or not self.lead >= 1 or not self.overload > self.step_hot):
+            raise ValueError(f"need home_s >= 0, raise_hold_s >= 0, tpot_s > 0, lead >= 1 and "
+                             f"overload > step_hot, got {self.home_s}, {self.raise_hold_s}, "
+                             f"{self.tpot_s}, {self.lead}, {self.overload}")
 
 
 @dataclass(frozen=True)
@@ -167,6 +186,14 @@ class Pressure:
     gpu_room: bool
     pnm_short: bool
     pnm_room: bool
+    pnm_full: bool = False
+    """The PNM tier's memory full, or its queue's oldest waiting at ``wait_hot_s``."""
+    gpu_clear: bool = False
+    """The GPU has clear room for more requests (``raise_kv_room``, no preemption, no compute
+    queue, calm decode steps): a full PNM tier may raise the threshold."""
+    gpu_strain: bool = False
+    """Any sign of pressure on the GPU (its KV hot or a preemption, slow decode steps, a compute
+    queue at ``wait_hot_s``): a threshold above the crossover comes back."""
 
     @classmethod
     def of(cls, load: TierLoad, c: AdaptiveConfig) -> Pressure:
@@ -181,11 +208,14 @@ class Pressure:
             gpu_short=load.gpu_kv_used >= c.gpu_kv_hot or preempts or (slow and gpu_sets),
             gpu_room=(load.gpu_kv_used <= c.gpu_kv_cool and not preempts
                       and load.gpu_wait_s < c.wait_hot_s and (calm or pnm_sets)),
-            pnm_short=(c.raise_on_pnm_memory and (load.pnm_mem_used >= c.pnm_mem_hot
-                                                   or load.pnm_wait_s >= c.wait_hot_s))
-            or (slow and pnm_sets),
+            pnm_short=slow and pnm_sets,
             pnm_room=(load.pnm_mem_used <= c.pnm_mem_cool and load.pnm_wait_s <= c.wait_cool_s
-                      and (calm or not pnm_sets)))
+                      and (calm or not pnm_sets)),
+            pnm_full=load.pnm_mem_used >= c.pnm_mem_hot or load.pnm_wait_s >= c.wait_hot_s,
+            gpu_clear=(load.gpu_kv_used <= c.raise_kv_room and not preempts and calm
+                       and load.gpu_wait_s < c.wait_hot_s),
+            gpu_strain=(load.gpu_kv_used >= c.gpu_kv_hot or preempts or slow
+                        or load.gpu_wait_s >= c.wait_hot_s))
 
 
 class AdaptiveThreshold:
@@ -204,6 +234,7 @@ class AdaptiveThreshold:
         self._moved_at = -math.inf
         self._seen_at = -math.inf
         self._calm_since: float | None = None
+        self._clear_since: float | None = None
         self.history: list[tuple[float, int, Move]] = []
         """(time, threshold after, move) of each move."""
 
@@ -225,27 +256,37 @@ class AdaptiveThreshold:
             self._calm_since = None
         elif self._calm_since is None:
             self._calm_since = load.t_s
+        if not p.gpu_clear:
+            self._clear_since = None
+        elif self._clear_since is None:
+            self._clear_since = load.t_s
         if load.t_s - self._moved_at < c.cooldown_s:
             return Move.HOLD
         if load.t_s - self._moved_at >= c.reset_s:
             self._log_step, self._last = math.log(c.step), Move.HOLD
         if load.step_s >= c.overload * c.tpot_s:
             return Move.HOLD  # compute-bound far past the SLO: routing only reshuffles who fails
-        homing = False
-        pnm_full = load.pnm_mem_used >= c.pnm_mem_hot or load.pnm_wait_s >= c.wait_hot_s
+        homing, cap = False, self._log_step
+        above = self._value > self.crossover
         if p.gpu_short and p.pnm_room:
             move = Move.DOWN
         elif p.pnm_short and p.gpu_room:
             move = Move.UP
-        elif pnm_full and self._value < self.crossover and not p.gpu_short:
+        elif above and p.gpu_strain:
+            move, homing = Move.DOWN, True  # a raise met GPU pressure: back, to the crossover
+        elif p.pnm_full and self._value < self.crossover and not p.gpu_short:
             move, homing = Move.UP, True  # it lowered too far: back, up to the crossover
+        elif (c.raise_on_pnm_memory and p.pnm_full and self._clear_since is not None
+              and load.t_s - max(self._clear_since, self._moved_at) >= c.raise_hold_s):
+            move, cap = Move.UP, min(cap, math.log(c.raise_step))  # guarded, small steps
         elif (calm and self.t_input != self.crossover and self._calm_since is not None
               and load.t_s - self._calm_since >= c.home_s):
             move = Move.UP if self._value < self.crossover else Move.DOWN
             homing = True  # neither tier short: back toward the crossover, not past it
         else:
             return Move.HOLD
-        step = self._log_step / 2 if self._last not in (Move.HOLD, move) else self._log_step
+        step = min(cap, self._log_step / 2 if self._last not in (Move.HOLD, move)
+                   else self._log_step)
         if step < math.log(c.min_step):
             return Move.HOLD  # settled
         target = self._value * math.exp(move * step)

@@ -1,6 +1,15 @@
 """The serving objective the emulator's goodput and the adaptive threshold are held to, in one
-place: MLPerf Inference's server scenario for Llama 3.1 405B (TTFT <= 6 s, TPOT <= 175 ms), a
-long-context benchmark of published serving systems."""
+place: MLPerf Inference's server scenario for Llama 3.1 405B (TTFT <= 6 s, TPOT <= 175 ms,
+``loadgen/mlperf.conf``), its long-context LLM benchmark.
+
+MLPerf has a Llama 3.1 8B server scenario too (TTFT <= 2 s, TPOT <= 100 ms; ``MLPERF_8B_SLO``),
+the model size served here, but its dataset is CNN/DailyMail summarisation, prompts of at most
+a few thousand tokens, where a 2 s TTFT leaves room for queueing. The Mooncake traces replayed
+here have prompts of 12K (conversation) and 15K (synthetic) tokens on average, up to 126K and
+191K: on an idle H100 NVL the prefill alone of 4.4 % and 6.8 % of their requests takes more
+than 2 s by the cost model (1.0 % and 0.3 % more than 6 s). The 405B scenario's constraint is
+the one MLPerf set for long prompts, so it is the objective; docs/results/adaptive.md counts
+the 8B one on the same runs as well."""
 
 from __future__ import annotations
 
@@ -21,3 +30,7 @@ class Slo:
 
 
 MLPERF_SLO = Slo()
+
+
+MLPERF_8B_SLO = Slo(ttft_s=2.0, tpot_s=0.100)
+"""MLPerf Inference's Llama 3.1 8B server scenario (short prompts; module doc)."""

@@ -45,6 +45,12 @@ class ServingConfig:
     """Move T_input with the tiers' load, from where it starts (emu/policy/adaptive.py: GPU KV
     use and preemptions, PNM memory and its queue's wait, a decode step against the TPOT SLO;
     within 0.25x..4x)."""
+    tpot_budget: bool = False
+    """With colocated prefill, while requests decode and the oldest prefill wait is within the
+    TTFT SLO, cap each step's token budget to the largest (of ``max_batched_tokens``, half of
+    it, ...) whose prefill chunk's step stays within half the TPOT SLO (emu/policy/budget.py,
+    Sarathi-Serve's rule): a scheduling knob of the adaptive orchestrator, separate from
+    ``adaptive`` (T_input), the same for both schedulers."""
     window_tokens: int = Sparsity().window_tokens
     """Tokens of a PNM-tier request that the GPU attends to densely: sink, recent, one chunk
     not yet clustered."""

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from nelssa.emu.policy.adaptive import AdaptiveThreshold, TierLoad
+from nelssa.emu.policy.budget import TpotBudget
 from nelssa.emu.policy.router import Router, Source
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
@@ -109,6 +110,14 @@ class Replay:
         """Routes arrivals and bounds migrations; with ``adaptive`` its T_input moves."""
         self.adaptive = (AdaptiveThreshold(sim.t_input) if self.cfg.adaptive
                          and sim.t_input is not None else None)
+        self.budget = (TpotBudget(self.cfg.max_batched_tokens,
+                                  lambda n: self.cost.step_s(0, [], [Chunk(0, n)]))
+                       if self.cfg.tpot_budget and self.cfg.prefill == "colocated" else None)
+        """With ``tpot_budget`` and colocated prefill: each step's token budget, held to the
+        TPOT SLO while requests decode (``emu/policy/budget.py``; disaggregated, the decode
+        GPU's steps carry no prefill chunks to hold)."""
+        self.gpu_wait_s = 0.0
+        """The oldest wait for a first token on the GPU, as last observed (each sample)."""
         self._seen = (0.0, 0, 0)
         """Time, steps and preemptions when the tiers were last observed."""
         self.live: list[_Req] = []
@@ -381,6 +390,8 @@ class Replay:
             running, waiting = self.sched.counts()
             kv_used = self.sched.used_blocks() / self.sim.gpu_blocks
             pnm_used = 1 - self.pnm_free / self.sim.pnm_tokens if self.sim.pnm_tokens else 0.0
+            if self.adaptive is not None or self.budget is not None:
+                self.gpu_wait_s = self._gpu_wait()
             if self.adaptive is not None:
                 self._adapt(kv_used, pnm_used)
             out.samples.append(Sample(
@@ -391,16 +402,20 @@ class Replay:
             if self.progress is not None:
                 self.progress(len(out.results) / self.total)
 
+    def _gpu_wait(self) -> float:
+        """How long the oldest request waiting for the GPU has waited: GPU-tier requests, and
+        PNM-tier ones admitted to their tier whose prefill has not made a token yet."""
+        now = self.now
+        return max((now - rq.req.arrival_s for rq in self.live if rq.first_token_s is None
+                    and (rq.tier is Tier.GPU or rq.pnm_reserved)), default=0.0)
+
     def _adapt(self, kv_used: float, used: float) -> None:
         """What an orchestrator sees of the tiers, to the adaptive threshold (arrivals from
         now on are routed by where it moves)."""
         assert self.adaptive is not None
         now = self.now
         pnm_wait = now - self.pnm_queue[0][0].req.arrival_s if self.pnm_queue else 0.0
-        # waiting for the GPU: GPU-tier requests, and PNM-tier ones admitted to their tier
-        # whose prefill has not made a token yet
-        gpu_wait = max((now - rq.req.arrival_s for rq in self.live if rq.first_token_s is None
-                        and (rq.tier is Tier.GPU or rq.pnm_reserved)), default=0.0)
+        gpu_wait = self.gpu_wait_s
         gpu_ctx, pnm_ctxs, decodes = 0, [], 0
         for job in self.jobs.values():
             if not job.decoding:
@@ -444,6 +459,9 @@ class Replay:
                 if k:
                     self._after_step(k * len(self.fast.running))
                     continue
+            if self.budget is not None:
+                sched.set_budget(self.budget.tokens(
+                    any(job.decoding for job in self.jobs.values()), self.gpu_wait_s))
             plan = sched.schedule()
             self._on_preempted(plan)
             out.prefix_hit_tokens += plan.prefix_hit_tokens

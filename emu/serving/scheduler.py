@@ -105,6 +105,10 @@ class Scheduler(Protocol):
         """Running and waiting jobs."""
         ...
 
+    def set_budget(self, tokens: int) -> None:
+        """The token budget of the steps from the next on (vLLM max_num_batched_tokens)."""
+        ...
+
 
 class Status(enum.Enum):
     WAITING = "waiting"
@@ -197,6 +201,9 @@ class OurScheduler:
             self.waiting.appendleft(job)
         else:
             self.waiting.append(job)
+
+    def set_budget(self, tokens: int) -> None:
+        self.budget = tokens
 
     def counts(self) -> tuple[int, int]:
         return len(self.running), len(self.waiting)

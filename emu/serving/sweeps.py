@@ -118,14 +118,19 @@ def saturated_tiers(run: RunResult, sim: ServingSim, slo: Slo = MLPERF_SLO) -> l
     return out
 
 
+MODES: dict[str, dict[str, Any]] = {"static": {}, "adaptive": {"adaptive": True}}
+"""The runs of ``static_vs_adaptive``: name and what its configuration changes."""
+
+
 def static_vs_adaptive(lm: LatencyModel, requests: list[Request], config: ServingConfig,
-                       slo: Slo = MLPERF_SLO) -> dict[str, dict[str, Any]]:
-    """The same requests with the static threshold and the adaptive one (``config`` otherwise):
-    per mode its goodput, SLO attainment, the tiers the run saturated, the threshold's moves
-    and the run itself."""
+                       slo: Slo = MLPERF_SLO, modes: dict[str, dict[str, Any]] | None = None
+                       ) -> dict[str, dict[str, Any]]:
+    """The same requests with the static threshold and the adaptive one (``config`` otherwise;
+    ``modes``: other runs, each a name and the settings it changes): per mode its goodput, SLO
+    attainment, the tiers the run saturated, the threshold's moves and the run itself."""
     out = {}
-    for mode, adaptive in (("static", False), ("adaptive", True)):
-        sim = ServingSim(lm, replace(config, mode="nelssa", adaptive=adaptive))
+    for mode, changes in (MODES if modes is None else modes).items():
+        sim = ServingSim(lm, replace(config, **{"mode": "nelssa", "adaptive": False, **changes}))
         run = sim.run(requests)
         g = goodput(run, slo.ttft_s, slo.tpot_s)
         out[mode] = {"goodput_rps": g["goodput_rps"], "attainment": g["attainment"],

@@ -102,6 +102,9 @@ class VllmScheduler:
     def counts(self) -> tuple[int, int]:
         return self.s.get_request_counts()
 
+    def set_budget(self, tokens: int) -> None:
+        self.s.max_num_scheduled_tokens = tokens  # read at the start of each schedule()
+
     def used_blocks(self) -> int:
         return self.blocks - self.s.kv_cache_manager.block_pool.get_num_free_blocks()
 
