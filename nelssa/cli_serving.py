@@ -25,7 +25,8 @@ from nelssa.options import (
     output_dir,
 )
 
-SERVING_OPTIONS = ("devices", "t_input", "max_running", "prefill_gpus", "migrate_at")
+SERVING_OPTIONS = ("devices", "t_input", "max_running", "prefill_gpus", "migrate_at", "adaptive",
+                   "tpot_budget")
 """ServingConfig fields `serve-sim` takes as options (name, default and help from the field)."""
 SPARSITY_OPTIONS = ("selection",)
 

@@ -145,3 +145,27 @@ def test_serve_sim_command(tmp_path):
                               text=True, timeout=300)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (bad, proc.stderr)
         assert bad[0] in proc.stderr, (bad, proc.stderr)
+
+
+def test_serve_sim_adaptive_options(tmp_path, capsys):
+    """--tpot-budget and --adaptive reach the replay (emu/policy): under a backlog of long
+    prompts the held budget takes smaller prefill chunks, so decoding requests' steps are
+    shorter; the summary reports goodput against the SLO and where T_input went."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 200, "output_length": 300,
+                                         "input_length": 60000 if i % 4 == 0 else 2000}) + "\n"
+                             for i in range(40)))
+    runs = {}
+    for name, extra in (("static", []), ("held", ["--tpot-budget", "--adaptive"])):
+        out = tmp_path / name
+        assert main(["serve-sim", "--trace", str(trace), "--mode", "nelssa", "--out", str(out),
+                     "--prefix-caching", "off", *extra]) == 0
+        runs[name] = json.loads((out / "results.json").read_text())["nelssa"]["summary"]
+        assert "goodput" in capsys.readouterr().out
+    static, held = runs["static"], runs["held"]
+    assert held["tpot_s"]["p50"] < 0.95 * static["tpot_s"]["p50"]
+    assert static["t_input_moves"] == 0 and static["t_input_range"] == [static["t_input"]] * 2
+    for s in runs.values():
+        g = s["goodput"]
+        assert 0 <= g["attainment"] <= 1
+        assert g["goodput_rps"] == pytest.approx(g["attainment"] * s["requests"] / s["duration_s"])

@@ -43,7 +43,19 @@ def summarize(run: RunResult) -> dict[str, Any]:
         "mean_running": (float(np.mean([s.running for s in run.samples]))
                          if run.samples else 0.0),
         "max_waiting": max((s.waiting for s in run.samples), default=0),
+        "goodput": goodput(run),
+        "t_input_moves": sum(1 for a, b in itertools.pairwise(run.samples)
+                             if a.t_input != b.t_input),
+        "t_input_range": _t_input_range(run),
     }
+
+
+def _t_input_range(run: RunResult) -> list[int] | None:
+    """The lowest and highest routing threshold of the run (they differ with ``adaptive``)."""
+    seen = [s.t_input for s in run.samples if s.t_input is not None]
+    if run.t_input is not None:
+        seen.append(run.t_input)
+    return [min(seen), max(seen)] if seen else None
 
 
 def series(run: RunResult) -> dict[str, list[float]]:

@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from nelssa.emu.policy.slo import MLPERF_SLO
+
 
 def ratio(a: float, b: float) -> str:
     """``a / b`` as ``x1.23``, or ``undefined`` where either is missing or ``b`` is 0."""
@@ -34,7 +36,12 @@ def run_line(s: dict[str, Any], wall_s: float) -> str:
             f"{s['ttft_s']['p50']:.2f}/{s['ttft_s']['p99']:.2f} s; preemptions "
             f"{s['preemptions']} (recomputing "
             f"{s['recompute_tokens']:,} tokens); migrations {s['migrations']} "
-            f"({s['migrated_tokens']:,} tokens); mean batch {s['mean_running']:.1f}")
+            f"({s['migrated_tokens']:,} tokens); mean batch {s['mean_running']:.1f}; goodput "
+            f"{s['goodput']['goodput_rps']:.3f}/s ({s['goodput']['attainment']:.1%} meet TTFT <= "
+            f"{MLPERF_SLO.ttft_s:g} s and TPOT <= {MLPERF_SLO.tpot_s * 1e3:g} ms)"
+            + (f"; T_input moved {s['t_input_moves']} times within "
+               f"{s['t_input_range'][0]:,}..{s['t_input_range'][1]:,}"
+               if s['t_input_moves'] else ""))
 
 
 def comparison_line(gpu: dict[str, Any], nelssa: dict[str, Any]) -> str:
