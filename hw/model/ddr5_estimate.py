@@ -601,7 +601,8 @@ def estimate_device(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
                     refresh: bool = True, method: str = "auto") -> Estimate:
     """Estimated cycles of a stream of 64-byte requests (as run_device would replay it);
     ``refresh=False`` leaves out the refreshes (for a caller that places them itself: the
-    model device, hw/model/device_timing.Refresh); ``method``: one of METHODS."""
+    model device, hw/model/device_timing.Refresh); ``method``: one of METHODS;
+    ``coefficients``: the counted bounds' loss factor (the replay has none)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
     t = geometry.timing
