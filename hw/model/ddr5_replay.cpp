@@ -156,15 +156,19 @@ bool row_command(Sub& s, const std::vector<Req>& r, const std::vector<int>& acti
     auto wants = [&](int b, i64 row) {
         return ((row < 0 ? has_req : wants_open) >> b & 1) != 0;
     };
+    uint64_t tried = 0;  // banks whose command could not be placed: the same again
     for (int i : active) {  // oldest first
         int b = r[i].bank;
+        if (tried >> b & 1) continue;
         if (s.open_row[b] < 0) {
+            tried |= 1ULL << b;
             i64 tck = s.place(s.earliest_act(b, r[i].group), C_ACT, hi);
             if (tck >= 0) {
                 s.issue(tck, C_ACT, b, r[i].row);
                 return true;
             }
         } else if (s.open_row[b] != r[i].row && !wants(b, s.open_row[b])) {
+            tried |= 1ULL << b;
             i64 tck = s.place(s.earliest_pre(b), C_PRE, hi);
             if (tck >= 0) {
                 s.issue(tck, C_PRE, b);
@@ -229,12 +233,16 @@ extern "C" int ddr5_replay(const long long* params, int n, const int* bank_group
         bool any_open = false;
         for (int b = 0; b < s.nb; ++b) any_open |= s.open_row[b] >= 0;
         if (!refreshing || any_open) {  // column command: the oldest whose row is open
+            uint64_t tried = 0;  // banks whose column command could not be placed
             for (size_t k = 0; k < active.size(); ++k) {
                 const Req& q = r[active[k]];
-                if (s.open_row[q.bank] != q.row) continue;
+                if (s.open_row[q.bank] != q.row || (tried >> q.bank & 1)) continue;
                 const int cmd = q.write ? C_WR : C_RD;
                 i64 tck = s.place(s.earliest_col(q.write, q.bank, q.group), cmd, hi);
-                if (tck < 0) continue;
+                if (tck < 0) {
+                    tried |= 1ULL << q.bank;  // one queue: the same direction, the same answer
+                    continue;
+                }
                 s.issue(tck, cmd, q.bank, q.row);
                 last_done = std::max(last_done, tck + (q.write ? p[P_CWL] : p[P_CL]) +
                                                     p[P_BURST]);
