@@ -262,3 +262,22 @@ extern "C" int ddr5_replay(const long long* params, int n, const int* bank_group
     for (int c = 0; c < C_COUNT; ++c) out[1 + c] = s.counts[c];
     return 0;
 }
+
+// ddr5_replay on each of ``subs`` sub-channels in one call: sub-channel s has the requests
+// start[s] .. start[s + 1] - 1 of the arrays, and out[6 s .. 6 s + 5] its results (zeros where
+// it has none). Returns the first nonzero return of ddr5_replay, else 0.
+extern "C" int ddr5_replay_subchannels(const long long* params, int subs, const int* start,
+                                       const int* bank_group, const int* bank,
+                                       const long long* row, const long long* col,
+                                       const unsigned char* is_write,
+                                       const long long* arrival, long long max_cycles,
+                                       long long* out) {
+    for (int s = 0; s < subs; ++s) {
+        const int a = start[s], n = start[s + 1] - start[s];
+        if (n <= 0) continue;
+        const int rc = ddr5_replay(params, n, bank_group + a, bank + a, row + a, col + a,
+                                   is_write + a, arrival + a, max_cycles, out + 6 * s);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}

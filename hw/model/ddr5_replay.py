@@ -74,6 +74,10 @@ def _library() -> ctypes.CDLL | None:
     so.ddr5_replay.argtypes = [p64, ctypes.c_int, p32, p32, p64, p64,
                                ctypes.POINTER(ctypes.c_ubyte), p64, ctypes.c_longlong, p64]
     so.ddr5_replay.restype = ctypes.c_int
+    so.ddr5_replay_subchannels.argtypes = [p64, ctypes.c_int, p32, p32, p32, p64, p64,
+                                           ctypes.POINTER(ctypes.c_ubyte), p64,
+                                           ctypes.c_longlong, p64]
+    so.ddr5_replay_subchannels.restype = ctypes.c_int
     return so
 
 
@@ -93,13 +97,16 @@ def _params(t: DDR5Timing, cfg: ControllerConfig, refresh: bool) -> npt.NDArray[
                      int(refresh), TCK_PER_CYCLE, ROW_COMMANDS_PER_CYCLE, *ca], dtype=np.int64)
 
 
-def replay_subchannel(t: DDR5Timing, bank_group: npt.ArrayLike, bank: npt.ArrayLike,
-                      row: npt.ArrayLike, column: npt.ArrayLike,
-                      is_write: npt.ArrayLike | None, arrival: npt.ArrayLike,
-                      config: ControllerConfig | None = None, refresh: bool = True,
-                      max_cycles: int = 10**12) -> tuple[int, dict[str, int]]:
-    """Controller cycles until the last data burst of one sub-channel's requests (in arrival
-    order, non-decreasing), and the commands issued, as SubchannelModel.run measures them."""
+def _ptr(a: np.ndarray, kind: type) -> object:
+    return a.ctypes.data_as(ctypes.POINTER(kind))
+
+
+def _replay(t: DDR5Timing, start: npt.NDArray[np.int32], bank_group: npt.ArrayLike,
+            bank: npt.ArrayLike, row: npt.ArrayLike, column: npt.ArrayLike,
+            is_write: npt.ArrayLike | None, arrival: npt.ArrayLike,
+            config: ControllerConfig | None, refresh: bool,
+            max_cycles: int) -> npt.NDArray[np.int64]:
+    """Per sub-channel (requests ``start[s]`` to ``start[s + 1]``): cycles and COMMANDS."""
     so = _library()
     if so is None:
         raise RuntimeError("the compiled DDR5 replay is not available (no C++ compiler?)")
@@ -112,22 +119,35 @@ def replay_subchannel(t: DDR5Timing, bank_group: npt.ArrayLike, bank: npt.ArrayL
     ar = np.ascontiguousarray(arrival, dtype=np.int64)
     if not (bk.size == rw.size == cl.size == wr.size == ar.size == n):
         raise ValueError("the request arrays differ in length")
-    if n and np.any(np.diff(ar) < 0):
+    start = np.ascontiguousarray(start, dtype=np.int32)
+    earlier = np.flatnonzero(np.diff(ar) < 0) + 1  # later requests that arrive earlier
+    if not np.isin(earlier, start).all():  # a sub-channel's first may
         raise ValueError("arrival must be non-decreasing")
     params = _params(t, config or ControllerConfig(), refresh)
-    out = np.zeros(1 + len(COMMANDS), np.int64)
-
-    def ptr(a: np.ndarray, kind: type) -> object:
-        return a.ctypes.data_as(ctypes.POINTER(kind))
-
-    rc = so.ddr5_replay(ptr(params, ctypes.c_longlong), n, ptr(bg, ctypes.c_int),
-                        ptr(bk, ctypes.c_int), ptr(rw, ctypes.c_longlong),
-                        ptr(cl, ctypes.c_longlong), ptr(wr, ctypes.c_ubyte),
-                        ptr(ar, ctypes.c_longlong), max_cycles, ptr(out, ctypes.c_longlong))
+    subs = start.size - 1
+    out = np.zeros((subs, 1 + len(COMMANDS)), np.int64)
+    rc = so.ddr5_replay_subchannels(
+        _ptr(params, ctypes.c_longlong), subs, _ptr(start, ctypes.c_int),
+        _ptr(bg, ctypes.c_int), _ptr(bk, ctypes.c_int), _ptr(rw, ctypes.c_longlong),
+        _ptr(cl, ctypes.c_longlong), _ptr(wr, ctypes.c_ubyte), _ptr(ar, ctypes.c_longlong),
+        max_cycles, _ptr(out, ctypes.c_longlong))
     if rc == -2:
         raise ValueError(f"the replay handles up to 64 banks, not {t.banks}")
     if rc != 0:
         raise RuntimeError(f"DDR5 replay did not finish in {max_cycles} cycles")
+    return out
+
+
+def replay_subchannel(t: DDR5Timing, bank_group: npt.ArrayLike, bank: npt.ArrayLike,
+                      row: npt.ArrayLike, column: npt.ArrayLike,
+                      is_write: npt.ArrayLike | None, arrival: npt.ArrayLike,
+                      config: ControllerConfig | None = None, refresh: bool = True,
+                      max_cycles: int = 10**12) -> tuple[int, dict[str, int]]:
+    """Controller cycles until the last data burst of one sub-channel's requests (in arrival
+    order, non-decreasing), and the commands issued, as SubchannelModel.run measures them."""
+    n = np.asarray(bank_group).size
+    out = _replay(t, np.array([0, n], np.int32), bank_group, bank, row, column, is_write,
+                  arrival, config, refresh, max_cycles)[0]
     return int(out[0]), dict(zip(COMMANDS, (int(x) for x in out[1:]), strict=True))
 
 
@@ -141,17 +161,9 @@ def replay_device(addrs: npt.ArrayLike, writes: npt.ArrayLike | None, geometry: 
     d = decode(addrs, geometry, address_map)
     n = d.row.size
     w = np.zeros(n, bool) if writes is None else np.asarray(writes, bool)
-    arrival = np.arange(n, dtype=np.int64) // lines_per_cycle
     order = np.argsort(d.subchannel, kind="stable")
     start = np.searchsorted(d.subchannel[order], np.arange(geometry.subchannels + 1))
-    out = []
-    for s in range(geometry.subchannels):
-        sel = order[start[s]:start[s + 1]]
-        if not sel.size:
-            out.append(0)
-            continue
-        cycles, _ = replay_subchannel(geometry.timing, d.bank_group[sel], d.bank[sel],
-                                      d.row[sel], d.column[sel], w[sel], arrival[sel],
-                                      config, refresh)
-        out.append(cycles)
-    return out
+    out = _replay(geometry.timing, start, d.bank_group[order], d.bank[order], d.row[order],
+                  d.column[order], w[order], order // lines_per_cycle, config, refresh,
+                  10**12)
+    return [int(c) for c in out[:, 0]]
