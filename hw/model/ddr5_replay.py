@@ -4,8 +4,8 @@ timing checker), so it issues the same commands at the same tCK, a few hundred t
 It is the time source of the timing estimate (:mod:`nelssa.hw.model.ddr5_estimate`) where a
 C++ compiler is at hand: built once with ``g++ -O2 -shared`` into ``build/ddr5_replay-<hash>``
 (``$NELSSA_BUILD_CACHE`` moves it; the hash covers the source), loaded with ctypes. Where no
-compiler is found, or the build fails, :func:`available` is False and the estimate keeps its
-counted bounds.
+compiler is found, the build fails, or ``$NELSSA_NO_REPLAY`` is set, :func:`available` is
+False and the estimate keeps its counted bounds.
 
 The timings, the controller's configuration and the CA slots a command takes come from their
 one description (ddr5_timing.py, ControllerConfig, ddr5_checker.CA_CYCLES) on every call.
