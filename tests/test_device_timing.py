@@ -8,11 +8,11 @@ scripts/device_timing_check.py's (seeds 100-109), not those the calibration was 
 
 Bounds: the median within 2.5 %, eight of ten within 5 %, every workload within 8 % (were 3 %
 and 10 % while each descriptor's DDR5 time came from the counted bounds; with the replay,
-hw/model/ddr5_replay.py, and the calibration refit on it these ten are at a median of 1.7 %,
-worst -7.6 %). The issue's goal is every workload within 5 %; the misses
-(docs/results/device_timing.md) are short batches of small clusters, four units at once near
-DDR5's rate, where the RTL's units slow more than the model's saturation curve says, and a
-refresh window met by one side only where the model's round ends a little early.
+hw/model/ddr5_replay.py, the clusters' wait at full load and the calibration refit on them
+these ten are at a median of 1.9 %, worst -7.3 %). The issue's goal is every workload within
+5 %; the misses (docs/results/device_timing.md) are short batches of small clusters, four
+units at once near DDR5's rate, where the RTL's units still slow more than the model says,
+and a refresh window met by one side only where the model's round ends a little early.
 """
 
 from __future__ import annotations
