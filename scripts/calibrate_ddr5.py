@@ -72,7 +72,7 @@ def _fit_rows(cases, timing):
     bound at least 85 % of the cycle model's busy time and no other bound above that time): its
     features and the loss factor the cycle model needs (its busy time, refresh and the last
     request's latency taken out, over the bus bound). The other patterns the factor cannot
-    move, nor those the read path times (ddr5_estimate._read_path)."""
+    move, nor those the read path times (ddr5_read_path.read_path)."""
     zero = np.zeros(NUM_COEFFICIENTS)
     rows, need = [], []
     tail = timing.nRCD + timing.nCL + timing.burst_cycles

@@ -189,6 +189,7 @@ def main() -> None:
         "features": list(FEATURES), "coefficients": coef.tolist(), "error_percent": errors,
         "worst_error_percent": worst, "median_error_percent": round(median, 2),
         "softness": fitted_timing.softness,
+        "cluster_wait": fitted_timing.cluster_wait,
         "host_line_memory": fitted_timing.host_line_memory,
         "refresh_stall": fitted_timing.refresh_stall,
         "refresh_tail": fitted_timing.refresh_tail,
@@ -221,8 +222,9 @@ def _bisect(errors, lo: float, hi: float) -> float:
 
 def fit_sharing(port, timing: UnitTiming) -> tuple[UnitTiming, dict[str, list[float]]]:
     """How the units slow as together they near DDR5's rate (fitted on the workloads without
-    host traffic), then the DDR5 cost of a host line (on those with), each where the model's
-    cycles match the RTL's on average; the errors there."""
+    host traffic: the softness closest in squared error, then the clusters' wait where the
+    mean error is zero), then the DDR5 cost of a host line (on those with, mean error zero);
+    the errors there."""
     loads = [TimingWorkload.draw(s, min_selected=32, min_tokens=16) for s in SHARING_SEEDS]
     rtl = [run_workload(port, w) for w in loads]
 
@@ -236,11 +238,15 @@ def fit_sharing(port, timing: UnitTiming) -> tuple[UnitTiming, dict[str, list[fl
     softness = min(SOFTNESS_GRID, key=lambda c: float(np.sum(np.square(
         errors(replace(timing, softness=c), False)))))
     timing = replace(timing, softness=softness)
+    # then the clusters' wait at full load, where those workloads' mean error is zero
+    wait = _bisect(lambda c: errors(replace(timing, cluster_wait=c), False), 0.0, 8.0)
+    timing = replace(timing, cluster_wait=wait)
     host = _bisect(lambda h: errors(replace(timing, host_line_memory=h), True), 0.0, 4.0)
     timing = replace(timing, host_line_memory=host)
     spread = {"without traffic": [round(e, 2) for e in errors(timing, False)],
               "with traffic": [round(e, 2) for e in errors(timing, True)]}
-    print(f"softness {softness}, host line {host} DDR5 cycles: errors {spread}")
+    print(f"softness {softness}, cluster wait {wait}, host line {host} DDR5 cycles: errors "
+          f"{spread}")
     return timing, spread
 
 

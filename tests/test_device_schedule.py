@@ -98,6 +98,18 @@ def test_saturation_is_a_smooth_min(load, slower):
     assert 1 - speed == pytest.approx(slower, abs=0.03)
 
 
+@pytest.mark.parametrize("load, done", [(1.0, 1200.0), (2.0, 2400.0),
+                                        (0.5, 1000.0 * (1 + 0.2 * 0.5 ** 8))])
+def test_clusters_wait_at_full_load(load, done):
+    """cluster_wait 4 cycles, 50 clusters over 1000 unit cycles: 0.2 more time at full load
+    (beyond it too: the wait is capped at load 1, the min(1, 1 / load) does the rest), next
+    to none at half load."""
+    timing = UnitTiming(doorbell_cycles=0.0, fetch_cycles=0.0, cluster_wait=4.0)
+    s = Schedule(4, timing, None)
+    s.add(0, 1000.0, 1000.0 * load, clusters=50.0)
+    assert s.finish_times()[0] == pytest.approx(done)
+
+
 def test_the_model_device_meets_refresh_by_its_own_clock():
     """The same batch from reset gives the same cycles; rung in at other phases of the
     refresh period it meets other windows, a window more or less (hw/model/timing_workloads)."""

@@ -6,11 +6,13 @@ so that both meet DDR5 refresh at the same points. The workloads are the first t
 scripts/device_timing_check.py's (seeds 100-109), not those the calibration was fitted on
 (scripts/calibrate_device.py: seeds 0-23).
 
-Bounds: the median within 3 %, eight of ten within 5 %, every workload within 10 %. The
-issue's goal is every workload within 5 %; the misses (docs/results/device_timing.md) are
-batches whose units run four at once on rows that the per-descriptor DDR5 estimate does not
-see them fight over, and a refresh window met by one side only where the model's round ends
-a little early.
+Bounds: the median within 2.5 %, eight of ten within 5 %, every workload within 8 % (were 3 %
+and 10 % while each descriptor's DDR5 time came from the counted bounds; with the replay,
+hw/model/ddr5_replay.py, the clusters' wait at full load and the calibration refit on them
+these ten are at a median of 1.9 %, worst -7.3 %). The issue's goal is every workload within
+5 %; the misses (docs/results/device_timing.md) are short batches of small clusters, four
+units at once near DDR5's rate, where the RTL's units still slow more than the model says,
+and a refresh window met by one side only where the model's round ends a little early.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ def test_model_cycles_follow_the_rtl_on_random_batches():
         rtl.close()
     worst = max(errors, key=lambda w: abs(errors[w]))
     size = np.abs(list(errors.values()))
-    assert np.median(size) <= 3.0, errors
+    assert np.median(size) <= 2.5, errors
     assert (size <= 5.0).sum() >= 8, errors
-    assert abs(errors[worst]) <= 10.0, f"{worst}: {errors[worst]:+.2f} %"
+    assert abs(errors[worst]) <= 8.0, f"{worst}: {errors[worst]:+.2f} %"
     # the batches span the shapes the check is about
     assert {w.head_dim for w in errors} == {64, 128}
     assert any(w.traffic_bytes for w in errors) and any(not w.traffic_bytes for w in errors)

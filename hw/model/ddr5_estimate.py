@@ -1,6 +1,9 @@
-"""Analytical timing of the memory subsystem: the cycles an access stream takes, from counts
-(no per-cycle simulation), calibrated against the cycle model (itself command-identical to the
-RTL controller). This is the time source of the fast ``model`` backend and the latency model.
+"""Timing of the memory subsystem: the cycles an access stream takes. This is the time source
+of the fast ``model`` backend and the latency model. Where a C++ compiler is at hand it replays
+the stream on the compiled cycle model (hw/model/ddr5_replay.py: the controller's policy step
+for step, command-identical to the RTL; a few ms per 4,096 lines); elsewhere, or with
+``method="counted"``, it estimates from counts (no per-cycle simulation), calibrated against
+the cycle model, as follows.
 
 Per sub-channel the stream is reduced to counts. Row visits: the controller (FR-FCFS) serves
 every queued request of an open row before it closes it, so a sub-channel's stream is cut into
@@ -39,7 +42,7 @@ banks' work the queue hides: nearly every request opens a row, and the bus, the 
 the banks' tRC tie (K and V of small clusters, random lines; the bounds were up to 10 points
 off), or the queue fills with one bank's requests and serves more of them a visit than the
 windows count (64 hot rows on the row map: the bank bound was 34 points low). There the stream
-is served request by request as the controller serves it (``_read_path``: the queue, FR-FCFS,
+is served request by request as the controller serves it (``read_path``: the queue, FR-FCFS,
 each bank's PRE, ACT and tRC, tRRD_S/L, tFAW, tCCD_S/L), which holds the bank-level rules
 request by request; the busiest bank group's column time and the activation rate still bound
 it from below, and the loss factor is not applied. It costs about 40 us a request (a Python
@@ -68,7 +71,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from nelssa.hw.model import ddr5_replay as replay
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
+from nelssa.hw.model.ddr5_read_path import read_path, read_path_wanted
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE, ControllerConfig
 from nelssa.hw.model.ddr5_timing import DDR5Timing
 
@@ -124,7 +129,7 @@ class SubchannelCounts:
     the queue fills with requests that wait for the switches, and few banks are left to hide
     them behind."""
     read_path_tck: float = 0.0
-    """Last column command of the request-level read path (:func:`_read_path`), in tCK, where
+    """Last column command of the request-level read path (:func:`read_path`), in tCK, where
     it runs (a read-only sub-channel whose rows switch often: READ_PATH_ACTS); else 0."""
 
 
@@ -269,110 +274,17 @@ def count_subchannels(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
             out.append(None)
             continue
         arr = arrival[sub_start[s]:sub_start[s + 1]]
-        read_path = 0.0
-        if nwr[s] == 0 and _read_path_wanted(t, bank_acts[s], reqs[s], bank_tck[s]):
+        path_tck = 0.0
+        if nwr[s] == 0 and read_path_wanted(t, bank_acts[s], reqs[s], bank_tck[s]):
             sl = slice(sub_start[s], sub_start[s + 1])
-            read_path = _read_path(t, bank[sl], row[sl], arr * float(TCK_PER_CYCLE))
+            path_tck = read_path(t, bank[sl], row[sl], arr * float(TCK_PER_CYCLE))
         out.append(SubchannelCounts(
             int(reqs[s]), int(nwr[s]), int(bank_acts[s].sum()), int(per_group[s].max()),
             int(bank_acts[s].max()), int(arr[-1]), int(switches[s]),
             float(group_tck[s].max()), int(group_acts[s].max()), float(bank_tck[s].max()),
             int(write_acts[s]), float(write_tck[s]), arr, float(queue[s]), float(conflicts[s]),
-            read_path))
+            path_tck))
     return out
-
-
-READ_PATH_ACTS = 0.75
-"""Row openings per request above which a read-only sub-channel is timed request by request
-(:func:`_read_path`): where nearly every request opens a row, the bus, the ACT rate and the
-banks' tRC tie, and no count of the bounds tells how much of the banks' work the 32-entry queue
-hides (K and V of small clusters, random lines: the counted bounds were 10 points off)."""
-
-
-def _read_path_wanted(t: DDR5Timing, bank_acts: np.ndarray, reqs: int,
-                      bank_tck: np.ndarray) -> bool:
-    """Whether a read-only sub-channel is timed by :func:`_read_path`: its row openings per
-    request reach READ_PATH_ACTS, or its busiest bank's counted visits exceed the data bus
-    (a bank the queue fills with its requests serves more of them a visit than the windows
-    count: hot rows)."""
-    return bool(bank_acts.sum() >= READ_PATH_ACTS * reqs
-                or bank_tck.max() > reqs * t.burst_cycles)
-
-
-def _read_path(t: DDR5Timing, bank: np.ndarray, row: np.ndarray, arrival_tck: np.ndarray,
-               ) -> float:
-    """The last column command (tCK) of a read-only stream served request by request as the
-    controller serves it: QUEUE_DEPTH requests queued, entering a cycle apart (and after their
-    arrival) as served ones leave; each step serves the queued request whose column command can
-    issue first (the oldest of those in the same controller cycle): a row hit when its bank has
-    its row open, else a row opening (PRE where another row is open and no queued request wants
-    it, after tRAS, tRTP and, for a row left idle, ``close_idle``; then tRP; ACT tRC after the
-    bank's last, tRRD_S/tRRD_L after the sub-channel's/bank group's last, four per tFAW; READ
-    tRCD after the ACT); every READ tCCD_S after the last, tCCD_L after its bank group's. The
-    bank-level rules hold request by request, so this sees what the counts cannot: how many of
-    a bank's requests the queue gathers into a visit, and how many banks it leaves to hide a
-    row switch behind."""
-    n = bank.size
-    bpg = t.banks_per_group
-    banks, rows, arr = bank.tolist(), row.tolist(), arrival_tck.tolist()
-    cyc = TCK_PER_CYCLE
-    idle = ControllerConfig().close_idle
-    never = -1e18
-    act_ok = [never] * t.banks  # last ACT + tRC
-    pre_at = [never] * t.banks  # earliest PRE of the open row
-    used = [never] * t.banks  # last READ of the open row
-    open_row: list[int | None] = [None] * t.banks
-    opened = [never] * t.banks  # ACT of the open row
-    grp_act = [never] * t.bank_groups
-    grp_rd = [never] * t.bank_groups
-    faw = [never] * 4
-    last_act = last_rd = last_entry = never
-    queue: list[tuple[int, float]] = []  # (request, cycle it may be served from, in tCK)
-    nxt, end = 0, 0.0
-    while nxt < n and len(queue) < QUEUE_DEPTH:
-        last_entry = max(arr[nxt], last_entry + cyc)
-        queue.append((nxt, last_entry + cyc))
-        nxt += 1
-    while queue:
-        act_rate = max(last_act + t.nRRD_S, faw[0] + t.nFAW)
-        wanted = {banks[i] for i, _ in queue if open_row[banks[i]] == rows[i]}
-        best = 1e18
-        cand: list[tuple[float, int, float | None]] = []
-        for k, (i, ready) in enumerate(queue):
-            b = banks[i]
-            g = b // bpg
-            col = max(last_rd + t.nCCD_S, grp_rd[g] + t.nCCD_L, ready)
-            if open_row[b] == rows[i]:
-                act = None
-                rd = max(col, opened[b] + t.nRCD)
-            elif b in wanted:
-                continue  # the open row is served first
-            else:
-                pre = (max(pre_at[b], min(ready, used[b] + idle)) + t.nRP
-                       if open_row[b] is not None else never)
-                act = max(act_ok[b], pre, ready, act_rate, grp_act[g] + t.nRRD_L)
-                rd = max(col, act + t.nRCD)
-            cand.append((rd, k, act))
-            best = min(best, rd)
-        first_cycle_end = (best // cyc + 1) * cyc
-        rd, k, act = next(c for c in cand if c[0] < first_cycle_end)
-        i, _ = queue.pop(k)
-        b = banks[i]
-        g = b // bpg
-        if act is not None:
-            last_act = grp_act[g] = opened[b] = act
-            faw = [*faw[1:], act]
-            act_ok[b] = act + t.nRC
-            open_row[b] = rows[i]
-            pre_at[b] = act + t.nRAS
-        last_rd = grp_rd[g] = used[b] = rd
-        pre_at[b] = max(pre_at[b], rd + t.nRTP)
-        end = max(end, rd)
-        if nxt < n:
-            last_entry = max(arr[nxt], rd + cyc, last_entry + cyc)
-            queue.append((nxt, last_entry + cyc))
-            nxt += 1
-    return end
 
 
 QUEUE_DEPTH = ControllerConfig().read_queue
@@ -676,17 +588,30 @@ def coefficients_for(timing: DDR5Timing) -> npt.NDArray[np.float64]:
     return np.asarray(entry["coefficients"], dtype=np.float64)
 
 
+METHODS = ("auto", "replay", "counted")
+"""How :func:`estimate_device` times a stream: ``replay``, the compiled cycle model
+(hw/model/ddr5_replay.py: the controller's commands, exact); ``counted``, the bounds above;
+``auto``, the replay where it can be built here, else the counted bounds."""
+
+
 def estimate_device(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
                     geometry: DeviceGeometry, address_map: str = "cacheline",
                     lines_per_cycle: int = 4,
                     coefficients: npt.ArrayLike | None = None,
-                    refresh: bool = True) -> Estimate:
+                    refresh: bool = True, method: str = "auto") -> Estimate:
     """Estimated cycles of a stream of 64-byte requests (as run_device would replay it);
     ``refresh=False`` leaves out the refreshes (for a caller that places them itself: the
-    model device, hw/model/device_timing.Refresh)."""
+    model device, hw/model/device_timing.Refresh); ``method``: one of METHODS;
+    ``coefficients``: the counted bounds' loss factor (the replay has none)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
     t = geometry.timing
+    n = int(np.asarray(addrs).size)
+    if method == "replay" or (method == "auto" and replay.available()):
+        per = replay.replay_device(addrs, writes, geometry, address_map, lines_per_cycle,
+                                   refresh=refresh)
+        return Estimate(max(per), per, n * t.burst_bytes)
     coef = coefficients_for(t) if coefficients is None else np.asarray(coefficients)
     counts = count_subchannels(addrs, writes, geometry, address_map, lines_per_cycle)
     per = [subchannel_cycles(c, t, coef, refresh) if c else 0 for c in counts]
-    n = int(np.asarray(addrs).size)
     return Estimate(max(per), per, n * t.burst_bytes)

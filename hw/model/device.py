@@ -36,6 +36,7 @@ from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
 from nelssa.hw.model.device_timing import Refresh, Schedule, UnitTiming
+from nelssa.hw.model.device_timing import features as timing_features
 from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.model.sparse_memory import SparseMemory
 
@@ -407,15 +408,16 @@ class ModelDevice(DevicePort):
         self._schedule.add(id(job), *self._cycles(d, lines))
         self._planned = False
 
-    def _cycles(self, d, lines: list[int]) -> tuple[int, int]:
+    def _cycles(self, d, lines: list[int]) -> tuple[int, int, float]:
         """Cycles of one descriptor alone on its unit (the calibrated unit time,
-        hw/model/device_timing.py), and cycles of the whole DDR5 subsystem its reads take."""
+        hw/model/device_timing.py), cycles of the whole DDR5 subsystem its reads take, and
+        the clusters it reads."""
         unit = self.unit_timing.cycles(d, len(lines))
         mem = 0
         if lines:
             mem = estimate_device(np.asarray(lines, dtype=np.int64), None, self.geometry,
                                   lines_per_cycle=4, refresh=False).cycles
-        return unit, mem
+        return unit, mem, float(timing_features(d, len(lines))[1])
 
     def _bump64(self, name: str, by: int) -> None:
         self._set64(name, self._get64(name) + by)

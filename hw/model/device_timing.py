@@ -46,6 +46,10 @@ class UnitTiming:
     ``(1 + load ** (1 / softness)) ** -softness`` of the load (their DDR5 time over their unit
     time, summed), a smooth ``min(1, 1 / load)`` (0: that min itself). The queues fill before
     the bus does: four units asking 95 % of DDR5 run about 6 % slower, not at full speed."""
+    cluster_wait: float = 0.0
+    """Unit cycles each selected cluster loses at full load (``min(load, 1) ** 8`` of it):
+    its directory read and the K-to-V turn wait for reads that queue behind the other units'
+    near DDR5's rate; short descriptors of many small clusters lose most."""
     host_line_memory: float = 0.3
     """Cycles of the whole DDR5 subsystem one host CXL.mem line costs the units (its slot and
     a share of the write-to-read turnarounds it causes)."""
@@ -69,6 +73,7 @@ class UnitTiming:
         stall = data.get("refresh_stall")
         return cls(tuple(float(c) for c in data["coefficients"]),
                    float(data.get("softness", 0.0)),
+                   float(data.get("cluster_wait", 0.0)),
                    float(data.get("host_line_memory", cls.host_line_memory)),
                    None if stall is None else float(stall),
                    float(data.get("doorbell_cycles", cls.doorbell_cycles)),
@@ -132,6 +137,8 @@ class _Job:
     """Memory it takes per unit cycle of progress: its DDR5 time alone over its unit time."""
     arrived: float
     """When the command queue may begin to read it (the doorbell's cycle and its latency)."""
+    clusters: float = 0.0
+    """Selected clusters per unit cycle of work."""
     held_until: float = math.inf
     """When its read from the ring ends (it is in flight from then); inf before the read
     began."""
@@ -145,7 +152,8 @@ class Schedule:
     freed when its completion is written, in fetch order. Each runs as fast as its unit allows
     (its calibrated cycles) unless together with the host's CXL.mem traffic they ask more of
     DDR5 than it has; then all slow by the same factor (the front end serves its ports round
-    robin). DDR5 serves nothing in refresh windows. A fluid model: progress between events (a
+    robin), and each selected cluster loses ``cluster_wait`` cycles at full load. DDR5 serves
+    nothing in refresh windows. A fluid model: progress between events (a
     fetch, a start, a finish, a window) at constant rates."""
 
     def __init__(self, engines: int, timing: UnitTiming | None = None,
@@ -171,12 +179,15 @@ class Schedule:
         """Cycles with a descriptor in flight (read and not yet completed), up to ``now``: the
         RTL's PERF_BUSY."""
 
-    def add(self, key: object, unit_cycles: float, memory_cycles: float) -> None:
+    def add(self, key: object, unit_cycles: float, memory_cycles: float,
+            clusters: float = 0.0) -> None:
         """A descriptor the doorbell at ``now`` put on the ring: ``unit_cycles`` alone on its
-        unit, ``memory_cycles`` of the whole DDR5 subsystem for its reads."""
+        unit, ``memory_cycles`` of the whole DDR5 subsystem for its reads, ``clusters``
+        selected."""
         unit = max(1.0, float(unit_cycles))
         self.queue.append(_Job(key, unit, max(0.0, float(memory_cycles)) / unit,
-                               self.now + self.timing.doorbell_cycles))
+                               self.now + self.timing.doorbell_cycles,
+                               max(0.0, float(clusters)) / unit))
         self._start()
 
     def add_host_lines(self, n: int) -> None:
@@ -200,10 +211,10 @@ class Schedule:
     def _speed(self) -> tuple[float, float]:
         """(unit speed, host lines per cycle) now."""
         host = 1.0 / HOST_SHARE if self.host_lines > 0 else 0.0
-        streams = [j.demand for j in self.running if j.left > 0 and j.held_until <= self.now]
-        if not streams:
+        moving = [j for j in self.running if j.left > 0 and j.held_until <= self.now]
+        if not moving:
             return 1.0, host
-        load = sum(streams) + host * self.timing.host_line_memory
+        load = sum(j.demand for j in moving) + host * self.timing.host_line_memory
         softness = self.timing.softness
         if load <= 0:
             speed = 1.0
@@ -211,6 +222,9 @@ class Schedule:
             speed = (1.0 + load ** (1.0 / softness)) ** -softness
         else:
             speed = min(1.0, 1.0 / load)
+        if self.timing.cluster_wait > 0:  # the clusters' dependent reads wait in the queues
+            density = sum(j.clusters for j in moving) / len(moving)
+            speed /= 1.0 + self.timing.cluster_wait * density * min(load, 1.0) ** 8
         return speed, host * speed
 
     def _advance(self, dt: float, moving: list[_Job], speed: float,

@@ -1,0 +1,169 @@
+"""The cycle model of a DDR5 sub-channel, compiled: ``ddr5_replay.cpp`` beside this file is
+:class:`~nelssa.hw.model.ddr5_subchannel.SubchannelModel`'s policy step for step (without the
+timing checker), so it issues the same commands at the same tCK, a few hundred times faster.
+It is the time source of the timing estimate (:mod:`nelssa.hw.model.ddr5_estimate`) where a
+C++ compiler is at hand: built once with ``g++ -O2 -shared`` into ``build/ddr5_replay-<hash>``
+(``$NELSSA_BUILD_CACHE`` moves it; the hash covers the source), loaded with ctypes. Where no
+compiler is found, the build fails, or ``$NELSSA_NO_REPLAY`` is set, :func:`available` is
+False and the estimate keeps its counted bounds.
+
+The timings, the controller's configuration and the CA slots a command takes come from their
+one description (ddr5_timing.py, ControllerConfig, ddr5_checker.CA_CYCLES) on every call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
+from nelssa.hw.model.ddr5_checker import CA_CYCLES, DramCmd
+from nelssa.hw.model.ddr5_subchannel import (
+    ROW_COMMANDS_PER_CYCLE,
+    TCK_PER_CYCLE,
+    ControllerConfig,
+)
+from nelssa.hw.model.ddr5_timing import DDR5Timing
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("ddr5_replay.cpp")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = ("ACT", "RD", "WR", "PRE", "REF")
+"""The command counts the replay returns, in its order."""
+
+
+def _build_dir() -> Path:
+    env = os.environ.get("NELSSA_BUILD_CACHE")
+    return Path(env) if env else REPO_ROOT / "build"
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    """The compiled replay, built on first use; None where it cannot be built."""
+    if os.environ.get("NELSSA_NO_REPLAY"):
+        return None
+    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    if compiler is None:
+        log.warning("no C++ compiler found: the DDR5 estimate keeps its counted bounds")
+        return None
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    lib = _build_dir() / f"ddr5_replay-{digest}" / "libddr5_replay.so"
+    if not lib.exists():
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", str(SOURCE), "-o", str(tmp)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            log.warning("building the DDR5 replay failed (%s): the estimate keeps its counted "
+                        "bounds\n%s", " ".join(cmd), done.stderr[-2000:])
+            return None
+        tmp.replace(lib)  # atomic: a parallel build leaves one complete library
+    so = ctypes.CDLL(str(lib))
+    p64 = ctypes.POINTER(ctypes.c_longlong)
+    p32 = ctypes.POINTER(ctypes.c_int)
+    so.ddr5_replay.argtypes = [p64, ctypes.c_int, p32, p32, p64, p64,
+                               ctypes.POINTER(ctypes.c_ubyte), p64, ctypes.c_longlong, p64]
+    so.ddr5_replay.restype = ctypes.c_int
+    so.ddr5_replay_subchannels.argtypes = [p64, ctypes.c_int, p32, p32, p32, p64, p64,
+                                           ctypes.POINTER(ctypes.c_ubyte), p64,
+                                           ctypes.c_longlong, p64]
+    so.ddr5_replay_subchannels.restype = ctypes.c_int
+    return so
+
+
+def available() -> bool:
+    """Whether the compiled replay can run here."""
+    return _library() is not None
+
+
+def _params(t: DDR5Timing, cfg: ControllerConfig, refresh: bool) -> npt.NDArray[np.int64]:
+    """The parameter vector, in the order of ddr5_replay.cpp's ``Param``."""
+    ca = [CA_CYCLES[c] for c in (DramCmd.ACT, DramCmd.RD, DramCmd.WR, DramCmd.PRE, DramCmd.REF)]
+    return np.array([t.nCL, t.nCWL, t.nRCD, t.nRP, t.nRAS, t.nRC, t.nRTP, t.nCCD_S, t.nCCD_L,
+                     t.nCCD_L_WR, t.nRRD_S, t.nRRD_L, t.nFAW, t.nRFC, t.nREFI, t.burst_cycles,
+                     t.read_to_write, t.write_to_read(True), t.write_to_read(False),
+                     t.write_to_precharge, t.bank_groups, t.banks_per_group, cfg.read_queue,
+                     cfg.write_queue, cfg.write_high, cfg.write_low, cfg.close_idle,
+                     int(refresh), TCK_PER_CYCLE, ROW_COMMANDS_PER_CYCLE, *ca], dtype=np.int64)
+
+
+def _ptr(a: np.ndarray, kind: type) -> object:
+    return a.ctypes.data_as(ctypes.POINTER(kind))
+
+
+def _replay(t: DDR5Timing, start: npt.NDArray[np.int32], bank_group: npt.ArrayLike,
+            bank: npt.ArrayLike, row: npt.ArrayLike, column: npt.ArrayLike,
+            is_write: npt.ArrayLike | None, arrival: npt.ArrayLike,
+            config: ControllerConfig | None, refresh: bool,
+            max_cycles: int) -> npt.NDArray[np.int64]:
+    """Per sub-channel (requests ``start[s]`` to ``start[s + 1]``): cycles and COMMANDS."""
+    so = _library()
+    if so is None:
+        raise RuntimeError("the compiled DDR5 replay is not available (no C++ compiler?)")
+    bg = np.ascontiguousarray(bank_group, dtype=np.int32)
+    n = bg.size
+    bk = np.ascontiguousarray(bank, dtype=np.int32)
+    rw = np.ascontiguousarray(row, dtype=np.int64)
+    cl = np.ascontiguousarray(column, dtype=np.int64)
+    wr = np.ascontiguousarray(np.zeros(n, bool) if is_write is None else is_write, np.uint8)
+    ar = np.ascontiguousarray(arrival, dtype=np.int64)
+    if not (bk.size == rw.size == cl.size == wr.size == ar.size == n):
+        raise ValueError("the request arrays differ in length")
+    start = np.ascontiguousarray(start, dtype=np.int32)
+    earlier = np.flatnonzero(np.diff(ar) < 0) + 1  # later requests that arrive earlier
+    if not np.isin(earlier, start).all():  # a sub-channel's first may
+        raise ValueError("arrival must be non-decreasing")
+    params = _params(t, config or ControllerConfig(), refresh)
+    subs = start.size - 1
+    out = np.zeros((subs, 1 + len(COMMANDS)), np.int64)
+    rc = so.ddr5_replay_subchannels(
+        _ptr(params, ctypes.c_longlong), subs, _ptr(start, ctypes.c_int),
+        _ptr(bg, ctypes.c_int), _ptr(bk, ctypes.c_int), _ptr(rw, ctypes.c_longlong),
+        _ptr(cl, ctypes.c_longlong), _ptr(wr, ctypes.c_ubyte), _ptr(ar, ctypes.c_longlong),
+        max_cycles, _ptr(out, ctypes.c_longlong))
+    if rc == -2:
+        raise ValueError(f"the replay handles up to 64 banks, not {t.banks}")
+    if rc != 0:
+        raise RuntimeError(f"DDR5 replay did not finish in {max_cycles} cycles")
+    return out
+
+
+def replay_subchannel(t: DDR5Timing, bank_group: npt.ArrayLike, bank: npt.ArrayLike,
+                      row: npt.ArrayLike, column: npt.ArrayLike,
+                      is_write: npt.ArrayLike | None, arrival: npt.ArrayLike,
+                      config: ControllerConfig | None = None, refresh: bool = True,
+                      max_cycles: int = 10**12) -> tuple[int, dict[str, int]]:
+    """Controller cycles until the last data burst of one sub-channel's requests (in arrival
+    order, non-decreasing), and the commands issued, as SubchannelModel.run measures them."""
+    n = np.asarray(bank_group).size
+    out = _replay(t, np.array([0, n], np.int32), bank_group, bank, row, column, is_write,
+                  arrival, config, refresh, max_cycles)[0]
+    return int(out[0]), dict(zip(COMMANDS, (int(x) for x in out[1:]), strict=True))
+
+
+def replay_device(addrs: npt.ArrayLike, writes: npt.ArrayLike | None, geometry: DeviceGeometry,
+                  address_map: str = "cacheline", lines_per_cycle: int = 4,
+                  config: ControllerConfig | None = None,
+                  refresh: bool = True) -> list[int]:
+    """Per sub-channel, controller cycles until its last burst (0 where it gets nothing), of a
+    stream of byte addresses leaving the front end ``lines_per_cycle`` a cycle, in order (as
+    :func:`~nelssa.hw.model.ddr5_device.run_device` replays it)."""
+    d = decode(addrs, geometry, address_map)
+    n = d.row.size
+    w = np.zeros(n, bool) if writes is None else np.asarray(writes, bool)
+    order = np.argsort(d.subchannel, kind="stable")
+    start = np.searchsorted(d.subchannel[order], np.arange(geometry.subchannels + 1))
+    out = _replay(geometry.timing, start, d.bank_group[order], d.bank[order], d.row[order],
+                  d.column[order], w[order], order // lines_per_cycle, config, refresh,
+                  10**12)
+    return [int(c) for c in out[:, 0]]
