@@ -30,6 +30,7 @@ from nelssa.host.gpu.prefill import (
     estimate_prefill,
     estimate_run,
     kv_bytes,
+    weight_layers,
 )
 
 GQA = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -174,6 +175,25 @@ def test_estimates():
     assert sampled.kv_bytes == kv_bytes(c, 512) + 2.125 * kv_bytes(c, 32768)
     why = check_run(run, cfg, 24 * GIB)
     assert why is not None and "GiB of host memory" in why and "24.0 GiB available" in why
+    # the sampled 32-layer target: without the accuracy check a long prompt's emulated KV is
+    # streamed to the node (one bf16 layer held), the node's model devices hold theirs in
+    # files (on disk, not in memory), the twins theirs (4 of 32 layers) in RAM, and 4 shared
+    # weight sets leave the embeddings and 4 layers of weights
+    long = [131056] * 2
+    target = estimate_run(c, [1024] * 4, long, cfg, accuracy=False, twin_layers=4,
+                          weight_sets=4, file_memory=True)
+    assert target.weights_bytes == (c.vocab_params + 4 * c.layer_params) * 4
+    assert target.kv_bytes == int(4 * kv_bytes(c, 1024) + 2 * (0.5 / 8 + 0.5 / 32)
+                                  * kv_bytes(c, 131056))
+    assert target.disk_bytes == 2 * 0.5 * kv_bytes(c, 131056)
+    assert check_run(target, cfg, 24 * GIB) is None
+    full = check_run(target, cfg, 24 * GIB, disk_free=20 * GIB)
+    assert full is not None and "32.0 GiB of disk" in full and "20.0 GiB free" in full
+    in_ram = estimate_run(c, [1024] * 4, long, cfg, accuracy=False, twin_layers=4)
+    assert in_ram.kv_bytes - target.kv_bytes == kv_bytes(c, 131056)  # the node's copy
+    assert in_ram.weights_bytes == c.params * 4 and in_ram.disk_bytes == 0
+    why = check_run(in_ram, cfg, 24 * GIB)
+    assert why is not None and f"weights {c.params * 4 / GIB:.1f}, KV" in why
     tiny = estimate_run(LlamaConfig(), [64], [1024], cfg)
     assert check_run(tiny, cfg, 24 * GIB) is None
     slow_cfg = PrefillConfig(host_gflops=1.0, prefill_limit_s=10)
@@ -181,6 +201,22 @@ def test_estimates():
     assert slow is not None and "the limit is 10 s" in slow
     with pytest.raises(ValueError, match="prefill_chunk"):
         PrefillConfig(prefill_chunk=0)
+
+
+def test_weight_sets_share_layers_and_keep_the_first_layers_values():
+    """``random_weights(weight_sets=N)``: layers 0..N-1 are those of a model of N layers,
+    layer i holds layer i mod N's tensors (no memory of its own); 0 changes nothing."""
+    c4 = LlamaConfig(num_hidden_layers=4)
+    c8 = LlamaConfig(num_hidden_layers=8)
+    own, shared = random_weights(c8, 2), random_weights(c8, 2, weight_sets=4)
+    alone = random_weights(c4, 2)
+    assert all(torch.equal(own[k], v) for k, v in random_weights(c8, 2, weight_sets=0).items())
+    assert all(torch.equal(shared[k], v) for k, v in alone.items())
+    assert not torch.equal(own["model.layers.5.self_attn.q_proj.weight"],
+                           own["model.layers.1.self_attn.q_proj.weight"])
+    for name in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight"):
+        assert shared[f"model.layers.5.{name}"] is shared[f"model.layers.1.{name}"]
+    assert weight_layers(c8, 4) == 4 and weight_layers(c8, 0) == weight_layers(c8, 8) == 8
 
 
 def test_available_memory(tmp_path):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -138,11 +139,15 @@ class EmulatedPrefill:
         return k_out.transpose(0, 1), v_out.transpose(0, 1)
 
     def prefill(self, prompt: list[int], request_seed: int = 0,
-                dtype: torch.dtype = torch.float32) -> tuple[int, list[tuple[Tensor, Tensor]]]:
+                dtype: torch.dtype = torch.float32,
+                keep: Callable[[int, Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+                ) -> tuple[int, list[tuple[Tensor, Tensor]]]:
         """(first token, each layer's K and V, in ``dtype`` as ``layer_kv`` makes them): the
         prompt's KV made up to its last token, the last token's own pass real (its K and V,
         then attention over the context, a KV head at a time, layer by layer), so the first
-        token follows from what the decode node will hold."""
+        token follows from what the decode node will hold. ``keep(layer, k, v)``: what is
+        kept of each layer's K and V once the layer is done (the decoder streams a layer to
+        the node and keeps its window), so one layer of the prompt's KV is held at a time."""
         m = self.model
         n = len(prompt)
         if n < 1:
@@ -157,8 +162,9 @@ class EmulatedPrefill:
                 k[-1], v[-1] = k_last[0], v_last[0]  # bf16 values already: exact in either
             else:
                 k, v = k_last.to(dtype), v_last.to(dtype)
-            kv.append((k, v))
             x = m.finish_layer(layer, x, _attend_by_head(q[0], k, v)[None])
+            kv.append(keep(layer, k, v) if keep is not None else (k, v))
+            del k, v
         return int(m.logits(x)[-1].argmax()), kv
 
 
