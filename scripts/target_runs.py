@@ -15,11 +15,13 @@ test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -72,7 +74,8 @@ def targets(steps: int, iterations: int) -> list[Target]:
         Target("model-4", "2 x 128K + 4 x 1K, 4 layers, 4 model devices",
                (*base, *two, "--layers", "4", "--backend", "model")),
         Target("sampled-32", "2 x 128K + 4 x 1K, 32 layers, layers 0-3 on Verilated twins",
-               (*base, *two, "--layers", "32", "--backend", "model", "--rtl-layers", "4")),
+               (*base, *two, "--layers", "32", "--backend", "model", "--rtl-layers", "4",
+                "--weight-sets", "4", "--device-memory", "file")),
         Target("model-1m", "1 x 1M + 4 x 1K, 1 layer, 4 model devices",
                (*base, "--long", "1", "--long-len", str(MILLION), "--positions",
                 str(MILLION + 64), "--layers", "1", "--backend", "model")),
@@ -91,11 +94,26 @@ class Outcome:
     """/usr/bin/time -v: the largest single process."""
     tree_peak_kib: int = 0
     """The sampler: the whole process tree's resident memory at its peak."""
+    files_peak_kib: int = 0
+    """The sampler: disk the tree's file-backed device memory takes at its peak
+    (`--device-memory file`)."""
     figures: dict[str, str] = field(default_factory=dict)
 
 
-def _tree_rss_kib(root: int) -> int:
-    """Resident memory of ``root`` and every process below it."""
+def _tree_files_kib(pids: set[int]) -> int:
+    """Disk taken by the device memory files (`--device-memory file`) of nodes among
+    ``pids``: their private folders are named by the node's pid."""
+    total = 0
+    for f in Path(tempfile.gettempdir()).glob("nelssa-node-*-*/device-*.mem"):
+        pid = f.parent.name[len("nelssa-node-"):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) in pids:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                total += f.stat().st_blocks * 512 // 1024
+    return total
+
+
+def _tree(root: int) -> tuple[int, set[int]]:
+    """Resident memory (KiB) of ``root`` and every process below it, and their pids."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for d in Path("/proc").iterdir():
@@ -110,12 +128,13 @@ def _tree_rss_kib(root: int) -> int:
         r = re.search(r"^VmRSS:\s+(\d+)", status, re.M)
         children.setdefault(int(m.group(1)) if m else 0, []).append(pid)
         rss[pid] = int(r.group(1)) if r else 0
-    total, todo = 0, [root]
+    total, todo, seen = 0, [root], set()
     while todo:
         pid = todo.pop()
+        seen.add(pid)
         total += rss.get(pid, 0)
         todo += children.get(pid, [])
-    return total
+    return total, seen
 
 
 def run(t: Target) -> Outcome:
@@ -125,12 +144,14 @@ def run(t: Target) -> Outcome:
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    peak = [0]
+    peak = [0, 0]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.5):
-            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+            rss, pids = _tree(proc.pid)
+            peak[0] = max(peak[0], rss)
+            peak[1] = max(peak[1], _tree_files_kib(pids))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -144,7 +165,7 @@ def run(t: Target) -> Outcome:
     sampler.join()
     o.wall_s = time.perf_counter() - start
     o.out = "".join(lines)
-    o.tree_peak_kib = peak[0]
+    o.tree_peak_kib, o.files_peak_kib = peak
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", o.out)
     o.peak_rss_kib = int(m.group(1)) if m else 0
     o.figures = figures(o.out)
