@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -61,6 +62,8 @@ class Target:
     name: str
     what: str
     args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables the point runs with (shown in its command)."""
 
 
 def targets(steps: int, iterations: int) -> list[Target]:
@@ -77,7 +80,10 @@ def targets(steps: int, iterations: int) -> list[Target]:
                (*base, *two, "--layers", "4", "--backend", "model")),
         Target("sampled-32", "2 x 128K + 4 x 1K, 32 layers, layers 0-3 on Verilated twins",
                (*base, *two, "--layers", "32", "--backend", "model", "--rtl-layers", "4",
-                "--weight-sets", "4", "--device-memory", "file")),
+                "--weight-sets", "4", "--device-memory", "file"),
+               # one intra-op thread: on this shared 2-core machine PyTorch's two threads wait
+               # for each other behind other jobs (the set-up's elementwise work 4x slower)
+               (("OMP_NUM_THREADS", "1"),)),
         Target("model-1m", "1 x 1M + 4 x 1K, 1 layer, 4 model devices",
                (*base, "--long", "1", "--long-len", str(MILLION), "--positions",
                 str(MILLION + 64), "--layers", "1", "--backend", "model")),
@@ -142,10 +148,10 @@ def _tree(root: int) -> tuple[int, set[int]]:
 def run(t: Target) -> Outcome:
     cmd = ["/usr/bin/time", "-v", *NELSSA, *t.args]
     log.info("%s: %s", t.name, " ".join(cmd[2:]))
-    o = Outcome(t, command="nelssa " + " ".join(t.args))
+    o = Outcome(t, command=" ".join([*(f"{k}={v}" for k, v in t.env), "nelssa", *t.args]))
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, env={**os.environ, **dict(t.env)})
     peak = [0, 0]
     done = threading.Event()
 

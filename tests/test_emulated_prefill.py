@@ -132,6 +132,10 @@ def test_kv_in_bf16_and_by_rope_chunks_holds_the_same_values(model, monkeypatch)
     monkeypatch.setattr(emulated_prefill, "ROPE_TOKENS", 1000)
     kc, vc = e.layer_kv(1, 5000, request_seed=2)
     assert torch.equal(kc, k) and torch.equal(vc, v)
+    # RoPE's tables made again for every head (past ROPE_CACHE_BYTES): the same values
+    monkeypatch.setattr(emulated_prefill, "ROPE_CACHE_BYTES", 0)
+    kn, vn = e.layer_kv(1, 5000, request_seed=2)
+    assert torch.equal(kn, k) and torch.equal(vn, v)
     with pytest.raises(ValueError, match="dtype"):
         e.layer_kv(1, 10, dtype=torch.float16)
 

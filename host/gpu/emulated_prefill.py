@@ -39,6 +39,9 @@ BLOCK_TOKENS = 4096
 """Tokens drawn from one seed (a run of topics starts again at each block)."""
 ROPE_TOKENS = 1 << 16
 """Tokens RoPE is applied to at a time (bounds its temporaries)."""
+ROPE_CACHE_BYTES = 256 << 20
+"""Most memory RoPE's cos and sin tables of a prompt take when kept for all KV heads (past it
+they are made again for each head)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,9 @@ class EmulatedPrefill:
         kh, vh = torch.empty(tokens, hd), torch.empty(tokens, hd)  # one head, pre-RoPE
         positions = torch.arange(tokens)
         base = (cfg.seed * 1_000_003 + request_seed) * 65_537 + layer * 257
+        # RoPE's cos and sin made once for every head, where they take at most ROPE_CACHE_BYTES
+        cache = 2 * tokens * hd * 4 <= ROPE_CACHE_BYTES
+        tables: dict[int, tuple[Tensor, Tensor]] = {}
         for h in range(kvh):
             g = torch.Generator().manual_seed(base + h)
             offset = a * k_std[h] * torch.randn(hd, generator=g)
@@ -133,7 +139,10 @@ class EmulatedPrefill:
                 vb.add_(noise[1].mul_(ev * v_std[h]))
             for start in range(0, tokens, ROPE_TOKENS):  # elementwise: the same values as
                 end = min(tokens, start + ROPE_TOKENS)  # RoPE over every token at once
-                kr = m._rope(kh[start:end, None], positions[start:end])[:, 0]
+                table = tables.get(start) or m.rope_tables(positions[start:end])
+                if cache:
+                    tables[start] = table
+                kr = m._rope(kh[start:end, None], positions[start:end], table)[:, 0]
                 k_out[h, start:end] = bf16_round(kr) if m.attn_bf16 else kr
             v_out[h] = bf16_round(vh) if m.attn_bf16 else vh
         return k_out.transpose(0, 1), v_out.transpose(0, 1)

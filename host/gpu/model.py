@@ -147,11 +147,17 @@ class Llama:
         var = x.pow(2).mean(-1, keepdim=True)
         return x * torch.rsqrt(var + self.c.rms_norm_eps) * weight
 
-    def _rope(self, x: Tensor, positions: Tensor) -> Tensor:
-        """x: (tokens, heads, head_dim); HF's rotate-half convention."""
+    def rope_tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin (tokens, 1, head_dim) of the rotation at ``positions``."""
         freqs = positions.to(torch.float32)[:, None] * self._inv_freq[None, :]
         emb = torch.cat([freqs, freqs], dim=-1)
-        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        return emb.cos()[:, None, :], emb.sin()[:, None, :]
+
+    def _rope(self, x: Tensor, positions: Tensor,
+              tables: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """x: (tokens, heads, head_dim); HF's rotate-half convention. ``tables``: what
+        ``rope_tables(positions)`` gives, made once for several calls."""
+        cos, sin = tables if tables is not None else self.rope_tables(positions)
         half = x.shape[-1] // 2
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rot * sin
