@@ -206,8 +206,10 @@ def test_estimates():
 def test_weight_sets_share_layers_and_keep_the_first_layers_values():
     """``random_weights(weight_sets=N)``: layers 0..N-1 are those of a model of N layers,
     layer i holds layer i mod N's tensors (no memory of its own); 0 changes nothing."""
-    c4 = LlamaConfig(num_hidden_layers=4)
-    c8 = LlamaConfig(num_hidden_layers=8)
+    tiny = {"vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+    c4 = LlamaConfig(num_hidden_layers=4, **tiny)
+    c8 = LlamaConfig(num_hidden_layers=8, **tiny)
     own, shared = random_weights(c8, 2), random_weights(c8, 2, weight_sets=4)
     alone = random_weights(c4, 2)
     assert all(torch.equal(own[k], v) for k, v in random_weights(c8, 2, weight_sets=0).items())
