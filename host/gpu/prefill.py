@@ -165,15 +165,16 @@ def weight_layers(c: LlamaConfig, weight_sets: int = 0) -> int:
 
 def estimate_run(c: LlamaConfig, short: list[int], long: list[int], cfg: PrefillConfig,
                  accuracy: bool = True, local_node: bool = True,
-                 twin_layers: int = 0, weight_sets: int = 0,
-                 file_memory: bool = False) -> RunEstimate:
+                 twin_layers: int = 0, weight_sets: int = 0, file_memory: bool = False,
+                 tokens_per_cluster: float = 16.0) -> RunEstimate:
     """A decode run with prompts of these lengths (short ones on the GPU tier, long ones
     perhaps on the PNM tier: counted as if they were): each holds its float32 KV (a long
     emulated one bf16; without ``accuracy`` one layer of it at a time, as it is streamed to
     the node); a long one also a full copy for the accuracy check (``accuracy``) and,
     when the node runs on this host (``local_node``), the node's bf16 copy (on disk with
     ``file_memory``: ``disk_bytes``), and the Verilated twins' bf16 copy of the first
-    ``twin_layers`` layers (sampled simulation). Random weights of ``weight_sets`` layers
+    ``twin_layers`` layers (sampled simulation), and the GPU's centroids (a float32 key per
+    ``tokens_per_cluster`` tokens, every layer). Random weights of ``weight_sets`` layers
     (``weight_layers``) and the embeddings, float32."""
     layers = c.num_hidden_layers
     twins = min(twin_layers, layers) / layers
@@ -189,7 +190,9 @@ def estimate_run(c: LlamaConfig, short: list[int], long: list[int], cfg: Prefill
             return 1.0  # float32
         return 0.5 if accuracy else 0.5 / layers  # bf16 from the emulated prefill node
 
-    kv = sum(kv_bytes(c, n) for n in short) + sum((copies + own(n)) * kv_bytes(c, n)
+    # and the GPU's Centroid Meta-Info: a float32 key per cluster of tokens_per_cluster
+    cents = 0.5 / tokens_per_cluster
+    kv = sum(kv_bytes(c, n) for n in short) + sum((copies + own(n) + cents) * kv_bytes(c, n)
                                                   for n in long)
     disk = sum(0.5 * kv_bytes(c, n) for n in long) if file_memory and local_node else 0
     real = [e for e, n in zip(ests, prompts, strict=True) if not emulates(c, n, cfg)]
