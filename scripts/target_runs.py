@@ -54,7 +54,14 @@ NOTES = (
     "time. The run estimate has it at 14.1 GiB (weights 4.2, KV 8.0: the twins' 4 layers, "
     "one layer being offloaded, the short requests, the centroids) and 32.0 GiB of disk; "
     "without the two options the same run is refused before it starts: about 68.9 GiB "
-    "(weights 27.0, KV 40.0) against this machine's 24 GiB.",
+    "(weights 27.0, KV 40.0) against this machine's 24 GiB. Its set-up is the synthetic KV "
+    "and k-means of 64 (request, layer) pairs of 128K tokens on one PyTorch thread "
+    "(`OMP_NUM_THREADS=1`), with other jobs on the machine; its steps run 28 layers on the "
+    "model devices and 4 on model devices and twins both.",
+    "",
+    "The model-4 and model-1m points were measured before the engine model batched its "
+    "arithmetic (the same bits, about 4x less wall per descriptor): their wall per step is "
+    "the older model's; the sampled-32 point's is the newer one's.",
 )
 """The page's notes on what the table does not show."""
 
