@@ -277,3 +277,10 @@ def test_decode_refuses_shapes_the_devices_cannot_hold(capsys, tmp_path):
         assert f"--model {folder}: {words}" in err
     err = _decode_error(capsys, ["--model", str(tmp_path / "hd96"), "--layers", "2"])
     assert "--model-shape, --layers, --vocab and --positions describe a random model" in err
+
+
+def test_options_of_the_32_layer_run_refuse_what_they_cannot_do(capsys, tmp_path):
+    err = _decode_error(capsys, ["--device-memory", "file", "--backend", "rtl"])
+    assert "--device-memory file: the model devices of a node this run boots" in err
+    err = _decode_error(capsys, ["--weight-sets", "4", "--model", str(tmp_path)])
+    assert "--weight-sets shares random weights between layers; --model loads them" in err
