@@ -59,9 +59,11 @@ NOTES = (
     "(`OMP_NUM_THREADS=1`), with other jobs on the machine; its steps run 28 layers on the "
     "model devices and 4 on model devices and twins both.",
     "",
-    "The model-4 and model-1m points were measured before the engine model batched its "
-    "arithmetic (the same bits, about 4x less wall per descriptor): their wall per step is "
-    "the older model's; the sampled-32 point's is the newer one's.",
+    "The model-1m point was measured before the engine model batched its arithmetic (the "
+    "same bits, about 4x less wall per descriptor): its wall per step is the older model's "
+    "(model-4 took 21.3, 21.4, 22.3 s per step with it, the same emulated figures); the "
+    "model-4 and sampled-32 points are the newer one's. model-4's set-up ran with other jobs "
+    "on the machine (PyTorch's two threads: 290 s against 100 s before).",
 )
 """The page's notes on what the table does not show."""
 
