@@ -170,18 +170,22 @@ class DeviceProcesses:
     """``count`` device processes serving at ipc:// endpoints in a private folder."""
 
     def __init__(self, count: int, backend: str, engines: int | None = None,
-                 preset: str = "ddr5-6400", verbose: bool = False) -> None:
+                 preset: str = "ddr5-6400", verbose: bool = False,
+                 file_memory: bool = False) -> None:
         """``engines``: attention units per device (None: `device serve`'s default, the
-        device's own)."""
+        device's own); ``file_memory``: model devices hold their memory in sparse files in
+        the private folder (`device serve --memory-file`), removed with it."""
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         self.folder = private_folder("nelssa-node-")
         self.endpoints = [f"ipc://{self.folder}/device-{i}" for i in range(count)]
         self.procs: list[subprocess.Popen[bytes]] = []
         try:
-            for ep in self.endpoints:
+            for i, ep in enumerate(self.endpoints):
+                mem = (["--memory-file", str(self.folder / f"device-{i}.mem")]
+                       if file_memory else [])
                 cmd = [sys.executable, "-m", "nelssa.cli", *(["-v"] if verbose else []),
-                       "device", "serve", "--backend", backend, "--endpoint", ep,
+                       "device", "serve", "--backend", backend, "--endpoint", ep, *mem,
                        *(["--engines", str(engines)] if engines is not None else []),
                        "--preset", preset,
                        "--parent-pid", str(os.getpid())]

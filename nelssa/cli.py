@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -86,11 +87,24 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
 
     check_bind(args.endpoint, args.curve_secret)  # before the device is made (rtl: built)
     curve = CurveServerKeys(args.curve_secret) if args.curve_secret else None
+    if args.memory_file is not None and args.backend != "model":
+        print("error: --memory-file goes with --backend model", file=sys.stderr)
+        return 2
 
     if args.backend == "model":
         from nelssa.hw.model.device import DeviceConfig, ModelDevice
 
-        port = ModelDevice(DeviceConfig(engines=args.engines, preset=args.preset))
+        config = DeviceConfig(engines=args.engines, preset=args.preset)
+        memory = None
+        if args.memory_file is not None:
+            from nelssa.hw.model.sparse_memory import FileMemory
+
+            try:
+                memory = FileMemory(config.mem_bytes, args.memory_file)
+            except OSError as e:
+                print(f"error: --memory-file {args.memory_file}: {e}", file=sys.stderr)
+                return 2
+        port = ModelDevice(config, memory=memory)
     elif args.backend == "fpga":
         from nelssa.hw.fpga.errors import FpgaError
         from nelssa.hw.fpga.port import open_board
@@ -113,6 +127,10 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
     except ValueError as e:  # a refused bind, a bad key file
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        close = getattr(getattr(port, "mem", None), "close", None)
+        if args.memory_file is not None and close is not None:
+            close()  # the file-backed memory's file goes with the device
     remove_socket_file(args.endpoint)
     return 0
 
@@ -178,6 +196,9 @@ def build_parser() -> Parser:
     serve.add_argument("--curve-secret", type=input_file,
                        help="CURVE secret key file; needed to bind an address other hosts "
                             "can reach")
+    serve.add_argument("--memory-file", type=Path, metavar="PATH",
+                       help="--backend model: hold device memory in a new sparse file at PATH "
+                            "(removed on exit) instead of RAM, for KV beyond the host's memory")
     serve.set_defaults(func=cmd_device_serve)
     ddemo = device_sub.add_parser("demo", help="attention descriptors on the rtl and model device")
     _ranged(ddemo, "--kv-heads", 8, 2, "KV heads")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -87,7 +88,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
             raise UsageError(f"--node {e}") from None
     try:
         model = Llama.load(args.model, seed=args.seed, config=model_config(args),
-                           prefill=_prefill_config(args))
+                           prefill=_prefill_config(args), weight_sets=args.weight_sets)
     except (ValueError, OSError) as e:
         raise UsageError(f"--model {args.model}: {e}") from None
     c = model.c
@@ -130,6 +131,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
             extra = [x for b in args.bar or [] for x in ("--bar", b)]
             if args.rtl_layers:
                 extra += ["--rtl-layers", str(args.rtl_layers)]
+            if args.device_memory == "file":
+                extra += ["--device-memory", "file"]
             if args.manifest:
                 extra += ["--manifest", args.manifest]
             try:
@@ -303,6 +306,16 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                         "each device, answered by it and checked against the model devices "
                         "bit for bit and cycle for cycle (sampled simulation; `node up "
                         "--rtl-layers`)")
+    p.add_argument("--weight-sets", type=int_range(0, 256), default=0, metavar="N",
+                   help="random weights: draw layers 0..N-1 only (the values a model of N "
+                        "layers has) and give layer i the weights of layer i mod N, so many "
+                        "layers of a large shape fit the host; each layer's KV is still its "
+                        "own; 0: every layer its own weights [default: %(default)s]")
+    p.add_argument("--device-memory", choices=("ram", "file"), default="ram",
+                   help="where the booted node's model devices hold their memory: RAM, or a "
+                        "sparse file each in the node's temporary folder, removed at exit "
+                        "(`node up --device-memory`; for KV beyond the host's memory) "
+                        "[default: %(default)s]")
     p.add_argument("--short", type=int_range(0, 256), default=4, help="short requests (0..256)")
     p.add_argument("--long", type=int_range(0, 64), default=2, help="long requests (0..64)")
     p.add_argument("--short-len", type=length_range, default="64..512",
@@ -344,6 +357,11 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.rtl_layers and (args.backend != "model" or args.node is not None):
         parser.error(f"--rtl-layers {args.rtl_layers}: sampling puts the other layers on model "
                      "devices of a node this run boots (--backend model, no --node)")
+    if args.device_memory == "file" and (args.backend != "model" or args.node is not None):
+        parser.error("--device-memory file: the model devices of a node this run boots "
+                     "(--backend model, no --node)")
+    if args.weight_sets and args.model is not None:
+        parser.error("--weight-sets shares random weights between layers; --model loads them")
     from nelssa.host.gpu.decode import DecodeConfig
 
     for option, field in (("--t-input", "t_input"), ("--selection", "selection"),
@@ -387,11 +405,15 @@ def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     cfg = _prefill_config(args)
     short = [args.short_len[1]] * args.short
     long = [args.long_len[1]] * args.long
+    file_memory = args.device_memory == "file"
     est = estimate_run(c, short, long, cfg, accuracy=not args.no_accuracy,
-                       local_node=args.node is None, twin_layers=args.rtl_layers)
-    why = check_run(est, cfg, available_memory())
+                       local_node=args.node is None, twin_layers=args.rtl_layers,
+                       weight_sets=args.weight_sets, file_memory=file_memory)
+    why = check_run(est, cfg, available_memory(),
+                    shutil.disk_usage(tempfile.gettempdir()).free if file_memory else None)
     if why:
         parser.error(f"{what} ({c.num_hidden_layers} layers) with --short {args.short} x "
                      f"--short-len up to {args.short_len[1]} and --long {args.long} x --long-len "
                      f"up to {args.long_len[1]}: the run {why} (fewer --layers, shorter "
-                     "prompts, --no-accuracy or --prefill-limit)")
+                     "prompts, --no-accuracy, --weight-sets, --device-memory file or "
+                     "--prefill-limit)")

@@ -140,7 +140,8 @@ def cmd_node_up(args: argparse.Namespace) -> int:
 
             print("building the Verilated device (cached after the first run) ...", flush=True)
             build_library(args.preset, args.engines)
-        procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose)
+        procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose,
+                                file_memory=args.device_memory == "file")
         endpoints = procs.endpoints
     twins = None
     if args.rtl_layers:  # sampled simulation: a Verilated twin beside each model device
@@ -285,6 +286,10 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
                     help="use a running device (`nelssa device serve`) instead of starting one; "
                          "repeat for each")
     add_config_options(up, NodeConfig, NODE_OPTIONS)
+    up.add_argument("--device-memory", choices=("ram", "file"), default="ram",
+                    help="where model devices hold their memory: RAM, or a sparse file each "
+                         "in the node's temporary folder (removed at exit; for KV beyond the "
+                         "host's memory) [default: %(default)s]")
     up.add_argument("--curve-secret", type=input_file,
                     help="the node's CURVE secret key file (.key_secret)")
     up.add_argument("--curve-clients", type=input_dir,
@@ -324,6 +329,9 @@ def check_node_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "model devices the node starts (--backend model, no --attach)")
         if args.rtl_layers:
             check_rtl_engines(parser, args.engines)
+        if args.device_memory == "file" and (args.backend != "model" or args.attach):
+            parser.error("--device-memory file: model devices the node starts (--backend "
+                         "model, no --attach)")
         if args.backend == "fpga" and not args.attach and not args.bar:
             parser.error("--backend fpga needs --bar BOARD for each board (a PCI device "
                          "folder, or a fake board from `nelssa fpga fake`)")

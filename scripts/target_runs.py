@@ -15,11 +15,14 @@ test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -43,11 +46,24 @@ NOTES = (
     "product per segment, so the k-means share of the set-up scales with the rounds; no "
     "emulated time depends on them.",
     "",
-    "The 32-layer point is refused before it starts: the run estimate (in its output below) "
-    "has the weights alone (float32, random, 32 layers of the Llama-3-8B shape) above this "
-    "machine's memory, before the 2 x 32 layers of float32 and bf16 KV. KV regions that the "
-    "model devices regenerate on read would remove the devices' share of it, not the "
-    "weights' or the decode side's; they are not built (see the issue).",
+    "The 32-layer point runs with `--weight-sets 4` (random layers 4..31 take the weights "
+    "of layer i mod 4, so layers 0-3 are the 4-layer points' own; every layer's KV is its "
+    "own) and `--device-memory file` (the model devices' memory in sparse files on disk: "
+    "the device files column is the disk they took at the peak, not in the memory columns); "
+    "without the accuracy check each long prompt's KV is streamed to the node a layer at a "
+    "time. The run estimate has it at 14.1 GiB (weights 4.2, KV 8.0: the twins' 4 layers, "
+    "one layer being offloaded, the short requests, the centroids) and 32.0 GiB of disk; "
+    "without the two options the same run is refused before it starts: about 68.9 GiB "
+    "(weights 27.0, KV 40.0) against this machine's 24 GiB. Its set-up is the synthetic KV "
+    "and k-means of 64 (request, layer) pairs of 128K tokens on one PyTorch thread "
+    "(`OMP_NUM_THREADS=1`), with other jobs on the machine; its steps run 28 layers on the "
+    "model devices and 4 on model devices and twins both.",
+    "",
+    "The model-1m point was measured before the engine model batched its arithmetic (the "
+    "same bits, about 4x less wall per descriptor): its wall per step is the older model's "
+    "(model-4 took 21.3, 21.4, 22.3 s per step with it, the same emulated figures); the "
+    "model-4 and sampled-32 points are the newer one's. model-4's set-up ran with other jobs "
+    "on the machine (PyTorch's two threads: 290 s against 100 s before).",
 )
 """The page's notes on what the table does not show."""
 
@@ -57,6 +73,8 @@ class Target:
     name: str
     what: str
     args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables the point runs with (shown in its command)."""
 
 
 def targets(steps: int, iterations: int) -> list[Target]:
@@ -72,7 +90,11 @@ def targets(steps: int, iterations: int) -> list[Target]:
         Target("model-4", "2 x 128K + 4 x 1K, 4 layers, 4 model devices",
                (*base, *two, "--layers", "4", "--backend", "model")),
         Target("sampled-32", "2 x 128K + 4 x 1K, 32 layers, layers 0-3 on Verilated twins",
-               (*base, *two, "--layers", "32", "--backend", "model", "--rtl-layers", "4")),
+               (*base, *two, "--layers", "32", "--backend", "model", "--rtl-layers", "4",
+                "--weight-sets", "4", "--device-memory", "file"),
+               # one intra-op thread: on this shared 2-core machine PyTorch's two threads wait
+               # for each other behind other jobs (the set-up's elementwise work 4x slower)
+               (("OMP_NUM_THREADS", "1"),)),
         Target("model-1m", "1 x 1M + 4 x 1K, 1 layer, 4 model devices",
                (*base, "--long", "1", "--long-len", str(MILLION), "--positions",
                 str(MILLION + 64), "--layers", "1", "--backend", "model")),
@@ -91,11 +113,26 @@ class Outcome:
     """/usr/bin/time -v: the largest single process."""
     tree_peak_kib: int = 0
     """The sampler: the whole process tree's resident memory at its peak."""
+    files_peak_kib: int = 0
+    """The sampler: disk the tree's file-backed device memory takes at its peak
+    (`--device-memory file`)."""
     figures: dict[str, str] = field(default_factory=dict)
 
 
-def _tree_rss_kib(root: int) -> int:
-    """Resident memory of ``root`` and every process below it."""
+def _tree_files_kib(pids: set[int]) -> int:
+    """Disk taken by the device memory files (`--device-memory file`) of nodes among
+    ``pids``: their private folders are named by the node's pid."""
+    total = 0
+    for f in Path(tempfile.gettempdir()).glob("nelssa-node-*-*/device-*.mem"):
+        pid = f.parent.name[len("nelssa-node-"):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) in pids:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                total += f.stat().st_blocks * 512 // 1024
+    return total
+
+
+def _tree(root: int) -> tuple[int, set[int]]:
+    """Resident memory (KiB) of ``root`` and every process below it, and their pids."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for d in Path("/proc").iterdir():
@@ -110,27 +147,30 @@ def _tree_rss_kib(root: int) -> int:
         r = re.search(r"^VmRSS:\s+(\d+)", status, re.M)
         children.setdefault(int(m.group(1)) if m else 0, []).append(pid)
         rss[pid] = int(r.group(1)) if r else 0
-    total, todo = 0, [root]
+    total, todo, seen = 0, [root], set()
     while todo:
         pid = todo.pop()
+        seen.add(pid)
         total += rss.get(pid, 0)
         todo += children.get(pid, [])
-    return total
+    return total, seen
 
 
 def run(t: Target) -> Outcome:
     cmd = ["/usr/bin/time", "-v", *NELSSA, *t.args]
     log.info("%s: %s", t.name, " ".join(cmd[2:]))
-    o = Outcome(t, command="nelssa " + " ".join(t.args))
+    o = Outcome(t, command=" ".join([*(f"{k}={v}" for k, v in t.env), "nelssa", *t.args]))
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    peak = [0]
+                            text=True, env={**os.environ, **dict(t.env)})
+    peak = [0, 0]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.5):
-            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+            rss, pids = _tree(proc.pid)
+            peak[0] = max(peak[0], rss)
+            peak[1] = max(peak[1], _tree_files_kib(pids))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -144,7 +184,7 @@ def run(t: Target) -> Outcome:
     sampler.join()
     o.wall_s = time.perf_counter() - start
     o.out = "".join(lines)
-    o.tree_peak_kib = peak[0]
+    o.tree_peak_kib, o.files_peak_kib = peak
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", o.out)
     o.peak_rss_kib = int(m.group(1)) if m else 0
     o.figures = figures(o.out)
@@ -181,9 +221,10 @@ def page(outcomes: list[Outcome], steps: int) -> str:
         f = o.figures = figures(o.out)  # read again: the page's reading of a saved point
         shown = "refused (exit 2)" if o.rc == 2 else (
             f"exit {o.rc}" if o.rc else f.get("step_walls", ""))
+        files = f"{o.files_peak_kib / 2**20:.1f}" if o.files_peak_kib else ""
         rows.append(
             f"| {o.target.name} | {o.target.what} | {f.get('setup_s', '')} | {shown} | "
-            f"{o.peak_rss_kib / 2**20:.1f} | {o.tree_peak_kib / 2**20:.1f} | "
+            f"{o.peak_rss_kib / 2**20:.1f} | {o.tree_peak_kib / 2**20:.1f} | {files} | "
             f"{f.get('step_us', '')} | {f.get('gpu_pct', '')} | {f.get('topk_pct', '')} | "
             f"{f.get('wait_pct', '')} | {f.get('pnm_attn_us', '')} | {o.wall_s:.0f} |")
     parts = [
@@ -197,12 +238,13 @@ def page(outcomes: list[Outcome], steps: int) -> str:
         "Columns: set-up is the prefill and KV offload (emulated prefill, k-means, offload to "
         "the node), wall per step each decode step's wall time; peak memory is the largest "
         "process (`/usr/bin/time -v`) and the whole process tree (node and device processes, "
-        "sampled every 0.5 s); the emulated step time and the PNM attention's latency are the "
-        "last step's, the Figure 11 shares (GPU, top-K search, waiting for the node) those of "
-        "all the steps together.", "",
+        "sampled every 0.5 s), device files the disk the model devices' memory files took "
+        "(`--device-memory file`, sampled alike); the emulated step time and the PNM "
+        "attention's latency are the last step's, the Figure 11 shares (GPU, top-K search, "
+        "waiting for the node) those of all the steps together.", "",
         "| point | batch | set-up s | wall per step s | peak GiB (process) | peak GiB (tree) | "
-        "emulated step us | GPU % | top-K % | wait % | PNM-attn us | run s |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "device files GiB | emulated step us | GPU % | top-K % | wait % | PNM-attn us | run s |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows, "", *NOTES, ""]
     for o in outcomes:
         parts += [f"## {o.target.name}", "", "```", o.command, "```", ""]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nelssa.driver import cxl
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.memory import MemoryApi
@@ -146,3 +147,29 @@ def test_node_front_and_back_door_agree(tmp_path):
             node.stop()
     assert seen[0] == seen[1]
     assert all(cxl > 0 for cxl, _ in seen[0][0])
+
+
+def test_file_memory_reads_and_counts_as_the_sparse_memory(tmp_path):
+    """`device serve --memory-file`: device memory in a sparse file holds what the pages
+    hold, line counts and written lines included; closing removes the file."""
+    from nelssa.hw.model.sparse_memory import FileMemory
+
+    ram, disk = SparseMemory(1 << 30), FileMemory(1 << 30, tmp_path / "dev.mem")
+    rng = np.random.default_rng(1)
+    for mem in (ram, disk):
+        mem.write(PAGE_BYTES - 3, b"abcdefg")
+        mem.write(5 * PAGE_BYTES, rng.integers(0, 256, 3 * PAGE_BYTES, np.uint8).tobytes())
+        mem.write_line(0, bytes(range(64)), 0b101)
+        mem.write_line(7 * PAGE_BYTES + 128, bytes(range(64, 128)), cxl.FULL_LINE)
+        rng = np.random.default_rng(1)
+    for addr, n in ((PAGE_BYTES - 4, 9), (0, 3), (5 * PAGE_BYTES - 10, 3 * PAGE_BYTES + 20),
+                    (7 * PAGE_BYTES + 100, 100), (1 << 29, 4), ((1 << 30) - 8, 8)):
+        assert disk.read(addr, n) == ram.read(addr, n)
+    assert disk.line_count == ram.line_count and disk.written() == ram.written()
+    assert disk.image() == ram.image() and disk.bytes_held == ram.bytes_held
+    with pytest.raises(FileExistsError):
+        FileMemory(1 << 30, tmp_path / "dev.mem")
+    disk.close()
+    assert not (tmp_path / "dev.mem").exists()
+    with pytest.raises(ValueError, match="closed"):
+        disk.read(0, 1)

@@ -132,6 +132,10 @@ def test_kv_in_bf16_and_by_rope_chunks_holds_the_same_values(model, monkeypatch)
     monkeypatch.setattr(emulated_prefill, "ROPE_TOKENS", 1000)
     kc, vc = e.layer_kv(1, 5000, request_seed=2)
     assert torch.equal(kc, k) and torch.equal(vc, v)
+    # RoPE's tables made again for every head (past ROPE_CACHE_BYTES): the same values
+    monkeypatch.setattr(emulated_prefill, "ROPE_CACHE_BYTES", 0)
+    kn, vn = e.layer_kv(1, 5000, request_seed=2)
+    assert torch.equal(kn, k) and torch.equal(vn, v)
     with pytest.raises(ValueError, match="dtype"):
         e.layer_kv(1, 10, dtype=torch.float16)
 
@@ -144,3 +148,42 @@ def test_last_token_attention_by_kv_head_is_attention_with_lse():
     want_b, _ = attention_with_lse(q, k.to(torch.bfloat16).float(), v.to(torch.bfloat16).float())
     torch.testing.assert_close(got, want_b, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(got, want, rtol=1e-6, atol=1e-7)  # it did read the bf16 values
+
+
+def test_streamed_offload_and_file_memory_change_nothing(tmp_path, model):
+    """Without the accuracy check, a PNM-tier prompt's emulated KV goes to the node a layer
+    at a time (``stream_offload``), here to model devices holding their memory in files
+    (`node up --device-memory file`): the same tokens, centroids, windows and emulated step
+    times as writing it all after the prefill to devices in RAM."""
+    from nelssa.host.gpu.config import PrefillConfig, PrefillMode
+    from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+    from nelssa.host.pnm_node.client import NodeClient
+    from tests.node_helpers import NodeProcess
+
+    emu = Llama(SMALL, model.w, prefill=PrefillConfig(prefill=PrefillMode.EMULATED))
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (100, 900, 700)]
+    runs = []
+    for stream, extra in ((True, ["--device-memory", "file"]), (False, [])):
+        node = NodeProcess(f"ipc://{tmp_path}/node-{stream}", 2, extra=extra)
+        try:
+            with NodeClient(node.endpoint, timeout_s=60) as c:
+                cfg = DecodeConfig(t_input=300, recent=16, sink=4, check_accuracy=False,
+                                   stream_offload=stream)
+                dec = HybridDecoder(emu, cfg, c)
+                reqs = [dec.add(p, 3) for p in prompts]
+                steps = [dec.step().step_ps for _ in range(2)]
+                runs.append((steps, reqs))
+                dec.close()
+        finally:
+            node.kill()
+    (steps_a, a), (steps_b, b) = runs
+    assert steps_a == steps_b and all(s > 0 for s in steps_a)
+    assert [r.tier.name for r in a] == ["GPU", "PNM", "PNM"]
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.generated == rb.generated and ra.offloaded == rb.offloaded
+        for (ka, va), (kb, vb) in zip(ra.kv, rb.kv, strict=True):
+            assert torch.equal(ka, kb) and torch.equal(va, vb)
+        for la, lb in zip(ra.centroids, rb.centroids, strict=True):
+            assert all(torch.equal(x, y) for x, y in zip(la, lb, strict=True))
+    assert a[1].kv[0][0].shape[0] == 4 + 16 + 2  # the window: sink, recent, two generated

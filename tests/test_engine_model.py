@@ -138,3 +138,63 @@ def test_command_defaults():
     assert cmd.last_index == len(cmd.beats) - 1 == 4 + 12 - 1
     assert cmd.num_clusters == 1
     assert cmd.expected_status(PARAMS) == AttnStatus.OK
+
+
+def _attend_op_by_op(q, keys, values, scale):
+    """The engine's operations one at a time in the RTL's order (docs/numerics.md): what
+    ``attend`` batches must give these bits."""
+    from nelssa.hw.model.engine import _weight, scores
+
+    c = fp.fmul(np.float32(scale).view(np.uint32), fp.LOG2E_BITS)
+    h, d = q.shape
+    m = np.full(h, fp.NEG_INF, dtype=np.uint32)
+    lsum, o = np.zeros(h, dtype=np.uint32), np.zeros((h, d), dtype=np.uint32)
+    for k, v in zip(keys, values, strict=True):
+        t = scores(q, k, c)
+        m_new = m
+        for row in t:
+            m_new = fp.fmax(m_new, row)
+        alpha, p = _weight(m, m_new), _weight(t, m_new[None, :])
+        vf = fp.bf16_to_f32_bits(v)
+        o, lsum = fp.fmul(o, alpha[:, None]), fp.fmul(lsum, alpha)
+        for j in range(k.shape[0]):
+            o = fp.fadd(o, fp.fmul(p[j][:, None], vf[j][None, :]))
+            lsum = fp.fadd(lsum, p[j])
+        m = m_new
+    return fp.fmul(o, fp.recip(lsum)[:, None]), fp.fmul(fp.fadd(m, fp.log2(lsum)), fp.LN2_BITS)
+
+
+@pytest.mark.parametrize("case", ["plain", "cancel", "specials"])
+def test_batched_attend_is_the_op_by_op_engine_bit_for_bit(case):
+    """``attend`` batches scores, maxima and each cluster's running sums; the bits are those
+    of the operations one by one, also where partial sums cancel to subnormals (flushed),
+    and with NaN, Inf, subnormal and signed-zero inputs."""
+    rng = np.random.default_rng({"plain": 1, "cancel": 2, "specials": 3}[case])
+    for trial in range(6):
+        heads, dim = (4, 128) if trial % 2 else (1 + trial, 64)
+        q = _bf(rng, (heads, dim))
+        sizes = rng.integers(1, 40, 1 + trial * 3)
+        ks = [_bf(rng, (int(n), dim), 3.0) for n in sizes]
+        vs = [_bf(rng, (int(n), dim)) for n in sizes]
+        if case == "cancel":  # a running sum that goes subnormal, flushed to zero: token 0
+            # weighs 1 and adds 1.5 * 2**-126, tokens 1 and 2 weigh about 2**-60 (so l stays
+            # 1) and add about -1.2 * 2**-126 (the sum is now subnormal) and 4 * 2**-126
+            q = np.zeros((1, dim), np.uint16)
+            q[0, 0] = 0x3F80
+            k = np.zeros((3, dim), np.uint16)
+            k[1:, 0] = fp.f32_to_bf16_bits(np.float32(-41.5))
+            p = 2.0 ** (-41.5 * np.log2(np.e))
+            v = np.zeros((3, dim), np.uint16)
+            v[:, :8] = fp.f32_to_bf16_bits(np.array(
+                [[1.5 * 2.0**-126], [-1.2 * 2.0**-126 / p], [4 * 2.0**-126 / p]], np.float32))
+            ks, vs = [k], [v]
+        if case == "specials":
+            for k, v in zip(ks, vs, strict=True):
+                k.flat[rng.integers(0, k.size, 3)] = rng.choice(
+                    np.array([0x7F80, 0xFF80, 0x0001, 0x8000, 0x7FC1], np.uint16), 3)
+                v.flat[rng.integers(0, v.size, 3)] = rng.choice(
+                    np.array([0x0001, 0x8000, 0x7F80, 0x0000], np.uint16), 3)
+        scale = 1.0 if case == "cancel" else 0.09
+        res = attend(PARAMS, q, ks, vs, scale)
+        o, lse = _attend_op_by_op(q, ks, vs, scale)
+        assert np.array_equal(res.o, o) and np.array_equal(res.lse, lse), (case, trial)

@@ -243,6 +243,19 @@ def test_requests_pipelined_with_emulated_time(served: _Served) -> None:
         client.close()
 
 
+def test_an_answered_request_keeps_no_copy_of_what_it_sent(served: _Served) -> None:
+    """A request keeps its frame for retransmission until answered, then drops it: futures
+    a caller keeps (a 128K-token offload's KV writes, layer after layer) hold no KV."""
+    client = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=5)
+    try:
+        pending = client.request(1, bytes(1 << 20), send_ps=0)
+        assert sum(len(x) for x in pending._parts) > 1 << 20  # in flight: kept to resend
+        assert pending.result().payload == bytes(1 << 20)
+        assert pending._parts == [] and pending.result().payload == bytes(1 << 20)
+    finally:
+        client.close()
+
+
 def test_errors_reach_the_caller_and_the_server_goes_on(served: _Served) -> None:
     client = LinkClient(served.server.endpoint, link_preset("roce-100g"), timeout_s=5)
     try:

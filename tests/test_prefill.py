@@ -30,6 +30,7 @@ from nelssa.host.gpu.prefill import (
     estimate_prefill,
     estimate_run,
     kv_bytes,
+    weight_layers,
 )
 
 GQA = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -165,15 +166,35 @@ def test_estimates():
         c, 4096, chunk=2048).activation_bytes
     cfg = PrefillConfig()
     run = estimate_run(c, [512], [32768], cfg, accuracy=True, local_node=True)
+    cents = 0.5 / 16  # the centroids: a float32 key per 16 tokens
     # the long prompt emulated (auto, past emulate_above_s): its own KV in bf16
-    assert run.kv_bytes == kv_bytes(c, 512) + 2.0 * kv_bytes(c, 32768)
+    assert run.kv_bytes == kv_bytes(c, 512) + (2.0 + cents) * kv_bytes(c, 32768)
     real = estimate_run(c, [512], [32768], replace(cfg, prefill=PrefillMode.REAL))
-    assert real.kv_bytes == kv_bytes(c, 512) + 2.5 * kv_bytes(c, 32768)
+    assert real.kv_bytes == kv_bytes(c, 512) + (2.5 + cents) * kv_bytes(c, 32768)
     # sampled simulation: the twins hold another bf16 copy of their layers (8 of 32 here)
     sampled = estimate_run(c, [512], [32768], cfg, twin_layers=8)
-    assert sampled.kv_bytes == kv_bytes(c, 512) + 2.125 * kv_bytes(c, 32768)
+    assert sampled.kv_bytes == kv_bytes(c, 512) + (2.125 + cents) * kv_bytes(c, 32768)
     why = check_run(run, cfg, 24 * GIB)
     assert why is not None and "GiB of host memory" in why and "24.0 GiB available" in why
+    # the sampled 32-layer target: without the accuracy check a long prompt's emulated KV is
+    # streamed to the node (one bf16 layer held), the node's model devices hold theirs in
+    # files (on disk, not in memory), the twins theirs (4 of 32 layers) in RAM, and 4 shared
+    # weight sets leave the embeddings and 4 layers of weights
+    long = [131056] * 2
+    target = estimate_run(c, [1024] * 4, long, cfg, accuracy=False, twin_layers=4,
+                          weight_sets=4, file_memory=True)
+    assert target.weights_bytes == (c.vocab_params + 4 * c.layer_params) * 4
+    assert target.kv_bytes == int(4 * kv_bytes(c, 1024) + 2 * (0.5 / 8 + 0.5 / 32 + cents)
+                                  * kv_bytes(c, 131056))
+    assert target.disk_bytes == 2 * 0.5 * kv_bytes(c, 131056)
+    assert check_run(target, cfg, 24 * GIB) is None
+    full = check_run(target, cfg, 24 * GIB, disk_free=20 * GIB)
+    assert full is not None and "32.0 GiB of disk" in full and "20.0 GiB free" in full
+    in_ram = estimate_run(c, [1024] * 4, long, cfg, accuracy=False, twin_layers=4)
+    assert in_ram.kv_bytes - target.kv_bytes == kv_bytes(c, 131056)  # the node's copy
+    assert in_ram.weights_bytes == c.params * 4 and in_ram.disk_bytes == 0
+    why = check_run(in_ram, cfg, 24 * GIB)
+    assert why is not None and f"weights {c.params * 4 / GIB:.1f}, KV" in why
     tiny = estimate_run(LlamaConfig(), [64], [1024], cfg)
     assert check_run(tiny, cfg, 24 * GIB) is None
     slow_cfg = PrefillConfig(host_gflops=1.0, prefill_limit_s=10)
@@ -181,6 +202,24 @@ def test_estimates():
     assert slow is not None and "the limit is 10 s" in slow
     with pytest.raises(ValueError, match="prefill_chunk"):
         PrefillConfig(prefill_chunk=0)
+
+
+def test_weight_sets_share_layers_and_keep_the_first_layers_values():
+    """``random_weights(weight_sets=N)``: layers 0..N-1 are those of a model of N layers,
+    layer i holds layer i mod N's tensors (no memory of its own); 0 changes nothing."""
+    tiny = {"vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+    c4 = LlamaConfig(num_hidden_layers=4, **tiny)
+    c8 = LlamaConfig(num_hidden_layers=8, **tiny)
+    own, shared = random_weights(c8, 2), random_weights(c8, 2, weight_sets=4)
+    alone = random_weights(c4, 2)
+    assert all(torch.equal(own[k], v) for k, v in random_weights(c8, 2, weight_sets=0).items())
+    assert all(torch.equal(shared[k], v) for k, v in alone.items())
+    assert not torch.equal(own["model.layers.5.self_attn.q_proj.weight"],
+                           own["model.layers.1.self_attn.q_proj.weight"])
+    for name in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight"):
+        assert shared[f"model.layers.5.{name}"] is shared[f"model.layers.1.{name}"]
+    assert weight_layers(c8, 4) == 4 and weight_layers(c8, 0) == weight_layers(c8, 8) == 8
 
 
 def test_available_memory(tmp_path):
@@ -238,3 +277,10 @@ def test_decode_refuses_shapes_the_devices_cannot_hold(capsys, tmp_path):
         assert f"--model {folder}: {words}" in err
     err = _decode_error(capsys, ["--model", str(tmp_path / "hd96"), "--layers", "2"])
     assert "--model-shape, --layers, --vocab and --positions describe a random model" in err
+
+
+def test_options_of_the_32_layer_run_refuse_what_they_cannot_do(capsys, tmp_path):
+    err = _decode_error(capsys, ["--device-memory", "file", "--backend", "rtl"])
+    assert "--device-memory file: the model devices of a node this run boots" in err
+    err = _decode_error(capsys, ["--weight-sets", "4", "--model", str(tmp_path)])
+    assert "--weight-sets shares random weights between layers; --model loads them" in err

@@ -333,6 +333,7 @@ class LinkClient:
             self._damaged(frame.ref, f"refused by the server: {error[1]}")
             return
         del self._pending[frame.ref]
+        pending._parts = []  # answered: never sent again (a future kept after holds no data)
         if not pending.retransmits:  # Karn: only unambiguous round trips are samples
             self._sample(time.monotonic() - pending._first_at)
         if error is not None:
@@ -365,6 +366,7 @@ class LinkClient:
         p.refusals += 1
         if p.refusals > self.retry.max_refusals:  # reported as what it is: damage
             del self._pending[seq]
+            p._parts = []
             p._error = self._error_factory(LinkErrorCode.CHECKSUM, f"checksum mismatch: "
                                            f"{p.refusals} damaged copies of frame {seq} to "
                                            f"{self.endpoint}, given up (the last: {text})")

@@ -188,8 +188,13 @@ class HybridDecoder(NodeKv):
             # is offloaded; the GPU keeps its window in float32, transfers._switch)
             held = (torch.bfloat16 if req.tier is Tier.PNM and self.model.attn_bf16
                     else torch.float32)
-            first, kv = EmulatedPrefill(self.model).prefill(req.prompt, req.rid, held)
             req.emulated_prefill = True
+            if req.tier is Tier.PNM and not self.cfg.check_accuracy and self.cfg.stream_offload:
+                # each layer to the node as it is made: one layer of the prompt's KV held
+                req.generated.append(self._offload_streamed(req, held))
+                req.prefill_ps = self.gpu.op_ps(*self._prefill_cost(n))
+                return
+            first, kv = EmulatedPrefill(self.model).prefill(req.prompt, req.rid, held)
         else:
             logits, kv = self.model.prefill(torch.tensor(req.prompt), last_only=True)
             first = int(logits[-1].argmax())

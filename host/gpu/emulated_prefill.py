@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,9 @@ BLOCK_TOKENS = 4096
 """Tokens drawn from one seed (a run of topics starts again at each block)."""
 ROPE_TOKENS = 1 << 16
 """Tokens RoPE is applied to at a time (bounds its temporaries)."""
+ROPE_CACHE_BYTES = 256 << 20
+"""Most memory RoPE's cos and sin tables of a prompt take when kept for all KV heads (past it
+they are made again for each head)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,9 @@ class EmulatedPrefill:
         kh, vh = torch.empty(tokens, hd), torch.empty(tokens, hd)  # one head, pre-RoPE
         positions = torch.arange(tokens)
         base = (cfg.seed * 1_000_003 + request_seed) * 65_537 + layer * 257
+        # RoPE's cos and sin made once for every head, where they take at most ROPE_CACHE_BYTES
+        cache = 2 * tokens * hd * 4 <= ROPE_CACHE_BYTES
+        tables: dict[int, tuple[Tensor, Tensor]] = {}
         for h in range(kvh):
             g = torch.Generator().manual_seed(base + h)
             offset = a * k_std[h] * torch.randn(hd, generator=g)
@@ -132,17 +139,24 @@ class EmulatedPrefill:
                 vb.add_(noise[1].mul_(ev * v_std[h]))
             for start in range(0, tokens, ROPE_TOKENS):  # elementwise: the same values as
                 end = min(tokens, start + ROPE_TOKENS)  # RoPE over every token at once
-                kr = m._rope(kh[start:end, None], positions[start:end])[:, 0]
+                table = tables.get(start) or m.rope_tables(positions[start:end])
+                if cache:
+                    tables[start] = table
+                kr = m._rope(kh[start:end, None], positions[start:end], table)[:, 0]
                 k_out[h, start:end] = bf16_round(kr) if m.attn_bf16 else kr
             v_out[h] = bf16_round(vh) if m.attn_bf16 else vh
         return k_out.transpose(0, 1), v_out.transpose(0, 1)
 
     def prefill(self, prompt: list[int], request_seed: int = 0,
-                dtype: torch.dtype = torch.float32) -> tuple[int, list[tuple[Tensor, Tensor]]]:
+                dtype: torch.dtype = torch.float32,
+                keep: Callable[[int, Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+                ) -> tuple[int, list[tuple[Tensor, Tensor]]]:
         """(first token, each layer's K and V, in ``dtype`` as ``layer_kv`` makes them): the
         prompt's KV made up to its last token, the last token's own pass real (its K and V,
         then attention over the context, a KV head at a time, layer by layer), so the first
-        token follows from what the decode node will hold."""
+        token follows from what the decode node will hold. ``keep(layer, k, v)``: what is
+        kept of each layer's K and V once the layer is done (the decoder streams a layer to
+        the node and keeps its window), so one layer of the prompt's KV is held at a time."""
         m = self.model
         n = len(prompt)
         if n < 1:
@@ -157,8 +171,9 @@ class EmulatedPrefill:
                 k[-1], v[-1] = k_last[0], v_last[0]  # bf16 values already: exact in either
             else:
                 k, v = k_last.to(dtype), v_last.to(dtype)
-            kv.append((k, v))
             x = m.finish_layer(layer, x, _attend_by_head(q[0], k, v)[None])
+            kv.append(keep(layer, k, v) if keep is not None else (k, v))
+            del k, v
         return int(m.logits(x)[-1].argmax()), kv
 
 

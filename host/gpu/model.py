@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the usual spelling
 
 from nelssa.host.gpu.config import LlamaConfig, PrefillConfig
-from nelssa.host.gpu.prefill import chunk_attention
+from nelssa.host.gpu.prefill import chunk_attention, weight_layers
 
 log = logging.getLogger(__name__)
 Tensor = torch.Tensor
@@ -56,13 +56,23 @@ def weight_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def random_weights(c: LlamaConfig, seed: int = 0, qk_gain: float = 1.0) -> dict[str, Tensor]:
+def random_weights(c: LlamaConfig, seed: int = 0, qk_gain: float = 1.0,
+                   weight_sets: int = 0) -> dict[str, Tensor]:
     """A deterministic model: normal weights scaled by 1/sqrt(fan-in), norms at one. ``qk_gain``
     multiplies the query and key projections: above one, attention is peakier, more like a
-    trained model's than the near-uniform attention of a random one."""
+    trained model's than the near-uniform attention of a random one. ``weight_sets`` (0: every
+    layer its own): only layers 0..weight_sets-1 are drawn, as a model of that many layers
+    draws them (the same values), and layer i shares the tensors of layer i mod weight_sets,
+    so 32 layers of the Llama-3-8B shape take the memory of a few."""
     g = torch.Generator().manual_seed(seed)
-    out = {}
+    drawn = weight_layers(c, weight_sets)
+    out: dict[str, Tensor] = {}
     for name, shape in weight_shapes(c).items():
+        if name.startswith("model.layers."):
+            layer, rest = name[len("model.layers."):].split(".", 1)
+            if int(layer) >= drawn:
+                out[name] = out[f"model.layers.{int(layer) % drawn}.{rest}"]
+                continue
         if len(shape) == 1:
             out[name] = torch.ones(shape)
         else:
@@ -122,13 +132,14 @@ class Llama:
 
     @classmethod
     def load(cls, model: str | Path | None, seed: int = 0, attn_bf16: bool = True,
-             config: LlamaConfig | None = None, prefill: PrefillConfig | None = None) -> Llama:
+             config: LlamaConfig | None = None, prefill: PrefillConfig | None = None,
+             weight_sets: int = 0) -> Llama:
         """A Hugging Face model folder (config.json and safetensors), or random weights
-        (``random_weights(seed)``) of ``config`` (default: the small model) when ``model`` is
-        None."""
+        (``random_weights(seed, weight_sets=weight_sets)``) of ``config`` (default: the small
+        model) when ``model`` is None."""
         if model is None:
             c = config or LlamaConfig()
-            return cls(c, random_weights(c, seed), attn_bf16, prefill)
+            return cls(c, random_weights(c, seed, weight_sets=weight_sets), attn_bf16, prefill)
         c = LlamaConfig.from_hf(model)
         return cls(c, load_weights(c, model), attn_bf16, prefill)
 
@@ -136,11 +147,17 @@ class Llama:
         var = x.pow(2).mean(-1, keepdim=True)
         return x * torch.rsqrt(var + self.c.rms_norm_eps) * weight
 
-    def _rope(self, x: Tensor, positions: Tensor) -> Tensor:
-        """x: (tokens, heads, head_dim); HF's rotate-half convention."""
+    def rope_tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin (tokens, 1, head_dim) of the rotation at ``positions``."""
         freqs = positions.to(torch.float32)[:, None] * self._inv_freq[None, :]
         emb = torch.cat([freqs, freqs], dim=-1)
-        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        return emb.cos()[:, None, :], emb.sin()[:, None, :]
+
+    def _rope(self, x: Tensor, positions: Tensor,
+              tables: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """x: (tokens, heads, head_dim); HF's rotate-half convention. ``tables``: what
+        ``rope_tables(positions)`` gives, made once for several calls."""
+        cos, sin = tables if tables is not None else self.rope_tables(positions)
         half = x.shape[-1] // 2
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rot * sin

@@ -141,6 +141,8 @@ class RunEstimate:
     """The largest prefill's chunk activations."""
     prefill_s: float
     """Host time of every prompt's prefill at the config's ``host_gflops``."""
+    disk_bytes: int = 0
+    """The local node's KV in file-backed device memory (on disk, not in host memory)."""
 
     @property
     def total_bytes(self) -> int:
@@ -155,31 +157,59 @@ def emulates(c: LlamaConfig, tokens: int, cfg: PrefillConfig) -> bool:
     return cfg.prefill is PrefillMode.EMULATED
 
 
+def weight_layers(c: LlamaConfig, weight_sets: int = 0) -> int:
+    """Layers whose weights a random model holds: ``weight_sets`` when it is between one and
+    the layer count (layer i uses set i mod weight_sets), else every layer its own."""
+    return weight_sets if 0 < weight_sets < c.num_hidden_layers else c.num_hidden_layers
+
+
 def estimate_run(c: LlamaConfig, short: list[int], long: list[int], cfg: PrefillConfig,
                  accuracy: bool = True, local_node: bool = True,
-                 twin_layers: int = 0) -> RunEstimate:
+                 twin_layers: int = 0, weight_sets: int = 0, file_memory: bool = False,
+                 tokens_per_cluster: float = 16.0) -> RunEstimate:
     """A decode run with prompts of these lengths (short ones on the GPU tier, long ones
     perhaps on the PNM tier: counted as if they were): each holds its float32 KV (a long
-    emulated one bf16); a long one also a full copy for the accuracy check (``accuracy``) and,
-    when the node runs on this host (``local_node``), the node's bf16 copy, and the Verilated
-    twins' bf16 copy of the first ``twin_layers`` layers (sampled simulation)."""
-    twins = min(twin_layers, c.num_hidden_layers) / c.num_hidden_layers
-    copies = (1.0 if accuracy else 0.0) + (0.5 * (1 + twins) if local_node else 0.0)
+    emulated one bf16; without ``accuracy`` one layer of it at a time, as it is streamed to
+    the node); a long one also a full copy for the accuracy check (``accuracy``) and,
+    when the node runs on this host (``local_node``), the node's bf16 copy (on disk with
+    ``file_memory``: ``disk_bytes``), and the Verilated twins' bf16 copy of the first
+    ``twin_layers`` layers (sampled simulation), and the GPU's centroids (a float32 key per
+    ``tokens_per_cluster`` tokens, every layer). Random weights of ``weight_sets`` layers
+    (``weight_layers``) and the embeddings, float32."""
+    layers = c.num_hidden_layers
+    twins = min(twin_layers, layers) / layers
+    node = 0.5 * (twins + (0.0 if file_memory else 1.0)) if local_node else 0.0
+    copies = (1.0 if accuracy else 0.0) + node
     prompts = short + long
     if not prompts:
         raise ValueError("no prompt to estimate")
     ests = [estimate_prefill(c, n, cfg.prefill_chunk) for n in prompts]
-    # a long prompt's own KV: float32, or bf16 from the emulated prefill node (decode._prefill)
-    kv = sum(kv_bytes(c, n) for n in short) + sum(
-        (copies + (0.5 if emulates(c, n, cfg) else 1.0)) * kv_bytes(c, n) for n in long)
+
+    def own(n: int) -> float:  # a long prompt's own KV (decode._prefill)
+        if not emulates(c, n, cfg):
+            return 1.0  # float32
+        return 0.5 if accuracy else 0.5 / layers  # bf16 from the emulated prefill node
+
+    # and the GPU's Centroid Meta-Info: a float32 key per cluster of tokens_per_cluster
+    cents = 0.5 / tokens_per_cluster
+    kv = sum(kv_bytes(c, n) for n in short) + sum((copies + own(n) + cents) * kv_bytes(c, n)
+                                                  for n in long)
+    disk = sum(0.5 * kv_bytes(c, n) for n in long) if file_memory and local_node else 0
     real = [e for e, n in zip(ests, prompts, strict=True) if not emulates(c, n, cfg)]
-    return RunEstimate(c.params * F32, int(kv), max(e.activation_bytes for e in ests),
-                       sum(e.seconds(cfg.host_gflops) for e in real))
+    weights = (c.params - (layers - weight_layers(c, weight_sets)) * c.layer_params) * F32
+    return RunEstimate(weights, int(kv), max(e.activation_bytes for e in ests),
+                       sum(e.seconds(cfg.host_gflops) for e in real), int(disk))
 
 
-def check_run(est: RunEstimate, cfg: PrefillConfig, available: int | None) -> str | None:
-    """Why a run cannot be planned on this host (memory, then time), or None."""
+def check_run(est: RunEstimate, cfg: PrefillConfig, available: int | None,
+              disk_free: int | None = None) -> str | None:
+    """Why a run cannot be planned on this host (memory, disk for file-backed device
+    memory, then time), or None."""
     gib = 1 << 30
+    if disk_free is not None and est.disk_bytes > cfg.memory_share * disk_free:
+        return (f"needs about {est.disk_bytes / gib:.1f} GiB of disk for the node's "
+                f"file-backed device memory; the limit is {cfg.memory_share:.0%} of the "
+                f"{disk_free / gib:.1f} GiB free in the temporary folder")
     if available is not None and est.total_bytes > cfg.memory_share * available:
         return (f"needs about {est.total_bytes / gib:.1f} GiB of host memory (weights "
                 f"{est.weights_bytes / gib:.1f}, KV {est.kv_bytes / gib:.1f}, a prefill chunk's "

@@ -57,6 +57,12 @@ class DecodeConfig:
     for the oldest ones' replies beyond it (bounds the host memory of a 1M-token offload; a
     transfer's emulated send times are unchanged where it is given them)."""
 
+    stream_offload: bool = True
+    """Without ``check_accuracy``: an emulated prefill of a PNM-tier prompt writes each layer's
+    KV to the node as it makes it, keeping the window, so one layer of the prompt's KV is in
+    host memory at a time (the same writes, values and times as writing them all after the
+    prefill, which False does)."""
+
     def __post_init__(self) -> None:
         if self.inflight_bytes < 1:
             raise ValueError(f"inflight_bytes must be >= 1, got {self.inflight_bytes}")

@@ -54,37 +54,48 @@ class NodeKv:
                  send_ps: int | None) -> list[NodeFuture]:
         """Open a session, cluster cache tokens [sink, n - recent) per layer and KV head, and
         send them; records centroids (the GPU's Centroid Meta-Info)."""
-        c, cfg = self.model.c, self.cfg
-        mid = n - cfg.sink - cfg.recent
-        left = req.max_new - len(req.generated) + 1
-        per_chunk = -(-cfg.chunk // cfg.cluster.tokens_per_cluster)
-        est = -(-mid // cfg.cluster.tokens_per_cluster) * 2 + (
-            -(-left // cfg.chunk) + 1) * per_chunk * 2 + 16
-        s = client.open_session(c.head_dim, c.group, "head")
-        req.session = s
+        left = self._open_kv(req, client, n)
         futures: list[NodeFuture] = []
         sizes_b: list[int] = []  # bytes of each write in ``futures``
         for layer, (k, v) in enumerate(req.kv):
-            client.alloc_kv(s, layer, list(range(c.num_key_value_heads)), est, n + left)
-            mean = k[:n].mean(0, dtype=torch.float32)
-            req.key_mean.append(mean)
-            cents, sizes, members = [], [], []
-            for h in range(c.num_key_value_heads):
-                kh, vh = k[cfg.sink:n - cfg.recent, h], v[cfg.sink:n - cfg.recent, h]
-                cl = cluster_keys(kh.float(), cfg.cluster, mean[h])
-                cents.append(cl.centroids)
-                sizes.append(torch.tensor([len(m) for m in cl.members]))
-                members.append([m + cfg.sink for m in cl.members])
-                head_b = 2 * kh.shape[0] * kh.shape[1] * BF16
-                _bound(futures, sizes_b, cfg.inflight_bytes - head_b)
-                futures.append(client.write_kv_async(
-                    s, layer, h, *_cluster_bits(kh, vh, cl), send_ps=send_ps))
-                sizes_b.append(head_b)
-            req.centroids.append(cents)
-            req.sizes.append(sizes)
-            if cfg.check_accuracy:
-                req.members.append(members)
+            self._send_layer(req, client, layer, k, v, n, left, futures, sizes_b, send_ps)
         return futures
+
+    def _open_kv(self: HybridDecoder, req: Request, client: NodeClient, n: int) -> int:
+        """Open the request's session; the tokens it still generates."""
+        c = self.model.c
+        req.session = client.open_session(c.head_dim, c.group, "head")
+        return req.max_new - len(req.generated) + 1
+
+    def _send_layer(self: HybridDecoder, req: Request, client: NodeClient, layer: int,
+                    k: Tensor, v: Tensor, n: int, left: int, futures: list[NodeFuture],
+                    sizes_b: list[int], send_ps: int | None) -> None:
+        """Allocate one layer's KV on the node, cluster it per KV head and write it (at most
+        ``inflight_bytes`` unanswered), recording the layer's centroids."""
+        c, cfg, s = self.model.c, self.cfg, req.session
+        mid = n - cfg.sink - cfg.recent
+        per_chunk = -(-cfg.chunk // cfg.cluster.tokens_per_cluster)
+        est = -(-mid // cfg.cluster.tokens_per_cluster) * 2 + (
+            -(-left // cfg.chunk) + 1) * per_chunk * 2 + 16
+        client.alloc_kv(s, layer, list(range(c.num_key_value_heads)), est, n + left)
+        mean = k[:n].mean(0, dtype=torch.float32)
+        req.key_mean.append(mean)
+        cents, sizes, members = [], [], []
+        for h in range(c.num_key_value_heads):
+            kh, vh = k[cfg.sink:n - cfg.recent, h], v[cfg.sink:n - cfg.recent, h]
+            cl = cluster_keys(kh.float(), cfg.cluster, mean[h])
+            cents.append(cl.centroids)
+            sizes.append(torch.tensor([len(m) for m in cl.members]))
+            members.append([m + cfg.sink for m in cl.members])
+            head_b = 2 * kh.shape[0] * kh.shape[1] * BF16
+            _bound(futures, sizes_b, cfg.inflight_bytes - head_b)
+            futures.append(client.write_kv_async(
+                s, layer, h, *_cluster_bits(kh, vh, cl), send_ps=send_ps))
+            sizes_b.append(head_b)
+        req.centroids.append(cents)
+        req.sizes.append(sizes)
+        if cfg.check_accuracy:
+            req.members.append(members)
 
     def _offload(self: HybridDecoder, req: Request) -> None:
         """Cluster and write a long prompt's KV to the node (from the prefill node); on failure
@@ -102,6 +113,37 @@ class NodeKv:
             return
         self._switch(req, len(req.prompt))
 
+    def _offload_streamed(self: HybridDecoder, req: Request, held: torch.dtype) -> int:
+        """The emulated prefill of a PNM-tier prompt with each layer's KV clustered and
+        written to the node as the layer is made, the GPU keeping its window: one layer of
+        the prompt's KV in host memory at a time (no accuracy check needs the rest). The
+        first token; on failure the request stays on the GPU with its whole KV made again."""
+        assert self._bulk is not None
+        client, n, cfg = self._bulk, len(req.prompt), self.cfg
+        futures: list[NodeFuture] = []
+        sizes_b: list[int] = []
+        window = torch.cat([torch.arange(cfg.sink), torch.arange(n - cfg.recent, n)])
+
+        def keep(layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+            self._send_layer(req, client, layer, k, v, n, left, futures, sizes_b, None)
+            return k[window].float(), v[window].float()
+
+        emu = EmulatedPrefill(self.model)
+        try:
+            # the first token is made by this prefill: not yet among the generated
+            left = self._open_kv(req, client, n) - 1
+            first, req.kv = emu.prefill(req.prompt, req.rid, held, keep)
+            for f in futures:
+                f.result()
+        except (RemoteError, LinkTimeoutError) as e:
+            note = f"PNM offload failed ({e}); kept on the GPU"
+            self._abandon(req, note)
+            first, req.kv = emu.prefill(req.prompt, req.rid, torch.float32)
+            self.sched.stay_on_gpu(req, Fallback.OFFLOAD_FAILED, note)
+            return first
+        self._switch(req, n, windowed=True)
+        return first
+
     def _abandon(self: HybridDecoder, req: Request, note: str) -> None:
         """A transfer that failed: free whatever the node holds, keep the GPU's KV."""
         self._release(req)
@@ -109,12 +151,14 @@ class NodeKv:
         log.warning("request %d: %s", req.rid, note)
         req.centroids, req.sizes, req.key_mean, req.members = [], [], [], []
 
-    def _switch(self: HybridDecoder, req: Request, n: int) -> None:
+    def _switch(self: HybridDecoder, req: Request, n: int, windowed: bool = False) -> None:
         """The node holds tokens [sink, n - recent): attend there from now on and keep only
-        the window on the GPU."""
+        the window on the GPU (``windowed``: ``req.kv`` is the window already)."""
         cfg = self.cfg
         req.tier = Tier.PNM
         req.offloaded = n - cfg.sink - cfg.recent
+        if windowed:
+            return
         if cfg.check_accuracy:
             req.full = [(k.float().clone(), v.float().clone()) for k, v in req.kv]
         length = req.kv[0][0].shape[0]

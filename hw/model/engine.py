@@ -128,31 +128,63 @@ def attend(
     params: EngineParams, q: npt.ArrayLike, keys: Sequence[npt.ArrayLike],
     values: Sequence[npt.ArrayLike], scale: float | np.float32,
 ) -> AttnResult:
-    """Run one well-formed command: ``q`` (H, D) bf16 bits, per-cluster K and V (n, D) bf16."""
+    """Run one well-formed command: ``q`` (H, D) bf16 bits, per-cluster K and V (n, D) bf16.
+
+    The RTL's operations in its order, batched where the order does not matter: the scores,
+    ``p_j`` and ``p_j*v_j`` of every token at once (each is its own operation), each
+    cluster's max as a tree (max is associative and commutative, signed zeros and NaN
+    included), and each cluster's chain of ``O += p_j*v_j`` as one float32 running sum,
+    which rounds as the adds one by one do unless a partial sum is subnormal (flushed) or
+    NaN (canonicalised): then that cluster takes the adds one by one."""
     qa, ks, vs = validate_command(params, q, keys, values)
     scale_bits = np.float32(scale).view(np.uint32)
     c = fp.fmul(scale_bits, fp.LOG2E_BITS)
     h, d = qa.shape
+    sizes = [k.shape[0] for k in ks]
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    t_all = scores(qa, np.concatenate(ks), c)  # (tokens, h)
+    # each cluster's max: clusters padded with -Inf (the identity of fmax) to the longest
+    longest = max(sizes)
+    padded = np.full((len(ks), longest, h), fp.NEG_INF, dtype=np.uint32)
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        padded[i, :b - a] = t_all[a:b]
+    while padded.shape[1] > 1:
+        half = padded.shape[1] // 2
+        top = fp.fmax(padded[:, :half], padded[:, half:2 * half])
+        padded = np.concatenate([top, padded[:, 2 * half:]], axis=1)
+    m_after = np.empty((len(ks), h), dtype=np.uint32)  # the running max after each cluster
     m = np.full(h, fp.NEG_INF, dtype=np.uint32)
+    for i in range(len(ks)):
+        m = m_after[i] = fp.fmax(m, padded[i, 0])
+    m_before = np.concatenate([np.full((1, h), fp.NEG_INF, dtype=np.uint32), m_after[:-1]])
+    alpha = _weight(m_before, m_after)  # (clusters, h)
+    p_all = _weight(t_all, np.repeat(m_after, sizes, axis=0))  # (tokens, h)
+    pv_all = fp.fmul(p_all[:, :, None], fp.bf16_to_f32_bits(np.concatenate(vs))[:, None, :])
+    p_in = fp.daz(p_all)  # what fadd reads of each p_j
     lsum = np.zeros(h, dtype=np.uint32)
     o = np.zeros((h, d), dtype=np.uint32)
-    for k, v in zip(ks, vs, strict=True):
-        t = scores(qa, k, c)
-        m_new = m
-        for row in t:
-            m_new = fp.fmax(m_new, row)
-        alpha = _weight(m, m_new)
-        p = _weight(t, m_new[None, :])
-        vf = fp.bf16_to_f32_bits(v)
-        o = fp.fmul(o, alpha[:, None])
-        lsum = fp.fmul(lsum, alpha)
-        for j in range(k.shape[0]):
-            o = fp.fadd(o, fp.fmul(p[j][:, None], vf[j][None, :]))
-            lsum = fp.fadd(lsum, p[j])
-        m = m_new
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        o = _chain(fp.fmul(o, alpha[i][:, None]), pv_all[a:b])
+        lsum = _chain(fp.fmul(lsum, alpha[i]), p_in[a:b])
     o = fp.fmul(o, fp.recip(lsum)[:, None])
     lse = fp.fmul(fp.fadd(m, fp.log2(lsum)), fp.LN2_BITS)
     return AttnResult(AttnStatus.OK, o, lse)
+
+
+def _chain(acc: U32, terms: U32) -> U32:
+    """``acc`` then ``acc = fadd(acc, terms[j])`` for each j in order (all canonical fp32
+    bits: no subnormal, canonical NaN): one float32 running sum, the same bits unless a
+    partial sum is subnormal or NaN, where the adds run one by one."""
+    stacked = np.concatenate([acc[None], terms]).view(np.float32)
+    with np.errstate(all="ignore"):
+        sums = np.add.accumulate(stacked, axis=0, dtype=np.float32)[1:].view(np.uint32)
+    exp, mant = sums & fp._EXP_MASK, sums & fp._MANT_MASK
+    if not ((mant != 0) & ((exp == 0) | (exp == fp._EXP_MASK))).any():
+        return sums[-1].copy()
+    for term in terms:
+        acc = fp.fadd(acc, term)
+    return acc
 
 
 def pack_stream(q: U16, keys: Sequence[U16], values: Sequence[U16]) -> U16:
