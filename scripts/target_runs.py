@@ -59,11 +59,13 @@ NOTES = (
     "(`OMP_NUM_THREADS=1`), with other jobs on the machine; its steps run 28 layers on the "
     "model devices and 4 on model devices and twins both.",
     "",
-    "The model-1m point was measured before the engine model batched its arithmetic (the "
-    "same bits, about 4x less wall per descriptor): its wall per step is the older model's "
-    "(model-4 took 21.3, 21.4, 22.3 s per step with it, the same emulated figures); the "
-    "model-4 and sampled-32 points are the newer one's. model-4's set-up ran with other jobs "
-    "on the machine (PyTorch's two threads: 290 s against 100 s before).",
+    "The model-4 and model-1m points were run again after the engine model batched its "
+    "arithmetic (the same bits, about 4x less wall per descriptor: model-4 took 21.3, 21.4, "
+    "22.3 s per step before, model-1m 21.0, 23.3, 21.6 s) and after the model device took its "
+    "DDR5 time from the compiled cycle model (hw/model/ddr5_replay.py: model-4's emulated "
+    "step 973.2 -> 976.0 us, its device cycles +0.9 %); the rtl-4 and sampled-32 points are "
+    "from before the replay (sampled-32's set-up and steps also ran with other jobs on the "
+    "machine).",
 )
 """The page's notes on what the table does not show."""
 
