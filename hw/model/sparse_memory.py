@@ -96,12 +96,16 @@ class SparseMemory:
     def written(self) -> dict[int, bytes]:
         """Every line written by anyone (zeros included), by address."""
         out = {}
-        for index in sorted(self._pages):
-            page, w = self._pages[index], self._written[index]
-            for line in np.flatnonzero(w).tolist():
+        for index in sorted(self._written):
+            page = self._stored_page(index)
+            for line in np.flatnonzero(self._written[index]).tolist():
                 out[index * PAGE_BYTES + line * LINE_BYTES] = page[
                     line * LINE_BYTES:(line + 1) * LINE_BYTES].tobytes()
         return out
+
+    def _stored_page(self, index: int) -> np.ndarray:
+        """The bytes of a page that has been written."""
+        return self._pages[index]
 
     def image(self) -> dict[int, bytes]:
         """Every line that is not all zero, by line address."""
@@ -161,14 +165,8 @@ class FileMemory(SparseMemory):
         """Bytes of the file's pages (on disk, not in host memory)."""
         return len(self._written) * PAGE_BYTES
 
-    def written(self) -> dict[int, bytes]:
-        out = {}
-        for index in sorted(self._written):
-            page = self.read(index * PAGE_BYTES, PAGE_BYTES)
-            for line in np.flatnonzero(self._written[index]).tolist():
-                out[index * PAGE_BYTES + line * LINE_BYTES] = page[
-                    line * LINE_BYTES:(line + 1) * LINE_BYTES]
-        return out
+    def _stored_page(self, index: int) -> np.ndarray:
+        return np.frombuffer(self.read(index * PAGE_BYTES, PAGE_BYTES), dtype=np.uint8)
 
     def close(self) -> None:
         """Close and remove the file."""
