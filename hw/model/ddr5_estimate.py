@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cache
 from pathlib import Path
 
@@ -588,26 +589,35 @@ def coefficients_for(timing: DDR5Timing) -> npt.NDArray[np.float64]:
     return np.asarray(entry["coefficients"], dtype=np.float64)
 
 
-METHODS = ("auto", "replay", "counted")
-"""How :func:`estimate_device` times a stream: ``replay``, the compiled cycle model
-(hw/model/ddr5_replay.py: the controller's commands, exact); ``counted``, the bounds above;
-``auto``, the replay where it can be built here, else the counted bounds."""
+class EstimateMethod(StrEnum):
+    """How :func:`estimate_device` times a stream: ``replay``, the compiled cycle model
+    (hw/model/ddr5_replay.py: the controller's commands, exact); ``counted``, the bounds
+    above; ``auto``, the replay where it can be built here, else the counted bounds."""
+
+    AUTO = "auto"
+    REPLAY = "replay"
+    COUNTED = "counted"
 
 
 def estimate_device(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
                     geometry: DeviceGeometry, address_map: str = "cacheline",
                     lines_per_cycle: int = 4,
                     coefficients: npt.ArrayLike | None = None,
-                    refresh: bool = True, method: str = "auto") -> Estimate:
+                    refresh: bool = True,
+                    method: EstimateMethod | str = EstimateMethod.AUTO) -> Estimate:
     """Estimated cycles of a stream of 64-byte requests (as run_device would replay it);
     ``refresh=False`` leaves out the refreshes (for a caller that places them itself: the
-    model device, hw/model/device_timing.Refresh); ``method``: one of METHODS;
+    model device, hw/model/device_timing.Refresh); ``method``: an EstimateMethod or its name;
     ``coefficients``: the counted bounds' loss factor (the replay has none)."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    try:
+        method = EstimateMethod(method)
+    except ValueError:
+        known = ", ".join(m.value for m in EstimateMethod)
+        raise ValueError(f"unknown method {method!r}; known: {known}") from None
     t = geometry.timing
     n = int(np.asarray(addrs).size)
-    if method == "replay" or (method == "auto" and replay.available()):
+    if method is EstimateMethod.REPLAY or (method is EstimateMethod.AUTO
+                                           and replay.available()):
         per = replay.replay_device(addrs, writes, geometry, address_map, lines_per_cycle,
                                    refresh=refresh)
         return Estimate(max(per), per, n * t.burst_bytes)

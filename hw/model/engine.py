@@ -179,8 +179,8 @@ def _chain(acc: U32, terms: U32) -> U32:
     stacked = np.concatenate([acc[None], terms]).view(np.float32)
     with np.errstate(all="ignore"):
         sums = np.add.accumulate(stacked, axis=0, dtype=np.float32)[1:].view(np.uint32)
-    exp, mant = sums & fp._EXP_MASK, sums & fp._MANT_MASK
-    if not ((mant != 0) & ((exp == 0) | (exp == fp._EXP_MASK))).any():
+    exp, mant = sums & fp.EXP_MASK, sums & fp.MANT_MASK
+    if not ((mant != 0) & ((exp == 0) | (exp == fp.EXP_MASK))).any():
         return sums[-1].copy()
     for term in terms:
         acc = fp.fadd(acc, term)

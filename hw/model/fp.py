@@ -30,8 +30,8 @@ LOG2E_BITS = np.uint32(0x3FB8AA3B)
 LN2_BITS = np.uint32(0x3F317218)
 """ln(2) rounded to fp32."""
 
-_EXP_MASK = np.uint32(0x7F800000)
-_MANT_MASK = np.uint32(0x007FFFFF)
+EXP_MASK = np.uint32(0x7F800000)
+MANT_MASK = np.uint32(0x007FFFFF)
 _SIGN = np.uint32(0x80000000)
 
 
@@ -64,12 +64,12 @@ def f32_to_bf16_bits(x: npt.ArrayLike) -> U16:
 def daz(bits: npt.ArrayLike) -> U32:
     """Subnormal inputs become signed zero, NaNs become the canonical NaN."""
     b = np.asarray(bits, dtype=np.uint32)
-    exp = b & _EXP_MASK
-    mant_set = (b & _MANT_MASK) != 0
-    if not (mant_set & ((exp == 0) | (exp == _EXP_MASK))).any():
+    exp = b & EXP_MASK
+    mant_set = (b & MANT_MASK) != 0
+    if not (mant_set & ((exp == 0) | (exp == EXP_MASK))).any():
         return b.copy()  # the common case: no subnormal, no NaN (zeros have no mantissa)
     out = np.where(exp == 0, b & _SIGN, b)
-    return np.where((exp == _EXP_MASK) & mant_set, CANON_NAN, out).astype(np.uint32)
+    return np.where((exp == EXP_MASK) & mant_set, CANON_NAN, out).astype(np.uint32)
 
 
 def _finish(f: npt.NDArray[np.float32]) -> U32:
