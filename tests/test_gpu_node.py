@@ -354,7 +354,44 @@ def test_kmeans_with_segmented_sums_and_early_stop_is_the_plain_one() -> None:
         2000, 32, generator=g)
     seg = torch.nn.functional.normalize(keys - keys.mean(0), dim=-1)
     for iterations in (1, 3, 40):  # 40: converged long before (the early stop taken)
-        assert torch.equal(_kmeans(seg, 125, iterations), _kmeans_reference(seg, 125, iterations))
+        ref = _kmeans_reference(seg, 125, iterations)
+        order, counts = _kmeans(seg, 125, iterations)
+        assert torch.equal(counts, torch.bincount(ref, minlength=125))
+        assert torch.equal(order, torch.argsort(ref, stable=True))
+
+
+def _cluster_keys_whole_head(keys: torch.Tensor, cfg: ClusterConfig,
+                             mu: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """cluster_keys as written before: whole-head centring, sums and means."""
+    x = torch.nn.functional.normalize(keys - mu, dim=-1)
+    orders, sizes = [], []
+    for start in range(0, keys.shape[0], cfg.segment_tokens):
+        seg = x[start:start + cfg.segment_tokens]
+        k = max(1, -(-seg.shape[0] // cfg.tokens_per_cluster))
+        assign = _kmeans_reference(seg, k, cfg.iterations)
+        orders.append(torch.argsort(assign, stable=True) + start)
+        for n in torch.bincount(assign, minlength=k).tolist():
+            whole, rest = divmod(n, cfg.max_cluster_tokens)
+            sizes += [cfg.max_cluster_tokens] * whole + ([rest] if rest else [])
+    order, counts = torch.cat(orders), torch.tensor(sizes)
+    sums = torch.segment_reduce(keys[order], "sum", lengths=counts)
+    return list(torch.split(order, sizes)), sums / counts[:, None].to(keys.dtype)
+
+
+def test_clustering_a_segment_at_a_time_has_the_whole_head_bits() -> None:
+    g = torch.Generator().manual_seed(11)
+    topics = torch.randn(40, 64, generator=g)
+    keys = (topics[torch.randint(0, 40, (5000,), generator=g)]
+            + 0.4 * torch.randn(5000, 64, generator=g) + 1.5).to(torch.bfloat16)
+    cfg = ClusterConfig(segment_tokens=1024, max_cluster_tokens=20, iterations=4)
+    mu = keys.float().mean(0)
+    members, means = _cluster_keys_whole_head(keys.float(), cfg, mu)
+    for given in (keys, keys.float()):  # bf16 keys are taken as float32
+        got = cluster_keys(given, cfg, mu)
+        assert all(torch.equal(a, b) for a, b in zip(got.members, members, strict=True))
+        assert got.centroids.dtype == torch.float32
+        assert torch.equal(got.centroids, means)
+    assert torch.equal(cluster_keys(keys, cfg).centroids, means)  # mu: the keys' own mean
 
 
 def test_a_transfer_keeps_its_bytes_in_flight_bounded() -> None:

@@ -54,48 +54,57 @@ def _cluster_sums(rows: Tensor, order: Tensor, counts: Tensor) -> Tensor:
     return torch.segment_reduce(rows[order], "sum", lengths=counts)
 
 
-def _kmeans(seg: Tensor, k: int, iterations: int) -> Tensor:
-    """Spherical k-means of unit rows ``seg``: the cluster of each row after ``iterations``
-    rounds of assignment and update from evenly spaced rows. Stops early once an assignment
-    repeats the last one: the centres it would compute are the ones it has, so every later
-    round is the same (the result is the full count's)."""
+def _kmeans(seg: Tensor, k: int, iterations: int) -> tuple[Tensor, Tensor]:
+    """Spherical k-means of unit rows ``seg`` after ``iterations`` rounds of assignment and
+    update from evenly spaced rows: the rows cluster by cluster (ascending within one, as a
+    stable sort by cluster gives them) and each cluster's row count. Stops early once an
+    assignment repeats the last one: the centres it would compute are the ones it has, so
+    every later round is the same (the result is the full count's). The last round's centres
+    are not computed: nothing uses them."""
     centers = seg[torch.linspace(0, seg.shape[0] - 1, k).round().long()].clone()
     scores = torch.empty(seg.shape[0], k)
     assign: Tensor | None = None
-    for _ in range(iterations):
+    for round_ in range(iterations):
         new = torch.mm(seg, centers.T, out=scores).argmax(dim=1)
         if assign is not None and torch.equal(new, assign):
             break
         assign = new
         counts = torch.bincount(assign, minlength=k)
-        sums = _cluster_sums(seg, torch.argsort(assign, stable=True), counts)
+        order = torch.argsort(assign, stable=True)
+        if round_ == iterations - 1:
+            break
+        sums = _cluster_sums(seg, order, counts)
         keep = counts > 0  # an empty cluster keeps its centre
         centers[keep] = torch.nn.functional.normalize(sums[keep], dim=-1)
     assert assign is not None  # iterations >= 1 (ClusterConfig)
-    return assign
+    return order, counts
 
 
 def cluster_keys(keys: Tensor, cfg: ClusterConfig, mean: Tensor | None = None) -> Clusters:
-    """Cluster ``keys`` (tokens, head_dim); ``mean`` is the head's key mean (the keys' own mean
-    when None)."""
+    """Cluster ``keys`` (tokens, head_dim; float32, or bfloat16 taken as float32); ``mean``
+    is the head's key mean (the float32 keys' own mean when None). Worked a segment at a
+    time: every temporary is a segment's (a few MB, which the allocator reuses, where whole-
+    head ones would each be fresh pages to fault in), with the same bits as whole-head
+    arithmetic (all of it is row-wise, and each cluster lies in one segment)."""
     if keys.ndim != 2 or keys.shape[0] == 0:
         raise ValueError(f"keys must be (tokens >= 1, head_dim), got {tuple(keys.shape)}")
-    mu = keys.mean(0) if mean is None else mean
-    x = torch.nn.functional.normalize(keys - mu, dim=-1)
-    orders, sizes = [], []
+    mu = keys.float().mean(0) if mean is None else mean
+    orders, sizes, sums = [], [], []
     for start in range(0, keys.shape[0], cfg.segment_tokens):
-        seg = x[start:start + cfg.segment_tokens]
+        seg_keys = keys[start:start + cfg.segment_tokens].float()
+        seg = torch.nn.functional.normalize(seg_keys - mu, dim=-1)
         k = max(1, -(-seg.shape[0] // cfg.tokens_per_cluster))
-        assign = _kmeans(seg, k, cfg.iterations)
-        # a stable sort by cluster keeps each cluster's tokens ascending
-        orders.append(torch.argsort(assign, stable=True) + start)
-        for n in torch.bincount(assign, minlength=k).tolist():
+        order, counts = _kmeans(seg, k, cfg.iterations)
+        seg_sizes = []
+        for n in counts.tolist():
             whole, rest = divmod(n, cfg.max_cluster_tokens)  # larger ones split in order
-            sizes += [cfg.max_cluster_tokens] * whole + ([rest] if rest else [])
+            seg_sizes += [cfg.max_cluster_tokens] * whole + ([rest] if rest else [])
+        sums.append(_cluster_sums(seg_keys, order, torch.tensor(seg_sizes)))
+        orders.append(order + start)
+        sizes += seg_sizes
     order = torch.cat(orders)
-    counts = torch.tensor(sizes)
-    sums = _cluster_sums(keys, order, counts)
-    return Clusters(list(torch.split(order, sizes)), sums / counts[:, None].to(keys.dtype))
+    means = torch.cat(sums) / torch.tensor(sizes, dtype=torch.float32)[:, None]
+    return Clusters(list(torch.split(order, sizes)), means)
 
 
 def select_clusters(q_group: Tensor, centroids: Tensor, count: int) -> Tensor:

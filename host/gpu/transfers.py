@@ -83,7 +83,7 @@ class NodeKv:
         cents, sizes, members = [], [], []
         for h in range(c.num_key_value_heads):
             kh, vh = k[cfg.sink:n - cfg.recent, h], v[cfg.sink:n - cfg.recent, h]
-            cl = cluster_keys(kh.float(), cfg.cluster, mean[h])
+            cl = cluster_keys(kh, cfg.cluster, mean[h])
             cents.append(cl.centroids)
             sizes.append(torch.tensor([len(m) for m in cl.members]))
             members.append([m + cfg.sink for m in cl.members])
