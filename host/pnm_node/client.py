@@ -275,13 +275,13 @@ class NodeClient:
         if len(keys) != len(values) or not keys:
             raise ValueError(f"{len(keys)} key clusters and {len(values)} value clusters: need "
                              "the same number, at least one")
-        # every cluster's K then V, back to back, in one buffer (one copy)
+        # every cluster's K then V, back to back
         parts = [np.asarray(a, dtype="<u2").reshape(-1) for kv in zip(keys, values, strict=True)
                  for a in kv]
-        data = memoryview(np.concatenate(parts)).cast("B")
         sizes = [2 * parts[2 * i].nbytes for i in range(len(keys))]
         # consecutive clusters per message, each message within max_write_bytes
-        room = self.max_write_bytes - p.WRITE_KV_HEAD.sizeof()
+        head_b = p.WRITE_KV_HEAD.sizeof()
+        room = self.max_write_bytes - head_b
         chunks: list[list[int]] = [[]]
         size = 0
         for i, b in enumerate(sizes):
@@ -294,13 +294,20 @@ class NodeClient:
                 size = 0
             chunks[-1].append(i)
             size += 4 + b
-        starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
         sent = self.link.clock_ps if send_ps is None else send_ps
-        pending = [self._link().request(NodeOp.WRITE_KV, b"".join((
-            p.WRITE_KV_HEAD.build({"session": session, "layer": layer, "kv_head": kv_head,
-                                   "count": len(idx)}),
-            np.array([np.shape(keys[i])[0] for i in idx], dtype="<u4").tobytes(),
-            data[starts[idx[0]]:starts[idx[-1] + 1]])), sent) for idx in chunks]
+        pending = []
+        for idx in chunks:
+            # the message made in place: the KV bits are copied once, into it (a 128K-token
+            # head is 64 MB; each copy more was fresh memory to fault in)
+            counts = np.array([np.shape(keys[i])[0] for i in idx], dtype="<u4")
+            data_at = head_b + counts.nbytes
+            msg = np.empty(data_at + sum(sizes[i] for i in idx), dtype=np.uint8)
+            msg[:head_b] = np.frombuffer(p.WRITE_KV_HEAD.build(
+                {"session": session, "layer": layer, "kv_head": kv_head, "count": len(idx)}),
+                dtype=np.uint8)
+            msg[head_b:data_at] = counts.view(np.uint8)
+            np.concatenate(parts[2 * idx[0]:2 * idx[-1] + 2], out=msg[data_at:].view("<u2"))
+            pending.append(self._link().request(NodeOp.WRITE_KV, memoryview(msg), sent))
 
         def decode(infos: list[ReplyInfo]) -> WriteResult:
             reps = [p.WRITE_KV_REP.parse(info.payload) for info in infos]
