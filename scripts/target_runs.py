@@ -59,17 +59,13 @@ NOTES = (
     "(`OMP_NUM_THREADS=1`), with other jobs on the machine; its steps run 28 layers on the "
     "model devices and 4 on model devices and twins both.",
     "",
-    "The rtl-4, model-4 and model-1m points were run again on an idle machine after the engine "
-    "model batched its arithmetic (the same bits, about 4x less wall per descriptor: model-4 "
-    "took 21.3, 21.4, 22.3 s per step before, model-1m 21.0, 23.3, 21.6 s) and after the model "
-    "device took its DDR5 time from the compiled cycle model (hw/model/ddr5_replay.py: "
-    "model-4's emulated step 973.2 -> 976.0 us, its device cycles +0.9 %; rtl-4's emulated "
-    "figures are the same to the cycle). rtl-4's set-up took 131.7 s and its steps 17-18 s, "
-    "against 100.4 s and 12 s at the earlier run on the code before: the long prompts' KV now "
-    "goes to the node a layer at a time (the same run with that off, once: 122.9 s), and this "
-    "machine ran the same Verilator builds about 1.7x slower than the one of the earlier run "
-    "(docs/results/test_time.md against the last fresh-clone run). rtl-4-k10 and sampled-32 are "
-    "from before the replay; sampled-32's set-up and steps ran with other jobs on the machine.",
+    "The rtl-4, model-4 and model-1m points were run on an idle machine on the code of "
+    "2026-12-03: k-means a segment at a time from bf16 keys, RoPE in 8K-token chunks, THP "
+    "for torch's CPU allocator in the CLI, each WRITE_KV message built in place (rtl-4's "
+    "set-up was 131.7 s on the code before, on the same machine). rtl-4-k10 and sampled-32 "
+    "are from older code (before the model device took its DDR5 time from the compiled "
+    "cycle model, hw/model/ddr5_replay.py, and before the set-up work): their set-up would "
+    "be shorter now; sampled-32's set-up and steps ran with other jobs on the machine.",
 )
 """The page's notes on what the table does not show."""
 
