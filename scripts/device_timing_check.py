@@ -7,9 +7,12 @@ docs/results/device_timing.md.
 The model runs each batch from the cycle the RTL's submission ended at, so that both meet
 DDR5 refresh at the same points (it is due at fixed cycles from reset); the column "phase
 not aligned" runs the model from its own cycle instead, which shows what a refresh met or
-missed is worth to a short batch.
+missed is worth to a short batch. ``--phases N`` also runs every workload from N points
+spread over the refresh period (on both, aligned), which shows how the error depends on where
+the windows fall rather than on the one phase each workload meets in the run above.
 
-    .venv/bin/python scripts/device_timing_check.py [--workloads 20] [--first-seed 100] [--write]
+    .venv/bin/python scripts/device_timing_check.py [--workloads 20] [--first-seed 100]
+        [--phases 4] [--write]
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from nelssa.hw.model.device import ModelDevice
-from nelssa.hw.model.device_timing import CALIBRATION_FILE
+from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.model.device import DeviceConfig, ModelDevice
+from nelssa.hw.model.device_timing import CALIBRATION_FILE, Refresh, UnitTiming
 from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "results" / "device_timing.md"
@@ -36,11 +40,14 @@ def main() -> None:
                         help="fewest clusters a request selects")
     parser.add_argument("--min-tokens", type=int, default=16,
                         help="smallest largest-cluster length drawn")
+    parser.add_argument("--phases", type=int, default=0,
+                        help="also run each workload from this many points of the refresh "
+                             "period (0: not)")
     parser.add_argument("--write", action="store_true", help=f"write {PAGE.name}")
     args = parser.parse_args()
-    if args.workloads < 1 or args.min_selected < 1 or args.min_tokens < 1:
+    if args.workloads < 1 or args.min_selected < 1 or args.min_tokens < 1 or args.phases < 0:
         print("device_timing_check: --workloads, --min-selected and --min-tokens must be "
-              "positive", file=sys.stderr)
+              "positive, --phases not negative", file=sys.stderr)
         sys.exit(2)
     from nelssa.hw.sim.device import RtlDevice
 
@@ -73,6 +80,9 @@ def main() -> None:
                  f"within 5 %: {(eu <= 5).sum()} of {len(eu)}")
     print(summary)
     print(summary_u)
+    summary_p = phase_sweep(rtl, args) if args.phases else None
+    if summary_p:
+        print(summary_p)
     if args.write:
         command = "python scripts/device_timing_check.py " + " ".join(sys.argv[1:])
         PAGE.write_text("\n".join([
@@ -95,8 +105,30 @@ def main() -> None:
             f"{summary}.",
             "",
             f"{summary_u}.",
-            ""]))
+            "",
+            *([f"{summary_p}.", ""] if summary_p else [])]))
         print(f"wrote {PAGE}")
+
+
+def phase_sweep(rtl, args) -> str:
+    """Every workload again from ``args.phases`` points spread over the refresh period (the
+    model from the RTL's cycle each time); the distribution of the errors."""
+    period = Refresh.of(PRESETS[DeviceConfig().preset], UnitTiming()).period
+    errors = []
+    for seed in range(args.first_seed, args.first_seed + args.workloads):
+        w = TimingWorkload.draw(seed, min_selected=args.min_selected,
+                                min_tokens=args.min_tokens)
+        for i in range(args.phases):
+            at = rtl.cycle + 5000  # clear of the last batch, then to the phase
+            at += int((i * period / args.phases - at) % period)
+            r = run_workload(rtl, w, start_at=at)
+            m = run_workload(ModelDevice(), w, start_at=r["started"])
+            errors.append((m["cycles"] - r["cycles"]) / r["cycles"] * 100)
+    e = np.abs(np.array(errors))
+    return (f"at {args.phases} phases of the refresh period ({period:,.0f} cycles) each, "
+            f"{len(e)} runs: |error| median {np.median(e):.2f} %, 90th percentile "
+            f"{np.percentile(e, 90):.2f} %, worst {e.max():.2f} %; within 5 %: "
+            f"{(e <= 5).sum()} of {len(e)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The model device's schedule (hw/model/device_timing.Schedule) on hand-made cases: refresh
-windows at their phase, the tail a refresh spares, the command queue's serial ring reads and
-its order depth, the smooth saturation of DDR5. The figures each case expects are worked out
-in its comments; tests/test_device_timing.py holds the whole to the RTL."""
+windows at their phase, the tail a refresh spares, the command queue's serial ring reads (each
+for a free unit) and its order depth, the smooth saturation of DDR5. The figures each case
+expects are worked out in its comments; tests/test_device_timing.py holds the whole to the
+RTL."""
 
 from __future__ import annotations
 
@@ -73,20 +74,31 @@ def test_ring_reads_are_serial_and_the_units_start_apart():
 
 
 def test_a_unit_is_freed_in_fetch_order():
-    # the short one finishes first but holds its unit until the long one's completion
+    # the short one finishes first but holds its unit until the long one's completion; only
+    # then is the third read (nelssa_cmdq reads a descriptor for a free unit only)
     done, _ = finish([3000.0, 500.0, 500.0], at=0.0, refresh=None, engines=2)
     assert done[1] == 20 + 60 + 500
-    assert done[2] == done[0] + 500  # it waited for the long one's unit (read long before)
+    assert done[2] == done[0] + 30 + 500
+
+
+def test_a_descriptor_is_read_only_for_a_free_unit():
+    s = Schedule(1, TIMING, None)
+    for i in range(3):
+        s.add(i, 100.0, 0.0)
+    assert len(s.running) + len(s.fetched) == 1 and len(s.queue) == 2
+    # the first is read 20-50 and works 50-150; the second is read once its unit is free,
+    # 150-180, and works 180-280; the third 280-310, 310-410
+    assert s.finish_times() == {0: 150.0, 1: 280.0, 2: 410.0}
 
 
 def test_no_more_than_order_depth_in_flight():
-    s = Schedule(1, TIMING, None, order_depth=2)
+    s = Schedule(4, TIMING, None, order_depth=2)
     for i in range(3):
         s.add(i, 100.0, 0.0)
     assert len(s.running) + len(s.fetched) == 2 and len(s.queue) == 1
-    # reads end at 50 and 80; the first works 50-150, then the third is read (150-180) and
-    # waits for the unit, which the second holds from 150 to 250
-    assert s.finish_times() == {0: 150.0, 1: 250.0, 2: 350.0}
+    # reads end at 50 and 80 and the two work to 150 and 180; the third is read once the
+    # first is complete (150-180), though two units are free all along
+    assert s.finish_times() == {0: 150.0, 1: 180.0, 2: 280.0}
 
 
 @pytest.mark.parametrize("load, slower", [(0.5, 0.0), (0.95, 0.04), (2.0, 0.5)])

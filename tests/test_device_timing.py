@@ -2,17 +2,20 @@
 GQA group, cluster lengths, selections, several descriptors in flight over the four units,
 Memory API traffic alongside in some; hw/model/timing_workloads.py) the model's busy cycles
 against the Verilated device's, the model rung in at the cycle the RTL's submission ended at,
-so that both meet DDR5 refresh at the same points. The workloads are the first ten of
-scripts/device_timing_check.py's (seeds 100-109), not those the calibration was fitted on
-(scripts/calibrate_device.py: seeds 0-23).
+so that both meet DDR5 refresh at the same points. The workloads are
+scripts/device_timing_check.py's twenty (seeds 100-119, docs/results/device_timing.md), not
+those the calibration was fitted on (scripts/calibrate_device.py: seeds 0-59).
 
-Bounds: the median within 2.5 %, eight of ten within 5 %, every workload within 8 % (were 3 %
-and 10 % while each descriptor's DDR5 time came from the counted bounds; with the replay,
-hw/model/ddr5_replay.py, the clusters' wait at full load and the calibration refit on them
-these ten are at a median of 1.9 %, worst -7.3 %). The issue's goal is every workload within
-5 %; the misses (docs/results/device_timing.md) are short batches of small clusters, four
-units at once near DDR5's rate, where the RTL's units still slow more than the model says,
-and a refresh window met by one side only where the model's round ends a little early.
+Bounds: the median within 2.5 %, eighteen of twenty within 5 %, every workload within 8 %
+(with the command queue reading a descriptor only for a free unit, as nelssa_cmdq does, and
+the sharing terms refit on seeds 0-59, these twenty are at a median of 1.8 %, worst -7.4 %,
+18 within 5 %; they were 1.8 %, 8.4 % and 17 with the ring read ahead). The issue's goal is
+every workload within 5 %. What is left is mostly where a refresh window falls: run from
+four phases of the refresh period each (``device_timing_check.py --phases 4``), seeds 100-119
+are 78 of 80 within 5 %, seeds 0-59 225 of 240 and 300-359 228 of 240, and a batch whose end
+lies within about a hundred cycles of a window is counted a window more or less by one side
+(up to 18 % of a 1,400-cycle batch); the rest is a bias of batches with host traffic at
+head_dim 64, whose host lines cost DDR5 more than at 128.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload
 
 pytestmark = pytest.mark.rtl
 
-SEEDS = range(100, 110)
+SEEDS = range(100, 120)
 
 
 def test_model_cycles_follow_the_rtl_on_random_batches():
@@ -45,7 +48,7 @@ def test_model_cycles_follow_the_rtl_on_random_batches():
     worst = max(errors, key=lambda w: abs(errors[w]))
     size = np.abs(list(errors.values()))
     assert np.median(size) <= 2.5, errors
-    assert (size <= 5.0).sum() >= 8, errors
+    assert (size <= 5.0).sum() >= 18, errors
     assert abs(errors[worst]) <= 8.0, f"{worst}: {errors[worst]:+.2f} %"
     # the batches span the shapes the check is about
     assert {w.head_dim for w in errors} == {64, 128}

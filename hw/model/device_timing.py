@@ -147,9 +147,9 @@ class _Job:
 class Schedule:
     """When the model device's descriptors finish, as the RTL's command queue and units run
     them (rtl/top/nelssa_cmdq.sv): the queue reads descriptors from the ring one at a time
-    (``fetch_cycles`` each, from ``doorbell_cycles`` after the doorbell), at most
-    ``order_depth`` in flight; at most ``engines`` hold a unit, in fetch order, and a unit is
-    freed when its completion is written, in fetch order. Each runs as fast as its unit allows
+    (``fetch_cycles`` each, from ``doorbell_cycles`` after the doorbell), each only once a
+    unit is free for it, at most ``order_depth`` in flight; a unit is freed when its
+    completion is written, in fetch order. Each runs as fast as its unit allows
     (its calibrated cycles) unless together with the host's CXL.mem traffic they ask more of
     DDR5 than it has; then all slow by the same factor (the front end serves its ports round
     robin), and each selected cluster loses ``cluster_wait`` cycles at full load. DDR5 serves
@@ -168,7 +168,7 @@ class Schedule:
         self.queue: list[_Job] = []
         """On the ring, not yet read."""
         self.fetched: list[_Job] = []
-        """Read (or being read), waiting for a unit."""
+        """Being read for a free unit."""
         self.running: list[_Job] = []
         """On a unit, until its completion is written."""
         self.fetch_free = 0.0
@@ -198,7 +198,10 @@ class Schedule:
         return not (self.queue or self.fetched or self.running)
 
     def _start(self) -> None:
-        while self.queue and len(self.running) + len(self.fetched) < self.order_depth:
+        # the queue reads a descriptor only for a free unit (nelssa_cmdq's can_fetch): a unit
+        # freed by a completion waits out the next ring read, it is not read ahead
+        while self.queue and len(self.running) + len(self.fetched) < min(self.engines,
+                                                                          self.order_depth):
             job = self.queue.pop(0)
             begin = max(self.now, job.arrived, self.fetch_free)
             if self.refresh is not None:  # the ring read waits out a refresh
