@@ -15,6 +15,7 @@ Llama 3.1 8B SLO. Writes docs/results/adaptive.md and its plots (adaptive_*.png)
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import replace
@@ -130,53 +131,92 @@ def _t_range(run: RunResult) -> str:
     return f"{min(ts):,}..{max(ts):,}" if ts else "-"
 
 
-def evaluate(lm: LatencyModel, scale: float, log: list[str]) -> tuple[list[dict], dict]:
+def points(scale: float) -> list[tuple[str, str, Any, ServingConfig]]:
+    """Every point of the evaluation, in the page's order: workload, load, a function making
+    its requests (called only for the points run), configuration."""
     cfg = ServingConfig(mode="nelssa", devices=DEVICES)
-    conv = load_trace(TRACES / "mooncake_conversation_trace.jsonl", hash_ids=True)
-    synth = load_trace(TRACES / "mooncake_synthetic_trace.jsonl", hash_ids=True)
+    traces: dict[str, list] = {}
+
+    def trace(name: str) -> list:
+        if name not in traces:
+            traces[name] = load_trace(TRACES / f"mooncake_{name}_trace.jsonl", hash_ids=True)
+        return traces[name]
+
     head = max(100, round(1200 * scale))
+    out: list[tuple[str, str, Any, ServingConfig]] = []
+    for name in ("conversation", "synthetic"):
+        out.append((f"{name}, whole", "trace timestamps", lambda n=name: trace(n), cfg))
+        for rate in RATES:
+            out.append((f"{name}, first {head}", f"Poisson {rate:g}/s",
+                        lambda n=name, r=rate: poisson(trace(n)[:head], r), cfg))
+    tight = replace(cfg, gpu_mem_util=0.5)
+    for rate in (1.0, 1.5, 2.0, 3.0):
+        out.append((f"conversation, first {head}, GPU memory 0.5", f"Poisson {rate:g}/s",
+                    lambda r=rate: poisson(trace("conversation")[:head], r), tight))
+
+    def burst(count: int, tokens: int) -> list:
+        base = poisson(trace("conversation")[:head], 1.0)
+        return inject_burst(base, 0.3 * base[-1].arrival_s, count, tokens, 512)
+
+    for count, tokens in ((10, 65536), (20, 65536), (40, 32768)):
+        out.append((f"conversation, first {head}, burst", f"1/s + {count} x {tokens // 1024}K",
+                    lambda c=count, t=tokens: burst(c, t), cfg))
+    for frac in FRACTIONS:
+        out.append(("long-fraction (Fig. 16)", f"{frac:.0%} long, 2/s",
+                    lambda f=frac: poisson(long_fraction_mix(trace("conversation"), f, LONG,
+                                                             head, seed=0), 2.0), cfg))
+    # the paper's Prefill Node (section 5): the decode GPU's steps are decode only, so its
+    # memory and attention, which routing moves, are what binds
+    for devices in (1, 2):
+        dis = replace(cfg, devices=devices, prefill="disaggregated", prefill_gpus=8)
+        for rate in (2.0, 4.0, 8.0):
+            out.append((f"conversation, first {head}, disaggregated (8 prefill GPUs), "
+                        f"{devices} PNM", f"Poisson {rate:g}/s",
+                        lambda r=rate: poisson(trace("conversation")[:head], r), dis))
+        for rate in (2.0, 4.0, 8.0):
+            out.append((f"long-fraction 24 %, disaggregated (8 prefill GPUs), {devices} PNM",
+                        f"Poisson {rate:g}/s",
+                        lambda r=rate: poisson(long_fraction_mix(
+                            trace("conversation"), 0.24, LONG, head, seed=0), r), dis))
+    return out
+
+
+def label(workload: str, load: str) -> str:
+    """A point's name, as ``--points`` matches it."""
+    return f"{workload} at {load}"
+
+
+def select(pts: list, filters: list[str] | None) -> list:
+    """The points whose name holds one of ``filters`` (case-insensitive), all without any; a
+    filter that matches no point raises ``ValueError`` naming it."""
+    if not filters:
+        return pts
+    names = [label(w, ld).lower() for w, ld, _, _ in pts]
+    unknown = [f for f in filters if not any(f.lower() in n for n in names)]
+    if unknown:
+        raise ValueError(f"--points {', '.join(map(repr, unknown))} matches no point (names are "
+                         f"'WORKLOAD at LOAD', e.g. {label(*pts[0][:2])!r})")
+    return [p for p, n in zip(pts, names, strict=True) if any(f.lower() in n for f in filters)]
+
+
+def evaluate(lm: LatencyModel, pts: list, log: list[str]) -> tuple[list[dict], dict]:
     rows: list[dict] = []
     keep: dict[str, Any] = {}
-
-    def point(workload: str, load: str, reqs: list, config: ServingConfig = cfg) -> None:
+    for workload, load, make, config in pts:
         t0 = time.perf_counter()
+        reqs = make()
         res = static_vs_adaptive(lm, reqs, config, modes=MODES)
         s = res["static"]
         oracle = (_oracle(lm, reqs, config, s["sim"].t_input, s["run"])
                   if s["saturated"] else None)
         rows.append(_row(workload, load, len(reqs), res, oracle))
         keep[f"{workload}|{load}"] = res
-        log.append(f"{workload} {load}: {rows[-1]['static']:.3f} -> {rows[-1]['adaptive']:.3f} "
-                   f"({time.perf_counter() - t0:.1f} s)")
+        r = rows[-1]
+        log.append(f"{label(workload, load)}: static {r['static']:.3f}, adaptive "
+                   f"{r['adaptive']:.3f}, budget {_pct(r['budget'])}, both {_pct(r['both'])}, "
+                   f"static TPOT P50 {r['tpot_ms']:.0f} ms, fails static {r['fails']}, both "
+                   f"{r['fails_both']} ({time.perf_counter() - t0:.1f} s)")
         print(log[-1], flush=True)
-
-    for name, trace in (("conversation", conv), ("synthetic", synth)):
-        point(f"{name}, whole", "trace timestamps", trace)
-        for rate in RATES:
-            point(f"{name}, first {head}", f"Poisson {rate:g}/s", poisson(trace[:head], rate))
-    tight = replace(cfg, gpu_mem_util=0.5)
-    for rate in (1.0, 1.5, 2.0, 3.0):
-        point(f"conversation, first {head}, GPU memory 0.5", f"Poisson {rate:g}/s",
-              poisson(conv[:head], rate), tight)
-    base = poisson(conv[:head], 1.0)
-    for count, tokens in ((10, 65536), (20, 65536), (40, 32768)):
-        burst = inject_burst(base, 0.3 * base[-1].arrival_s, count, tokens, 512)
-        point(f"conversation, first {head}, burst", f"1/s + {count} x {tokens // 1024}K",
-              burst)
-    for frac in FRACTIONS:
-        mix = long_fraction_mix(conv, frac, LONG, head, seed=0)
-        point("long-fraction (Fig. 16)", f"{frac:.0%} long, 2/s", poisson(mix, 2.0))
-    # the paper's Prefill Node (section 5): the decode GPU's steps are decode only, so its
-    # memory and attention, which routing moves, are what binds
-    for devices in (1, 2):
-        dis = replace(cfg, devices=devices, prefill="disaggregated", prefill_gpus=8)
-        for rate in (2.0, 4.0, 8.0):
-            point(f"conversation, first {head}, disaggregated (8 prefill GPUs), {devices} PNM",
-                  f"Poisson {rate:g}/s", poisson(conv[:head], rate), dis)
-        mix = long_fraction_mix(conv, 0.24, LONG, head, seed=0)
-        for rate in (2.0, 4.0, 8.0):
-            point(f"long-fraction 24 %, disaggregated (8 prefill GPUs), {devices} PNM",
-                  f"Poisson {rate:g}/s", poisson(mix, rate), dis)
     return rows, keep
 
 
@@ -245,7 +285,7 @@ def plot_rates(rows: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, name in zip(axes, ("conversation", "synthetic"), strict=True):
-        pts = [r for r in rows if r["workload"] == f"{name}, first {rows[1]['requests']}"]
+        pts = [r for r in rows if re.fullmatch(rf"{name}, first \d+", r["workload"])]
         rates = [float(r["load"].split()[1].rstrip("/s")) for r in pts]
         ax.plot(rates, [r["static"] for r in pts], "o-", label="static crossover")
         ax.plot(rates, [r["adaptive"] for r in pts], "s--", label="adaptive T_input")
@@ -409,19 +449,28 @@ READING = """**Reading.** Per point, from the tables above.
 
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "docs/results"),
-                    help="folder for adaptive.md and its plots")
+    ap.add_argument("--out", help="folder for adaptive.md and its plots (docs/results)")
     ap.add_argument("--percent", type=POSITIVE_INT, default=100,
                     help="size of the trace heads, in percent of the default (1200 requests)")
     ap.add_argument("--vllm", action="store_true",
                     help="also compare at four points through vLLM's scheduler (.venv-vllm)")
+    ap.add_argument("--points", nargs="+", metavar="TEXT",
+                    help="run only the points whose 'WORKLOAD at LOAD' holds one of these "
+                         "(case-insensitive), print their rows and write no page unless --out "
+                         "is given")
     args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        pts = select(points(args.percent / 100), args.points)
+    except ValueError as e:
+        ap.error(str(e))
     lm = _latency()
     t0 = time.perf_counter()
     log: list[str] = []
-    rows, keep = evaluate(lm, args.percent / 100, log)
+    rows, keep = evaluate(lm, pts, log)
+    if args.points and args.out is None:
+        return 0
+    out = Path(args.out or ROOT / "docs/results")
+    out.mkdir(parents=True, exist_ok=True)
     best = max(keep, key=lambda k: (keep[k]["adaptive"]["goodput_rps"]
                                     - keep[k]["static"]["goodput_rps"]))
     plot_run(keep[best], out / "adaptive_run.png")
