@@ -19,7 +19,12 @@ its first token. A request that made it is never dropped (its TPOT is not known 
 until its last token). Both schedulers take it the same way (``emu/serving/replay.py`` aborts
 the jobs through the scheduler interface at each sample). With disaggregated prefill the first
 token comes from a prefill GPU before the decode GPU sees the request, so there is nothing to
-shed there.
+shed there; the co-simulation (``host/gpu``) replays decode steps only, nor there.
+
+What sets TPOT at those points was measured before choosing this (``scripts/adaptive_eval.py``,
+its step make-up table): not the PNM tier's per-step attention, which grows with the context
+it decodes at once (a PNM-tier decode admission held to the TPOT SLO was the other candidate),
+nor the GPU's decode batch, but the prefill chunks of an overloaded GPU.
 """
 
 from __future__ import annotations
