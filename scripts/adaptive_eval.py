@@ -30,10 +30,9 @@ from nelssa.emu.policy.slo import MLPERF_8B_SLO, MLPERF_SLO, Slo
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
 from nelssa.emu.serving.cost import Chunk
 from nelssa.emu.serving.metrics import goodput, summarize
-from nelssa.emu.serving.replay import JobKind, Replay
 from nelssa.emu.serving.results import RunResult
 from nelssa.emu.serving.sim import ServingSim
-from nelssa.emu.serving.sweeps import FRACTIONS, static_vs_adaptive
+from nelssa.emu.serving.sweeps import FRACTIONS, static_vs_adaptive, step_makeup
 from nelssa.emu.serving.workload import inject_burst, load_trace, long_fraction_mix, poisson
 from nelssa.options import POSITIVE_INT, Parser
 
@@ -92,59 +91,19 @@ def _oracle(lm: LatencyModel, reqs: list, config: ServingConfig, crossover: int,
     return best
 
 
+def _meets(r: Any) -> bool:
+    """A request's result meets the SLO."""
+    return r.ttft_s <= MLPERF_SLO.ttft_s and (r.tpot_s is None or r.tpot_s <= MLPERF_SLO.tpot_s)
+
+
 def _met(run: RunResult) -> int:
-    """Requests meeting the SLO."""
-    return sum(1 for r in run.results if r.ttft_s <= MLPERF_SLO.ttft_s
-               and (r.tpot_s is None or r.tpot_s <= MLPERF_SLO.tpot_s))
-
-
-class _Watched(Replay):
-    """A replay that keeps each step's cost with its make-up (one step at a time)."""
-
-    def __init__(self, sim: ServingSim, requests: list) -> None:
-        super().__init__(sim, requests, fast=False)
-        self.steps: list[tuple[float, bool, float, float]] = []
-        """Per step: its time, whether it carries a prefill chunk, the PNM tier's part (its
-        attention and T_comm) and the GPU's decode attention of its decoding requests."""
-
-    def _step_cost(self, plan: Any) -> float:
-        gpu_ctx, pnm, decodes = 0, [], 0
-        ones = [p.jid for p in plan.scheduled if p.tokens == 1 and self.jobs[p.jid].decoding]
-        for jid in (*plan.decodes, *ones):  # the decoding requests' tokens
-            job = self.jobs[jid]
-            if job.kind is JobKind.PNM_RESIDENT:
-                pnm.append(job.rq.req.input_len + job.rq.generated)
-            else:
-                decodes += 1
-                gpu_ctx += job.prompt + job.outputs
-        t = super()._step_cost(plan)
-        parts = self.cost.step_parts(gpu_ctx, pnm, decodes)
-        self.steps.append((t, any(p.tokens > 1 for p in plan.scheduled), parts.pnm_s,
-                           parts.gpu_attn_s))
-        return t
-
-
-def step_makeup(lm: LatencyModel, reqs: list, config: ServingConfig) -> dict[str, float]:
-    """What the static run's steps are made of: the P50 step (ms), the share of the run's step
-    time in steps carrying a prefill chunk, and the P50 of the PNM tier's part and of the
-    GPU's decode attention (ms)."""
-    w = _Watched(ServingSim(lm, replace(config, mode="nelssa")), reqs)
-    w.run()
-    steps = w.steps
-    total = sum(x[0] for x in steps) or 1.0
-
-    def p50(i: int) -> float:
-        return sorted(x[i] for x in steps)[len(steps) // 2] * 1e3
-
-    return {"step_ms": p50(0), "chunk_share": sum(x[0] for x in steps if x[1]) / total,
-            "pnm_ms": p50(2), "gpu_attn_ms": p50(3)}
+    return sum(map(_meets, run.results))
 
 
 def _queues(run: RunResult) -> str:
     """Requests meeting the SLO on the GPU tier / the PNM tier; mean requests waiting for the
     GPU / for the PNM tier's memory (over the samples)."""
-    met = [r.tier for r in run.results if r.ttft_s <= MLPERF_SLO.ttft_s
-           and (r.tpot_s is None or r.tpot_s <= MLPERF_SLO.tpot_s)]
+    met = [r.tier for r in run.results if _meets(r)]
     n = len(run.samples) or 1
     gpu = sum(x.waiting - x.pnm_waiting for x in run.samples) / n
     pnm = sum(x.pnm_waiting for x in run.samples) / n
@@ -317,8 +276,7 @@ def plot_run(res: dict[str, dict[str, Any]], path: Path, window_s: float = 20.0)
         ax[1].plot(t, [x.pnm_waiting for x in s], style, label=f"PNM, {mode}")
         ax[2].plot(t, [x.gpu_kv_used for x in s], style, label=f"GPU KV, {mode}")
         ax[2].plot(t, [x.pnm_mem_used for x in s], style, label=f"PNM memory, {mode}")
-        met = sorted(r.finish_s for r in run.results if r.ttft_s <= MLPERF_SLO.ttft_s
-                     and (r.tpot_s is None or r.tpot_s <= MLPERF_SLO.tpot_s))
+        met = sorted(r.finish_s for r in run.results if _meets(r))
         edges = [i * window_s for i in range(int(run.end_s // window_s) + 1)]
         ax[3].step(edges, [sum(1 for f in met if e <= f < e + window_s) / window_s
                            for e in edges], style, where="post", label=mode)

@@ -1,6 +1,7 @@
 """scripts/adaptive_eval.py's --points filter: points selected by a piece of 'WORKLOAD at
 LOAD' (case-insensitive), none run or loaded for the others; a filter matching no point refused
-with exit 2 naming it."""
+with exit 2 naming it. Its step make-up (emu/serving/sweeps.step_makeup): under a prefill
+backlog the step time is the prefill chunks'."""
 
 from __future__ import annotations
 
@@ -36,3 +37,20 @@ def test_a_filter_matching_no_point_is_refused_naming_it(capsys) -> None:
     err = capsys.readouterr().err
     assert "--points 'no such point' matches no point" in err and "Traceback" not in err
     assert "'synthetic'" not in err
+
+
+def test_step_makeup_finds_the_prefill_chunks_under_a_backlog() -> None:
+    """The 200-request conversation head: at 0.2/s most step time is decode-only steps; at 4/s
+    (a backlog of prompts) over 80 % is in steps carrying a chunk, and the PNM tier's part of a
+    step is a small share of it."""
+    from nelssa.emu.serving.config import ServingConfig
+    from nelssa.emu.serving.sweeps import step_makeup
+    from nelssa.emu.serving.workload import load_trace, poisson
+
+    trace = load_trace(Path(__file__).resolve().parent / "data/mooncake_conversation_head.jsonl",
+                       hash_ids=True)
+    lm, cfg = ae._latency(), ServingConfig(mode="nelssa")
+    calm = step_makeup(lm, poisson(trace, 0.2, 0), cfg)
+    rush = step_makeup(lm, poisson(trace, 4.0, 0), cfg)
+    assert calm["chunk_share"] < 0.5 < 0.8 < rush["chunk_share"]
+    assert 0 < rush["pnm_ms"] < 0.5 * rush["step_ms"] and rush["gpu_attn_ms"] > 0
