@@ -26,7 +26,7 @@ from nelssa.options import (
 )
 
 SERVING_OPTIONS = ("devices", "t_input", "max_running", "prefill_gpus", "migrate_at", "adaptive",
-                   "tpot_budget")
+                   "tpot_budget", "shed_late")
 """ServingConfig fields `serve-sim` takes as options (name, default and help from the field)."""
 SPARSITY_OPTIONS = ("selection",)
 

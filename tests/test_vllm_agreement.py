@@ -34,7 +34,8 @@ def test_every_regime_agrees_with_vllm() -> None:
 
 
 def test_hand_made_replay_is_identical_through_both() -> None:
-    """A small GPU (preemptions), a PNM tier, shared prefixes: per-request results equal."""
+    """A small GPU (preemptions), a PNM tier, shared prefixes; a prefill cut by the budget;
+    requests dropped past the TTFT SLO: per-request results equal."""
     lm = latency_model()
     lm = replace(lm, gpu=replace(lm.gpu, memory_gb=18.5))  # 0.59 GB of KV: about 4,500 tokens
     shared = tuple(range(8))
@@ -47,9 +48,19 @@ def test_hand_made_replay_is_identical_through_both() -> None:
     # and a prefill cut one token short by the budget: its next step samples the first token
     cut = ServingConfig(mode="gpu", max_batched_tokens=256, max_running=8)
     lone = [Request(0, 0.0, 257, 40, line=1, hash_ids=(1,))]
-    theirs, theirs_cut = run_many_in_vllm_env([
+    # and requests dropped past the TTFT SLO (shed_late) under a burst past the prefill rate
+    burst = [Request(i, 0.05 * i, 9000 + 1500 * (i % 5), 20, line=i + 1) for i in range(40)]
+    shed = ServingConfig(mode="nelssa", t_input=12000, devices=1, shed_late=True,
+                         prefix_caching=False)
+    theirs, theirs_cut, theirs_shed = run_many_in_vllm_env([
         (ServingSim(lm, replace(c, scheduler=SchedulerKind.VLLM)), r)
-        for c, r in ((cfg, reqs), (cut, lone))])
+        for c, r in ((cfg, reqs), (cut, lone))] + [
+        (ServingSim(latency_model(), replace(shed, scheduler=SchedulerKind.VLLM)), burst)])
+    ours_shed = ServingSim(latency_model(), shed).run(burst)
+    assert ours_shed.shed > 0 and {r.tier for r in ours_shed.results} == {"gpu", "pnm"}
+    assert (ours_shed.shed, ours_shed.steps) == (theirs_shed.shed, theirs_shed.steps)
+    assert sorted((r.rid, r.first_token_s, r.finish_s) for r in ours_shed.results) == sorted(
+        (r.rid, r.first_token_s, r.finish_s) for r in theirs_shed.results)
     ours_cut = ServingSim(lm, cut).run(lone)
     assert [(r.first_token_s, r.finish_s) for r in ours_cut.results] == [
         (r.first_token_s, r.finish_s) for r in theirs_cut.results]

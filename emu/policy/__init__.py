@@ -12,5 +12,7 @@ emulator (``emu/serving``):
 - ``adaptive``: T_input moved by what an orchestrator observes of the two tiers (issue 26);
 - ``budget``: a step's token budget held to the TPOT SLO while requests decode (issue 26, a
   scheduling knob apart from routing; the serving emulator's, both schedulers);
+- ``shed``: requests dropped once they have waited past the TTFT SLO without a first token
+  (issue 26, an admission knob; the serving emulator's, both schedulers);
 - ``slo``: the TTFT and TPOT objective goodput and the two above are held to.
 """

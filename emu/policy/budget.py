@@ -20,6 +20,11 @@ queue. Measured without that lift (``scripts/adaptive_eval.py`` with ``ttft_shar
 the cap lost goodput under deep overload (the conversation head at 3/s: -63 %, the whole trace
 at its timestamps: -85 %, the long-fraction sweep at 20 %: -23 %) while it gained at moderate
 load; a lift at half the TTFT SLO gained less at moderate load than one at the SLO.
+The lift at the SLO alone came late where the queue was falling behind (the conversation head
+at 3/s: -2.1 %, its oldest prefill wait climbing for tens of seconds before it reached 6 s), so
+the cap is lifted too while that wait has risen steadily over the last few seconds from a
+quarter of the SLO (``rise_share``, ``rise_rate``, ``trend_s``): there +6.6 %, with every
+colocated point still gaining (``scripts/adaptive_eval.py``, docs/results/adaptive.md).
 
 Both schedulers take it the same way (``emu/serving/replay.py`` sets the budget before each
 step: ours through its ``budget``, vLLM's through its scheduler's ``max_num_scheduled_tokens``;
@@ -33,6 +38,7 @@ measurement, -2 to -3 % at the disaggregated points with one PNM device). The co
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,21 +60,29 @@ class BudgetConfig:
     """The cap is lifted while the oldest request waiting for its first token has waited this
     share of ``ttft_s`` or more: TTFT is then at stake, and the whole budget drains the prefill
     queue (each step's decode batch is then spread over more prefill tokens)."""
+    rise_share: float = 0.25
+    rise_rate: float = 0.5
+    trend_s: float = 5.0
+    """The cap is lifted too while that wait is at least ``rise_share`` of ``ttft_s`` and has
+    grown by ``rise_rate`` seconds a second or more over the last ``trend_s`` (the prefill
+    queue falling behind: the cap would only bring its TTFT misses on later)."""
     tpot_s: float = MLPERF_SLO.tpot_s
     """The TPOT SLO a step is held to."""
     ttft_s: float = MLPERF_SLO.ttft_s
     """The TTFT SLO the prefill queue is held to."""
 
     def __post_init__(self) -> None:
-        for name in ("share", "ttft_share", "tpot_s", "ttft_s"):
+        for name in ("share", "ttft_share", "rise_share", "rise_rate", "trend_s", "tpot_s",
+                     "ttft_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v!r}")
         if not 0 < self.share <= 1 or not self.tpot_s > 0 or not self.ttft_s > 0:
             raise ValueError(f"need 0 < share <= 1, tpot_s > 0 and ttft_s > 0, got "
                              f"{self.share}, {self.tpot_s}, {self.ttft_s}")
-        if not self.ttft_share > 0:
-            raise ValueError(f"need ttft_share > 0, got {self.ttft_share}")
+        for name in ("ttft_share", "rise_share", "rise_rate", "trend_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if isinstance(self.floor, bool) or not isinstance(self.floor, int) or self.floor < 1:
             raise ValueError(f"floor must be an integer >= 1 token, got {self.floor!r}")
 
@@ -91,9 +105,24 @@ class TpotBudget:
             tokens = max(c.floor, tokens // 2)
         self.capped = tokens
         """The budget while requests decode."""
+        self._waits: deque[tuple[float, float]] = deque()
+        self.rising = False
+        """The prefill queue's wait was rising at the last observation."""
+
+    def observe(self, now: float, wait_s: float) -> None:
+        """The oldest prefill wait at ``now`` (observed each sample): whether it is rising."""
+        c = self.config
+        waits = self._waits
+        waits.append((now, wait_s))
+        while len(waits) > 1 and now - waits[1][0] >= c.trend_s:
+            waits.popleft()
+        t0, w0 = waits[0]
+        self.rising = (now - t0 >= c.trend_s and wait_s >= c.rise_share * c.ttft_s
+                       and wait_s - w0 >= c.rise_rate * (now - t0))
 
     def tokens(self, decoding: bool, wait_s: float = 0.0) -> int:
         """The budget of the next step; ``decoding``: some request is decoding; ``wait_s``: how
         long the oldest request waiting for its first token has waited (as last observed)."""
         c = self.config
-        return self.capped if decoding and wait_s < c.ttft_share * c.ttft_s else self.full
+        return (self.capped if decoding and wait_s < c.ttft_share * c.ttft_s and not self.rising
+                else self.full)

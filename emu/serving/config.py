@@ -51,6 +51,11 @@ class ServingConfig:
     it, ...) whose prefill chunk's step stays within half the TPOT SLO (emu/policy/budget.py,
     Sarathi-Serve's rule): a scheduling knob of the adaptive orchestrator, separate from
     ``adaptive`` (T_input), the same for both schedulers."""
+    shed_late: bool = False
+    """Drop a request still waiting for its first token once it has waited the TTFT SLO (it
+    has missed it), so its prefill goes to requests that can still meet theirs: under deep
+    compute overload FCFS makes every request miss (emu/policy/shed.py). An admission knob of
+    the adaptive orchestrator, the same for both schedulers."""
     window_tokens: int = Sparsity().window_tokens
     """Tokens of a PNM-tier request that the GPU attends to densely: sink, recent, one chunk
     not yet clustered."""

@@ -29,6 +29,7 @@ def summarize(run: RunResult) -> dict[str, Any]:
         "mode": run.config.mode,
         "t_input": run.t_input,
         "requests": len(res),
+        "shed": run.shed,
         "pnm_requests": sum(1 for r in res if r.tier == "pnm"),
         "duration_s": run.end_s,
         "decode_tokens": run.decode_tokens,
@@ -77,5 +78,6 @@ def goodput(run: RunResult, ttft_s: float = MLPERF_SLO.ttft_s,
     res = run.results
     met = sum(1 for r in res
               if r.ttft_s <= ttft_s and (r.tpot_s is None or r.tpot_s <= tpot_s))
-    return {"attainment": met / len(res) if res else float("nan"),
+    n = len(res) + run.shed  # a request dropped missed it
+    return {"attainment": met / n if n else float("nan"),
             "goodput_rps": met / run.end_s if run.end_s else 0.0}

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from nelssa.emu.policy.adaptive import AdaptiveThreshold, TierLoad
 from nelssa.emu.policy.budget import TpotBudget
 from nelssa.emu.policy.router import Router, Source
+from nelssa.emu.policy.shed import Shedder
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.prefix import Content, Kind
@@ -116,6 +117,9 @@ class Replay:
         """With ``tpot_budget`` and colocated prefill: each step's token budget, held to the
         TPOT SLO while requests decode (``emu/policy/budget.py``; disaggregated, the decode
         GPU's steps carry no prefill chunks to hold)."""
+        self.shedder = Shedder() if self.cfg.shed_late else None
+        """With ``shed_late``: drops requests past their TTFT SLO without a first token
+        (``emu/policy/shed.py``)."""
         self.gpu_wait_s = 0.0
         """The oldest wait for a first token on the GPU, as last observed (each sample)."""
         self._seen = (0.0, 0, 0)
@@ -387,11 +391,15 @@ class Replay:
         if cfg.migration:
             self._migrate(self.now)
         if self.now >= self.next_sample:
+            if self.shedder is not None:
+                self._shed()
             running, waiting = self.sched.counts()
             kv_used = self.sched.used_blocks() / self.sim.gpu_blocks
             pnm_used = 1 - self.pnm_free / self.sim.pnm_tokens if self.sim.pnm_tokens else 0.0
             if self.adaptive is not None or self.budget is not None:
                 self.gpu_wait_s = self._gpu_wait()
+            if self.budget is not None:
+                self.budget.observe(self.now, self.gpu_wait_s)
             if self.adaptive is not None:
                 self._adapt(kv_used, pnm_used)
             out.samples.append(Sample(
@@ -400,7 +408,27 @@ class Replay:
             self.tokens_since = 0
             self.next_sample = self.now + cfg.sample_s
             if self.progress is not None:
-                self.progress(len(out.results) / self.total)
+                self.progress((len(out.results) + out.shed) / self.total)
+
+    def _shed(self) -> None:
+        """Drop the requests the shedding policy finds past their TTFT SLO: their jobs
+        aborted in the scheduler, their place in the PNM tier's queue or memory given back."""
+        assert self.shedder is not None
+        late = list(self.shedder.late(self.now, ((rq.req.arrival_s, rq) for rq in self.live
+                                                 if rq.first_token_s is None)))
+        if not late:
+            return
+        for rq in late:
+            jid = str(rq.req.rid)
+            if jid in self.jobs:
+                self.sched.abort(jid)
+                del self.jobs[jid]
+            self.pnm_free += rq.pnm_reserved
+            rq.pnm_reserved = 0
+            self.live.remove(rq)
+        gone = set(map(id, late))
+        self.pnm_queue = deque(x for x in self.pnm_queue if id(x[0]) not in gone)
+        self.out.shed += len(late)
 
     def _gpu_wait(self) -> float:
         """How long the oldest request waiting for the GPU has waited: GPU-tier requests, and

@@ -30,6 +30,7 @@ def tpot_ms(stats: dict[str, float], keys: tuple[str, ...]) -> str:
 def run_line(s: dict[str, Any], wall_s: float) -> str:
     """One run's summary (``metrics.summarize``) in a line."""
     return (f"{s['requests']} requests ({s['pnm_requests']} on the PNM tier, "
+            + (f"{s['shed']} more dropped past the TTFT SLO, " if s.get("shed") else "") +
             f"T_input {s['t_input']}) in {s['duration_s']:.0f} s emulated, {wall_s:.1f} s wall; "
             f"decode {s['decode_throughput_tps']:,.0f} tokens/s; TPOT p50/p95/p99 "
             f"{tpot_ms(s['tpot_s'], ('p50', 'p95', 'p99'))}; TTFT p50/p99 "

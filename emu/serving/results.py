@@ -74,6 +74,9 @@ class RunResult:
     """Tokens to be prefilled again because of recompute preemptions."""
     prefix_hit_tokens: int = 0
     """Prompt tokens found in the prefix cache instead of being computed."""
+    shed: int = 0
+    """Requests dropped waiting for their first token past the TTFT SLO (``shed_late``); they
+    have no result."""
     scheduler: str = "ours"
     """Whose scheduler ran: ``ours`` or ``vllm``."""
     wall_s: float = 0.0

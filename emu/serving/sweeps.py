@@ -1,6 +1,7 @@
 """The paper's sweeps on the emulator: decode throughput against context and batch
 (Figure 10) and against the share of long requests (Figure 16), as data and as PNG plots; and
-the static routing threshold against the adaptive one on one workload (issue 26)."""
+the static routing threshold against the adaptive one on one workload, and what a run's steps
+are made of (issue 26)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.slo import MLPERF_SLO, Slo
 from nelssa.emu.serving.metrics import goodput, summarize
+from nelssa.emu.serving.replay import JobKind, Replay
 from nelssa.emu.serving.sim import RunResult, ServingConfig, ServingSim
 from nelssa.emu.serving.workload import Request, long_fraction_mix, poisson
 
@@ -139,3 +141,46 @@ def static_vs_adaptive(lm: LatencyModel, requests: list[Request], config: Servin
                                   if a.t_input != b.t_input),
                      "run": run, "sim": sim}
     return out
+
+
+class _Watched(Replay):
+    """A replay that keeps each step's cost with its make-up (one step at a time)."""
+
+    def __init__(self, sim: ServingSim, requests: list[Request]) -> None:
+        super().__init__(sim, requests, fast=False)
+        self.steps: list[tuple[float, bool, float, float]] = []
+        """Per step: its time, whether it carries a prefill chunk, the PNM tier's part (its
+        attention and T_comm) and the GPU's decode attention of its decoding requests."""
+
+    def _step_cost(self, plan: Any) -> float:
+        gpu_ctx, pnm, decodes = 0, [], 0
+        ones = [p.jid for p in plan.scheduled if p.tokens == 1 and self.jobs[p.jid].decoding]
+        for jid in (*plan.decodes, *ones):  # the decoding requests' tokens
+            job = self.jobs[jid]
+            if job.kind is JobKind.PNM_RESIDENT:
+                pnm.append(job.rq.req.input_len + job.rq.generated)
+            else:
+                decodes += 1
+                gpu_ctx += job.prompt + job.outputs
+        t = super()._step_cost(plan)
+        parts = self.cost.step_parts(gpu_ctx, pnm, decodes)
+        self.steps.append((t, any(p.tokens > 1 for p in plan.scheduled), parts.pnm_s,
+                           parts.gpu_attn_s))
+        return t
+
+
+def step_makeup(lm: LatencyModel, reqs: list[Request], config: ServingConfig) -> dict[str, float]:
+    """What the steps of a run of ``config`` (NELSSA) are made of, costed one at a time: the
+    P50 step (ms), the share of the run's step time in steps carrying a prefill chunk, and the
+    P50 of the PNM tier's part (its attention and T_comm) and of the GPU's decode attention of
+    the decoding requests (ms): what sets their TPOT."""
+    w = _Watched(ServingSim(lm, replace(config, mode="nelssa")), reqs)
+    w.run()
+    steps = w.steps
+    total = sum(x[0] for x in steps) or 1.0
+
+    def p50(i: int) -> float:
+        return sorted(x[i] for x in steps)[len(steps) // 2] * 1e3
+
+    return {"step_ms": p50(0), "chunk_share": sum(x[0] for x in steps if x[1]) / total,
+            "pnm_ms": p50(2), "gpu_attn_ms": p50(3)}
