@@ -136,6 +136,24 @@ def test_a_process_pool_and_ray_give_the_same_rows(tmp_path: Path) -> None:
     assert pool.failed == 0 and ray.ran == 8 and _same(pool.rows, ray.rows)
 
 
+def test_the_orchestrators_knobs_are_swept(tmp_path: Path) -> None:
+    """The token budget and shedding (emu/policy/budget.py, shed.py) as sweep parameters: at
+    8/s the 60 requests queue past the TTFT SLO; shedding drops some and more meet the SLO (a
+    count: goodput per second also gains from the shorter run)."""
+    spec = load_spec(_spec(tmp_path, "rate = 8.0\n[grid]\nshed_late = [false, true]\n"
+                                     "tpot_budget = [false, true]\n"))
+    rows = {(r["shed_late"], r["tpot_budget"]): r
+            for r in run_sweep(spec, tmp_path / "out", workers=1).rows}
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows.values())
+    for budget in ("False", "True"):
+        plain, shed = rows["False", budget], rows["True", budget]
+        assert int(plain["shed"]) == 0 < int(shed["shed"])
+        assert int(shed["requests"]) + int(shed["shed"]) == int(plain["requests"]) == 60
+        assert int(shed["slo_met"]) > int(plain["slo_met"])
+    with pytest.raises(SpecError, match=r"\[grid\] shed_late: must be true or false, got 1"):
+        load_spec(_spec(tmp_path, "[grid]\nshed_late = [1]\n", "bad.toml"))
+
+
 def test_the_pareto_frontier() -> None:
     pts = [(0, 1.0), (2, 3.0), (2, 2.0), (4, 2.5), (4, 5.0), (8, 4.0), (8, 6.0)]
     assert frontier(pts) == [(0, 1.0), (2, 3.0), (4, 5.0), (8, 6.0)]

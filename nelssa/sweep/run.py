@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 METRICS = ("requests", "pnm_requests", "t_input_tokens", "duration_s", "decode_throughput_tps",
            "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "slo_attainment",
-           "goodput_rps", "preemptions", "migrations", "cost_devices")
+           "slo_met", "goodput_rps", "shed", "preemptions", "migrations", "cost_devices")
 COLUMNS = ("key", "status", *PARAMS, *METRICS, "wall_s", "error")
 
 
@@ -89,6 +89,7 @@ def _measure(job: Job) -> dict[str, Any]:
                         prefill=p["prefill"], migration=p["migration"] and p["mode"] == "nelssa",
                         t_input=None if isinstance(p["t_input"], str) else p["t_input"],
                         adaptive=p["t_input"] == "adaptive",
+                        tpot_budget=p["tpot_budget"], shed_late=p["shed_late"],
                         scheduler=SchedulerKind(st["scheduler"]))
     run = ServingSim(lm, cfg).run(reqs)
     s = summarize(run)
@@ -98,7 +99,8 @@ def _measure(job: Job) -> dict[str, Any]:
             "decode_throughput_tps": s["decode_throughput_tps"],
             "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p99_s": s["ttft_s"]["p99"],
             "tpot_p50_s": s["tpot_s"]["p50"], "tpot_p99_s": s["tpot_s"]["p99"],
-            "slo_attainment": g["attainment"], "goodput_rps": g["goodput_rps"],
+            "slo_attainment": g["attainment"], "slo_met": g["met"],
+            "goodput_rps": g["goodput_rps"], "shed": s["shed"],
             "preemptions": s["preemptions"], "migrations": s["migrations"],
             "cost_devices": p["devices"] if p["mode"] == "nelssa" else 0}
 

@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nelssa.config_args import field_docs
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.hardware import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_PNM
 from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.policy.slo import MLPERF_SLO
+from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.workload import RATE
 
 MAX_POINTS = 100_000
@@ -121,6 +123,9 @@ PARAMS: dict[str, Param] = {
     "migration": Param(False, "migrate grown GPU requests to the PNM tier (paper 4.3)", _bool),
     "max_running": Param(256, "most requests in the running batch", _num(RUNNING),
                          span=RUNNING),
+    # the adaptive orchestrator's two knobs beside T_input (emu/policy/budget.py, shed.py)
+    **{name: Param(getattr(ServingConfig, name), field_docs(ServingConfig)[name], _bool)
+       for name in ("tpot_budget", "shed_late")},
 }
 
 LIMIT = Num("an integer >= 1", integer=True, lo=1, most=10_000_000)
