@@ -59,10 +59,14 @@ NOTES = (
     "(`OMP_NUM_THREADS=1`), with other jobs on the machine; its steps run 28 layers on the "
     "model devices and 4 on model devices and twins both.",
     "",
-    "The rtl-4, model-4 and model-1m points were run on an idle machine on the code of "
-    "2026-12-03: k-means a segment at a time from bf16 keys, RoPE in 8K-token chunks, THP "
-    "for torch's CPU allocator in the CLI, each WRITE_KV message built in place (rtl-4's "
-    "set-up was 131.7 s on the code before, on the same machine). rtl-4-k10 and sampled-32 "
+    "The rtl-4 point was run on an idle machine on the code of 2026-12-03: k-means a "
+    "segment at a time from bf16 keys, RoPE in 8K-token chunks, THP for torch's CPU "
+    "allocator in the CLI, each WRITE_KV message built in place (its set-up was 131.7 s on "
+    "the code before, on the same machine). model-4 and model-1m were rerun on the code of "
+    "2026-12-04 (the model device's command queue reading a descriptor only for a free unit, "
+    "its sharing terms refit: model-4's step 976.0 -> 974.8 us against rtl-4's 972.2), on "
+    "an idle machine that ran the same set-up faster than the day before (model-4 111.8 -> "
+    "79.0 s, with no change to the set-up's code). rtl-4-k10 and sampled-32 "
     "are from older code (before the model device took its DDR5 time from the compiled "
     "cycle model, hw/model/ddr5_replay.py, and before the set-up work): their set-up would "
     "be shorter now; sampled-32's set-up and steps ran with other jobs on the machine.",
