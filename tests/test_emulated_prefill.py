@@ -140,14 +140,20 @@ def test_kv_in_bf16_and_by_rope_chunks_holds_the_same_values(model, monkeypatch)
         e.layer_kv(1, 10, dtype=torch.float16)
 
 
-def test_last_token_attention_by_kv_head_is_attention_with_lse():
+def test_attention_with_lse_is_softmax_attention_over_bf16_kv():
+    """A KV head's group at a time (no repeated K and V), bf16 K and V read as stored: the
+    same as the whole softmax over the float values, its LSE that of the scaled scores."""
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(*s, generator=g) for s in ((8, 64), (700, 2, 64), (700, 2, 64)))
-    want, _ = attention_with_lse(q, k, v)
-    got = emulated_prefill._attend_by_head(q, k.to(torch.bfloat16), v.to(torch.bfloat16))
-    want_b, _ = attention_with_lse(q, k.to(torch.bfloat16).float(), v.to(torch.bfloat16).float())
-    torch.testing.assert_close(got, want_b, rtol=1e-5, atol=1e-6)
-    assert not torch.allclose(got, want, rtol=1e-6, atol=1e-7)  # it did read the bf16 values
+    kb, vb = k.to(torch.bfloat16), v.to(torch.bfloat16)
+    got, lse = attention_with_lse(q, kb, vb)
+    kk, vv = (t.float().repeat_interleave(4, dim=1) for t in (kb, vb))
+    s = torch.einsum("hd,chd->hc", q.double(), kk.double()) / 8.0
+    want = torch.einsum("hc,chd->hd", torch.softmax(s, dim=-1), vv.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse.double(), torch.logsumexp(s, dim=-1), rtol=1e-6, atol=1e-6)
+    plain, _ = attention_with_lse(q, k, v)
+    assert not torch.allclose(got, plain, rtol=1e-6, atol=1e-7)  # it did read the bf16 values
 
 
 def test_streamed_offload_and_file_memory_change_nothing(tmp_path, model):

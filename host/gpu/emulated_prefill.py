@@ -25,13 +25,12 @@ of the prefill's bytes and FLOPs); it is not charged to the decode node.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from nelssa.host.gpu.model import Llama, bf16_round
+from nelssa.host.gpu.model import Llama, attention_with_lse, bf16_round
 
 log = logging.getLogger(__name__)
 Tensor = torch.Tensor
@@ -172,21 +171,7 @@ class EmulatedPrefill:
                 k[-1], v[-1] = k_last[0], v_last[0]  # bf16 values already: exact in either
             else:
                 k, v = k_last.to(dtype), v_last.to(dtype)
-            x = m.finish_layer(layer, x, _attend_by_head(q[0], k, v)[None])
+            x = m.finish_layer(layer, x, attention_with_lse(q[0], k, v)[0][None])
             kv.append(keep(layer, k, v) if keep is not None else (k, v))
             del k, v
         return int(m.logits(x)[-1].argmax()), kv
-
-
-def _attend_by_head(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """``attention_with_lse``'s output for one query token (heads, hd) over k, v (ctx, KV
-    heads, hd), a KV head's query group at a time: no repeated K and V (at 1M tokens they
-    would be 16 GiB each), one head's float32 K and V at most."""
-    kvh = k.shape[1]
-    group = q.shape[0] // kvh
-    out = []
-    for h in range(kvh):
-        kh, vh = k[:, h].float(), v[:, h].float()
-        s = q[h * group:(h + 1) * group] @ kh.T / math.sqrt(q.shape[-1])
-        out.append(torch.softmax(s, dim=-1) @ vh)
-    return torch.cat(out)

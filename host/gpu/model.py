@@ -271,10 +271,14 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False) -> Te
 
 def attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """One query token's heads (heads, hd) over k, v (ctx, kv heads, hd): O (heads, hd) and the
-    natural-log LSE of the scaled scores (heads,), for merging with the PNM part."""
+    natural-log LSE of the scaled scores (heads,), for merging with the PNM part. A KV head's
+    query group at a time, K and V in ``q``'s dtype one KV head at a time: no repeated K and V
+    (at 1M tokens they would be 16 GiB each), and bf16 K and V read as they are stored."""
     group = q.shape[0] // k.shape[1]
-    kk = k.repeat_interleave(group, dim=1)  # (ctx, heads, hd)
-    vv = v.repeat_interleave(group, dim=1)
-    s = torch.einsum("hd,chd->hc", q, kk) / math.sqrt(q.shape[-1])
-    lse = torch.logsumexp(s, dim=-1)
-    return torch.einsum("hc,chd->hd", torch.exp(s - lse[:, None]), vv), lse
+    out, lse = [], []
+    for h in range(k.shape[1]):
+        kh, vh = k[:, h].to(q.dtype), v[:, h].to(q.dtype)
+        s = q[h * group:(h + 1) * group] @ kh.T / math.sqrt(q.shape[-1])
+        lse.append(torch.logsumexp(s, dim=-1))
+        out.append(torch.exp(s - lse[-1][:, None]) @ vh)
+    return torch.cat(out), torch.cat(lse)
