@@ -91,19 +91,10 @@ def _oracle(lm: LatencyModel, reqs: list, config: ServingConfig, crossover: int,
     return best
 
 
-def _meets(r: Any) -> bool:
-    """A request's result meets the SLO."""
-    return r.ttft_s <= MLPERF_SLO.ttft_s and (r.tpot_s is None or r.tpot_s <= MLPERF_SLO.tpot_s)
-
-
-def _met(run: RunResult) -> int:
-    return sum(map(_meets, run.results))
-
-
 def _queues(run: RunResult) -> str:
     """Requests meeting the SLO on the GPU tier / the PNM tier; mean requests waiting for the
     GPU / for the PNM tier's memory (over the samples)."""
-    met = [r.tier for r in run.results if _meets(r)]
+    met = [r.tier for r in run.results if MLPERF_SLO.meets(r.ttft_s, r.tpot_s)]
     n = len(run.samples) or 1
     gpu = sum(x.waiting - x.pnm_waiting for x in run.samples) / n
     pnm = sum(x.pnm_waiting for x in run.samples) / n
@@ -123,7 +114,8 @@ def _row(workload: str, load: str, n: int, res: dict[str, dict[str, Any]],
             "budget": _change(res["budget"]["goodput_rps"], gs),
             "both": _change(res["both"]["goodput_rps"], gs), "both_rps": res["both"]["goodput_rps"],
             "shed": _change(res["shed"]["goodput_rps"], gs), "shed_rps": res["shed"]["goodput_rps"],
-            "met": (_met(s["run"]), _met(res["shed"]["run"])), "dropped": res["shed"]["run"].shed,
+            "met": (goodput(s["run"])["met"], goodput(res["shed"]["run"])["met"]),
+            "dropped": res["shed"]["run"].shed,
             "oracle": oracle, "routable": routable,
             "queues": (_queues(s["run"]), _queues(oracle[2])) if routable and oracle else None,
             "fails": _fails(s["run"]), "fails_both": _fails(res["both"]["run"]),
@@ -276,7 +268,7 @@ def plot_run(res: dict[str, dict[str, Any]], path: Path, window_s: float = 20.0)
         ax[1].plot(t, [x.pnm_waiting for x in s], style, label=f"PNM, {mode}")
         ax[2].plot(t, [x.gpu_kv_used for x in s], style, label=f"GPU KV, {mode}")
         ax[2].plot(t, [x.pnm_mem_used for x in s], style, label=f"PNM memory, {mode}")
-        met = sorted(r.finish_s for r in run.results if _meets(r))
+        met = sorted(r.finish_s for r in run.results if MLPERF_SLO.meets(r.ttft_s, r.tpot_s))
         edges = [i * window_s for i in range(int(run.end_s // window_s) + 1)]
         ax[3].step(edges, [sum(1 for f in met if e <= f < e + window_s) / window_s
                            for e in edges], style, where="post", label=mode)

@@ -163,8 +163,7 @@ def main() -> None:
     if args.sharing_only:
         data = json.loads(CALIBRATION_FILE.read_text())
         timing, spread = fit_sharing(port, UnitTiming.load())
-        data.update(softness=timing.softness, cluster_wait=timing.cluster_wait,
-                    host_line_memory=timing.host_line_memory, sharing_errors_percent=spread)
+        data.update(_sharing(timing, spread))
         CALIBRATION_FILE.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {CALIBRATION_FILE}")
         port.close()
@@ -201,17 +200,20 @@ def main() -> None:
     CALIBRATION_FILE.write_text(json.dumps({
         "features": list(FEATURES), "coefficients": coef.tolist(), "error_percent": errors,
         "worst_error_percent": worst, "median_error_percent": round(median, 2),
-        "softness": fitted_timing.softness,
-        "cluster_wait": fitted_timing.cluster_wait,
-        "host_line_memory": fitted_timing.host_line_memory,
+        **_sharing(fitted_timing, spread),
         "refresh_stall": fitted_timing.refresh_stall,
         "refresh_tail": fitted_timing.refresh_tail,
         "doorbell_cycles": fitted_timing.doorbell_cycles,
         "fetch_cycles": fitted_timing.fetch_cycles,
-        "refresh_worst_error_cycles": round(refresh_worst, 1),
-        "sharing_errors_percent": spread}, indent=1) + "\n")
+        "refresh_worst_error_cycles": round(refresh_worst, 1)}, indent=1) + "\n")
     print(f"wrote {CALIBRATION_FILE}")
     port.close()
+
+
+def _sharing(timing: UnitTiming, spread: dict[str, list[float]]) -> dict:
+    """The calibration file's fields that ``fit_sharing`` fits, and its errors."""
+    return {"softness": timing.softness, "cluster_wait": timing.cluster_wait,
+            "host_line_memory": timing.host_line_memory, "sharing_errors_percent": spread}
 
 
 SHARING_SEEDS = range(60)

@@ -25,6 +25,11 @@ class Slo:
     tpot_s: float = 0.175
     """Time per output token after the first (the request's own mean)."""
 
+    def meets(self, ttft_s: float, tpot_s: float | None) -> bool:
+        """Whether a request of this TTFT and TPOT meets it (``tpot_s`` None: a single output
+        token, which meets the TPOT part)."""
+        return ttft_s <= self.ttft_s and (tpot_s is None or tpot_s <= self.tpot_s)
+
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from nelssa.emu.policy.slo import MLPERF_SLO
+from nelssa.emu.policy.slo import MLPERF_SLO, Slo
 from nelssa.emu.serving.sim import RunResult
 
 
@@ -77,8 +77,8 @@ def goodput(run: RunResult, ttft_s: float = MLPERF_SLO.ttft_s,
     shed counts as a miss) and per second of the run: goodput as DistServe defines it. With
     shedding the run ends sooner, so compare counts between runs of the same arrivals."""
     res = run.results
-    met = sum(1 for r in res
-              if r.ttft_s <= ttft_s and (r.tpot_s is None or r.tpot_s <= tpot_s))
+    slo = Slo(ttft_s, tpot_s)
+    met = sum(1 for r in res if slo.meets(r.ttft_s, r.tpot_s))
     n = len(res) + run.shed  # a request dropped missed it
     return {"met": met, "attainment": met / n if n else float("nan"),
             "goodput_rps": met / run.end_s if run.end_s else 0.0}
