@@ -162,7 +162,12 @@ def main() -> None:
     port = RtlDevice()
     if args.sharing_only:
         data = json.loads(CALIBRATION_FILE.read_text())
-        timing, spread = fit_sharing(port, UnitTiming.load())
+        # from the terms' defaults, as the whole calibration fits them: the fit is then the
+        # same whatever the file held before
+        base = UnitTiming()
+        timing, spread = fit_sharing(port, replace(
+            UnitTiming.load(), softness=base.softness, cluster_wait=base.cluster_wait,
+            host_line_memory=base.host_line_memory))
         data.update(_sharing(timing, spread))
         CALIBRATION_FILE.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {CALIBRATION_FILE}")

@@ -8,7 +8,7 @@ those the calibration was fitted on (scripts/calibrate_device.py: seeds 0-59).
 
 Bounds: the median within 2.5 %, eighteen of twenty within 5 %, every workload within 8 %
 (with the command queue reading a descriptor only for a free unit, as nelssa_cmdq does, and
-the sharing terms refit on seeds 0-59, these twenty are at a median of 1.8 %, worst -7.4 %,
+the sharing terms refit on seeds 0-59, these twenty are at a median of 1.7 %, worst -7.4 %,
 18 within 5 %; they were 1.8 %, 8.4 % and 17 with the ring read ahead). The issue's goal is
 every workload within 5 %. What is left is mostly where a refresh window falls: run from
 four phases of the refresh period each (``device_timing_check.py --phases 4``), seeds 100-119
