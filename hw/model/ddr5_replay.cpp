@@ -1,194 +1,13 @@
 // The cycle model of one DDR5 sub-channel (hw/model/ddr5_subchannel.py, SubchannelModel.run
-// without the checker), compiled: the same policy, step for step, so that it issues the same
-// commands at the same tCK. Built and loaded by hw/model/ddr5_replay.py (g++ -O2 -shared); the
-// timings, the controller's configuration and the CA slots come in from Python (one place:
-// ddr5_timing.py, ControllerConfig, ddr5_checker.CA_CYCLES). tests/test_ddr5_replay.py holds
-// it to the Python model, command count for command count and cycle for cycle.
-#include <algorithm>
-#include <cstdint>
-#include <vector>
+// without the checker), compiled, open loop: requests arrive at given cycles. The controller is
+// ddr5_sub.hpp's, shared with the device's cycle model (device_cycle.cpp). Built and loaded by
+// hw/model/ddr5_replay.py (g++ -O2 -shared); the timings, the controller's configuration and
+// the CA slots come in from Python (one place: ddr5_timing.py, ControllerConfig,
+// ddr5_checker.CA_CYCLES). tests/test_ddr5_replay.py holds it to the Python model, command
+// count for command count and cycle for cycle.
+#include "ddr5_sub.hpp"
 
-namespace {
-
-using i64 = long long;
-constexpr i64 NEVER = -1000000000000LL;
-
-enum Param {
-    P_CL, P_CWL, P_RCD, P_RP, P_RAS, P_RC, P_RTP, P_CCD_S, P_CCD_L, P_CCD_L_WR, P_RRD_S,
-    P_RRD_L, P_FAW, P_RFC, P_REFI, P_BURST, P_RD_TO_WR, P_WR_TO_RD_L, P_WR_TO_RD_S, P_WR_TO_PRE,
-    P_GROUPS, P_BANKS_PER_GROUP, P_READ_QUEUE, P_WRITE_QUEUE, P_WRITE_HIGH, P_WRITE_LOW,
-    P_CLOSE_IDLE, P_REFRESH, P_TCK_PER_CYCLE, P_ROW_CMDS, P_CA_ACT, P_CA_RD, P_CA_WR, P_CA_PRE,
-    P_CA_REF, P_COUNT
-};
-enum Cmd { C_ACT, C_RD, C_WR, C_PRE, C_REF, C_COUNT };
-
-struct Sub {
-    const i64* p;
-    int nb, ng, bpg;
-    std::vector<i64> open_row, row_used, last_act, last_pre, last_rd, last_wr;
-    std::vector<i64> group_act, group_rd, group_wr;
-    i64 any_rd = NEVER, acts[4] = {NEVER, NEVER, NEVER, NEVER};
-    i64 ref_tck = NEVER, next_refresh;
-    uint64_t ca = 0;  // bit k: tCK lo + k of the CA bus taken
-    i64 lo = 0;
-    i64 counts[C_COUNT] = {0, 0, 0, 0, 0};
-
-    explicit Sub(const i64* params) : p(params) {
-        ng = (int)p[P_GROUPS];
-        bpg = (int)p[P_BANKS_PER_GROUP];
-        nb = ng * bpg;
-        for (auto* v : {&open_row}) v->assign(nb, -1);
-        for (auto* v : {&row_used}) v->assign(nb, 0);
-        for (auto* v : {&last_act, &last_pre, &last_rd, &last_wr}) v->assign(nb, NEVER);
-        for (auto* v : {&group_act, &group_rd, &group_wr}) v->assign(ng, NEVER);
-        next_refresh = p[P_REFI];
-    }
-
-    // the latest of the other bank groups' commands: the two latest of all, kept up to date
-    struct Top2 {
-        i64 first = NEVER, second = NEVER;
-        int at = -1;
-        void put(i64 v, int g) {
-            if (g == at) {
-                first = v;  // times only grow
-            } else if (v >= first) {
-                second = first, first = v, at = g;
-            } else if (v > second) {
-                second = v;
-            }
-        }
-        i64 other(int g) const { return g == at ? second : first; }
-    } top_act, top_rd, top_wr;
-    i64 earliest_act(int b, int g) const {
-        return std::max({last_pre[b] + p[P_RP], last_act[b] + p[P_RC], ref_tck + p[P_RFC],
-                         group_act[g] + p[P_RRD_L], top_act.other(g) + p[P_RRD_S],
-                         acts[0] + p[P_FAW]});
-    }
-    i64 earliest_col(bool write, int b, int g) const {
-        if (write)
-            return std::max({last_act[b] + p[P_RCD], group_wr[g] + p[P_CCD_L_WR],
-                             top_wr.other(g) + p[P_CCD_S], any_rd + p[P_RD_TO_WR]});
-        return std::max({last_act[b] + p[P_RCD], group_rd[g] + p[P_CCD_L],
-                         top_rd.other(g) + p[P_CCD_S], group_wr[g] + p[P_WR_TO_RD_L],
-                         top_wr.other(g) + p[P_WR_TO_RD_S]});
-    }
-    i64 earliest_pre(int b) const {
-        return std::max({last_act[b] + p[P_RAS], last_rd[b] + p[P_RTP],
-                         last_wr[b] + p[P_WR_TO_PRE]});
-    }
-    int ca_cycles(int cmd) const { return (int)p[P_CA_ACT + cmd]; }
-    // the first tCK in [max(earliest, lo), hi] whose CA slots are free, or -1
-    i64 place(i64 earliest, int cmd, i64 hi) const {
-        for (i64 tck = std::max(earliest, lo); tck <= hi; ++tck) {
-            bool free = true;
-            for (int k = 0; k < ca_cycles(cmd); ++k)
-                if (ca >> (tck - lo + k) & 1) free = false;
-            if (free) return tck;
-        }
-        return -1;
-    }
-    void issue(i64 tck, int cmd, int b = 0, i64 row = 0) {
-        int g = b / bpg;
-        for (int k = 0; k < ca_cycles(cmd); ++k) ca |= 1ULL << (tck - lo + k);
-        counts[cmd] += 1;
-        switch (cmd) {
-        case C_ACT:
-            open_row[b] = row;
-            row_used[b] = tck;
-            last_act[b] = group_act[g] = tck;
-            top_act.put(tck, g);
-            acts[0] = acts[1]; acts[1] = acts[2]; acts[2] = acts[3]; acts[3] = tck;
-            break;
-        case C_RD:
-            last_rd[b] = group_rd[g] = any_rd = tck;
-            top_rd.put(tck, g);
-            row_used[b] = tck;
-            break;
-        case C_WR:
-            last_wr[b] = group_wr[g] = tck;
-            top_wr.put(tck, g);
-            row_used[b] = tck;
-            break;
-        case C_PRE:
-            open_row[b] = -1;
-            last_pre[b] = tck;
-            break;
-        case C_REF:
-            ref_tck = tck;
-            next_refresh += p[P_REFI];
-            break;
-        }
-    }
-};
-
-struct Req {
-    int bank, group;
-    i64 row, col;
-    bool write;
-    i64 arrival;
-};
-
-bool row_command(Sub& s, const std::vector<Req>& r, const std::vector<int>& active,
-                 bool refreshing, i64 hi) {
-    const i64* p = s.p;
-    if (refreshing) {
-        int best = -1;
-        i64 best_pre = 0;
-        for (int b = 0; b < s.nb; ++b)
-            if (s.open_row[b] >= 0 && (best < 0 || s.earliest_pre(b) < best_pre))
-                best = b, best_pre = s.earliest_pre(b);
-        if (best >= 0) {
-            i64 tck = s.place(best_pre, C_PRE, hi);
-            if (tck >= 0) s.issue(tck, C_PRE, best);
-            return tck >= 0;
-        }
-        i64 pre = *std::max_element(s.last_pre.begin(), s.last_pre.end());
-        i64 tck = s.place(std::max(pre + p[P_RP], s.ref_tck + p[P_RFC]), C_REF, hi);
-        if (tck >= 0) s.issue(tck, C_REF);
-        return tck >= 0;
-    }
-    // per bank: whether the active queue holds a request of it, and one of its open row
-    uint64_t has_req = 0, wants_open = 0;
-    for (int i : active) {
-        has_req |= 1ULL << r[i].bank;
-        if (s.open_row[r[i].bank] == r[i].row) wants_open |= 1ULL << r[i].bank;
-    }
-    auto wants = [&](int b, i64 row) {
-        return ((row < 0 ? has_req : wants_open) >> b & 1) != 0;
-    };
-    uint64_t tried = 0;  // banks whose command could not be placed: the same again
-    for (int i : active) {  // oldest first
-        int b = r[i].bank;
-        if (tried >> b & 1) continue;
-        if (s.open_row[b] < 0) {
-            tried |= 1ULL << b;
-            i64 tck = s.place(s.earliest_act(b, r[i].group), C_ACT, hi);
-            if (tck >= 0) {
-                s.issue(tck, C_ACT, b, r[i].row);
-                return true;
-            }
-        } else if (s.open_row[b] != r[i].row && !wants(b, s.open_row[b])) {
-            tried |= 1ULL << b;
-            i64 tck = s.place(s.earliest_pre(b), C_PRE, hi);
-            if (tck >= 0) {
-                s.issue(tck, C_PRE, b);
-                return true;
-            }
-        }
-    }
-    for (int b = 0; b < s.nb; ++b) {  // close rows left idle
-        if (s.open_row[b] >= 0 && !wants(b, -1) && s.lo - s.row_used[b] >= p[P_CLOSE_IDLE]) {
-            i64 tck = s.place(s.earliest_pre(b), C_PRE, hi);
-            if (tck >= 0) {
-                s.issue(tck, C_PRE, b);
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
-}  // namespace
+using namespace ddr5;
 
 // Serve n requests (in arrival order) on one sub-channel. out: [0] controller cycles to the
 // last data burst, [1..5] ACT, RD, WR, PRE, REF issued. Returns 0; -1 past max_cycles; -2
@@ -198,68 +17,23 @@ extern "C" int ddr5_replay(const long long* params, int n, const int* bank_group
                            const unsigned char* is_write, const long long* arrival,
                            long long max_cycles, long long* out) {
     const i64* p = params;
-    Sub s(p);
-    if (s.nb > 64 || p[P_TCK_PER_CYCLE] + 8 > 64) return -2;  // the bit masks' width
+    Ctl c(p);
+    if (c.s.nb > 64 || p[P_TCK_PER_CYCLE] + 8 > 64) return -2;  // the bit masks' width
     std::vector<Req> r(n);
     for (int i = 0; i < n; ++i)
-        r[i] = {bank_group[i] * s.bpg + bank[i], bank_group[i], row[i], col[i],
-                is_write[i] != 0, arrival[i]};
-    std::vector<int> rq, wq;
+        r[i] = {bank_group[i] * c.s.bpg + bank[i], bank_group[i], row[i], col[i],
+                is_write[i] != 0, arrival[i], 0, i};
     int next = 0;
-    bool draining = false;
-    i64 last_done = 0, cycle = 0;
-    const i64 tpc = p[P_TCK_PER_CYCLE];
-    while (next < n || !rq.empty() || !wq.empty()) {
-        if (cycle >= max_cycles) return -1;
-        const i64 lo = cycle * tpc, hi = lo + tpc - 1;
-        if (cycle) s.ca >>= tpc;
-        s.lo = lo;
-        const bool room_r = (i64)rq.size() < p[P_READ_QUEUE];
-        const bool room_w = (i64)wq.size() < p[P_WRITE_QUEUE];
-        int head = next < n && r[next].arrival <= cycle ? next : -1;
-        bool blocked = false;
-        if (head >= 0) {
-            const Req& h = r[head];
-            for (int i : h.write ? rq : wq)
-                if (r[i].bank == h.bank && r[i].row == h.row && r[i].col == h.col)
-                    blocked = true;
-        }
-        if ((i64)wq.size() >= p[P_WRITE_HIGH] || (!wq.empty() && rq.empty()))
-            draining = true;
-        else if ((i64)wq.size() <= p[P_WRITE_LOW] && !rq.empty())
-            draining = false;
-        std::vector<int>& active = draining ? wq : rq;
-        const bool refreshing = p[P_REFRESH] && lo >= s.next_refresh;
-        bool any_open = false;
-        for (int b = 0; b < s.nb; ++b) any_open |= s.open_row[b] >= 0;
-        if (!refreshing || any_open) {  // column command: the oldest whose row is open
-            uint64_t tried = 0;  // banks whose column command could not be placed
-            for (size_t k = 0; k < active.size(); ++k) {
-                const Req& q = r[active[k]];
-                if (s.open_row[q.bank] != q.row || (tried >> q.bank & 1)) continue;
-                const int cmd = q.write ? C_WR : C_RD;
-                i64 tck = s.place(s.earliest_col(q.write, q.bank, q.group), cmd, hi);
-                if (tck < 0) {
-                    tried |= 1ULL << q.bank;  // one queue: the same direction, the same answer
-                    continue;
-                }
-                s.issue(tck, cmd, q.bank, q.row);
-                last_done = std::max(last_done, tck + (q.write ? p[P_CWL] : p[P_CL]) +
-                                                    p[P_BURST]);
-                active.erase(active.begin() + (long)k);
-                break;
-            }
-        }
-        for (i64 k = 0; k < p[P_ROW_CMDS]; ++k)
-            if (!row_command(s, r, active, refreshing, hi)) break;
-        if (head >= 0 && (r[head].write ? room_w : room_r) && !blocked) {
-            (r[head].write ? wq : rq).push_back(head);
-            ++next;
-        }
-        ++cycle;
+    i64 last_done = 0;
+    const auto done = [&](const Req&, i64 end) { last_done = std::max(last_done, end); };
+    while (next < n || !c.empty()) {
+        if (c.cycle >= max_cycles) return -1;
+        const Req* offer = next < n && r[next].arrival <= c.cycle ? &r[next] : nullptr;
+        if (c.step(offer, done)) ++next;
     }
+    const i64 tpc = p[P_TCK_PER_CYCLE];
     out[0] = (last_done + tpc - 1) / tpc;
-    for (int c = 0; c < C_COUNT; ++c) out[1 + c] = s.counts[c];
+    for (int k = 0; k < C_COUNT; ++k) out[1 + k] = c.s.counts[k];
     return 0;
 }
 

@@ -3,7 +3,7 @@
 timing checker), so it issues the same commands at the same tCK, a few hundred times faster.
 It is the time source of the timing estimate (:mod:`nelssa.hw.model.ddr5_estimate`) where a
 C++ compiler is at hand: built once with ``g++ -O2 -shared`` into ``build/ddr5_replay-<hash>``
-(``$NELSSA_BUILD_CACHE`` moves it; the hash covers the source), loaded with ctypes. Where no
+(``$NELSSA_BUILD_CACHE`` moves it; the hash covers the sources), loaded with ctypes. Where no
 compiler is found, the build fails, or ``$NELSSA_NO_REPLAY`` is set, :func:`available` is
 False and the estimate keeps its counted bounds.
 
@@ -36,7 +36,10 @@ from nelssa.hw.model.ddr5_timing import DDR5Timing
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("ddr5_replay.cpp")
+SOURCES = tuple(Path(__file__).with_name(n) for n in ("ddr5_replay.cpp", "device_cycle.cpp"))
+"""Compiled into one library: the open-loop replay and the device's cycle model
+(device_cycle.py), both on the controller of ddr5_sub.hpp."""
+HEADERS = (Path(__file__).with_name("ddr5_sub.hpp"),)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("ACT", "RD", "WR", "PRE", "REF")
 """The command counts the replay returns, in its order."""
@@ -56,12 +59,13 @@ def _library() -> ctypes.CDLL | None:
     if compiler is None:
         log.warning("no C++ compiler found: the DDR5 estimate keeps its counted bounds")
         return None
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES + HEADERS)).hexdigest()[:16]
     lib = _build_dir() / f"ddr5_replay-{digest}" / "libddr5_replay.so"
     if not lib.exists():
         lib.parent.mkdir(parents=True, exist_ok=True)
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", str(SOURCE), "-o", str(tmp)]
+        cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", *map(str, SOURCES), "-o",
+               str(tmp)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             log.warning("building the DDR5 replay failed (%s): the estimate keeps its counted "
@@ -78,7 +82,24 @@ def _library() -> ctypes.CDLL | None:
                                            ctypes.POINTER(ctypes.c_ubyte), p64,
                                            ctypes.c_longlong, p64]
     so.ddr5_replay_subchannels.restype = ctypes.c_int
+    i64, vp = ctypes.c_longlong, ctypes.c_void_p
+    for name, args, res in (
+            ("dc_new", [p64, ctypes.c_int, p64], vp), ("dc_free", [vp], None),
+            ("dc_clone", [vp], vp),
+            ("dc_add", [vp, i64] + [ctypes.c_int] * 8 + [p32, ctypes.c_int, p64], None),
+            ("dc_add_host", [vp, p64, ctypes.c_int, i64], None),
+            ("dc_host_done", [vp, p64, p64, ctypes.c_int], ctypes.c_int),
+            ("dc_run", [vp, i64, ctypes.c_int], i64),
+            ("dc_finished", [vp, p64, p64, ctypes.c_int], ctypes.c_int),
+            ("dc_now", [vp], i64), ("dc_busy", [vp], i64), ("dc_idle", [vp], ctypes.c_int)):
+        getattr(so, name).argtypes = args
+        getattr(so, name).restype = res
     return so
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled library (None where it cannot be built): for device_cycle.py."""
+    return _library()
 
 
 def available() -> bool:

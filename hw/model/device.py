@@ -34,6 +34,7 @@ from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.model.device_cycle import CycleSchedule, use_cycle_model
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
 from nelssa.hw.model.device_timing import Refresh, Schedule, UnitTiming
 from nelssa.hw.model.device_timing import features as timing_features
@@ -91,6 +92,10 @@ SIM_CLOCK_HZ = DeviceConfig().clock_hz
 device cycle lasts wherever no board manifest says otherwise."""
 
 
+UNKNOWN = 1 << 62
+"""The done cycle of a descriptor the cycle model has not completed yet."""
+
+
 @dataclass
 class _InFlight:
     done_cycle: int
@@ -124,9 +129,17 @@ class ModelDevice(DevicePort):
         self._out: list[bytes] = []
         self._now = 0
         self.unit_timing = timing or UnitTiming.load()
-        self._schedule = Schedule(self.config.engines, self.unit_timing,
-                                  Refresh.of(self.timing, self.unit_timing),
-                                  self.config.order_depth)
+        self._cycle_model = use_cycle_model()
+        self._held: dict[int, bytes] = {}  # host responses waiting for the cycle model
+        self._host_tag = 0
+        self._schedule: Schedule | CycleSchedule
+        if self._cycle_model:  # the memory side cycle by cycle
+            self._schedule = CycleSchedule(self.geometry, self.config.engines,
+                                           self.config.order_depth)
+        else:  # no compiler: the fluid schedule and its fitted sharing terms
+            self._schedule = Schedule(self.config.engines, self.unit_timing,
+                                      Refresh.of(self.timing, self.unit_timing),
+                                      self.config.order_depth)
         self._planned = True  # done cycles of the in-flight descriptors are up to date
         # in fetch order; done cycles never decrease along it, so the head completes first
         self._inflight: deque[_InFlight] = deque()
@@ -251,18 +264,39 @@ class ModelDevice(DevicePort):
 
     def next_completion(self) -> int | None:
         """Cycle at which the oldest running descriptor completes; None when none runs."""
+        if self._cycle_model and self._inflight:  # ahead on a copy of the cycle model
+            self._sync(self._now)
+            head = self._inflight[0]
+            if head.done_cycle == UNKNOWN:
+                return self._schedule.finish_times().get(id(head), UNKNOWN)
+            return head.done_cycle
         self._plan()
         return self._inflight[0].done_cycle if self._inflight else None
 
     def _update_perf(self) -> None:
         self._set64("PERF_CYCLES", self._now)
-        self._schedule.sync(self._now)
+        self._sync(self._now)
         self._set64("PERF_BUSY", round(self._schedule.busy))
+
+    def _sync(self, t: int) -> None:
+        """The schedule run to cycle ``t``; with the cycle model, the completions it wrote on
+        the way are the in-flight descriptors' done cycles."""
+        done = self._schedule.sync(t)
+        if self._cycle_model:
+            self._done(done)
+
+    def _done(self, done: dict[object, int]) -> None:
+        """The cycle model's completions and the host lines it served."""
+        for job in self._inflight:
+            job.done_cycle = done.get(id(job), job.done_cycle)
+        for tag in self._schedule.host_served:
+            self._out.append(self._held.pop(tag))
+        self._schedule.host_served.clear()
 
     def _plan(self) -> None:
         """Done cycles of the descriptors in flight, from the schedule (completions in order:
         none before the one fetched ahead of it)."""
-        if self._planned:
+        if self._planned or self._cycle_model:  # the cycle model's come as it runs
             return
         finish = self._schedule.finish_times()
         done = self._now
@@ -285,17 +319,24 @@ class ModelDevice(DevicePort):
             self._bump("ERR_MEM")
         if channel == cxl.Channel.M2S_REQ:
             data = self.mem.read(body.addr, LINE_BYTES) if status == cxl.RspStatus.OK else bytes(64)
-            self._out.append(cxl.build_message(cxl.Channel.S2M_DRS, {
+            rsp = cxl.build_message(cxl.Channel.S2M_DRS, {
                 "opcode": cxl.S2MDrsOpcode.MEM_DATA, "tag": body.tag, "status": status,
-                "data": data}))
+                "data": data})
         else:
             if status == cxl.RspStatus.OK:
                 self.mem.write_line(body.addr, body.data, body.byte_enable)
-            self._out.append(cxl.build_message(cxl.Channel.S2M_NDR, {
-                "opcode": cxl.S2MNdrOpcode.CMP, "tag": body.tag, "status": status}))
+            rsp = cxl.build_message(cxl.Channel.S2M_NDR, {
+                "opcode": cxl.S2MNdrOpcode.CMP, "tag": body.tag, "status": status})
         if status == cxl.RspStatus.OK and self._inflight:  # it takes DDR5 from the units
+            if self._cycle_model:  # answered once the memory has served it
+                self._held[self._host_tag] = rsp
+                self._schedule.add_host_line(body.addr, channel == cxl.Channel.M2S_RWD,
+                                             self._host_tag)
+                self._host_tag += 1
+                return
             self._schedule.add_host_lines(1)
             self._planned = False
+        self._out.append(rsp)
 
     # -- port ------------------------------------------------------------------------------------
     def dma_write(self, addr: int, data: bytes) -> bool:
@@ -339,7 +380,10 @@ class ModelDevice(DevicePort):
     def advance(self, cycles: int) -> None:
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")
-        self._plan()
+        if self._cycle_model:
+            self._sync(self._now + cycles)
+        else:
+            self._plan()
         self._retire(self._now + cycles)
         self._now += cycles
         self._schedule.sync(self._now)
@@ -350,6 +394,9 @@ class ModelDevice(DevicePort):
         while self.has_work:
             if self._now - start >= max_cycles:
                 raise TimeoutError(f"device still busy after {max_cycles} cycles")
+            if self._cycle_model and self._inflight:  # run the schedule to its next completion
+                self._sync(self._now)
+                self._done(self._schedule.run_to_next_completion(start + max_cycles))
             self._plan()
             target = self._inflight[0].done_cycle if self._inflight else self._now + 1
             self.advance(max(1, min(target - self._now, start + max_cycles - self._now)))
@@ -371,10 +418,11 @@ class ModelDevice(DevicePort):
     def _fetch(self) -> None:
         while self._pending():
             size, head = self._get("SQ_SIZE"), self._get("SQ_HEAD")
-            raw = self.mem.read(self._get64("SQ_BASE") + head * DESC_BYTES, DESC_BYTES)
+            ring_addr = self._get64("SQ_BASE") + head * DESC_BYTES
+            raw = self.mem.read(ring_addr, DESC_BYTES)
             self._set("SQ_HEAD", (head + 1) % size)
             self._fetched = (self._fetched + 1) & 0xFFFF
-            self._execute(raw)
+            self._execute(raw, ring_addr)
         self._status()
 
     def _retire(self, until: int) -> None:
@@ -392,7 +440,7 @@ class ModelDevice(DevicePort):
             self._bump("PERF_DESC_DONE")
         self._status()
 
-    def _execute(self, raw: bytes) -> None:
+    def _execute(self, raw: bytes, ring_addr: int) -> None:
         d = DESCRIPTOR.parse(raw)
         region = QueueBounds(self._get64("REGION_BASE"), self._get64("REGION_LIMIT"), (
             (self._get64("SQ_BASE"), self._get("SQ_SIZE") * DESC_BYTES),
@@ -402,10 +450,17 @@ class ModelDevice(DevicePort):
             self._bump("ERR_DESC")
         if lines:
             self._bump64("PERF_BYTES_READ", len(lines) * LINE_BYTES)
-        job = _InFlight(self._now, d.desc_id, status, self._fetched, writes)
+        job = _InFlight(UNKNOWN if self._cycle_model else self._now, d.desc_id, status,
+                        self._fetched, writes)
+        if self._cycle_model:
+            self._sync(self._now)
+            cq = self._get64("CQ_BASE") + (self._get("CQ_TAIL") + len(self._inflight)) % \
+                self._get("CQ_SIZE") * COMPLETION_BYTES
+            self._schedule.add(id(job), d, status, lines, writes, ring_addr, cq, self.mem)
+        else:
+            self._schedule.sync(self._now)
+            self._schedule.add(id(job), *self._cycles(d, lines))
         self._inflight.append(job)
-        self._schedule.sync(self._now)
-        self._schedule.add(id(job), *self._cycles(d, lines))
         self._planned = False
 
     def _cycles(self, d, lines: list[int]) -> tuple[int, int, float]:

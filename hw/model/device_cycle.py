@@ -1,0 +1,208 @@
+"""The model device's timing from a cycle model of the RTL device's memory side
+(``device_cycle.cpp``): its command queue, units, host port, memory front end and the eight
+sub-channel controllers, stepped cycle by cycle on the line addresses each descriptor reads and
+writes. It replaces the fluid :class:`~nelssa.hw.model.device_timing.Schedule` wherever the
+compiled library is at hand (``ddr5_replay.available()``): the units then share DDR5 as the
+RTL's do, request by request, refresh windows, row conflicts and write drains included, instead
+of by fitted sharing terms.
+
+What it does not see (the engine's turns, its normalisation and output, the read pipeline) are
+a few cycle counts in :class:`CycleTiming`, fitted by ``scripts/calibrate_device.py --cycle``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from nelssa.driver.formats import CLUSTER_ENTRY_BYTES, LINE_BYTES, DescOpcode, DescStatus
+from nelssa.hw.model import ddr5_replay
+from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
+from nelssa.hw.model.ddr5_subchannel import ControllerConfig
+from nelssa.hw.model.device_timing import CALIBRATION_FILE, HOST_SHARE
+
+READ_DEPTH = 128
+"""Reads each unit's line reader keeps in flight (nelssa_attn_unit ReadDepth)."""
+TOKENS_OFFSET = 8
+"""Where a directory entry's token count lies in it (driver/formats.CLUSTER_ENTRY)."""
+
+
+@dataclass(frozen=True)
+class CycleTiming:
+    """The unit's own cycle counts, beside the memory side the model steps through."""
+
+    read_latency: int = 2
+    """Cycles from a read's last data burst at the DRAM to its line in the unit's reorder
+    buffer (the controller's data path, the front end, the lanes)."""
+    kv_turn: int = 2
+    """Cycles the engine waits between a cluster's last K beat and its first V beat."""
+    cluster_gap: int = 0
+    """Cycles between one cluster's last V beat and the next cluster's first K beat."""
+    final: int = 0
+    """Cycles of normalisation per query head after the last V beat."""
+    out_beat: int = 0
+    """Cycles between two result writes beyond the one each takes."""
+    start: int = 0
+    """Cycles from the stream's start to the engine taking its first Q beat."""
+    doorbell: int = 16
+    """Cycles from the doorbell to the command queue seeing it."""
+
+    @classmethod
+    def load(cls) -> CycleTiming:
+        if not CALIBRATION_FILE.exists():
+            return cls()
+        data = json.loads(CALIBRATION_FILE.read_text()).get("cycle_model", {})
+        return cls(**{f.name: int(data[f.name]) for f in fields(cls) if f.name in data})
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def use_cycle_model() -> bool:
+    """Whether the model device times itself with the cycle model: where the compiled library
+    builds and ``$NELSSA_FLUID_TIMING`` is unset (then the fluid Schedule)."""
+    return not os.environ.get("NELSSA_FLUID_TIMING") and ddr5_replay.available()
+
+
+class CycleSchedule:
+    """When the model device's descriptors complete, from the cycle model. The same use as the
+    fluid Schedule: ``add`` descriptors and host lines at ``now``, ``sync`` to a cycle, which
+    returns the completions written up to it."""
+
+    def __init__(self, geometry: DeviceGeometry, engines: int, order_depth: int = 8,
+                 timing: CycleTiming | None = None, address_map: str = "cacheline",
+                 config: ControllerConfig | None = None) -> None:
+        so = ddr5_replay.library()
+        if so is None:
+            raise RuntimeError("the device's cycle model needs the compiled DDR5 library")
+        self._so = so
+        self.geometry = geometry
+        self.address_map = address_map
+        self.timing = timing or CycleTiming.load()
+        t = self.timing
+        mem = ddr5_replay._params(geometry.timing, config or ControllerConfig(), True)
+        dev = np.array([engines, order_depth, READ_DEPTH, HOST_SHARE, t.doorbell,
+                        t.read_latency, t.kv_turn, t.cluster_gap, t.final, t.out_beat,
+                        t.start], np.int64)
+        self._mem = mem
+        self._handle = so.dc_new(ddr5_replay._ptr(mem, ctypes.c_longlong), mem.size,
+                                 ddr5_replay._ptr(dev, ctypes.c_longlong))
+        self._keys: dict[int, object] = {}
+        self._next_key = 0
+        self.host_served: list[int] = []
+        """Tags of host lines served (their responses may leave), in order, not yet taken."""
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle:
+            self._so.dc_free(handle)
+            self._handle = None
+
+    @property
+    def now(self) -> int:
+        return int(self._so.dc_now(self._handle))
+
+    @property
+    def busy(self) -> int:
+        """Cycles with a unit busy, up to ``now``: the RTL's PERF_BUSY."""
+        return int(self._so.dc_busy(self._handle))
+
+    @property
+    def idle(self) -> bool:
+        return bool(self._so.dc_idle(self._handle))
+
+    def _coords(self, addrs: list[int]) -> np.ndarray:
+        if not addrs:
+            return np.zeros((0, 5), np.int64)
+        d = decode(np.asarray(addrs, np.int64), self.geometry, self.address_map)
+        return np.stack([d.subchannel, d.bank_group, d.bank, d.row, d.column], 1).astype(
+            np.int64)
+
+    def add(self, key: object, d, status: DescStatus, lines: list[int],
+            writes: list[tuple[int, bytes]], ring_addr: int, cq_addr: int, mem) -> None:
+        """A descriptor put on the ring now (parsed DESCRIPTOR ``d``, as run_descriptor ran
+        it: ``status``, the ``lines`` it read, its ``writes``), read from ``ring_addr``, its
+        completion written at ``cq_addr``; ``mem`` holds its directory."""
+        nop = d.opcode == DescOpcode.NOP
+        engine = status == DescStatus.OK and not nop and bool(lines)
+        ids: list[int] = []
+        dirs: list[int] = []
+        stream: list[int] = []
+        beats: list[int] = []
+        q_lines = 0
+        if lines and d.opcode == DescOpcode.ATTN:
+            id_lines = -(-d.num_ids * 4 // LINE_BYTES)
+            ids = lines[:id_lines]
+            dirs = lines[id_lines:id_lines + d.num_ids]
+            stream = lines[id_lines + d.num_ids:]
+            if engine:
+                q_lines = d.q_heads * d.head_dim * 2 // LINE_BYTES
+                sel = np.frombuffer(mem.read(d.ids_addr, d.num_ids * 4), dtype="<u4")
+                row = d.head_dim * 2 // LINE_BYTES
+                beats = [int.from_bytes(mem.read(d.dir_addr + int(c) * CLUSTER_ENTRY_BYTES
+                                                 + TOKENS_OFFSET, 2), "little") * row
+                         for c in sel]
+        out = [a + k for a, data in writes for k in range(0, len(data), LINE_BYTES)]
+        line = self._coords([ring_addr - ring_addr % LINE_BYTES, cq_addr - cq_addr % LINE_BYTES,
+                             *ids, *dirs, *stream, *out])
+        k = np.asarray(beats, np.int32)
+        index = self._next_key
+        self._next_key += 1
+        self._keys[index] = key
+        self._so.dc_add(self._handle, index, int(nop), int(engine), q_lines,
+                        max(1, int(getattr(d, "q_heads", 1))), len(ids), len(dirs),
+                        len(stream), len(out), ddr5_replay._ptr(k, ctypes.c_int), k.size,
+                        ddr5_replay._ptr(np.ascontiguousarray(line), ctypes.c_longlong))
+
+    def add_host_line(self, addr: int, write: bool, tag: int) -> None:
+        """A host CXL.mem line arriving now; ``tag`` comes back in ``host_served`` once the
+        memory has it (a write taken, a read's data back)."""
+        c = np.ascontiguousarray(self._coords([addr - addr % LINE_BYTES])[0])
+        self._so.dc_add_host(self._handle, ddr5_replay._ptr(c, ctypes.c_longlong), int(write),
+                             tag)
+
+    def _collect(self) -> dict[object, int]:
+        out: dict[object, int] = {}
+        keys = np.zeros(64, np.int64)
+        cycles = np.zeros(64, np.int64)
+        while True:
+            n = self._so.dc_host_done(self._handle, ddr5_replay._ptr(keys, ctypes.c_longlong),
+                                      ddr5_replay._ptr(cycles, ctypes.c_longlong), keys.size)
+            self.host_served += keys[:n].tolist()
+            if n < keys.size:
+                break
+        while True:
+            n = self._so.dc_finished(self._handle, ddr5_replay._ptr(keys, ctypes.c_longlong),
+                                     ddr5_replay._ptr(cycles, ctypes.c_longlong), keys.size)
+            for i in range(n):
+                out[self._keys.pop(int(keys[i]))] = int(cycles[i])
+            if n < keys.size:
+                return out
+
+    def sync(self, t: int) -> dict[object, int]:
+        """Run to cycle ``t``; the completions written on the way (key: cycle)."""
+        if t > self.now:
+            self._so.dc_run(self._handle, int(t), 0)
+        return self._collect()
+
+    def run_to_next_completion(self, limit: int) -> dict[object, int]:
+        """Run until a completion is written or to cycle ``limit``; what was written."""
+        self._so.dc_run(self._handle, int(limit), 1)
+        return self._collect()
+
+    def finish_times(self) -> dict[object, int]:
+        """The cycle each descriptor now known completes, if nothing more arrives (on a copy:
+        this schedule does not move)."""
+        ahead = object.__new__(CycleSchedule)
+        ahead.__dict__.update(self.__dict__)
+        ahead._keys = dict(self._keys)
+        ahead.host_served = []
+        ahead._handle = self._so.dc_clone(self._handle)
+        out = ahead._collect()
+        while not ahead.idle:
+            out.update(ahead.sync(ahead.now + 100_000))
+        return out
