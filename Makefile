@@ -94,6 +94,7 @@ bench-node: venv
 
 calibrate-device: venv
 	$(VPY) scripts/calibrate_device.py
+	$(VPY) scripts/calibrate_device.py --cycle
 
 clean:
 	rm -rf build

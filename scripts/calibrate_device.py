@@ -1,12 +1,20 @@
-"""Fit the model device's unit timing (hw/model/device_timing.py) to the RTL device, in three
-steps: the refresh window as a unit meets it (its stall, the descriptor tail it spares, the
-fetch before a unit starts: one shape swept over the phases of nREFI); the unit's cost (one
-ATTN descriptor at a time over a grid of shapes and random ones, each measurement freed of the
-refreshes it met, least squares against the features); the sharing terms (batches over the
-units, with and without host traffic). Writes hw/model/device_calibration.json with the fit's
-errors.
+"""Fit the model device's timing to the RTL device.
 
-    .venv/bin/python scripts/calibrate_device.py [--sharing-only]
+``--cycle``: the cycle model's few cycle counts (hw/model/device_cycle.py CycleTiming): the
+workloads of SHARING_SEEDS at CYCLE_PHASES points of the refresh period each on the RTL, the
+model's inputs recorded once and replayed under each candidate (coordinate descent over
+CYCLE_SEARCH, squared relative error). Writes the ``cycle_model`` part of
+hw/model/device_calibration.json. About 15 minutes.
+
+Without it, the fluid schedule's unit timing (hw/model/device_timing.py; used where no C++
+compiler builds the cycle model), in three steps: the refresh window as a unit meets it (its
+stall, the descriptor tail it spares, the fetch before a unit starts: one shape swept over the
+phases of nREFI); the unit's cost (one ATTN descriptor at a time over a grid of shapes and
+random ones, each measurement freed of the refreshes it met, least squares against the
+features); the sharing terms (batches over the units, with and without host traffic). Writes
+hw/model/device_calibration.json with the fit's errors.
+
+    .venv/bin/python scripts/calibrate_device.py [--sharing-only | --cycle]
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from dataclasses import replace
 
@@ -24,8 +33,10 @@ from nelssa.driver.device import Device
 from nelssa.driver.formats import DESCRIPTOR
 from nelssa.driver.memory import MemoryApi
 from nelssa.hw.model import fp
+from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
+from nelssa.hw.model.device_cycle import CycleTiming, replay
 from nelssa.hw.model.device_timing import (
     CALIBRATION_FILE,
     FEATURES,
@@ -34,7 +45,7 @@ from nelssa.hw.model.device_timing import (
     UnitTiming,
     features,
 )
-from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload
+from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload, start_at_phase
 from nelssa.hw.sim.device import RtlDevice
 
 SHAPES = [  # head_dim, query heads, selected clusters, tokens per cluster
@@ -155,11 +166,23 @@ def fit_refresh(dev, mem, cq, rng) -> tuple[UnitTiming, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sharing-only", action="store_true",
-                        help="keep the stored unit cost and refresh fit, refit only the sharing "
-                             "terms (about 5 minutes instead of 12)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--sharing-only", action="store_true",
+                      help="keep the stored unit cost and refresh fit, refit only the sharing "
+                           "terms (about 5 minutes instead of 12)")
+    mode.add_argument("--cycle", action="store_true",
+                      help="fit the cycle model's cycle counts instead (about 15 minutes)")
     args = parser.parse_args()
     port = RtlDevice()
+    if args.cycle:
+        timing, errors = fit_cycle(record_cycle_runs(port))
+        data = json.loads(CALIBRATION_FILE.read_text())
+        data["cycle_model"] = {**timing.as_dict(), "errors_percent": errors}
+        CALIBRATION_FILE.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {CALIBRATION_FILE}")
+        port.close()
+        return
+    os.environ["NELSSA_FLUID_TIMING"] = "1"  # the model devices below: the fluid schedule
     if args.sharing_only:
         data = json.loads(CALIBRATION_FILE.read_text())
         # from the terms' defaults, as the whole calibration fits them: the fit is then the
@@ -268,6 +291,57 @@ def fit_sharing(port, timing: UnitTiming) -> tuple[UnitTiming, dict[str, list[fl
     print(f"softness {softness}, cluster wait {wait}, host line {host} DDR5 cycles: errors "
           f"{spread}")
     return timing, spread
+
+
+CYCLE_PHASES = 4
+"""Points of the refresh period each workload of the cycle fit starts at."""
+CYCLE_SEARCH = {"read_latency": range(0, 9), "kv_turn": range(1, 5),
+                "cluster_gap": range(0, 3), "final": range(0, 4), "out_beat": range(0, 3),
+                "start": range(0, 5), "doorbell": range(0, 40, 4)}
+"""The values tried of each CycleTiming field."""
+
+
+def record_cycle_runs(port) -> list[tuple[int, list]]:
+    """Per workload and phase: the RTL's busy cycles and the model's recorded inputs."""
+    runs = []
+    for seed in SHARING_SEEDS:
+        w = TimingWorkload.draw(seed, min_selected=32, min_tokens=16)
+        for i in range(CYCLE_PHASES):
+            phase = (i + 0.5 * (seed % 2)) / CYCLE_PHASES
+            r = run_workload(port, w, start_at=start_at_phase(port.cycle, phase,
+                                                              REFRESH_PERIOD))
+            model = ModelDevice()
+            model.schedule.recording = []
+            run_workload(model, w, start_at=r["started"])
+            runs.append((r["cycles"], model.schedule.recording))
+    return runs
+
+
+def fit_cycle(runs: list[tuple[int, list]]) -> tuple[CycleTiming, list[float]]:
+    """Coordinate descent from CycleTiming's defaults, twice over the fields; the errors (per
+    cent) of the fit."""
+    geometry = DeviceGeometry(MEMORY)
+
+    def errors(t: CycleTiming) -> list[float]:
+        return [(replay(rec, t, geometry) - rtl) / rtl * 100 for rtl, rec in runs]
+
+    costs: dict[CycleTiming, float] = {}
+
+    def cost(t: CycleTiming) -> float:
+        if t not in costs:
+            costs[t] = float(np.mean(np.square(errors(t))))
+        return costs[t]
+
+    timing = CycleTiming()
+    for _ in range(2):
+        for name, values in CYCLE_SEARCH.items():
+            best = min(values, key=lambda v: cost(replace(timing, **{name: v})))
+            timing = replace(timing, **{name: best})
+    found = [round(e, 2) for e in errors(timing)]
+    e = np.abs(found)
+    print(f"cycle model {timing}: |error| median {np.median(e):.2f} %, worst {e.max():.2f} %, "
+          f"within 5 %: {(e <= 5).sum()} of {len(e)}")
+    return timing, found
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
 from nelssa.hw.model.device_timing import CALIBRATION_FILE, Refresh, UnitTiming
-from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload
+from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload, start_at_phase
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "results" / "device_timing.md"
 
@@ -118,9 +118,8 @@ def phase_sweep(rtl, args) -> str:
         w = TimingWorkload.draw(seed, min_selected=args.min_selected,
                                 min_tokens=args.min_tokens)
         for i in range(args.phases):
-            at = rtl.cycle + 5000  # clear of the last batch, then to the phase
-            at += int((i * period / args.phases - at) % period)
-            r = run_workload(rtl, w, start_at=at)
+            r = run_workload(rtl, w, start_at=start_at_phase(rtl.cycle, i / args.phases,
+                                                             period))
             m = run_workload(ModelDevice(), w, start_at=r["started"])
             errors.append((m["cycles"] - r["cycles"]) / r["cycles"] * 100)
     return (f"at {args.phases} phases of the refresh period ({period:,.0f} cycles) each, "

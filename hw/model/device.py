@@ -1,8 +1,11 @@
 """Transaction-level model of a PNM device behind the port (the ``model`` backend): registers,
 sparse device memory, submission and completion rings, descriptor checks, and the bit-exact
-engine model for the arithmetic. Time is an estimate: each descriptor occupies one engine for
-the longer of the unit time calibrated against the RTL (hw/model/device_timing.py) and the
-DDR5 estimate of its reads at its engine's share of the bandwidth.
+engine model for the arithmetic. A descriptor's result is computed when it is fetched; when its
+completion is written comes from the cycle model of the RTL's memory side
+(hw/model/device_cycle.py: the command queue, the units, the host's CXL.mem port and the DDR5
+controllers stepped on the lines it reads and writes), or where that cannot be built from the
+fluid schedule of hw/model/device_timing.py. While units run, a host CXL.mem line is answered
+once that model's memory has taken it.
 
 What a descriptor may do is checked before any memory is touched (driver/formats.py lists the
 statuses); a bad descriptor completes with its error status and changes nothing else.
@@ -34,7 +37,7 @@ from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS
-from nelssa.hw.model.device_cycle import CycleSchedule, use_cycle_model
+from nelssa.hw.model.device_cycle import CycleSchedule, CycleTiming, use_cycle_model
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
 from nelssa.hw.model.device_timing import Refresh, Schedule, UnitTiming
 from nelssa.hw.model.device_timing import features as timing_features
@@ -109,10 +112,12 @@ class ModelDevice(DevicePort):
     """The ``model`` backend."""
 
     def __init__(self, config: DeviceConfig | None = None,
-                 memory: SparseMemory | None = None, timing: UnitTiming | None = None) -> None:
+                 memory: SparseMemory | None = None, timing: UnitTiming | None = None,
+                 cycle_timing: CycleTiming | None = None) -> None:
         """``memory``: where device memory lives (a fake FPGA board passes its memory BAR
-        file); a fresh :class:`SparseMemory` when None. ``timing``: the unit timing
-        (calibrated, ``device_calibration.json``, when None)."""
+        file); a fresh :class:`SparseMemory` when None. ``timing``: the fluid schedule's unit
+        timing, ``cycle_timing`` the cycle model's (both calibrated,
+        ``device_calibration.json``, when None)."""
         self.config = config or DeviceConfig()
         self.timing = PRESETS[self.config.preset]
         self.geometry = DeviceGeometry(self.timing)
@@ -135,7 +140,7 @@ class ModelDevice(DevicePort):
         self._schedule: Schedule | CycleSchedule
         if self._cycle_model:  # the memory side cycle by cycle
             self._schedule = CycleSchedule(self.geometry, self.config.engines,
-                                           self.config.order_depth)
+                                           self.config.order_depth, cycle_timing)
         else:  # no compiler: the fluid schedule and its fitted sharing terms
             self._schedule = Schedule(self.config.engines, self.unit_timing,
                                       Refresh.of(self.timing, self.unit_timing),
@@ -256,6 +261,11 @@ class ModelDevice(DevicePort):
         """Every register's value now, by offset (what a board's BAR would read)."""
         self._update_perf()
         return self.regs
+
+    @property
+    def schedule(self) -> Schedule | CycleSchedule:
+        """What times the descriptors: the cycle model, or the fluid schedule without one."""
+        return self._schedule
 
     @property
     def has_work(self) -> bool:

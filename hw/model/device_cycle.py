@@ -91,8 +91,12 @@ class CycleSchedule:
         self._mem = mem
         self._handle = so.dc_new(ddr5_replay._ptr(mem, ctypes.c_longlong), mem.size,
                                  ddr5_replay._ptr(dev, ctypes.c_longlong))
+        self._params = (mem, dev)
         self._keys: dict[int, object] = {}
         self._next_key = 0
+        self.recording: list[tuple] | None = None
+        """Set to a list, the descriptors and host lines added from then on, as
+        :func:`replay` takes them (a calibration fits the timing on them in seconds)."""
         self.host_served: list[int] = []
         """Tags of host lines served (their responses may leave), in order, not yet taken."""
 
@@ -153,15 +157,19 @@ class CycleSchedule:
         index = self._next_key
         self._next_key += 1
         self._keys[index] = key
-        self._so.dc_add(self._handle, index, int(nop), int(engine), q_lines,
-                        max(1, int(getattr(d, "q_heads", 1))), len(ids), len(dirs),
-                        len(stream), len(out), ddr5_replay._ptr(k, ctypes.c_int), k.size,
-                        ddr5_replay._ptr(np.ascontiguousarray(line), ctypes.c_longlong))
+        counts = (int(nop), int(engine), q_lines, max(1, int(getattr(d, "q_heads", 1))),
+                  len(ids), len(dirs), len(stream), len(out))
+        line = np.ascontiguousarray(line)
+        if self.recording is not None:
+            self.recording.append(("add", self.now, counts, k, line))
+        _add(self._so, self._handle, index, counts, k, line)
 
     def add_host_line(self, addr: int, write: bool, tag: int) -> None:
         """A host CXL.mem line arriving now; ``tag`` comes back in ``host_served`` once the
         memory has it (a write taken, a read's data back)."""
         c = np.ascontiguousarray(self._coords([addr - addr % LINE_BYTES])[0])
+        if self.recording is not None:
+            self.recording.append(("host", self.now, c, int(write)))
         self._so.dc_add_host(self._handle, ddr5_replay._ptr(c, ctypes.c_longlong), int(write),
                              tag)
 
@@ -201,8 +209,34 @@ class CycleSchedule:
         ahead.__dict__.update(self.__dict__)
         ahead._keys = dict(self._keys)
         ahead.host_served = []
+        ahead.recording = None
         ahead._handle = self._so.dc_clone(self._handle)
         out = ahead._collect()
         while not ahead.idle:
             out.update(ahead.sync(ahead.now + 100_000))
         return out
+
+
+def _add(so, handle, key: int, counts: tuple[int, ...], beats: np.ndarray,
+         lines: np.ndarray) -> None:
+    so.dc_add(handle, key, *counts, ddr5_replay._ptr(beats, ctypes.c_int), beats.size,
+              ddr5_replay._ptr(lines, ctypes.c_longlong))
+
+
+def replay(recording: list[tuple], timing: CycleTiming, geometry: DeviceGeometry,
+           engines: int = 4, order_depth: int = 8) -> int:
+    """Busy cycles of a recorded run (``CycleSchedule.recording``) under another ``timing``:
+    the same descriptors and host lines at the same cycles, run until the device is idle."""
+    s = CycleSchedule(geometry, engines, order_depth, timing)
+    for event in recording:
+        s.sync(event[1])
+        if event[0] == "add":
+            s._keys[s._next_key] = s._next_key
+            _add(s._so, s._handle, s._next_key, *event[2:])
+            s._next_key += 1
+        else:
+            s._so.dc_add_host(s._handle, ddr5_replay._ptr(event[2], ctypes.c_longlong),
+                              event[3], 0)
+    while not s.idle:
+        s.sync(s.now + 100_000)
+    return s.busy

@@ -93,3 +93,11 @@ def run_workload(port, w: TimingWorkload, start_at: int | None = None) -> dict[s
     return {"cycles": dev.reg_read64("PERF_BUSY") - busy0,
             "bytes": dev.reg_read64("PERF_BYTES_READ") - bytes0, "descriptors": len(ids),
             "started": started}
+
+
+def start_at_phase(cycle: int, phase: float, period: float) -> int:
+    """A cycle at ``phase`` (0 to 1) of the refresh ``period``, at least 5,000 cycles after
+    ``cycle`` (clear of the batch before): where to start a batch so that it meets the
+    refresh windows at that point of its run."""
+    at = cycle + 5000
+    return at + int((phase * period - at) % period)
