@@ -17,8 +17,7 @@ from nelssa.driver import cxl
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.memory import MemoryApi
-from nelssa.hw.model import fp
-from nelssa.hw.model import device_cycle
+from nelssa.hw.model import device_cycle, fp
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
 from nelssa.hw.model.device_cycle import CycleSchedule, CycleTiming, replay
