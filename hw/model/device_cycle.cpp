@@ -365,6 +365,7 @@ struct Device {
                 assigned[(size_t)unit_of[(size_t)i]] = 0;
             }
             finished.emplace_back(descs[(size_t)i].key, now + 1);  // seen from the next cycle
+            release(descs[(size_t)i]);
             cmdq = Q_IDLE;
             return;
         }
@@ -409,6 +410,13 @@ struct Device {
         default:
             break;
         }
+    }
+
+    // a completed descriptor's lines are not needed again: a long run keeps only its record
+    static void release(Desc& d) {
+        for (std::vector<Line>* v : {&d.ids, &d.dir, &d.stream, &d.out})
+            std::vector<Line>().swap(*v);
+        std::vector<int>().swap(d.k_beats);
     }
 
     int free_unit() const {
