@@ -6,16 +6,15 @@ so that both meet DDR5 refresh at the same points. The workloads are
 scripts/device_timing_check.py's twenty (seeds 100-119, docs/results/device_timing.md), not
 those the calibration was fitted on (scripts/calibrate_device.py: seeds 0-59).
 
-Bounds: the median within 2.5 %, eighteen of twenty within 5 %, every workload within 8 %
-(with the command queue reading a descriptor only for a free unit, as nelssa_cmdq does, and
-the sharing terms refit on seeds 0-59, these twenty are at a median of 1.7 %, worst -7.4 %,
-18 within 5 %; they were 1.8 %, 8.4 % and 17 with the ring read ahead). The issue's goal is
-every workload within 5 %. What is left is mostly where a refresh window falls: run from
-four phases of the refresh period each (``device_timing_check.py --phases 4``), seeds 100-119
-are 78 of 80 within 5 %, seeds 0-59 225 of 240 and 300-359 228 of 240, and a batch whose end
-lies within about a hundred cycles of a window is counted a window more or less by one side
-(up to 18 % of a 1,400-cycle batch); the rest is a bias of batches with host traffic at
-head_dim 64, whose host lines cost DDR5 more than at 128.
+Bounds: every workload without host traffic within 5 %, the median within 1.5 %, nineteen of
+twenty within 5 %, every one within 8 %. With the cycle model of the memory side
+(hw/model/device_cycle.py) these twenty are at a median of 0.85 %, the twelve without traffic
+within 3.1 %, and one over 5 %: seed 116, 1 MiB of host writes beside six requests, -6.8 %
+(the fluid schedule: a median of 1.7 %, two over 5 %). Run from four phases of the refresh period each
+(``scripts/device_timing_check.py --phases 4``) all 80 are within 5 %. With host traffic a
+host line gets its sub-channel only in the cycles no unit wants it, so how many get through
+while the units run hangs on the exact cycle each unit's stream is at, which a model off by a
+few cycles sees differently; without it the model is within about 3 % everywhere.
 """
 
 from __future__ import annotations
@@ -47,9 +46,11 @@ def test_model_cycles_follow_the_rtl_on_random_batches():
         rtl.close()
     worst = max(errors, key=lambda w: abs(errors[w]))
     size = np.abs(list(errors.values()))
-    assert np.median(size) <= 2.5, errors
-    assert (size <= 5.0).sum() >= 18, errors
+    assert np.median(size) <= 1.5, errors
+    assert (size <= 5.0).sum() >= 19, errors
     assert abs(errors[worst]) <= 8.0, f"{worst}: {errors[worst]:+.2f} %"
+    quiet = {w: e for w, e in errors.items() if not w.traffic_bytes}
+    assert all(abs(e) <= 5.0 for e in quiet.values()), quiet
     # the batches span the shapes the check is about
     assert {w.head_dim for w in errors} == {64, 128}
     assert any(w.traffic_bytes for w in errors) and any(not w.traffic_bytes for w in errors)

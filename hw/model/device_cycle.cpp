@@ -294,50 +294,46 @@ struct Device {
 
     template <class Take>
     void run_engine(Unit& u, const Desc& d, bool head_in, Take&& take_head) {
+        // the head line taken as a beat, if in; true when it is the n-th of the run
+        auto beats_done = [&](int n) {
+            if (!head_in) return false;
+            take_head();
+            if (++u.beat < n) return false;
+            u.beat = 0;
+            return true;
+        };
         switch (u.eng) {
         case E_CMD:  // the command handshake, and the engine's start
             if (u.wait-- <= 0) u.eng = E_Q;
             break;
         case E_Q:
-            if (head_in) {
-                take_head();
-                if (++u.beat == d.q_lines) {
-                    u.beat = 0;
-                    u.eng = E_CLU;
-                    u.wait = 1;
-                }
+            if (beats_done(d.q_lines)) {
+                u.eng = E_CLU;
+                u.wait = 1;
             }
             break;
         case E_CLU:  // the cluster's length handed over
             if (--u.wait <= 0) u.eng = E_K;
             break;
         case E_K:
-            if (head_in) {
-                take_head();
-                if (++u.beat == d.k_beats[(size_t)u.cluster]) {
-                    u.beat = 0;
-                    u.eng = E_TURN;
-                    u.wait = (int)dev[D_KV_TURN];
-                }
+            if (beats_done(d.k_beats[(size_t)u.cluster])) {
+                u.eng = E_TURN;
+                u.wait = (int)dev[D_KV_TURN];
             }
             break;
         case E_TURN:  // the cluster's scores and max settle before its V rows
             if (--u.wait <= 0) u.eng = E_V;
             break;
         case E_V:
-            if (head_in) {
-                take_head();
-                if (++u.beat == d.k_beats[(size_t)u.cluster]) {
-                    u.beat = 0;
-                    if (++u.cluster == (int)d.k_beats.size()) {
-                        u.eng = E_FINAL;
-                        u.wait = (int)(dev[D_FINAL] * d.q_heads);
-                    } else if (dev[D_CLUSTER_GAP] > 0) {
-                        u.eng = E_CLU;
-                        u.wait = (int)dev[D_CLUSTER_GAP];
-                    } else {
-                        u.eng = E_K;
-                    }
+            if (beats_done(d.k_beats[(size_t)u.cluster])) {
+                if (++u.cluster == (int)d.k_beats.size()) {
+                    u.eng = E_FINAL;
+                    u.wait = (int)(dev[D_FINAL] * d.q_heads);
+                } else if (dev[D_CLUSTER_GAP] > 0) {
+                    u.eng = E_CLU;
+                    u.wait = (int)dev[D_CLUSTER_GAP];
+                } else {
+                    u.eng = E_K;
                 }
             }
             break;
@@ -462,6 +458,17 @@ struct Device {
     }
 };
 
+// The first ``max`` pairs of ``from``, moved out into two arrays; how many.
+int take(std::vector<std::pair<i64, i64>>& from, long long* first, long long* second, int max) {
+    const int n = std::min(max, (int)from.size());
+    for (int k = 0; k < n; ++k) {
+        first[k] = from[(size_t)k].first;
+        second[k] = from[(size_t)k].second;
+    }
+    from.erase(from.begin(), from.begin() + n);
+    return n;
+}
+
 Line line_at(const i64* c) {
     Line l;
     l.sub = (int)c[0];
@@ -539,26 +546,12 @@ long long dc_run(void* h, long long until, int stop_at_done) {
 
 // Completions written since the last call: up to ``max`` (key, cycle) pairs; returns how many.
 int dc_finished(void* h, long long* keys, long long* cycles, int max) {
-    Device& dv = *static_cast<Device*>(h);
-    const int n = std::min(max, (int)dv.finished.size());
-    for (int k = 0; k < n; ++k) {
-        keys[k] = dv.finished[(size_t)k].first;
-        cycles[k] = dv.finished[(size_t)k].second;
-    }
-    dv.finished.erase(dv.finished.begin(), dv.finished.begin() + n);
-    return n;
+    return take(static_cast<Device*>(h)->finished, keys, cycles, max);
 }
 
 // Host lines served since the last call: up to ``max`` (tag, cycle its response may leave).
 int dc_host_done(void* h, long long* tags, long long* cycles, int max) {
-    Device& dv = *static_cast<Device*>(h);
-    const int n = std::min(max, (int)dv.host_done.size());
-    for (int k = 0; k < n; ++k) {
-        tags[k] = dv.host_done[(size_t)k].first;
-        cycles[k] = dv.host_done[(size_t)k].second;
-    }
-    dv.host_done.erase(dv.host_done.begin(), dv.host_done.begin() + n);
-    return n;
+    return take(static_cast<Device*>(h)->host_done, tags, cycles, max);
 }
 
 long long dc_now(void* h) { return static_cast<Device*>(h)->now; }
