@@ -9,9 +9,9 @@ those the calibration was fitted on (scripts/calibrate_device.py: seeds 0-59).
 Bounds: every workload without host traffic within 5 %, the median within 1.5 %, nineteen of
 twenty within 5 %, every one within 8 %. With the cycle model of the memory side
 (hw/model/device_cycle.py) these twenty are at a median of 0.85 %, the twelve without traffic
-within 3.1 %, and one over 5 %: seed 116, 1 MiB of host writes beside six requests, -6.8 %
-(the fluid schedule: a median of 1.7 %, two over 5 %). Run from four phases of the refresh period each
-(``scripts/device_timing_check.py --phases 4``) all 80 are within 5 %. With host traffic a
+within 3.1 %, and one over 5 %: seed 116, 1 MiB of host writes beside six requests, -6.8 % (the
+fluid schedule: a median of 1.7 %, two over 5 %). Run from four phases of the refresh period
+each (``scripts/device_timing_check.py --phases 4``) all 80 are within 5 %. With host traffic a
 host line gets its sub-channel only in the cycles no unit wants it, so how many get through
 while the units run hangs on the exact cycle each unit's stream is at, which a model off by a
 few cycles sees differently; without it the model is within about 3 % everywhere.
