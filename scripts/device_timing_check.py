@@ -26,6 +26,7 @@ import numpy as np
 
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
+from nelssa.hw.model.device_cycle import use_cycle_model
 from nelssa.hw.model.device_timing import CALIBRATION_FILE, Refresh, UnitTiming
 from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload, start_at_phase
 
@@ -84,12 +85,17 @@ def main() -> None:
         print(summary_p)
     if args.write:
         command = "python scripts/device_timing_check.py " + " ".join(sys.argv[1:])
+        timing_source = ("the cycle model of the device's memory side "
+                         "(`hw/model/device_cycle.py`)" if use_cycle_model() else
+                         "the fluid schedule (`hw/model/device_timing.py`; no C++ compiler, "
+                         "or `NELSSA_FLUID_TIMING` set)")
         PAGE.write_text("\n".join([
             "# The model device's cycles against the RTL's",
             "",
-            f"Written by `{command}`, with the calibration in "
-            f"`hw/model/{CALIBRATION_FILE.name}` (`make calibrate-device`, fitted on other "
-            "seeds). Each row: one batch of attention requests cut over the four units "
+            f"Written by `{command}`. The model times itself with "
+            f"{timing_source}, calibrated in `hw/model/{CALIBRATION_FILE.name}` (`make "
+            "calibrate-device`, fitted on other seeds). Each row: one batch of attention "
+            "requests cut over the four units "
             "(`hw/model/timing_workloads.py`), busy cycles (PERF_BUSY) on the Verilated "
             "device and on the model, the model run from the cycle the RTL's submission "
             "ended at (DDR5 refresh is due at fixed cycles from reset, so both meet it at "
