@@ -39,6 +39,11 @@ def _workload(seed: int, traffic: int | None = None) -> TimingWorkload:
 
 def test_the_model_device_runs_on_the_cycle_model(monkeypatch):
     assert isinstance(ModelDevice().schedule, CycleSchedule)
+    assert isinstance(ModelDevice(DeviceConfig(engines=6)).schedule, CycleSchedule)
+    # more units than the RTL's front end has ports for: the fluid schedule
+    assert isinstance(ModelDevice(DeviceConfig(engines=8)).schedule, Schedule)
+    with pytest.raises(ValueError, match="1..6 units, not 8"):
+        CycleSchedule(ModelDevice().geometry, 8)
     monkeypatch.setenv("NELSSA_FLUID_TIMING", "1")
     assert isinstance(ModelDevice().schedule, Schedule)
 
@@ -95,6 +100,12 @@ def test_host_answers_wait_for_the_memory_while_units_run():
             break
     assert [cxl.parse_message(m).body.tag for m in got] == [0x1234]
     assert model.dma_read(1 << 33, 64) == bytes(range(64))
+    # a line still waiting when the units finish is work: run_until_idle answers it
+    model.send(cxl.mem_rd(0x77, 1 << 33))
+    model.run_until_idle(1_000_000)
+    assert not model.has_work
+    tags = [cxl.parse_message(m).body.tag for m in model.receive()]
+    assert 0x77 in tags
     cq.wait(ids)
     # idle: answered at once
     model.send(cxl.mem_wr(0x99, 1 << 33, bytes(64)))

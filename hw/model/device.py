@@ -37,7 +37,12 @@ from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS
-from nelssa.hw.model.device_cycle import CycleSchedule, CycleTiming, use_cycle_model
+from nelssa.hw.model.device_cycle import (
+    CYCLE_MAX_UNITS,
+    CycleSchedule,
+    CycleTiming,
+    use_cycle_model,
+)
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
 from nelssa.hw.model.device_timing import Refresh, Schedule, UnitTiming
 from nelssa.hw.model.device_timing import features as timing_features
@@ -134,7 +139,8 @@ class ModelDevice(DevicePort):
         self._out: list[bytes] = []
         self._now = 0
         self.unit_timing = timing or UnitTiming.load()
-        self._cycle_model = use_cycle_model()
+        # the RTL's front end has 8 ports: up to 6 units (more engines: the fluid schedule)
+        self._cycle_model = use_cycle_model() and self.config.engines <= CYCLE_MAX_UNITS
         self._held: dict[int, bytes] = {}  # host responses waiting for the cycle model
         self._host_tag = 0
         self._schedule: Schedule | CycleSchedule
@@ -269,8 +275,8 @@ class ModelDevice(DevicePort):
 
     @property
     def has_work(self) -> bool:
-        """A descriptor is running or would be fetched."""
-        return bool(self._inflight) or self._pending()
+        """A descriptor is running or would be fetched, or a host line waits for the memory."""
+        return bool(self._inflight) or self._pending() or bool(self._held)
 
     def next_completion(self) -> int | None:
         """Cycle at which the oldest running descriptor completes; None when none runs."""

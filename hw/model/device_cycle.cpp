@@ -485,7 +485,12 @@ Line line_at(const i64* c) {
 
 extern "C" {
 
+// null for a unit count the front end's 8 ports cannot serve, or banks the masks cannot hold
 void* dc_new(const long long* mem_params, int mem_n, const long long* dev_params) {
+    if (dev_params[D_UNITS] < 1 || dev_params[D_UNITS] + 2 > 8 ||
+        mem_params[P_GROUPS] * mem_params[P_BANKS_PER_GROUP] > 64 ||
+        mem_params[P_TCK_PER_CYCLE] + 8 > 64)
+        return nullptr;
     return new Device(mem_params, mem_n, dev_params);
 }
 

@@ -27,6 +27,9 @@ from nelssa.hw.model.device_timing import CALIBRATION_FILE, HOST_SHARE
 
 READ_DEPTH = 128
 """Reads each unit's line reader keeps in flight (nelssa_attn_unit ReadDepth)."""
+CYCLE_MAX_UNITS = 6
+"""Most units the cycle model (and the RTL device, nelssa_device NumUnits) has: the memory
+front end's 8 ports less the host's and the command queue's."""
 TOKENS_OFFSET = 8
 """Where a directory entry's token count lies in it (driver/formats.CLUSTER_ENTRY)."""
 
@@ -76,6 +79,8 @@ class CycleSchedule:
     def __init__(self, geometry: DeviceGeometry, engines: int, order_depth: int = 8,
                  timing: CycleTiming | None = None, address_map: str = "cacheline",
                  config: ControllerConfig | None = None) -> None:
+        if not 1 <= engines <= CYCLE_MAX_UNITS:
+            raise ValueError(f"the cycle model has 1..{CYCLE_MAX_UNITS} units, not {engines}")
         so = ddr5_replay.library()
         if so is None:
             raise RuntimeError("the device's cycle model needs the compiled DDR5 library")
@@ -91,6 +96,8 @@ class CycleSchedule:
         self._mem = mem
         self._handle = so.dc_new(ddr5_replay._ptr(mem, ctypes.c_longlong), mem.size,
                                  ddr5_replay._ptr(dev, ctypes.c_longlong))
+        if not self._handle:
+            raise ValueError(f"the cycle model cannot hold {geometry.timing.banks} banks")
         self._params = (mem, dev)
         self._keys: dict[int, object] = {}
         self._next_key = 0
