@@ -42,7 +42,7 @@ def test_the_model_device_runs_on_the_cycle_model(monkeypatch):
     assert isinstance(ModelDevice(DeviceConfig(engines=6)).schedule, CycleSchedule)
     # more units than the RTL's front end has ports for: the fluid schedule
     assert isinstance(ModelDevice(DeviceConfig(engines=8)).schedule, Schedule)
-    with pytest.raises(ValueError, match="1..6 units, not 8"):
+    with pytest.raises(ValueError, match=r"1\.\.6 units, not 8"):
         CycleSchedule(ModelDevice().geometry, 8)
     monkeypatch.setenv("NELSSA_FLUID_TIMING", "1")
     assert isinstance(ModelDevice().schedule, Schedule)
