@@ -4,7 +4,7 @@
 workloads of SHARING_SEEDS at CYCLE_PHASES points of the refresh period each on the RTL, the
 model's inputs recorded once and replayed under each candidate (coordinate descent over
 CYCLE_SEARCH, squared relative error). Writes the ``cycle_model`` part of
-hw/model/device_calibration.json. About 15 minutes.
+hw/model/device_calibration.json. About 10 minutes.
 
 Without it, the fluid schedule's unit timing (hw/model/device_timing.py; used where no C++
 compiler builds the cycle model), in three steps: the refresh window as a unit meets it (its
@@ -171,7 +171,7 @@ def main() -> None:
                       help="keep the stored unit cost and refresh fit, refit only the sharing "
                            "terms (about 5 minutes instead of 12)")
     mode.add_argument("--cycle", action="store_true",
-                      help="fit the cycle model's cycle counts instead (about 15 minutes)")
+                      help="fit the cycle model's cycle counts instead (about 10 minutes)")
     args = parser.parse_args()
     port = RtlDevice()
     if args.cycle:

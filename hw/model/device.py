@@ -402,7 +402,7 @@ class ModelDevice(DevicePort):
             self._plan()
         self._retire(self._now + cycles)
         self._now += cycles
-        self._schedule.sync(self._now)
+        self._sync(self._now)
         self._fetch()
 
     def run_until_idle(self, max_cycles: int) -> int:

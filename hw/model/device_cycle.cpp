@@ -259,9 +259,9 @@ struct Device {
         case U_DIR:
             if (head_in) {
                 take_head();
-                if (++u.use == (int)lines->size()) next_phase(u, d);
+                if (++u.use == (int)lines->size()) next_phase(u);
             } else if (lines->empty()) {
-                next_phase(u, d);
+                next_phase(u);
             }
             break;
         case U_DRAIN:
@@ -279,7 +279,7 @@ struct Device {
         }
     }
 
-    void next_phase(Unit& u, const Desc& d) {
+    void next_phase(Unit& u) {
         u.gen = u.use = 0;
         if (u.state == U_IDS) {
             u.state = U_DIR;
@@ -289,7 +289,6 @@ struct Device {
             u.cluster = u.beat = u.outs = u.writes = u.cpls = 0;
             u.wait = (int)dev[D_START];
         }
-        (void)d;
     }
 
     template <class Take>
@@ -469,15 +468,16 @@ int take(std::vector<std::pair<i64, i64>>& from, long long* first, long long* se
     return n;
 }
 
-Line line_at(const i64* c) {
+// A line from its five coordinates (sub-channel, bank group, bank in the group, row, column).
+Line line_at(const i64* c, int banks_per_group, bool write) {
     Line l;
     l.sub = (int)c[0];
     l.r = Req{};
     l.r.group = (int)c[1];
-    l.r.bank = (int)c[2];  // made a bank index by dc_add
+    l.r.bank = (int)c[2] + l.r.group * banks_per_group;  // the controller's bank index
     l.r.row = c[3];
     l.r.col = c[4];
-    l.r.write = false;
+    l.r.write = write;
     return l;
 }
 
@@ -513,11 +513,8 @@ void dc_add(void* h, long long key, int nop, int engine, int q_lines, int q_head
     d.q_lines = q_lines;
     d.q_heads = q_heads;
     d.arrived = dv.now + dv.dev[D_DOORBELL];
-    const int bpg = dv.ctl[0].s.bpg;
     auto next = [&](bool write) {
-        Line l = line_at(lines);
-        l.r.bank += l.r.group * bpg;
-        l.r.write = write;
+        const Line l = line_at(lines, dv.ctl[0].s.bpg, write);
         lines += 5;
         return l;
     };
@@ -535,9 +532,7 @@ void dc_add(void* h, long long key, int nop, int engine, int q_lines, int q_head
 // A host CXL.mem line arriving now; ``tag`` names it in dc_host_done.
 void dc_add_host(void* h, const long long* coords, int write, long long tag) {
     Device& dv = *static_cast<Device*>(h);
-    Line l = line_at(coords);
-    l.r.bank += l.r.group * dv.ctl[0].s.bpg;
-    l.r.write = write != 0;
+    Line l = line_at(coords, dv.ctl[0].s.bpg, write != 0);
     l.r.tag = tag;
     dv.host.emplace_back(dv.now, l);
 }

@@ -93,12 +93,10 @@ class CycleSchedule:
         dev = np.array([engines, order_depth, READ_DEPTH, HOST_SHARE, t.doorbell,
                         t.read_latency, t.kv_turn, t.cluster_gap, t.final, t.out_beat,
                         t.start], np.int64)
-        self._mem = mem
         self._handle = so.dc_new(ddr5_replay._ptr(mem, ctypes.c_longlong), mem.size,
                                  ddr5_replay._ptr(dev, ctypes.c_longlong))
         if not self._handle:
             raise ValueError(f"the cycle model cannot hold {geometry.timing.banks} banks")
-        self._params = (mem, dev)
         self._keys: dict[int, object] = {}
         self._next_key = 0
         self.recording: list[tuple] | None = None
@@ -160,43 +158,48 @@ class CycleSchedule:
         out = [a + k for a, data in writes for k in range(0, len(data), LINE_BYTES)]
         line = self._coords([ring_addr - ring_addr % LINE_BYTES, cq_addr - cq_addr % LINE_BYTES,
                              *ids, *dirs, *stream, *out])
-        k = np.asarray(beats, np.int32)
+        counts = (int(nop), int(engine), q_lines, max(1, d.q_heads), len(ids), len(dirs),
+                  len(stream), len(out))
+        self._push(key, counts, np.asarray(beats, np.int32), np.ascontiguousarray(line))
+
+    def _push(self, key: object, counts: tuple[int, ...], beats: np.ndarray,
+              lines: np.ndarray) -> None:
+        """Hand a descriptor to the cycle model (and to the recording)."""
+        if self.recording is not None:
+            self.recording.append(("add", self.now, counts, beats, lines))
         index = self._next_key
         self._next_key += 1
         self._keys[index] = key
-        counts = (int(nop), int(engine), q_lines, max(1, int(getattr(d, "q_heads", 1))),
-                  len(ids), len(dirs), len(stream), len(out))
-        line = np.ascontiguousarray(line)
-        if self.recording is not None:
-            self.recording.append(("add", self.now, counts, k, line))
-        _add(self._so, self._handle, index, counts, k, line)
+        self._so.dc_add(self._handle, index, *counts, ddr5_replay._ptr(beats, ctypes.c_int),
+                        beats.size, ddr5_replay._ptr(lines, ctypes.c_longlong))
 
     def add_host_line(self, addr: int, write: bool, tag: int) -> None:
         """A host CXL.mem line arriving now; ``tag`` comes back in ``host_served`` once the
         memory has it (a write taken, a read's data back)."""
-        c = np.ascontiguousarray(self._coords([addr - addr % LINE_BYTES])[0])
+        self._push_host(np.ascontiguousarray(self._coords([addr - addr % LINE_BYTES])[0]),
+                        int(write), tag)
+
+    def _push_host(self, coords: np.ndarray, write: int, tag: int) -> None:
         if self.recording is not None:
-            self.recording.append(("host", self.now, c, int(write)))
-        self._so.dc_add_host(self._handle, ddr5_replay._ptr(c, ctypes.c_longlong), int(write),
+            self.recording.append(("host", self.now, coords, write))
+        self._so.dc_add_host(self._handle, ddr5_replay._ptr(coords, ctypes.c_longlong), write,
                              tag)
 
-    def _collect(self) -> dict[object, int]:
-        out: dict[object, int] = {}
-        keys = np.zeros(64, np.int64)
-        cycles = np.zeros(64, np.int64)
+    def _pairs(self, take) -> list[tuple[int, int]]:
+        """Everything one of the library's hand-out calls (dc_finished, dc_host_done) has."""
+        out: list[tuple[int, int]] = []
+        first = np.zeros(64, np.int64)
+        second = np.zeros(64, np.int64)
         while True:
-            n = self._so.dc_host_done(self._handle, ddr5_replay._ptr(keys, ctypes.c_longlong),
-                                      ddr5_replay._ptr(cycles, ctypes.c_longlong), keys.size)
-            self.host_served += keys[:n].tolist()
-            if n < keys.size:
-                break
-        while True:
-            n = self._so.dc_finished(self._handle, ddr5_replay._ptr(keys, ctypes.c_longlong),
-                                     ddr5_replay._ptr(cycles, ctypes.c_longlong), keys.size)
-            for i in range(n):
-                out[self._keys.pop(int(keys[i]))] = int(cycles[i])
-            if n < keys.size:
+            n = take(self._handle, ddr5_replay._ptr(first, ctypes.c_longlong),
+                     ddr5_replay._ptr(second, ctypes.c_longlong), first.size)
+            out += zip(first[:n].tolist(), second[:n].tolist(), strict=True)
+            if n < first.size:
                 return out
+
+    def _collect(self) -> dict[object, int]:
+        self.host_served += [tag for tag, _ in self._pairs(self._so.dc_host_done)]
+        return {self._keys.pop(key): cycle for key, cycle in self._pairs(self._so.dc_finished)}
 
     def sync(self, t: int) -> dict[object, int]:
         """Run to cycle ``t``; the completions written on the way (key: cycle)."""
@@ -218,16 +221,14 @@ class CycleSchedule:
         ahead.host_served = []
         ahead.recording = None
         ahead._handle = self._so.dc_clone(self._handle)
-        out = ahead._collect()
-        while not ahead.idle:
-            out.update(ahead.sync(ahead.now + 100_000))
+        return ahead.run_to_idle()
+
+    def run_to_idle(self) -> dict[object, int]:
+        """Run until nothing is left to do; the completions written on the way."""
+        out = self._collect()
+        while not self.idle:
+            out.update(self.sync(self.now + 100_000))
         return out
-
-
-def _add(so, handle, key: int, counts: tuple[int, ...], beats: np.ndarray,
-         lines: np.ndarray) -> None:
-    so.dc_add(handle, key, *counts, ddr5_replay._ptr(beats, ctypes.c_int), beats.size,
-              ddr5_replay._ptr(lines, ctypes.c_longlong))
 
 
 def replay(recording: list[tuple], timing: CycleTiming, geometry: DeviceGeometry,
@@ -235,15 +236,11 @@ def replay(recording: list[tuple], timing: CycleTiming, geometry: DeviceGeometry
     """Busy cycles of a recorded run (``CycleSchedule.recording``) under another ``timing``:
     the same descriptors and host lines at the same cycles, run until the device is idle."""
     s = CycleSchedule(geometry, engines, order_depth, timing)
-    for event in recording:
-        s.sync(event[1])
-        if event[0] == "add":
-            s._keys[s._next_key] = s._next_key
-            _add(s._so, s._handle, s._next_key, *event[2:])
-            s._next_key += 1
+    for kind, at, *args in recording:
+        s.sync(at)
+        if kind == "add":
+            s._push(None, *args)
         else:
-            s._so.dc_add_host(s._handle, ddr5_replay._ptr(event[2], ctypes.c_longlong),
-                              event[3], 0)
-    while not s.idle:
-        s.sync(s.now + 100_000)
+            s._push_host(*args, tag=0)
+    s.run_to_idle()
     return s.busy
