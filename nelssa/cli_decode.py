@@ -17,6 +17,7 @@ from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.latency.hardware import DEFAULT_GPU
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
+from nelssa.emu.policy.schedulers import SCHEDULERS
 from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
 from nelssa.host.gpu.timing import GPUS
 from nelssa.options import (
@@ -71,7 +72,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from nelssa.emu.launcher import EndpointError, NodeLauncher, check_listening, private_folder
     from nelssa.emu.policy.states import SeqState, Tier
     from nelssa.host.gpu.clustering import ClusterConfig
-    from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+    from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
     from nelssa.host.gpu.model import Llama
     from nelssa.host.gpu.report import StepReport, plot_steps
     from nelssa.host.gpu.routing import crossover_router
@@ -143,7 +144,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
             print(f"  node up at {endpoint} in {time.perf_counter() - t0:.1f} s")
         client = NodeClient(endpoint, args.link, timeout_s=args.timeout)
         try:
-            dec = HybridDecoder(model, cfg, client, router=router)
+            dec = DecodeEngine(model, cfg, client, router=router, scheduler=args.scheduler)
         except ValueError as e:  # a model the node's devices cannot run (their CAPS)
             raise UsageError(f"--model: {e}") from None
         if args.grow:  # one request that starts below T_input and grows past it
@@ -153,23 +154,23 @@ def cmd_decode(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         for p in prompts:
             dec.add(p, args.steps + 1)
-            bar.advance()
+        dec.prefill(bar.advance)
         bar.close()
         if args.grow:  # GPU memory just what the requests grow into: growth presses, and the
             # request that passes T_input migrates
-            dec.sched.end_outside_step()
-            blocks = dec.sched.blocks_to_grow(args.steps)
-            dec.sched.set_capacity(blocks)
+            blocks = dec.blocks_to_grow(args.steps)
+            dec.set_gpu_blocks(blocks)
             print(f"--grow: request {len(prompts) - 1} starts at {router.t_input - 4} tokens; "
                   f"the emulated GPU holds {blocks:,} KV blocks of {cfg.block_tokens} tokens")
         print(f"\nrouting (prefill and KV offload took {time.perf_counter() - t0:.1f} s wall):")
         for r in dec.requests:
+            kv = dec.kv(r.rid)
             extra = f" ({r.note})" if r.note else ""
-            where = (f"PNM tier, {r.offloaded} tokens clustered on the node"
+            where = (f"PNM tier, {kv.offloaded} tokens clustered on the node"
                      if r.tier is Tier.PNM else "GPU tier, dense attention")
-            if r.emulated_prefill:
+            if kv.emulated_prefill:
                 where += (f" (KV from the emulated prefill node, its prefill "
-                          f"{r.prefill_ps * 1e-9:.1f} ms there)")
+                          f"{kv.prefill_ps * 1e-9:.1f} ms there)")
             print(f"  request {r.rid}: prompt {len(r.prompt):>6} tokens -> {where}{extra}")
         if args.long and args.t_input is None and not any(r.tier is Tier.PNM
                                                           for r in dec.requests):
@@ -258,8 +259,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   "recomputed when admitted again")
         if r.tier is Tier.PNM:
             how = "migrated while decoding; " if r.migrated else ""
-            print(f"  request {r.rid}: {how}{len(r.generated)} tokens generated, {r.chunks} chunk "
-                  f"updates of {cfg.chunk} tokens appended, {r.offloaded} tokens on the node")
+            kv = dec.kv(r.rid)
+            print(f"  request {r.rid}: {how}{len(r.generated)} tokens generated, {kv.chunks} chunk "
+                  f"updates of {cfg.chunk} tokens appended, {kv.offloaded} tokens on the node")
     for r in failed:
         print(f"  request {r.rid} FAILED: {r.note}")
     trace = Path(args.trace)
@@ -340,6 +342,10 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", type=output_file, default="decode.png", help="PNG plot")
     p.add_argument("--grow", action="store_true",
                    help="add a request that grows past T_input and migrates to the PNM tier")
+    p.add_argument("--scheduler", choices=sorted(SCHEDULERS), default="ours",
+                   help="who plans the steps: ours (the project's implementation of vLLM v1's "
+                        "algorithm) or vllm (vLLM's own v1 scheduler, unmodified, in its own "
+                        "environment: `make vllm`) [default: %(default)s]")
     p.add_argument("--seed", type=SEED, default=0)
     p.set_defaults(func=cmd_decode)
 
@@ -354,6 +360,9 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
                      "a fake board from `nelssa fpga fake`)")
     if args.bar and args.backend != "fpga":
         parser.error("--bar goes with --backend fpga")
+    if args.grow and args.scheduler != "ours":
+        parser.error(f"--grow sizes the GPU's KV after the prefills, and the {args.scheduler} "
+                     "scheduler's is fixed when it starts: use --scheduler ours")
     if args.rtl_layers and (args.backend != "model" or args.node is not None):
         parser.error(f"--rtl-layers {args.rtl_layers}: sampling puts the other layers on model "
                      "devices of a node this run boots (--backend model, no --node)")
@@ -362,7 +371,7 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
                      "(--backend model, no --node)")
     if args.weight_sets and args.model is not None:
         parser.error("--weight-sets shares random weights between layers; --model loads them")
-    from nelssa.host.gpu.decode import DecodeConfig
+    from nelssa.host.gpu.request import DecodeConfig
 
     for option, field in (("--t-input", "t_input"), ("--selection", "selection"),
                           ("--chunk", "chunk")):  # what the decode itself refuses, by option

@@ -33,9 +33,9 @@ SPARSITY_OPTIONS = ("selection",)
 
 def cmd_serve_sim(args: argparse.Namespace) -> int:
     from nelssa.emu.latency.model import LatencyModel
+    from nelssa.emu.policy.vllm_scheduler import VllmEnvError, vllm_python
     from nelssa.emu.serving.metrics import series, summarize
     from nelssa.emu.serving.sim import SchedulerKind, ServingSim
-    from nelssa.emu.serving.vllm_env import VllmEnvError, vllm_python
     from nelssa.emu.serving.workload import TraceError, inject_burst, load_trace, poisson
     from nelssa.progress import Progress
 

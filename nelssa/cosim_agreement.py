@@ -184,7 +184,7 @@ def cosim_side(p: Point, timeout_s: float = 600.0) -> Side:
     from nelssa.emu.launcher import NodeLauncher, private_folder
     from nelssa.emu.policy.states import Tier
     from nelssa.host.gpu.config import PrefillConfig, PrefillMode
-    from nelssa.host.gpu.decode import HybridDecoder
+    from nelssa.host.gpu.engine import DecodeEngine
     from nelssa.host.gpu.model import Llama
     from nelssa.host.gpu.routing import crossover_router
     from nelssa.host.pnm_node.client import NodeClient
@@ -202,7 +202,7 @@ def cosim_side(p: Point, timeout_s: float = 600.0) -> Side:
     try:
         client = NodeClient(endpoint, p.link, timeout_s=timeout_s)
         try:
-            dec = HybridDecoder(model, cfg, client, router=router)
+            dec = DecodeEngine(model, cfg, client, router=router)
             for prompt in prompts:
                 dec.add(prompt, p.steps + 1)
             tiers = [r.tier for r in dec.requests]

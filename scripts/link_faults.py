@@ -10,7 +10,7 @@ Every part is a real process on real ZeroMQ sockets: each device is ``link_fault
 (serve_port over a model device; prints its link counters when it stops), the node is
 ``link_faults.py node`` (NodeService attached to those devices, the CXL faults injected at the
 node's end of each device link, both directions), and the GPU node is this process
-(HybridDecoder, the RoCE faults injected at its end of the link, both directions).
+(DecodeEngine, the RoCE faults injected at its end of the link, both directions).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def decode_run(steps: int, devices: int, roce_rate: float, cxl_rate: float) -> d
     import torch
 
     from nelssa.host.gpu.config import LlamaConfig
-    from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+    from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
     from nelssa.host.gpu.model import Llama, random_weights
 
     small = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512,
@@ -217,7 +217,7 @@ def decode_run(steps: int, devices: int, roce_rate: float, cxl_rate: float) -> d
     t0 = time.monotonic()
     try:
         client = _digest_client(stack.endpoint, roce_rate, digest)
-        dec = HybridDecoder(Llama(small, random_weights(small, 1)),
+        dec = DecodeEngine(Llama(small, random_weights(small, 1)),
                             DecodeConfig(t_input=300, selection=0.04, chunk=8, recent=16, sink=4,
                                          check_accuracy=False), client)
         g = torch.Generator().manual_seed(2)

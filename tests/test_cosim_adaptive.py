@@ -12,7 +12,7 @@ from node_helpers import NodeProcess
 from nelssa.emu.policy.adaptive import AdaptiveConfig, AdaptiveThreshold, Move, TierLoad
 from nelssa.emu.policy.states import Tier
 from nelssa.host.gpu.config import LlamaConfig
-from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
 from nelssa.host.gpu.model import Llama, random_weights
 from nelssa.host.pnm_node.client import NodeClient
 
@@ -44,12 +44,12 @@ def node(tmp_path_factory: pytest.TempPathFactory):
     n.kill()
 
 
-def _run(client: NodeClient, adaptive: AdaptiveThreshold | None) -> HybridDecoder:
+def _run(client: NodeClient, adaptive: AdaptiveThreshold | None) -> DecodeEngine:
     """Three GPU-tier requests fill the emulated GPU's KV; after two steps a 250-token one
     (below the crossover) arrives."""
     cfg = DecodeConfig(t_input=T_INPUT, selection=1.0, chunk=8, recent=16, sink=4,
                        check_accuracy=False, gpu_kv_tokens=50 * 16)
-    dec = HybridDecoder(Llama(SMALL, random_weights(SMALL, 1)), cfg, client,
+    dec = DecodeEngine(Llama(SMALL, random_weights(SMALL, 1)), cfg, client,
                         adaptive=adaptive)
     g = torch.Generator().manual_seed(3)
     for n in (200, 240, 280):
@@ -68,12 +68,12 @@ def test_a_full_gpu_lowers_the_threshold_and_the_next_request_goes_to_the_node(
         static = _run(c, None)
         a = Recording(T_INPUT, QUICK)
         moved = _run(c, a)
-    assert static.sched.router.t_input == T_INPUT
+    assert static.router.t_input == T_INPUT
     assert static.requests[3].tier is Tier.GPU  # below the crossover: the GPU
     # the GPU's KV was near full (the three hold 47 of its 50 blocks) and the node
     # had memory and time to spare: lowered
     assert a.history and a.history[0][2] is Move.DOWN, a.history
-    assert moved.sched.router.t_input < 250 <= T_INPUT
+    assert moved.router.t_input < 250 <= T_INPUT
     assert moved.requests[3].tier is Tier.PNM and moved.requests[3].offloaded > 0
     # the migration policy reads the same router: the longest GPU request, past the lowered
     # threshold now, moves to the node under the memory pressure
@@ -95,8 +95,8 @@ def test_a_threshold_that_does_not_start_at_the_config_is_refused() -> None:
     cfg = DecodeConfig(t_input=T_INPUT, recent=16, sink=4)
     model = Llama(SMALL, random_weights(SMALL, 1))
     with pytest.raises(ValueError, match="starts at 400"):
-        HybridDecoder(model, cfg, None, adaptive=AdaptiveThreshold(400))
+        DecodeEngine(model, cfg, None, adaptive=AdaptiveThreshold(400))
     with pytest.raises(ValueError, match="must exceed sink"):
-        HybridDecoder(model, cfg, None, adaptive=AdaptiveThreshold(T_INPUT, AdaptiveConfig(
+        DecodeEngine(model, cfg, None, adaptive=AdaptiveThreshold(T_INPUT, AdaptiveConfig(
             lo_factor=0.05)))
 

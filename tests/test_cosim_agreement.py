@@ -40,11 +40,11 @@ def test_small_point_agrees():
 def test_weights_read_per_step_are_one_figure():
     """The co-simulation's per-layer weight reads and output head add up to the latency
     model's ``ModelHw.weight_bytes`` of the same decoder (the norms aside)."""
-    from nelssa.host.gpu.decode import HybridDecoder
+    from nelssa.host.gpu.engine import DecodeEngine
     from nelssa.host.gpu.model import Llama
 
     c = PRESETS["llama3-8b"](layers=2)
-    dec = HybridDecoder(Llama.load(None, config=c), DecodeConfig(), None)
+    dec = DecodeEngine(Llama.load(None, config=c), DecodeConfig(), None)
     cosim = c.num_hidden_layers * (dec._qkv_bytes + dec._out_bytes) + dec._head_bytes
     assert model_hw(c).weight_bytes == pytest.approx(cosim, rel=1e-4)
 

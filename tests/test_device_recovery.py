@@ -17,7 +17,7 @@ import torch
 from node_helpers import HeadData, NodeProcess, bf16, float64_reference, vmax
 
 from nelssa.host.gpu.config import LlamaConfig
-from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
 from nelssa.host.gpu.model import Llama, random_weights
 from nelssa.host.pnm_node.client import NodeClient
 from nelssa.host.pnm_node.errors import DeviceDownError
@@ -120,12 +120,12 @@ SMALL = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_
 STEPS = 14
 
 
-def _decoder(client: NodeClient | None) -> HybridDecoder:
+def _decoder(client: NodeClient | None) -> DecodeEngine:
     """Two short requests and two long ones (on the node), full selection, chunks of 8; no
     copy of the whole context on the host (the recovery must rebuild what it needs)."""
     cfg = DecodeConfig(t_input=300, selection=1.0, chunk=8, recent=16, sink=4,
                        check_accuracy=False)
-    dec = HybridDecoder(Llama(SMALL, random_weights(SMALL, 1)), cfg, client)
+    dec = DecodeEngine(Llama(SMALL, random_weights(SMALL, 1)), cfg, client)
     g = torch.Generator().manual_seed(2)
     for n in (40, 90, 400, 520):
         dec.add(torch.randint(0, 512, (n,), generator=g).tolist(), STEPS + 1)

@@ -91,7 +91,7 @@ def test_decode_with_the_emulated_prefill_node(tmp_path, model):
     node, offloaded and attended as a real prefill's; the first token is the emulation's, the
     devices' attention within their bound, the prefill node's time recorded."""
     from nelssa.host.gpu.config import PrefillConfig, PrefillMode
-    from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+    from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
     from nelssa.host.gpu.prefill import emulates
     from nelssa.host.pnm_node.client import NodeClient
     from tests.node_helpers import NodeProcess
@@ -103,7 +103,7 @@ def test_decode_with_the_emulated_prefill_node(tmp_path, model):
     node = NodeProcess(f"ipc://{tmp_path}/node", 2)
     try:
         with NodeClient(node.endpoint, timeout_s=60) as c:
-            dec = HybridDecoder(emu, DecodeConfig(t_input=300, recent=16, sink=4), c)
+            dec = DecodeEngine(emu, DecodeConfig(t_input=300, recent=16, sink=4), c)
             g = torch.Generator().manual_seed(4)
             prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (100, 900)]
             reqs = [dec.add(p, 3) for p in prompts]
@@ -162,7 +162,7 @@ def test_streamed_offload_and_file_memory_change_nothing(tmp_path, model):
     (`node up --device-memory file`): the same tokens, centroids, windows and emulated step
     times as writing it all after the prefill to devices in RAM."""
     from nelssa.host.gpu.config import PrefillConfig, PrefillMode
-    from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+    from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
     from nelssa.host.pnm_node.client import NodeClient
     from tests.node_helpers import NodeProcess
 
@@ -176,7 +176,7 @@ def test_streamed_offload_and_file_memory_change_nothing(tmp_path, model):
             with NodeClient(node.endpoint, timeout_s=60) as c:
                 cfg = DecodeConfig(t_input=300, recent=16, sink=4, check_accuracy=False,
                                    stream_offload=stream)
-                dec = HybridDecoder(emu, cfg, c)
+                dec = DecodeEngine(emu, cfg, c)
                 reqs = [dec.add(p, 3) for p in prompts]
                 steps = [dec.step().step_ps for _ in range(2)]
                 runs.append((steps, reqs))

@@ -10,11 +10,12 @@ import pytest
 
 from nelssa.emu.latency.hardware import GpuHw, ModelHw, PnmHw
 from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.policy.prefix import Content, Kind
+from nelssa.emu.policy.schedule import JobSpec
+from nelssa.emu.policy.v1_scheduler import V1Scheduler
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.config import ServingConfig
-from nelssa.emu.serving.prefix import Content, Kind
 from nelssa.emu.serving.replay import replay
-from nelssa.emu.serving.scheduler import JobSpec, OurScheduler
 from nelssa.emu.serving.sim import ServingSim
 from nelssa.emu.serving.workload import Request, growing, poisson
 
@@ -69,13 +70,13 @@ def test_runs_equal_steps(name: str) -> None:
 
 
 def test_steady_steps_stop_before_a_finish_and_at_full_memory() -> None:
-    s = OurScheduler(blocks=12, block_tokens=16, max_running=8, max_batched_tokens=64,
+    s = V1Scheduler(blocks=12, block_tokens=16, max_running=8, max_batched_tokens=64,
                      prefix_caching=False)
     s.add(JobSpec("a", 20, 50, Content(0, Kind.PROMPT)))
     s.add(JobSpec("b", 30, 5, Content(1, Kind.PROMPT)))
     s.update(s.schedule())  # both prefilled in one step, one token each
     assert fastpath.steady_steps(s, 1000) == 3  # b's 5th token would finish it
-    s2 = OurScheduler(blocks=6, block_tokens=16, max_running=8, max_batched_tokens=64,
+    s2 = V1Scheduler(blocks=6, block_tokens=16, max_running=8, max_batched_tokens=64,
                       prefix_caching=False)
     s2.add(JobSpec("a", 20, 500, Content(0, Kind.PROMPT)))
     s2.update(s2.schedule())

@@ -14,7 +14,7 @@ from node_helpers import NodeProcess
 
 from nelssa.host.gpu.clustering import ClusterConfig, cluster_keys, select_clusters
 from nelssa.host.gpu.config import LlamaConfig
-from nelssa.host.gpu.decode import DecodeConfig, HybridDecoder
+from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
 from nelssa.host.gpu.model import Llama, random_weights
 from nelssa.host.gpu.needle import needle_case
 from nelssa.host.pnm_node.client import NodeClient
@@ -87,11 +87,11 @@ def test_clustering_partitions_the_keys() -> None:
 
 
 def _decode(client: NodeClient | None, selection: float, steps: int, chunk: int = 8,
-            check: bool = True, more: int = 1) -> HybridDecoder:
+            check: bool = True, more: int = 1) -> DecodeEngine:
     model = Llama(SMALL, random_weights(SMALL, 1))
     cfg = DecodeConfig(t_input=300, selection=selection, chunk=chunk, recent=16, sink=4,
                        check_accuracy=check)
-    dec = HybridDecoder(model, cfg, client)
+    dec = DecodeEngine(model, cfg, client)
     g = torch.Generator().manual_seed(2)
     for n in (40, 90, 400, 520):
         dec.add(torch.randint(0, 512, (n,), generator=g).tolist(), steps + more)
@@ -121,8 +121,9 @@ def test_full_selection_equals_gpu_only_decode(node: NodeProcess) -> None:
             assert a.generated == b.generated
         for r in hybrid.requests[2:]:
             # chunks of 8 beyond the 16 recent tokens were clustered and appended
-            assert r.offloaded == len(r.prompt) - 4 - 16 + 8 * (12 // 8)
-            assert r.max_error < 1e-3 and r.max_engine_error < 1e-3
+            kv = hybrid.kv(r.rid)
+            assert kv.offloaded == len(r.prompt) - 4 - 16 + 8 * (12 // 8)
+            assert kv.max_error < 1e-3 and kv.max_engine_error < 1e-3
         trace = hybrid.trace.events
         names = {e["args"]["name"] for e in trace if e["ph"] == "M"}
         assert {"GPU node", "link", "PNM node", "device 0", "device 1", "RoCE up"} <= names
@@ -137,13 +138,13 @@ def test_sparse_selection_runs_and_reports(node: NodeProcess) -> None:
         assert len(long) == 2 and all(r.status == "done" and len(r.generated) == 4
                                       for r in dec.requests)
         # the devices and the merge are exact to the engine's bound over what was selected
-        assert all(r.max_engine_error < 1e-3 for r in long)
-        assert all(r.session is None for r in long)  # finished requests free their KV
+        assert all(dec.kv(r.rid).max_engine_error < 1e-3 for r in long)
+        assert all(dec.kv(r.rid).session is None for r in long)  # finished requests free their KV
         assert c.status().sessions == 0
 
 
 def test_bad_prompts_are_refused() -> None:
-    dec = HybridDecoder(Llama(SMALL, random_weights(SMALL)), DecodeConfig(t_input=300), None)
+    dec = DecodeEngine(Llama(SMALL, random_weights(SMALL)), DecodeConfig(t_input=300), None)
     with pytest.raises(ValueError, match="empty prompt"):
         dec.add([], 4)
     with pytest.raises(ValueError, match="exceeds the model's maximum of 4096"):
@@ -156,8 +157,9 @@ def test_bad_prompts_are_refused() -> None:
 
 def test_node_that_is_down_gives_a_stated_fallback(tmp_path: Path) -> None:
     with NodeClient(f"ipc://{tmp_path}/nothing", timeout_s=1.0) as c:
-        dec = HybridDecoder(Llama(SMALL, random_weights(SMALL)), DecodeConfig(t_input=300), c)
+        dec = DecodeEngine(Llama(SMALL, random_weights(SMALL)), DecodeConfig(t_input=300), c)
         r = dec.add(list(range(400)), 4)
+        dec.prefill()
         assert r.tier == "gpu" and "PNM offload failed" in r.note and "no reply" in r.note
         dec.step()
         assert r.status == "running" and len(r.generated) == 2
@@ -197,12 +199,12 @@ def test_needle_found_at_4_percent_in_32k(depth: float) -> None:
 
 
 def _grow(client: NodeClient | None, steps: int, budget: int | None,
-          more: int = 1) -> HybridDecoder:
+          more: int = 1) -> DecodeEngine:
     """Two short requests and one that starts just below T_input and grows past it."""
     model = Llama(SMALL, random_weights(SMALL, 1))
     cfg = DecodeConfig(t_input=300, selection=1.0, chunk=8, recent=16, sink=4,
                        gpu_kv_tokens=budget, migrate_at=0.9)
-    dec = HybridDecoder(model, cfg, client)
+    dec = DecodeEngine(model, cfg, client)
     g = torch.Generator().manual_seed(5)
     for n in (40, 90, 296):
         dec.add(torch.randint(0, 512, (n,), generator=g).tolist(), steps + more)
@@ -223,7 +225,7 @@ def test_migration_is_seamless_and_one_way(node: NodeProcess) -> None:
         for _ in range(steps):
             rep = dec.step()
             reps.append(rep)
-            sizes.append(dec.requests[2].kv[0][0].shape[0])
+            sizes.append(dec.kv(2).kv[0][0].shape[0])
             assert rep.step_ps == rep.others_ps + rep.topk_ps + rep.wait_ps + rep.recovery_ps
         # the transfer does not stall decoding: steps with KV in flight take what the steps
         # before took (the GPU work grows by a token per step, nothing more)
@@ -232,7 +234,7 @@ def test_migration_is_seamless_and_one_way(node: NodeProcess) -> None:
         before = [x.step_ps for x in reps[:first]]
         assert max(during) <= 1.01 * max(before)
         r = dec.requests[2]
-        assert r.migrated and r.tier == "pnm" and r.migration is None
+        assert r.migrated and r.tier == "pnm" and dec.kv(2).migration is None
         assert any("migrating request 2" in e for e in dec.events)
         assert any("migration of request 2 complete" in e for e in dec.events)
         # the GPU kept all of its KV until the node had it, then only the window
@@ -240,7 +242,7 @@ def test_migration_is_seamless_and_one_way(node: NodeProcess) -> None:
         # generated tokens equal those of the run where it never migrated (full selection)
         for a, b in zip(ref.requests, dec.requests, strict=True):
             assert a.generated == b.generated
-        assert r.max_engine_error < 1e-3 and r.max_error < 1e-3
+        assert dec.kv(2).max_engine_error < 1e-3 and dec.kv(2).max_error < 1e-3
         assert {"migration"} <= {e["args"]["name"] for e in dec.trace.events if e["ph"] == "M"}
         dec.close()
         assert c.status().sessions == 0
@@ -263,7 +265,7 @@ def test_failed_migration_leaves_the_request_on_the_gpu(tmp_path: Path) -> None:
         assert r.tier == "gpu" and not r.migrated and r.status == "running"
         assert "migration failed" in r.note
         assert any("FAILED" in e for e in dec.events)
-        assert r.kv[0][0].shape[0] == r.length - 1  # its KV is whole on the GPU
+        assert dec.kv(2).kv[0][0].shape[0] == r.length - 1  # its KV is whole on the GPU
         assert [x.generated for x in dec.requests] == [x.generated for x in ref.requests]
     n.kill()
 
@@ -277,7 +279,7 @@ def test_a_full_gpu_preempts_the_newest_and_recomputes_it() -> None:
     prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (40, 90, 120)]
     runs = []
     for budget in (None, 320):
-        dec = HybridDecoder(model, DecodeConfig(t_input=300, gpu_kv_tokens=budget), None)
+        dec = DecodeEngine(model, DecodeConfig(t_input=300, gpu_kv_tokens=budget), None)
         for p in prompts:
             dec.add(p, 41)
         reps = []
@@ -307,20 +309,21 @@ def test_a_request_preempted_while_it_migrates_abandons_the_transfer(node: NodeP
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (40, 93, 296)]
     cfg = DecodeConfig(t_input=300, selection=1.0, chunk=8, recent=16, sink=4, migrate_at=0.9)
-    ref = HybridDecoder(model, cfg, None)
+    ref = DecodeEngine(model, cfg, None)
     for p in prompts:
         ref.add(p, 17)
     while ref.unfinished():
         ref.step()
     with NodeClient(node.endpoint) as c:
-        dec = HybridDecoder(model, replace(cfg, gpu_kv_tokens=29 * 16), c)
+        dec = DecodeEngine(model, replace(cfg, gpu_kv_tokens=29 * 16), c)
         for p in prompts:
             dec.add(p, 17)
         r = dec.requests[2]
         seen = []
         while dec.unfinished():
             dec.step()
-            seen.append((dec.steps, r.status.value, r.migration is not None, r.session))
+            seen.append((dec.steps, r.status.value, dec.kv(2).migration is not None,
+                         dec.kv(2).session))
         assert seen[2][:3] == (3, "running", True) and seen[2][3] is not None  # migrating
         assert seen[3] == (4, "waiting", False, None)  # preempted: transfer gone
         # it waits until the others are done (its 19 blocks do not fit before), then runs alone

@@ -157,14 +157,14 @@ def test_cli_defaults_and_help_come_from_the_config_dataclasses():
 
 
 def test_the_gpu_node_takes_the_devices_facts_from_their_registers() -> None:
-    """HybridDecoder reads the node's STATUS: each device's CAPS and the core clock. Clusters
+    """DecodeEngine reads the node's STATUS: each device's CAPS and the core clock. Clusters
     are cut to the shortest limit of the devices up, and a model they cannot run (head_dim,
     query heads per KV head) is refused naming the limit, before any KV is written."""
     from dataclasses import replace as _replace
 
     from nelssa.driver.regs import unpack_caps
     from nelssa.host.gpu.config import LlamaConfig
-    from nelssa.host.gpu.decode import fit_to_devices
+    from nelssa.host.gpu.executor import fit_to_devices
     from nelssa.host.gpu.request import DecodeConfig
     from nelssa.host.pnm_node.client import DeviceInfo, NodeStatus
 

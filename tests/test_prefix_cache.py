@@ -9,8 +9,9 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 
-from nelssa.emu.serving.prefix import BlockKeys, BlockPool, Content, Kind
-from nelssa.emu.serving.scheduler import JobSpec, OurScheduler
+from nelssa.emu.policy.prefix import BlockKeys, BlockPool, Content, Kind
+from nelssa.emu.policy.schedule import JobSpec
+from nelssa.emu.policy.v1_scheduler import V1Scheduler
 
 
 class VllmPool:
@@ -177,7 +178,7 @@ def test_random_use_matches_vllms_rules() -> None:
 
 def test_the_null_block_is_never_free() -> None:
     for caching in (False, True):
-        s = OurScheduler(10, 16, 8, 64, prefix_caching=caching)
+        s = V1Scheduler(10, 16, 8, 64, prefix_caching=caching)
         assert s.used_blocks() == 1  # as vLLM's pool counts it
         s.add(JobSpec("a", 16 * 9, 1, Content(0, Kind.PROMPT)))
         plan = s.schedule()

@@ -14,7 +14,7 @@ run gives bit for bit what stepping gives.
 
 from __future__ import annotations
 
-from nelssa.emu.serving.scheduler import OurScheduler, Status, _Job
+from nelssa.emu.policy.v1_scheduler import Status, V1Scheduler, _Job
 
 
 def _first_alloc(job: _Job, bt: int) -> int:
@@ -23,7 +23,7 @@ def _first_alloc(job: _Job, bt: int) -> int:
     return (-job.computed) % bt + 1
 
 
-def allocations(sched: OurScheduler, k: int) -> int:
+def allocations(sched: V1Scheduler, k: int) -> int:
     """Blocks the running jobs take in the first ``k`` steps of a run."""
     bt = sched.bt
     total = 0
@@ -34,7 +34,7 @@ def allocations(sched: OurScheduler, k: int) -> int:
     return total
 
 
-def _head_blocked(sched: OurScheduler) -> bool:
+def _head_blocked(sched: V1Scheduler) -> bool:
     if not sched.waiting:
         return True
     if len(sched.running) >= sched.max_running or sched.budget - len(sched.running) <= 0:
@@ -48,7 +48,7 @@ def _head_blocked(sched: OurScheduler) -> bool:
     return sched._blocks(job.num_tokens) - len(hits) + evictable > sched._free()
 
 
-def steady_steps(sched: OurScheduler, limit: int) -> int:
+def steady_steps(sched: V1Scheduler, limit: int) -> int:
     """Most steps (at most ``limit``) of pure decode ahead; 0 when the next step is not one."""
     running = sched.running
     if not running or len(running) > sched.budget:
@@ -80,7 +80,7 @@ def steady_steps(sched: OurScheduler, limit: int) -> int:
     return k
 
 
-def alloc_per_step(sched: OurScheduler, k: int) -> list[int]:
+def alloc_per_step(sched: V1Scheduler, k: int) -> list[int]:
     """Blocks taken at each step 1..k of a run (for the KV use the replay watches)."""
     per = [0] * (k + 1)
     bt = sched.bt
@@ -90,7 +90,7 @@ def alloc_per_step(sched: OurScheduler, k: int) -> list[int]:
     return per
 
 
-def advance(sched: OurScheduler, k: int) -> None:
+def advance(sched: V1Scheduler, k: int) -> None:
     """Apply ``k`` steps of pure decode (``steady_steps`` said they are)."""
     bt = sched.bt
     pool = sched.pool

@@ -21,7 +21,6 @@ Requests become vLLM requests ("jobs") as the paper put NELSSA into an unmodifie
 
 from __future__ import annotations
 
-import enum
 import heapq
 import logging
 from collections import deque
@@ -31,30 +30,21 @@ from typing import TYPE_CHECKING, Any
 
 from nelssa.emu.policy.adaptive import AdaptiveThreshold, TierLoad
 from nelssa.emu.policy.budget import TpotBudget
+from nelssa.emu.policy.jobs import JobKind, job_id, job_spec
 from nelssa.emu.policy.router import Router, Source
+from nelssa.emu.policy.schedule import JobScheduler
+from nelssa.emu.policy.schedulers import SchedulerSpec, make_scheduler
 from nelssa.emu.policy.shed import Shedder
+from nelssa.emu.policy.v1_scheduler import V1Scheduler
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
-from nelssa.emu.serving.prefix import Content, Kind
 from nelssa.emu.serving.results import RequestResult, RunResult, Sample
-from nelssa.emu.serving.scheduler import JobSpec, OurScheduler, Scheduler
 from nelssa.emu.serving.workload import Request
 
 if TYPE_CHECKING:
     from nelssa.emu.serving.sim import ServingSim
 
 log = logging.getLogger(__name__)
-
-
-class JobKind(enum.Enum):
-    GPU = "gpu"
-    """A GPU-tier request, prefilled here."""
-    GPU_KV_IN = "gpu-kv-in"
-    """A GPU-tier request whose prompt KV arrives from a prefill GPU."""
-    PNM_PREFILL = "pnm-prefill"
-    """A PNM-tier request's prefill on the GPU."""
-    PNM_RESIDENT = "pnm-resident"
-    """A PNM-tier request decoding: its GPU-resident window and centroids."""
 
 
 @dataclass(eq=False)
@@ -80,18 +70,14 @@ class _Job:
     """Preempted at least once: prompt KV that arrived must now be computed."""
 
 
-def make_scheduler(sim: ServingSim, aggregate: bool = True) -> Scheduler:
-    from nelssa.emu.serving.config import SchedulerKind
-
+def make_replay_scheduler(sim: ServingSim, aggregate: bool = True) -> JobScheduler:
+    """The configuration's scheduler (vLLM's runs in this process: the replay runs in the vLLM
+    environment when it is asked for)."""
     cfg = sim.cfg
-    if cfg.scheduler is SchedulerKind.VLLM:
-        from nelssa.emu.serving.vllm_sched import VllmScheduler
-
-        return VllmScheduler(sim.lm.model, sim.gpu_blocks, cfg.block_tokens, cfg.max_running,
-                             cfg.max_batched_tokens, cfg.prefix_caching)
-    return OurScheduler(sim.gpu_blocks, cfg.block_tokens, cfg.max_running,
-                        cfg.max_batched_tokens, cfg.prefix_caching, cfg.preemption == "swap",
-                        aggregate)
+    return make_scheduler(cfg.scheduler.value, SchedulerSpec(
+        sim.lm.model, sim.gpu_blocks, cfg.block_tokens, cfg.max_running,
+        cfg.max_batched_tokens, cfg.prefix_caching, cfg.preemption == "swap", aggregate,
+        in_process=True))
 
 
 class Replay:
@@ -99,7 +85,7 @@ class Replay:
 
     def __init__(self, sim: ServingSim, requests: list[Request], fast: bool = True) -> None:
         self.sim, self.cfg, self.cost = sim, sim.cfg, sim.cost
-        self.sched = make_scheduler(sim, aggregate=fast)
+        self.sched = make_replay_scheduler(sim, aggregate=fast)
         self.out = RunResult(self.cfg, sim.t_input, gpu_blocks=sim.gpu_blocks,
                              scheduler=self.cfg.scheduler.value)
         self.jobs: dict[str, _Job] = {}
@@ -137,7 +123,7 @@ class Replay:
         else:
             self.arrivals = deque((r.arrival_s, r) for r in ordered)
         self.total = len(requests)
-        self.fast = self.sched if fast and isinstance(self.sched, OurScheduler) else None
+        self.fast = self.sched if fast and isinstance(self.sched, V1Scheduler) else None
         """Our scheduler takes runs of pure decode steps many at a time (``fastpath.py``)."""
         self.progress: Callable[[float], None] | None = None
         self.next_sample = self.cfg.sample_s
@@ -147,21 +133,15 @@ class Replay:
     # -- jobs ----------------------------------------------------------------------------------
     def _add_job(self, rq: _Req, kind: JobKind) -> None:
         r = rq.req
-        if kind is JobKind.PNM_RESIDENT:
-            ctx = r.input_len + rq.generated
-            prompt = self.cost.pnm_resident_tokens(ctx)
-            content = Content(r.rid, Kind.RESIDENT)
-            jid = f"{r.rid}.r"
-        else:
-            prompt = r.input_len
-            content = Content(r.rid, Kind.PROMPT, r.hash_ids)
-            jid = str(r.rid)
-        max_tokens = 1 if kind is JobKind.PNM_PREFILL else r.output_len - rq.generated
+        prompt = (self.cost.pnm_resident_tokens(r.input_len + rq.generated)
+                  if kind is JobKind.PNM_RESIDENT else r.input_len)
+        jid = job_id(r.rid, kind)
         self.jobs[jid] = _Job(rq, kind, prompt)
         self.resident_jobs += kind is JobKind.PNM_RESIDENT
         # a PNM-tier request prefilled here, or migrated, is in service: it goes on first
         front = rq.migrated or (kind is JobKind.PNM_RESIDENT and self.cfg.prefill == "colocated")
-        self.sched.add(JobSpec(jid, prompt, max_tokens, content), front=front)
+        self.sched.add(job_spec(jid, r.rid, kind, prompt, r.output_len - rq.generated,
+                                r.hash_ids), front=front)
 
     def _arrive(self, t: float, r: Request) -> None:
         tier = self.router.tier(r.input_len)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nelssa.emu.policy.vllm_scheduler import VllmEnvError, vllm_env, vllm_python
 from nelssa.emu.serving.results import RunResult
 
 if TYPE_CHECKING:
@@ -19,25 +18,6 @@ if TYPE_CHECKING:
     from nelssa.emu.serving.workload import Request
 
 log = logging.getLogger(__name__)
-
-ENV_VAR = "NELSSA_VLLM_PYTHON"
-"""The vLLM environment's python, where it is not the checkout's ``.venv-vllm``."""
-
-
-class VllmEnvError(RuntimeError):
-    """The vLLM environment is missing or broken."""
-
-
-def vllm_python() -> Path:
-    """The vLLM environment's interpreter, or a VllmEnvError that says how to make it."""
-    given = os.environ.get(ENV_VAR)
-    path = (Path(given) if given else
-            Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python")
-    if not path.is_file() or not os.access(path, os.X_OK):
-        raise VllmEnvError(f"vLLM's scheduler needs its own environment and {path} is not "
-                           f"there: run `make vllm` in the checkout (or set {ENV_VAR})")
-    return path
-
 
 def run_in_vllm_env(sim: ServingSim, requests: list[Request],
                     progress: Callable[[float], None] | None = None) -> RunResult:
@@ -53,7 +33,7 @@ def run_many_in_vllm_env(replays: list[tuple[ServingSim, list[Request]]]) -> lis
 
     python = vllm_python()
     job = json.dumps({"jobs": [job_to_json(sim, reqs) for sim, reqs in replays]})
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR"}
+    env = vllm_env()
     proc = subprocess.run([str(python), "-m", "nelssa.emu.serving.vllm_sched"], input=job,
                           capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from nelssa.emu.latency.fields import FieldError, Num, load_json
+from nelssa.emu.policy.prefix import HASH_BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,6 @@ class TraceError(ValueError):
     """A trace line that cannot be used."""
 
 
-HASH_BLOCK_TOKENS = 512
-"""Prompt tokens per Mooncake hash id."""
 MAX_TIME_S = 1e9
 """Latest arrival the replay takes (about 32 years): emulated time is float seconds, which
 past this resolve less than a microsecond."""

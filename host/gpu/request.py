@@ -1,5 +1,7 @@
-"""What the hybrid decode works on: its configuration (routing, selection, clustering, GPU
-memory, migration) and each request's state on the two tiers."""
+"""What the co-simulation works on: its configuration (routing, selection, clustering, GPU
+memory, migration), each request as the engine sees it (``Request``: its tokens, tier, state and
+current job; no tensors) and what the executor keeps for it by request id (``RequestKv``: its
+KV, the node session, the centroids)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,9 @@ import torch
 
 from nelssa.emu.latency.hardware import DEFAULT_GPU
 from nelssa.emu.latency.model import Sparsity
-from nelssa.emu.policy.states import Transfer
+from nelssa.emu.policy.jobs import JobKind
+from nelssa.emu.policy.states import Fallback, SeqState, Tier, Transfer
 from nelssa.host.gpu.clustering import ClusterConfig
-from nelssa.host.gpu.scheduler import Seq
 from nelssa.host.gpu.timing import gpu_preset
 from nelssa.host.pnm_node.client import NodeFuture
 
@@ -107,14 +109,59 @@ class Migration:
 
 
 @dataclass(eq=False)
-class Request(Seq):
-    """One sequence being decoded: the scheduler's view (``Seq``: tier, status, jobs) and the
-    tensors the executor keeps for it."""
+class Request:
+    """A request as the engine sees it: its tokens, where its attention runs, its state in the
+    GPU's schedule and its current job (``emu/policy/jobs.py``)."""
 
+    rid: int
+    prompt: list[int]
+    max_new: int
+    generated: list[int] = field(default_factory=list)
+    tier: Tier = Tier.GPU
+    """Where its attention runs; a request moves back only while it recovers KV the node
+    lost."""
+    status: SeqState = SeqState.WAITING
+    fallback: Fallback = Fallback.NONE
+    """Why a request routed to the PNM tier is on the GPU."""
+    note: str = ""
+    """Why it failed or fell back, in words, for people (control flow reads ``fallback``)."""
+    migrated: bool = False
+    """It started on the GPU and moved to the PNM tier while decoding."""
+    preemptions: int = 0
+    recoveries: int = 0
+    """Times the node lost its KV with a device and the GPU recomputed it."""
+    transfer: Transfer | None = None
+    """A background transfer of its KV to the node under way."""
+    job: JobKind = JobKind.GPU
+    jid: str = ""
+    """Its current job's id in the scheduler."""
+    job_prompt: int = 0
+    """Its current job's prompt tokens."""
+    job_generated: int = 0
+    """Tokens it had generated when its current job started."""
+    admitted: bool = False
+    """Its current job has been scheduled since it was last queued (its next work decodes)."""
+    recompute: bool = False
+    """Its current job was preempted: the KV it held is computed again when it is admitted."""
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + len(self.generated)
+
+
+@dataclass(eq=False)
+class RequestKv:
+    """What the executor keeps for one request: its KV on the GPU, its session and centroids
+    on the node, and its accuracy figures."""
+
+    rid: int
     kv: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     """Per layer, the K and V the GPU holds (all of it, or a long request's window)."""
     full: list[tuple[Tensor, Tensor]] | None = None
     """Per layer, the whole context (long requests, with accuracy checks on)."""
+    remote: bool = False
+    """Its attention runs on the node (its KV there): the executor's own fact, which the
+    engine's ``Request.tier`` follows after the step."""
     session: int | None = None
     chunks: int = 0
     """Chunk updates appended to the node so far."""
@@ -133,8 +180,6 @@ class Request(Seq):
     context, over the layers of this step (what selection leaves out)."""
     migration: Migration | None = None
     """A background transfer of its KV to the node under way (its writes)."""
-    recoveries: int = 0
-    """Times the node lost its KV with a device and the GPU recomputed it."""
     recovering: bool = False
     """Its recomputed KV is to go back to the node (then it returns to the PNM tier)."""
     emulated_prefill: bool = False

@@ -1,9 +1,6 @@
-"""The scheduler interface of the serving emulator, and our scheduler behind it.
-
-A replay (``replay.py``) hands jobs to a scheduler and asks it, step after step, what to run; it
-costs the step and tells the scheduler which jobs produced a token. Two schedulers sit behind the
-interface: vLLM's own v1 Scheduler (``vllm_sched.py``, in the vLLM environment) and ours, which
-follows vLLM v1's algorithm so that it can stand in for it at a fraction of the cost:
+"""The project's implementation of vLLM v1's scheduling algorithm (``schedule.JobScheduler``), the
+one the serving emulator and the co-simulation use unless vLLM's own is asked for; it follows
+vLLM's so closely that it stands in for it at a fraction of the cost:
 
 - running jobs first, in order: each asks for the rest of its prefill (or one decode token) within
   the step's token budget; when its blocks do not fit, the newest running job is preempted
@@ -26,10 +23,6 @@ inactive in the replays' configuration: the watermark, ``long_prefill_token_thre
 is the block). vLLM reports a step's preempted requests as
 a set; ours lists them in preemption order.
 
-Its block accounting is the GPU KV capacity manager's (``emu/policy/capacity.KvBlocks``, which
-the co-simulation's scheduler uses) written into the hot loop for speed, with a prefix cache
-beside it; ``tests/test_policy_agreement.py`` holds the two to the same preemptions.
-
 Where ours goes beyond vLLM v1: swap preemption (the job's KV kept in host memory and brought
 back over PCIe when it is admitted again).
 """
@@ -39,75 +32,13 @@ from __future__ import annotations
 import enum
 import logging
 from collections import deque
-from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Protocol
 
 from nelssa.emu.policy.capacity import blocks_for
-from nelssa.emu.serving.prefix import BlockKeys, BlockPool, Content
+from nelssa.emu.policy.prefix import BlockKeys, BlockPool
+from nelssa.emu.policy.schedule import JobSpec, Planned, StepPlan
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What a scheduler is given: one vLLM request."""
-
-    jid: str
-    prompt_tokens: int
-    max_tokens: int
-    content: Content
-
-
-@dataclass(slots=True)
-class Planned:
-    jid: str
-    start: int
-    """Tokens computed before this step (the chunk attends to them)."""
-    tokens: int
-
-
-@dataclass
-class StepPlan:
-    """What one step runs."""
-
-    scheduled: list[Planned] = field(default_factory=list)
-    decodes: list[str] = field(default_factory=list)
-    """Jobs decoding one token each that do not finish with it, when the scheduler lists them
-    apart from ``scheduled`` (ours does, for its running jobs' decodes that lead the step)."""
-    preempted: list[tuple[str, int]] = field(default_factory=list)
-    """Jobs preempted this step, with the tokens they held (to be computed again)."""
-    swap_in_tokens: int = 0
-    prefix_hit_tokens: int = 0
-    """Tokens of newly admitted jobs found in the prefix cache."""
-
-
-class Scheduler(Protocol):
-    """What a replay needs of a scheduler."""
-
-    def add(self, spec: JobSpec, front: bool = False) -> None:
-        """Queue a job, at the back of the waiting queue or (a request already in service
-        that continues as a new job) at its front."""
-        ...
-
-    def schedule(self) -> StepPlan: ...
-
-    def update(self, plan: StepPlan) -> list[tuple[str, bool]]:
-        """Jobs of ``plan.scheduled`` that sampled a token, each with whether it finished (each
-        of ``plan.decodes`` sampled one and goes on)."""
-        ...
-
-    def abort(self, jid: str) -> None: ...
-
-    def used_blocks(self) -> int: ...
-
-    def counts(self) -> tuple[int, int]:
-        """Running and waiting jobs."""
-        ...
-
-    def set_budget(self, tokens: int) -> None:
-        """The token budget of the steps from the next on (vLLM max_num_batched_tokens)."""
-        ...
 
 
 class Status(enum.Enum):
@@ -157,7 +88,7 @@ class _Job:
 _JID = attrgetter("jid")
 
 
-class OurScheduler:
+class V1Scheduler:
     """vLLM v1's scheduling algorithm over a block count (or, with prefix caching, a block
     pool of vLLM's kind). Like vLLM's, the pool's block 0 is a null block that is never free.
 
@@ -204,6 +135,17 @@ class OurScheduler:
 
     def set_budget(self, tokens: int) -> None:
         self.budget = tokens
+
+    def set_blocks(self, blocks: int) -> None:
+        """The GPU holds ``blocks`` KV blocks from now on (what is held stays); without prefix
+        caching."""
+        used = self.used_blocks()
+        if self.pool is not None:
+            raise ValueError("the block pool of prefix caching is fixed when it starts")
+        if blocks < used:
+            raise ValueError(f"{blocks} KV blocks cannot hold the {used} in use")
+        self.free += blocks - self.total
+        self.total = blocks
 
     def counts(self) -> tuple[int, int]:
         return len(self.running), len(self.waiting)

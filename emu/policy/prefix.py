@@ -33,7 +33,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress, count
 
-from nelssa.emu.serving.workload import HASH_BLOCK_TOKENS
+HASH_BLOCK_TOKENS = 512
+"""Tokens per hash id of a trace's prompt (Mooncake traces hash 512-token blocks)."""
+
 
 # token-id ranges of the replay through vLLM, far above any hash id's tokens (2^40 > ids * 512)
 _OWN_PROMPT = 1 << 40
