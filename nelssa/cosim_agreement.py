@@ -205,6 +205,7 @@ def cosim_side(p: Point, timeout_s: float = 600.0) -> Side:
             dec = DecodeEngine(model, cfg, client, router=router)
             for prompt in prompts:
                 dec.add(prompt, p.steps + 1)
+            dec.prefill()
             tiers = [r.tier for r in dec.requests]
             if tiers.count(Tier.PNM) != p.long:
                 raise RuntimeError(f"{tiers.count(Tier.PNM)} of {p.long} long requests reached "
@@ -213,7 +214,8 @@ def cosim_side(p: Point, timeout_s: float = 600.0) -> Side:
             for _ in range(p.steps):
                 rep = dec.step()
             assert rep is not None
-            windows = [r.kv[0][0].shape[0] for r in dec.requests if r.tier is Tier.PNM]
+            windows = [dec.kv(r.rid).kv[0][0].shape[0] for r in dec.requests
+                       if r.tier is Tier.PNM]
             dec.close()
         finally:
             client.close()

@@ -74,7 +74,7 @@ def test_a_full_gpu_lowers_the_threshold_and_the_next_request_goes_to_the_node(
     # had memory and time to spare: lowered
     assert a.history and a.history[0][2] is Move.DOWN, a.history
     assert moved.router.t_input < 250 <= T_INPUT
-    assert moved.requests[3].tier is Tier.PNM and moved.requests[3].offloaded > 0
+    assert moved.requests[3].tier is Tier.PNM and moved.kv(3).offloaded > 0
     # the migration policy reads the same router: the longest GPU request, past the lowered
     # threshold now, moves to the node under the memory pressure
     assert not any(r.migrated for r in static.requests)

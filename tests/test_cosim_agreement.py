@@ -45,7 +45,8 @@ def test_weights_read_per_step_are_one_figure():
 
     c = PRESETS["llama3-8b"](layers=2)
     dec = DecodeEngine(Llama.load(None, config=c), DecodeConfig(), None)
-    cosim = c.num_hidden_layers * (dec._qkv_bytes + dec._out_bytes) + dec._head_bytes
+    ex = dec.executor
+    cosim = c.num_hidden_layers * (ex._qkv_bytes + ex._out_bytes) + ex._head_bytes
     assert model_hw(c).weight_bytes == pytest.approx(cosim, rel=1e-4)
 
 

@@ -129,6 +129,7 @@ def _decoder(client: NodeClient | None) -> DecodeEngine:
     g = torch.Generator().manual_seed(2)
     for n in (40, 90, 400, 520):
         dec.add(torch.randint(0, 512, (n,), generator=g).tolist(), STEPS + 1)
+    dec.prefill()
     return dec
 
 
@@ -160,8 +161,8 @@ def test_decoding_survives_a_killed_device(tmp_path: Path) -> None:
             want = [r.generated for r in ref.requests]
             dec = _decoder(c)
             assert [r.tier for r in dec.requests] == ["gpu", "gpu", "pnm", "pnm"]
-            sessions = [r.session for r in dec.requests]
-            layer = dec._layer
+            sessions = [dec.kv(r.rid).session for r in dec.requests]
+            layer = dec.executor._layer
             faults: dict[str, float] = {}
 
             def kill_before_layer_1(i: int, *args):  # wraps _layer
@@ -169,23 +170,24 @@ def test_decoding_survives_a_killed_device(tmp_path: Path) -> None:
                     faults["device 1"] = _kill_and_time(c, node, 1)
                 return layer(i, *args)
 
-            chunk_update = dec._chunk_update
+            chunk_update = dec.executor._chunk_update
 
             def kill_at_chunk_update(r, *args):  # wraps _chunk_update
                 due = r.kv[0][0].shape[0] - 4 - 16 >= 8  # a chunk is written this time
-                if r.recoveries == 1 and r.tier == "pnm" and due and "device 0" not in faults:
+                if (dec.requests[r.rid].recoveries == 1 and r.remote and due
+                        and "device 0" not in faults):
                     faults["device 0"] = _kill_and_time(c, node, 0)
                 return chunk_update(r, *args)
 
-            dec._layer = kill_before_layer_1
-            dec._chunk_update = kill_at_chunk_update
+            dec.executor._layer = kill_before_layer_1
+            dec.executor._chunk_update = kill_at_chunk_update
             for step in range(STEPS):
                 if step == 1:
                     faults["device 2"] = _kill_and_time(c, node, 2)
                 rep = dec.step()
                 if 1 <= step < 3:  # device 2 held nothing: no change for anyone
                     assert rep.recovered == [] and rep.node_requests == 2 * 2
-                    assert [r.session for r in dec.requests] == sessions
+                    assert [dec.kv(r.rid).session for r in dec.requests] == sessions
                 if step == 3:
                     assert rep.recovered == [2, 3]
                     assert rep.step_ps == (rep.others_ps + rep.topk_ps + rep.wait_ps
@@ -200,7 +202,8 @@ def test_decoding_survives_a_killed_device(tmp_path: Path) -> None:
             assert any("request 3 lost its KV on the node (chunk update" in e
                        for e in dec.events)
             assert [r.tier for r in dec.requests] == ["gpu"] * 4
-            assert all(r.note.startswith("recovery failed") for r in dec.requests[2:])
+            assert all(r.note.startswith("recovery failed") for r in dec.requests[2:]), (
+                [r.note for r in dec.requests], [e[:60] for e in dec.events])
             assert [d.alive for d in c.status().devices] == [False, False, False]
             dec.close()
             assert c.status().sessions == 0

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from nelssa.emu.latency.hardware import ModelHw
 from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
 from nelssa.emu.policy.adaptive import AdaptiveThreshold, TierLoad
 from nelssa.emu.policy.capacity import blocks_for, resident_tokens
@@ -34,11 +33,11 @@ from nelssa.emu.policy.router import Router, Source
 from nelssa.emu.policy.schedule import JobScheduler, StepPlan
 from nelssa.emu.policy.schedulers import SCHEDULERS, SchedulerSpec, make_scheduler
 from nelssa.emu.policy.states import Fallback, SeqState, Tier, Transfer
-from nelssa.host.gpu.config import LlamaConfig
 from nelssa.host.gpu.executor import HybridExecutor, StepOutput, StepWork, fit_to_devices
 from nelssa.host.gpu.model import Llama
 from nelssa.host.gpu.report import DecodeTracer, StepReport, TraceRecorder
 from nelssa.host.gpu.request import DecodeConfig, Request, RequestKv
+from nelssa.host.gpu.routing import model_hw
 from nelssa.host.gpu.transfers import Settled, TransferNews
 from nelssa.host.pnm_node.client import NodeClient
 from nelssa.hw.model.device import SIM_CLOCK_HZ
@@ -54,18 +53,6 @@ MAX_RUNNING = 1 << 16
 """Requests running at once: the co-simulation runs every one it can hold."""
 BUDGET_TOKENS = (1 << 31) - 1
 """A step's token budget: whole prompts, however many (the prefill node makes them)."""
-
-
-def model_hw(c: LlamaConfig) -> ModelHw:
-    """The decoder's shape as the policy core describes a model (what vLLM's config reads)."""
-    per_layer = c.hidden_size * c.head_dim * (2 * c.num_attention_heads
-                                              + 2 * c.num_key_value_heads)
-    params = (c.num_hidden_layers * (per_layer + 3 * c.hidden_size * c.intermediate_size)
-              + 2 * c.vocab_size * c.hidden_size)
-    return ModelHw("co-simulation", layers=c.num_hidden_layers, kv_heads=c.num_key_value_heads,
-                   q_heads=c.num_attention_heads, head_dim=c.head_dim, params_b=params / 1e9,
-                   max_context=c.max_position_embeddings,
-                   embedding_b=c.vocab_size * c.hidden_size / 1e9)
 
 
 class DecodeEngine:
@@ -373,7 +360,7 @@ class DecodeEngine:
         moves = self.executor.transfers
         for r in self.requests:
             kv = self.executor.kv.get(r.rid)
-            if kv is None or kv.migration is None or r.status is not SeqState.RUNNING:
+            if kv is None or kv.migration is None or not self._in_service(r):
                 continue
             news = moves.settle(r.rid, kv, self.now_ps, self.steps)
             if news is not None:
@@ -381,7 +368,7 @@ class DecodeEngine:
         for r in self.requests:
             kv = self.executor.kv.get(r.rid)
             if (kv is not None and kv.recovering and kv.migration is None
-                    and r.status is SeqState.RUNNING):
+                    and self._in_service(r)):
                 self._start(r, Transfer.RECOVERY)
         if moves.bulk is None or self.gpu_blocks is None:
             return
@@ -395,6 +382,11 @@ class DecodeEngine:
                 f"step {self.steps}: GPU KV at {used:,} of {self.gpu_blocks:,} blocks: migrating "
                 f"request {chosen[1].rid} ({chosen[1].length} tokens) to the PNM tier in the "
                 "background")
+
+    def _in_service(self, r: Request) -> bool:
+        """``r`` has a job that holds, or is about to take again, KV the GPU keeps: running,
+        or queued first after a recovery (not preempted, not ended)."""
+        return r.jid in self._jobs and not r.recompute
 
     def _start(self, r: Request, kind: Transfer) -> bool:
         news = self.executor.transfers.start(r, self.kv(r.rid), kind, self.now_ps, self.steps)
@@ -415,7 +407,7 @@ class DecodeEngine:
         self.tracer.transfer(news.what, r.rid, news.start_ps, news.done_ps - news.start_ps)
         r.tier = Tier.PNM
         r.migrated |= news.kind is Transfer.MIGRATION
-        if r.status is SeqState.RUNNING:  # its GPU job ends, its resident job goes first
+        if self._in_service(r):  # its GPU job ends, its resident job goes first
             self.sched.abort(r.jid)
             self._end_job(r)
             self._queue(r, JobKind.PNM_RESIDENT, front=True)

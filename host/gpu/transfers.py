@@ -81,10 +81,11 @@ class KvTransfers:
 
     # -- writing KV to the node ----------------------------------------------------------------
     def _send_kv(self, req: Request, kv: RequestKv, client: NodeClient, n: int,
-                 send_ps: int | None) -> list[NodeFuture]:
+                 send_ps: int | None, made: int = 0) -> list[NodeFuture]:
         """Open a session, cluster cache tokens [sink, n - recent) per layer and KV head, and
-        send them; records centroids (the GPU's Centroid Meta-Info)."""
-        left = self._open_kv(req, kv, client)
+        send them; records centroids (the GPU's Centroid Meta-Info). ``made``: tokens made
+        and not yet among the request's generated (a prefill's first)."""
+        left = self._open_kv(req, kv, client) - made
         futures: list[NodeFuture] = []
         sizes_b: list[int] = []  # bytes of each write in ``futures``
         for layer, (k, v) in enumerate(kv.kv):
@@ -133,7 +134,7 @@ class KvTransfers:
         the GPU keeps it all, and why is returned."""
         assert self.bulk is not None
         try:
-            futures = self._send_kv(req, kv, self.bulk, len(req.prompt), None)
+            futures = self._send_kv(req, kv, self.bulk, len(req.prompt), None, made=1)
             for f in futures:
                 f.result()
         except (RemoteError, LinkTimeoutError) as e:
