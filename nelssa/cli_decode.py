@@ -18,6 +18,7 @@ from nelssa.emu.latency.hardware import DEFAULT_GPU
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
 from nelssa.emu.policy.schedulers import SCHEDULERS
+from nelssa.emu.policy.vllm_scheduler import VllmEnvError
 from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
 from nelssa.host.gpu.timing import GPUS
 from nelssa.options import (
@@ -69,14 +70,14 @@ def _prefill_config(args: argparse.Namespace) -> PrefillConfig:
 def cmd_decode(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from nelssa.emu.launcher import EndpointError, NodeLauncher, check_listening, private_folder
+    from nelssa.cosim import CosimSession, NodeSpec
+    from nelssa.emu.launcher import EndpointError, check_listening
     from nelssa.emu.policy.states import SeqState, Tier
     from nelssa.host.gpu.clustering import ClusterConfig
-    from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
+    from nelssa.host.gpu.engine import DecodeConfig
     from nelssa.host.gpu.model import Llama
     from nelssa.host.gpu.report import StepReport, plot_steps
     from nelssa.host.gpu.routing import crossover_router
-    from nelssa.host.pnm_node.client import NodeClient
     from nelssa.progress import Progress
 
     cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=args.gpu,
@@ -118,35 +119,30 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"{'' if args.model else ' (' + (args.model_shape or 'small') + ' shape)'}; "
           f"{args.short} short + {args.long} long requests, T_input {router.describe()}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
-    launcher = None
-    folder = None
-    endpoint = args.node
+    extra = [x for b in args.bar or [] for x in ("--bar", b)]
+    if args.rtl_layers:
+        extra += ["--rtl-layers", str(args.rtl_layers)]
+    if args.device_memory == "file":
+        extra += ["--device-memory", "file"]
+    if args.manifest:
+        extra += ["--manifest", args.manifest]
+    node = NodeSpec(devices, args.backend, args.link, args.node, extra)
+    if args.node is None:
+        print(f"booting a node: {devices} {args.backend} devices, link {args.link} "
+              "(the first rtl run builds the device) ...", flush=True)
+    t0 = time.perf_counter()
     try:
-        if endpoint is None:
-            folder = private_folder("nelssa-decode-")
-            endpoint = f"ipc://{folder}/node"
-            print(f"booting a node: {len(args.bar) if args.bar else args.devices} "
-                  f"{args.backend} devices, link {args.link} "
-                  "(the first rtl run builds the device) ...", flush=True)
-            t0 = time.perf_counter()
-            extra = [x for b in args.bar or [] for x in ("--bar", b)]
-            if args.rtl_layers:
-                extra += ["--rtl-layers", str(args.rtl_layers)]
-            if args.device_memory == "file":
-                extra += ["--device-memory", "file"]
-            if args.manifest:
-                extra += ["--manifest", args.manifest]
-            try:
-                launcher = NodeLauncher(endpoint, devices, args.backend, args.link, extra=extra)
-            except RuntimeError as e:  # it printed why; NodeLauncher stopped it
-                print(f"error: {e}", flush=True)
-                return 1
-            print(f"  node up at {endpoint} in {time.perf_counter() - t0:.1f} s")
-        client = NodeClient(endpoint, args.link, timeout_s=args.timeout)
-        try:
-            dec = DecodeEngine(model, cfg, client, router=router, scheduler=args.scheduler)
-        except ValueError as e:  # a model the node's devices cannot run (their CAPS)
-            raise UsageError(f"--model: {e}") from None
+        session = CosimSession(model, cfg, node, router=router, scheduler=args.scheduler,
+                               timeout_s=args.timeout)
+    except ValueError as e:  # a model the node's devices cannot run (their CAPS)
+        raise UsageError(f"--model: {e}") from None
+    except RuntimeError as e:  # the node did not come up: it printed why
+        print(f"error: {e}", flush=True)
+        return 1
+    if args.node is None:
+        print(f"  node up at {session.endpoint} in {time.perf_counter() - t0:.1f} s")
+    with session:
+        dec, client = session.engine, session.client
         if args.grow:  # one request that starts below T_input and grows past it
             assert router.t_input is not None
             prompts.append(rng.integers(0, c.vocab_size, router.t_input - 4).tolist())
@@ -154,7 +150,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         for p in prompts:
             dec.add(p, args.steps + 1)
-        dec.prefill(bar.advance)
+        try:
+            dec.prefill(bar.advance)
+        except VllmEnvError as e:
+            raise UsageError(f"--scheduler {args.scheduler}: {e}") from None
         bar.close()
         if args.grow:  # GPU memory just what the requests grow into: growth presses, and the
             # request that passes T_input migrates
@@ -206,13 +205,6 @@ def cmd_decode(args: argparse.Namespace) -> int:
         wall = time.perf_counter() - wall
         failed = [r for r in dec.requests if r.status is SeqState.FAILED]
         sampling = client.probe_status().sampling if args.rtl_layers else None
-        dec.close()
-        client.close()
-    finally:
-        if launcher is not None:
-            launcher.stop()
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
     if not reports:
         print("no decode step ran")
         return 1

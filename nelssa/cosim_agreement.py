@@ -24,7 +24,6 @@ above both halves, so it lives at the top of the layering with the command line.
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import asdict, dataclass, field
 
 from nelssa.emu.latency.hardware import DEFAULT_GPU
@@ -181,13 +180,11 @@ def cosim_side(p: Point, timeout_s: float = 600.0) -> Side:
     requests prefilled by the emulated prefill node, ``p.steps`` steps decoded."""
     import numpy as np
 
-    from nelssa.emu.launcher import NodeLauncher, private_folder
+    from nelssa.cosim import CosimSession, NodeSpec
     from nelssa.emu.policy.states import Tier
     from nelssa.host.gpu.config import PrefillConfig, PrefillMode
-    from nelssa.host.gpu.engine import DecodeEngine
     from nelssa.host.gpu.model import Llama
     from nelssa.host.gpu.routing import crossover_router
-    from nelssa.host.pnm_node.client import NodeClient
 
     c, cfg = _config(p)
     model = Llama.load(None, seed=0, config=c,
@@ -196,32 +193,19 @@ def cosim_side(p: Point, timeout_s: float = 600.0) -> Side:
     rng = np.random.default_rng(0)
     prompts = ([rng.integers(0, c.vocab_size, p.short_len).tolist() for _ in range(p.short)]
                + [rng.integers(0, c.vocab_size, p.long_len).tolist() for _ in range(p.long)])
-    folder = private_folder("nelssa-agree-")
-    endpoint = f"ipc://{folder}/node"
-    launcher = NodeLauncher(endpoint, p.devices, "model", p.link)
-    try:
-        client = NodeClient(endpoint, p.link, timeout_s=timeout_s)
-        try:
-            dec = DecodeEngine(model, cfg, client, router=router)
-            for prompt in prompts:
-                dec.add(prompt, p.steps + 1)
-            dec.prefill()
-            tiers = [r.tier for r in dec.requests]
-            if tiers.count(Tier.PNM) != p.long:
-                raise RuntimeError(f"{tiers.count(Tier.PNM)} of {p.long} long requests reached "
-                                   f"the PNM tier: {[r.note for r in dec.requests if r.note]}")
-            rep = None
-            for _ in range(p.steps):
-                rep = dec.step()
-            assert rep is not None
-            windows = [dec.kv(r.rid).kv[0][0].shape[0] for r in dec.requests
-                       if r.tier is Tier.PNM]
-            dec.close()
-        finally:
-            client.close()
-    finally:
-        launcher.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+    node = NodeSpec(p.devices, "model", p.link)
+    with CosimSession(model, cfg, node, router=router, timeout_s=timeout_s) as session:
+        dec = session.engine
+        rep = None
+        for rep in session.run(prompts, p.steps + 1, p.steps):  # noqa: B007 - the last one
+            if dec.steps == 1:
+                tiers = [r.tier for r in dec.requests]
+                if tiers.count(Tier.PNM) != p.long:
+                    raise RuntimeError(
+                        f"{tiers.count(Tier.PNM)} of {p.long} long requests reached the PNM "
+                        f"tier: {[r.note for r in dec.requests if r.note]}")
+        assert rep is not None
+        windows = [dec.kv(r.rid).kv[0][0].shape[0] for r in dec.requests if r.tier is Tier.PNM]
     us = 1e-6
     return Side(gpu=rep.others_ps * us, topk=rep.topk_ps * us, wait=rep.wait_ps * us,
                 pnm_attn=rep.pnm_attn_ps * us,

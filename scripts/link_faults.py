@@ -10,7 +10,8 @@ Every part is a real process on real ZeroMQ sockets: each device is ``link_fault
 (serve_port over a model device; prints its link counters when it stops), the node is
 ``link_faults.py node`` (NodeService attached to those devices, the CXL faults injected at the
 node's end of each device link, both directions), and the GPU node is this process
-(DecodeEngine, the RoCE faults injected at its end of the link, both directions).
+(a co-simulation session, ``nelssa/cosim.py``, the RoCE faults injected at its end of the
+link, both directions).
 """
 
 from __future__ import annotations
@@ -205,8 +206,9 @@ def decode_run(steps: int, devices: int, roce_rate: float, cxl_rate: float) -> d
     outputs' digest and the link counters of every end."""
     import torch
 
+    from nelssa.cosim import CosimSession, NodeSpec
     from nelssa.host.gpu.config import LlamaConfig
-    from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
+    from nelssa.host.gpu.engine import DecodeConfig
     from nelssa.host.gpu.model import Llama, random_weights
 
     small = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512,
@@ -215,28 +217,32 @@ def decode_run(steps: int, devices: int, roce_rate: float, cxl_rate: float) -> d
     stack = Stack(devices, cxl_rate)
     digest = hashlib.sha256()
     t0 = time.monotonic()
+    clients: list = []
+
+    def connect(endpoint: str):
+        clients.append(_digest_client(endpoint, roce_rate, digest))
+        return clients[0]
+
     try:
-        client = _digest_client(stack.endpoint, roce_rate, digest)
-        dec = DecodeEngine(Llama(small, random_weights(small, 1)),
-                            DecodeConfig(t_input=300, selection=0.04, chunk=8, recent=16, sink=4,
-                                         check_accuracy=False), client)
+        cfg = DecodeConfig(t_input=300, selection=0.04, chunk=8, recent=16, sink=4,
+                           check_accuracy=False)
         g = torch.Generator().manual_seed(2)
-        for n in (40, 90, 400, 520):
-            dec.add(torch.randint(0, 512, (n,), generator=g).tolist(), steps + 1)
-        node_requests = 0
-        for _ in range(steps):
-            node_requests += dec.step().node_requests
-        tiers = [r.tier for r in dec.requests]
-        status = [r.status for r in dec.requests]
-        for r in dec.requests:
-            digest.update(json.dumps(r.generated).encode())
-        roce = []
-        for c in [client, *client.pairs]:  # the faults stop; what they held back goes out
-            c.link.set_faults(None)
-            c.link.drain(0.05)
-            roce.append(c.link.counters())
-        dec.close()
-        client.close()
+        prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (40, 90, 400, 520)]
+        with CosimSession(Llama(small, random_weights(small, 1)), cfg,
+                          NodeSpec(devices, endpoint=stack.endpoint), client=connect) as session:
+            dec = session.engine
+            node_requests = sum(rep.node_requests
+                                for rep in session.run(prompts, steps + 1, steps))
+            tiers = [r.tier for r in dec.requests]
+            status = [r.status for r in dec.requests]
+            for r in dec.requests:
+                digest.update(json.dumps(r.generated).encode())
+            roce = []
+            client = clients[0]
+            for c in [client, *client.pairs]:  # the faults stop; what they held back goes out
+                c.link.set_faults(None)
+                c.link.drain(0.05)
+                roce.append(c.link.counters())
     except BaseException:
         stack.finish()
         raise
