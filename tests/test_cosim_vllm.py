@@ -7,6 +7,9 @@ resident job) and a GPU whose KV runs short (a preemption, a recompute)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,27 @@ def test_vllm_scheduler_without_its_environment_is_one_clear_error(tmp_path: Pat
     dec.add([1, 2, 3], 2)
     with pytest.raises(VllmEnvError, match="run `make vllm`"):
         dec.step()
+
+
+def _step_table(out: str) -> list[str]:
+    """The step rows of `nelssa decode`'s table (emulated figures only)."""
+    return [line for line in out.splitlines() if re.match(r"\s+\d+\s+\d+S\+\s*\d+L", line)]
+
+
+@pytest.mark.rtl
+def test_nelssa_decode_with_vllm_on_rtl_devices(tmp_path: Path) -> None:
+    """The command, small: a short and a long request decoded on a Verilated device, planned
+    by vLLM's scheduler, give our scheduler's step table to the picosecond."""
+    tables = []
+    for scheduler in ("ours", "vllm"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "nelssa.cli", "decode", "--backend", "rtl", "--devices", "1",
+             "--short", "1", "--long", "1", "--long-len", "1100", "--t-input", "1024",
+             "--steps", "3", "--no-accuracy", "--scheduler", scheduler,
+             "--trace", str(tmp_path / f"{scheduler}.json"),
+             "--plot", str(tmp_path / f"{scheduler}.png")],
+            capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "request 1: prompt   1100 tokens -> PNM tier" in proc.stdout
+        tables.append(_step_table(proc.stdout))
+    assert len(tables[0]) == 3 and tables[0] == tables[1], tables
