@@ -34,9 +34,9 @@ from nelssa.emu.link.transport import (
     LinkServer,
     LinkTimeoutError,
     Reply,
-    Request,
     RetryPolicy,
     ServiceError,
+    ServiceRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -498,7 +498,7 @@ class _Served:
         self.calls = _Calls(port)
         self._on_shutdown = on_shutdown
 
-    def __call__(self, request: Request) -> Reply:
+    def __call__(self, request: ServiceRequest) -> Reply:
         try:
             op = RpcOp(request.op)
         except ValueError:

@@ -122,11 +122,11 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         endpoints = list(args.attach)
         backend = "remote"
     elif args.backend == "fpga":
-        from nelssa.host.pnm_node.devices import FPGA_PREFIX
         from nelssa.hw.fpga.port import board_manifest, parse_board
+        from nelssa.hw.ports import board_spec
 
         backend = "fpga"
-        endpoints = [FPGA_PREFIX + b for b in args.bar]
+        endpoints = [board_spec(b) for b in args.bar]
         try:  # the device clock, for emulated time
             first, _ = parse_board(args.bar[0])
             clock_mhz = board_manifest(first, args.manifest).device.clock_hz / 1e6

@@ -7,8 +7,6 @@ modules DESIGN.md leaves open:
 - ``emu/launcher`` (process start-up, endpoint and socket-file checks) uses only the standard
   library and knows nothing of devices or LLMs, like the transport: rank 1, beside ``emu/link``,
   so the PNM node (rank 5) may start and check its endpoints with it.
-- ``emu/fuzz`` drives the whole stack (driver, devices, node, serving) to attack it, as the
-  scripts do: rank 7, at the top; nothing in the library may import it.
 
 ``host/gpu`` ranks just above ``host/pnm_node``: it is a client of the node, never the reverse.
 A module that no rank names fails the test, so a new folder must be placed before it is used.
@@ -32,7 +30,6 @@ RANKS: dict[str, float] = {
     "nelssa.emu.latency": 4, "nelssa.emu.policy": 4,
     "nelssa.host.pnm_node": 5, "nelssa.host.gpu": 5.5,
     "nelssa.emu.serving": 6,
-    "nelssa.emu.fuzz": 7,
 }
 """Rank of each package prefix, bottom (1) to top; longest prefix wins."""
 TOP = 7

@@ -16,7 +16,7 @@ from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.cost import RECENT_TOKENS, SINK_TOKENS
 from nelssa.emu.serving.replay import Replay
 from nelssa.emu.serving.sim import ServingSim
-from nelssa.emu.serving.workload import Request
+from nelssa.emu.serving.workload import TraceRequest
 from nelssa.host.gpu.scheduler import Admit, DecodeScheduler, Seq
 
 MODEL = ModelHw("m", layers=32, kv_heads=8, q_heads=32, head_dim=128, params_b=8.0,
@@ -51,14 +51,14 @@ class _Recording(Replay):
         self.log += [(self.out.steps, "migrate", rid) for rid in sorted(after - before)]
 
 
-def _serving(reqs: list[Request], cfg: ServingConfig, lm: LatencyModel):
+def _serving(reqs: list[TraceRequest], cfg: ServingConfig, lm: LatencyModel):
     sim = ServingSim(lm, cfg)
     rep = _Recording(sim, reqs, fast=False)
     run = rep.run()
     return sim, run, rep.log
 
 
-def _cosim(reqs: list[Request], router: Router, blocks: int, migrate_at: float):
+def _cosim(reqs: list[TraceRequest], router: Router, blocks: int, migrate_at: float):
     """The co-simulation's scheduler driven alone: every prefill and decode makes a token, a
     transfer is confirmed one step after it started (as the serving emulator's migrations,
     which take less than a step here). Its steps are counted as the serving emulator's, whose
@@ -121,7 +121,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_serving_and_cosimulation_agree(name: str) -> None:
     spec, t_input, migrate_at = CASES[name]
-    reqs = [Request(rid, 0.0, i, o) for rid, i, o in spec]
+    reqs = [TraceRequest(rid, 0.0, i, o) for rid, i, o in spec]
     cfg = ServingConfig(mode="nelssa", t_input=t_input, migration=True, migrate_at=migrate_at,
                         prefix_caching=False, max_batched_tokens=1 << 16, link_gbs=1e6)
     lm = _lm(18.05)
@@ -154,7 +154,7 @@ def test_random_mixes_agree(seed: int) -> None:
     sizes += [(int(rng.integers(t_input, 2 * t_input)), int(rng.integers(10, 200)))
               for _ in range(int(rng.integers(0, 3)))]
     migrate_at = float(rng.choice([0.8, 0.9, 1.0]))
-    reqs = [Request(rid, 0.0, i, o) for rid, (i, o) in enumerate(sizes)]
+    reqs = [TraceRequest(rid, 0.0, i, o) for rid, (i, o) in enumerate(sizes)]
     cfg = ServingConfig(mode="nelssa", t_input=t_input, migration=True, migrate_at=migrate_at,
                         prefix_caching=False, max_batched_tokens=1 << 16, link_gbs=1e6)
     sim, run, serving_log = _serving(reqs, cfg, _lm(18.05))

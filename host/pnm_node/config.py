@@ -47,7 +47,7 @@ class NodeConfig:
     """Clients the node keeps state for; when full, the least recently used one without
     sessions is forgotten (its queue pairs then stand alone)."""
     max_queue_pairs: int = 16
-    """Connections that may join one client (host/pnm_node/clients.py)."""
+    """Connections that may join one client (host/pnm_node/access.py)."""
     max_request_heads: int = 256
     """KV heads one ALLOC_KV or ATTEND request may name."""
     max_write_kv_bytes: int = MAX_WRITE_KV_BYTES

@@ -29,13 +29,13 @@ from hypothesis import strategies as st
 
 from nelssa.driver import remote
 from nelssa.driver.remote import RpcErrorCode, RpcOp, RpcStatus
-from nelssa.emu.fuzz import cxl_mem
-from nelssa.emu.fuzz.oracle import Finding, Kind
-from nelssa.emu.fuzz.values import uint
 from nelssa.emu.link.frame import LinkErrorCode
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.service import LinkTimeoutError, RemoteError
 from nelssa.hw.model.device import ModelDevice
+from tests.fuzz import cxl_mem
+from tests.fuzz.oracle import Finding, Kind
+from tests.fuzz.values import uint
 
 ANSWER_S = 20.0
 CALL_OPS = tuple(op for op in RpcOp if op not in (RpcOp.SHUTDOWN, RpcOp.WAIT))
