@@ -26,11 +26,16 @@ import numpy as np
 
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
-from nelssa.hw.model.device_cycle import use_cycle_model
 from nelssa.hw.model.device_timing import CALIBRATION_FILE, Refresh, UnitTiming
 from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload, start_at_phase
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "results" / "device_timing.md"
+
+TIMER_SOURCES = {
+    "cycle": "the cycle model of the device's memory side (`hw/model/device_cycle.py`)",
+    "fluid": "the fluid schedule (`hw/model/device_timing.py`)",
+}
+"""How the page names each timer of hw/model/device_timers.TIMERS."""
 
 
 def main() -> None:
@@ -85,10 +90,7 @@ def main() -> None:
         print(summary_p)
     if args.write:
         command = "python scripts/device_timing_check.py " + " ".join(sys.argv[1:])
-        timing_source = ("the cycle model of the device's memory side "
-                         "(`hw/model/device_cycle.py`)" if use_cycle_model() else
-                         "the fluid schedule (`hw/model/device_timing.py`; no C++ compiler, "
-                         "or `NELSSA_FLUID_TIMING` set)")
+        timing_source = TIMER_SOURCES[DeviceConfig().timer]
         PAGE.write_text("\n".join([
             "# The model device's cycles against the RTL's",
             "",
