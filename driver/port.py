@@ -34,6 +34,11 @@ class DevicePort(ABC):
     def cycle(self) -> int:
         """Core cycles since reset."""
 
+    @property
+    @abstractmethod
+    def clock_hz(self) -> int:
+        """The device's core clock: what one of its cycles lasts in emulated time."""
+
     def dma_write(self, addr: int, data: bytes) -> bool:
         """Write device memory through a DMA engine; False when the backend has none (the
         driver then writes line by line through CXL.mem)."""

@@ -106,6 +106,10 @@ class MeteredPort(DevicePort):
     def cycle(self) -> int:
         return self.inner.cycle
 
+    @property
+    def clock_hz(self) -> int:
+        return self.inner.clock_hz
+
     def close(self) -> None:
         self.inner.close()
 
@@ -158,6 +162,8 @@ class DeviceSlot:
             raise DeviceUnreachableError(f"device {self.index} at {self.endpoint} did not "
                                          f"answer within {connect_timeout_s:g} s") from e
         self.remote.set_timeout(int(self.timeout_s * 1000))
+        self.clock_hz = self.port.clock_hz
+        """The device's core clock (what its cycle counts last)."""
         self.mem = MemoryApi(self.dev, KV_BASE, self.dev.mem_bytes)
         self.cq = CommandQueue(self.mem, entries=ring_entries)
         self._free0 = self.mem.alloc.bytes_free

@@ -116,7 +116,16 @@ class NelssaHost:
         self.link_counters: Callable[[], tuple[int, int, int, int]] = lambda: (0, 0, 0, 0)
         """(bad frames, duplicates, refused BUSY, queued now) of the link server, set by
         whoever serves this host."""
-        self._ps_per_cycle = 1e6 / config.core_clock_mhz
+        try:
+            clock_hz = (config.core_clock_mhz * 1e6 if config.core_clock_mhz is not None
+                        else self._device_clock_hz())
+        except ValueError:
+            for slot in self.slots + self.twins:
+                slot.close()
+            raise
+        self.clock_hz = clock_hz
+        """Device cycles to emulated time: the devices' clock, or the configuration's."""
+        self._ps_per_cycle = 1e12 / clock_hz
         self._ops: dict[int, Callable[[ServiceRequest], Reply]] = {
             NodeOp.OPEN_SESSION: self._open_session, NodeOp.CLOSE_SESSION: self._close_session,
             NodeOp.ALLOC_KV: self._alloc_kv, NodeOp.FREE_KV: self._free_kv,
@@ -124,6 +133,14 @@ class NelssaHost:
             NodeOp.STATUS: self._status, NodeOp.SHUTDOWN: self._shutdown,
             NodeOp.JOIN_TICKET: self._join_ticket, NodeOp.JOIN: self._join,
         }
+
+    def _device_clock_hz(self) -> int:
+        """The one clock the node's devices (and their twins) run at."""
+        clocks = {s.clock_hz for s in self.slots + self.twins}
+        if len(clocks) != 1:
+            raise ValueError("the node's devices run at different clocks: " + ", ".join(
+                f"device {s.index} ({s.endpoint}) {s.clock_hz / 1e6:g} MHz" for s in self.slots))
+        return clocks.pop()
 
     # -- the link handler -------------------------------------------------------------------------
     def handle(self, request: ServiceRequest) -> Reply:
@@ -552,7 +569,7 @@ class NelssaHost:
                 "error": "" if alive else sl.error})
         return self._reply(NodeOp.STATUS, p.STATUS_REP.build({
             "version": __version__, "link": self.config.link,
-            "clock_khz": round(self.config.core_clock_mhz * 1000),
+            "clock_khz": round(self.clock_hz / 1000),
             "sessions": self.clients.session_count, "requests": self.requests,
             "errors": self.errors,
             **dict(zip(("bad_frames", "duplicates", "busy", "queued"), self.link_counters(),

@@ -358,6 +358,10 @@ class ModelDevice(DevicePort):
     def cycle(self) -> int:
         return self._now
 
+    @property
+    def clock_hz(self) -> int:
+        return self.config.clock_hz
+
     def advance(self, cycles: int) -> None:
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")

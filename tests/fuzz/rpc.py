@@ -203,6 +203,8 @@ def _local(model: ModelDevice, call: Call) -> tuple[int, list[bytes]] | str:
             return model.run_until_idle(call.arg), []
         elif call.op == RpcOp.CYCLE:
             return model.cycle, []
+        elif call.op == RpcOp.CLOCK:
+            return model.clock_hz, []
     except TimeoutError:
         return "busy"
     except ValueError as e:
