@@ -129,6 +129,21 @@ def test_no_import_runs_upward():
     assert not found, "imports against DESIGN.md's layering:\n" + "\n".join(map(str, found))
 
 
+def test_the_package_imports_no_test_helpers():
+    """The fuzzers (tests/fuzz) and other helpers of the tests are not installed: no module of
+    the distribution may import them."""
+    found = []
+    for name, path in modules(package_dirs(ROOT)).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            found += [f"{name}:{node.lineno}: {n}" for n in names
+                      if n == "tests" or n.startswith("tests.")]
+    assert not found, found
+    assert not any(n.startswith("nelssa.emu.fuzz") for n in modules(package_dirs(ROOT)))
+
+
 def test_every_package_folder_is_seen():
     """The check reads the real tree: each layer's folder holds modules it ranks."""
     names = modules(package_dirs(ROOT))
