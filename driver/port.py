@@ -1,7 +1,8 @@
 """The one interface between the driver and a device implementation (like a BAR plus a DMA
 engine to a real driver): port messages (driver/cxl.py) in and out, and the device's clock.
-Backends: ``model`` (hw/model/device.py), ``rtl`` (the Verilated device), a remote device over
-ZeroMQ; the driver above never knows which."""
+Backends: ``model`` (hw/model/device.py), ``rtl`` (the Verilated device), ``fpga`` (a board),
+a remote device over ZeroMQ (driver/remote.py); the driver above never knows which. They are
+opened by name from one spec string (hw/ports.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ class DevicePort(ABC):
     def cycle(self) -> int:
         """Core cycles since reset."""
 
+    @property
+    @abstractmethod
+    def clock_hz(self) -> int:
+        """The device's core clock: what one of its cycles lasts in emulated time."""
+
     def dma_write(self, addr: int, data: bytes) -> bool:
         """Write device memory through a DMA engine; False when the backend has none (the
         driver then writes line by line through CXL.mem)."""
@@ -41,6 +47,18 @@ class DevicePort(ABC):
     def dma_read(self, addr: int, n: int) -> bytes | None:
         """Read device memory through a DMA engine; None when the backend has none."""
         return None
+
+    def set_timeout(self, timeout_ms: int) -> None:  # noqa: B027 - optional hook
+        """How long the device may take to answer (or stand still) before a call fails with a
+        TimeoutError; a device in this process always answers, so the default ignores it."""
+
+    def abort(self, reason: str) -> None:  # noqa: B027 - optional hook
+        """Fail the call in progress and every later one (safe from any thread): the device is
+        known to be gone. A port whose calls cannot hang ignores it."""
+
+    def shutdown(self) -> None:  # noqa: B027 - optional hook
+        """Ask the device to stop (a served device's process exits); one that outlives its
+        user (in this process, a board) ignores it."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the backend holds (processes, sockets)."""

@@ -34,9 +34,9 @@ from nelssa.emu.link.transport import (
     LinkServer,
     LinkTimeoutError,
     Reply,
-    Request,
     RetryPolicy,
     ServiceError,
+    ServiceRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ class RpcOp(IntEnum):
     DMA_READ = 8
     """Read device memory by backdoor (``DMA_READ_REQ``); reply with the bytes as its one
     message."""
+    CLOCK = 9
+    """Deliver, then reply with the device's core clock in Hz."""
 
 
 class RpcStatus(IntEnum):
@@ -317,6 +319,10 @@ class RemotePort(DevicePort):
     def cycle(self) -> int:
         return self._call(RpcOp.CYCLE)[0]
 
+    @property
+    def clock_hz(self) -> int:
+        return self._call(RpcOp.CLOCK)[0]
+
     def dma_write(self, addr: int, data: bytes) -> bool:
         """Device memory by backdoor (after the messages sent before it), in calls of at most
         MAX_DMA_BYTES."""
@@ -415,6 +421,8 @@ def _execute(port: DevicePort, op: RpcOp, arg: int, messages: list[bytes]) -> by
             value = port.run_until_idle(arg)
         elif op == RpcOp.CYCLE:
             value = port.cycle
+        elif op == RpcOp.CLOCK:
+            value = port.clock_hz
     except TimeoutError as e:
         raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
     except Exception as e:
@@ -498,7 +506,7 @@ class _Served:
         self.calls = _Calls(port)
         self._on_shutdown = on_shutdown
 
-    def __call__(self, request: Request) -> Reply:
+    def __call__(self, request: ServiceRequest) -> Reply:
         try:
             op = RpcOp(request.op)
         except ValueError:

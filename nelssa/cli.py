@@ -29,6 +29,14 @@ from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig
 from nelssa.hw.model.engine import EngineParams
+from nelssa.hw.ports import (
+    PortOptions,
+    PortSpecError,
+    board_spec,
+    known_forms,
+    open_port,
+    parse_spec,
+)
 from nelssa.options import (
     PID,
     SEED,
@@ -86,48 +94,50 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if d.ok else 1
 
 
+SERVED = ("model", "rtl", "fpga")
+"""The devices ``device serve`` serves (a remote one it would only relay)."""
+
+
+def served_device(text: str) -> str:
+    """``--backend``: a device spec of hw/ports.py that ``device serve`` can serve, or ``fpga``
+    (its board from ``--bar``)."""
+    if text == "fpga":
+        return text
+    try:
+        parse_spec(text, SERVED)
+    except PortSpecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def cmd_device_serve(args: argparse.Namespace) -> int:
     """Serve one device's port over ZeroMQ until a client asks it to shut down."""
     from nelssa.driver.remote import serve_port
     from nelssa.emu.launcher import remove_socket_file
     from nelssa.emu.link.security import CurveServerKeys
+    from nelssa.hw.fpga.errors import FpgaError
 
     check_bind(args.endpoint, args.curve_secret)  # before the device is made (rtl: built)
     curve = CurveServerKeys(args.curve_secret) if args.curve_secret else None
-    if args.memory_file is not None and args.backend != "model":
-        print("error: --memory-file goes with --backend model", file=sys.stderr)
-        return 2
-
-    if args.backend == "model":
-        from nelssa.hw.model.device import DeviceConfig, ModelDevice
-
-        config = DeviceConfig(engines=args.engines, preset=args.preset)
-        memory = None
-        if args.memory_file is not None:
-            from nelssa.hw.model.sparse_memory import FileMemory
-
-            try:
-                memory = FileMemory(config.mem_bytes, args.memory_file)
-            except OSError as e:
-                print(f"error: --memory-file {args.memory_file}: {e}", file=sys.stderr)
-                return 2
-        port = ModelDevice(config, memory=memory)
-    elif args.backend == "fpga":
-        from nelssa.hw.fpga.errors import FpgaError
-        from nelssa.hw.fpga.port import open_board
-
+    spec = args.backend
+    if spec == "fpga":  # the long form: the board from --bar
         if not args.bar:
             print("error: --backend fpga needs --bar", file=sys.stderr)
             return 2
-        try:
-            port = open_board(args.bar, args.manifest)
-        except FpgaError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    else:
-        from nelssa.hw.sim.device import RtlDevice
-
-        port = RtlDevice(args.preset, units=args.engines)
+        spec = board_spec(args.bar)
+    if args.memory_file is not None and spec != "model":
+        print("error: --memory-file goes with --backend model", file=sys.stderr)
+        return 2
+    options = PortOptions(engines=args.engines, preset=args.preset,
+                          memory_file=args.memory_file, manifest=args.manifest)
+    try:
+        port = open_port(spec, options)
+    except FpgaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the one file a local device makes
+        print(f"error: --memory-file {args.memory_file}: {e}", file=sys.stderr)
+        return 2
     log.info("serving a %s device at %s", args.backend, args.endpoint)
     try:
         serve_port(port, args.endpoint, curve=curve, parent_pid=args.parent_pid)
@@ -191,7 +201,8 @@ def build_parser() -> Parser:
     device = sub.add_parser("device", help="PNM device processes")
     device_sub = device.add_subparsers(dest="device_command", required=True)
     serve = device_sub.add_parser("serve", help="serve a device's port over ZeroMQ")
-    serve.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
+    serve.add_argument("--backend", type=served_device, default="model", metavar="SPEC",
+                       help=f"the device: {known_forms(SERVED)} (or fpga with --bar)")
     add_board_args(serve, several=False)
     serve.add_argument("--endpoint", type=endpoint, default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")

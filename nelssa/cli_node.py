@@ -111,7 +111,6 @@ def cmd_node_up(args: argparse.Namespace) -> int:
 
     spec = link_preset(args.link)
     procs = None
-    clock_mhz = NodeConfig.core_clock_mhz
     check_bind(args.endpoint, args.curve_secret)  # before a device is built or started
     if args.curve_clients and not any(Path(args.curve_clients).glob("*.key")):
         log.warning("%s holds no client keys (*.key): no client will be let in",
@@ -122,14 +121,13 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         endpoints = list(args.attach)
         backend = "remote"
     elif args.backend == "fpga":
-        from nelssa.host.pnm_node.devices import FPGA_PREFIX
         from nelssa.hw.fpga.port import board_manifest, parse_board
+        from nelssa.hw.ports import board_spec
 
         backend = "fpga"
-        endpoints = [FPGA_PREFIX + b for b in args.bar]
-        try:  # the device clock, for emulated time
-            first, _ = parse_board(args.bar[0])
-            clock_mhz = board_manifest(first, args.manifest).device.clock_hz / 1e6
+        endpoints = [board_spec(b) for b in args.bar]
+        try:  # a board that is not there, named before anything starts
+            board_manifest(parse_board(args.bar[0])[0], args.manifest)
         except FpgaError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -153,7 +151,7 @@ def cmd_node_up(args: argparse.Namespace) -> int:
     try:
         config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
                             twins=tuple(twins.endpoints) if twins else (),
-                            core_clock_mhz=clock_mhz, fpga_manifest=args.manifest,
+                            fpga_manifest=args.manifest,
                             **config_values(args, NodeConfig, NODE_OPTIONS))
         try:
             service = NodeService(config, args.endpoint, _curve_server(args))

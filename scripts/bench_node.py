@@ -20,14 +20,14 @@ import time
 import numpy as np
 
 from nelssa.emu.link.model import link_preset
-from nelssa.emu.link.transport import LinkClient, LinkServer, Reply, Request
+from nelssa.emu.link.transport import LinkClient, LinkServer, Reply, ServiceRequest
 
 LAYERS, KV_HEADS, GROUP, HEAD_DIM = 32, 8, 4, 128
 CONTEXT, CLUSTER_TOKENS, RATIO = 128 * 1024, 16, 0.04
 
 
 def _echo_server(endpoint: str) -> None:
-    def handle(r: Request) -> Reply:
+    def handle(r: ServiceRequest) -> Reply:
         return Reply(r.op, b"" if r.op == 2 else r.payload, r.arrive_ps)
 
     LinkServer(endpoint, handle, link_preset("roce-400g")).serve()

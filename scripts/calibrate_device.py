@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from dataclasses import replace
 
@@ -97,6 +96,8 @@ def measure(dev: Device, mem: MemoryApi, cq: CommandQueue, shape, rng, session: 
 
 
 MEMORY = PRESETS[DeviceConfig().preset]
+FLUID = DeviceConfig(timer="fluid")
+"""The model devices whose unit timing this fits: the fluid timer's."""
 REFRESH_PERIOD = Refresh.of(MEMORY, UnitTiming()).period
 REFRESH_SHAPES = [(128, 4, 16, 16), (64, 1, 32, 16)]
 """Shapes swept over the refresh period: about 2,250 cycles each, so that a window meets them
@@ -182,7 +183,6 @@ def main() -> None:
         print(f"wrote {CALIBRATION_FILE}")
         port.close()
         return
-    os.environ["NELSSA_FLUID_TIMING"] = "1"  # the model devices below: the fluid schedule
     if args.sharing_only:
         data = json.loads(CALIBRATION_FILE.read_text())
         # from the terms' defaults, as the whole calibration fits them: the fit is then the
@@ -272,7 +272,7 @@ def fit_sharing(port, timing: UnitTiming) -> tuple[UnitTiming, dict[str, list[fl
     rtl = [run_workload(port, w) for w in loads]
 
     def errors(t: UnitTiming, traffic: bool) -> list[float]:
-        return [(run_workload(ModelDevice(timing=t), w, start_at=r["started"])["cycles"]
+        return [(run_workload(ModelDevice(FLUID, timing=t), w, start_at=r["started"])["cycles"]
                  - r["cycles"]) / r["cycles"] * 100
                 for w, r in zip(loads, rtl, strict=True) if bool(w.traffic_bytes) == traffic]
 

@@ -26,11 +26,16 @@ import numpy as np
 
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
-from nelssa.hw.model.device_cycle import use_cycle_model
 from nelssa.hw.model.device_timing import CALIBRATION_FILE, Refresh, UnitTiming
 from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload, start_at_phase
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "results" / "device_timing.md"
+
+TIMER_SOURCES = {
+    "cycle": "the cycle model of the device's memory side (`hw/model/device_cycle.py`)",
+    "fluid": "the fluid schedule (`hw/model/device_timing.py`)",
+}
+"""How the page names each timer of hw/model/device_timers.TIMERS."""
 
 
 def main() -> None:
@@ -44,8 +49,11 @@ def main() -> None:
     parser.add_argument("--phases", type=int, default=0,
                         help="also run each workload from this many points of the refresh "
                              "period (0: not)")
+    parser.add_argument("--timer", choices=sorted(TIMER_SOURCES), default=DeviceConfig().timer,
+                        help="the model device's timer (hw/model/device_timers.py)")
     parser.add_argument("--write", action="store_true", help=f"write {PAGE.name}")
     args = parser.parse_args()
+    config = DeviceConfig(timer=args.timer)
     if args.workloads < 1 or args.min_selected < 1 or args.min_tokens < 1 or args.phases < 0:
         print("device_timing_check: --workloads, --min-selected and --min-tokens must be "
               "positive, --phases not negative", file=sys.stderr)
@@ -59,8 +67,8 @@ def main() -> None:
         w = TimingWorkload.draw(seed, min_selected=args.min_selected,
                                 min_tokens=args.min_tokens)
         r = run_workload(rtl, w)
-        m = run_workload(ModelDevice(), w, start_at=r["started"])
-        u = run_workload(ModelDevice(), w)
+        m = run_workload(ModelDevice(config), w, start_at=r["started"])
+        u = run_workload(ModelDevice(config), w)
         err = (m["cycles"] - r["cycles"]) / r["cycles"] * 100
         err_u = (u["cycles"] - r["cycles"]) / r["cycles"] * 100
         errors.append(err)
@@ -80,15 +88,12 @@ def main() -> None:
                  f"within 5 %: {(eu <= 5).sum()} of {len(eu)}")
     print(summary)
     print(summary_u)
-    summary_p = phase_sweep(rtl, args) if args.phases else None
+    summary_p = phase_sweep(rtl, args, config) if args.phases else None
     if summary_p:
         print(summary_p)
     if args.write:
         command = "python scripts/device_timing_check.py " + " ".join(sys.argv[1:])
-        timing_source = ("the cycle model of the device's memory side "
-                         "(`hw/model/device_cycle.py`)" if use_cycle_model() else
-                         "the fluid schedule (`hw/model/device_timing.py`; no C++ compiler, "
-                         "or `NELSSA_FLUID_TIMING` set)")
+        timing_source = TIMER_SOURCES[args.timer]
         PAGE.write_text("\n".join([
             "# The model device's cycles against the RTL's",
             "",
@@ -115,7 +120,7 @@ def main() -> None:
         print(f"wrote {PAGE}")
 
 
-def phase_sweep(rtl, args) -> str:
+def phase_sweep(rtl, args, config: DeviceConfig) -> str:
     """Every workload again from ``args.phases`` points spread over the refresh period (the
     model from the RTL's cycle each time); the distribution of the errors."""
     period = Refresh.of(PRESETS[DeviceConfig().preset], UnitTiming()).period
@@ -126,7 +131,7 @@ def phase_sweep(rtl, args) -> str:
         for i in range(args.phases):
             r = run_workload(rtl, w, start_at=start_at_phase(rtl.cycle, i / args.phases,
                                                              period))
-            m = run_workload(ModelDevice(), w, start_at=r["started"])
+            m = run_workload(ModelDevice(config), w, start_at=r["started"])
             errors.append((m["cycles"] - r["cycles"]) / r["cycles"] * 100)
     return (f"at {args.phases} phases of the refresh period ({period:,.0f} cycles) each, "
             f"{len(errors)} runs: {_distribution(errors)}")

@@ -1,4 +1,4 @@
-"""Long fuzz campaigns (emu/fuzz/): for each target, inputs drawn by hypothesis from a seed until
+"""Long fuzz campaigns (tests/fuzz/): for each target, inputs drawn by hypothesis from a seed until
 a count of units (descriptors, frames, requests, files) or a time budget is reached, every input
 judged by the oracles (hang, crash, wrong result, write outside the region). Prints a row per
 target and writes the table, with the command that made it and the first findings of each
@@ -28,11 +28,13 @@ from pathlib import Path
 
 from hypothesis import given, seed
 
-from nelssa.emu.fuzz.oracle import Kind, Tally
-from nelssa.emu.fuzz.targets import TARGETS, campaign_settings, quiet
 from nelssa.options import POSITIVE_INT, SECONDS, SEED, Parser
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the fuzzers are a helper package of the tests, not installed
+from tests.fuzz.oracle import Kind, Tally  # noqa: E402
+from tests.fuzz.targets import TARGETS, campaign_settings, quiet  # noqa: E402
+
 GROUPS = {
     "all": list(TARGETS),
     "model": [n for n in TARGETS if not n.endswith("-rtl")],
@@ -141,7 +143,7 @@ def report(runs: list[Run], note: str | None = None) -> str:
     several = len(runs) > 1
     lines = ["# Fuzz campaigns", "",
              "Property-based fuzzers (hypothesis) of every interface that takes input from "
-             "outside (emu/fuzz/, one module per target; the oracles in emu/fuzz/oracle.py). "
+             "outside (tests/fuzz/, one module per target; the oracles in tests/fuzz/oracle.py). "
              "Each row: units tried (a case, as hypothesis draws it, holds one or more), then "
              "the findings of each oracle. The goal is zero in every column but the first.", ""]
     for i, run in enumerate(runs, 1):

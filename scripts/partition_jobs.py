@@ -269,7 +269,7 @@ def run_model(jobs: list[ShardJob], seed: int) -> DeviceRun:
 
 # -- DDR5 replay ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Replay:
+class Ddr5Replay:
     lines: int
     clusters: float
     """Cluster reads the replayed lines amount to (KV lines over lines per cluster)."""
@@ -278,7 +278,7 @@ class Replay:
     cycles: int
 
 
-def replay(run: DeviceRun, max_lines: int, serial: bool = False) -> Replay | None:
+def replay(run: DeviceRun, max_lines: int, serial: bool = False) -> Ddr5Replay | None:
     """The first ``max_lines`` of the device's stream (``serial``: its descriptors one after
     another instead) through the DDR5 cycle model."""
     stream = run.serial if serial else run.stream
@@ -290,7 +290,7 @@ def replay(run: DeviceRun, max_lines: int, serial: bool = False) -> Replay | Non
     reads = sum(x.commands.get("RD", 0) for x in r.per_subchannel)
     kv_share = run.kv_lines / run.lines
     clusters = len(s) * kv_share / (run.kv_lines / run.clusters)
-    return Replay(len(s), clusters, acts, reads, r.cycles)
+    return Ddr5Replay(len(s), clusters, acts, reads, r.cycles)
 
 
 # -- one configuration --------------------------------------------------------------------------
@@ -302,8 +302,8 @@ class Config:
     devices: int
     rtl: list[DeviceRun] = field(default_factory=list)
     model: list[DeviceRun] = field(default_factory=list)
-    replays: list[Replay | None] = field(default_factory=list)
-    serial_replay: Replay | None = None
+    replays: list[Ddr5Replay | None] = field(default_factory=list)
+    serial_replay: Ddr5Replay | None = None
     """Device 0's stream with its descriptors one after another, for comparison."""
     jobs: list[list[ShardJob]] = field(default_factory=list, repr=False)
 

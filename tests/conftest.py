@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(session, config, items):
 @pytest.fixture
 def fuzz_quiet():
     """A fuzz test's inputs without the log lines every refused input writes."""
-    from nelssa.emu.fuzz.targets import quiet
+    from tests.fuzz.targets import quiet
 
     with quiet():
         yield
@@ -34,6 +34,6 @@ def fuzz_quiet():
 def rtl_built():
     """The Verilated device built before a fuzzer's first input (its deadline is not a
     build's)."""
-    from nelssa.emu.fuzz.bench import build_rtl
+    from tests.fuzz.bench import build_rtl
 
     build_rtl()

@@ -152,9 +152,9 @@ def test_node_front_and_back_door_agree(tmp_path):
 def test_file_memory_reads_and_counts_as_the_sparse_memory(tmp_path):
     """`device serve --memory-file`: device memory in a sparse file holds what the pages
     hold, line counts and written lines included; closing removes the file."""
-    from nelssa.hw.model.sparse_memory import FileMemory
+    from nelssa.hw.model.sparse_memory import SparseFileMemory
 
-    ram, disk = SparseMemory(1 << 30), FileMemory(1 << 30, tmp_path / "dev.mem")
+    ram, disk = SparseMemory(1 << 30), SparseFileMemory(1 << 30, tmp_path / "dev.mem")
     rng = np.random.default_rng(1)
     for mem in (ram, disk):
         mem.write(PAGE_BYTES - 3, b"abcdefg")
@@ -168,7 +168,7 @@ def test_file_memory_reads_and_counts_as_the_sparse_memory(tmp_path):
     assert disk.line_count == ram.line_count and disk.written() == ram.written()
     assert disk.image() == ram.image() and disk.bytes_held == ram.bytes_held
     with pytest.raises(FileExistsError):
-        FileMemory(1 << 30, tmp_path / "dev.mem")
+        SparseFileMemory(1 << 30, tmp_path / "dev.mem")
     disk.close()
     assert not (tmp_path / "dev.mem").exists()
     with pytest.raises(ValueError, match="closed"):

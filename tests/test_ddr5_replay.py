@@ -5,9 +5,6 @@ bunched, refresh on and off; the estimate's fallback where it cannot be built.""
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -20,9 +17,6 @@ from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_patterns import PATTERN_KINDS, generated_pattern
 from nelssa.hw.model.ddr5_subchannel import SubchannelModel, requests_from_lines
 from nelssa.hw.model.ddr5_timing import PRESETS
-
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None or bool(os.environ.get(
-    "NELSSA_NO_REPLAY")), reason="needs g++ (and NELSSA_NO_REPLAY unset)")
 
 
 def test_the_replay_builds_from_its_source(tmp_path, monkeypatch):

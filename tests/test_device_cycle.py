@@ -7,9 +7,6 @@ the whole to the RTL."""
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import numpy as np
 import pytest
 
@@ -17,15 +14,12 @@ from nelssa.driver import cxl
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.memory import MemoryApi
-from nelssa.hw.model import device_cycle, fp
+from nelssa.hw.model import fp
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
 from nelssa.hw.model.device_cycle import CycleSchedule, CycleTiming, replay
 from nelssa.hw.model.device_timing import Refresh, Schedule, UnitTiming
 from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload
-
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None or bool(os.environ.get(
-    "NELSSA_NO_REPLAY")), reason="needs g++ (and NELSSA_NO_REPLAY unset)")
 
 PERIOD = Refresh.of(PRESETS[DeviceConfig().preset], UnitTiming()).period
 
@@ -37,15 +31,36 @@ def _workload(seed: int, traffic: int | None = None) -> TimingWorkload:
     return w
 
 
-def test_the_model_device_runs_on_the_cycle_model(monkeypatch):
+def test_the_model_device_runs_on_the_timer_its_config_names():
+    assert DeviceConfig().timer == "cycle"
     assert isinstance(ModelDevice().schedule, CycleSchedule)
     assert isinstance(ModelDevice(DeviceConfig(engines=6)).schedule, CycleSchedule)
-    # more units than the RTL's front end has ports for: the fluid schedule
+    # more units than the RTL's front end has ports for: the fluid timer, unless named
+    assert DeviceConfig(engines=8).timer == "fluid"
     assert isinstance(ModelDevice(DeviceConfig(engines=8)).schedule, Schedule)
+    with pytest.raises(ValueError, match=r"the cycle timer times 1\.\.6 units, not 8"):
+        DeviceConfig(engines=8, timer="cycle")
     with pytest.raises(ValueError, match=r"1\.\.6 units, not 8"):
         CycleSchedule(ModelDevice().geometry, 8)
-    monkeypatch.setenv("NELSSA_FLUID_TIMING", "1")
-    assert isinstance(ModelDevice().schedule, Schedule)
+    assert isinstance(ModelDevice(DeviceConfig(timer="fluid")).schedule, Schedule)
+    with pytest.raises(ValueError, match=r"timer 'exact' is unknown; known: cycle, fluid"):
+        DeviceConfig(timer="exact")
+
+
+def test_a_missing_compiler_is_named_not_worked_around(monkeypatch, tmp_path):
+    """g++ is required: without it the model device is not made, and the error names it."""
+    from nelssa.hw.model import ddr5_replay
+
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    monkeypatch.setenv("NELSSA_BUILD_CACHE", str(tmp_path))
+    ddr5_replay._library.cache_clear()
+    try:
+        for timer in ("cycle", "fluid"):
+            with pytest.raises(RuntimeError, match=r"needs the compiled DDR5 cycle model: no "
+                                                   r"C\+\+ compiler: no-such-compiler-here"):
+                ModelDevice(DeviceConfig(timer=timer))
+    finally:
+        ddr5_replay._library.cache_clear()
 
 
 @pytest.mark.parametrize("seed, traffic", [(105, 1 << 18), (3, 0)])
@@ -135,4 +150,3 @@ def test_cycle_timing_loads_the_calibration():
     t = CycleTiming.load()
     assert set(t.as_dict()) == {f for f in CycleTiming.__dataclass_fields__}
     assert all(v >= 0 for v in t.as_dict().values())
-    assert device_cycle.use_cycle_model()

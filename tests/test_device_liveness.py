@@ -51,6 +51,10 @@ class SlowPort(DevicePort):
     def cycle(self) -> int:
         return self.inner.cycle
 
+    @property
+    def clock_hz(self) -> int:
+        return self.inner.clock_hz
+
 
 def _serve(tmp_path: Path, port: SlowPort) -> Iterator[str]:
     endpoint = f"ipc://{tmp_path}/slow"

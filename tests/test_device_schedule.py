@@ -122,18 +122,18 @@ def test_clusters_wait_at_full_load(load, done):
     assert s.finish_times()[0] == pytest.approx(done)
 
 
-def test_the_model_device_meets_refresh_by_its_own_clock(monkeypatch):
+def test_the_model_device_meets_refresh_by_its_own_clock():
     """The same batch from reset gives the same cycles; rung in at other phases of the
     refresh period it meets other windows, a window more or less (hw/model/timing_workloads).
-    The fluid schedule's, where no compiler builds the cycle model."""
+    The fluid timer's (the cycle model's: tests/test_device_cycle.py)."""
     from nelssa.hw.model.timing_workloads import TimingWorkload, run_workload
 
-    monkeypatch.setenv("NELSSA_FLUID_TIMING", "1")
+    fluid = DeviceConfig(timer="fluid")
     w = TimingWorkload.draw(3, min_selected=8)
-    first = run_workload(ModelDevice(), w)
-    assert run_workload(ModelDevice(), w) == first
+    first = run_workload(ModelDevice(fluid), w)
+    assert run_workload(ModelDevice(fluid), w) == first
     stall = Refresh.of(PRESETS[DeviceConfig().preset], UnitTiming.load()).stall
-    cycles = {run_workload(ModelDevice(), w, start_at=first["started"] + k * 300)["cycles"]
+    cycles = {run_workload(ModelDevice(fluid), w, start_at=first["started"] + k * 300)["cycles"]
               for k in range(10)}
     assert len(cycles) > 1
     assert max(cycles) - min(cycles) <= stall + 10

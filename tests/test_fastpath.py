@@ -17,7 +17,7 @@ from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.replay import replay
 from nelssa.emu.serving.sim import ServingSim
-from nelssa.emu.serving.workload import Request, growing, poisson
+from nelssa.emu.serving.workload import TraceRequest, growing, poisson
 
 LM = LatencyModel(
     GpuHw("g", hbm_gbs=1000.0, memory_gb=18.2, bf16_tflops=500.0),
@@ -26,7 +26,7 @@ LM = LatencyModel(
             max_context=1 << 20))
 
 
-def _mixed(n: int, seed: int) -> list[Request]:
+def _mixed(n: int, seed: int) -> list[TraceRequest]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -35,7 +35,7 @@ def _mixed(n: int, seed: int) -> list[Request]:
     for i in range(n):
         inp = int(rng.integers(100, 1500))
         ids = shared[:int(rng.integers(0, 4))] + tuple(1000 + 50 * i + k for k in range(40))
-        out.append(Request(i, 0.0, inp, int(rng.integers(1, 600)), line=0,
+        out.append(TraceRequest(i, 0.0, inp, int(rng.integers(1, 600)), line=0,
                            hash_ids=ids[:-(-inp // 512)]))
     return poisson(out, 4.0, seed)
 
@@ -94,7 +94,7 @@ def test_a_prefill_cut_one_token_short_samples_its_first_token_in_the_next_step(
     for caching in (False, True):
         cfg = ServingConfig(mode="gpu", max_batched_tokens=64, max_running=8,
                             prefix_caching=caching)
-        reqs = [Request(0, 0.0, 65, 50, line=0, hash_ids=(1,))]
+        reqs = [TraceRequest(0, 0.0, 65, 50, line=0, hash_ids=(1,))]
         sim = ServingSim(LM, cfg)
         fast, slow = replay(sim, reqs), replay(sim, reqs, fast=False)
         (a,), (b,) = fast.results, slow.results

@@ -1,4 +1,4 @@
-"""Short runs of the port-message fuzzer (emu/fuzz/cxl_mem.py): CXL.mem and MMIO requests of
+"""Short runs of the port-message fuzzer (tests/fuzz/cxl_mem.py): CXL.mem and MMIO requests of
 any channel, opcode, tag, address, byte enables and length, on ``model`` and on ``rtl``."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 
 from nelssa.driver import cxl
-from nelssa.emu.fuzz import cxl_mem
-from nelssa.emu.fuzz.oracle import Kind, explain
-from nelssa.emu.fuzz.targets import short_settings
+from tests.fuzz import cxl_mem
+from tests.fuzz.oracle import Kind, explain
+from tests.fuzz.targets import short_settings
 
 pytestmark = pytest.mark.usefixtures("fuzz_quiet")
 

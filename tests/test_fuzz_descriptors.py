@@ -1,4 +1,4 @@
-"""Short runs of the descriptor and register fuzzers (emu/fuzz/): raw ring entries, cluster
+"""Short runs of the descriptor and register fuzzers (tests/fuzz/): raw ring entries, cluster
 directories, id lists and register sequences past the driver, on ``model`` and on ``rtl``
 against the reference and the model. scripts/fuzz.py runs them long."""
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 
 from nelssa.driver.formats import DescStatus
-from nelssa.emu.fuzz import descriptors, registers
-from nelssa.emu.fuzz.oracle import Kind, explain
-from nelssa.emu.fuzz.targets import short_settings
+from tests.fuzz import descriptors, registers
+from tests.fuzz.oracle import Kind, explain
+from tests.fuzz.targets import short_settings
 
 pytestmark = pytest.mark.usefixtures("fuzz_quiet")
 
@@ -66,7 +66,7 @@ def test_the_case_is_clean_on_the_model() -> None:
 def test_a_line_only_the_rtl_wrote_is_caught(rtl_built) -> None:
     """On ``rtl`` the memory cannot be listed: the DPI store's line count against the model's
     is what finds a stray write."""
-    from nelssa.emu.fuzz.bench import Bench
+    from tests.fuzz.bench import Bench
 
     bench = Bench("rtl")
     try:

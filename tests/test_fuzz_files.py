@@ -1,13 +1,13 @@
-"""Short runs of the file fuzzers (emu/fuzz/files.py): traces through load_trace and a replay,
+"""Short runs of the file fuzzers (tests/fuzz/files.py): traces through load_trace and a replay,
 hardware descriptions through HardwareCatalog.load and the latency model."""
 
 from __future__ import annotations
 
 from hypothesis import given
 
-from nelssa.emu.fuzz import files
-from nelssa.emu.fuzz.oracle import Kind, explain
-from nelssa.emu.fuzz.targets import short_settings
+from tests.fuzz import files
+from tests.fuzz.oracle import Kind, explain
+from tests.fuzz.targets import short_settings
 
 
 @short_settings(100)

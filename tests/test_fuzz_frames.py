@@ -1,4 +1,4 @@
-"""Short run of the link-frame fuzzer (emu/fuzz/frames.py) against a real LinkServer: damaged
+"""Short run of the link-frame fuzzer (tests/fuzz/frames.py) against a real LinkServer: damaged
 and well-formed frames of every kind, duplicates, gaps, floors, far-future times."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from nelssa.emu.fuzz import frames
-from nelssa.emu.fuzz.oracle import Kind, explain
-from nelssa.emu.fuzz.targets import quiet, short_settings
 from nelssa.emu.link.frame import FrameKind
+from tests.fuzz import frames
+from tests.fuzz.oracle import Kind, explain
+from tests.fuzz.targets import quiet, short_settings
 
 
 @pytest.fixture(scope="module")

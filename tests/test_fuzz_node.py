@@ -1,4 +1,4 @@
-"""Short run of the node-request fuzzer (emu/fuzz/node.py) against a real node (`nelssa node
+"""Short run of the node-request fuzzer (tests/fuzz/node.py) against a real node (`nelssa node
 up --backend model`, two device processes): an owner's session, a stranger on another
 connection, spoiled payloads, far-future times, unknown operations."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from nelssa.emu.fuzz import node
-from nelssa.emu.fuzz.oracle import explain
-from nelssa.emu.fuzz.targets import quiet, short_settings
 from nelssa.host.pnm_node.protocol import NodeOp
+from tests.fuzz import node
+from tests.fuzz.oracle import explain
+from tests.fuzz.targets import quiet, short_settings
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Short run of the device-call fuzzer (emu/fuzz/rpc.py) against a real `nelssa device serve`
+"""Short run of the device-call fuzzer (tests/fuzz/rpc.py) against a real `nelssa device serve`
 process, held to a model device in this process that gets the same accepted calls."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 
 from nelssa.driver.remote import RpcOp
-from nelssa.emu.fuzz import rpc
-from nelssa.emu.fuzz.oracle import Kind, explain
-from nelssa.emu.fuzz.targets import quiet, short_settings
+from tests.fuzz import rpc
+from tests.fuzz.oracle import Kind, explain
+from tests.fuzz.targets import quiet, short_settings
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from nelssa.emu.latency.model import LatencyModel, Sparsity
 from nelssa.emu.serving.metrics import summarize
 from nelssa.emu.serving.sim import CapacityError, ServingConfig, ServingSim
 from nelssa.emu.serving.workload import (
-    Request,
     TraceError,
+    TraceRequest,
     inject_burst,
     load_trace,
     long_fraction_mix,
@@ -163,7 +163,7 @@ def test_bad_hash_ids_are_named_when_prefix_caching_needs_them(tmp_path: Path, b
 
 
 def test_workload_tools() -> None:
-    base = [Request(i, 0.0, 100 if i % 4 else 50_000, 10) for i in range(40)]
+    base = [TraceRequest(i, 0.0, 100 if i % 4 else 50_000, 10) for i in range(40)]
     p = poisson(base, 2.0, seed=1)
     assert [r.rid for r in p] == list(range(40)) and p[0].arrival_s == 0.0
     assert all(b.arrival_s >= a.arrival_s for a, b in itertools.pairwise(p))
@@ -183,13 +183,13 @@ def _small_gpu() -> LatencyModel:
     return LatencyModel(gpu, PNM, model)
 
 
-def _reqs(n: int, seed: int = 0) -> list[Request]:
+def _reqs(n: int, seed: int = 0) -> list[TraceRequest]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
     lens = rng.integers(200, 2500, n)
     outs = rng.integers(20, 300, n)
-    return poisson([Request(i, 0.0, int(a), int(b)) for i, (a, b) in
+    return poisson([TraceRequest(i, 0.0, int(a), int(b)) for i, (a, b) in
                     enumerate(zip(lens, outs, strict=True))], 50.0, seed)
 
 
@@ -227,7 +227,7 @@ def test_nelssa_routes_by_threshold_and_relieves_the_gpu() -> None:
 
 def test_a_request_no_tier_holds_is_named() -> None:
     lm = _small_gpu()
-    huge = [Request(0, 0.0, 100, 10, line=1), Request(1, 1.0, 20_000, 10, line=2)]
+    huge = [TraceRequest(0, 0.0, 100, 10, line=1), TraceRequest(1, 1.0, 20_000, 10, line=2)]
     with pytest.raises(CapacityError, match="trace line 2: 20010 tokens exceed the GPU's KV"):
         ServingSim(lm, ServingConfig(mode="gpu", prefix_caching=False)).run(huge)
     # on the PNM tier it decodes, but a colocated prefill holds its whole prompt's KV on the GPU
@@ -259,8 +259,8 @@ def test_disaggregated_prefill_feeds_decode_with_kv() -> None:
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
 def test_the_newest_request_is_preempted(preemption: str) -> None:
     lm = _small_gpu()  # 381 blocks of 16 tokens
-    a = Request(0, 0.0, 2000, 3000)
-    b = Request(1, 0.001, 2000, 3000)  # admitted second: the newest
+    a = TraceRequest(0, 0.0, 2000, 3000)
+    b = TraceRequest(1, 0.001, 2000, 3000)  # admitted second: the newest
     sim = ServingSim(lm, ServingConfig(mode="gpu", preemption=preemption))
     assert sim.gpu_blocks == 381
     run = sim.run([a, b])
@@ -301,8 +301,8 @@ def test_a_recomputed_request_holds_only_the_tokens_it_has() -> None:
     the rebuilt prefill, once more on top), so the request asked for blocks it did not need and
     preempted itself again."""
     lm = _small_gpu()  # 381 blocks = 6,096 tokens
-    a = Request(0, 0.0, 1000, 3500)
-    b = Request(1, 0.001, 1000, 3500)
+    a = TraceRequest(0, 0.0, 1000, 3500)
+    b = TraceRequest(1, 0.001, 1000, 3500)
     run = ServingSim(lm, ServingConfig(mode="gpu")).run([a, b])
     by = {r.rid: r for r in run.results}
     # B gives way once, when both together outgrow the cache (about 3,048 tokens each); back

@@ -7,8 +7,6 @@ modules DESIGN.md leaves open:
 - ``emu/launcher`` (process start-up, endpoint and socket-file checks) uses only the standard
   library and knows nothing of devices or LLMs, like the transport: rank 1, beside ``emu/link``,
   so the PNM node (rank 5) may start and check its endpoints with it.
-- ``emu/fuzz`` drives the whole stack (driver, devices, node, serving) to attack it, as the
-  scripts do: rank 7, at the top; nothing in the library may import it.
 
 ``host/gpu`` ranks just above ``host/pnm_node``: it is a client of the node, never the reverse.
 A module that no rank names fails the test, so a new folder must be placed before it is used.
@@ -32,7 +30,6 @@ RANKS: dict[str, float] = {
     "nelssa.emu.latency": 4, "nelssa.emu.policy": 4,
     "nelssa.host.pnm_node": 5, "nelssa.host.gpu": 5.5,
     "nelssa.emu.serving": 6,
-    "nelssa.emu.fuzz": 7,
 }
 """Rank of each package prefix, bottom (1) to top; longest prefix wins."""
 TOP = 7
@@ -130,6 +127,21 @@ def violations(root: Path, ranks: dict[str, float] = RANKS) -> list[Violation]:
 def test_no_import_runs_upward():
     found = violations(ROOT)
     assert not found, "imports against DESIGN.md's layering:\n" + "\n".join(map(str, found))
+
+
+def test_the_package_imports_no_test_helpers():
+    """The fuzzers (tests/fuzz) and other helpers of the tests are not installed: no module of
+    the distribution may import them."""
+    found = []
+    for name, path in modules(package_dirs(ROOT)).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            found += [f"{name}:{node.lineno}: {n}" for n in names
+                      if n == "tests" or n.startswith("tests.")]
+    assert not found, found
+    assert not any(n.startswith("nelssa.emu.fuzz") for n in modules(package_dirs(ROOT)))
 
 
 def test_every_package_folder_is_seen():

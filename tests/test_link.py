@@ -46,9 +46,9 @@ from nelssa.emu.link.transport import (
     LinkTimeoutError,
     RemoteError,
     Reply,
-    Request,
     RetryPolicy,
     ServiceError,
+    ServiceRequest,
 )
 
 FRAME = Frame(FrameKind.REQUEST, 6, 7, 0, 1_500_000, b"\x01\x02\x03")
@@ -193,7 +193,7 @@ def test_binding_beyond_loopback_needs_curve() -> None:
         sock.close()
 
 
-def _echo(request: Request) -> Reply:
+def _echo(request: ServiceRequest) -> Reply:
     if request.op == 9:
         raise ServiceError(150, f"op 9 refused ({len(request.payload)} bytes)")
     if request.op == 8:

@@ -25,7 +25,7 @@ from nelssa.emu.link.transport import (
     LinkServer,
     RemoteError,
     Reply,
-    Request,
+    ServiceRequest,
 )
 
 SPEC = link_preset("roce-400g")
@@ -44,7 +44,7 @@ class Slow:
         self.server: LinkServer | None = None
         self.deepest = 0
 
-    def __call__(self, request: Request) -> Reply:
+    def __call__(self, request: ServiceRequest) -> Reply:
         assert self.server is not None
         self.deepest = max(self.deepest, self.server.queued)
         time.sleep(SERVICE_S)

@@ -36,8 +36,8 @@ from nelssa.emu.link.transport import (
     LinkLimits,
     LinkServer,
     Reply,
-    Request,
     RetryPolicy,
+    ServiceRequest,
 )
 from nelssa.hw.model.device import ModelDevice
 
@@ -53,7 +53,7 @@ class Chain:
         self.state = b""
         self.ran: list[bytes] = []
 
-    def __call__(self, request: Request) -> Reply:
+    def __call__(self, request: ServiceRequest) -> Reply:
         self.ran.append(request.payload)
         self.state = hashlib.sha256(self.state + request.payload).digest()
         return Reply(request.op, self.state, request.arrive_ps + 1000)

@@ -255,11 +255,11 @@ def test_an_adaptive_run_checks_every_tier_a_request_may_fall_on() -> None:
     import pytest as _pytest
 
     from nelssa.emu.serving.sim import CapacityError
-    from nelssa.emu.serving.workload import Request
+    from nelssa.emu.serving.workload import TraceRequest
 
     small_gpu = {"gpu_mem_util": 0.19, "prefill": "disaggregated", "prefix_caching": False}
     static = _sim(**small_gpu)
-    big = Request(0, 0.0, static.router.t_input * 2, 4, line=7)  # PNM-tier, beyond the GPU
+    big = TraceRequest(0, 0.0, static.router.t_input * 2, 4, line=7)  # PNM-tier, beyond the GPU
     assert static.tiers(big) == {static.tier(big)}
     static.run([big])  # placed on the PNM tier: it runs
     adaptive = _sim(adaptive=True, **small_gpu)

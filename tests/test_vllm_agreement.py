@@ -15,7 +15,7 @@ from nelssa.emu.serving.agreement import GOALS, compare, latency_model, regimes
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
 from nelssa.emu.serving.sim import ServingSim
 from nelssa.emu.serving.vllm_env import run_many_in_vllm_env
-from nelssa.emu.serving.workload import Request
+from nelssa.emu.serving.workload import TraceRequest
 
 TRACE = Path(__file__).resolve().parent / "data/mooncake_conversation_head.jsonl"
 
@@ -39,17 +39,17 @@ def test_hand_made_replay_is_identical_through_both() -> None:
     lm = latency_model()
     lm = replace(lm, gpu=replace(lm.gpu, memory_gb=18.5))  # 0.59 GB of KV: about 4,500 tokens
     shared = tuple(range(8))
-    reqs = [Request(i, 0.01 * i, 600 + 97 * i, 40 + 13 * (i % 7), line=i + 1,
+    reqs = [TraceRequest(i, 0.01 * i, 600 + 97 * i, 40 + 13 * (i % 7), line=i + 1,
                     hash_ids=shared[:2] + (100 + i,) * 6 if i % 2 else shared)
             for i in range(24)]
-    reqs.append(Request(24, 0.05, 3000, 30, line=25, hash_ids=(7,) * 6))
+    reqs.append(TraceRequest(24, 0.05, 3000, 30, line=25, hash_ids=(7,) * 6))
     cfg = ServingConfig(mode="nelssa", t_input=2900, devices=1)
     ours = ServingSim(lm, cfg).run(reqs)
     # and a prefill cut one token short by the budget: its next step samples the first token
     cut = ServingConfig(mode="gpu", max_batched_tokens=256, max_running=8)
-    lone = [Request(0, 0.0, 257, 40, line=1, hash_ids=(1,))]
+    lone = [TraceRequest(0, 0.0, 257, 40, line=1, hash_ids=(1,))]
     # and requests dropped past the TTFT SLO (shed_late) under a burst past the prefill rate
-    burst = [Request(i, 0.05 * i, 9000 + 1500 * (i % 5), 20, line=i + 1) for i in range(40)]
+    burst = [TraceRequest(i, 0.05 * i, 9000 + 1500 * (i % 5), 20, line=i + 1) for i in range(40)]
     shed = ServingConfig(mode="nelssa", t_input=12000, devices=1, shed_late=True,
                          prefix_caching=False)
     theirs, theirs_cut, theirs_shed = run_many_in_vllm_env([

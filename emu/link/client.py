@@ -125,7 +125,7 @@ class LinkClient:
     directions (LinkFaults); ``max_reply`` bounds a reply's payload (ZMQ_MAXMSGSIZE).
 
     The connection names itself with ``routing_id`` (default: ``new_routing_id``), the id the
-    server knows it by (``Request.peer``: what a node binds its sessions to). ZeroMQ would
+    server knows it by (``ServiceRequest.peer``: what a node binds its sessions to). ZeroMQ would
     otherwise make one up for each TCP or IPC connection, so a DEALER that reconnects after
     the connection dropped would come back a stranger; with its own id it keeps its sequence
     state and its sessions. The id is a secret shared with the server alone: the server's

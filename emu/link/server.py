@@ -41,8 +41,8 @@ from nelssa.emu.link.service import (
     WINDOW,
     ZERO_COPY_BYTES,
     Reply,
-    Request,
     ServiceError,
+    ServiceRequest,
     bound_socket,
 )
 
@@ -119,7 +119,8 @@ class LinkServer:
     """Serve ``handler`` at ``endpoint``; one request at a time, each client's in sequence
     order. ``faults`` are injected at this end, both directions (LinkFaults)."""
 
-    def __init__(self, endpoint: str, handler: Callable[[Request], Reply | None], spec: LinkSpec,
+    def __init__(self, endpoint: str, handler: Callable[[ServiceRequest], Reply | None],
+                 spec: LinkSpec,
                  curve: CurveServerKeys | None = None, context: zmq.Context | None = None,
                  limits: LinkLimits | None = None, faults: LinkFaults | None = None,
                  admission_group: Callable[[bytes], bytes] | None = None,
@@ -444,7 +445,7 @@ class LinkServer:
         # refused request changes nothing, the link's queue included
         nbytes = HEADER_BYTES + len(frame.payload)
         arrive, busy = peer.inbound.arrival(frame.emu_time_ps + self._delay_ps, nbytes)
-        request = Request(frame.op, frame.payload, arrive, frame.emu_time_ps, peer_id)
+        request = ServiceRequest(frame.op, frame.payload, arrive, frame.emu_time_ps, peer_id)
         stamp = min(arrive, MAX_EMU_TIME_PS)
         try:
             reply = self.handler(request)

@@ -52,7 +52,7 @@ def bound_socket(sock: zmq.Socket, max_part: int | None, receive_queue: int | No
 
 
 @dataclass(frozen=True)
-class Request:
+class ServiceRequest:
     """A request as a handler sees it."""
 
     op: int

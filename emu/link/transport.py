@@ -26,12 +26,22 @@ from nelssa.emu.link.service import (
     RemoteError,
     Reply,
     ReplyInfo,
-    Request,
     ServiceError,
+    ServiceRequest,
 )
 
 __all__ = [
-    "WINDOW", "ZERO_COPY_BYTES", "LinkClient", "LinkLimits", "LinkServer", "LinkTimeoutError",
-    "PendingReply", "RemoteError", "Reply", "ReplyInfo", "Request", "RetryPolicy",
+    "WINDOW",
+    "ZERO_COPY_BYTES",
+    "LinkClient",
+    "LinkLimits",
+    "LinkServer",
+    "LinkTimeoutError",
+    "PendingReply",
+    "RemoteError",
+    "Reply",
+    "ReplyInfo",
+    "RetryPolicy",
     "ServiceError",
+    "ServiceRequest",
 ]

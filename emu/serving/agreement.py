@@ -19,7 +19,7 @@ from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
 from nelssa.emu.serving.metrics import summarize
 from nelssa.emu.serving.sim import ServingSim
-from nelssa.emu.serving.workload import Request, growing, load_trace, poisson
+from nelssa.emu.serving.workload import TraceRequest, growing, load_trace, poisson
 
 GOALS = {"decode_tps": 0.02, "tpot_p50": 0.05, "tpot_p99": 0.05, "preemptions": 0.10,
          "steps": 0.01}
@@ -31,7 +31,7 @@ class Regime:
     name: str
     what: str
     config: ServingConfig
-    requests: tuple[Request, ...]
+    requests: tuple[TraceRequest, ...]
 
 
 def latency_model(gpu: str = DEFAULT_GPU) -> LatencyModel:

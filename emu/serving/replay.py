@@ -39,7 +39,7 @@ from nelssa.emu.policy.v1_scheduler import V1Scheduler
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.results import RequestResult, RunResult, Sample
-from nelssa.emu.serving.workload import Request
+from nelssa.emu.serving.workload import TraceRequest
 
 if TYPE_CHECKING:
     from nelssa.emu.serving.sim import ServingSim
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class _Req:
-    req: Request
+    req: TraceRequest
     tier: Tier
     generated: int = 0
     first_token_s: float | None = None
@@ -83,7 +83,7 @@ def make_replay_scheduler(sim: ServingSim, aggregate: bool = True) -> JobSchedul
 class Replay:
     """One run of ``requests`` through ``sim``'s configuration."""
 
-    def __init__(self, sim: ServingSim, requests: list[Request], fast: bool = True) -> None:
+    def __init__(self, sim: ServingSim, requests: list[TraceRequest], fast: bool = True) -> None:
         self.sim, self.cfg, self.cost = sim, sim.cfg, sim.cost
         self.sched = make_replay_scheduler(sim, aggregate=fast)
         self.out = RunResult(self.cfg, sim.t_input, gpu_blocks=sim.gpu_blocks,
@@ -143,7 +143,7 @@ class Replay:
         self.sched.add(job_spec(jid, r.rid, kind, prompt, r.output_len - rq.generated,
                                 r.hash_ids), front=front)
 
-    def _arrive(self, t: float, r: Request) -> None:
+    def _arrive(self, t: float, r: TraceRequest) -> None:
         tier = self.router.tier(r.input_len)
         rq = _Req(r, tier)
         self.live.append(rq)
@@ -486,7 +486,7 @@ class Replay:
         return out
 
 
-def replay(sim: ServingSim, requests: list[Request],
+def replay(sim: ServingSim, requests: list[TraceRequest],
            progress: Callable[[float], None] | None = None, fast: bool = True) -> RunResult:
     """Run the replay; ``fast=False`` steps our scheduler one step at a time and takes every
     job of a step through its general pass (the reference the fast paths are held to)."""
@@ -499,7 +499,7 @@ def replay(sim: ServingSim, requests: list[Request],
 
 
 # -- the replay as JSON, for the vLLM environment's process ------------------------------------
-def job_to_json(sim: ServingSim, requests: list[Request]) -> dict[str, Any]:
+def job_to_json(sim: ServingSim, requests: list[TraceRequest]) -> dict[str, Any]:
     lm = sim.lm
     cfg = {f.name: getattr(sim.cfg, f.name) for f in fields(sim.cfg)}
     cfg["scheduler"] = sim.cfg.scheduler.value
@@ -511,7 +511,7 @@ def job_to_json(sim: ServingSim, requests: list[Request]) -> dict[str, Any]:
                          for r in requests]}
 
 
-def job_from_json(job: dict[str, Any]) -> tuple[ServingSim, list[Request]]:
+def job_from_json(job: dict[str, Any]) -> tuple[ServingSim, list[TraceRequest]]:
     from nelssa.emu.latency.hardware import GpuHw, LinkHw, ModelHw, PnmHw
     from nelssa.emu.latency.model import LatencyModel, Sparsity
     from nelssa.emu.serving.config import SchedulerKind, ServingConfig
@@ -522,6 +522,6 @@ def job_from_json(job: dict[str, Any]) -> tuple[ServingSim, list[Request]]:
                       LinkHw(**job["link"]) if job["link"] else None)
     cfg = ServingConfig(**{**job["config"],
                            "scheduler": SchedulerKind(job["config"]["scheduler"])})
-    reqs = [Request(rid, t, i, o, line, tuple(h) if h is not None else None)
+    reqs = [TraceRequest(rid, t, i, o, line, tuple(h) if h is not None else None)
             for rid, t, i, o, line, h in job["requests"]]
     return ServingSim(lm, cfg), reqs

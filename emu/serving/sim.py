@@ -21,7 +21,7 @@ from nelssa.emu.policy.router import Router
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
 from nelssa.emu.serving.cost import Chunk, CostModel, Tier
 from nelssa.emu.serving.results import RequestResult, RunResult, Sample
-from nelssa.emu.serving.workload import Request
+from nelssa.emu.serving.workload import TraceRequest
 
 __all__ = ["CapacityError", "RequestResult", "RunResult", "Sample", "SchedulerKind",
            "ServingConfig", "ServingSim"]
@@ -53,13 +53,13 @@ class ServingSim:
         self.cost = CostModel(latency, config.devices, config.window_tokens, config.pcie_gbs,
                               config.link_gbs)
 
-    def tier(self, r: Request) -> Tier:
+    def tier(self, r: TraceRequest) -> Tier:
         return self.router.tier(r.input_len)
 
     def _blocks(self, tokens: int) -> int:
         return blocks_for(tokens, self.cfg.block_tokens)
 
-    def tiers(self, r: Request) -> set[Tier]:
+    def tiers(self, r: TraceRequest) -> set[Tier]:
         """Where ``r`` may be placed: its tier, or with ``adaptive`` routing either tier its
         prompt may fall on within the threshold's bounds."""
         if not self.cfg.adaptive or self.router.t_input is None:
@@ -67,13 +67,13 @@ class ServingSim:
         a = AdaptiveThreshold(self.router.t_input)
         return {Router(t).tier(r.input_len) for t in (a.lo, a.hi)}
 
-    def check(self, requests: list[Request]) -> None:
+    def check(self, requests: list[TraceRequest]) -> None:
         """Refuse, by trace line, a request no tier could ever hold."""
         for r in requests:
             for tier in self.tiers(r):
                 self._check(r, tier)
 
-    def _check(self, r: Request, tier: Tier) -> None:
+    def _check(self, r: TraceRequest, tier: Tier) -> None:
         colocated = self.cfg.prefill == "colocated"
         total = r.input_len + r.output_len
         where = f"trace line {r.line}" if r.line else f"request {r.rid}"
@@ -95,7 +95,7 @@ class ServingSim:
                 f"more than its {self.gpu_blocks * self.cfg.block_tokens} tokens"
                 " (prefill it on separate GPUs: --prefill disaggregated)")
 
-    def run(self, requests: list[Request],
+    def run(self, requests: list[TraceRequest],
             progress: Callable[[float], None] | None = None) -> RunResult:
         self.check(requests)
         if self.cfg.prefix_caching:
@@ -120,7 +120,7 @@ class ServingSim:
     def max_batch(self, context: int) -> int:
         """Most requests of ``context`` tokens that can decode together (memory and
         ``max_running``); 0 if not even one fits."""
-        if self.tier(Request(0, 0.0, context, 1)) is Tier.GPU:
+        if self.tier(TraceRequest(0, 0.0, context, 1)) is Tier.GPU:
             fit = self.gpu_blocks // self._blocks(context + 1)
         else:
             per_gpu = self._blocks(self.cost.pnm_resident_tokens(context) + 1)
@@ -129,6 +129,6 @@ class ServingSim:
 
     def steady_decode(self, context: int, batch: int) -> float:
         """Seconds of one decode step of ``batch`` requests at ``context`` tokens each."""
-        if self.tier(Request(0, 0.0, context, 1)) is Tier.GPU:
+        if self.tier(TraceRequest(0, 0.0, context, 1)) is Tier.GPU:
             return self.cost.step_s(batch * context, [], [Chunk(context - 1, 1)] * batch)
         return self.cost.step_s(0, [context] * batch, [])

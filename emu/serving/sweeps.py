@@ -15,7 +15,7 @@ from nelssa.emu.policy.slo import MLPERF_SLO, Slo
 from nelssa.emu.serving.metrics import goodput, summarize
 from nelssa.emu.serving.replay import JobKind, Replay
 from nelssa.emu.serving.sim import RunResult, ServingConfig, ServingSim
-from nelssa.emu.serving.workload import Request, long_fraction_mix, poisson
+from nelssa.emu.serving.workload import TraceRequest, long_fraction_mix, poisson
 
 CONTEXTS = (131072, 262144, 524288, 1048576)
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -42,7 +42,7 @@ def context_batch(models: dict[str, LatencyModel], config: ServingConfig
     return out
 
 
-def long_fraction(lm: LatencyModel, trace: list[Request], config: ServingConfig, rate: float,
+def long_fraction(lm: LatencyModel, trace: list[TraceRequest], config: ServingConfig, rate: float,
                   count: int, threshold: int, seed: int = 0) -> dict[float, dict[str, float]]:
     """Throughput and P99 TPOT of both modes against the share of requests >= threshold."""
     out = {}
@@ -124,7 +124,7 @@ MODES: dict[str, dict[str, Any]] = {"static": {}, "adaptive": {"adaptive": True}
 """The runs of ``static_vs_adaptive``: name and what its configuration changes."""
 
 
-def static_vs_adaptive(lm: LatencyModel, requests: list[Request], config: ServingConfig,
+def static_vs_adaptive(lm: LatencyModel, requests: list[TraceRequest], config: ServingConfig,
                        slo: Slo = MLPERF_SLO, modes: dict[str, dict[str, Any]] | None = None
                        ) -> dict[str, dict[str, Any]]:
     """The same requests with the static threshold and the adaptive one (``config`` otherwise;
@@ -146,7 +146,7 @@ def static_vs_adaptive(lm: LatencyModel, requests: list[Request], config: Servin
 class _Watched(Replay):
     """A replay that keeps each step's cost with its make-up (one step at a time)."""
 
-    def __init__(self, sim: ServingSim, requests: list[Request]) -> None:
+    def __init__(self, sim: ServingSim, requests: list[TraceRequest]) -> None:
         super().__init__(sim, requests, fast=False)
         self.steps: list[tuple[float, bool, float, float]] = []
         """Per step: its time, whether it carries a prefill chunk, the PNM tier's part (its
@@ -169,7 +169,8 @@ class _Watched(Replay):
         return t
 
 
-def step_makeup(lm: LatencyModel, reqs: list[Request], config: ServingConfig) -> dict[str, float]:
+def step_makeup(lm: LatencyModel, reqs: list[TraceRequest],
+                config: ServingConfig) -> dict[str, float]:
     """What the steps of a run of ``config`` (NELSSA) are made of, costed one at a time: the
     P50 step (ms), the share of the run's step time in steps carrying a prefill chunk, and the
     P50 of the PNM tier's part (its attention and T_comm) and of the GPU's decode attention of

@@ -15,11 +15,11 @@ from nelssa.emu.serving.results import RunResult
 
 if TYPE_CHECKING:
     from nelssa.emu.serving.sim import ServingSim
-    from nelssa.emu.serving.workload import Request
+    from nelssa.emu.serving.workload import TraceRequest
 
 log = logging.getLogger(__name__)
 
-def run_in_vllm_env(sim: ServingSim, requests: list[Request],
+def run_in_vllm_env(sim: ServingSim, requests: list[TraceRequest],
                     progress: Callable[[float], None] | None = None) -> RunResult:
     (run,) = run_many_in_vllm_env([(sim, requests)])
     if progress is not None:
@@ -27,7 +27,7 @@ def run_in_vllm_env(sim: ServingSim, requests: list[Request],
     return run
 
 
-def run_many_in_vllm_env(replays: list[tuple[ServingSim, list[Request]]]) -> list[RunResult]:
+def run_many_in_vllm_env(replays: list[tuple[ServingSim, list[TraceRequest]]]) -> list[RunResult]:
     """Several replays in one process of the vLLM environment (its start takes seconds)."""
     from nelssa.emu.serving.replay import job_to_json
 

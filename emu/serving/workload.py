@@ -17,7 +17,7 @@ from nelssa.emu.policy.prefix import HASH_BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
-class Request:
+class TraceRequest:
     rid: int
     arrival_s: float
     input_len: int
@@ -67,7 +67,7 @@ def _hash_ids(obj: dict, inp: int, where: str) -> tuple[int, ...]:
 
 
 def _request(text: bytes, where: str, rid: int, line: int, last_ms: float,
-             hash_ids: bool) -> tuple[Request, float]:
+             hash_ids: bool) -> tuple[TraceRequest, float]:
     """One trace line, checked whole; with its timestamp in ms."""
     try:
         obj = load_json(text)
@@ -87,19 +87,19 @@ def _request(text: bytes, where: str, rid: int, line: int, last_ms: float,
     if ts < last_ms:
         raise TraceError(f"{where}: timestamp {obj['timestamp']} is before the previous line's "
                          f"{last_ms:g} (the trace must be sorted by time)")
-    return Request(rid, ts / 1000.0, int(inp), int(outp), line,
+    return TraceRequest(rid, ts / 1000.0, int(inp), int(outp), line,
                    _hash_ids(obj, int(inp), where) if hash_ids else None), ts
 
 
 def load_trace(path: str | Path, limit: int | None = None,
-               hash_ids: bool = False) -> list[Request]:
+               hash_ids: bool = False) -> list[TraceRequest]:
     """Read a trace; every line is checked and a bad one raises TraceError naming it. With
     ``hash_ids`` (prefix caching), each line's hash ids are read and checked too."""
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
                               or limit < 1):
         raise TraceError(f"limit must be an integer >= 1, got {limit!r}")
     p = Path(path)
-    out: list[Request] = []
+    out: list[TraceRequest] = []
     last = 0.0
     try:
         with p.open("rb") as f:
@@ -121,7 +121,7 @@ def load_trace(path: str | Path, limit: int | None = None,
     return out
 
 
-def poisson(requests: list[Request], rate: float, seed: int = 0) -> list[Request]:
+def poisson(requests: list[TraceRequest], rate: float, seed: int = 0) -> list[TraceRequest]:
     """The same requests in the same order, arriving as a Poisson process of ``rate``/s."""
     RATE.check(rate, "rate")
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(requests))
@@ -133,8 +133,8 @@ def poisson(requests: list[Request], rate: float, seed: int = 0) -> list[Request
     return [replace(r, arrival_s=float(t)) for r, t in zip(requests, times, strict=True)]
 
 
-def long_fraction_mix(requests: list[Request], fraction: float, threshold: int, count: int,
-                      seed: int = 0) -> list[Request]:
+def long_fraction_mix(requests: list[TraceRequest], fraction: float, threshold: int, count: int,
+                      seed: int = 0) -> list[TraceRequest]:
     """``count`` requests drawn from the trace so that ``fraction`` of them have inputs of at
     least ``threshold`` tokens (arrival times are left to ``poisson``)."""
     if not 0 <= fraction <= 1:
@@ -153,7 +153,7 @@ def long_fraction_mix(requests: list[Request], fraction: float, threshold: int, 
 
 
 def growing(count: int, input_lo: int, input_hi: int, output_ratio: float = 2.0,
-            seed: int = 0) -> list[Request]:
+            seed: int = 0) -> list[TraceRequest]:
     """Requests that start short and grow while decoding (reasoning, agents): inputs uniform in
     [input_lo, input_hi], outputs ``output_ratio`` times their input (the paper's 1:2)."""
     if not 1 <= input_lo <= input_hi or output_ratio <= 0 or count < 1:
@@ -161,17 +161,17 @@ def growing(count: int, input_lo: int, input_hi: int, output_ratio: float = 2.0,
                          f"{count}, {input_lo}, {input_hi}, {output_ratio}")
     rng = np.random.default_rng(seed)
     inputs = rng.integers(input_lo, input_hi + 1, count)
-    return [Request(i, 0.0, int(n), max(1, round(output_ratio * int(n))))
+    return [TraceRequest(i, 0.0, int(n), max(1, round(output_ratio * int(n))))
             for i, n in enumerate(inputs)]
 
 
-def inject_burst(requests: list[Request], at_s: float, count: int, input_len: int,
-                 output_len: int) -> list[Request]:
+def inject_burst(requests: list[TraceRequest], at_s: float, count: int, input_len: int,
+                 output_len: int) -> list[TraceRequest]:
     """Add ``count`` long requests all arriving at ``at_s``."""
     ARRIVAL_S.check(at_s, "at_s")
     BURST_COUNT.check(count, "count")
     TOKENS.check(input_len, "input_len")
     TOKENS.check(output_len, "output_len")
-    extra = [Request(0, at_s, input_len, output_len) for _ in range(count)]
+    extra = [TraceRequest(0, at_s, input_len, output_len) for _ in range(count)]
     merged = sorted(requests + extra, key=lambda r: r.arrival_s)
     return [replace(r, rid=i) for i, r in enumerate(merged)]

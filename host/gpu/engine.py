@@ -40,7 +40,6 @@ from nelssa.host.gpu.request import DecodeConfig, Request, RequestKv
 from nelssa.host.gpu.routing import model_hw
 from nelssa.host.gpu.transfers import Settled, TransferNews
 from nelssa.host.pnm_node.client import NodeClient
-from nelssa.hw.model.device import SIM_CLOCK_HZ
 
 __all__ = ["DecodeConfig", "DecodeEngine", "Request"]
 log = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ class DecodeEngine:
         """``router``: how requests are placed (default: by ``config.t_input``); ``adaptive``:
         the threshold moves with the tiers' load from there (``emu/policy/adaptive.py``, the
         serving emulator's policy), and new requests are routed by where it is."""
-        clock_hz = SIM_CLOCK_HZ
+        clock_hz: float | None = None  # the devices' core clock, from the node
         if client is not None:  # the devices' facts, from their registers (CAPS) via the node
             try:  # over a connection of its own: emulated times do not depend on it
                 status = client.probe_status()
@@ -85,7 +84,8 @@ class DecodeEngine:
                              f"+ recent ({config.sink + config.recent})")
         self.model, self.cfg, self.client = model, config, client
         self.trace = trace or TraceRecorder()
-        self.tracer = DecodeTracer(self.trace, lambda cycles: round(cycles * 1e12 / clock_hz))
+        self.tracer = DecodeTracer(self.trace, lambda cycles: (
+            round(cycles * 1e12 / clock_hz) if clock_hz else 0))
         self.executor = HybridExecutor(model, config, client, self.tracer)
         if scheduler not in SCHEDULERS:
             raise ValueError(f"unknown scheduler {scheduler!r}: one of {', '.join(SCHEDULERS)}")

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, link_preset
 from nelssa.emu.link.transport import LinkLimits
 from nelssa.host.pnm_node.protocol import MAX_WRITE_KV_BYTES
-from nelssa.hw.model.device import SIM_CLOCK_HZ
 
 
 @dataclass(frozen=True)
@@ -32,8 +31,9 @@ class NodeConfig:
     """Emulated host software time per request (parse, dispatch, aggregate)."""
     host_descriptor_ns: float = 100.0
     """Emulated host software time per descriptor built."""
-    core_clock_mhz: float = SIM_CLOCK_HZ / 1e6
-    """Device core clock: device cycles to emulated time (a board's comes from its manifest)."""
+    core_clock_mhz: float | None = None
+    """Device core clock: device cycles to emulated time. None: the devices' own (each port's
+    ``clock_hz``: a simulated device's preset, a board's manifest), which must agree."""
     fpga_manifest: str | None = None
     """Bitstream manifest of ``fpga:`` devices (default: manifest.json in each board folder)."""
     max_sessions: int = 4096
@@ -47,7 +47,7 @@ class NodeConfig:
     """Clients the node keeps state for; when full, the least recently used one without
     sessions is forgotten (its queue pairs then stand alone)."""
     max_queue_pairs: int = 16
-    """Connections that may join one client (host/pnm_node/clients.py)."""
+    """Connections that may join one client (host/pnm_node/access.py)."""
     max_request_heads: int = 256
     """KV heads one ALLOC_KV or ATTEND request may name."""
     max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
@@ -79,7 +79,7 @@ class NodeConfig:
         link_preset(self.link)
         link_preset(self.cxl)
         for name in ("device_timeout_s", "connect_timeout_s", "core_clock_mhz"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("host_request_ns", "host_descriptor_ns"):
             if not 0 <= getattr(self, name) <= 1e9:

@@ -1,6 +1,7 @@
 """One PNM device as NelssaHost holds it: the driver stack (Device, MemoryApi, CommandQueue)
-over a remote port, a thread of its own so the devices work concurrently, byte counters for the
-CXL link model, and the device's health."""
+over a port opened from its spec (hw/ports.py: a device process's endpoint, or a board), a
+thread of its own so the devices work concurrently, byte counters for the CXL link model, and
+the device's health."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import zmq
 
@@ -19,17 +20,13 @@ from nelssa.driver.device import Device
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.memory import MemoryApi
 from nelssa.driver.port import DevicePort
-from nelssa.driver.remote import DeviceBusyError, PortTimeoutError, RemotePort
+from nelssa.driver.remote import DeviceBusyError, PortTimeoutError
 from nelssa.emu.link.model import LinkSpec
-
-if TYPE_CHECKING:
-    from nelssa.hw.fpga.port import FpgaPort
+from nelssa.hw.ports import PortOptions, open_port
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-FPGA_PREFIX = "fpga:"
-"""An endpoint naming a board reached from this process rather than a device process."""
 KV_BASE = 1 << 20
 """Device memory below this stays unused by KV (room for future firmware structures)."""
 RUN_CHUNK_CYCLES = 200_000
@@ -78,6 +75,15 @@ class MeteredPort(DevicePort):
     def advance(self, cycles: int) -> None:
         self.inner.advance(cycles)
 
+    def set_timeout(self, timeout_ms: int) -> None:
+        self.inner.set_timeout(timeout_ms)
+
+    def abort(self, reason: str) -> None:
+        self.inner.abort(reason)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
     # a DMA transfer is metered as the CXL.mem messages it replaces
     def dma_write(self, addr: int, data: bytes) -> bool:
         if not self.inner.dma_write(addr, data):
@@ -99,6 +105,10 @@ class MeteredPort(DevicePort):
     @property
     def cycle(self) -> int:
         return self.inner.cycle
+
+    @property
+    def clock_hz(self) -> int:
+        return self.inner.clock_hz
 
     def close(self) -> None:
         self.inner.close()
@@ -124,11 +134,11 @@ class DeviceSlot:
                  connect_timeout_s: float = 300.0, timeout_s: float = 30.0,
                  ring_entries: int = 256, fpga_manifest: str | None = None,
                  bulk: bool = True) -> None:
-        """``endpoint``: a device process's ZeroMQ endpoint, or ``fpga:BOARD`` for a board
-        reached from this process (hw/fpga/port.open_board: a PCI device folder, optionally
-        ``,H2C,C2H`` DMA devices), checked against ``fpga_manifest``. ``bulk``: KV goes by DMA
-        (a board) or backdoor (a simulated device), metered as the CXL.mem lines it replaces;
-        False writes every line over CXL.mem."""
+        """``endpoint``: the device's spec (hw/ports.py): a device process's ZeroMQ endpoint,
+        or ``fpga:BOARD`` for a board reached from this process (a PCI device folder,
+        optionally ``,H2C,C2H`` DMA devices), checked against ``fpga_manifest``. ``bulk``: KV
+        goes by DMA (a board) or backdoor (a simulated device), metered as the CXL.mem lines it
+        replaces; False writes every line over CXL.mem."""
         self.bulk = bulk
         self.fpga_manifest = fpga_manifest
         self.index, self.endpoint, self.backend = index, endpoint, backend
@@ -142,14 +152,9 @@ class DeviceSlot:
         self._exec.submit(self._open, connect_timeout_s, ring_entries).result()
 
     def _open(self, connect_timeout_s: float, ring_entries: int) -> None:
-        if self.endpoint.startswith(FPGA_PREFIX):
-            from nelssa.hw.fpga.port import open_board
-
-            self.remote: RemotePort | FpgaPort = open_board(self.endpoint[len(FPGA_PREFIX):],
-                                                            self.fpga_manifest,
-                                                            stall_timeout_s=self.timeout_s)
-        else:
-            self.remote = RemotePort(self.endpoint, timeout_ms=int(connect_timeout_s * 1000))
+        self.remote = open_port(self.endpoint, PortOptions(
+            manifest=self.fpga_manifest, timeout_s=self.timeout_s,
+            connect_timeout_s=connect_timeout_s))
         self.port = MeteredPort(self.remote)
         try:
             self.dev = Device(self.port, bulk=self.bulk)
@@ -157,6 +162,8 @@ class DeviceSlot:
             raise DeviceUnreachableError(f"device {self.index} at {self.endpoint} did not "
                                          f"answer within {connect_timeout_s:g} s") from e
         self.remote.set_timeout(int(self.timeout_s * 1000))
+        self.clock_hz = self.port.clock_hz
+        """The device's core clock (what its cycle counts last)."""
         self.mem = MemoryApi(self.dev, KV_BASE, self.dev.mem_bytes)
         self.cq = CommandQueue(self.mem, entries=ring_entries)
         self._free0 = self.mem.alloc.bytes_free
@@ -194,8 +201,7 @@ class DeviceSlot:
         self.error = reason
         self.alive = False
         log.error("device %d marked down: %s", self.index, reason)
-        if isinstance(self.remote, RemotePort):
-            self.remote.abort(reason)
+        self.remote.abort(reason)
 
     def down_message(self) -> str:
         return f"device {self.index} at {self.endpoint} is down: {self.error}"

@@ -21,7 +21,7 @@ results with its clock; this way a client's clock, far-future or not, moves only
 Trust: every request is checked whole (each field; its size against the per-request limits,
 from its header, before its body is parsed; its emulated time against ``MAX_ARRIVE_PS`` and the
 times its reply would carry against the link's ``MAX_EMU_TIME_PS``) before anything changes. A
-session is reached only by the client that opened it (host/pnm_node/clients.py), within the
+session is reached only by the client that opened it (host/pnm_node/access.py), within the
 per-client limits of NodeConfig.
 """
 
@@ -44,10 +44,10 @@ from nelssa.driver.formats import LINE_BYTES, MAX_IDS, DescStatus
 from nelssa.driver.memory import KvCapacityError, kv_region_bytes
 from nelssa.emu.link.frame import LinkErrorCode
 from nelssa.emu.link.model import PS_PER_NS, link_preset
-from nelssa.emu.link.transport import Reply, Request, ServiceError
+from nelssa.emu.link.transport import Reply, ServiceError, ServiceRequest
 from nelssa.host.pnm_node import protocol as p
+from nelssa.host.pnm_node.access import ClientTable
 from nelssa.host.pnm_node.aggregate import merge_partials
-from nelssa.host.pnm_node.clients import ClientTable
 from nelssa.host.pnm_node.config import NodeConfig
 from nelssa.host.pnm_node.devices import (
     BatchResult,
@@ -116,8 +116,17 @@ class NelssaHost:
         self.link_counters: Callable[[], tuple[int, int, int, int]] = lambda: (0, 0, 0, 0)
         """(bad frames, duplicates, refused BUSY, queued now) of the link server, set by
         whoever serves this host."""
-        self._ps_per_cycle = 1e6 / config.core_clock_mhz
-        self._ops: dict[int, Callable[[Request], Reply]] = {
+        try:
+            clock_hz = (config.core_clock_mhz * 1e6 if config.core_clock_mhz is not None
+                        else self._device_clock_hz())
+        except ValueError:
+            for slot in self.slots + self.twins:
+                slot.close()
+            raise
+        self.clock_hz = clock_hz
+        """Device cycles to emulated time: the devices' clock, or the configuration's."""
+        self._ps_per_cycle = 1e12 / clock_hz
+        self._ops: dict[int, Callable[[ServiceRequest], Reply]] = {
             NodeOp.OPEN_SESSION: self._open_session, NodeOp.CLOSE_SESSION: self._close_session,
             NodeOp.ALLOC_KV: self._alloc_kv, NodeOp.FREE_KV: self._free_kv,
             NodeOp.WRITE_KV: self._write_kv, NodeOp.ATTEND: self._attend,
@@ -125,8 +134,16 @@ class NelssaHost:
             NodeOp.JOIN_TICKET: self._join_ticket, NodeOp.JOIN: self._join,
         }
 
+    def _device_clock_hz(self) -> int:
+        """The one clock the node's devices (and their twins) run at."""
+        clocks = {s.clock_hz for s in self.slots + self.twins}
+        if len(clocks) != 1:
+            raise ValueError("the node's devices run at different clocks: " + ", ".join(
+                f"device {s.index} ({s.endpoint}) {s.clock_hz / 1e6:g} MHz" for s in self.slots))
+        return clocks.pop()
+
     # -- the link handler -------------------------------------------------------------------------
-    def handle(self, request: Request) -> Reply:
+    def handle(self, request: ServiceRequest) -> Reply:
         self.requests += 1
         op = self._ops.get(request.op)
         try:
@@ -143,7 +160,7 @@ class NelssaHost:
             self.errors += 1
             raise
 
-    def _check_time(self, r: Request) -> None:
+    def _check_time(self, r: ServiceRequest) -> None:
         """Refuse emulated times beyond the horizon, before anything changes: a reply that
         leaves within ``host_ps`` (and, for the data path, its own bounded work) then fits
         every time field on the way back."""
@@ -152,7 +169,8 @@ class NelssaHost:
                         f"{r.sent_ps} ps arrives at {r.arrive_ps} ps, beyond the node's horizon "
                         f"of {MAX_ARRIVE_PS} ps (about 27 days)")
 
-    def _reply(self, op: NodeOp, payload: bytes, request: Request, host_ps: int = 0) -> Reply:
+    def _reply(self, op: NodeOp, payload: bytes, request: ServiceRequest,
+               host_ps: int = 0) -> Reply:
         return Reply(op, payload, request.arrive_ps + host_ps)
 
     def max_request_bytes(self) -> int:
@@ -174,7 +192,7 @@ class NelssaHost:
         return round(self.config.host_request_ns * PS_PER_NS)
 
     # -- sessions and allocation ------------------------------------------------------------------
-    def _session(self, r: Request, sid: int) -> Session:
+    def _session(self, r: ServiceRequest, sid: int) -> Session:
         """The caller's session: another client's fails as an unknown one does."""
         return self.clients.get(r.peer, sid)
 
@@ -185,7 +203,7 @@ class NelssaHost:
                         f"{kv_head} has no KV allocated")
         return head
 
-    def _open_session(self, r: Request) -> Reply:
+    def _open_session(self, r: ServiceRequest) -> Reply:
         q = p.OPEN_SESSION_REQ.parse(r.payload)
         if int(q.partition) not in set(Partition):
             raise _fail(NodeErrorCode.BAD_REQUEST, f"partition {int(q.partition)} is not one of "
@@ -203,14 +221,14 @@ class NelssaHost:
         return self._reply(NodeOp.OPEN_SESSION, p.OPEN_SESSION_REP.build({"session": s.id}), r,
                            self._host_ps)
 
-    def _close_session(self, r: Request) -> Reply:
+    def _close_session(self, r: ServiceRequest) -> Reply:
         s = self._session(r, p.SESSION_REQ.parse(r.payload).session)
         self._release(s, list(s.kv))
         self.clients.close(s)
         log.info("session %#x closed", s.id)
         return self._reply(NodeOp.CLOSE_SESSION, b"", r, self._host_ps)
 
-    def _alloc_kv(self, r: Request) -> Reply:
+    def _alloc_kv(self, r: ServiceRequest) -> Reply:
         q = p.ALLOC_KV_REQ.parse(r.payload)
         s = self._session(r, q.session)
         heads = list(q.kv_heads)
@@ -284,7 +302,7 @@ class NelssaHost:
             with contextlib.suppress(DeviceUnreachableError):  # gone with its device
                 slots[d].submit(lambda sl, rg=region: sl.mem.free_kv(rg)).result()
 
-    def _free_kv(self, r: Request) -> Reply:
+    def _free_kv(self, r: ServiceRequest) -> Reply:
         q = p.FREE_KV_REQ.parse(r.payload)
         s = self._session(r, q.session)
         keys = [k for k in s.kv if k[0] == q.layer]
@@ -344,7 +362,7 @@ class NelssaHost:
             raise _fail(NodeErrorCode.DEVICE_DOWN, "; ".join(down))
 
     # -- data path --------------------------------------------------------------------------------
-    def _write_kv(self, r: Request) -> Reply:
+    def _write_kv(self, r: ServiceRequest) -> Reply:
         self._check_write_size(r.payload)
         # WRITE_KV_REQ read in place: its header, the token counts, then the KV (no copy of it)
         q = p.WRITE_KV_HEAD.parse(r.payload)
@@ -425,7 +443,7 @@ class NelssaHost:
         return Reply(NodeOp.WRITE_KV, p.WRITE_KV_REP.build(
             {"first_id": first, "count": q.count, "timing": timing}), timing["done_ps"])
 
-    def _attend(self, r: Request) -> Reply:
+    def _attend(self, r: ServiceRequest) -> Reply:
         count = p.ATTEND_HEAD.parse(r.payload).count  # the size, before the groups are parsed
         if count > self.config.max_request_heads:
             raise self._over("max_request_heads", f"ATTEND of {count} KV heads")
@@ -530,7 +548,7 @@ class NelssaHost:
         return [(items[part.request][0], part.attn) for part in parts]
 
     # -- status and shutdown ----------------------------------------------------------------------
-    def _status(self, r: Request) -> Reply:
+    def _status(self, r: ServiceRequest) -> Reply:
         p.EMPTY.parse(r.payload)
         cycles: dict[int, Future[int]] = {sl.index: sl.submit(lambda x: x.port.cycle)
                                           for sl in self.slots if sl.alive}
@@ -551,7 +569,7 @@ class NelssaHost:
                 "error": "" if alive else sl.error})
         return self._reply(NodeOp.STATUS, p.STATUS_REP.build({
             "version": __version__, "link": self.config.link,
-            "clock_khz": round(self.config.core_clock_mhz * 1000),
+            "clock_khz": round(self.clock_hz / 1000),
             "sessions": self.clients.session_count, "requests": self.requests,
             "errors": self.errors,
             **dict(zip(("bad_frames", "duplicates", "busy", "queued"), self.link_counters(),
@@ -559,7 +577,7 @@ class NelssaHost:
             "ndev": len(devices),
             "devices": devices, "sampling": self.sampling.as_status(self.config.rtl_layers)}), r)
 
-    def _shutdown(self, r: Request) -> Reply:
+    def _shutdown(self, r: ServiceRequest) -> Reply:
         """The operator's stop: the admin token or a refusal, and the node serves on."""
         try:
             token = p.SHUTDOWN_REQ.parse(r.payload).token
@@ -574,12 +592,12 @@ class NelssaHost:
         return self._reply(NodeOp.SHUTDOWN, b"", r)
 
     # -- queue pairs ------------------------------------------------------------------------------
-    def _join_ticket(self, r: Request) -> Reply:
+    def _join_ticket(self, r: ServiceRequest) -> Reply:
         p.EMPTY.parse(r.payload)
         return self._reply(NodeOp.JOIN_TICKET, p.JOIN_TICKET_REP.build(
             {"ticket": self.clients.ticket(r.peer)}), r, self._host_ps)
 
-    def _join(self, r: Request) -> Reply:
+    def _join(self, r: ServiceRequest) -> Reply:
         self.clients.join(r.peer, p.JOIN_REQ.parse(r.payload).ticket)
         return self._reply(NodeOp.JOIN, b"", r, self._host_ps)
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from nelssa.emu.launcher import check_bindable, remove_socket_file
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.security import CurveServerKeys
-from nelssa.emu.link.transport import LinkLimits, LinkServer, Reply, Request
+from nelssa.emu.link.transport import LinkLimits, LinkServer, Reply, ServiceRequest
 from nelssa.host.pnm_node.admin import AdminTokenError, remove_token, write_token
 from nelssa.host.pnm_node.host import ALWAYS_ADMITTED, NelssaHost, NodeConfig
 
@@ -47,7 +47,7 @@ class NodeService:
         self.host.link_counters = lambda: (self.server.frames_bad, self.server.duplicates,
                                            self.server.busy, self.server.queued)
 
-    def _handle(self, request: Request) -> Reply:
+    def _handle(self, request: ServiceRequest) -> Reply:
         reply = self.host.handle(request)
         if self.host.stop_requested:
             self.server.stop()

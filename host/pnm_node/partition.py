@@ -74,7 +74,7 @@ class Session:
     group: int
     """Query heads per KV head."""
     owner: bytes = b""
-    """The client that opened it (host/pnm_node/clients.py)."""
+    """The client that opened it (host/pnm_node/access.py)."""
     kv: dict[tuple[int, int], HeadKv] = field(default_factory=dict)
     """By (layer, KV head)."""
 

@@ -5,7 +5,7 @@ Arrays travel as raw little-endian bytes (bf16 bits for K, V and Q; u32 cluster 
 counts; f32 outputs), so large payloads cost a copy, not a per-element parse. Every request
 struct ends in ``Terminated``: a payload with bytes beyond its fields does not parse.
 
-A session is named by a 64-bit handle the node draws at random (host/pnm_node/clients.py).
+A session is named by a 64-bit handle the node draws at random (host/pnm_node/access.py).
 """
 
 from __future__ import annotations

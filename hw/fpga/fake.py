@@ -38,7 +38,7 @@ FAKE_BUILD_ID = 0x0FA4_E001
 """BUILD_ID of a fake board."""
 
 
-class FileMemory:
+class MappedBarMemory:
     """Device memory in a (sparse) file, memory-mapped: the model device's memory on a fake
     board, shared with the host's mapping of the memory BAR."""
 
@@ -118,7 +118,7 @@ class FakeBoard:
                 link.unlink()
             link.symlink_to(self.mem_path.name)
         self.manifest.save(self.folder / "manifest.json")
-        self.memory = FileMemory(self.mem_path, self.config.mem_bytes)
+        self.memory = MappedBarMemory(self.mem_path, self.config.mem_bytes)
         self.model = ModelDevice(self.config, memory=self.memory)
         fd = os.open(self.regs_path, os.O_RDWR)
         try:

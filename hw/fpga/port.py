@@ -310,6 +310,11 @@ class FpgaPort(DevicePort):
         self._busy_mark = None
         return busy - mark
 
+    @property
+    def clock_hz(self) -> int:
+        """The bitstream's core clock (its manifest)."""
+        return self.manifest.device.clock_hz
+
     def set_timeout(self, timeout_ms: int) -> None:
         """How long the device may stand still before it counts as not answering."""
         self.stall_timeout_s = timeout_ms / 1000

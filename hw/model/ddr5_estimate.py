@@ -1,7 +1,8 @@
-"""Timing of the memory subsystem: the cycles an access stream takes. This is the time source
-of the fast ``model`` backend and the latency model. Where a C++ compiler is at hand it replays
-the stream on the compiled cycle model (hw/model/ddr5_replay.py: the controller's policy step
-for step, command-identical to the RTL; a few ms per 4,096 lines); elsewhere, or with
+"""Timing of the memory subsystem: the cycles an access stream takes, for the DDR5 studies
+(scripts/bench_ddr5.py, scripts/ddr5_estimate_check.py; the model device's timers take theirs
+from the compiled cycle model, hw/model/device_timers.py). Where a C++ compiler is at hand it
+replays the stream on the compiled cycle model (hw/model/ddr5_replay.py: the controller's
+policy step for step, command-identical to the RTL; a few ms per 4,096 lines); elsewhere, or with
 ``method="counted"``, it estimates from counts (no per-cycle simulation), calibrated against
 the cycle model, as follows.
 

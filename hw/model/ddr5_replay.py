@@ -2,10 +2,11 @@
 :class:`~nelssa.hw.model.ddr5_subchannel.SubchannelModel`'s policy step for step (without the
 timing checker), so it issues the same commands at the same tCK, a few hundred times faster.
 It is the time source of the timing estimate (:mod:`nelssa.hw.model.ddr5_estimate`) where a
-C++ compiler is at hand: built once with ``g++ -O2 -shared`` into ``build/ddr5_replay-<hash>``
+C++ compiler is at hand, and the model device's timers' (hw/model/device_timers.py), which
+:func:`require` it: built once with ``g++ -O2 -shared`` into ``build/ddr5_replay-<hash>``
 (``$NELSSA_BUILD_CACHE`` moves it; the hash covers the sources), loaded with ctypes. Where no
-compiler is found, the build fails, or ``$NELSSA_NO_REPLAY`` is set, :func:`available` is
-False and the estimate keeps its counted bounds.
+compiler is found or the build fails, :func:`available` is False (the estimate keeps its
+counted bounds) and :func:`require` raises, naming the compiler.
 
 The timings, the controller's configuration and the CA slots a command takes come from their
 one description (ddr5_timing.py, ControllerConfig, ddr5_checker.CA_CYCLES) on every call.
@@ -50,14 +51,18 @@ def _build_dir() -> Path:
     return Path(env) if env else REPO_ROOT / "build"
 
 
+_WHY: list[str] = []
+"""Why the library could not be built (one entry once it failed)."""
+
+
 @cache
 def _library() -> ctypes.CDLL | None:
     """The compiled replay, built on first use; None where it cannot be built."""
-    if os.environ.get("NELSSA_NO_REPLAY"):
-        return None
-    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    name = os.environ.get("CXX", "g++")
+    compiler = shutil.which(name)
     if compiler is None:
-        log.warning("no C++ compiler found: the DDR5 estimate keeps its counted bounds")
+        _WHY.append(f"no C++ compiler: {name} (or $CXX) is not found")
+        log.warning("%s: the DDR5 estimate keeps its counted bounds", _WHY[-1])
         return None
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES + HEADERS)).hexdigest()[:16]
     lib = _build_dir() / f"ddr5_replay-{digest}" / "libddr5_replay.so"
@@ -68,8 +73,9 @@ def _library() -> ctypes.CDLL | None:
                str(tmp)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            log.warning("building the DDR5 replay failed (%s): the estimate keeps its counted "
-                        "bounds\n%s", " ".join(cmd), done.stderr[-2000:])
+            _WHY.append(f"building the DDR5 cycle model with {compiler} failed "
+                        f"({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+            log.warning("%s\nthe estimate keeps its counted bounds", _WHY[-1])
             return None
         tmp.replace(lib)  # atomic: a parallel build leaves one complete library
     so = ctypes.CDLL(str(lib))
@@ -105,6 +111,15 @@ def library() -> ctypes.CDLL | None:
 def available() -> bool:
     """Whether the compiled replay can run here."""
     return _library() is not None
+
+
+def require(user: str) -> ctypes.CDLL:
+    """The compiled library, which ``user`` cannot do without: RuntimeError naming the
+    compiler where it cannot be built."""
+    so = _library()
+    if so is None:
+        raise RuntimeError(f"{user} needs the compiled DDR5 cycle model: {_WHY[-1]}")
+    return so
 
 
 def _params(t: DDR5Timing, cfg: ControllerConfig, refresh: bool) -> npt.NDArray[np.int64]:

@@ -70,7 +70,7 @@ class ControllerConfig:
 
 
 @dataclass
-class Request:
+class DramAccess:
     """One 64-byte access of this sub-channel."""
 
     index: int
@@ -197,13 +197,13 @@ class SubchannelModel:
             self.ref_tck = tck
             self.next_refresh += t.nREFI
 
-    def run(self, requests: Iterable[Request], max_cycles: int = 10**9) -> RunStats:
+    def run(self, requests: Iterable[DramAccess], max_cycles: int = 10**9) -> RunStats:
         """Serve every request (in arrival order) and return the statistics."""
         t, cfg = self.t, self.cfg
         pending = deque(sorted(requests, key=lambda r: (r.arrival, r.index)))
         stats = RunStats(requests=len(pending))
-        rq: list[Request] = []
-        wq: list[Request] = []
+        rq: list[DramAccess] = []
+        wq: list[DramAccess] = []
         last_done = 0
         cycle = 0
         while pending or rq or wq:
@@ -267,7 +267,7 @@ class SubchannelModel:
         stats.commands = dict(self.counts)
         return stats
 
-    def _row_command(self, active: list[Request], refreshing: bool, lo: int, hi: int) -> bool:
+    def _row_command(self, active: list[DramAccess], refreshing: bool, lo: int, hi: int) -> bool:
         """Issue at most one ACT, PRE or REF in [lo, hi]; True if one issued."""
         t = self.t
         if refreshing:
@@ -309,10 +309,10 @@ class SubchannelModel:
 
 def requests_from_lines(bg: np.ndarray, bank: np.ndarray, row: np.ndarray, col: np.ndarray,
                         is_write: np.ndarray | None = None,
-                        arrival: np.ndarray | None = None) -> list[Request]:
-    """Request objects from per-line coordinate arrays (all requests at cycle 0 by default)."""
+                        arrival: np.ndarray | None = None) -> list[DramAccess]:
+    """DramAccess objects from per-line coordinate arrays (all requests at cycle 0 by default)."""
     n = len(bg)
     w = np.zeros(n, bool) if is_write is None else is_write
     a = np.zeros(n, np.int64) if arrival is None else arrival
-    return [Request(i, bool(w[i]), int(bg[i]), int(bank[i]), int(row[i]), int(col[i]), int(a[i]))
+    return [DramAccess(i, bool(w[i]), int(bg[i]), int(bank[i]), int(row[i]), int(col[i]), int(a[i]))
             for i in range(n)]

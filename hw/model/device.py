@@ -1,11 +1,9 @@
 """Transaction-level model of a PNM device behind the port (the ``model`` backend): registers,
 sparse device memory, submission and completion rings, descriptor checks, and the bit-exact
 engine model for the arithmetic. A descriptor's result is computed when it is fetched; when its
-completion is written comes from the cycle model of the RTL's memory side
-(hw/model/device_cycle.py: the command queue, the units, the host's CXL.mem port and the DDR5
-controllers stepped on the lines it reads and writes), or where that cannot be built from the
-fluid schedule of hw/model/device_timing.py. While units run, a host CXL.mem line is answered
-once that model's memory has taken it.
+completion is written comes from the timer its configuration names (hw/model/device_timers.py:
+``cycle``, the cycle model of the RTL's memory side, by default; ``fluid``, the fluid
+schedule).
 
 What a descriptor may do is checked before any memory is touched (driver/formats.py lists the
 statuses); a bad descriptor completes with its error status and changes nothing else.
@@ -14,11 +12,9 @@ statuses); a bad descriptor completes with its error status and changes nothing 
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
 from construct import StreamError
 
 from nelssa.driver import cxl, regs
@@ -34,18 +30,19 @@ from nelssa.driver.iface import interface_hash32
 from nelssa.driver.port import DevicePort
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
-from nelssa.hw.model.ddr5_estimate import estimate_device
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS
-from nelssa.hw.model.device_cycle import (
-    CYCLE_MAX_UNITS,
-    CycleSchedule,
-    CycleTiming,
-    use_cycle_model,
-)
+from nelssa.hw.model.device_cycle import CycleSchedule, CycleTiming
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
-from nelssa.hw.model.device_timing import Refresh, Schedule, UnitTiming
-from nelssa.hw.model.device_timing import features as timing_features
+from nelssa.hw.model.device_timers import (
+    TIMERS,
+    UNKNOWN,
+    DeviceTimer,
+    TimerSetup,
+    check_timer,
+    default_timer,
+)
+from nelssa.hw.model.device_timing import Schedule, UnitTiming
 from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.model.sparse_memory import SparseMemory
 
@@ -69,10 +66,17 @@ class DeviceConfig:
     order_depth: int = 8
     """Descriptors the command queue holds in flight (read from the ring, not yet completed):
     the RTL's nelssa_cmdq OrderDepth."""
+    timer: str = ""
+    """What times the descriptors, by name (hw/model/device_timers.TIMERS): ``cycle``, the
+    cycle model of the RTL's memory side, or ``fluid``, the fluid schedule. Empty: ``cycle``
+    for the RTL's unit counts (1..6), ``fluid`` for more."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.engines <= regs.CAPS_MAX_ENGINES:
             raise ValueError(f"engines must be 1..{regs.CAPS_MAX_ENGINES}, got {self.engines}")
+        if not self.timer:
+            object.__setattr__(self, "timer", default_timer(self.engines))
+        check_timer(self.timer, self.engines)
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if not 0 <= self.build_id <= 0xFFFF_FFFF:
@@ -100,10 +104,6 @@ SIM_CLOCK_HZ = DeviceConfig().clock_hz
 device cycle lasts wherever no board manifest says otherwise."""
 
 
-UNKNOWN = 1 << 62
-"""The done cycle of a descriptor the cycle model has not completed yet."""
-
-
 @dataclass
 class _InFlight:
     done_cycle: int
@@ -120,8 +120,8 @@ class ModelDevice(DevicePort):
                  memory: SparseMemory | None = None, timing: UnitTiming | None = None,
                  cycle_timing: CycleTiming | None = None) -> None:
         """``memory``: where device memory lives (a fake FPGA board passes its memory BAR
-        file); a fresh :class:`SparseMemory` when None. ``timing``: the fluid schedule's unit
-        timing, ``cycle_timing`` the cycle model's (both calibrated,
+        file); a fresh :class:`SparseMemory` when None. ``timing``: the fluid timer's unit
+        timing, ``cycle_timing`` the cycle timer's (both calibrated,
         ``device_calibration.json``, when None)."""
         self.config = config or DeviceConfig()
         self.timing = PRESETS[self.config.preset]
@@ -138,20 +138,9 @@ class ModelDevice(DevicePort):
         self._set("MEM_SIZE_HI", self.config.mem_bytes >> 32)
         self._out: list[bytes] = []
         self._now = 0
-        self.unit_timing = timing or UnitTiming.load()
-        # the RTL's front end has 8 ports: up to 6 units (more engines: the fluid schedule)
-        self._cycle_model = use_cycle_model() and self.config.engines <= CYCLE_MAX_UNITS
-        self._held: dict[int, bytes] = {}  # host responses waiting for the cycle model
-        self._host_tag = 0
-        self._schedule: Schedule | CycleSchedule
-        if self._cycle_model:  # the memory side cycle by cycle
-            self._schedule = CycleSchedule(self.geometry, self.config.engines,
-                                           self.config.order_depth, cycle_timing)
-        else:  # no compiler: the fluid schedule and its fitted sharing terms
-            self._schedule = Schedule(self.config.engines, self.unit_timing,
-                                      Refresh.of(self.timing, self.unit_timing),
-                                      self.config.order_depth)
-        self._planned = True  # done cycles of the in-flight descriptors are up to date
+        self._timer: DeviceTimer = TIMERS[self.config.timer].make(TimerSetup(
+            self.geometry, self.config.engines, self.config.order_depth,
+            timing or UnitTiming.load(), cycle_timing, self._out_append))
         # in fetch order; done cycles never decrease along it, so the head completes first
         self._inflight: deque[_InFlight] = deque()
         self._completed = 0  # completions written since CQ_SIZE was (their phase)
@@ -263,63 +252,45 @@ class ModelDevice(DevicePort):
         self._set("SQ_TAIL", tail)
         self._fetch()
 
+    def _out_append(self, message: bytes) -> None:
+        self._out.append(message)
+
     def register_file(self) -> dict[int, int]:
         """Every register's value now, by offset (what a board's BAR would read)."""
         self._update_perf()
         return self.regs
 
     @property
+    def timer(self) -> DeviceTimer:
+        """What times the descriptors (``config.timer``)."""
+        return self._timer
+
+    @property
     def schedule(self) -> Schedule | CycleSchedule:
-        """What times the descriptors: the cycle model, or the fluid schedule without one."""
-        return self._schedule
+        """The timer's model: the cycle model, or the fluid schedule."""
+        return self._timer.schedule
 
     @property
     def has_work(self) -> bool:
         """A descriptor is running or would be fetched, or a host line waits for the memory."""
-        return bool(self._inflight) or self._pending() or bool(self._held)
+        return bool(self._inflight) or self._pending() or self._timer.holds_host_lines
 
     def next_completion(self) -> int | None:
         """Cycle at which the oldest running descriptor completes; None when none runs."""
-        if self._cycle_model and self._inflight:  # ahead on a copy of the cycle model
-            self._sync(self._now)
-            head = self._inflight[0]
-            if head.done_cycle == UNKNOWN:
-                return self._schedule.finish_times().get(id(head), UNKNOWN)
-            return head.done_cycle
-        self._plan()
-        return self._inflight[0].done_cycle if self._inflight else None
+        if not self._inflight:
+            self._timer.plan(self._inflight, self._now)
+            return None
+        return self._timer.next_completion(self._inflight, self._now)
 
     def _update_perf(self) -> None:
         self._set64("PERF_CYCLES", self._now)
         self._sync(self._now)
-        self._set64("PERF_BUSY", round(self._schedule.busy))
+        self._set64("PERF_BUSY", round(self._timer.busy))
 
     def _sync(self, t: int) -> None:
-        """The schedule run to cycle ``t``; with the cycle model, the completions it wrote on
-        the way are the in-flight descriptors' done cycles."""
-        done = self._schedule.sync(t)
-        if self._cycle_model:
-            self._done(done)
-
-    def _done(self, done: dict[object, int]) -> None:
-        """The cycle model's completions and the host lines it served."""
-        for job in self._inflight:
-            job.done_cycle = done.get(id(job), job.done_cycle)
-        for tag in self._schedule.host_served:
-            self._out.append(self._held.pop(tag))
-        self._schedule.host_served.clear()
-
-    def _plan(self) -> None:
-        """Done cycles of the descriptors in flight, from the schedule (completions in order:
-        none before the one fetched ahead of it)."""
-        if self._planned or self._cycle_model:  # the cycle model's come as it runs
-            return
-        finish = self._schedule.finish_times()
-        done = self._now
-        for job in self._inflight:
-            done = max(done, math.ceil(finish.get(id(job), self._now) - 1e-6))
-            job.done_cycle = done
-        self._planned = True
+        """The timer run to cycle ``t`` (the done cycles it learns go to the in-flight
+        descriptors)."""
+        self._timer.sync(t, self._inflight)
 
     # -- memory ----------------------------------------------------------------------------------
     def _mem_req(self, channel: cxl.Channel, body) -> None:
@@ -344,14 +315,8 @@ class ModelDevice(DevicePort):
             rsp = cxl.build_message(cxl.Channel.S2M_NDR, {
                 "opcode": cxl.S2MNdrOpcode.CMP, "tag": body.tag, "status": status})
         if status == cxl.RspStatus.OK and self._inflight:  # it takes DDR5 from the units
-            if self._cycle_model:  # answered once the memory has served it
-                self._held[self._host_tag] = rsp
-                self._schedule.add_host_line(body.addr, channel == cxl.Channel.M2S_RWD,
-                                             self._host_tag)
-                self._host_tag += 1
-                return
-            self._schedule.add_host_lines(1)
-            self._planned = False
+            self._timer.host_line(body.addr, channel == cxl.Channel.M2S_RWD, rsp)
+            return
         self._out.append(rsp)
 
     # -- port ------------------------------------------------------------------------------------
@@ -393,13 +358,14 @@ class ModelDevice(DevicePort):
     def cycle(self) -> int:
         return self._now
 
+    @property
+    def clock_hz(self) -> int:
+        return self.config.clock_hz
+
     def advance(self, cycles: int) -> None:
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")
-        if self._cycle_model:
-            self._sync(self._now + cycles)
-        else:
-            self._plan()
+        self._timer.before_advance(self._inflight, self._now, self._now + cycles)
         self._retire(self._now + cycles)
         self._now += cycles
         self._sync(self._now)
@@ -410,10 +376,7 @@ class ModelDevice(DevicePort):
         while self.has_work:
             if self._now - start >= max_cycles:
                 raise TimeoutError(f"device still busy after {max_cycles} cycles")
-            if self._cycle_model and self._inflight:  # run the schedule to its next completion
-                self._sync(self._now)
-                self._done(self._schedule.run_to_next_completion(start + max_cycles))
-            self._plan()
+            self._timer.run_to_next_completion(self._inflight, self._now, start + max_cycles)
             target = self._inflight[0].done_cycle if self._inflight else self._now + 1
             self.advance(max(1, min(target - self._now, start + max_cycles - self._now)))
         return self._now - start
@@ -466,29 +429,12 @@ class ModelDevice(DevicePort):
             self._bump("ERR_DESC")
         if lines:
             self._bump64("PERF_BYTES_READ", len(lines) * LINE_BYTES)
-        job = _InFlight(UNKNOWN if self._cycle_model else self._now, d.desc_id, status,
-                        self._fetched, writes)
-        if self._cycle_model:
-            self._sync(self._now)
-            cq = self._get64("CQ_BASE") + (self._get("CQ_TAIL") + len(self._inflight)) % \
-                self._get("CQ_SIZE") * COMPLETION_BYTES
-            self._schedule.add(id(job), d, status, lines, writes, ring_addr, cq, self.mem)
-        else:
-            self._schedule.sync(self._now)
-            self._schedule.add(id(job), *self._cycles(d, lines))
+        job = _InFlight(UNKNOWN, d.desc_id, status, self._fetched, writes)
+        self._sync(self._now)
+        cq = self._get64("CQ_BASE") + (self._get("CQ_TAIL") + len(self._inflight)) % \
+            self._get("CQ_SIZE") * COMPLETION_BYTES
+        self._timer.add(id(job), d, status, lines, writes, ring_addr, cq, self.mem)
         self._inflight.append(job)
-        self._planned = False
-
-    def _cycles(self, d, lines: list[int]) -> tuple[int, int, float]:
-        """Cycles of one descriptor alone on its unit (the calibrated unit time,
-        hw/model/device_timing.py), cycles of the whole DDR5 subsystem its reads take, and
-        the clusters it reads."""
-        unit = self.unit_timing.cycles(d, len(lines))
-        mem = 0
-        if lines:
-            mem = estimate_device(np.asarray(lines, dtype=np.int64), None, self.geometry,
-                                  lines_per_cycle=4, refresh=False).cycles
-        return unit, mem, float(timing_features(d, len(lines))[1])
 
     def _bump64(self, name: str, by: int) -> None:
         self._set64(name, self._get64(name) + by)

@@ -1,8 +1,8 @@
 """The model device's timing from a cycle model of the RTL device's memory side
 (``device_cycle.cpp``): its command queue, units, host port, memory front end and the eight
 sub-channel controllers, stepped cycle by cycle on the line addresses each descriptor reads and
-writes. It replaces the fluid :class:`~nelssa.hw.model.device_timing.Schedule` wherever the
-compiled library is at hand (``ddr5_replay.available()``): the units then share DDR5 as the
+writes. It is the model device's default timer (``cycle``, hw/model/device_timers.py) in place
+of the fluid :class:`~nelssa.hw.model.device_timing.Schedule`: the units share DDR5 as the
 RTL's do, request by request, refresh windows, row conflicts and write drains included, instead
 of by fitted sharing terms.
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -65,12 +64,6 @@ class CycleTiming:
         return asdict(self)
 
 
-def use_cycle_model() -> bool:
-    """Whether the model device times itself with the cycle model: where the compiled library
-    builds and ``$NELSSA_FLUID_TIMING`` is unset (then the fluid Schedule)."""
-    return not os.environ.get("NELSSA_FLUID_TIMING") and ddr5_replay.available()
-
-
 class CycleSchedule:
     """When the model device's descriptors complete, from the cycle model. The same use as the
     fluid Schedule: ``add`` descriptors and host lines at ``now``, ``sync`` to a cycle, which
@@ -81,10 +74,7 @@ class CycleSchedule:
                  config: ControllerConfig | None = None) -> None:
         if not 1 <= engines <= CYCLE_MAX_UNITS:
             raise ValueError(f"the cycle model has 1..{CYCLE_MAX_UNITS} units, not {engines}")
-        so = ddr5_replay.library()
-        if so is None:
-            raise RuntimeError("the device's cycle model needs the compiled DDR5 library")
-        self._so = so
+        self._so = ddr5_replay.require("the device's cycle model")
         self.geometry = geometry
         self.address_map = address_map
         self.timing = timing or CycleTiming.load()
@@ -93,7 +83,7 @@ class CycleSchedule:
         dev = np.array([engines, order_depth, READ_DEPTH, HOST_SHARE, t.doorbell,
                         t.read_latency, t.kv_turn, t.cluster_gap, t.final, t.out_beat,
                         t.start], np.int64)
-        self._handle = so.dc_new(ddr5_replay._ptr(mem, ctypes.c_longlong), mem.size,
+        self._handle = self._so.dc_new(ddr5_replay._ptr(mem, ctypes.c_longlong), mem.size,
                                  ddr5_replay._ptr(dev, ctypes.c_longlong))
         if not self._handle:
             raise ValueError(f"the cycle model cannot hold {geometry.timing.banks} banks")

@@ -4,7 +4,7 @@ Pages of 64 KiB, each a numpy array made on its first write, so the clustered KV
 request (gigabytes) is stored at its own size and copied in bulk; a bitmap per page says which
 lines were written, so the memory counts and lists written lines as a map of lines would.
 
-``FileMemory`` keeps the same contents in a sparse file instead (the device address is the
+``SparseFileMemory`` keeps the same contents in a sparse file instead (the device address is the
 file offset; holes read as zeros): a node whose devices hold more KV than the host's RAM
 (32 layers of two 128K-token requests) keeps it on disk, read back through the page cache,
 with only the bitmaps in memory."""
@@ -112,7 +112,7 @@ class SparseMemory:
         return {a: v for a, v in self.written().items() if any(v)}
 
 
-class FileMemory(SparseMemory):
+class SparseFileMemory(SparseMemory):
     """``SparseMemory`` whose pages live in the sparse file ``path`` (created, and removed by
     ``close``): the same reads, writes and line counts, host memory only for the bitmaps."""
 

@@ -73,6 +73,7 @@ class RtlDevice(DevicePort):
                  waves: bool = False) -> None:
         self.units = units
         self.geometry = DeviceGeometry(PRESETS[preset])
+        self._clock_hz = DeviceConfig(preset=preset).clock_hz  # the RTL's clocking is the model's
         self.lib_path = build_library(preset, units, waves)
         lib = ctypes.CDLL(str(self.lib_path))
         lib.nelssa_dev_create.restype = ctypes.c_void_p
@@ -133,6 +134,10 @@ class RtlDevice(DevicePort):
     @property
     def cycle(self) -> int:
         return int(self._lib.nelssa_dev_cycle(self._h))
+
+    @property
+    def clock_hz(self) -> int:
+        return self._clock_hz
 
     # -- the backdoor: device memory through the DRAM store's C interface ----------------------
     def _keys(self, first_line: int, lines: int) -> npt.NDArray[np.int64]:

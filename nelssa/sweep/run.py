@@ -31,7 +31,7 @@ COLUMNS = ("key", "status", *PARAMS, *METRICS, "wall_s", "error")
 
 
 @dataclass(frozen=True)
-class Job:
+class SweepJob:
     """What a worker needs for one point (picklable: it crosses to processes and to Ray)."""
 
     key: str
@@ -54,7 +54,7 @@ def _catalog(files: tuple[str, ...]) -> Any:
     return HardwareCatalog.load(*files)
 
 
-def run_point(job: Job) -> dict[str, Any]:
+def run_point(job: SweepJob) -> dict[str, Any]:
     """One replay; the row of the results table (``status`` ``failed`` with the error if it
     raised)."""
     t0 = time.perf_counter()
@@ -70,7 +70,7 @@ def run_point(job: Job) -> dict[str, Any]:
     return row
 
 
-def _measure(job: Job) -> dict[str, Any]:
+def _measure(job: SweepJob) -> dict[str, Any]:
     from nelssa.emu.latency.model import LatencyModel, Sparsity
     from nelssa.emu.serving.config import SchedulerKind, ServingConfig
     from nelssa.emu.serving.metrics import goodput, summarize
@@ -106,7 +106,7 @@ def _measure(job: Job) -> dict[str, Any]:
 
 
 # -- where the points run -------------------------------------------------------------------------
-def _pool(jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
+def _pool(jobs: list[SweepJob], workers: int) -> Iterator[dict[str, Any]]:
     if workers == 1 or len(jobs) == 1:
         for job in jobs:
             yield run_point(job)
@@ -124,7 +124,7 @@ def _pool(jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
                 yield f.result()
 
 
-def _ray(jobs: list[Job], address: str, workers: int) -> Iterator[dict[str, Any]]:
+def _ray(jobs: list[SweepJob], address: str, workers: int) -> Iterator[dict[str, Any]]:
     try:
         import ray
     except ImportError:
@@ -205,7 +205,7 @@ def run_sweep(spec: Spec, out: Path, workers: int = 1, ray_address: str | None =
     have = {k: r for k, r in read_rows(path).items() if r["status"] == "ok"}
     keyed = [(spec.key(p), p) for p in spec.points]
     todo = {k: p for k, p in keyed if k not in have}  # a point given twice runs once
-    jobs = [Job(k, p, spec.settings(), hardware) for k, p in todo.items()]
+    jobs = [SweepJob(k, p, spec.settings(), hardware) for k, p in todo.items()]
     results = dict(have)
     start = time.perf_counter()
     rows_in_file = list(have.values())

@@ -1,15 +1,15 @@
 """Who may reach what on a PNM node: clients, their sessions and queue pairs, their limits, and
 each client's own view of device time.
 
-A client is the connection that reached the node (``Request.peer``: the routing id the client's
-LinkClient names its connection with, 128 random bits, kept across ZeroMQ's reconnects; where
-the node restricts CURVE clients, the client's public key as well), together with the
-connections that joined it as queue pairs: a client asks for a join ticket (128 random bits,
-single use, short-lived) and its new connection presents it (the GPU node sends bulk KV over a
-queue pair of its own). A session handle is 64 random bits from ``secrets``; sessions are looked
-up by (client, handle), so a session of another client and a handle that was never given out
-fail alike: the same code, the same message, the same path through the code. Every table here
-is bounded by the limits of NodeConfig.
+A client is the connection that reached the node (``ServiceRequest.peer``: the routing id the
+client's LinkClient names its connection with, 128 random bits, kept across ZeroMQ's
+reconnects; where the node restricts CURVE clients, the client's public key as well), together
+with the connections that joined it as queue pairs: a client asks for a join ticket (128
+random bits, single use, short-lived) and its new connection presents it (the GPU node sends
+bulk KV over a queue pair of its own). A session handle is 64 random bits from ``secrets``;
+sessions are looked up by (client, handle), so a session of another client and a handle that
+was never given out fail alike: the same code, the same message, the same path through the
+code. Every table here is bounded by the limits of NodeConfig.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from nelssa.emu.fuzz.oracle import Finding, Kind, guarded
+from tests.fuzz.oracle import Finding, Kind, guarded
 
 REPLAY_S = 30.0
 """Wall time a replay of an accepted trace may take."""

@@ -24,12 +24,12 @@ from nelssa.driver.formats import (
     DescStatus,
     cluster_bytes,
 )
-from nelssa.emu.fuzz.bench import Bench, on_fresh_bench, outside_writes
-from nelssa.emu.fuzz.device_ref import completion, expected_output, expected_status
-from nelssa.emu.fuzz.oracle import Finding, Kind, expect_equal, guarded
-from nelssa.emu.fuzz.values import address, uint
 from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.model.fp import f32_to_bf16_bits
+from tests.fuzz.bench import Bench, on_fresh_bench, outside_writes
+from tests.fuzz.device_ref import completion, expected_output, expected_status
+from tests.fuzz.oracle import Finding, Kind, expect_equal, guarded
+from tests.fuzz.values import address, uint
 
 # One queue's layout (region of 1 MiB at 1 MiB); every buffer is 64-byte aligned.
 REGION_BASE = 1 << 20

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from nelssa.driver import cxl, regs
 from nelssa.driver.device import MAX_OUTSTANDING, Device
 from nelssa.driver.formats import LINE_BYTES
-from nelssa.emu.fuzz.device_ref import Caps, RefMemory
-from nelssa.emu.fuzz.oracle import Finding, Kind, guarded
 from nelssa.hw.model.device import DeviceConfig, ModelDevice, SparseMemory
+from nelssa.hw.ports import open_port, parse_spec
+from tests.fuzz.device_ref import Caps, RefMemory
+from tests.fuzz.oracle import Finding, Kind, guarded
 
 TIMING_REGS = frozenset({"PERF_CYCLES_LO", "PERF_CYCLES_HI", "PERF_BUSY_LO", "PERF_BUSY_HI"})
 """Counters of time differ between backends by design."""
@@ -159,7 +160,7 @@ class RtlBackend(Backend):
         yield
 
     def line_count(self) -> int:
-        return int(self.port._lib.nelssa_store_lines())
+        return self.port.store_lines
 
 
 _RTL_PORT: list = []
@@ -177,12 +178,14 @@ def build_rtl() -> None:
 
 def rtl_port():
     """A fresh Verilated device out of reset (the library is built once and cached)."""
-    from nelssa.hw.sim.device import RtlDevice
-
     while _RTL_PORT:
         _RTL_PORT.pop().close()
-    _RTL_PORT.append(RtlDevice())
+    _RTL_PORT.append(open_port("rtl"))
     return _RTL_PORT[0]
+
+
+BACKENDS = ("model", "rtl")
+"""The device specs (hw/ports.py) a bench puts under test: ``rtl`` runs beside a model."""
 
 
 class Bench:
@@ -190,10 +193,9 @@ class Bench:
     every host action goes to all of them and to the reference memory."""
 
     def __init__(self, backend: str) -> None:
-        if backend not in ("model", "rtl"):
-            raise ValueError(f"backend must be model or rtl, got {backend!r}")
+        spec = parse_spec(backend, BACKENDS)  # PortSpecError names it and the known ones
         self.model = ModelBackend()
-        self.rtl = RtlBackend(rtl_port()) if backend == "rtl" else None
+        self.rtl = RtlBackend(rtl_port()) if spec.name == "rtl" else None
         self.units = [b for b in (self.rtl, self.model) if b is not None]
         self.ref = RefMemory()
         self.mem_bytes = self.model.dev.mem_bytes

@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-from nelssa.emu.fuzz import cxl_mem, descriptors, files, frames, node, registers, rpc
-from nelssa.emu.fuzz.oracle import Finding
+from tests.fuzz import cxl_mem, descriptors, files, frames, node, registers, rpc
+from tests.fuzz.oracle import Finding
 
 
 @dataclass(frozen=True)

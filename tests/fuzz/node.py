@@ -29,14 +29,14 @@ import numpy as np
 from construct import ConstructError
 from hypothesis import strategies as st
 
-from nelssa.emu.fuzz.oracle import Finding, Kind, guarded
-from nelssa.emu.fuzz.values import uint
 from nelssa.emu.link.frame import LinkErrorCode
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.link.service import LinkTimeoutError, RemoteError
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.protocol import NodeErrorCode, NodeOp
 from nelssa.hw.model.fp import f32_to_bf16_bits
+from tests.fuzz.oracle import Finding, Kind, guarded
+from tests.fuzz.values import uint
 
 log = logging.getLogger(__name__)
 

@@ -29,13 +29,13 @@ from hypothesis import strategies as st
 
 from nelssa.driver import remote
 from nelssa.driver.remote import RpcErrorCode, RpcOp, RpcStatus
-from nelssa.emu.fuzz import cxl_mem
-from nelssa.emu.fuzz.oracle import Finding, Kind
-from nelssa.emu.fuzz.values import uint
 from nelssa.emu.link.frame import LinkErrorCode
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.service import LinkTimeoutError, RemoteError
 from nelssa.hw.model.device import ModelDevice
+from tests.fuzz import cxl_mem
+from tests.fuzz.oracle import Finding, Kind
+from tests.fuzz.values import uint
 
 ANSWER_S = 20.0
 CALL_OPS = tuple(op for op in RpcOp if op not in (RpcOp.SHUTDOWN, RpcOp.WAIT))
@@ -203,6 +203,8 @@ def _local(model: ModelDevice, call: Call) -> tuple[int, list[bytes]] | str:
             return model.run_until_idle(call.arg), []
         elif call.op == RpcOp.CYCLE:
             return model.cycle, []
+        elif call.op == RpcOp.CLOCK:
+            return model.clock_hz, []
     except TimeoutError:
         return "busy"
     except ValueError as e:

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from nelssa.driver import regs
 from nelssa.driver.formats import DESC_BYTES
-from nelssa.emu.fuzz import descriptors as d
-from nelssa.emu.fuzz.bench import Bench, on_fresh_bench, outside_writes
-from nelssa.emu.fuzz.oracle import Finding, guarded
-from nelssa.emu.fuzz.values import address, uint
+from tests.fuzz import descriptors as d
+from tests.fuzz.bench import Bench, on_fresh_bench, outside_writes
+from tests.fuzz.oracle import Finding, guarded
+from tests.fuzz.values import address, uint
 
 WIDE = ("SQ_BASE", "CQ_BASE", "REGION_BASE", "REGION_LIMIT")
 """64-bit registers, written as a LO/HI pair by one step."""

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from nelssa.driver import cxl, regs
 from nelssa.driver.formats import LINE_BYTES
-from nelssa.emu.fuzz.bench import Bench, on_fresh_bench
-from nelssa.emu.fuzz.oracle import Finding, Kind, expect_equal, guarded
-from nelssa.emu.fuzz.values import address, uint
+from tests.fuzz.bench import Bench, on_fresh_bench
+from tests.fuzz.oracle import Finding, Kind, expect_equal, guarded
+from tests.fuzz.values import address, uint
 
 MEM_TOP = 1 << 36
 POLL_CYCLES = 64

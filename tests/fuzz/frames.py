@@ -29,8 +29,6 @@ from pathlib import Path
 import zmq
 from hypothesis import strategies as st
 
-from nelssa.emu.fuzz.oracle import Finding, Kind, expect_equal
-from nelssa.emu.fuzz.values import uint
 from nelssa.emu.link.frame import (
     FRAME_MAGIC,
     FRAME_VERSION,
@@ -42,7 +40,9 @@ from nelssa.emu.link.frame import (
 )
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.server import LinkLimits, LinkServer
-from nelssa.emu.link.service import WINDOW, Reply, Request, ServiceError
+from nelssa.emu.link.service import WINDOW, Reply, ServiceError, ServiceRequest
+from tests.fuzz.oracle import Finding, Kind, expect_equal
+from tests.fuzz.values import uint
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class FrameServer:
         self.thread: threading.Thread | None = None
         self.start()
 
-    def _handle(self, r: Request) -> Reply | None:
+    def _handle(self, r: ServiceRequest) -> Reply | None:
         self.runs += 1
         if r.op == 9:
             raise ServiceError(150, "op 9 refused")
