@@ -22,11 +22,11 @@ from nelssa.cli_decode import add_decode_parser, check_decode_args
 from nelssa.cli_fpga import add_board_args, add_fpga_parser
 from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_bind, check_node_args
+from nelssa.cli_presets import add_presets_parser
 from nelssa.cli_serving import add_serving_parser
 from nelssa.cli_sweep import add_sweep_parser
 from nelssa.driver.formats import MAX_IDS
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
-from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig
 from nelssa.hw.model.engine import EngineParams
 from nelssa.options import (
@@ -34,6 +34,7 @@ from nelssa.options import (
     SEED,
     Parser,
     UsageError,
+    add_ddr5_args,
     add_engines,
     check_rtl_engines,
     endpoint,
@@ -101,7 +102,13 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
     if args.backend == "model":
         from nelssa.hw.model.device import DeviceConfig, ModelDevice
 
-        config = DeviceConfig(engines=args.engines, preset=args.preset)
+        try:
+            config = DeviceConfig(engines=args.engines, preset=args.preset,
+                                  ddr5_overrides=tuple(args.ddr5_override or ()),
+                                  subchannels=args.subchannels or DeviceConfig.subchannels)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         memory = None
         if args.memory_file is not None:
             from nelssa.hw.model.sparse_memory import FileMemory
@@ -127,6 +134,10 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
     else:
         from nelssa.hw.sim.device import RtlDevice
 
+        if args.ddr5_override or (args.subchannels or 8) != 8:
+            print("error: --ddr5-override and --subchannels go with --backend model (the rtl "
+                  "device takes a preset and has 8 sub-channels)", file=sys.stderr)
+            return 2
         port = RtlDevice(args.preset, units=args.engines)
     log.info("serving a %s device at %s", args.backend, args.endpoint)
     try:
@@ -196,8 +207,7 @@ def build_parser() -> Parser:
     serve.add_argument("--endpoint", type=endpoint, default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     add_engines(serve)
-    serve.add_argument("--preset", default=DeviceConfig.preset, choices=sorted(DDR5_PRESETS),
-                       help="DDR5 timing preset")
+    add_ddr5_args(serve, DeviceConfig.preset)
     serve.add_argument("--parent-pid", type=PID,
                        help="exit when this process (the node that started the device) is gone")
     serve.add_argument("--curve-secret", type=input_file,
@@ -222,6 +232,7 @@ def build_parser() -> Parser:
     add_latency_parser(sub)
     add_serving_parser(sub)
     add_sweep_parser(sub)
+    add_presets_parser(sub)
     return parser
 
 

@@ -14,18 +14,28 @@ from typing import Any
 
 from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options, config_values
-from nelssa.emu.latency.hardware import DEFAULT_GPU
 from nelssa.emu.latency.model import Sparsity
-from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
-from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
-from nelssa.host.gpu.timing import GPUS
+from nelssa.emu.link.model import GPU_PNM_LINKS
+from nelssa.hardware_options import (
+    add_entry_arg,
+    add_hardware_file_arg,
+    chosen,
+    load_catalog,
+    presets,
+)
+from nelssa.host.gpu.config import (
+    PRESETS,
+    LlamaConfig,
+    PrefillConfig,
+    describe_shape,
+    preset_name,
+)
 from nelssa.options import (
     POSITIVE_INT,
     SECONDS,
     SEED,
     UsageError,
     endpoint,
-    input_dir,
     int_range,
     output_file,
 )
@@ -52,13 +62,68 @@ def _lengths(span: tuple[int, int], count: int, rng: Any) -> list[int]:
     return [int(x) for x in rng.integers(span[0], span[1] + 1, count)]
 
 
+def weights_folder(args: argparse.Namespace) -> str | None:
+    """--model when it is a folder of safetensors weights (a Hugging Face model), else None:
+    random weights."""
+    p = Path(args.model) if args.model else None
+    return args.model if p is not None and p.is_dir() and any(p.glob("*.safetensors")) else None
+
+
+def model_name(args: argparse.Namespace) -> str:
+    """What --model (or the deprecated --model-shape) names, else the files' use.model, else
+    the small model."""
+    if args.model_shape is not None:
+        log.warning("--model-shape is deprecated: --model %s names the same shape",
+                    args.model_shape)
+    cat = load_catalog(args.hardware) if args.hardware else None
+    name = args.model or args.model_shape or (cat.use.get("models") if cat else None)
+    return name or "small"
+
+
 def model_config(args: argparse.Namespace) -> LlamaConfig:
-    """The decoder's shape: the ``--model`` folder's config.json, else ``--model-shape`` with
-    ``--layers`` and ``--vocab``; ValueError naming what is wrong."""
-    if args.model is not None:
-        return LlamaConfig.from_hf(args.model)
-    return PRESETS[args.model_shape or "small"](layers=args.layers, vocab=args.vocab,
-                                                 positions=args.positions)
+    """The decoder's shape: the ``--model`` folder's or file's config.json, else the model
+    entry --model names (the decoder's own presets, else a shape of the hardware description)
+    with ``--layers``, ``--vocab`` and ``--positions``; ValueError naming what is wrong."""
+    folder = weights_folder(args)
+    if folder is not None:
+        return LlamaConfig.from_hf(folder)
+    name = model_name(args)
+    if Path(name).exists():
+        c = LlamaConfig.from_hf(name)
+    elif preset_name(name) in PRESETS:
+        return PRESETS[preset_name(name)](layers=args.layers, vocab=args.vocab,
+                                          positions=args.positions)
+    else:
+        entry = chosen(load_catalog(args.hardware), "models", name)
+        if entry.hf is None:
+            raise ValueError(f"model {name!r} has no shape (a config.json) for the decoder")
+        c = LlamaConfig.from_shape(entry.hf)
+    cut = {k: v for k, v in (("num_hidden_layers", args.layers), ("vocab_size", args.vocab),
+                             ("max_position_embeddings", args.positions)) if v}
+    return replace(c, **cut)
+
+
+def _gpu_and_pnm(args: argparse.Namespace):
+    """The GPU (its name, registered for the decoder's timing) and the PNM entry of
+    --gpu/--pnm or the files' use section."""
+    from nelssa.host.gpu.timing import register
+
+    cat = load_catalog(args.hardware)
+    register(cat)
+    gpu = chosen(cat, "gpus", args.gpu)
+    pnm = chosen(cat, "pnm", args.pnm)
+    link = chosen(cat, "links", args.link).name
+    if link not in GPU_PNM_LINKS:
+        raise UsageError(f"--link {link}: the emulated link takes one of the link layer's "
+                         f"presets ({', '.join(sorted(GPU_PNM_LINKS))})")
+    return cat, gpu.name, pnm, link
+
+
+def _node_device_args(pnm) -> list[str]:
+    """The booted node's devices as the PNM entry describes them (`node up` options)."""
+    from nelssa.emu.latency.description import pnm_device
+
+    return [] if pnm.device is None else pnm_device(pnm.device).node_args()
 
 
 def _prefill_config(args: argparse.Namespace) -> PrefillConfig:
@@ -78,7 +143,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from nelssa.host.pnm_node.client import NodeClient
     from nelssa.progress import Progress
 
-    cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=args.gpu,
+    cat, gpu_name, pnm, link = _gpu_and_pnm(args)
+    args.link = link
+    cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=gpu_name,
                        check_accuracy=not args.no_accuracy,
                        cluster=ClusterConfig(iterations=args.kmeans_iterations))
     if args.node is not None:
@@ -87,13 +154,16 @@ def cmd_decode(args: argparse.Namespace) -> int:
         except EndpointError as e:
             raise UsageError(f"--node {e}") from None
     try:
-        model = Llama.load(args.model, seed=args.seed, config=model_config(args),
+        model = Llama.load(weights_folder(args), seed=args.seed, config=model_config(args),
                            prefill=_prefill_config(args), weight_sets=args.weight_sets)
     except (ValueError, OSError) as e:
-        raise UsageError(f"--model {args.model}: {e}") from None
+        raise UsageError(f"--model {model_name(args)}: {e}") from None
     c = model.c
     devices = len(args.bar) if args.backend == "fpga" and args.bar else args.devices
-    router = crossover_router(c, cfg, args.link, devices, args.t_input)
+    try:
+        router = crossover_router(c, cfg, args.link, devices, args.t_input, pnm.name, cat)
+    except ValueError as e:  # a model the PNM entry's device cannot be measured with
+        raise UsageError(f"--pnm {pnm.name}: {e}") from None
     try:
         cfg = replace(cfg, t_input=router.t_input)
     except ValueError as e:
@@ -111,12 +181,16 @@ def cmd_decode(args: argparse.Namespace) -> int:
     lens = ([("short", n) for n in _lengths(args.short_len, args.short, rng)]
             + [("long", n) for n in _lengths(args.long_len, args.long, rng)])
     prompts = [rng.integers(0, c.vocab_size, n).tolist() for _, n in lens]
-    print(f"NELSSA decode: Llama {c.num_hidden_layers} layers, {c.num_attention_heads} query / "
-          f"{c.num_key_value_heads} KV heads x {c.head_dim}, "
-          f"{'weights from ' + str(args.model) if args.model else 'random weights'}"
-          f"{'' if args.model else ' (' + (args.model_shape or 'small') + ' shape)'}; "
+    weights = weights_folder(args)
+    print(f"NELSSA decode: {c.model_type} {c.num_hidden_layers} layers, "
+          f"{c.num_attention_heads} query / {c.num_key_value_heads} KV heads x {c.head_dim}, "
+          f"hidden {c.hidden_size}, MLP {c.intermediate_size}, vocabulary {c.vocab_size}, "
+          f"{'weights from ' + weights if weights else 'random weights'}"
+          f"{'' if weights else ' (' + model_name(args) + ' shape)'}; "
           f"{args.short} short + {args.long} long requests, T_input {router.describe()}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
+    if args.backend != "fpga" and args.node is None:
+        print(f"  PNM devices: {pnm.name}: {pnm.device or 'the default device'}")
     launcher = None
     folder = None
     endpoint = args.node
@@ -129,6 +203,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   "(the first rtl run builds the device) ...", flush=True)
             t0 = time.perf_counter()
             extra = [x for b in args.bar or [] for x in ("--bar", b)]
+            if args.backend != "fpga":
+                extra += _node_device_args(pnm)
             if args.rtl_layers:
                 extra += ["--rtl-layers", str(args.rtl_layers)]
             if args.device_memory == "file":
@@ -277,24 +353,32 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", type=int_range(1, 32), default=4, help="1..32")
     p.add_argument("--backend", choices=("rtl", "model", "fpga"), default="rtl")
     add_board_args(p, several=True)
-    p.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=sorted(GPU_PNM_LINKS))
-    p.add_argument("--model", type=input_dir,
-                   help="Hugging Face Llama folder (config.json + safetensors); default: "
-                        "random weights of --model-shape")
+    add_hardware_file_arg(p)
+    add_entry_arg(p, "links")
+    add_entry_arg(p, "pnm", "; its device (units, DDR5 grade and overrides, sub-channels) "
+                  "is what the booted node's model or rtl devices are")
     shapes = "; ".join(f"{name}: {describe_shape(make())}" for name, make in PRESETS.items())
-    p.add_argument("--model-shape", choices=sorted(PRESETS),
-                   help=f"a decoder of random weights (default small, "
-                        f"{LlamaConfig().num_hidden_layers} layers; llama3-8b: Llama-3-8B's "
-                        f"shape and RoPE, 32 layers unless --layers). {shapes}"
+    models = ", ".join(n for n, m in presets().models.items() if m.hf and n not in PRESETS)
+    p.add_argument("--model", metavar="NAME|PATH",
+                   help=f"the decoder: a Hugging Face model folder (config.json + safetensors: "
+                        f"its weights), a config.json (or a folder of one) without weights, or "
+                        f"a model entry: the decoder's own small and llama-3-8b (32000 tokens "
+                        f"unless --vocab), or the description's {models} or an entry of "
+                        f"--hardware (llama, mistral, qwen2 shapes); random weights but for a "
+                        f"weights folder [default: the files' use.model, else small, "
+                        f"{LlamaConfig().num_hidden_layers} layers]. {shapes}"
                         .replace("%", "%%"))
+    p.add_argument("--model-shape", metavar="NAME", help="deprecated: --model NAME")
     p.add_argument("--layers", type=int_range(1, 256),
-                   help="layers of --model-shape (default: the shape's)")
+                   help="layers of the --model shape: the first ones, cut to fit the machine "
+                        "(default: the shape's)")
     p.add_argument("--vocab", type=int_range(1, 1 << 20),
-                   help="vocabulary of --model-shape (default: the shape's)")
+                   help="vocabulary of the --model shape (default: the shape's)")
     p.add_argument("--positions", type=int_range(1, 1 << 24), metavar="N",
-                   help="positions of --model-shape (default: the shape's; llama3-8b 131072): "
-                        "longer prompts, RoPE (Llama-3 scaled) taken on past the trained "
-                        "range, as long-context variants do; random weights do not mind")
+                   help="positions of the --model shape (default: the shape's; llama-3-8b "
+                        "131072): longer prompts, RoPE (Llama-3 scaled) taken on past the "
+                        "trained range, as long-context variants do; random weights do not "
+                        "mind")
     add_config_options(p, PrefillConfig, PREFILL_OPTIONS)
     p.add_argument("--kmeans-iterations", type=int_range(1, 1000), metavar="N",
                    default=Sparsity().kmeans_iterations,
@@ -330,8 +414,7 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", type=POSITIVE_INT, default=16,
                    help="generated tokens per chunk update (the paper: 1024)")
     p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
-    p.add_argument("--gpu", default=DEFAULT_GPU, choices=sorted(GPUS),
-                   help="GPU of the roofline time model")
+    add_entry_arg(p, "gpus", " (the roofline time model's)")
     p.add_argument("--timeout", type=SECONDS, default=300.0, help="seconds per node request")
     p.add_argument("--no-accuracy", action="store_true",
                    help="skip the comparison with dense attention over the full context")
@@ -360,7 +443,7 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.device_memory == "file" and (args.backend != "model" or args.node is not None):
         parser.error("--device-memory file: the model devices of a node this run boots "
                      "(--backend model, no --node)")
-    if args.weight_sets and args.model is not None:
+    if args.weight_sets and weights_folder(args) is not None:
         parser.error("--weight-sets shares random weights between layers; --model loads them")
     from nelssa.host.gpu.decode import DecodeConfig
 
@@ -382,13 +465,18 @@ def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     from nelssa.host.gpu.prefill import available_memory, check_run, estimate_run
     from nelssa.hw.model.engine import EngineParams
 
-    if args.model is not None and (args.model_shape or args.layers or args.vocab
-                                   or args.positions):
+    if weights_folder(args) is not None and (args.model_shape or args.layers or args.vocab
+                                             or args.positions):
         parser.error("--model-shape, --layers, --vocab and --positions describe a random "
                      "model; --model loads one")
-    what = f"--model {args.model}" if args.model else f"--model-shape {args.model_shape or 'small'}"
+    if args.model is not None and args.model_shape is not None:
+        parser.error("--model-shape is --model's old name: give one")
     try:
+        what = f"--model {model_name(args)}" if args.model_shape is None else \
+            f"--model-shape {args.model_shape}"
         c = model_config(args)
+    except UsageError as e:
+        parser.error(str(e))
     except ValueError as e:
         parser.error(f"{what}: {e}")
     if c.head_dim not in SUPPORTED_HEAD_DIMS:

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from nelssa.hardware_options import add_hardware_file_arg
 from nelssa.options import POSITIVE_INT, UsageError, input_file, output_dir
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,5 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
                    help="run the points on a Ray cluster (`local` starts one on this machine)")
     p.add_argument("--metric", default="goodput_rps",
                    help="what the Pareto plot weighs against cost")
-    p.add_argument("--hardware", action="append", default=[], type=input_file,
-                   help="a hardware JSON file adding to or overriding the presets")
+    add_hardware_file_arg(p)
     p.set_defaults(func=cmd_sweep)

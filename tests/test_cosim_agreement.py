@@ -43,14 +43,14 @@ def test_weights_read_per_step_are_one_figure():
     from nelssa.host.gpu.decode import HybridDecoder
     from nelssa.host.gpu.model import Llama
 
-    c = PRESETS["llama3-8b"](layers=2)
+    c = PRESETS["llama-3-8b"](layers=2)
     dec = HybridDecoder(Llama.load(None, config=c), DecodeConfig(), None)
     cosim = c.num_hidden_layers * (dec._qkv_bytes + dec._out_bytes) + dec._head_bytes
     assert model_hw(c).weight_bytes == pytest.approx(cosim, rel=1e-4)
 
 
 def test_step_parts_add_up_to_the_step():
-    c = PRESETS["llama3-8b"](layers=4)
+    c = PRESETS["llama-3-8b"](layers=4)
     lm = latency_model(c, DecodeConfig(), "roce-400g")
     cost = CostModel(lm, 4, lm.sparsity.window_tokens, 63.0, 50.0)
     for gpu_ctx, pnm, n in ((4096, [32768, 65536], 4), (0, [8192], 0), (2048, [], 2)):

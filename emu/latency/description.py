@@ -149,8 +149,10 @@ class ModelShape(BaseModel):
     """The fields of a Hugging Face ``config.json`` the decoder and the latency model use
     (others are ignored)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
+    name_or_path: str | None = Field(None, alias="_name_or_path",
+                                     description="where the config comes from (Hugging Face)")
     model_type: str = Field("llama", description="architecture: llama, mistral or qwen2")
     vocab_size: int = Field(ge=1, le=1 << 22, description="tokens in the vocabulary")
     hidden_size: int = Field(ge=1, le=1 << 20, description="width of the residual stream")
@@ -223,7 +225,7 @@ class ModelShape(BaseModel):
     def hf(self) -> dict[str, Any]:
         """The config as a ``config.json`` dictionary (the fields above, head_dim and KV heads
         made explicit)."""
-        d = self.model_dump()
+        d = self.model_dump(by_alias=True)
         d.update(head_dim=self.dim, num_key_value_heads=self.kv_heads,
                  attention_bias=self.qkv_bias)
         return d

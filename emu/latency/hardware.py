@@ -309,7 +309,7 @@ def model_of_shape(name: str, shape: ModelShape, layers: int | None = None,
     cut = {k: v for k, v in (("num_hidden_layers", layers), ("vocab_size", vocab_size))
            if v is not None}
     if cut:
-        shape = ModelShape(**{**shape.model_dump(), **cut})
+        shape = ModelShape(**{**shape.model_dump(by_alias=True), **cut})
     given = {k: v for k, v in latency.items() if v is not None}
     m = ModelHw(name, layers=shape.num_hidden_layers, kv_heads=shape.kv_heads,
                 q_heads=shape.num_attention_heads, head_dim=shape.dim,

@@ -157,17 +157,26 @@ def _digest(paths: tuple[Path, ...]) -> str:
 
 
 def code_version() -> str:
-    """What decides a measurement besides its inputs: the cycle model's sources, its
-    calibration, this module."""
-    cycle = _digest((*SOURCES, *HEADERS, Path(__file__).with_name("device_cycle.py")))
+    """What decides a measurement besides its inputs (and keys the cache): the cycle model's
+    sources, its calibration, the device model and this module."""
+    here = Path(__file__).parent
+    cycle = _digest((*SOURCES, *HEADERS, *(here / n for n in (
+        "device_cycle.py", "device.py", "device_exec.py", "bandwidth.py"))))
     calib = _digest((CALIBRATION_FILE,))
-    try:  # the commit, where this runs from a checkout
-        sha = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    return f"nelssa {__version__}, cycle model {cycle}, calibration {calib}"
+
+
+def _commit() -> str:
+    """The checkout's commit (for the provenance; a tree with changes says so)."""
+    try:
+        git = ["git", "-C", str(REPO_ROOT)]
+        sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        sha = ""
-    commit = f" (commit {sha})" if sha else ""
-    return f"nelssa {__version__}{commit}, cycle model {cycle}, calibration {calib}"
+        return ""
+    return f", commit {sha}{' with changes' if dirty.strip() else ''}"
 
 
 def _cache_dir() -> Path:
@@ -205,7 +214,8 @@ def measure(config, w: Workload | None = None, cache: bool = True) -> Measuremen
     timer = ("cycle model" if isinstance(port.schedule, CycleSchedule)
              else "fluid schedule (no cycle model: no C++ compiler or too many units)")
     m = Measurement(gbs=r.bytes / (r.cycles / config.clock_hz) / 1e9, cycles=r.cycles,
-                    bytes=r.bytes, clock_hz=config.clock_hz, timer=timer, code=code,
+                    bytes=r.bytes, clock_hz=config.clock_hz, timer=timer,
+                    code=code + _commit(),
                     measured_at=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                     wall_s=round(time.perf_counter() - t0, 2), workload=w.describe(),
                     device=_describe(config))
