@@ -91,17 +91,19 @@ def ddr5_override(text: str) -> tuple[str, int]:
 
 
 def add_ddr5_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
-    """``--preset`` (a DDR5 speed grade), ``--ddr5-override`` and ``--subchannels``."""
+    """``--preset`` (a DDR5 speed grade), ``--ddr5-override`` and ``--subchannels``, their help
+    the PNM device description's fields' (``PnmDevice``)."""
+    from nelssa.emu.latency.description import PnmDevice
     from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 
+    doc = {name: f.description for name, f in PnmDevice.model_fields.items()}
     parser.add_argument("--preset", default=default_preset, choices=list(DDR5_PRESETS),
-                        help="DDR5 timing preset (speed grade)"
-                             + (f" [default: {default_preset}]" if default_preset else ""))
+                        help=doc["ddr5"] + (f" [default: {default_preset}]" if default_preset
+                                            else ""))
     parser.add_argument("--ddr5-override", type=ddr5_override, action="append", default=None,
-                        metavar="FIELD=N", help="replace one timing field of the preset (tCK), "
-                        "e.g. nRRD_S=16; repeatable")
+                        metavar="FIELD=N", help=f"{doc['ddr5_overrides']}; FIELD=N, repeatable")
     parser.add_argument("--subchannels", type=int, choices=(1, 2, 4, 8), default=None,
-                        help=f"DDR5 sub-channels [default: {DeviceConfig.subchannels}]")
+                        help=f"{doc['subchannels']} [default: {DeviceConfig.subchannels}]")
 
 
 def check_rtl_engines(parser: argparse.ArgumentParser, engines: int) -> None:

@@ -102,6 +102,8 @@ def test_one_description_in_json_yaml_and_toml(tmp_path):
              ["p: missing field 'bw_eff_gbs'"]),
             ("models:\n  m: {config: qwen2.5-7b, layers: 0}\n", ["[models]", "m", "layers"]),
             ("models:\n  m: {hf: {model_type: gpt2}}\n", ["model_type 'gpt2'"]),
+            ("models:\n  m: {preset: mistral-7b, layers: 33}\n",
+             ["layers 33: the shape has 32"]),
             ("models:\n  m: {preset: nope}\n", ["preset: 'nope' is not a model entry"]),
             ("use: {gpu: x900}\n", ["[use]", "gpu", "unknown gpu 'x900'"]),
             ("use: {cpu: x}\n", ["[use]", "cpu"]),
@@ -207,3 +209,29 @@ def test_every_field_is_documented():
         docs = field_docs(cls)
         for f in fields(cls):
             assert docs.get(f.name), (cls.__name__, f.name)
+
+
+def test_decode_takes_any_gpu_entry_and_the_files_choices(tmp_path):
+    """A GPU of a --hardware file times the co-simulation (registered by name); the PNM entry
+    it picks is what the node boots; the model entry is the decoder's shape."""
+    from nelssa.cli import build_parser
+    from nelssa.cli_decode import _gpu_and_pnm, _node_device_args, model_config
+    from nelssa.host.gpu.request import DecodeConfig
+    from nelssa.host.gpu.timing import gpu_preset
+
+    f = tmp_path / "h.toml"
+    f.write_text('[gpus.mine]\nhbm_gbs = 1000\nmemory_gb = 10\nbf16_tflops = 100\n'
+                 '[models.q]\npreset = "qwen2.5-7b"\nlayers = 1\nvocab_size = 64\n'
+                 '[use]\ngpu = "mine"\npnm = "ddr5-5600-4u"\nmodel = "q"\n')
+    args = build_parser().parse_args(["decode", "--hardware", str(f)])
+    _, gpu, pnm, link = _gpu_and_pnm(args)
+    assert (gpu, pnm.name, link) == ("mine", "ddr5-5600-4u", "roce-400g")
+    assert gpu_preset(DecodeConfig(gpu=gpu).gpu).hw.hbm_gbs == 1000
+    assert _node_device_args(pnm) == ["--engines", "4", "--preset", "ddr5-5600",
+                                      "--subchannels", "8"]
+    c = model_config(args)
+    assert (c.model_type, c.attention_bias, c.num_hidden_layers, c.vocab_size) == (
+        "qwen2", True, 1, 64)
+    args = build_parser().parse_args(["decode", "--hardware", str(f), "--model", "llama3-8b",
+                                      "--layers", "1"])
+    assert model_config(args).vocab_size == 32000  # the decoder's own llama-3-8b, as before

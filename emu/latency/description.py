@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -23,6 +23,7 @@ MODELS_DIR = Path(__file__).with_name("models")
 """Shipped ``config.json`` files of the model presets (public configurations, written from
 their published values), by preset name."""
 SUFFIXES = (".json", ".yaml", ".yml", ".toml")
+M = TypeVar("M", bound=BaseModel)
 
 
 class DescriptionError(ValueError):
@@ -71,6 +72,21 @@ def errors_text(e: ValidationError) -> str:
     return f"{where}: {reason}{shown}"
 
 
+def validated(cls: type[M], raw: Any, label: str, what: str) -> M:
+    """``raw`` (an object) as ``cls``; DescriptionError ``{label}field: reason``, or naming
+    ``what`` when ``raw`` is no object."""
+    if isinstance(raw, cls):
+        return raw
+    if not isinstance(raw, dict):
+        raise DescriptionError(f"{label}{what} must be an object, got {type(raw).__name__}")
+    try:
+        return cls(**raw)
+    except ValidationError as e:
+        raise DescriptionError(f"{label}{errors_text(e)}") from None
+    except ValueError as e:  # a check across fields
+        raise DescriptionError(f"{label}{e}") from None
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -116,15 +132,9 @@ class PnmDevice(Strict):
 
 def pnm_device(raw: Any) -> PnmDevice:
     """A PNM entry's ``device`` checked (DescriptionError naming the field)."""
-    if isinstance(raw, PnmDevice):
-        return raw
-    if not isinstance(raw, dict):
-        raise DescriptionError(f"device must be an object, got {type(raw).__name__}")
+    dev = validated(PnmDevice, raw, "device.", "device")
     try:
-        dev = PnmDevice(**raw)
         dev.device_config()  # the overrides against the grade's own checks
-    except ValidationError as e:
-        raise DescriptionError(f"device.{errors_text(e)}") from None
     except ValueError as e:
         raise DescriptionError(f"device.ddr5_overrides: {e}") from None
     return dev
@@ -233,15 +243,7 @@ class ModelShape(BaseModel):
 
 def shape_of(raw: Any, where: str) -> ModelShape:
     """A ``config.json`` dictionary as a ModelShape (DescriptionError naming ``where``)."""
-    if not isinstance(raw, dict):
-        raise DescriptionError(f"{where}: a model config must be an object, got "
-                               f"{type(raw).__name__}")
-    try:
-        return ModelShape(**raw)
-    except ValidationError as e:
-        raise DescriptionError(f"{where}: {errors_text(e)}") from None
-    except ValueError as e:
-        raise DescriptionError(f"{where}: {e}") from None
+    return validated(ModelShape, raw, f"{where}: ", "a model config")
 
 
 def read_config(path: str | Path, base: Path | None = None) -> tuple[ModelShape, Path]:
@@ -302,10 +304,5 @@ class Selection(Strict):
 
 
 def selection(raw: Any, where: str) -> Selection:
-    if not isinstance(raw, dict):
-        raise DescriptionError(f"{where}: section 'use' must be an object, got "
-                               f"{type(raw).__name__}")
-    try:
-        return Selection(**raw)
-    except ValidationError as e:
-        raise DescriptionError(f"{where} [use]: {errors_text(e)}") from None
+    """A file's ``use`` section (DescriptionError naming the file and field)."""
+    return validated(Selection, raw, f"{where} [use]: ", "section 'use'")

@@ -24,12 +24,12 @@ from nelssa.emu.latency.description import (
     DescriptionError,
     ModelEntry,
     ModelShape,
-    errors_text,
     pnm_device,
     read_config,
     read_document,
     selection,
     shape_of,
+    validated,
 )
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.link.model import GPU_PNM_LINKS, LinkSpec
@@ -308,6 +308,10 @@ def model_of_shape(name: str, shape: ModelShape, layers: int | None = None,
     embedding_b, max_context) replaces what the shape gives."""
     cut = {k: v for k, v in (("num_hidden_layers", layers), ("vocab_size", vocab_size))
            if v is not None}
+    for key, value in cut.items():
+        if value > getattr(shape, key):
+            raise ValueError(f"{'layers' if key == 'num_hidden_layers' else key} {value}: "
+                             f"the shape has {getattr(shape, key)} (a cut keeps fewer)")
     if cut:
         shape = ModelShape(**{**shape.model_dump(by_alias=True), **cut})
     given = {k: v for k, v in latency.items() if v is not None}
@@ -326,13 +330,8 @@ def _build_model(name: str, raw: Any, where: str, models: dict[str, ModelHw],
     """A model entry: the latency model's fields (``_build``), or a shape (ModelEntry)."""
     if not isinstance(raw, dict) or not any(k in raw for k in SHAPE_KEYS):
         return _build(ModelHw, name, raw, where)
-    from pydantic import ValidationError
-
     try:
-        e = ModelEntry(**raw)
-    except ValidationError as err:
-        raise HardwareError(f"{where}: {name}: {errors_text(err)}") from None
-    try:
+        e = validated(ModelEntry, raw, "", name)
         if e.config is not None:
             shape, _ = read_config(e.config, base)
         elif e.hf is not None:
