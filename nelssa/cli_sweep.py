@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from nelssa.hardware_options import add_hardware_file_arg
+from nelssa.hardware_options import OPTIONS, add_hardware_file_arg, names
 from nelssa.options import POSITIVE_INT, UsageError, input_file, output_dir
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="a design-space sweep of the serving emulator (grid or "
-                       "random search; process pool or Ray)")
+                       "random search; process pool or Ray)",
+                       epilog="presets a spec may name (and entries of --hardware): "
+                       + "; ".join(f"{section}: {names(section)}" for section in OPTIONS))
     p.add_argument("spec", type=input_file, help="the sweep's TOML file (docs/serving.md)")
     p.add_argument("--out", type=output_dir, default="sweep-out",
                    help="folder of results.csv (resumed if there) and pareto.png")
