@@ -215,7 +215,7 @@ def test_decode_takes_any_gpu_entry_and_the_files_choices(tmp_path):
     """A GPU of a --hardware file times the co-simulation (registered by name); the PNM entry
     it picks is what the node boots; the model entry is the decoder's shape."""
     from nelssa.cli import build_parser
-    from nelssa.cli_decode import _gpu_and_pnm, _node_device_args, model_config
+    from nelssa.decode_hardware import gpu_pnm_link, model_config, node_device_args
     from nelssa.host.gpu.request import DecodeConfig
     from nelssa.host.gpu.timing import gpu_preset
 
@@ -224,10 +224,10 @@ def test_decode_takes_any_gpu_entry_and_the_files_choices(tmp_path):
                  '[models.q]\npreset = "qwen2.5-7b"\nlayers = 1\nvocab_size = 64\n'
                  '[use]\ngpu = "mine"\npnm = "ddr5-5600-4u"\nmodel = "q"\n')
     args = build_parser().parse_args(["decode", "--hardware", str(f)])
-    _, gpu, pnm, link = _gpu_and_pnm(args)
+    _, gpu, pnm, link = gpu_pnm_link(args)
     assert (gpu, pnm.name, link) == ("mine", "ddr5-5600-4u", "roce-400g")
     assert gpu_preset(DecodeConfig(gpu=gpu).gpu).hw.hbm_gbs == 1000
-    assert _node_device_args(pnm) == ["--engines", "4", "--preset", "ddr5-5600",
+    assert node_device_args(pnm) == ["--engines", "4", "--preset", "ddr5-5600",
                                       "--subchannels", "8"]
     c = model_config(args)
     assert (c.model_type, c.attention_bias, c.num_hidden_layers, c.vocab_size) == (
