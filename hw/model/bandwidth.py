@@ -90,7 +90,7 @@ def run_workload(port, w: Workload, split: bool = True) -> WorkloadRun:
     selected clusters' K and V (the others are never read), the descriptors split over the
     units (or one per KV head) and run to completion."""
     dev = Device(port)
-    mem = MemoryApi(dev, 1 << 20, 1 << 34)
+    mem = MemoryApi(dev, 1 << 20, min(1 << 34, dev.mem_bytes - (1 << 20)))
     cq = CommandQueue(mem, entries=64)
     rng = np.random.default_rng(w.seed)
     n_clusters = w.context // w.cluster_tokens
