@@ -15,15 +15,16 @@ log = logging.getLogger(__name__)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from nelssa.emu.latency.hardware import HardwareCatalog, HardwareError
+    from nelssa.emu.latency.hardware import SECTIONS, HardwareCatalog, HardwareError
     from nelssa.progress import Progress
     from nelssa.sweep.plot import pareto_plot
     from nelssa.sweep.run import METRICS, run_sweep
     from nelssa.sweep.spec import SpecError, check_catalog, load_spec
 
     try:
-        spec = load_spec(args.spec)
-        check_catalog(spec, HardwareCatalog.load(*args.hardware))
+        catalog = HardwareCatalog.load(*args.hardware)
+        spec = load_spec(args.spec, {SECTIONS[s]: name for s, name in catalog.use.items()})
+        check_catalog(spec, catalog)
     except (SpecError, HardwareError) as e:
         raise UsageError(str(e)) from None
     if args.metric not in METRICS:

@@ -235,3 +235,17 @@ def test_decode_takes_any_gpu_entry_and_the_files_choices(tmp_path):
     args = build_parser().parse_args(["decode", "--hardware", str(f), "--model", "llama3-8b",
                                       "--layers", "1"])
     assert model_config(args).vocab_size == 32000  # the decoder's own llama-3-8b, as before
+
+
+def test_sweep_reads_the_files_choices(tmp_path):
+    """A sweep's points take the hardware file's use section where the spec names nothing."""
+    import csv
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'trace = "{TRACE}"\nlimit = 10\n[grid]\ndevices = [1, 2]\n')
+    proc = _cli("sweep", str(spec), "--hardware", str(EXAMPLE), "--workers", "1", "--out",
+                str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
+    assert [(r["gpu"], r["pnm"], r["model"], r["devices"], r["status"]) for r in rows] == [
+        ("b200", "six-unit-ddr5-8000", "llama-3-70b-2l", d, "ok") for d in ("1", "2")]
