@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import argparse
 from functools import cache
+from pathlib import Path
 from typing import Any
 
+from nelssa.emu.latency.description import read_config
 from nelssa.emu.latency.hardware import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
     DEFAULT_PNM,
     HardwareCatalog,
     HardwareError,
+    model_of_shape,
 )
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.options import UsageError, input_file
@@ -44,10 +47,11 @@ def add_hardware_file_arg(p: argparse.ArgumentParser) -> None:
 
 def add_entry_arg(p: argparse.ArgumentParser, section: str, help_more: str = "") -> None:
     option, default = OPTIONS[section]
+    also = " or a config.json (a file or folder)" if section == "models" else ""
     p.add_argument(option, default=None, metavar="NAME",
-                   help=f"{WHAT[section]}: a preset ({names(section)}) or an entry of "
-                        f"--hardware [default: the files' use.{option[2:]}, else {default}]"
-                        f"{help_more}")
+                   help=f"{WHAT[section]}: a preset ({names(section)}), an entry of "
+                        f"--hardware{also} [default: the files' use.{option[2:]}, else "
+                        f"{default}]{help_more}")
 
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
@@ -69,6 +73,8 @@ def chosen(cat: HardwareCatalog, section: str, name: str | None) -> Any:
     default (UsageError naming the option)."""
     option, default = OPTIONS[section]
     try:
+        if section == "models" and name is not None and Path(name).exists():
+            return model_of_shape(Path(name).stem, read_config(name)[0])  # a config.json
         return cat.chosen(section, name, default)
     except ValueError as e:
         raise UsageError(f"{option}: {e}") from None
