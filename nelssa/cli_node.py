@@ -122,6 +122,7 @@ def cmd_node_up(args: argparse.Namespace) -> int:
     if args.attach:
         endpoints = list(args.attach)
         backend = "remote"
+        clock_mhz = _device_config(args).clock_hz / 1e6  # the devices --pnm/--preset describe
     elif args.backend == "fpga":
         from nelssa.host.pnm_node.devices import FPGA_PREFIX
         from nelssa.hw.fpga.port import board_manifest, parse_board
