@@ -171,10 +171,11 @@ class DeviceProcesses:
 
     def __init__(self, count: int, backend: str, engines: int | None = None,
                  preset: str = "ddr5-6400", verbose: bool = False,
-                 file_memory: bool = False) -> None:
+                 file_memory: bool = False, device_args: tuple[str, ...] = ()) -> None:
         """``engines``: attention units per device (None: `device serve`'s default, the
         device's own); ``file_memory``: model devices hold their memory in sparse files in
-        the private folder (`device serve --memory-file`), removed with it."""
+        the private folder (`device serve --memory-file`), removed with it; ``device_args``:
+        more `device serve` options (the DDR5 overrides and sub-channels)."""
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         self.folder = private_folder("nelssa-node-")
@@ -187,7 +188,7 @@ class DeviceProcesses:
                 cmd = [sys.executable, "-m", "nelssa.cli", *(["-v"] if verbose else []),
                        "device", "serve", "--backend", backend, "--endpoint", ep, *mem,
                        *(["--engines", str(engines)] if engines is not None else []),
-                       "--preset", preset,
+                       "--preset", preset, *device_args,
                        "--parent-pid", str(os.getpid())]
                 self.procs.append(subprocess.Popen(cmd, start_new_session=True,
                                                    stdin=subprocess.DEVNULL))

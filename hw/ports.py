@@ -38,6 +38,10 @@ class PortOptions:
     """``model``, ``rtl``: attention units of the device."""
     preset: str = "ddr5-6400"
     """``model``, ``rtl``: DDR5 timing preset (hw/model/ddr5_timing.PRESETS)."""
+    ddr5_overrides: tuple[tuple[str, int], ...] = ()
+    """``model``: (field, value) pairs replacing fields of the preset."""
+    subchannels: int = 8
+    """``model``: DDR5 sub-channels (the RTL device has 8)."""
     memory_file: Path | None = None
     """``model``: hold device memory in a new sparse file here instead of RAM."""
     manifest: str | None = None
@@ -79,7 +83,8 @@ class PortSpec:
 def _open_model(_: str, o: PortOptions) -> DevicePort:
     from nelssa.hw.model.device import DeviceConfig, ModelDevice
 
-    config = DeviceConfig(engines=o.engines, preset=o.preset)
+    config = DeviceConfig(engines=o.engines, preset=o.preset, ddr5_overrides=o.ddr5_overrides,
+                          subchannels=o.subchannels)
     memory = None
     if o.memory_file is not None:
         from nelssa.hw.model.sparse_memory import SparseFileMemory
@@ -91,6 +96,9 @@ def _open_model(_: str, o: PortOptions) -> DevicePort:
 def _open_rtl(_: str, o: PortOptions) -> DevicePort:
     from nelssa.hw.sim.device import RtlDevice
 
+    if o.ddr5_overrides or o.subchannels != 8:
+        raise ValueError("--ddr5-override and --subchannels go with the model backend (the rtl "
+                         "device takes a preset and has 8 sub-channels)")
     return RtlDevice(o.preset, units=o.engines)
 
 

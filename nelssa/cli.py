@@ -22,11 +22,11 @@ from nelssa.cli_decode import add_decode_parser, check_decode_args
 from nelssa.cli_fpga import add_board_args, add_fpga_parser
 from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_bind, check_node_args
+from nelssa.cli_presets import add_presets_parser
 from nelssa.cli_serving import add_serving_parser
 from nelssa.cli_sweep import add_sweep_parser
 from nelssa.driver.formats import MAX_IDS
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
-from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig
 from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.ports import (
@@ -42,6 +42,7 @@ from nelssa.options import (
     SEED,
     Parser,
     UsageError,
+    add_ddr5_args,
     add_engines,
     check_rtl_engines,
     endpoint,
@@ -129,10 +130,12 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
         print("error: --memory-file goes with --backend model", file=sys.stderr)
         return 2
     options = PortOptions(engines=args.engines, preset=args.preset,
+                          ddr5_overrides=tuple(args.ddr5_override or ()),
+                          subchannels=args.subchannels or PortOptions.subchannels,
                           memory_file=args.memory_file, manifest=args.manifest)
     try:
         port = open_port(spec, options)
-    except FpgaError as e:
+    except (FpgaError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # the one file a local device makes
@@ -207,8 +210,7 @@ def build_parser() -> Parser:
     serve.add_argument("--endpoint", type=endpoint, default="ipc:///tmp/nelssa-device-0",
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     add_engines(serve)
-    serve.add_argument("--preset", default=DeviceConfig.preset, choices=sorted(DDR5_PRESETS),
-                       help="DDR5 timing preset")
+    add_ddr5_args(serve, DeviceConfig.preset)
     serve.add_argument("--parent-pid", type=PID,
                        help="exit when this process (the node that started the device) is gone")
     serve.add_argument("--curve-secret", type=input_file,
@@ -233,6 +235,7 @@ def build_parser() -> Parser:
     add_latency_parser(sub)
     add_serving_parser(sub)
     add_sweep_parser(sub)
+    add_presets_parser(sub)
     return parser
 
 

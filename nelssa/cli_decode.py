@@ -14,20 +14,24 @@ from typing import Any
 
 from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options, config_values
-from nelssa.emu.latency.hardware import DEFAULT_GPU
+from nelssa.decode_hardware import (
+    gpu_pnm_link,
+    model_config,
+    model_name,
+    node_device_args,
+    weights_folder,
+)
 from nelssa.emu.latency.model import Sparsity
-from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
 from nelssa.emu.policy.schedulers import SCHEDULERS
 from nelssa.emu.policy.vllm_scheduler import VllmEnvError
+from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg, presets
 from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
-from nelssa.host.gpu.timing import GPUS
 from nelssa.options import (
     POSITIVE_INT,
     SECONDS,
     SEED,
     UsageError,
     endpoint,
-    input_dir,
     int_range,
     output_file,
 )
@@ -54,15 +58,6 @@ def _lengths(span: tuple[int, int], count: int, rng: Any) -> list[int]:
     return [int(x) for x in rng.integers(span[0], span[1] + 1, count)]
 
 
-def model_config(args: argparse.Namespace) -> LlamaConfig:
-    """The decoder's shape: the ``--model`` folder's config.json, else ``--model-shape`` with
-    ``--layers`` and ``--vocab``; ValueError naming what is wrong."""
-    if args.model is not None:
-        return LlamaConfig.from_hf(args.model)
-    return PRESETS[args.model_shape or "small"](layers=args.layers, vocab=args.vocab,
-                                                 positions=args.positions)
-
-
 def _prefill_config(args: argparse.Namespace) -> PrefillConfig:
     return PrefillConfig(**config_values(args, PrefillConfig, PREFILL_OPTIONS))
 
@@ -80,7 +75,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from nelssa.host.gpu.routing import crossover_router
     from nelssa.progress import Progress
 
-    cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=args.gpu,
+    cat, gpu_name, pnm, link = gpu_pnm_link(args)
+    args.link = link
+    cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=gpu_name,
                        check_accuracy=not args.no_accuracy,
                        cluster=ClusterConfig(iterations=args.kmeans_iterations))
     if args.node is not None:
@@ -89,13 +86,16 @@ def cmd_decode(args: argparse.Namespace) -> int:
         except EndpointError as e:
             raise UsageError(f"--node {e}") from None
     try:
-        model = Llama.load(args.model, seed=args.seed, config=model_config(args),
+        model = Llama.load(weights_folder(args), seed=args.seed, config=model_config(args),
                            prefill=_prefill_config(args), weight_sets=args.weight_sets)
     except (ValueError, OSError) as e:
-        raise UsageError(f"--model {args.model}: {e}") from None
+        raise UsageError(f"--model {model_name(args)}: {e}") from None
     c = model.c
     devices = len(args.bar) if args.backend == "fpga" and args.bar else args.devices
-    router = crossover_router(c, cfg, args.link, devices, args.t_input)
+    try:
+        router = crossover_router(c, cfg, args.link, devices, args.t_input, pnm.name, cat)
+    except ValueError as e:  # a model the PNM entry's device cannot be measured with
+        raise UsageError(f"--pnm {pnm.name}: {e}") from None
     try:
         cfg = replace(cfg, t_input=router.t_input)
     except ValueError as e:
@@ -113,13 +113,19 @@ def cmd_decode(args: argparse.Namespace) -> int:
     lens = ([("short", n) for n in _lengths(args.short_len, args.short, rng)]
             + [("long", n) for n in _lengths(args.long_len, args.long, rng)])
     prompts = [rng.integers(0, c.vocab_size, n).tolist() for _, n in lens]
-    print(f"NELSSA decode: Llama {c.num_hidden_layers} layers, {c.num_attention_heads} query / "
-          f"{c.num_key_value_heads} KV heads x {c.head_dim}, "
-          f"{'weights from ' + str(args.model) if args.model else 'random weights'}"
-          f"{'' if args.model else ' (' + (args.model_shape or 'small') + ' shape)'}; "
+    weights = weights_folder(args)
+    print(f"NELSSA decode: {c.model_type} {c.num_hidden_layers} layers, "
+          f"{c.num_attention_heads} query / {c.num_key_value_heads} KV heads x {c.head_dim}, "
+          f"hidden {c.hidden_size}, MLP {c.intermediate_size}, vocabulary {c.vocab_size}, "
+          f"{'weights from ' + weights if weights else 'random weights'}"
+          f"{'' if weights else ' (' + model_name(args) + ' shape)'}; "
           f"{args.short} short + {args.long} long requests, T_input {router.describe()}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
+    if args.backend != "fpga" and args.node is None:
+        print(f"  PNM devices: {pnm.name}: {pnm.device or 'the default device'}")
     extra = [x for b in args.bar or [] for x in ("--bar", b)]
+    if args.backend != "fpga":
+        extra += node_device_args(pnm)
     if args.rtl_layers:
         extra += ["--rtl-layers", str(args.rtl_layers)]
     if args.device_memory == "file":
@@ -271,24 +277,32 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", type=int_range(1, 32), default=4, help="1..32")
     p.add_argument("--backend", choices=("rtl", "model", "fpga"), default="rtl")
     add_board_args(p, several=True)
-    p.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=sorted(GPU_PNM_LINKS))
-    p.add_argument("--model", type=input_dir,
-                   help="Hugging Face Llama folder (config.json + safetensors); default: "
-                        "random weights of --model-shape")
+    add_hardware_file_arg(p)
+    add_entry_arg(p, "links")
+    add_entry_arg(p, "pnm", "; its device (units, DDR5 grade and overrides, sub-channels) "
+                  "is what the booted node's model or rtl devices are")
     shapes = "; ".join(f"{name}: {describe_shape(make())}" for name, make in PRESETS.items())
-    p.add_argument("--model-shape", choices=sorted(PRESETS),
-                   help=f"a decoder of random weights (default small, "
-                        f"{LlamaConfig().num_hidden_layers} layers; llama3-8b: Llama-3-8B's "
-                        f"shape and RoPE, 32 layers unless --layers). {shapes}"
+    models = ", ".join(n for n, m in presets().models.items() if m.hf and n not in PRESETS)
+    p.add_argument("--model", metavar="NAME|PATH",
+                   help=f"the decoder: a Hugging Face model folder (config.json + safetensors: "
+                        f"its weights), a config.json (or a folder of one) without weights, or "
+                        f"a model entry: the decoder's own small and llama-3-8b (32000 tokens "
+                        f"unless --vocab), or the description's {models} or an entry of "
+                        f"--hardware (llama, mistral, qwen2 shapes); random weights but for a "
+                        f"weights folder [default: the files' use.model, else small, "
+                        f"{LlamaConfig().num_hidden_layers} layers]. {shapes}"
                         .replace("%", "%%"))
+    p.add_argument("--model-shape", metavar="NAME", help="deprecated: --model NAME")
     p.add_argument("--layers", type=int_range(1, 256),
-                   help="layers of --model-shape (default: the shape's)")
+                   help="layers of the --model shape: the first ones, cut to fit the machine "
+                        "(default: the shape's)")
     p.add_argument("--vocab", type=int_range(1, 1 << 20),
-                   help="vocabulary of --model-shape (default: the shape's)")
+                   help="vocabulary of the --model shape (default: the shape's)")
     p.add_argument("--positions", type=int_range(1, 1 << 24), metavar="N",
-                   help="positions of --model-shape (default: the shape's; llama3-8b 131072): "
-                        "longer prompts, RoPE (Llama-3 scaled) taken on past the trained "
-                        "range, as long-context variants do; random weights do not mind")
+                   help="positions of the --model shape (default: the shape's; llama-3-8b "
+                        "131072): longer prompts, RoPE (Llama-3 scaled) taken on past the "
+                        "trained range, as long-context variants do; random weights do not "
+                        "mind")
     add_config_options(p, PrefillConfig, PREFILL_OPTIONS)
     p.add_argument("--kmeans-iterations", type=int_range(1, 1000), metavar="N",
                    default=Sparsity().kmeans_iterations,
@@ -324,8 +338,7 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", type=POSITIVE_INT, default=16,
                    help="generated tokens per chunk update (the paper: 1024)")
     p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
-    p.add_argument("--gpu", default=DEFAULT_GPU, choices=sorted(GPUS),
-                   help="GPU of the roofline time model")
+    add_entry_arg(p, "gpus", " (the roofline time model's)")
     p.add_argument("--timeout", type=SECONDS, default=300.0, help="seconds per node request")
     p.add_argument("--no-accuracy", action="store_true",
                    help="skip the comparison with dense attention over the full context")
@@ -361,7 +374,7 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.device_memory == "file" and (args.backend != "model" or args.node is not None):
         parser.error("--device-memory file: the model devices of a node this run boots "
                      "(--backend model, no --node)")
-    if args.weight_sets and args.model is not None:
+    if args.weight_sets and weights_folder(args) is not None:
         parser.error("--weight-sets shares random weights between layers; --model loads them")
     from nelssa.host.gpu.request import DecodeConfig
 
@@ -383,13 +396,18 @@ def check_model_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     from nelssa.host.gpu.prefill import available_memory, check_run, estimate_run
     from nelssa.hw.model.engine import EngineParams
 
-    if args.model is not None and (args.model_shape or args.layers or args.vocab
-                                   or args.positions):
+    if weights_folder(args) is not None and (args.model_shape or args.layers or args.vocab
+                                             or args.positions):
         parser.error("--model-shape, --layers, --vocab and --positions describe a random "
                      "model; --model loads one")
-    what = f"--model {args.model}" if args.model else f"--model-shape {args.model_shape or 'small'}"
+    if args.model is not None and args.model_shape is not None:
+        parser.error("--model-shape is --model's old name: give one")
     try:
+        what = f"--model {model_name(args)}" if args.model_shape is None else \
+            f"--model-shape {args.model_shape}"
         c = model_config(args)
+    except UsageError as e:
+        parser.error(str(e))
     except ValueError as e:
         parser.error(f"{what}: {e}")
     if c.head_dim not in SUPPORTED_HEAD_DIMS:

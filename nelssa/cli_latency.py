@@ -6,45 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from nelssa.config_args import add_config_options, config_values
-from nelssa.emu.latency.hardware import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_PNM
 from nelssa.emu.latency.model import Sparsity
-from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
-from nelssa.options import DEVICES, UsageError, input_file, output_file
+from nelssa.hardware_options import add_hardware_args, load_hardware
+from nelssa.options import DEVICES, output_file
 
-HARDWARE_OPTIONS = (("gpus", "--gpu"), ("pnm", "--pnm"), ("models", "--model"),
-                    ("links", "--link"))
 SPARSITY_OPTIONS = ("selection", "compression")
 """Sparsity fields `crossover` takes as options (name, default and help from the field)."""
-
-
-def load_hardware(args: argparse.Namespace) -> dict[str, Any]:
-    """The descriptions --gpu, --pnm, --model and --link name, from the presets and the
-    --hardware files (UsageError naming the file or option)."""
-    from nelssa.emu.latency.hardware import HardwareCatalog, HardwareError
-
-    try:
-        cat = HardwareCatalog.load(*args.hardware)
-    except HardwareError as e:
-        raise UsageError(str(e)) from None
-    out = {"catalog": cat}
-    for section, option in HARDWARE_OPTIONS:
-        try:
-            out[section] = cat.get(section, getattr(args, option[2:]))
-        except ValueError as e:
-            raise UsageError(f"{option}: {e}") from None
-    return out
-
-
-def add_hardware_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu", default=DEFAULT_GPU)
-    p.add_argument("--pnm", default=DEFAULT_PNM)
-    p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--link", default=DEFAULT_GPU_PNM_LINK)
-    p.add_argument("--hardware", action="append", default=[], type=input_file,
-                   help="a hardware JSON file adding to or overriding the presets")
 
 
 def cmd_crossover(args: argparse.Namespace) -> int:
@@ -57,8 +26,11 @@ def cmd_crossover(args: argparse.Namespace) -> int:
                                                                  SPARSITY_OPTIONS)), link)
     print(f"crossover of dense GPU attention and sparse PNM attention: {model.name} "
           f"(M_kv {model.kv_bytes_per_token // 1024} KiB/token) on {gpu.name} "
-          f"({gpu.hbm_gbs:g} GB/s) vs {pnm.name} devices ({pnm.bw_eff_gbs:g} GB/s effective "
-          f"each), link {link.name}, S = {args.selection:g}, C = {args.compression:g}")
+          f"({gpu.hbm_gbs:g} GB/s) vs {lm.pnm.name} devices ({lm.pnm.bw_eff_gbs:g} GB/s "
+          f"effective each), link {link.name}, S = {args.selection:g}, C = "
+          f"{args.compression:g}")
+    if lm.pnm.bw_source:
+        print(f"  PNM bandwidth: {lm.pnm.bw_source}")
     print(f"  {'N':>2} {'T_comm us':>9} {'L_crossover':>12}  {'T_GPU = T_PNM at it (us)':>24}")
     rows = crossover_rows(lm, args.max_devices)
     for r in rows:

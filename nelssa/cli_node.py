@@ -14,11 +14,12 @@ from pathlib import Path
 from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
+from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg
 from nelssa.host.pnm_node.config import NodeConfig
-from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 from nelssa.options import (
     SECONDS,
     UsageError,
+    add_ddr5_args,
     add_engines,
     check_rtl_engines,
     endpoint,
@@ -139,7 +140,8 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             print("building the Verilated device (cached after the first run) ...", flush=True)
             build_library(args.preset, args.engines)
         procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose,
-                                file_memory=args.device_memory == "file")
+                                file_memory=args.device_memory == "file",
+                                device_args=_device_args(args))
         endpoints = procs.endpoints
     twins = None
     if args.rtl_layers:  # sampled simulation: a Verilated twin beside each model device
@@ -190,6 +192,47 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         for started in (procs, twins):
             if started is not None:
                 started.stop()
+
+
+def _device_config(args: argparse.Namespace):
+    from nelssa.hw.model.device import DeviceConfig
+
+    return DeviceConfig(engines=args.engines, preset=args.preset,
+                        ddr5_overrides=tuple(args.ddr5_override or ()),
+                        subchannels=args.subchannels or DeviceConfig.subchannels)
+
+
+def _device_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The DDR5 overrides and sub-channels as `device serve` options."""
+    out = [x for k, v in args.ddr5_override or () for x in ("--ddr5-override", f"{k}={v}")]
+    if args.subchannels:
+        out += ["--subchannels", str(args.subchannels)]
+    return tuple(out)
+
+
+def resolve_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--engines, --preset, --ddr5-override and --subchannels: as given, else the device of
+    the PNM entry (--pnm, else the --hardware files' use.pnm, else the default's)."""
+    from nelssa.hardware_options import chosen, load_catalog
+    from nelssa.hw.model.device import DeviceConfig
+
+    try:
+        pnm = chosen(load_catalog(args.hardware), "pnm", args.pnm)
+    except UsageError as e:
+        parser.error(str(e))
+    dev = pnm.device or {}
+    if args.engines is None:
+        args.engines = dev.get("units", DeviceConfig.engines)
+    if args.preset is None:
+        args.preset = dev.get("ddr5", DeviceConfig.preset)
+    if args.ddr5_override is None:
+        args.ddr5_override = sorted(dev.get("ddr5_overrides", {}).items())
+    if args.subchannels is None and dev.get("subchannels", 8) != 8:
+        args.subchannels = dev["subchannels"]
+    try:
+        _device_config(args)
+    except ValueError as e:
+        parser.error(f"the device of --pnm {pnm.name}: {e}")
 
 
 def cmd_node_status(args: argparse.Namespace) -> int:
@@ -272,9 +315,11 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
                     help="device processes to start (1..32)")
     up.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
     add_board_args(up, several=True)
-    add_engines(up)
-    up.add_argument("--preset", default="ddr5-6400", choices=sorted(DDR5_PRESETS),
-                    help="DDR5 timing preset")
+    add_hardware_file_arg(up)
+    add_entry_arg(up, "pnm", "; its device sets what --engines, --preset, --ddr5-override "
+                  "and --subchannels do not")
+    add_engines(up, default=None)
+    add_ddr5_args(up, None)
     up.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=LINKS,
                     help="link preset toward the GPU node")
     up.add_argument("--endpoint", type=endpoint, default=DEFAULT_ENDPOINT,
@@ -316,6 +361,10 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
 
 def check_node_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.command == "node" and args.node_command == "up":
+        resolve_device(parser, args)
+        if args.backend == "rtl" and (args.ddr5_override or (args.subchannels or 8) != 8):
+            parser.error("--ddr5-override and --subchannels: the rtl device takes a preset and "
+                         "has 8 sub-channels (--backend model)")
         if args.attach and len(args.attach) > 32:
             parser.error(f"--attach given {len(args.attach)} times; a node has at most 32")
         if args.curve_clients and not args.curve_secret:

@@ -9,12 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from nelssa.cli_latency import add_hardware_args, load_hardware
 from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.report import comparison_line, plot_runs, ratio, run_line, write_results
 from nelssa.emu.serving.workload import RATE
+from nelssa.hardware_options import add_hardware_args, load_hardware
 from nelssa.options import (
     POSITIVE_INT,
     SEED,
@@ -67,8 +67,10 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     out = Path(args.out)  # made when there is something to write in it
     print(f"serve-sim: {len(reqs)} requests from {args.trace}"
           f"{f' at {args.rate:g}/s (Poisson)' if args.rate else ' by timestamp'}; "
-          f"{args.model} on {args.gpu}; PNM: {args.devices} x {args.pnm}; {scheduler.value} "
-          f"scheduler, prefix caching {args.prefix_caching}")
+          f"{lm.model.name} on {lm.gpu.name}; PNM: {args.devices} x {lm.pnm.name}; "
+          f"{scheduler.value} scheduler, prefix caching {args.prefix_caching}")
+    print(f"  PNM bandwidth {lm.pnm.bw_eff_gbs:g} GB/s per device"
+          + (f": {lm.pnm.bw_source}" if lm.pnm.bw_source else " (stated in the description)"))
     results = {}
     runs = {}
     for mode in modes:
@@ -110,7 +112,7 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
                              prefill_gpus=args.prefill_gpus, prefix_caching=caching,
                              scheduler=scheduler)
         gpus = {g: replace(lm, gpu=cat.get("gpus", g)) for g in dict.fromkeys(
-            [args.gpu, "2x-h100-nvl"])}
+            [lm.gpu.name, "2x-h100-nvl"])}
         cb = sweeps.context_batch(gpus, base)
         threshold = args.t_input or 32768
         try:

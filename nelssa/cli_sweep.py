@@ -8,21 +8,23 @@ import logging
 import sys
 from pathlib import Path
 
+from nelssa.hardware_options import OPTIONS, add_hardware_file_arg, names
 from nelssa.options import POSITIVE_INT, UsageError, input_file, output_dir
 
 log = logging.getLogger(__name__)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from nelssa.emu.latency.hardware import HardwareCatalog, HardwareError
+    from nelssa.emu.latency.hardware import SECTIONS, HardwareCatalog, HardwareError
     from nelssa.progress import Progress
     from nelssa.sweep.plot import pareto_plot
     from nelssa.sweep.run import METRICS, run_sweep
     from nelssa.sweep.spec import SpecError, check_catalog, load_spec
 
     try:
-        spec = load_spec(args.spec)
-        check_catalog(spec, HardwareCatalog.load(*args.hardware))
+        catalog = HardwareCatalog.load(*args.hardware)
+        spec = load_spec(args.spec, {SECTIONS[s]: name for s, name in catalog.use.items()})
+        check_catalog(spec, catalog)
     except (SpecError, HardwareError) as e:
         raise UsageError(str(e)) from None
     if args.metric not in METRICS:
@@ -53,7 +55,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="a design-space sweep of the serving emulator (grid or "
-                       "random search; process pool or Ray)")
+                       "random search; process pool or Ray)",
+                       epilog="presets a spec may name (and entries of --hardware): "
+                       + "; ".join(f"{section}: {names(section)}" for section in OPTIONS))
     p.add_argument("spec", type=input_file, help="the sweep's TOML file (docs/serving.md)")
     p.add_argument("--out", type=output_dir, default="sweep-out",
                    help="folder of results.csv (resumed if there) and pareto.png")
@@ -63,6 +67,5 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
                    help="run the points on a Ray cluster (`local` starts one on this machine)")
     p.add_argument("--metric", default="goodput_rps",
                    help="what the Pareto plot weighs against cost")
-    p.add_argument("--hardware", action="append", default=[], type=input_file,
-                   help="a hardware JSON file adding to or overriding the presets")
+    add_hardware_file_arg(p)
     p.set_defaults(func=cmd_sweep)

@@ -48,7 +48,7 @@ class Point:
     short_len: int
     devices: int
     link: str
-    shape: str = "llama3-8b"
+    shape: str = "llama-3-8b"
     layers: int = 2
     gpu: str = DEFAULT_GPU
     selection: float = Sparsity().selection
@@ -70,7 +70,7 @@ def _k(n: int) -> str:
 
 def check_point(p: Point) -> None:
     """ValueError naming the first field out of range."""
-    from nelssa.host.gpu.config import PRESETS
+    from nelssa.host.gpu.config import PRESETS, preset_name
 
     def need(ok: bool, what: str) -> None:
         if not ok:
@@ -87,7 +87,8 @@ def check_point(p: Point) -> None:
          f"devices must be 1..32, got {p.devices}")
     need(p.link in GPU_PNM_LINKS, f"link must be one of {sorted(GPU_PNM_LINKS)}, got "
                                   f"{p.link!r}")
-    need(p.shape in PRESETS, f"shape must be one of {sorted(PRESETS)}, got {p.shape!r}")
+    need(preset_name(p.shape) in PRESETS, f"shape must be one of {sorted(PRESETS)}, got "
+                                          f"{p.shape!r}")
     need(isinstance(p.layers, int) and 1 <= p.layers <= 256,
          f"layers must be 1..256, got {p.layers}")
     need(isinstance(p.steps, int) and 1 <= p.steps <= 64, f"steps must be 1..64, got {p.steps}")
@@ -136,10 +137,10 @@ class Comparison:
 
 def _config(p: Point):  # type: ignore[no-untyped-def]
     from nelssa.host.gpu.clustering import ClusterConfig
-    from nelssa.host.gpu.config import PRESETS
+    from nelssa.host.gpu.config import PRESETS, preset_name
     from nelssa.host.gpu.request import DecodeConfig
 
-    c = PRESETS[p.shape](layers=p.layers)
+    c = PRESETS[preset_name(p.shape)](layers=p.layers)
     if max(p.long_len, p.short_len) + p.steps + 1 > c.max_position_embeddings:
         raise ValueError(f"a prompt of {max(p.long_len, p.short_len)} tokens and "
                          f"{p.steps + 1} generated exceed {p.shape}'s "

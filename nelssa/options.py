@@ -69,11 +69,41 @@ ENGINES = int_range(1, CAPS_MAX_ENGINES)
 
 
 def add_engines(parser: argparse.ArgumentParser, what: str = "attention engines per device",
-                rtl: bool = True) -> None:
+                rtl: bool = True, default: int | None = DeviceConfig.engines) -> None:
     """``--engines``, its limits from the register map and (``rtl``) the RTL device."""
     limits = f"1..{CAPS_MAX_ENGINES}" + (f"; rtl: 1..{RTL_MAX_UNITS}" if rtl else "")
-    parser.add_argument("--engines", type=ENGINES, default=DeviceConfig.engines,
+    parser.add_argument("--engines", type=ENGINES, default=default,
                         help=f"{what} ({limits})")
+
+
+def ddr5_override(text: str) -> tuple[str, int]:
+    """``FIELD=N``: one field of the DDR5 preset replaced (tCK), as Ramulator 2 takes them."""
+    from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, with_overrides
+
+    name, eq, value = text.partition("=")
+    if not eq or not value.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be FIELD=N (e.g. nRRD_S=16), got {text!r}")
+    try:
+        with_overrides(DDR5_6400_MICRON, {name.strip(): int(value)})
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name.strip(), int(value)
+
+
+def add_ddr5_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
+    """``--preset`` (a DDR5 speed grade), ``--ddr5-override`` and ``--subchannels``, their help
+    the PNM device description's fields' (``PnmDevice``)."""
+    from nelssa.emu.latency.description import PnmDevice
+    from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
+
+    doc = {name: f.description for name, f in PnmDevice.model_fields.items()}
+    parser.add_argument("--preset", default=default_preset, choices=list(DDR5_PRESETS),
+                        help=doc["ddr5"] + (f" [default: {default_preset}]" if default_preset
+                                            else ""))
+    parser.add_argument("--ddr5-override", type=ddr5_override, action="append", default=None,
+                        metavar="FIELD=N", help=f"{doc['ddr5_overrides']}; FIELD=N, repeatable")
+    parser.add_argument("--subchannels", type=int, choices=(1, 2, 4, 8), default=None,
+                        help=f"{doc['subchannels']} [default: {DeviceConfig.subchannels}]")
 
 
 def check_rtl_engines(parser: argparse.ArgumentParser, engines: int) -> None:

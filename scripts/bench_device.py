@@ -12,18 +12,13 @@ entries still point at where they would be), so set-up costs what the descriptor
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
 
-from nelssa.driver.command import AttnRequest, CommandQueue
-from nelssa.driver.device import Device
-from nelssa.driver.formats import CLUSTER_ENTRY, cluster_bytes
-from nelssa.driver.memory import MemoryApi
 from nelssa.emu.latency.model import Sparsity
 from nelssa.host.pnm_node.aggregate import merge_partials
-from nelssa.hw.model import fp
+from nelssa.hw.model.bandwidth import Workload, run_workload
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import SIM_CLOCK_HZ
@@ -35,43 +30,12 @@ PEAK_BYTES_PER_S = _GEOMETRY.subchannels * _GEOMETRY.timing.peak_bytes_per_s
 """The device's DDR5 peak: 8 sub-channels of 25.6 GB/s."""
 
 
-def bf16(rng: np.random.Generator, shape) -> np.ndarray:
-    return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
-
-
 def run(port, args) -> dict[str, object]:
-    dev = Device(port)
-    mem = MemoryApi(dev, 1 << 20, 1 << 34)
-    cq = CommandQueue(mem, entries=64)
-    rng = np.random.default_rng(args.seed)
-    hd, heads = 128, 4
-    n_clusters = args.context // 16
-    requests = []
-    t0 = time.perf_counter()
-    for kv_head in range(args.kv_heads):
-        tokens = rng.integers(8, 25, n_clusters)  # about 16 per cluster
-        region = mem.alloc_kv(0, 0, kv_head, hd, n_clusters, int(tokens.sum()))
-        sizes = [cluster_bytes(int(t), hd) for t in tokens]
-        addrs = region.data_addr + np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        directory = b"".join(CLUSTER_ENTRY.build({"kv_addr": int(a), "tokens": int(t)})
-                             for a, t in zip(addrs, tokens, strict=True))
-        dev.mem_write(region.dir_addr, directory)
-        sel = np.sort(rng.choice(n_clusters, max(1, round(args.selection * n_clusters)),
-                                 replace=False))
-        for c in sel:
-            dev.mem_write(int(addrs[c]), bf16(rng, (2 * int(tokens[c]), hd)).tobytes())
-        region.clusters = list(zip(addrs.tolist(), tokens.tolist(), strict=True))
-        region.data_used = int(sum(sizes))
-        requests.append(AttnRequest(region, bf16(rng, (heads, hd)), sel.tolist()))
-    setup = time.perf_counter() - t0
-    parts = cq.split(requests, None if getattr(args, "split", True) else 1)
-    busy0, bytes0 = dev.reg_read64("PERF_BUSY"), dev.reg_read64("PERF_BYTES_READ")
-    t0 = time.perf_counter()
-    ids = cq.submit([p.attn for p in parts])
-    out = cq.wait(ids, timeout_cycles=100_000_000)
-    wall = time.perf_counter() - t0
-    cycles = dev.reg_read64("PERF_BUSY") - busy0
-    nbytes = dev.reg_read64("PERF_BYTES_READ") - bytes0
+    w = Workload(context=args.context, selection=args.selection, kv_heads=args.kv_heads,
+                 seed=args.seed)
+    r = run_workload(port, w, split=getattr(args, "split", True))
+    dev, mem, cq, parts, ids = r.dev, r.mem, r.cq, r.parts, r.ids
+    rng = np.random.default_rng(args.seed + 1)
     # the same descriptors again while the host writes 4 MB of new KV through CXL.mem
     busy0 = dev.reg_read64("PERF_BUSY")
     again = cq.submit([p.attn for p in parts])
@@ -81,13 +45,13 @@ def run(port, args) -> dict[str, object]:
     cq.wait(again, timeout_cycles=100_000_000)
     shared = dev.reg_read64("PERF_BUSY") - busy0
     merged = []
-    for r in range(len(requests)):
-        mine = [out[i] for i, p in zip(ids, parts, strict=True) if p.request == r]
+    for i in range(len(r.requests)):
+        mine = [r.outputs[d] for d, p in zip(ids, parts, strict=True) if p.request == i]
         o, lse = merge_partials([(x.o, x.lse) for x in mine])
         merged.append(([x.status for x in mine], o.tobytes(), lse.tobytes()))
-    return {"cycles": cycles, "bytes": nbytes, "wall": wall, "setup": setup, "shared": shared,
-            "selected": sum(len(r.cluster_ids) for r in requests), "outputs": merged,
-            "descriptors": len(ids), "units": dev.caps["engines"]}
+    return {"cycles": r.cycles, "bytes": r.bytes, "wall": r.wall_s, "setup": r.setup_s,
+            "shared": shared, "selected": sum(len(q.cluster_ids) for q in r.requests),
+            "outputs": merged, "descriptors": len(ids), "units": dev.caps["engines"]}
 
 
 def _line(name: str, r: dict) -> str:

@@ -8,7 +8,7 @@ the rate measured (``PrefillConfig.prefill_limit_s``, the host's MemAvailable). 
 writes docs/results/prefill.md.
 
     .venv/bin/python scripts/bench_prefill.py
-    .venv/bin/python scripts/bench_prefill.py --run small:4:32768 --run llama3-8b:4:8192 --write
+    .venv/bin/python scripts/bench_prefill.py --run small:4:32768 --run llama-3-8b:4:8192 --write
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig
+from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, preset_name
 from nelssa.host.gpu.model import Llama, random_weights
 from nelssa.host.gpu.prefill import available_memory, check_run, estimate_prefill, estimate_run
 from nelssa.options import Parser, int_range
@@ -35,8 +35,8 @@ GIB = 1 << 30
 def run_spec(text: str) -> tuple[str, int, int]:
     """SHAPE:LAYERS:TOKENS."""
     parts = text.split(":")
-    if len(parts) != 3 or parts[0] not in PRESETS or not all(p.isdigit() for p in parts[1:]) \
-            or min(int(parts[1]), int(parts[2])) < 1:
+    if len(parts) != 3 or preset_name(parts[0]) not in PRESETS \
+            or not all(p.isdigit() for p in parts[1:]) or min(int(parts[1]), int(parts[2])) < 1:
         raise argparse.ArgumentTypeError(f"must be SHAPE:LAYERS:TOKENS with SHAPE one of "
                                          f"{', '.join(PRESETS)}, got {text!r}")
     return parts[0], int(parts[1]), int(parts[2])
@@ -62,7 +62,7 @@ def largest_prompt(c: LlamaConfig, cfg: PrefillConfig, available: int | None) ->
 
 
 def measure(shape: str, layers: int, tokens: int, chunk: int) -> dict:
-    c = PRESETS[shape](layers=layers)
+    c = PRESETS[preset_name(shape)](layers=layers)
     t0 = time.perf_counter()
     model = Llama(c, random_weights(c, 0), prefill=PrefillConfig(prefill_chunk=chunk))
     weights_s = time.perf_counter() - t0
@@ -83,12 +83,12 @@ def main() -> int:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=run_spec, action="append",
                         help="SHAPE:LAYERS:TOKENS, repeatable (default: small:4:4096 and "
-                             "llama3-8b:2:2048)")
+                             "llama-3-8b:2:2048)")
     parser.add_argument("--chunk", type=int_range(1, 1 << 20),
                         default=PrefillConfig.prefill_chunk, help="prefill chunk (tokens)")
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.name}")
     args = parser.parse_args()
-    runs = args.run or [("small", 4, 4096), ("llama3-8b", 2, 2048)]
+    runs = args.run or [("small", 4, 4096), ("llama-3-8b", 2, 2048)]
     rows = []
     load = [os.getloadavg()[0]]
     for shape, layers, tokens in runs:  # each in a process of its own: peak memory is its own
@@ -116,7 +116,7 @@ def main() -> int:
     for shape, layers in dict.fromkeys((r["shape"], r["layers"]) for r in rows):
         rate = min(r["gflops"] for r in rows if (r["shape"], r["layers"]) == (shape, layers))
         cfg = PrefillConfig(host_gflops=rate, prefill_chunk=args.chunk)
-        n = largest_prompt(PRESETS[shape](layers=layers), cfg, available)
+        n = largest_prompt(PRESETS[preset_name(shape)](layers=layers), cfg, available)
         reach.append((shape, layers, rate, n))
         print(f"{shape} {layers} layers: at {rate:.0f} GFLOP/s the longest prompt `nelssa decode`"
               f" lets start ({cfg.prefill_limit_s:g} s of prefill, {cfg.memory_share:.0%} of "

@@ -36,7 +36,7 @@ PAGE = ROOT / "docs/results/cosim_agreement.md"
 DATA = ROOT / "docs/results/cosim_agreement.json"
 log = logging.getLogger("cosim_agreement")
 BIG = 131072 - 16
-"""The long point: llama3-8b's 131072 positions less room for the steps generated."""
+"""The long point: llama-3-8b's 131072 positions less room for the steps generated."""
 
 
 def grid(layers: int, steps: int, devices: list[int], links: list[str],
@@ -303,7 +303,7 @@ def page(rows: list[Comparison], command: str, wall: float | None, note: str = "
         f"{' (then `--reuse --write`: the serving side priced again over the same measurements)' if wall is None else ''}; "  # noqa: E501
         f"the co-simulation took {total:.0f} s wall in all (the column `wall s` per point). "
         "Each point: one batch (long requests x context + short requests x context) decoded "
-        "by `nelssa decode`'s machinery (PyTorch GPU side, llama3-8b's shape with random "
+        "by `nelssa decode`'s machinery (PyTorch GPU side, llama-3-8b's shape with random "
         "weights and the layers given, the emulated prefill node's KV, model devices behind a "
         "booted node, real descriptors over ZeroMQ); its last step is compared with "
         "`CostModel.step_parts` for the same contexts, hardware description (h100-nvl, "

@@ -35,7 +35,7 @@ DATA = ROOT / "docs/results/target_runs.json"
 NELSSA = [sys.executable, "-m", "nelssa.cli"]
 log = logging.getLogger("target_runs")
 BIG = 131072 - 16
-"""The long prompts: llama3-8b's 131072 positions less room for the steps generated."""
+"""The long prompts: llama-3-8b's 131072 positions less room for the steps generated."""
 MILLION = 1 << 20
 
 
@@ -84,7 +84,7 @@ class Target:
 
 
 def targets(steps: int, iterations: int) -> list[Target]:
-    base = ("decode", "--model-shape", "llama3-8b", "--prefill", "emulated", "--short", "4",
+    base = ("decode", "--model", "llama-3-8b", "--prefill", "emulated", "--short", "4",
             "--short-len", "1024", "--t-input", "8192", "--steps", str(steps), "--no-accuracy",
             "--devices", "4", "--kmeans-iterations", str(iterations))
     two = ("--long", "2", "--long-len", str(BIG))

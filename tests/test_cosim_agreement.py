@@ -43,7 +43,7 @@ def test_weights_read_per_step_are_one_figure():
     from nelssa.host.gpu.engine import DecodeEngine
     from nelssa.host.gpu.model import Llama
 
-    c = PRESETS["llama3-8b"](layers=2)
+    c = PRESETS["llama-3-8b"](layers=2)
     dec = DecodeEngine(Llama.load(None, config=c), DecodeConfig(), None)
     ex = dec.executor
     cosim = c.num_hidden_layers * (ex._qkv_bytes + ex._out_bytes) + ex._head_bytes
@@ -51,7 +51,7 @@ def test_weights_read_per_step_are_one_figure():
 
 
 def test_step_parts_add_up_to_the_step():
-    c = PRESETS["llama3-8b"](layers=4)
+    c = PRESETS["llama-3-8b"](layers=4)
     lm = latency_model(c, DecodeConfig(), "roce-400g")
     cost = CostModel(lm, 4, lm.sparsity.window_tokens, 63.0, 50.0)
     for gpu_ctx, pnm, n in ((4096, [32768, 65536], 4), (0, [8192], 0), (2048, [], 2)):

@@ -55,7 +55,7 @@ def test_model_files_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no model config"):
         LlamaConfig.from_hf(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
-    with pytest.raises(ValueError, match="not a Llama model"):
+    with pytest.raises(ValueError, match="is not one the decoder expresses"):
         LlamaConfig.from_hf(tmp_path)
     _save(SMALL, tmp_path / "m")
     from safetensors.torch import save_file
@@ -417,3 +417,44 @@ def test_a_transfer_keeps_its_bytes_in_flight_bounded() -> None:
     assert [f.waited for f in fs] == [True, True, False, False]
     _bound(fs, [10, 10, 10, 10], 0)  # nothing fits: every one answered first
     assert all(f.waited for f in fs)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_other_architectures_equal_transformers(tmp_path: Path, arch: str) -> None:
+    """Qwen2 (q/k/v biases) and Mistral from their config.json, random weights, against
+    transformers' own classes: the same logits."""
+    transformers = pytest.importorskip("transformers")
+    c = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=32, rope_theta=1e6,
+                    rms_norm_eps=1e-6, max_position_embeddings=512, model_type=arch,
+                    attention_bias=arch == "qwen2")
+    _save(c, tmp_path)
+    ours = Llama.load(tmp_path, attn_bf16=False)
+    assert ours.c == c
+    if arch == "qwen2":
+        assert ours.w["model.layers.1.self_attn.k_proj.bias"].abs().sum() > 0
+    cls = {"qwen2": transformers.Qwen2ForCausalLM, "mistral": transformers.MistralForCausalLM}
+    hf = cls[arch].from_pretrained(str(tmp_path), dtype=torch.float32).eval()
+    tokens = torch.randint(0, 300, (40,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = hf(tokens[None]).logits[0]
+    logits, _ = ours.prefill(tokens)
+    assert (logits - ref).abs().max().item() < 1e-4 * ref.abs().max().item()
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mistral-7b"])
+def test_shipped_configs_make_decoders(name: str) -> None:
+    """The model presets' config.json files, without weights, as decoders cut to one layer."""
+    from dataclasses import replace
+
+    from nelssa.emu.latency.hardware import HardwareCatalog
+
+    m = HardwareCatalog.load().models[name]
+    c = LlamaConfig.from_shape(m.hf)
+    assert (c.num_hidden_layers, c.num_key_value_heads, c.num_attention_heads, c.head_dim) == (
+        m.layers, m.kv_heads, m.q_heads, m.head_dim)
+    assert c.attention_bias == (name == "qwen2.5-7b")
+    small = replace(c, num_hidden_layers=1, vocab_size=64, hidden_size=256,
+                    intermediate_size=64, head_dim=32)
+    x, kv = Llama.load(None, config=small).prefill(torch.arange(5))
+    assert x.shape == (5, 64) and kv[0][0].shape == (5, c.num_key_value_heads, 32)

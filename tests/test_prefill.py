@@ -126,7 +126,7 @@ def test_llama3_8b_preset():
     assert c.rope_scaling == LLAMA3_ROPE_SCALING and c.rope_scaling["factor"] == 8.0
     assert c.vocab_size == 32000 and LlamaConfig.llama3_8b(vocab=1000).vocab_size == 1000
     assert LlamaConfig.llama3_8b().num_hidden_layers == 32
-    assert PRESETS["llama3-8b"](layers=2) == LlamaConfig.llama3_8b(layers=2)
+    assert PRESETS["llama-3-8b"](layers=2) == LlamaConfig.llama3_8b(layers=2)
     assert PRESETS["small"]() == LlamaConfig()
     assert LlamaConfig.llama3_8b(positions=1 << 20).max_position_embeddings == 1 << 20
     assert PRESETS["small"](positions=100).max_position_embeddings == 100
@@ -275,12 +275,29 @@ def test_decode_refuses_shapes_the_devices_cannot_hold(capsys, tmp_path):
         (folder / "config.json").write_text(json.dumps(cfg.to_hf()))
         err = _decode_error(capsys, ["--model", str(folder)])
         assert f"--model {folder}: {words}" in err
+    # a config.json without weights is a random model: it can be cut (and is still refused)
     err = _decode_error(capsys, ["--model", str(tmp_path / "hd96"), "--layers", "2"])
+    assert "head_dim 96: the PNM devices take 64, 128" in err
+    _weights_folder(tmp_path / "w")
+    err = _decode_error(capsys, ["--model", str(tmp_path / "w"), "--layers", "2"])
     assert "--model-shape, --layers, --vocab and --positions describe a random model" in err
+
+
+def _weights_folder(folder):
+    from safetensors.torch import save_file
+
+    from nelssa.host.gpu.model import random_weights
+
+    folder.mkdir()
+    cfg = LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=64)
+    (folder / "config.json").write_text(json.dumps(cfg.to_hf()))
+    save_file(random_weights(cfg), str(folder / "model.safetensors"))
 
 
 def test_options_of_the_32_layer_run_refuse_what_they_cannot_do(capsys, tmp_path):
     err = _decode_error(capsys, ["--device-memory", "file", "--backend", "rtl"])
     assert "--device-memory file: the model devices of a node this run boots" in err
-    err = _decode_error(capsys, ["--weight-sets", "4", "--model", str(tmp_path)])
+    _weights_folder(tmp_path / "w")
+    err = _decode_error(capsys, ["--weight-sets", "4", "--model", str(tmp_path / "w")])
     assert "--weight-sets shares random weights between layers; --model loads them" in err

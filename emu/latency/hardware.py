@@ -1,20 +1,37 @@
-"""Hardware descriptions for the latency model: a GPU, a PNM tier, a link and a model, read from
-JSON files (``hardware.json`` beside this module holds the presets) and validated field by field.
+"""The hardware description every command reads: GPUs, PNM tiers (and the device each is made
+of), links and models, from JSON, YAML or TOML files (``hardware.json`` beside this module holds
+the presets) validated field by field.
 
 A file is ``{"gpus": {name: {...}}, "pnm": {name: {...}}, "links": {name: {...}},
-"models": {name: {...}}}``; any section may be missing, and a user file adds to or overrides
-the presets. The link presets are not in ``hardware.json``: they are the link layer's own table
-(``emu/link/model.py`` PRESETS, its GPU node <-> PNM node entries), which the emulated links
-time messages with.
+"models": {name: {...}}, "use": {"gpu": ..., "pnm": ..., "model": ..., "link": ...}}``; any
+section may be missing, and a user file adds to or overrides the presets (``use``: which entries
+a command takes unless an option names others). The link presets are not in ``hardware.json``:
+they are the link layer's own table (``emu/link/model.py`` PRESETS, its GPU node <-> PNM node
+entries), which the emulated links time messages with. A PNM entry with a ``device`` and no
+``bw_eff_gbs`` gets its bandwidth measured on that device (``hw/model/bandwidth.py``) when a
+latency model first uses it; models may come from Hugging Face ``config.json`` files
+(``description.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from nelssa.emu.latency.fields import FieldError, Num, load_json
+from nelssa.emu.latency.description import (
+    SHAPE_KEYS,
+    DescriptionError,
+    ModelEntry,
+    ModelShape,
+    pnm_device,
+    read_config,
+    read_document,
+    selection,
+    shape_of,
+    validated,
+)
+from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.link.model import GPU_PNM_LINKS, LinkSpec
 from nelssa.emu.link.model import PRESETS as LINK_PRESETS
 
@@ -45,18 +62,19 @@ def _num(spec: Num, default: Any = MISSING) -> Any:
     return field(default=default, metadata={"num": spec})
 
 
-class HardwareError(ValueError):
+class HardwareError(DescriptionError):
     """A hardware description that cannot be used; the message names the file and field."""
 
 
 def _check(obj: Any) -> None:
-    """Every numeric field against its ``Num``, naming the description."""
+    """Every numeric field against its ``Num``, naming the description (a field left None
+    is derived later)."""
     if not isinstance(obj.name, str) or not obj.name.strip():
         raise HardwareError(f"{type(obj).__name__}: name must be a non-empty string, got "
                             f"{obj.name!r}")
     for f in fields(obj):
         spec = f.metadata.get("num")
-        if spec is not None:
+        if spec is not None and not (f.default is None and getattr(obj, f.name) is None):
             try:
                 spec.check(getattr(obj, f.name), f.name)
             except FieldError as e:
@@ -124,12 +142,10 @@ class GpuHw:
 class PnmHw:
     """A PNM tier: devices of one kind and the node software around them."""
 
+    NEED_WITHOUT_DEVICE: ClassVar[tuple[str, ...]] = ("bw_eff_gbs", "capacity_gb")
+    """Fields an entry without a ``device`` must give."""
     name: str
     """Preset name."""
-    bw_eff_gbs: float = _num(RATE)
-    """Effective read bandwidth of one device under sparse random cluster reads (BW_PNM^eff)."""
-    capacity_gb: float = _num(RATE)
-    """KV capacity of one device."""
     t_base_us: float = _num(DURATION_US)
     """Fixed cost of one layer's PNM request on the node (host software); the link's round
     trip is added from the link description."""
@@ -137,9 +153,44 @@ class PnmHw:
     """Incremental cost per device and layer (its CXL transfers)."""
     t_host_us: float = _num(DURATION_US)
     """Host dispatch and aggregation per layer, only with more than one device."""
+    bw_eff_gbs: float | None = _num(RATE, None)
+    """Effective read bandwidth of one device under sparse random cluster reads (BW_PNM^eff),
+    GB/s; None (with a ``device``): measured on the device's cycle model at the latency
+    model's workload point (``measured``)."""
+    capacity_gb: float | None = _num(RATE, None)
+    """KV capacity of one device, GB; None (with a ``device``): the device's memory."""
+    device: dict[str, Any] | None = field(default=None, compare=False)
+    """The device: ``units``, ``ddr5`` (a speed grade), ``ddr5_overrides``, ``subchannels``
+    (``description.PnmDevice``); what the bandwidth is measured on and `node up` boots."""
+    bw_source: str | None = field(default=None, compare=False)
+    """Where ``bw_eff_gbs`` comes from (a measurement's provenance)."""
 
     def __post_init__(self) -> None:
         _check(self)
+        if self.device is not None:
+            try:
+                dev = pnm_device(self.device)
+            except DescriptionError as e:
+                raise HardwareError(f"PnmHw {self.name!r}: {e}") from None
+            object.__setattr__(self, "device", dev.model_dump())
+            if self.capacity_gb is None:
+                object.__setattr__(self, "capacity_gb",
+                                   round(dev.device_config().mem_bytes / 1e9, 2))
+        for name in ("bw_eff_gbs", "capacity_gb"):
+            if getattr(self, name) is None and self.device is None:
+                raise HardwareError(f"PnmHw {self.name!r}: missing field {name!r} (or a "
+                                    "'device' to derive it from)")
+        if self.bw_source is not None and not isinstance(self.bw_source, str):
+            raise HardwareError(f"PnmHw {self.name!r}: bw_source must be a string")
+
+    @property
+    def measured(self) -> bool:
+        """Whether the bandwidth is left to a measurement on the device."""
+        return self.bw_eff_gbs is None
+
+    def device_config(self):
+        """The device as the model device's DeviceConfig (None without a device)."""
+        return None if self.device is None else pnm_device(self.device).device_config()
 
 
 @dataclass(frozen=True)
@@ -160,6 +211,20 @@ class LinkHw:
     def of(cls, spec: LinkSpec) -> LinkHw:
         """The latency model's view of an emulated link technology."""
         return cls(spec.name, gbps=spec.bandwidth_gbps, latency_us=spec.latency_ns / 1000)
+
+
+def measured_pnm(pnm: PnmHw, selection: float, cluster_tokens: float, group: int,
+                 head_dim: int) -> PnmHw:
+    """``pnm`` with the bandwidth its device's cycle model measures at the workload point
+    (``selection`` of clusters of ``cluster_tokens`` tokens, ``group`` query heads per KV head
+    of ``head_dim``), and that measurement's provenance (cached: hw/model/bandwidth.py)."""
+    from nelssa.hw.model.bandwidth import Workload, measure
+
+    w = Workload(selection=selection, cluster_tokens=max(2, round(cluster_tokens)),
+                 q_heads=max(1, min(group, 8)), head_dim=head_dim if head_dim in (64, 128)
+                 else 128)
+    m = measure(pnm.device_config(), w)
+    return replace(pnm, bw_eff_gbs=round(m.gbs, 2), bw_source=m.provenance())
 
 
 def link_presets() -> dict[str, LinkHw]:
@@ -188,6 +253,9 @@ class ModelHw:
     embedding_b: float = _num(EMBED_B, 0.0)
     """Of ``params_b``, the input embedding's (billions): a decode step gathers one row of it
     per token instead of reading it whole (the output head is read whole, tied or not)."""
+    hf: dict[str, Any] | None = field(default=None, compare=False)
+    """The shape as a Hugging Face ``config.json`` dictionary (``description.ModelShape``),
+    for the decoder's random weights; None for an entry of the fields above only."""
 
     def __post_init__(self) -> None:
         _check(self)
@@ -222,7 +290,10 @@ def _build(cls: type[T], name: str, raw: Any, where: str) -> T:
     if unknown:
         raise HardwareError(f"{where}: {name}: unknown field {unknown[0]!r} (known: "
                             f"{', '.join(spec)})")
-    missing = [n for n, f in spec.items() if n not in raw and f.default is MISSING]
+    need = [n for n, f in spec.items() if f.default is MISSING]
+    if "device" not in raw:
+        need = [*getattr(cls, "NEED_WITHOUT_DEVICE", ()), *need]
+    missing = [n for n in need if n not in raw]
     if missing:
         raise HardwareError(f"{where}: {name}: missing field {missing[0]!r}")
     try:
@@ -231,25 +302,70 @@ def _build(cls: type[T], name: str, raw: Any, where: str) -> T:
         raise HardwareError(f"{where}: {name}: {e}") from None
 
 
+def model_of_shape(name: str, shape: ModelShape, layers: int | None = None,
+                   vocab_size: int | None = None, **latency: Any) -> ModelHw:
+    """A model entry from a shape: ``layers`` and ``vocab_size`` cut it; ``latency`` (params_b,
+    embedding_b, max_context) replaces what the shape gives."""
+    cut = {k: v for k, v in (("num_hidden_layers", layers), ("vocab_size", vocab_size))
+           if v is not None}
+    for key, value in cut.items():
+        if value > getattr(shape, key):
+            raise ValueError(f"{'layers' if key == 'num_hidden_layers' else key} {value}: "
+                             f"the shape has {getattr(shape, key)} (a cut keeps fewer)")
+    if cut:
+        shape = ModelShape(**{**shape.model_dump(by_alias=True), **cut})
+    given = {k: v for k, v in latency.items() if v is not None}
+    m = ModelHw(name, layers=shape.num_hidden_layers, kv_heads=shape.kv_heads,
+                q_heads=shape.num_attention_heads, head_dim=shape.dim,
+                params_b=given.get("params_b", shape.params / 1e9),
+                max_context=given.get("max_context", shape.max_position_embeddings),
+                embedding_b=given.get("embedding_b",
+                                      shape.vocab_size * shape.hidden_size / 1e9),
+                hf=shape.hf())
+    return m
+
+
+def _build_model(name: str, raw: Any, where: str, models: dict[str, ModelHw],
+                 base: Path) -> ModelHw:
+    """A model entry: the latency model's fields (``_build``), or a shape (ModelEntry)."""
+    if not isinstance(raw, dict) or not any(k in raw for k in SHAPE_KEYS):
+        return _build(ModelHw, name, raw, where)
+    try:
+        e = validated(ModelEntry, raw, "", name)
+        if e.config is not None:
+            shape, _ = read_config(e.config, base)
+        elif e.hf is not None:
+            shape = shape_of(e.hf, "hf")
+        else:
+            other = models.get(e.preset or "")
+            if other is None or other.hf is None:
+                shaped = sorted(n for n, m in models.items() if m.hf)
+                raise DescriptionError(f"preset: {e.preset!r} is not a model entry with a "
+                                       f"shape (those: {', '.join(shaped)})")
+            shape = shape_of(other.hf, e.preset or "")
+            if e.layers is None and e.vocab_size is None:  # the other entry's own figures
+                return ModelHw(name, **{f.name: getattr(other, f.name) for f in fields(other)
+                                        if f.name != "name"})
+        return model_of_shape(name, shape, e.layers, e.vocab_size, params_b=e.params_b,
+                              embedding_b=e.embedding_b, max_context=e.max_context)
+    except (DescriptionError, ValueError) as err:
+        raise HardwareError(f"{where}: {name}: {err}") from None
+
+
 def _read(p: Path) -> dict[str, Any]:
     """One hardware file's top-level object."""
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise HardwareError(f"hardware file {p} does not exist") from None
-    except IsADirectoryError:
-        raise HardwareError(f"hardware file {p} is a folder, not a file") from None
-    except OSError as e:
-        raise HardwareError(f"hardware file {p} cannot be read: {e.strerror}") from None
-    try:
-        raw = load_json(data)
-    except FieldError as e:
-        raise HardwareError(f"hardware file {p} is {e}" if str(e).startswith("not ")
-                            else f"hardware file {p}: {e}") from None
+        raw = read_document(p)
+    except DescriptionError as e:
+        raise HardwareError(str(e)) from None
     if not isinstance(raw, dict):
         raise HardwareError(f"hardware file {p}: the top level must be an object, got "
                             f"{type(raw).__name__}")
     return raw
+
+
+SECTIONS = {"gpus": "gpu", "pnm": "pnm", "models": "model", "links": "link"}
+"""Each section of entries and the ``use`` field (and option) that picks one of them."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +374,8 @@ class HardwareCatalog:
     pnm: dict[str, PnmHw]
     links: dict[str, LinkHw]
     models: dict[str, ModelHw]
+    use: dict[str, str] = field(default_factory=dict)
+    """What the files' ``use`` sections pick, by section (``gpus``: a GPU entry, ...)."""
 
     @classmethod
     def load(cls, *paths: str | Path) -> HardwareCatalog:
@@ -266,21 +384,41 @@ class HardwareCatalog:
         kinds = {"gpus": GpuHw, "pnm": PnmHw, "links": LinkHw, "models": ModelHw}
         sections: dict[str, dict[str, Any]] = {k: {} for k in kinds}
         sections["links"].update(link_presets())
+        use: dict[str, str] = {}
         for path in (PRESETS_FILE, *paths):
             p = Path(path)
             raw = _read(p)
             for key in raw:
-                if key not in sections:
+                if key not in sections and key != "use":
                     raise HardwareError(f"hardware file {p}: unknown section {key!r} (known: "
-                                        f"{', '.join(sections)})")
+                                        f"{', '.join(sections)}, use)")
             for key, kind in kinds.items():
                 entries = raw.get(key, {})
                 if not isinstance(entries, dict):
                     raise HardwareError(f"hardware file {p}: section {key!r} must be an object "
                                         f"of named entries, got {type(entries).__name__}")
                 for name, entry in entries.items():
-                    sections[key][name] = _build(kind, name, entry, f"{p} [{key}]")
-        return cls(**sections)
+                    where = f"{p} [{key}]"
+                    sections[key][name] = (_build_model(name, entry, where, sections[key],
+                                                        p.parent) if kind is ModelHw
+                                           else _build(kind, name, entry, where))
+            if "use" in raw:
+                chosen = selection(raw["use"], str(p)).model_dump()
+                for section, key in SECTIONS.items():
+                    name = chosen[key]
+                    if name is None:
+                        continue
+                    if name not in sections[section]:
+                        raise HardwareError(f"hardware file {p} [use]: {key}: unknown "
+                                            f"{key} {name!r}; choose one of "
+                                            f"{sorted(sections[section])}")
+                    use[section] = name
+        return cls(**sections, use=use)
+
+    def chosen(self, section: str, name: str | None, default: str) -> Any:
+        """The entry an option names (``name``), else the one ``use`` picks, else
+        ``default``."""
+        return self.get(section, name or self.use.get(section, default))
 
     def get(self, section: str, name: str) -> Any:
         table = getattr(self, section)

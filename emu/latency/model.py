@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from nelssa.emu.latency.fields import Num
-from nelssa.emu.latency.hardware import SHARE, GpuHw, LinkHw, ModelHw, PnmHw
+from nelssa.emu.latency.hardware import SHARE, GpuHw, LinkHw, ModelHw, PnmHw, measured_pnm
 
 COMPRESSION = Num("a number > 1", lo=1, lo_open=True, most=1e6)
 """C: tokens per cluster."""
@@ -77,6 +77,12 @@ class LatencyModel:
     sparsity: Sparsity = Sparsity()
     link: LinkHw | None = None
     """The GPU node <-> PNM node link; None leaves only the PNM tier's own costs."""
+
+    def __post_init__(self) -> None:
+        if self.pnm.measured:  # the device's own bandwidth at this workload point
+            object.__setattr__(self, "pnm", measured_pnm(
+                self.pnm, self.sparsity.selection, self.sparsity.compression,
+                self.model.q_heads // self.model.kv_heads, self.model.head_dim))
 
     @property
     def t_link(self) -> float:

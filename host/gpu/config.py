@@ -1,17 +1,22 @@
-"""Model configuration: the fields of a Hugging Face Llama ``config.json`` this decoder uses,
-a small deterministic default for demos and tests, the paper's Llama-3-8B shape (``PRESETS``,
-random weights, any number of layers), and how a prompt is prefilled (``PrefillConfig``)."""
+"""Model configuration: the fields of a Hugging Face ``config.json`` this decoder uses (Llama,
+Mistral and Qwen2: grouped-query attention with RoPE; ``emu/latency/description.ModelShape``
+reads and checks them), a small deterministic default for demos and tests, the paper's
+Llama-3-8B shape (``PRESETS``, random weights, any number of layers), and how a prompt is
+prefilled (``PrefillConfig``)."""
 
 from __future__ import annotations
 
-import json
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from nelssa.emu.latency.description import ARCHITECTURES, ModelShape, read_config
 from nelssa.emu.latency.fields import Num
+
+log = logging.getLogger(__name__)
 
 F32 = 4
 """Bytes of a float32: the decoder's weights, activations and KV on the host."""
@@ -49,8 +54,15 @@ class LlamaConfig:
     """The output head shares the embedding matrix."""
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
     """None or a Llama-3 style ``{"rope_type": "llama3", ...}``."""
+    model_type: str = "llama"
+    """The architecture (``description.ARCHITECTURES``): llama, mistral or qwen2."""
+    attention_bias: bool = False
+    """Biases on the q, k and v projections (Qwen2's)."""
 
     def __post_init__(self) -> None:
+        if self.model_type not in ARCHITECTURES:
+            raise ValueError(f"model_type {self.model_type!r}: the decoder expresses "
+                             f"{', '.join(ARCHITECTURES)}")
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "head_dim",
                      "max_position_embeddings"):
@@ -84,7 +96,9 @@ class LlamaConfig:
         """Parameters of one decoder layer (projections, MLP, its two norms)."""
         h = self.hidden_size
         attn = h * self.head_dim * (self.num_attention_heads * 2 + self.num_key_value_heads * 2)
-        return attn + 3 * h * self.intermediate_size + 2 * h
+        bias = (self.head_dim * (self.num_attention_heads + 2 * self.num_key_value_heads)
+                if self.attention_bias else 0)
+        return attn + bias + 3 * h * self.intermediate_size + 2 * h
 
     @property
     def vocab_params(self) -> int:
@@ -118,42 +132,56 @@ class LlamaConfig:
                    rope_scaling=dict(LLAMA3_ROPE_SCALING))
 
     @classmethod
+    def from_shape(cls, shape: ModelShape | dict[str, Any]) -> LlamaConfig:
+        """The decoder of a checked ``config.json`` shape (or its dictionary)."""
+        s = shape if isinstance(shape, ModelShape) else ModelShape(**shape)
+        return cls(vocab_size=s.vocab_size, hidden_size=s.hidden_size,
+                   intermediate_size=s.intermediate_size, num_hidden_layers=s.num_hidden_layers,
+                   num_attention_heads=s.num_attention_heads, num_key_value_heads=s.kv_heads,
+                   head_dim=s.dim, rope_theta=float(s.rope_theta),
+                   rms_norm_eps=float(s.rms_norm_eps),
+                   max_position_embeddings=s.max_position_embeddings,
+                   tie_word_embeddings=s.tie_word_embeddings,
+                   rope_scaling=dict(s.rope_scaling) if s.rope_scaling else None,
+                   model_type=s.model_type, attention_bias=s.qkv_bias)
+
+    @classmethod
     def from_hf(cls, path: str | Path) -> LlamaConfig:
-        """Read a Hugging Face ``config.json`` (or the folder holding one)."""
-        p = Path(path)
-        if p.is_dir():
-            p = p / "config.json"
-        try:
-            raw = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise ValueError(f"no model config at {p}") from None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p} is not valid JSON: {e}") from None
-        arch = raw.get("model_type")
-        if arch not in (None, "llama"):
-            raise ValueError(f"{p}: model_type {arch!r} is not a Llama model")
-        kwargs = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
-        if "head_dim" not in raw and "hidden_size" in raw and "num_attention_heads" in raw:
-            kwargs["head_dim"] = raw["hidden_size"] // raw["num_attention_heads"]
-        if "num_key_value_heads" not in raw and "num_attention_heads" in raw:
-            kwargs["num_key_value_heads"] = raw["num_attention_heads"]
-        return cls(**kwargs)
+        """Read a Hugging Face ``config.json`` (or the folder holding one) of an architecture
+        the decoder expresses (ValueError naming the file and field otherwise)."""
+        return cls.from_shape(read_config(path)[0])
 
     def to_hf(self) -> dict[str, Any]:
         """A Hugging Face ``config.json`` dictionary for this model."""
         d = asdict(self)
-        d.update({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
-                  "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+                "qwen2": "Qwen2ForCausalLM"}[self.model_type]
+        d.update({"architectures": [arch], "hidden_act": "silu", "mlp_bias": False,
                   "torch_dtype": "float32"})
+        if self.model_type != "llama":
+            d.pop("attention_bias")  # qwen2's q/k/v biases are its architecture's
+            d["sliding_window"] = None
         return d
 
 
 PRESETS: dict[str, Callable[..., LlamaConfig]] = {
     "small": LlamaConfig.small,
-    "llama3-8b": LlamaConfig.llama3_8b,
+    "llama-3-8b": LlamaConfig.llama3_8b,
 }
-"""Named model shapes with random weights (``nelssa decode --model-shape``); each takes
-``layers``, ``vocab`` and ``positions`` (None: the preset's own)."""
+"""The decoder's own shapes with random weights (``nelssa decode --model``): each takes
+``layers``, ``vocab`` and ``positions`` (None: the preset's own). ``llama-3-8b`` keeps the
+32000-token vocabulary it has always had here (``--vocab 128256`` for the real one); every
+other model of the hardware description comes from its ``config.json`` shape."""
+ALIASES = {"llama3-8b": "llama-3-8b"}
+"""Old names still taken, with a deprecation line in the log."""
+
+
+def preset_name(name: str) -> str:
+    """A model preset's name, an old alias turned into it (logged)."""
+    if name in ALIASES:
+        log.warning("model %r is deprecated: its name is now %r", name, ALIASES[name])
+        return ALIASES[name]
+    return name
 
 
 def describe_shape(c: LlamaConfig) -> str:

@@ -53,6 +53,10 @@ def weight_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
             p + "input_layernorm.weight": (h,),
             p + "post_attention_layernorm.weight": (h,),
         })
+        if c.attention_bias:  # Qwen2: biases on q, k and v
+            shapes.update({p + "self_attn.q_proj.bias": (c.num_attention_heads * hd,),
+                           p + "self_attn.k_proj.bias": (c.num_key_value_heads * hd,),
+                           p + "self_attn.v_proj.bias": (c.num_key_value_heads * hd,)})
     return shapes
 
 
@@ -73,7 +77,9 @@ def random_weights(c: LlamaConfig, seed: int = 0, qk_gain: float = 1.0,
             if int(layer) >= drawn:
                 out[name] = out[f"model.layers.{int(layer) % drawn}.{rest}"]
                 continue
-        if len(shape) == 1:
+        if name.endswith(".bias"):  # small, as trained projections' biases are
+            out[name] = torch.randn(shape, generator=g).mul_(0.1)
+        elif len(shape) == 1:
             out[name] = torch.ones(shape)
         else:
             gain = qk_gain if name.endswith(("q_proj.weight", "k_proj.weight")) else 1.0
@@ -169,16 +175,20 @@ class Llama:
         """Post-RoPE q (tokens, heads, hd), k and v (tokens, kv heads, hd)."""
         p, c = f"model.layers.{layer}.", self.c
         h = self._norm(x, self.w[p + "input_layernorm.weight"])
-        q = (h @ self.w[p + "self_attn.q_proj.weight"].T).view(-1, c.num_attention_heads,
-                                                               c.head_dim)
-        k = (h @ self.w[p + "self_attn.k_proj.weight"].T).view(-1, c.num_key_value_heads,
-                                                               c.head_dim)
-        v = (h @ self.w[p + "self_attn.v_proj.weight"].T).view(-1, c.num_key_value_heads,
-                                                               c.head_dim)
+        q = self._proj(h, p + "self_attn.q_proj").view(-1, c.num_attention_heads, c.head_dim)
+        k = self._proj(h, p + "self_attn.k_proj").view(-1, c.num_key_value_heads, c.head_dim)
+        v = self._proj(h, p + "self_attn.v_proj").view(-1, c.num_key_value_heads, c.head_dim)
         q, k = self._rope(q, positions), self._rope(k, positions)
         if self.attn_bf16:
             q, k, v = bf16_round(q), bf16_round(k), bf16_round(v)
         return q, k, v
+
+    def _proj(self, h: Tensor, name: str) -> Tensor:
+        """A linear projection, with its bias where the architecture has one (Qwen2's q, k,
+        v)."""
+        y = h @ self.w[name + ".weight"].T
+        bias = self.w.get(name + ".bias")
+        return y if bias is None else y + bias
 
     def finish_layer(self, layer: int, x: Tensor, attn: Tensor) -> Tensor:
         """Residual stream after the layer, given its attention output (tokens, heads, hd)."""

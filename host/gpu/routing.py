@@ -34,6 +34,8 @@ def latency_model(c: LlamaConfig, cfg: DecodeConfig, link: str, pnm: str = PNM_P
 
 
 def crossover_router(c: LlamaConfig, cfg: DecodeConfig, link: str, devices: int,
-                     t_input: int | None = None, pnm: str = PNM_PRESET) -> Router:
-    """``t_input`` if given, else the crossover for ``devices`` devices."""
-    return Router.from_latency(latency_model(c, cfg, link, pnm), devices, t_input)
+                     t_input: int | None = None, pnm: str = PNM_PRESET,
+                     catalog: HardwareCatalog | None = None) -> Router:
+    """``t_input`` if given, else the crossover for ``devices`` devices (of the PNM entry
+    ``pnm`` of ``catalog``, the presets when None)."""
+    return Router.from_latency(latency_model(c, cfg, link, pnm, catalog), devices, t_input)

@@ -12,8 +12,15 @@ from dataclasses import dataclass
 
 from nelssa.emu.latency.hardware import GpuHw, HardwareCatalog
 
-GPUS: dict[str, GpuHw] = HardwareCatalog.load().gpus
-"""The GPU presets of the hardware description, by name."""
+GPUS: dict[str, GpuHw] = dict(HardwareCatalog.load().gpus)
+"""The GPUs the co-simulation knows by name: the hardware description's presets, and those
+of the files a command read (``register``)."""
+
+
+def register(catalog: HardwareCatalog) -> None:
+    """Make the GPUs of ``catalog`` (the presets and a command's --hardware files) known by
+    name, a file's entry replacing a preset of the same name."""
+    GPUS.update(catalog.gpus)
 
 
 @dataclass(frozen=True)

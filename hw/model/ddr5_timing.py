@@ -145,11 +145,68 @@ DDR5_6400AN_RAMULATOR2 = replace(DDR5_6400_MICRON, name="DDR5_6400AN (Ramulator 
                                  nRRD_S=16, nFAW=64)
 """Ramulator 2's DDR5_6400AN preset: differs in nRRD_S = 16 and nFAW = 64."""
 
+
+def jedec_round(t_ps: float, tck_ps: float) -> int:
+    """JEDEC's DDR5 rounding of a time to clock cycles: up, after a 2.5 % guard band
+    (JESD79-5's rounding algorithm; Ramulator 2's ``JEDEC_rounding_DDR5``)."""
+    return int((t_ps * 1000 / tck_ps + 974) // 1000)
+
+
+_NS_OF_6400 = {f: getattr(DDR5_6400_MICRON, f) * DDR5_6400_MICRON.tck_ps / 1000
+               for f in ("nRAS", "nWR", "nRTP", "nCCD_L", "nCCD_L_WR", "nRRD_L", "nFAW",
+                         "nWTR_S", "nWTR_L", "nRFC", "nREFI")}
+"""The DDR5-6400 preset's timings in nanoseconds: what a speed grade keeps from it."""
+
+
+def jedec_grade(rate_mts: int, cl: int) -> DDR5Timing:
+    """A DDR5 speed grade: ``rate_mts`` MT/s (tCK = 2e6 / rate ps), its speed bin's CAS latency
+    ``cl`` with nRCD = nRP = CL and nCWL = CL - 2 (JESD79-5's speed bins, as the DDR5-6400
+    preset has them), and the other timings the DDR5-6400 preset's in nanoseconds, rounded by
+    :func:`jedec_round` at the grade's clock (never fewer cycles than a burst's nCCD_S)."""
+    tck = 2e6 / rate_mts
+    cyc = {f: max(jedec_round(ns * 1000, tck), 1) for f, ns in _NS_OF_6400.items()}
+    cyc["nREFI"] = round(_NS_OF_6400["nREFI"] * 1000 / tck)  # an interval, not a minimum
+    for f in ("nCCD_L", "nRRD_L"):
+        cyc[f] = max(cyc[f], DDR5_6400_MICRON.nCCD_S)
+    cyc["nFAW"] = max(cyc["nFAW"], 4 * DDR5_6400_MICRON.nRRD_S)
+    ras = cyc["nRAS"]
+    return replace(DDR5_6400_MICRON, name=f"DDR5-{rate_mts} (JEDEC A-bin CL{cl})",
+                   tck_ps=tck, nCL=cl, nRCD=cl, nRP=cl, nCWL=cl - 2, nRC=ras + cl, **cyc)
+
+
+JEDEC_BINS: dict[int, int] = {4800: 34, 5600: 40, 6400: 46, 8000: 56}
+"""CAS latency (tCK) of the fastest (A) bin of each JEDEC DDR5 speed grade, JESD79-5:
+DDR5-4800A CL34 (14.17 ns), 5600A CL40 (14.29 ns), 6400A CL46 (14.38 ns), 8000A CL56
+(14.0 ns)."""
+
 PRESETS: dict[str, DDR5Timing] = {
     "ddr5-6400": DDR5_6400_MICRON,
     "ddr5-6400an": DDR5_6400AN_RAMULATOR2,
+    **{f"ddr5-{rate}": jedec_grade(rate, cl) for rate, cl in JEDEC_BINS.items() if rate != 6400},
 }
-"""Presets by the name the command line and tests use."""
+"""Presets by the name the command line, the hardware description and tests use. The first two
+keep their indices (the RTL's ``PresetId``); ``jedec_grade(6400, 46)`` is ``ddr5-6400``'s
+timing (a test holds them together)."""
+GRADE_SOURCE = ("JEDEC JESD79-5 speed grades: the A bin's CL (= nRCD = nRP, nCWL = CL - 2); "
+                "the other timings the DDR5-6400 (Micron/gem5) preset's in ns, rounded to the "
+                "grade's clock by JEDEC's DDR5 rounding")
+"""Where the ``ddr5-4800``, ``-5600`` and ``-8000`` presets come from."""
+
+
+def with_overrides(timing: DDR5Timing, overrides: dict[str, int]) -> DDR5Timing:
+    """``timing`` with some fields replaced (as Ramulator 2 takes a preset and per-field
+    overrides); ValueError naming an unknown or refused field."""
+    known = {f.name for f in fields(DDR5Timing)} - {"name"}
+    for key, value in overrides.items():
+        if key not in known:
+            raise ValueError(f"unknown DDR5 timing field {key!r} (known: "
+                             f"{', '.join(sorted(known))})")
+        if key != "tck_ps" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"DDR5 timing {key} must be a whole number of tCK, got {value!r}")
+    if not overrides:
+        return timing
+    text = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    return replace(timing, name=f"{timing.name} with {text}", **overrides)
 
 
 def preset(name: str) -> DDR5Timing:

@@ -31,7 +31,7 @@ from nelssa.driver.port import DevicePort
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
-from nelssa.hw.model.ddr5_timing import PRESETS
+from nelssa.hw.model.ddr5_timing import PRESETS, DDR5Timing, with_overrides
 from nelssa.hw.model.device_cycle import CycleSchedule, CycleTiming
 from nelssa.hw.model.device_exec import QueueBounds, run_descriptor
 from nelssa.hw.model.device_timers import (
@@ -70,6 +70,10 @@ class DeviceConfig:
     """What times the descriptors, by name (hw/model/device_timers.TIMERS): ``cycle``, the
     cycle model of the RTL's memory side, or ``fluid``, the fluid schedule. Empty: ``cycle``
     for the RTL's unit counts (1..6), ``fluid`` for more."""
+    ddr5_overrides: tuple[tuple[str, int], ...] = ()
+    """(field, value) pairs replacing fields of the preset (ddr5_timing.with_overrides)."""
+    subchannels: int = 8
+    """DDR5 sub-channels sharing the address space (4 channels x 2 in the RTL device)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.engines <= regs.CAPS_MAX_ENGINES:
@@ -81,10 +85,23 @@ class DeviceConfig:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if not 0 <= self.build_id <= 0xFFFF_FFFF:
             raise ValueError(f"build_id must fit 32 bits, got {self.build_id:#x}")
+        if self.subchannels not in (1, 2, 4, 8):
+            raise ValueError(f"subchannels must be 1, 2, 4 or 8 (the cycle model's and the "
+                             f"RTL's most), got {self.subchannels}")
+        self.geometry  # noqa: B018 - the overrides checked now, naming the field
+
+    @property
+    def timing(self) -> DDR5Timing:
+        """The DDR5 timing of one sub-channel: the preset with the overrides."""
+        return with_overrides(PRESETS[self.preset], dict(self.ddr5_overrides))
+
+    @property
+    def geometry(self) -> DeviceGeometry:
+        return DeviceGeometry(self.timing, self.subchannels)
 
     @property
     def mem_bytes(self) -> int:
-        return DeviceGeometry(PRESETS[self.preset]).capacity_bytes
+        return self.geometry.capacity_bytes
 
     @property
     def caps(self) -> int:
@@ -96,7 +113,7 @@ class DeviceConfig:
     def clock_hz(self) -> int:
         """Core clock: the controllers run at 1:TCK_PER_CYCLE of the DRAM clock (DESIGN.md,
         Device: 800 MHz for DDR5-6400's 3.2 GHz)."""
-        return round(1e12 / (PRESETS[self.preset].tck_ps * TCK_PER_CYCLE))
+        return round(1e12 / (self.timing.tck_ps * TCK_PER_CYCLE))
 
 
 SIM_CLOCK_HZ = DeviceConfig().clock_hz
@@ -124,8 +141,8 @@ class ModelDevice(DevicePort):
         timing, ``cycle_timing`` the cycle timer's (both calibrated,
         ``device_calibration.json``, when None)."""
         self.config = config or DeviceConfig()
-        self.timing = PRESETS[self.config.preset]
-        self.geometry = DeviceGeometry(self.timing)
+        self.timing = self.config.timing
+        self.geometry = self.config.geometry
         self.mem = memory if memory is not None else SparseMemory(self.config.mem_bytes)
         if self.mem.size != self.config.mem_bytes:
             raise ValueError(f"memory has {self.mem.size} bytes, the device "

@@ -227,8 +227,9 @@ def _draws(path: Path, table: Any, rng: random.Random) -> list[dict[str, Any]]:
     return [{name: draw() for name, draw in draws.items()} for _ in range(n)]
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Read and check a sweep specification (SpecError naming what is wrong)."""
+def load_spec(path: str | Path, defaults: dict[str, Any] | None = None) -> Spec:
+    """Read and check a sweep specification (SpecError naming what is wrong); ``defaults``
+    replace parameters' own defaults (a hardware file's ``use`` choices)."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -278,8 +279,8 @@ def load_spec(path: str | Path) -> Spec:
     if len(grid) * len(drawn) > MAX_POINTS:
         raise _fail(path, "[random]", f"{len(grid) * len(drawn):,} points with the grid, more "
                     f"than a sweep takes ({MAX_POINTS:,})")
-    defaults = {name: p.default for name, p in PARAMS.items()}
-    points = [{**defaults, **fixed, **g, **d} for g in grid for d in drawn]
+    base = {name: p.default for name, p in PARAMS.items()} | (defaults or {})
+    points = [{**base, **fixed, **g, **d} for g in grid for d in drawn]
     return Spec(path, trace, limit, seed, scheduler, slo, fixed, points)
 
 

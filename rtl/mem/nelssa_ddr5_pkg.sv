@@ -69,6 +69,12 @@ package nelssa_ddr5_pkg;
   localparam timing_t DDR5_6400 = '{8, 4, 4096, 65536, 46, 44, 46, 46, 103, 149, 96, 24, 8, 16, 64, 8, 16, 32, 5, 32, 946, 12480, 4};
   // DDR5_6400AN (Ramulator 2)
   localparam timing_t DDR5_6400AN = '{8, 4, 4096, 65536, 46, 44, 46, 46, 103, 149, 96, 24, 8, 16, 64, 16, 16, 64, 5, 32, 946, 12480, 4};
+  // DDR5-4800 (JEDEC A-bin CL34)
+  localparam timing_t DDR5_4800 = '{8, 4, 4096, 65536, 34, 32, 34, 34, 78, 112, 72, 18, 8, 12, 48, 8, 12, 32, 4, 24, 710, 9360, 4};
+  // DDR5-5600 (JEDEC A-bin CL40)
+  localparam timing_t DDR5_5600 = '{8, 4, 4096, 65536, 40, 38, 40, 40, 91, 131, 84, 21, 8, 14, 56, 8, 14, 32, 5, 28, 828, 10920, 4};
+  // DDR5-8000 (JEDEC A-bin CL56)
+  localparam timing_t DDR5_8000 = '{8, 4, 4096, 65536, 56, 54, 56, 56, 129, 185, 120, 30, 8, 20, 80, 8, 20, 40, 7, 40, 1183, 15600, 4};
 
   // a request queued in the sub-channel controller (rtl/mem/nelssa_ddr5_ctrl.sv)
   typedef struct packed {
@@ -90,6 +96,9 @@ package nelssa_ddr5_pkg;
     unique case (id)
       0: return DDR5_6400;
       1: return DDR5_6400AN;
+      2: return DDR5_4800;
+      3: return DDR5_5600;
+      4: return DDR5_8000;
       default: return DDR5_6400;
     endcase
   endfunction
