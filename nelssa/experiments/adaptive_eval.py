@@ -35,6 +35,7 @@ from nelssa.emu.serving.results import RunResult
 from nelssa.emu.serving.sim import ServingSim
 from nelssa.emu.serving.sweeps import FRACTIONS, static_vs_adaptive, step_makeup
 from nelssa.emu.serving.workload import inject_burst, load_trace, long_fraction_mix, poisson
+from nelssa.experiments.pages import render
 from nelssa.options import POSITIVE_INT, Parser
 
 logger = logging.getLogger(__name__)
@@ -315,199 +316,94 @@ def _pct(x: float) -> str:
     return "n/a" if x == float("inf") else f"{x:+.1%}"
 
 
-def write(rows: list[dict], vllm: list[str], out: Path, wall_s: float, argv: list[str],
-          chunk: tuple[int, float], capped: tuple[int, float]) -> None:
-    memory = [r for r in rows if any(t in r["saturated"] for t in ("gpu-kv", "pnm-mem"))]
-    won = [r for r in memory if r["adaptive"] > r["static"]]
-    losses = [r for r in rows if r["goal"] == "LOSS"]
-    routable = [r for r in memory if r["routable"]]
-    missed = [r for r in routable if r not in won]
-    both_won = [r for r in memory if r["both"] > 0]
-    both_lost = [r for r in rows if r["both"] < -TOLERANCE]
-    budget_lost = [r for r in rows if r["budget"] < -TOLERANCE]
-    shed_won = [r for r in memory if r["shed"] > 0]
-    shed_lost = [r for r in rows if r["shed"] < -TOLERANCE]
-    zero = [r for r in rows if r["static"] == 0]
-
-    def where(rs: list[dict], key: str) -> str:
-        return "; ".join(f"{r['workload']} at {r['load']} ({_pct(r[key])})" for r in rs)
-
-    lines = [
-        "# The adaptive routing threshold against the static crossover (issue 26)", "",
-        f"Written by `python scripts/adaptive_eval.py {' '.join(argv)}`".rstrip() +
-        f" in {wall_s:.0f} s (load {os.getloadavg()[0]:.1f}). {GPU}, {DEVICES} PNM devices "
-        f"({DEFAULT_PNM}) unless the row says otherwise, {DEFAULT_MODEL}, link "
-        f"{DEFAULT_GPU_PNM_LINK}, our scheduler, colocated chunked prefill unless the row says "
-        "disaggregated, prefix caching. Poisson resamplings use seed 0; the burst rows add "
-        "their long requests (512 output tokens each) at 30 % of the arrivals' span.", "",
-        f"Goodput: requests meeting TTFT <= {MLPERF_SLO.ttft_s:g} s and their own TPOT <= "
-        f"{MLPERF_SLO.tpot_s * 1e3:g} ms (MLPerf Inference, Llama 3.1 405B server scenario, "
-        "its long-context benchmark; `emu/policy/slo.py` says why it and not the Llama 3.1 8B "
-        "scenario), per second of the run. `saturated`: what the static run ran out of "
-        "(`gpu-kv`: the GPU's KV blocks full or a preemption; `pnm-mem`: the PNM tier's memory "
-        "full with a queue for it; `ttft`: neither, but TTFT P99 over the SLO, which is "
-        "queueing for the GPU's compute).", "",
-        "Columns: `adaptive` is the adaptive T_input alone (`emu/policy/adaptive.py`), the "
-        "issue's goal; `best static` is the routing oracle, the best of the static thresholds "
-        f"{', '.join(f'{f:g}x' for f in GRID)} and 1x the crossover (run where the static run "
-        "saturated anything), what a fixed choice of T_input could give with hindsight; "
-        "`budget` is the TPOT-held token budget (`emu/policy/budget.py`, a scheduling knob, not "
-        f"routing: while requests decode, {chunk[0]:,} tokens a step become {capped[0]:,}, "
-        f"whose chunk costs {capped[1] * 1e3:.0f} ms instead of {chunk[1] * 1e3:.0f} ms) with the "
-        "static crossover; `both` the adaptive T_input with the budget; `shed` both and "
-        "shedding (`emu/policy/shed.py`, an admission knob: a request still without its first "
-        "token once it has waited the TTFT SLO has missed it and is dropped), with the "
-        "requests meeting the SLO, static -> shed, and those it dropped. `fails`: of the static "
-        "run's requests, per cent missing the TTFT only / the TPOT only / both; `8B SLO`: "
-        f"goodput under MLPerf's Llama 3.1 8B server SLO (TTFT <= {MLPERF_8B_SLO.ttft_s:g} s, "
-        f"TPOT <= {MLPERF_8B_SLO.tpot_s * 1e3:g} ms) of the same static / adaptive / both runs "
-        "(the policy and the budget held to 175 ms). `goal` (the adaptive T_input against the "
-        f"static): `met` when it is no more than {TOLERANCE:.0%} lower and, where the static "
-        "run saturated a memory tier, higher; `no gain, none by routing` when it is within 1 % "
-        "and no static threshold of the grid is more than 1 % better either; `no gain, routing "
-        "could` when one is; `LOSS` when it is more than 1 % lower.", "",
-        f"**Summary.** The adaptive T_input: {len(won)} of {len(memory)} points where the static "
-        f"threshold saturated a memory tier gained; {len(losses)} of {len(rows)} points lost "
-        f"more than 1 %" + (": " + where(losses, "change") if losses else "") + ". At "
-        f"{len(memory) - len(routable)} of the {len(memory)} saturated points no static "
-        "threshold of the grid beats the crossover by more than 1 % (routing has nothing to "
-        f"give); of the {len(routable)} where one does, the adaptive one gained at "
-        f"{len(routable) - len(missed)}" + (" (not at: " + where(missed, "change") + ")"
-                                             if missed else "") + ". With the TPOT-held "
-        f"budget as well: {len(both_won)} of the {len(memory)} saturated points gained, and "
-        f"{len(both_lost)} of {len(rows)} points lost more than 1 %"
-        + (": " + where(both_lost, "both") if both_lost else "") + "; the budget alone lost "
-        f"more than 1 % at {len(budget_lost)}" + (": " + where(budget_lost, "budget")
-                                                  if budget_lost else "") + ". With shedding "
-        f"as well (`shed`): {len(shed_won)} of the {len(memory)} saturated points gained, and "
-        f"{len(shed_lost)} of {len(rows)} points lost more than 1 %"
-        + (": " + where(shed_lost, "shed") if shed_lost else "") + "; where the static "
-        f"goodput is 0 ({len(zero)} points) it is "
-        + ", ".join(f"{r['shed_rps']:.2f}/s" for r in zero) + ".", "",
-        "| workload | load | requests | static goodput | adaptive | change | best static "
-        "(T_input x) | budget | both | shed | met static -> shed (dropped) | saturated "
-        "(static) | static TPOT P50 ms | fails static | fails both | 8B SLO "
-        "static/adaptive/both | moves | T_input range | goal |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|---:|---|---|---|---:|---|---|"]
+def _table_rows(rows: list[dict]) -> str:
+    out = ""
     for r in rows:
         o = r["oracle"]
         best = "-" if o is None else f"{o[1]:.3f} ({o[0]:g}x, {_pct(_change(o[1], r['static']))})"
-        lines.append(f"| {r['workload']} | {r['load']} | {r['requests']} | {r['static']:.3f} "
-                     f"| {r['adaptive']:.3f} | {_pct(r['change'])} | {best} | "
-                     f"{_pct(r['budget'])} | {_pct(r['both'])} | {r['shed_rps']:.3f} "
-                     f"({_pct(r['shed'])}) | {r['met'][0]} -> {r['met'][1]} ({r['dropped']}) | "
-                     f"{r['saturated']} | "
-                     f"{r['tpot_ms']:.0f} | {r['fails']} | {r['fails_both']} | "
-                     + "/".join(f"{x:.3f}" for x in r["slo8b"])
-                     + f" | {r['moves']} | {r['t_range']} | {r['goal']} |")
-    lines += ["", "Where a static threshold of the grid beats the crossover by more than 1 % at a "
-              "saturated point and the adaptive one does not gain: requests meeting the SLO on "
-              "the GPU / PNM tier, and the mean requests waiting for the GPU / for the PNM "
-              "tier's memory, the static crossover against that best threshold:", "",
-              "| workload | load | best static | met GPU / PNM, crossover | waiting GPU / PNM, "
-              "crossover | met GPU / PNM, best | waiting GPU / PNM, best |",
-              "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["queues"] and r["goal"] == "no gain, routing could":
-            lines.append(f"| {r['workload']} | {r['load']} | {r['oracle'][0]:g}x | "
-                         f"{r['queues'][0]} | {r['queues'][1]} |")
-    if zero:
-        lines += ["", "Where the static run's goodput is 0: what its steps are made of (each "
-                  "step costed by the cost model, one at a time): the median step, the share of "
-                  "the run's step time in steps carrying a prefill chunk, and the median of the "
-                  "PNM tier's part of a step (its sparse attention and T_comm) and of the GPU's "
-                  "decode attention:", "",
-                  "| workload | load | step P50 ms | time in steps with a chunk | PNM tier's "
-                  "part P50 ms | GPU decode attention P50 ms |", "|---|---|---:|---:|---:|---:|"]
-        for r in zero:
-            m = r["makeup"]
-            lines.append(f"| {r['workload']} | {r['load']} | {m['step_ms']:.0f} | "
-                         f"{m['chunk_share']:.1%} | {m['pnm_ms']:.1f} | {m['gpu_attn_ms']:.1f} |")
-    none = [r for r in memory if r["goal"] == "no gain, none by routing"]
-    lower8 = [r for r in rows if r["slo8b"][2] < (1 - TOLERANCE) * r["slo8b"][0]]
+        out += (f"\n| {r['workload']} | {r['load']} | {r['requests']} | {r['static']:.3f} "
+                f"| {r['adaptive']:.3f} | {_pct(r['change'])} | {best} | "
+                f"{_pct(r['budget'])} | {_pct(r['both'])} | {r['shed_rps']:.3f} "
+                f"({_pct(r['shed'])}) | {r['met'][0]} -> {r['met'][1]} ({r['dropped']}) | "
+                f"{r['saturated']} | {r['tpot_ms']:.0f} | {r['fails']} | {r['fails_both']} | "
+                + "/".join(f"{x:.3f}" for x in r["slo8b"])
+                + f" | {r['moves']} | {r['t_range']} | {r['goal']} |")
+    return out
+
+
+def _names(rs: list[dict]) -> str:
+    return "; ".join(f"{r['workload']} at {r['load']}" for r in rs) or "none"
+
+
+def _reading(rows: list[dict], memory: list[dict], zero: list[dict], chunk: tuple[int, float],
+             capped: tuple[int, float]) -> str:
     def span(key: str, fmt: str) -> str:
+        if not zero:
+            return "-"
         vals = [r["makeup"][key] for r in zero]
         lo, hi = format(min(vals), fmt), format(max(vals), fmt)
         return lo if lo == hi else f"{lo}-{hi}"
 
-    lines += ["", READING.format(
-        zero="; ".join(f"{r['workload']} at {r['load']}" for r in zero) or "none",
-        chunk_share=span("chunk_share", ".1%") if zero else "-",
-        step_ms=span("step_ms", ".0f") if zero else "-",
-        pnm_ms=span("pnm_ms", ".1f") if zero else "-",
-        attn_ms=span("gpu_attn_ms", ".1f") if zero else "-",
-        chunk=chunk[0], chunk_ms=chunk[1] * 1e3, capped=capped[0], capped_ms=capped[1] * 1e3,
-        none="; ".join(f"{r['workload']} at {r['load']}" for r in none) or "none",
-        lower8="; ".join(f"{r['workload']} at {r['load']}" for r in lower8) or "none"), ""]
-    lines += ["", "![goodput against rate](adaptive_rates.png)", "",
-              "![a representative run](adaptive_run.png)", "",
-              "![shedding where the static goodput is 0](adaptive_shed_run.png)", ""]
-    if vllm:
-        lines += ["## vLLM's scheduler at a few points", "",
-                  "The same comparison through vLLM's own v1 scheduler (`.venv-vllm`, the "
-                  "budget set through its `max_num_scheduled_tokens` before each step) and "
-                  "ours, conversation-trace head (the last row its long-fraction mix):", "",
-                  "| setting | requests | rate | vLLM static | vLLM adaptive | vLLM both | "
-                  "vLLM shed | ours static | ours adaptive | ours both | ours shed |",
-                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|", *vllm, ""]
-    out.write_text("\n".join(lines))
+    return render(
+        "adaptive.md", "reading", zero=_names(zero), chunk_share=span("chunk_share", ".1%"),
+        step_ms=span("step_ms", ".0f"), pnm_ms=span("pnm_ms", ".1f"),
+        attn_ms=span("gpu_attn_ms", ".1f"), chunk=f"{chunk[0]:,}",
+        chunk_ms=f"{chunk[1] * 1e3:.0f}", capped=f"{capped[0]:,}",
+        capped_ms=f"{capped[1] * 1e3:.0f}",
+        none=_names([r for r in memory if r["goal"] == "no gain, none by routing"]),
+        lower8=_names([r for r in rows if r["slo8b"][2] < (1 - TOLERANCE) * r["slo8b"][0]]))
 
 
-READING = """**Reading.** Per point, from the tables above.
+def page(rows: list[dict], vllm: list[str], wall_s: float, argv: list[str],
+         chunk: tuple[int, float], capped: tuple[int, float]) -> str:
+    """docs/results/adaptive.md (templates/adaptive.md filled) but its last line (the runs
+    plotted, which ``main`` appends)."""
+    memory = [r for r in rows if any(t in r["saturated"] for t in ("gpu-kv", "pnm-mem"))]
+    won = [r for r in memory if r["adaptive"] > r["static"]]
+    routable = [r for r in memory if r["routable"]]
+    missed = [r for r in routable if r not in won]
+    zero = [r for r in rows if r["static"] == 0]
+    lost = {key: [r for r in rows if r[key] < -TOLERANCE] for key in ("both", "budget", "shed")}
+    losses = [r for r in rows if r["goal"] == "LOSS"]
 
-- *The adaptive T_input gains* with disaggregated prefill (the paper's Prefill Node), where the
-  decode GPU's steps are decode only and memory binds: with one PNM device (crossover ~77K
-  tokens) the GPU's KV fills with requests below the crossover and lowering T_input puts them
-  on the PNM tier's idle memory; with two, at 8/s on the long-fraction mix, the PNM tier's
-  memory fills while the GPU's KV has room, and the guarded raise takes requests back to the
-  GPU (the grid's best, 2x, is a little higher: the raise stops at the first sign of GPU
-  pressure).
-- *No threshold gains* (`no gain, none by routing`: no static T_input of the grid more than
-  1 % better): {none}. Their `fails` column says why: the misses are TTFT (queueing for the
-  GPU's compute: every prefill is the GPU's, whichever tier holds the KV) or TPOT from steps
-  carrying a prefill chunk ({chunk:,} tokens cost {chunk_ms:.0f} ms by the cost model, past
-  the SLO by themselves), neither of which routing moves.
-- *A static threshold gains and the adaptive one does not* (`no gain, routing could`; the
-  second table), in three kinds. (1) Deep compute overload (the whole conversation trace, the
-  head at 4/s, the memory-tight GPU at 3/s; goodput a few hundredths of a request per second):
-  at 0.5x almost no PNM-tier request meets the SLO, more wait for the PNM tier's memory, the
-  GPU's queue is shorter and more GPU-tier requests meet it: the PNM queue sheds the long
-  requests. That is admission control by failing them, not a better placement; routing does
-  not do it, shedding (`shed`, below) does it outright. (2) The long-fraction sweep at 4-16 %
-  and 24 % and the memory-tight GPU at 1.5/s (0.5-0.75x, +2.6 to +11.7 %): more requests meet
-  the SLO on the PNM tier and fewer on the GPU, with no queue to shed; the policy lowers
-  T_input only on a full or preempting GPU KV, or a slow step set by the GPU's attention, and
-  none shows there (the steps are the prefill chunks'). No observed signal for these was
-  found; they are left open. (3) Raising (the head at 2/s, 3x; the memory-tight GPU at 2/s,
-  1.5x): the full PNM tier's queue moves to the GPU. The raise's guard (calm decode steps, no
-  queue for the GPU's compute, the GPU's KV at most half used) is not met under colocated
-  prefill (with the step's levels relaxed it still did not move there: the compute queue holds
-  it), and without the guard the raise lost up to 33 % (`emu/policy/adaptive.py`).
-- *The TPOT-held budget* (`budget`, `both`) acts on what routing cannot: while requests
-  decode, {chunk:,}-token steps become {capped:,}-token ones ({capped_ms:.0f} ms), and the
-  TPOT misses of the `fails` column fall (`fails both`); what it costs is prefill throughput
-  (each step's decode batch spread over fewer prefill tokens), so it gives way to the whole
-  budget once the oldest prefill has waited the TTFT SLO, or while that wait has risen
-  steadily over the last seconds from a quarter of it (the queue falling behind: lifted only
-  at the SLO, the conversation head at 3/s lost 2.1 %). It is off with disaggregated prefill
-  (no chunks on the decode GPU). Where it loses more than 1 % is in the summary.
-- *Shedding* (`shed`). Where the static goodput is 0 ({zero}), the step make-up table says
-  what sets TPOT: {chunk_share} of the step time is in steps carrying a prefill chunk, of
-  {step_ms} ms at the median, while the PNM tier's part of a step is {pnm_ms} ms and the GPU's
-  decode attention {attn_ms} ms: the GPU's compute is overloaded by prefill (every prefill is
-  the GPU's), not the PNM tier's attention nor the decode batch, so no threshold and no
-  admission to the PNM tier's decoding helps. In FCFS order every request then waits past the
-  TTFT SLO and decodes under full chunks. Dropping the requests still without a first token
-  once they have waited the SLO (they have missed it whatever follows) gives the GPU's
-  prefill to those that can still meet it, and the budget holds their steps to the TPOT SLO;
-  goodput is above 0 at all of them. The dropped requests count as misses; goodput per second
-  also gains from a shorter run (the backlog is not drained late), so the `met` column gives
-  the requests meeting the SLO. With disaggregated prefill the first token comes from the
-  prefill GPUs and nothing is dropped.
-- *The SLO.* Under MLPerf's Llama 3.1 8B server SLO (`8B SLO`, same runs) the absolute
-  goodputs are lower (a 2 s TTFT is short for these prompts: `emu/policy/slo.py`); the
-  adaptive T_input's gains hold; with the budget (held to 175 ms, not 100) goodput is more
-  than 1 % below the static run's at: {lower8}."""
+    def where(rs: list[dict], key: str, head: str = ": ") -> str:
+        return head + "; ".join(f"{r['workload']} at {r['load']} ({_pct(r[key])})"
+                                for r in rs) if rs else ""
+
+    queues = "".join(f"\n| {r['workload']} | {r['load']} | {r['oracle'][0]:g}x | "
+                     f"{r['queues'][0]} | {r['queues'][1]} |"
+                     for r in rows if r["queues"] and r["goal"] == "no gain, routing could")
+    makeup = render("adaptive.md", "makeup", rows="".join(
+        f"\n| {r['workload']} | {r['load']} | {m['step_ms']:.0f} | {m['chunk_share']:.1%} | "
+        f"{m['pnm_ms']:.1f} | {m['gpu_attn_ms']:.1f} |"
+        for r in zero for m in [r["makeup"]])) if zero else ""
+    return render(
+        "adaptive.md", "page", command=f"python scripts/adaptive_eval.py {' '.join(argv)}",
+        wall_s=f"{wall_s:.0f}", load=f"{os.getloadavg()[0]:.1f}", gpu=GPU, devices=DEVICES,
+        pnm=DEFAULT_PNM, model=DEFAULT_MODEL, link=DEFAULT_GPU_PNM_LINK,
+        ttft_s=f"{MLPERF_SLO.ttft_s:g}", tpot_ms=f"{MLPERF_SLO.tpot_s * 1e3:g}",
+        grid=", ".join(f"{f:g}x" for f in GRID), chunk=f"{chunk[0]:,}",
+        capped=f"{capped[0]:,}", capped_ms=f"{capped[1] * 1e3:.0f}",
+        chunk_ms=f"{chunk[1] * 1e3:.0f}", ttft8_s=f"{MLPERF_8B_SLO.ttft_s:g}",
+        tpot8_ms=f"{MLPERF_8B_SLO.tpot_s * 1e3:g}", tolerance=f"{TOLERANCE:.0%}",
+        won=len(won), memory=len(memory), losses=len(losses), rows=len(rows),
+        losses_where=where(losses, "change"), unroutable=len(memory) - len(routable),
+        routable=len(routable), routable_won=len(routable) - len(missed),
+        missed_where=where(missed, "change", " (not at: ") + (")" if missed else ""),
+        both_won=sum(r["both"] > 0 for r in memory), both_lost=len(lost["both"]),
+        both_lost_where=where(lost["both"], "both"), budget_lost=len(lost["budget"]),
+        budget_lost_where=where(lost["budget"], "budget"),
+        shed_won=sum(r["shed"] > 0 for r in memory), shed_lost=len(lost["shed"]),
+        shed_lost_where=where(lost["shed"], "shed"), zero_count=len(zero),
+        zero_shed=", ".join(f"{r['shed_rps']:.2f}/s" for r in zero), table=_table_rows(rows),
+        queues=queues, makeup=makeup, reading=_reading(rows, memory, zero, chunk, capped),
+        vllm=render("adaptive.md", "vllm", rows="".join(f"\n{v}" for v in vllm))
+        if vllm else "")
+
+
+def write(rows: list[dict], vllm: list[str], out: Path, wall_s: float, argv: list[str],
+          chunk: tuple[int, float], capped: tuple[int, float]) -> None:
+    out.write_text(page(rows, vllm, wall_s, argv, chunk, capped))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -552,9 +448,8 @@ def main(argv: list[str] | None = None) -> int:
           (budget, sim.cost.step_s(0, [], [Chunk(0, budget)])),
           (capped, sim.cost.step_s(0, [], [Chunk(0, capped)])))
     with (out / "adaptive.md").open("a") as f:
-        f.write(f"The representative run plotted: {best.replace('|', ', ')}; the run where "
-                f"shedding gains the most of those with a static goodput of 0 (of all if none): "
-                f"{most.replace('|', ', ')}.\n")
+        f.write(render("adaptive.md", "plotted", best=best.replace("|", ", "),
+                       most=most.replace("|", ", ")) + "\n")
     print(f"wrote {out / 'adaptive.md'}")  # noqa: T201
     return 0
 
