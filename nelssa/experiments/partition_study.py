@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from nelssa.emu.latency.model import Sparsity
+from nelssa.experiments.pages import render
 from nelssa.experiments.partition_jobs import (
     CLUSTER_TOKENS,
     GROUP,
@@ -326,71 +327,36 @@ def grid_text(rows: list[dict]) -> str:
     total = sum(sum(r["cycles"]) for r in rows)
     biggest = max(points, key=lambda p: p[0] * p[1])
     cost = sum(sum(r["cycles"]) for r in rows if (r["context"], r["requests"]) == biggest)
-    return ("Grid: " + "; ".join(f"{_tokens(c)} x {q} on {', '.join(map(str, sorted(n)))}"
-                                 for (c, q), n in sorted(points.items()))
-            + f" devices, both partitionings: {total / 1e6:.1f} M device cycles simulated "
-            f"({_tokens(biggest[0])} x {biggest[1]} alone {cost / 1e6:.1f} M). Larger "
-            "points on more node sizes (8 requests at 512K-1M on 1-4 devices) were left out "
-            f"to keep the run near the default grid's time ({' '.join(DEFAULT_POINTS)} on "
-            f"{', '.join(map(str, DEFAULT_DEVICES))} devices, the script's defaults); "
-            "`--points` adds them.\n\n")
+    return render("partitioning.md", "grid", points="; ".join(
+        f"{_tokens(c)} x {q} on {', '.join(map(str, sorted(n)))}"
+        for (c, q), n in sorted(points.items())), cycles_m=f"{total / 1e6:.1f}",
+        biggest=f"{_tokens(biggest[0])} x {biggest[1]}", biggest_m=f"{cost / 1e6:.1f}",
+        default_points=" ".join(DEFAULT_POINTS),
+        default_devices=", ".join(map(str, DEFAULT_DEVICES)))
 
 
 def page(meta: dict, rows: list[dict], check: dict | None) -> str:
-    """The results page; ``meta``: the run's command line, options and wall time."""
+    """The results page (templates/partitioning.md filled); ``meta``: the run's command line,
+    options and wall time."""
     backend = rows[0]["backend"]
     cmd = "python scripts/partition_study.py " + " ".join(meta["argv"])
-    partial = ("" if meta["complete"] else
-               f" It stopped after {len(rows)} configurations; the rest were not run.")
-    wall = meta["wall"]
-    check_text = ""
-    if check is not None:
-        check_text = (f"Data independence (rtl): the first configuration's device 0 again, "
-                      f"{check['clusters']} clusters: {check['first']:,} cycles in the grid, "
-                      f"{check['unwritten']:,} run again (K and V unwritten, as in the grid), "
-                      f"{check['random']:,} with random bf16 K and V written (run to run the "
-                      "device starts in another refresh phase and DDR5 state, which moves "
-                      "the cycles a little).\n\n")
-    return (
-        f"# Head-wise against cluster-wise KV partitioning (paper 5.3, Figure 7)\n\n"
-        f"Written by `{cmd.strip()}` ({backend} backend, {wall / 60:.1f} min wall on this "
-        f"machine, 2 cores shared).{partial}\n\n"
-        f"One request is one layer of one Llama-3-8B sequence: {KV_HEADS} KV heads x {GROUP} "
-        f"query heads, head_dim {HEAD_DIM}, clusters of {CLUSTER_TOKENS[0]}-{CLUSTER_TOKENS[1]} "
-        f"tokens (mean 16), {meta['selection']:.0%} of each KV head's clusters selected at random "
-        f"(the same draw for every partitioning and device count). Head-wise: KV head h whole "
-        f"on device h mod N. Cluster-wise: every KV head sharded over all N devices, each "
-        f"cluster to the shard with the fewest tokens (host/pnm_node/partition.py). Each device "
-        f"runs alone ({'the Verilated device, ' if backend == 'rtl' else 'the model device, '}"
-        f"{DeviceConfig.engines} attention units, DDR5-6400, {PEAK / 1e9:g} GB/s peak, "
-        f"{SIM_CLOCK_HZ / 1e6:g} MHz): its KV regions allocated as the node allocates them, "
-        f"one descriptor per (request, KV head or shard) cut over its units by "
-        f"`CommandQueue.split` as the node cuts them. Here a cluster belongs to one KV head "
-        "(each KV head has its own clusters and directory), so a device reads one KV head's "
-        "share of a cluster, about 8 KB, under either partitioning: the smaller access the "
-        "paper weighs against head-wise partitioning is the same on both sides here, and what "
-        "differs is how much work each device gets and in how many descriptors.\n\n"
-        "Columns: busy cycles = PERF_BUSY; GB/s per device = PERF_BYTES_READ over busy cycles "
-        "(every line read: ids, directory entries, Q and the clusters' K and V), mean over the "
-        "devices that have work; imbalance = the busiest device's cycles over the mean; layer "
-        "time = the busiest device (the node's answer waits for it); node GB/s = all devices' "
-        "bytes over the layer time. ACT and row hits per cluster: the RTL has no DDR5 command "
-        f"counters, so the first {meta['ddr5_lines']:,} lines of each device's read stream (in the "
-        "device's order, its descriptors on the units they take, the units interleaved a line "
-        "a cycle each) were replayed through the DDR5 cycle model "
-        "(hw/model/ddr5_subchannel.py, command-identical to the RTL controller, "
-        f"{RTL_ADDRESS_MAP} address map); row hits = reads - ACTs; per cluster = over the cluster "
-        "reads those lines amount to (directory and Q reads counted in). A cluster of 16 tokens "
-        "is 8 KB = 128 lines, two on each of the 64 (sub-channel, bank group) pairs under the "
-        "cacheline map, so 64 ACTs and 64 row hits per cluster when no row stays open from the "
-        "cluster before. Model vs rtl: the model backend's busiest device against the RTL's (the "
-        "model device with its arithmetic skipped: its time comes from the descriptors and "
-        "the lines they read, never from the values).\n\n"
-        + grid_text(rows) + check_text + "## What the numbers say\n\n" + findings(rows)
-        + "\n## Configurations\n\n" + table(rows)
-        + "\n## Cluster-wise against head-wise\n\n" + _comparison(rows)
-        + "\n## Each device\n\n" + device_table(rows)
-        + f"\n![imbalance, bandwidth and scaling]({PLOT.name})\n")
+    return render(
+        "partitioning.md", "page", command=cmd.strip(), backend=backend,
+        wall_min=f"{meta['wall'] / 60:.1f}",
+        partial="" if meta["complete"] else render("partitioning.md", "partial",
+                                                   rows=len(rows)),
+        kv_heads=KV_HEADS, group=GROUP, head_dim=HEAD_DIM, cluster_min=CLUSTER_TOKENS[0],
+        cluster_max=CLUSTER_TOKENS[1], selection=f"{meta['selection']:.0%}",
+        device="the Verilated device" if backend == "rtl" else "the model device",
+        units=DeviceConfig.engines, peak_gbs=f"{PEAK / 1e9:g}",
+        clock_mhz=f"{SIM_CLOCK_HZ / 1e6:g}", ddr5_lines=f"{meta['ddr5_lines']:,}",
+        address_map=RTL_ADDRESS_MAP, grid=grid_text(rows),
+        check="" if check is None else render(
+            "partitioning.md", "check", clusters=check["clusters"],
+            first=f"{check['first']:,}", unwritten=f"{check['unwritten']:,}",
+            random=f"{check['random']:,}"),
+        findings=findings(rows), table=table(rows), comparison=_comparison(rows),
+        devices=device_table(rows), plot=PLOT.name)
 
 
 def _point(text: str) -> tuple[int, int, tuple[int, ...] | None]:
