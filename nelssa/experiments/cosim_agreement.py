@@ -30,11 +30,14 @@ from nelssa.cosim_agreement import (
     verdict,
 )
 from nelssa.emu.link.model import GPU_PNM_LINKS
+from nelssa.experiments.pages import render
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs/results/cosim_agreement.md"
 DATA = ROOT / "docs/results/cosim_agreement.json"
 log = logging.getLogger("cosim_agreement")
+_PAGE = "cosim_agreement.md"
+"""The page's template (templates/)."""
 BIG = 131072 - 16
 """The long point: llama3-8b's 131072 positions less room for the steps generated."""
 
@@ -153,7 +156,9 @@ def _per_layer(rows: list[Comparison]) -> dict[int, tuple[float, float, float, f
     return out
 
 
-def explain(rows: list[Comparison]) -> list[str]:
+def explain(rows: list[Comparison]) -> str:
+    """What was corrected and what remains (templates/cosim_agreement.md), with the figures
+    per device count."""
     from nelssa.emu.latency.hardware import DEFAULT_PNM, HardwareCatalog
 
     pnm = HardwareCatalog.load().get("pnm", DEFAULT_PNM)
@@ -163,81 +168,14 @@ def explain(rows: list[Comparison]) -> list[str]:
     off = [r.point.label for r in rows if any(
         r.diff(k) is not None and abs(r.diff(k)) > STEP_BOUND  # type: ignore[arg-type]
         for k in ("step", "gpu", "topk"))]
-    parts_agree = ("The step, its GPU part and its top-K agree within 5 % at every point"
-                   if not off else "The step, its GPU part and its top-K agree within 5 % "
-                   f"except at {', '.join(off)}")
-    lines = [
-        "## What was corrected", "",
-        "Measured first at one point (1 x 4K + 2 x 1K, 2 devices, roce-400g, 2 layers): the "
-        "serving side's step was +54 % of the co-simulation's, its GPU part +58 %, its top-K "
-        "+103 %, its wait -54 %. Three assumptions were wrong, each now in one place:", "",
-        "1. **Weights a step reads.** The cost model read all of `params_b` every step, the "
-        "input embedding among them (Llama-3-8B: 0.53 of 8.03 billion, 1.05 GB, 0.34 ms a "
-        "step on h100-nvl), and the co-simulation charged no output head (its 32000 x 4096 "
-        "head: 262 MB, 84 us a step). A step gathers one embedding row per token and reads "
-        "the head whole, tied or not. `ModelHw.embedding_b` (0.5253 for `llama-3-8b` in "
-        "`hardware.json`; vocabulary x hidden for the co-simulated decoder, "
-        "`host/gpu/routing.model_hw`) takes the embedding out of `ModelHw.weight_bytes`, "
-        "which both halves now equal (`tests/test_cosim_agreement.py`); the GPU still holds "
-        "it (`resident_bytes`, the KV capacity); the co-simulation charges the head as an "
-        "operation of the step.",
-        "2. **What the top-K search reads.** The cost model charged the centroids as K and V "
-        "(M_kv / C per token); a centroid is a key (`pnm_resident_tokens` already counted it "
-        "so): half of that.",
-        "3. **What overlaps the node.** The cost model overlapped the search with the node's "
-        "work (max(GPU attention + search, node)); the search decides what the node reads, so "
-        "it precedes it, and the node overlaps only the GPU's own attention, as the "
-        "co-simulation runs a layer: kernel + linear + search + max(GPU attention, node).", "",
-        "The comparison prices the window a PNM-tier request keeps on the GPU as it is at the "
-        "compared step (sink + recent + the tokens generated since the prompt was clustered), "
-        "the cost model's `window_tokens`; a serving replay keeps its worst case, sink + "
-        "recent + a full chunk (1092 tokens), an overestimate of at most 1024 tokens' KV per "
-        "PNM-tier request and step (half that on average).", "",
-        "## What remains, and why", "",
-        f"{parts_agree}. The GPU's wait for the node differs by up to "
-        f"{worst:.1f} us per layer (the bound the test holds: {WAIT_BOUND_US:g} us per layer), "
-        "from two parts of the node's accounting the latency model's T_comm and one "
-        "bandwidth leave out. They are a small share of a step here (the weights dominate "
-        "a decode step at these batch sizes) and of a 32-layer step alike: per layer both the "
-        "weights and the node's time scale with the layers.", "",
-        "| devices | host + CXL per node request, co-sim us | T_comm less the link per layer, us "
-        "| device GB/s, co-sim (selection x context over its compute) | `bw_eff_gbs` "
-        "| wait, co-sim - serving, per layer us |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for n, (c, s, g, w) in per.items():
-        lines.append(f"| {n} | {c:.2f} | {s:.2f} | {g:.0f} | {pnm.bw_eff_gbs:g} | {w:+.2f} |")
-    lines += [
-        "",
-        "- **Host software and CXL.** The node charges each layer's request "
-        "`host_request_ns` (1 us) plus `host_descriptor_ns` (0.1 us) per descriptor it "
-        "builds, and the critical device's CXL transfers (descriptors and queries in, "
-        "outputs out, each with its load-to-use latency); a device cuts its KV heads over its "
-        "four units, so Llama-3-8B's 8 KV heads make 8 descriptors a layer on 1 or 2 "
-        "devices, 16 on 4 and 32 on 8. The latency model's T_comm charges t_base 1 us + "
-        f"t_dev {pnm.t_dev_us:g} us per device + t_host {pnm.t_host_us:g} us beyond one "
-        "device: no per-descriptor cost, and CXL as if the devices' transfers were serial "
-        "at 0.15 us each where the node runs them in parallel at about a microsecond. The "
-        "same concept is written twice (`host/pnm_node/config.py` and the `prototype` entry "
-        "of `hardware.json`); making T_comm the node's terms (per descriptor, units, "
-        "parallel CXL) with the node reading them from the `prototype` entry moves the "
-        "crossover, T_input and every page built on them, and is left for its own change.",
-        "- **Device bandwidth.** The model devices' cycles give less than `bw_eff_gbs` at "
-        "these contexts: at 4 % of 8K-32K tokens a descriptor reads a few hundred tokens, "
-        "and the per-descriptor costs of the device (doorbell, ring reads, descriptor fetch, "
-        "completion) weigh on it; `bw_eff_gbs` (177.2 GB/s) is the device's bandwidth "
-        "under long sparse reads (`scripts/calibrate_latency.py`). The device's timing model "
-        "(`hw/model/`) is another change's; a per-descriptor term beside `bw_eff_gbs` would "
-        "carry it into the latency model.",
-        "- **The link** agrees within 1-7 %: the co-simulation's transfer column against the "
-        "latency model's t_link (both base latencies, the query and output over the line "
-        "rate); the node's frames carry a little more (headers, per-device records in the "
-        "reply: 7.5 against 7.0 us at 128K on 8 devices).",
-        "- **Several long requests.** The co-simulation's node figures are summed over its "
-        "requests (each its own host time and link transfers, the devices taking them in "
-        "turn); the cost model charges one T_comm for the step and the requests' sparse "
-        "attention back to back, which is what the GPU waits for.",
-    ]
-    return lines
+    parts_agree = (render(_PAGE, "agree_everywhere") if not off
+                   else render(_PAGE, "agree_except", points=", ".join(off)))
+    rows_text = "".join(f"\n| {n} | {c:.2f} | {s:.2f} | {g:.0f} | {pnm.bw_eff_gbs:g} | {w:+.2f} |"
+                        for n, (c, s, g, w) in per.items())
+    return (render(_PAGE, "corrected", parts_agree=parts_agree, worst_us=f"{worst:.1f}",
+                   wait_bound_us=f"{WAIT_BOUND_US:g}") + rows_text + "\n"
+            + render(_PAGE, "remains", t_dev_us=f"{pnm.t_dev_us:g}",
+                     t_host_us=f"{pnm.t_host_us:g}"))
 
 
 def save(command: str, rows: list[Comparison]) -> None:
@@ -295,30 +233,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def page(rows: list[Comparison], command: str, wall: float | None, note: str = "") -> str:
-    total = sum(r.wall_s for r in rows)
-    agree = sum(verdict(r) == "agree" for r in rows)
-    head = [
-        "# The serving emulator's step cost against the co-simulation's emulated step time", "",
-        f"Written by `.venv/bin/python {command.replace('.venv/bin/python ', '')}`"
-        f"{' (then `--reuse --write`: the serving side priced again over the same measurements)' if wall is None else ''}; "  # noqa: E501
-        f"the co-simulation took {total:.0f} s wall in all (the column `wall s` per point). "
-        "Each point: one batch (long requests x context + short requests x context) decoded "
-        "by `nelssa decode`'s machinery (PyTorch GPU side, llama3-8b's shape with random "
-        "weights and the layers given, the emulated prefill node's KV, model devices behind a "
-        "booted node, real descriptors over ZeroMQ); its last step is compared with "
-        "`CostModel.step_parts` for the same contexts, hardware description (h100-nvl, "
-        "`prototype`), model and link. Times are microseconds per step; differences are the "
-        "serving side's against the co-simulation's.", "",
-        f"Verdict: `agree` where the step is within {STEP_BOUND:.0%} and the GPU and top-K "
-        f"components within {STEP_BOUND:.0%}; the node's share (`wait`) may differ by up to "
-        f"{WAIT_BOUND_US:g} us per layer for the reasons below. {agree} of {len(rows)} points "
-        "agree.", "", *([note, ""] if note else [])]
-    node = ["", "The node's figures per step, summed over its requests (one per long request "
-            "and layer; co-simulation / serving). KV read: the selected clusters' bytes (the "
-            "serving side: the selection ratio of the context). Bandwidth: those bytes over "
-            "the devices' compute time, per device (the serving side's is the `prototype` "
-            "entry's `bw_eff_gbs`).", ""]
-    return "\n".join(head + table(rows) + node + node_table(rows) + ["", *explain(rows), ""])
+    """docs/results/cosim_agreement.md: templates/cosim_agreement.md filled with the points."""
+    head = render(
+        _PAGE, "head", command=command.replace(".venv/bin/python ", ""),
+        reused="" if wall is not None else " (then `--reuse --write`: the serving side priced "
+        "again over the same measurements)",
+        total_s=f"{sum(r.wall_s for r in rows):.0f}", step_bound=f"{STEP_BOUND:.0%}",
+        wait_bound_us=f"{WAIT_BOUND_US:g}", agree=sum(verdict(r) == "agree" for r in rows),
+        points=len(rows))
+    return (head + (f"\n{note}\n" if note else "") + "\n" + "\n".join(table(rows)) + "\n"
+            + render(_PAGE, "node") + "\n" + "\n".join(node_table(rows)) + "\n\n"
+            + explain(rows) + "\n")
 
 
 if __name__ == "__main__":
