@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from nelssa.experiments.pages import render
+
 log = logging.getLogger("link_faults")
 COUNTERS = "COUNTERS "
 """Prefix of the line a device or node process prints its link counters on when it stops."""
@@ -297,60 +299,28 @@ def _sums(run: dict) -> dict[str, int]:
 
 
 def report(faulty: dict, clean: dict, command: str, roce_rate: float, cxl_rate: float) -> str:
+    """The page (templates/link_faults.md filled with the two runs' counters)."""
     s = _sums(faulty)
-    ok = not check(faulty, clean)
-    rows = [("frames received by the server end", s["roce_frames"], s["cxl_frames"]),
-            ("frames dropped (injected)", s["roce_dropped"], s["cxl_dropped"]),
-            ("frames duplicated (injected)", s["roce_duplicated"], s["cxl_duplicated"]),
-            ("frames held back, overtaken (injected)", s["roce_delayed"], s["cxl_delayed"]),
-            ("frames corrupted, to the server end (injected)", s["roce_up_corrupted"],
-             s["cxl_down_corrupted"]),
-            ("... refused there by a check", s["roce_up_refused"], s["cxl_down_refused"]),
-            ("frames corrupted, to the client end (injected)", s["roce_down_corrupted"],
-             s["cxl_up_corrupted"]),
-            ("... refused there by a check", s["roce_down_refused"], s["cxl_up_refused"]),
-            ("requests sent again (client)", s["roce_retransmits"], s["cxl_retransmits"]),
-            ("replies replayed to a copy already run (server)", s["roce_replays"],
-             s["cxl_replays"])]
-    lines = [
-        "# Link faults: decode steps over a faulty RoCE and CXL link",
-        "",
-        f"Measured by `{command}` (written by the script).",
-        "",
-        f"{faulty['steps']} decode steps of four requests (two on the PNM tier: "
-        f"{faulty['node_requests']} ATTEND requests to the node) on a 2-layer model, over a "
-        f"node with {len(faulty['devices'])} model devices, every part a process of its own. "
-        f"Faults injected with probability {roce_rate:g} (RoCE, plus 500 ns of emulated "
-        f"delay) and {cxl_rate:g} (CXL) per frame and per kind, in both directions of every "
-        "link: drop, duplicate, corrupt one byte, hold back 2 ms (so later frames overtake). "
-        "The run without faults is the same on a fresh node.",
-        "",
-        "| | RoCE (GPU node - PNM node) | CXL (PNM host - devices) |",
-        "| --- | ---: | ---: |",
-        *[f"| {name} | {a:,} | {b:,} |" for name, a, b in rows],
-        "",
-        f"Outputs (SHA-256 over every attention result the node returned, in order, and every "
-        f"generated token): faulty `{faulty['digest'][:16]}`, without faults "
-        f"`{clean['digest'][:16]}`: **{'identical' if ok else 'DIFFERENT'}**. Every request "
-        f"finished: {', '.join(faulty['status'])}. Wall time {faulty['wall_s']:g} s with faults, "
-        f"{clean['wall_s']:g} s without (this 2-core machine was shared with other work).",
-        "",
-        f"Without faults, {sum(e['retransmits'] for e in clean['gpu']):,} RoCE and "
-        f"{sum(e['retransmits'] for e in clean['cxl']):,} CXL requests were sent again all the "
-        "same (their reply came after the retransmission timer, an estimate from the round "
-        "trips measured); the servers answered each from the reply they kept "
-        f"({clean['roce']['replays']:,} and {sum(e['replays'] for e in clean['devices']):,} "
-        "replays), so nothing ran twice.",
-        "",
-    ]
-    return "\n".join(lines)
+    return render(
+        "link_faults.md", "page", command=command, steps=faulty["steps"],
+        node_requests=faulty["node_requests"], devices=len(faulty["devices"]),
+        roce_rate=f"{roce_rate:g}", cxl_rate=f"{cxl_rate:g}",
+        **{k: f"{v:,}" for k, v in s.items()},
+        faulty_digest=faulty["digest"][:16], clean_digest=clean["digest"][:16],
+        outputs="identical" if not check(faulty, clean) else "DIFFERENT",
+        status=", ".join(faulty["status"]), faulty_wall_s=f"{faulty['wall_s']:g}",
+        clean_wall_s=f"{clean['wall_s']:g}",
+        clean_roce_retransmits=f"{sum(e['retransmits'] for e in clean['gpu']):,}",
+        clean_cxl_retransmits=f"{sum(e['retransmits'] for e in clean['cxl']):,}",
+        clean_roce_replays=f"{clean['roce']['replays']:,}",
+        clean_cxl_replays=f"{sum(e['replays'] for e in clean['devices']):,}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     faulty = decode_run(args.steps, args.devices, args.roce_rate, args.cxl_rate)
     clean = decode_run(args.steps, args.devices, 0.0, 0.0)
     problems = check(faulty, clean)
-    command = "python scripts/link_faults.py " + " ".join(sys.argv[1:])
+    command = "python scripts/link_faults.py " + " ".join(args.argv)
     text = report(faulty, clean, command.strip(), args.roce_rate, args.cxl_rate)
     print(text)
     if args.json:
@@ -385,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", help="write the table (markdown) here")
     parser.add_argument("--json", action="store_true", help="also print every counter")
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv  # for the page's command line
     logging.basicConfig(level=logging.ERROR)
     if args.cmd == "device":
         return cmd_device(args)
