@@ -43,6 +43,16 @@ def kv_region_sizes(head_dim: int, max_clusters: int, max_tokens: int) -> tuple[
             cluster_bytes(max_tokens, head_dim) + max_clusters * 2 * LINE_BYTES)
 
 
+def directory_entries(kv_addrs: npt.ArrayLike, tokens: npt.ArrayLike) -> np.ndarray:
+    """A KV region's cluster-directory entries as device memory holds them (CLUSTER_ENTRY_DTYPE,
+    one per cluster: where its K and V rows start, its tokens); ``.tobytes()`` is what
+    ``MemoryApi.write_packed`` writes at the region's directory."""
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    entries = np.zeros(tokens.size, CLUSTER_ENTRY_DTYPE)
+    entries["kv_addr"], entries["tokens"] = kv_addrs, tokens
+    return entries
+
+
 def kv_region_bytes(head_dim: int, max_clusters: int, max_tokens: int) -> int:
     """Device memory a KV region takes (both blocks, as the allocator rounds them)."""
     return sum(_align(max(n, 1)) for n in kv_region_sizes(head_dim, max_clusters, max_tokens))
@@ -221,8 +231,7 @@ class MemoryApi:
                                  lengths.tolist(), strict=True):
                 padded[dst:dst + n] = src[s:s + n]
             raw = memoryview(padded)
-        entries = np.zeros(tokens.size, CLUSTER_ENTRY_DTYPE)
-        entries["kv_addr"], entries["tokens"] = start + offsets, tokens
+        entries = directory_entries(start + offsets, tokens)
         placed = list(zip((start + offsets).tolist(), tokens.tolist(), strict=True))
         # data first, then the directory entries that point at it
         self.device.mem_write(start, raw)

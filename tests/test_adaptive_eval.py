@@ -1,21 +1,15 @@
-"""scripts/adaptive_eval.py's --points filter: points selected by a piece of 'WORKLOAD at
-LOAD' (case-insensitive), none run or loaded for the others; a filter matching no point refused
-with exit 2 naming it. Its step make-up (emu/serving/sweeps.step_makeup): under a prefill
-backlog the step time is the prefill chunks'."""
+"""The adaptive evaluation's --points filter (nelssa/experiments/adaptive_eval.py): points selected
+by a piece of 'WORKLOAD at LOAD' (case-insensitive), none run or loaded for the others; a filter
+matching no point refused with exit 2 naming it. Its step make-up
+(emu/serving/sweeps.step_makeup): under a prefill backlog the step time is the prefill chunks'."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "scripts" / "adaptive_eval.py"
-_spec = importlib.util.spec_from_file_location("adaptive_eval", _PATH)
-ae = importlib.util.module_from_spec(_spec)
-sys.modules["adaptive_eval"] = ae
-_spec.loader.exec_module(ae)
+from nelssa.experiments import adaptive_eval as ae
 
 
 def test_points_are_selected_by_a_piece_of_their_name() -> None:

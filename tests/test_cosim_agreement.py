@@ -1,23 +1,18 @@
 """The two halves agree (issue 24 item 7): the serving emulator's step cost against the
 co-simulation's emulated step time at a small point, within the bounds the grid
-(scripts/cosim_agreement.py, docs/results/cosim_agreement.md) establishes; and the pieces they
-share."""
+(nelssa/experiments/cosim_agreement.py, docs/results/cosim_agreement.md) establishes; and the
+pieces they share."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from nelssa.cosim_agreement import STEP_BOUND, WAIT_BOUND_US, Point, compare, serving_side, verdict
 from nelssa.emu.serving.cost import CostModel
+from nelssa.experiments import cosim_agreement as agreement_cli
 from nelssa.host.gpu.config import PRESETS
 from nelssa.host.gpu.request import DecodeConfig
 from nelssa.host.gpu.routing import latency_model, model_hw
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_small_point_agrees():
@@ -87,8 +82,9 @@ def test_serving_side_prices_the_state_of_the_last_step():
 
 @pytest.mark.parametrize("args", [["--devices", "0"], ["--devices", "1,x"], ["--links", "roce"],
                                   ["--layers", "0"], ["--steps", "99"]])
-def test_script_refuses_bad_options(args):
-    r = subprocess.run([sys.executable, str(ROOT / "scripts/cosim_agreement.py"), *args],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2, r.stderr
-    assert "Traceback" not in r.stderr and "error: argument" in r.stderr
+def test_script_refuses_bad_options(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        agreement_cli.main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2, err
+    assert "Traceback" not in err and "error: argument" in err

@@ -1,22 +1,20 @@
 """The GPU efficiency parameters of the hardware files (presets, validation of bad values) and
-scripts/calibrate_gpu.py, run at a tiny scale on the CPU, writing a file the catalog loads."""
+the GPU calibration (nelssa/experiments/calibrate_gpu.py), run at a tiny scale on the CPU,
+writing a file the catalog loads."""
 
 from __future__ import annotations
 
 import datetime
 import json
 import re
-import runpy
-import subprocess
-import sys
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from nelssa.emu.latency.hardware import GpuHw, HardwareCatalog
+from nelssa.experiments import calibrate_gpu
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts/calibrate_gpu.py"
 EFFICIENCIES = ("mem_efficiency", "linear_efficiency", "attn_efficiency")
 BASE = '"hbm_gbs": 3000, "memory_gb": 80, "bf16_tflops": 900'
 
@@ -103,32 +101,30 @@ def _check_file(out: Path, name: str) -> GpuHw:
     return gpu
 
 
-def test_calibration_writes_a_file_the_catalog_loads(tmp_path: Path) -> None:
+def test_calibration_writes_a_file_the_catalog_loads(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--scale", "0.001",
-                           "--reps", "1", "--name", "here", "--device", "cpu"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "linear_efficiency" in proc.stdout and f"wrote {out}" in proc.stdout
+    calibrate_gpu.main(["--out", str(out), "--scale", "0.001", "--reps", "1", "--name", "here",
+                        "--device", "cpu"])
+    stdout = capsys.readouterr().out
+    assert "linear_efficiency" in stdout and f"wrote {out}" in stdout
     gpu = _check_file(out, "here")
     assert "measured" in gpu.source  # the peaks are the measured ones
 
 
-def test_calibration_uses_the_datasheet_peaks_when_given(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_calibration_uses_the_datasheet_peaks_when_given(tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
-    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--out", str(out), "--scale", "0.001",
-                                      "--reps", "1", "--device", "cpu", "--peak-tflops", "0.5",
-                                      "--peak-hbm-gbs", "40", "--memory-gb", "94"])
-    runpy.run_path(str(SCRIPT), run_name="__main__")
+    calibrate_gpu.main(["--out", str(out), "--scale", "0.001", "--reps", "1", "--device", "cpu",
+                        "--peak-tflops", "0.5", "--peak-hbm-gbs", "40", "--memory-gb", "94"])
     gpu = _check_file(out, "measured-cpu")
     assert (gpu.bf16_tflops, gpu.hbm_gbs, gpu.memory_gb) == (0.5, 40.0, 94.0)
     assert "datasheet (--peak-tflops)" in gpu.source
     assert "datasheet (--peak-hbm-gbs)" in gpu.source
 
 
-def test_calibration_refuses_bad_options(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "g.json"),
-                           "--peak-tflops", "nan"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--peak-tflops must be a positive number" in proc.stderr
+def test_calibration_refuses_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as e:
+        calibrate_gpu.main(["--out", str(tmp_path / "g.json"), "--peak-tflops", "nan"])
+    assert e.value.code == 2
+    assert "--peak-tflops must be a positive number" in capsys.readouterr().err
     assert not (tmp_path / "g.json").exists()

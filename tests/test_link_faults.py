@@ -2,7 +2,7 @@
 whatever the link loses, duplicates, damages or reorders; a retransmitted request is answered by
 replaying the reply it got, never by running it again; what a server holds is bounded; every
 damaged frame is refused by a check; and decode steps over a faulty RoCE and CXL link give the
-bits of a run without faults (the long campaign: scripts/link_faults.py)."""
+bits of a run without faults (the long campaign: nelssa/experiments/link_faults.py)."""
 
 from __future__ import annotations
 
@@ -39,10 +39,10 @@ from nelssa.emu.link.transport import (
     RetryPolicy,
     ServiceRequest,
 )
+from nelssa.experiments import link_faults
 from nelssa.hw.model.device import ModelDevice
 
 SPEC = link_preset("roce-400g")
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts/link_faults.py"
 
 
 class Chain:
@@ -279,15 +279,15 @@ def test_device_calls_over_a_faulty_cxl_link_are_exact(tmp_path: Path, both: boo
     port.close()
 
 
-def test_decode_over_faulty_roce_and_cxl_links_gives_the_same_bits() -> None:
-    """scripts/link_faults.py at a small scale: decode steps over a node whose RoCE and CXL
-    links drop, duplicate, corrupt and reorder frames (5 % each, both directions), against a
-    fresh node without faults."""
-    r = subprocess.run([sys.executable, str(SCRIPT), "--steps", "2", "--devices", "1",
-                        "--roce-rate", "0.05", "--cxl-rate", "0.05", "--json"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+def test_decode_over_faulty_roce_and_cxl_links_gives_the_same_bits(capsys) -> None:
+    """The link-fault campaign (nelssa/experiments/link_faults.py) at a small scale: decode
+    steps over a node whose RoCE and CXL links drop, duplicate, corrupt and reorder frames (5 %
+    each, both directions), against a fresh node without faults."""
+    code = link_faults.main(["--steps", "2", "--devices", "1", "--roce-rate", "0.05",
+                             "--cxl-rate", "0.05", "--json"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["problems"] == []
     assert out["faulty"]["digest"] == out["clean"]["digest"]
     s = out["sums"]

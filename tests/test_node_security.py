@@ -560,14 +560,15 @@ def test_per_request_limits_refuse_before_the_body_is_parsed(tmp_path: Path) -> 
 
 # -- the soak, short ------------------------------------------------------------------------------
 def test_short_soak_loses_nothing_and_memory_stays_bounded(tmp_path: Path) -> None:
-    """scripts/soak.py at 10x the measured sustainable rate for 2 s, two client processes."""
+    """The soak (nelssa/experiments/soak.py) at 10x the measured sustainable rate for 2 s, two
+    client processes."""
     import json
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "scripts/soak.py"
+    script = ["-m", "nelssa.experiments.soak"]
     out, raw = tmp_path / "soak.md", tmp_path / "soak.json"
-    run = subprocess.run([sys.executable, str(script), "--seconds", "2", "--clients", "2",
+    run = subprocess.run([sys.executable, *script, "--seconds", "2", "--clients", "2",
                           "--measure-s", "1", "--max-queued", "4", "--out", str(out),
                           "--json", str(raw)],
                          capture_output=True, text=True, timeout=300)
@@ -586,7 +587,7 @@ def test_short_soak_loses_nothing_and_memory_stays_bounded(tmp_path: Path) -> No
     assert r["rss_end_kib"] - r["rss_quarter_kib"] <= 32 << 10
     assert "lost 0" in out.read_text() and "PASS" in out.read_text()
     # bad options: one line, exit 2
-    bad = subprocess.run([sys.executable, str(script), "--seconds", "nan"],
+    bad = subprocess.run([sys.executable, *script, "--seconds", "nan"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--seconds" in bad.stderr and "Traceback" not in bad.stderr
 

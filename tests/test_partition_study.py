@@ -1,26 +1,17 @@
-"""The partitioning study's accounting (scripts/partition_study.py) on the model backend, on a
-tiny grid: placement as the node's partitioner makes it, bytes read against the selected
+"""The partitioning study's accounting (nelssa/experiments/partition_study.py) on the model backend,
+on a tiny grid: placement as the node's partitioner makes it, bytes read against the selected
 clusters' bytes, the replayed stream against the model device's own lines, and the imbalance
 head-wise partitioning shows when 8 KV heads do not divide over 3 devices."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from nelssa.driver.formats import CLUSTER_ENTRY, cluster_bytes
+from nelssa.experiments import partition_jobs as pj
+from nelssa.experiments import partition_study as ps
 from nelssa.host.pnm_node.protocol import Partition
-
-_PATH = Path(__file__).resolve().parents[1] / "scripts" / "partition_study.py"
-_spec = importlib.util.spec_from_file_location("partition_study", _PATH)
-ps = importlib.util.module_from_spec(_spec)
-sys.modules["partition_study"] = ps
-_spec.loader.exec_module(ps)
-import partition_jobs as pj  # noqa: E402  (on the path partition_study put it on)
 
 CONTEXT, REQUESTS = 2048, 8  # 128 clusters per KV head, 5 selected
 

@@ -158,6 +158,11 @@ class RtlDevice(DevicePort):
         buf = np.ascontiguousarray(data, dtype=np.uint8).reshape(len(keys), LINE_BYTES)
         self._lib.nelssa_store_write_lines(keys.ctypes.data, buf.ctypes.data, len(keys))
 
+    def store_clear(self) -> None:
+        """Empty the DRAM store (every line reads as zero again), for set-up before the device
+        runs. The store is one per loaded library: every device of this process shares it."""
+        self._lib.nelssa_store_clear()
+
     def _backdoor_range(self, addr: int, n: int) -> None:
         if addr < 0 or n < 0 or addr + n > self.mem_bytes:
             raise ValueError(f"backdoor access of {n} bytes at {addr:#x} outside device memory "

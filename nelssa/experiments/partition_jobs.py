@@ -16,13 +16,12 @@ from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.formats import (
     CLUSTER_ENTRY_BYTES,
-    CLUSTER_ENTRY_DTYPE,
     DESC_BYTES,
     DESCRIPTOR,
     LINE_BYTES,
     DescStatus,
 )
-from nelssa.driver.memory import MemoryApi
+from nelssa.driver.memory import MemoryApi, directory_entries
 from nelssa.host.pnm_node.partition import HeadKv, Shard, head_devices, shard_tokens
 from nelssa.host.pnm_node.protocol import Partition
 from nelssa.hw.model import device_exec, fp
@@ -110,17 +109,15 @@ class Store:
 
     def __init__(self, port) -> None:
         self.port = port
-        self.lib = None
-        if not isinstance(port, ModelDevice):  # RtlDevice: the library it loaded (one store)
-            self.lib = port._lib
+        self.model = isinstance(port, ModelDevice)  # else an RtlDevice: its DRAM store
 
     def clear(self) -> None:
-        if self.lib is not None:
-            self.lib.nelssa_store_clear()
+        if not self.model:
+            self.port.store_clear()
 
     def write_lines(self, addrs: np.ndarray, data: np.ndarray) -> None:
         """Whole 64-byte lines: ``data`` (n, 64) uint8 at line addresses ``addrs``."""
-        if self.lib is None:
+        if self.model:
             for a, line in zip(addrs.tolist(), data, strict=True):
                 self.port.mem.write(a, line.tobytes())
             return
@@ -133,9 +130,7 @@ def directory_lines(dir_addr: int, addrs: np.ndarray, tokens: np.ndarray,
                      selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The directory lines holding the selected entries (whole lines, every entry in them
     right): line addresses and (n, 64) bytes."""
-    entries = np.zeros(len(tokens), dtype=CLUSTER_ENTRY_DTYPE)
-    entries["kv_addr"], entries["tokens"] = addrs, tokens
-    raw = entries.view(np.uint8)
+    raw = directory_entries(addrs, tokens).view(np.uint8)
     raw = np.concatenate([raw, np.zeros(-len(raw) % LINE_BYTES, np.uint8)]).reshape(-1, 64)
     first = dir_addr // LINE_BYTES
     assert dir_addr % LINE_BYTES == 0
@@ -144,7 +139,7 @@ def directory_lines(dir_addr: int, addrs: np.ndarray, tokens: np.ndarray,
 
 
 @dataclass
-class DeviceRun:
+class ShardRun:
     """One device of one configuration."""
 
     cycles: int
@@ -186,7 +181,7 @@ def unit_interleave(streams: list[np.ndarray], units: int) -> tuple[np.ndarray, 
 
 
 def run_jobs(port, store: Store, jobs: list[ShardJob], rng: np.random.Generator,
-             write_kv: bool = False) -> DeviceRun:
+             write_kv: bool = False) -> ShardRun:
     """Allocate, fill and run one device's descriptors; its counters and read stream."""
     store.clear()
     dev = Device(port)
@@ -216,7 +211,7 @@ def run_jobs(port, store: Store, jobs: list[ShardJob], rng: np.random.Generator,
         q = fp.f32_to_bf16_bits(rng.standard_normal((GROUP, HEAD_DIM)).astype(np.float32))
         requests.append(AttnRequest(region, q, j.selected.tolist()))
     if not requests:
-        return DeviceRun(0, 0, 0, 0, 0, np.zeros(0, np.int64), unit_fill=1.0)
+        return ShardRun(0, 0, 0, 0, 0, np.zeros(0, np.int64), unit_fill=1.0)
     parts = cq.split(requests)
     busy0, bytes0 = dev.reg_read64("PERF_BUSY"), dev.reg_read64("PERF_BYTES_READ")
     ids = cq.submit([p.attn for p in parts])
@@ -245,7 +240,7 @@ def run_jobs(port, store: Store, jobs: list[ShardJob], rng: np.random.Generator,
     if len(stream) * LINE_BYTES != nbytes:  # the accounting below rests on it
         raise RuntimeError(f"the device read {nbytes} bytes, its descriptors' lines come to "
                            f"{len(stream) * LINE_BYTES}")
-    return DeviceRun(cycles, nbytes, len(ids), clusters, kv_bytes, stream, kv_lines,
+    return ShardRun(cycles, nbytes, len(ids), clusters, kv_bytes, stream, kv_lines,
                      np.concatenate(streams), fill)
 
 
@@ -256,7 +251,7 @@ def _no_arithmetic(params, q, keys, values, scale) -> AttnResult:
     return AttnResult(AttnStatus.OK, np.zeros((h, d), np.uint32), np.zeros(h, np.uint32))
 
 
-def run_model(jobs: list[ShardJob], seed: int) -> DeviceRun:
+def run_model(jobs: list[ShardJob], seed: int) -> ShardRun:
     """The same device on the model backend (a fresh one), its arithmetic skipped."""
     real = device_exec.attend
     device_exec.attend = _no_arithmetic
@@ -278,7 +273,7 @@ class Ddr5Replay:
     cycles: int
 
 
-def replay(run: DeviceRun, max_lines: int, serial: bool = False) -> Ddr5Replay | None:
+def replay(run: ShardRun, max_lines: int, serial: bool = False) -> Ddr5Replay | None:
     """The first ``max_lines`` of the device's stream (``serial``: its descriptors one after
     another instead) through the DDR5 cycle model."""
     stream = run.serial if serial else run.stream
@@ -300,15 +295,15 @@ class Config:
     context: int
     requests: int
     devices: int
-    rtl: list[DeviceRun] = field(default_factory=list)
-    model: list[DeviceRun] = field(default_factory=list)
+    rtl: list[ShardRun] = field(default_factory=list)
+    model: list[ShardRun] = field(default_factory=list)
     replays: list[Ddr5Replay | None] = field(default_factory=list)
     serial_replay: Ddr5Replay | None = None
     """Device 0's stream with its descriptors one after another, for comparison."""
     jobs: list[list[ShardJob]] = field(default_factory=list, repr=False)
 
     @property
-    def measured(self) -> list[DeviceRun]:
+    def measured(self) -> list[ShardRun]:
         return self.rtl or self.model
 
     def summary(self) -> dict[str, object]:
