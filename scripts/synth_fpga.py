@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nelssa.hw.sim.rtl_sources import DEVICE, ENGINE, FP_UNITS, PACKAGES
+from nelssa.hw.sim.rtl_sources import DEVICE, ENGINE, FP_UNITS, PACKAGES, REGS
 from nelssa.hw.sim.verilator import RTL_ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def blocks() -> list[Block]:
         Block("memory channels (AXI4 masters)", "nelssa_axi_mem",
               [FIFO, TOP / "nelssa_axi_mem.sv"],
               {"NumPorts": UNITS + 2, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W}),
-        Block("register block", "nelssa_regs", [DEV_PKG, TOP / "nelssa_regs.sv"]),
+        Block("register block", "nelssa_regs", REGS),
         Block("CXL.mem slave", "nelssa_cxl_mem_slave",
               [DEV_PKG, FIFO, RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv"],
               {"ReadLanes": CHANNELS}),
