@@ -38,15 +38,54 @@ class Access(Enum):
     otherwise (the rings and the region must not move under the device)."""
 
 
+class Hw(Enum):
+    """What the device does with a field (the hardware side of the register block, which
+    ``nelssa.gen_rdl`` writes as SystemRDL for PeakRDL-regblock)."""
+
+    CONST = "const"
+    """A constant of the map: its reset value, whatever happens."""
+    IN = "in"
+    """The device drives it (a build parameter, a pointer, a status bit)."""
+    STORED = "stored"
+    """Software's value, held for the device; each write may be refused by the device (the
+    access rules above), and a write it refuses changes nothing."""
+    COUNT = "count"
+    """A counter the device increments (wrapping), by up to ``2^step_bits - 1`` a cycle."""
+    FLAG = "flag"
+    """A bit the device sets and clears."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """Bits ``[lsb + width - 1 : lsb]`` of a register."""
+
+    name: str
+    lsb: int
+    width: int
+    doc: str = ""
+    hw: Hw | None = None
+    """None: the register's."""
+
+
 @dataclass(frozen=True)
 class Register:
-    """One 32-bit register."""
+    """One 32-bit register, of one field (``value``) unless ``fields`` says otherwise."""
 
     name: str
     offset: int
     access: Access
     reset: int
     doc: str
+    hw: Hw = Hw.CONST
+    fields: tuple[Field, ...] = ()
+    step_bits: int = 1
+    """COUNT: width of the increment the device adds in a cycle."""
+    emptied: bool = False
+    """STORED: set to 0 when its ring's size is written (the ring starts over)."""
+
+    def field_list(self) -> tuple[Field, ...]:
+        """The fields, the whole register as ``value`` when none is named."""
+        return self.fields or (Field("value", 0, 32),)
 
 
 DEVICE_MAGIC = 0x4E454C53  # "NELS"
@@ -64,71 +103,101 @@ CAPS_MAX_QHEADS = 16
 CAPS_MAX_CLUSTER_TOKENS = 0xFF
 """Most tokens per cluster CAPS can report ([23:16])."""
 
+_CAPS_FIELDS = (
+    Field("engines", 0, 4, "attention engines"),
+    Field("max_qheads_m1", 4, 4, "most query heads per descriptor, less one"),
+    Field("head_dim_64", 8, 1, "head_dim 64 supported"),
+    Field("head_dim_128", 9, 1, "head_dim 128 supported"),
+    Field("max_cluster_tokens", 16, 8, "most tokens per cluster"),
+)
+_CONTROL_FIELDS = (
+    Field("enable", 0, 1, "descriptors are fetched only when set"),
+    Field("unused", 1, 31, "kept as written; no meaning to the device"),
+)
+_STATUS_FIELDS = (
+    Field("idle", 0, 1, "nothing fetched or running"),
+    Field("enabled", 1, 1, "CONTROL.enable"),
+    Field("ring_error", 2, 1, "the last enable was refused (cleared by the next CONTROL write "
+          "taken)", Hw.FLAG),
+)
+_IN, _STORED, _COUNT = Hw.IN, Hw.STORED, Hw.COUNT
+
 REGISTERS: tuple[Register, ...] = (
     Register("MAGIC", 0x000, Access.RO, DEVICE_MAGIC, "'NELS'"),
     Register("VERSION", 0x004, Access.RO, DEVICE_VERSION, "interface version, major << 16 | minor"),
     Register("CAPS", 0x008, Access.RO, 0,
              "[3:0] engines, [7:4] max query heads per descriptor - 1, [8] head_dim 64, "
-             "[9] head_dim 128, [23:16] max tokens per cluster"),
+             "[9] head_dim 128, [23:16] max tokens per cluster", _IN, _CAPS_FIELDS),
     Register("IFACE_HASH", 0x00C, Access.RO, 0,
              "interface hash: the first 32 bits of the SHA-256 of the generated "
              "nelssa_dev_pkg (register map, descriptor, completion and port formats) the "
-             "device was built with (driver/iface.py)"),
-    Register("MEM_SIZE_LO", 0x010, Access.RO, 0, "device memory (HDM window) bytes, low word"),
-    Register("MEM_SIZE_HI", 0x014, Access.RO, 0, "device memory bytes, high word"),
+             "device was built with (driver/iface.py)", _IN),
+    Register("MEM_SIZE_LO", 0x010, Access.RO, 0, "device memory (HDM window) bytes, low word",
+             _IN),
+    Register("MEM_SIZE_HI", 0x014, Access.RO, 0, "device memory bytes, high word", _IN),
     Register("BUILD_ID", 0x018, Access.RO, 0,
-             "bitstream build id (the manifest's build_id; 0 in simulation)"),
+             "bitstream build id (the manifest's build_id; 0 in simulation)", _IN),
     Register("CONTROL", 0x020, Access.RW, 0,
              "[0] enable: descriptors are fetched only when set; an enable is refused (and "
-             "counted in ERR_RING) unless the ring registers pass driver/regs.ring_problem"),
+             "counted in ERR_RING) unless the ring registers pass driver/regs.ring_problem",
+             _STORED, _CONTROL_FIELDS),
     Register("STATUS", 0x024, Access.RO, 1,
              "[0] idle (nothing fetched or running), [1] enabled, [2] ring error: the last "
-             "enable was refused (cleared by the next CONTROL write taken)"),
+             "enable was refused (cleared by the next CONTROL write taken)", _IN,
+             _STATUS_FIELDS),
     Register("SQ_BASE_LO", 0x040, Access.RING, 0,
-             "submission ring base (64-byte aligned; the ring inside the region)"),
-    Register("SQ_BASE_HI", 0x044, Access.RING, 0, ""),
+             "submission ring base (64-byte aligned; the ring inside the region)", _STORED),
+    Register("SQ_BASE_HI", 0x044, Access.RING, 0, "", _STORED),
     Register("SQ_SIZE", 0x048, Access.RING, 0,
-             "submission ring entries (power of two, 2..65536); a write empties the ring"),
+             "submission ring entries (power of two, 2..65536); a write empties the ring",
+             _STORED),
     Register("SQ_TAIL", 0x04C, Access.DOORBELL, 0,
              "host: next entry it will write (doorbell; a value not below SQ_SIZE is ignored "
-             "and counted in ERR_DOORBELL)"),
-    Register("SQ_HEAD", 0x050, Access.RO, 0, "device: next entry it will fetch"),
+             "and counted in ERR_DOORBELL)", _STORED, emptied=True),
+    Register("SQ_HEAD", 0x050, Access.RO, 0, "device: next entry it will fetch", _IN),
     Register("CQ_BASE_LO", 0x060, Access.RING, 0,
-             "completion ring base (64-byte aligned; the ring inside the region)"),
-    Register("CQ_BASE_HI", 0x064, Access.RING, 0, ""),
+             "completion ring base (64-byte aligned; the ring inside the region)", _STORED),
+    Register("CQ_BASE_HI", 0x064, Access.RING, 0, "", _STORED),
     Register("CQ_SIZE", 0x068, Access.RING, 0,
              "completion ring entries (power of two, 2..65536); a write empties the ring, "
-             "phase 1 again"),
+             "phase 1 again", _STORED),
     Register("CQ_HEAD", 0x06C, Access.RW, 0,
              "host: next completion it will read (a value not below CQ_SIZE is ignored and "
-             "counted in ERR_DOORBELL)"),
-    Register("CQ_TAIL", 0x070, Access.RO, 0, "device: next completion it will write"),
+             "counted in ERR_DOORBELL)", _STORED, emptied=True),
+    Register("CQ_TAIL", 0x070, Access.RO, 0, "device: next completion it will write", _IN),
     Register("REGION_BASE_LO", 0x080, Access.RING, 0,
-             "lowest byte a descriptor of this queue may read or write"),
-    Register("REGION_BASE_HI", 0x084, Access.RING, 0, ""),
+             "lowest byte a descriptor of this queue may read or write", _STORED),
+    Register("REGION_BASE_HI", 0x084, Access.RING, 0, "", _STORED),
     Register("REGION_LIMIT_LO", 0x088, Access.RING, 0,
-             "one past the highest such byte (device memory ends the region if it ends first)"),
-    Register("REGION_LIMIT_HI", 0x08C, Access.RING, 0, ""),
-    Register("ERR_DESC", 0x100, Access.RO, 0, "descriptors completed with an error status"),
-    Register("ERR_RO_WRITE", 0x104, Access.RO, 0, "writes to read-only registers (ignored)"),
-    Register("ERR_UNMAPPED", 0x108, Access.RO, 0, "accesses to unmapped register offsets"),
-    Register("ERR_MEM", 0x10C, Access.RO, 0, "CXL.mem requests outside device memory"),
+             "one past the highest such byte (device memory ends the region if it ends first)",
+             _STORED),
+    Register("REGION_LIMIT_HI", 0x08C, Access.RING, 0, "", _STORED),
+    Register("ERR_DESC", 0x100, Access.RO, 0, "descriptors completed with an error status",
+             _COUNT),
+    Register("ERR_RO_WRITE", 0x104, Access.RO, 0, "writes to read-only registers (ignored)",
+             _COUNT),
+    Register("ERR_UNMAPPED", 0x108, Access.RO, 0, "accesses to unmapped register offsets",
+             _COUNT),
+    Register("ERR_MEM", 0x10C, Access.RO, 0, "CXL.mem requests outside device memory", _COUNT),
     Register("ERR_DOORBELL", 0x110, Access.RO, 0,
-             "SQ_TAIL or CQ_HEAD writes that point outside their ring (ignored)"),
+             "SQ_TAIL or CQ_HEAD writes that point outside their ring (ignored)", _COUNT),
     Register("ERR_RING", 0x114, Access.RO, 0,
              "ring register writes refused (device enabled or busy) and enables refused "
-             "(ring registers invalid)"),
+             "(ring registers invalid)", _COUNT),
     Register("ERR_OPCODE", 0x118, Access.RO, 0,
              "MMIO and CXL.mem requests with an undefined opcode (answered OPCODE_ERROR, "
-             "nothing read or written)"),
-    Register("PERF_CYCLES_LO", 0x140, Access.RO, 0, "device cycles since reset"),
-    Register("PERF_CYCLES_HI", 0x144, Access.RO, 0, ""),
-    Register("PERF_BUSY_LO", 0x148, Access.RO, 0, "cycles with a descriptor in flight"),
-    Register("PERF_BUSY_HI", 0x14C, Access.RO, 0, ""),
-    Register("PERF_BYTES_READ_LO", 0x150, Access.RO, 0, "bytes the engines read from DDR5"),
-    Register("PERF_BYTES_READ_HI", 0x154, Access.RO, 0, ""),
-    Register("PERF_DESC_DONE", 0x158, Access.RO, 0, "descriptors completed (any status)"),
+             "nothing read or written)", _COUNT, step_bits=2),
+    Register("PERF_CYCLES_LO", 0x140, Access.RO, 0, "device cycles since reset", _COUNT),
+    Register("PERF_CYCLES_HI", 0x144, Access.RO, 0, "", _COUNT),
+    Register("PERF_BUSY_LO", 0x148, Access.RO, 0, "cycles with a descriptor in flight", _COUNT),
+    Register("PERF_BUSY_HI", 0x14C, Access.RO, 0, "", _COUNT),
+    Register("PERF_BYTES_READ_LO", 0x150, Access.RO, 0, "bytes the engines read from DDR5",
+             _COUNT, step_bits=16),
+    Register("PERF_BYTES_READ_HI", 0x154, Access.RO, 0, "", _COUNT, step_bits=16),
+    Register("PERF_DESC_DONE", 0x158, Access.RO, 0, "descriptors completed (any status)", _COUNT),
 )
+"""The map. Hardware side (``hw``) beside the software side (``access``): RO registers are
+CONST, IN or COUNT; writable ones STORED."""
 
 BY_NAME = {r.name: r for r in REGISTERS}
 BY_OFFSET = {r.offset: r for r in REGISTERS}
@@ -180,10 +249,25 @@ def unpack_caps(value: int) -> dict[str, object]:
             "max_cluster_tokens": value >> 16 & CAPS_MAX_CLUSTER_TOKENS}
 
 
+def pairs() -> list[tuple[Register, Register]]:
+    """The LO/HI pairs of 64-bit values, LO first."""
+    return [(r, BY_NAME[r.name[:-3] + "_HI"]) for r in REGISTERS if r.name.endswith("_LO")]
+
+
 def _check_map() -> None:
     offsets = [r.offset for r in REGISTERS]
     if len(set(offsets)) != len(offsets) or any(o % 4 or o >= REG_WINDOW_BYTES for o in offsets):
         raise AssertionError("register map: offsets must be unique, 4-byte aligned, in window")
+    for r in REGISTERS:
+        bits = [b for f in r.field_list() for b in range(f.lsb, f.lsb + f.width)]
+        if len(set(bits)) != len(bits) or max(bits) > 31:
+            raise AssertionError(f"register map: {r.name}'s fields overlap or pass bit 31")
+        if (r.access == Access.RO) == (r.hw == Hw.STORED) or (r.emptied and r.hw != Hw.STORED):
+            raise AssertionError(f"register map: {r.name}: software writes only STORED ones")
+    for lo, hi in pairs():
+        if hi.offset != lo.offset + 4 or (lo.hw, lo.access, lo.step_bits) != (
+                hi.hw, hi.access, hi.step_bits):
+            raise AssertionError(f"register map: {lo.name} and its HI differ in kind or place")
 
 
 _check_map()

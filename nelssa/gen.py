@@ -28,6 +28,11 @@ _TIMING_FIELDS = ("bank_groups", "banks_per_group", "row_bytes", "rows", "nCL", 
                   "nRRD_L", "nFAW", "nWTR_S", "nWTR_L", "nRFC", "nREFI", "max_postponed_refresh")
 
 
+_QUEUE_W = 32
+"""Queue mask width of the DDR5 sub-channel controller (ReadQueue and WriteQueue at most this)."""
+_BURST_TCK = 8
+"""tCK of a BL16 burst on a 32-bit sub-channel."""
+
 _DE_BRUIJN = [0, 1, 28, 2, 29, 14, 24, 3, 30, 22, 20, 15, 25, 17, 4, 8, 31, 27, 13, 23, 21, 19, 16,
               7, 26, 12, 18, 6, 11, 5, 10, 9]
 """DE_BRUIJN[(2^k * 0x077CB531 mod 2^32) >> 27] == k"""
@@ -65,12 +70,32 @@ def render_ddr5_pkg() -> str:
         consts.append(const)
         values = ", ".join(str(getattr(t, f)) for f in _TIMING_FIELDS)
         lines += [f"  // {t.name}", f"  localparam timing_t {const} = '{{{values}}};"]
+    geometry = {(t.bank_groups, t.banks_per_group) for t in PRESETS.values()}
+    assert len(geometry) == 1, "the controller is built for one bank geometry"
+    (groups, per_group), = geometry
+    banks = groups * per_group
+    lines += ["", "  // the sub-channel controller's build (rtl/mem/nelssa_ddr5_ctrl.sv and both "
+              "forms of its", "  // scheduler): the presets' bank geometry, its queues' mask width",
+              f"  localparam int NUM_BANK_GROUPS = {groups};",
+              f"  localparam int NUM_BANKS = {banks};  // bank groups x banks per group",
+              f"  localparam int BANK_W = {(banks - 1).bit_length()};  // {{bank group, bank}}",
+              f"  localparam int QUEUE_W = {_QUEUE_W};  // most entries of a read or write queue",
+              f"  localparam int QIDX_W = {(_QUEUE_W - 1).bit_length()};  // a queue position",
+              f"  localparam int BURST_TCK = {_BURST_TCK};  // tCK of a BL16 burst",
+              "  typedef logic [QUEUE_W-1:0] qmask_t;  // a set of queue positions", "",
+              "  // how far in the past a rule register of TckW-bit wrapping times may lie, and "
+              "the",
+              "  // largest difference of two such times that is not negative",
+              "  function automatic int tck_horizon(int tck_w);", "    return 1 << (tck_w - 2);",
+              "  endfunction",
+              "  function automatic int tck_half_m1(int tck_w);",
+              "    return tck_horizon(tck_w) - 1 + tck_horizon(tck_w);", "  endfunction"]
     lines += ["", "  // a request queued in the sub-channel controller "
               "(rtl/mem/nelssa_ddr5_ctrl.sv)",
               "  typedef struct packed {",
-              "    logic [4:0]  bank;  // {bank group, bank}",
-              "    logic [15:0] row;",
-              "    logic [5:0]  col;",
+              "    logic [BANK_W-1:0] bank;  // {bank group, bank}",
+              "    logic [15:0]       row;",
+              "    logic [5:0]        col;",
               "  } ddr5_entry_t;", "",
               "  // bit position of 2^k from the top five bits of 2^k * 0x077CB531 (a de Bruijn",
               "  // sequence): the controller's lowest set bit in simulation",
@@ -123,6 +148,7 @@ def bus_struct_lines() -> list[str]:
     software interface: outside the interface hash."""
     from nelssa.driver import cxl
     from nelssa.driver.iface_sv import enum_lines
+    from nelssa.hw.model.ddr5_addr import DeviceGeometry
 
     lines = [*enum_lines("s2m_ndr_opcode_e", 8, "S2M_NDR_", cxl.S2MNdrOpcode),
              *enum_lines("s2m_drs_opcode_e", 8, "S2M_DRS_", cxl.S2MDrsOpcode),
@@ -136,7 +162,13 @@ def bus_struct_lines() -> list[str]:
               "  typedef struct packed {"]
     lines += [f"    logic {f'[{bits - 1}:0] ' if bits > 1 else ''}{name};"
               for name, bits in mem_req_layout()]
-    return [*lines, "  } mem_req_t;", ""]
+    lines += ["  } mem_req_t;", "", "  // the memory side's widths: read-data lanes (one per "
+              "DDR5 sub-channel, the most a device's",
+              "  // memory returns in a cycle), a request's tag, a line",
+              f"  localparam int unsigned MEM_LANES = {DeviceGeometry.subchannels};",
+              f"  localparam int unsigned MEM_TAG_W = {dict(mem_req_layout())['tag']};",
+              "  localparam int unsigned LINE_W = LINE_BYTES * 8;", ""]
+    return lines
 
 
 def mem_req_layout() -> tuple[tuple[str, int], ...]:
@@ -210,11 +242,12 @@ def render_register_doc() -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file and its expected text."""
+    from nelssa.gen_rdl import render_peakrdl
     from nelssa.hw.model.fp_tables import render_sv_package
 
     return {ENGINE_PKG_PATH: render_engine_pkg(), FP_TABLES_PKG_PATH: render_sv_package(),
             DDR5_PKG_PATH: render_ddr5_pkg(), DEV_PKG_PATH: render_dev_pkg(),
-            REG_DOC_PATH: render_register_doc()}
+            REG_DOC_PATH: render_register_doc(), **render_peakrdl()}
 
 
 def stale_files() -> list[Path]:

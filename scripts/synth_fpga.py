@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nelssa.hw.sim.rtl_sources import DEVICE, ENGINE, FP_UNITS, PACKAGES
+from nelssa.hw.sim.rtl_sources import DEVICE, ENGINE, FP_UNITS, PACKAGES, REGS
 from nelssa.hw.sim.verilator import RTL_ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,9 +76,9 @@ def blocks() -> list[Block]:
         Block("memory BAR and DMA (AXI4 slave)", "nelssa_axi_host",
               [DEV_PKG, TOP / "nelssa_axi_host.sv"]),
         Block("memory channels (AXI4 masters)", "nelssa_axi_mem",
-              [FIFO, TOP / "nelssa_axi_mem.sv"],
+              [DEV_PKG, FIFO, TOP / "nelssa_axi_mem.sv"],
               {"NumPorts": UNITS + 2, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W}),
-        Block("register block", "nelssa_regs", [DEV_PKG, TOP / "nelssa_regs.sv"]),
+        Block("register block", "nelssa_regs", REGS),
         Block("CXL.mem slave", "nelssa_cxl_mem_slave",
               [DEV_PKG, FIFO, RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv"],
               {"ReadLanes": CHANNELS}),
@@ -87,7 +87,7 @@ def blocks() -> list[Block]:
         Block("attention unit: control", "nelssa_attn_unit", unit_files, {"Lanes": CHANNELS},
               UNITS, ("nelssa_attn_engine", "nelssa_line_reader")),
         Block("attention unit: line reader", "nelssa_line_reader",
-              [TOP / "nelssa_line_reader.sv"], {"Depth": 128, "Lanes": CHANNELS}, UNITS),
+              [DEV_PKG, TOP / "nelssa_line_reader.sv"], {"Depth": 128, "Lanes": CHANNELS}, UNITS),
         Block("device glue (lanes, counters)", "nelssa_device", DEVICE,
               {"MemLanes": CHANNELS}, 1,
               ("nelssa_regs", "nelssa_cxl_mem_slave", "nelssa_cmdq", "nelssa_attn_unit")),

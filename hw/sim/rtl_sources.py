@@ -62,11 +62,16 @@ FIFO = [RTL_ROOT / "top" / "nelssa_fifo.sv"]
 CXL_MEM_SLAVE = [RTL_ROOT / "top" / "nelssa_dev_pkg.sv", *FIFO,
                  RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv"]
 """The CXL.mem slave alone (tests/rtl/test_cxl_mem_slave.py)."""
-DEVICE = [*ENGINE, *CXL_MEM_SLAVE,
-          RTL_ROOT / "top" / "nelssa_regs.sv", RTL_ROOT / "top" / "nelssa_line_reader.sv",
+REGS = [RTL_ROOT / "top" / "nelssa_dev_pkg.sv", RTL_ROOT / "top" / "nelssa_csr_reg_pkg.sv",
+        RTL_ROOT / "top" / "nelssa_csr_reg.sv", RTL_ROOT / "top" / "nelssa_regs.sv"]
+"""The register block: PeakRDL-regblock's block of the map (nelssa.gen_rdl) and the device's
+side of it."""
+DEVICE = [*ENGINE, *CXL_MEM_SLAVE, *REGS[1:], RTL_ROOT / "top" / "nelssa_line_reader.sv",
           RTL_ROOT / "top" / "nelssa_attn_unit.sv", RTL_ROOT / "top" / "nelssa_cmdq.sv",
-          RTL_ROOT / "top" / "nelssa_device.sv", RTL_ROOT / "top" / "nelssa_mem_req_split.sv"]
-"""The synthesizable device: registers, CXL.mem slave, command queue, attention units."""
+          RTL_ROOT / "top" / "nelssa_device.sv", RTL_ROOT / "top" / "nelssa_mem_req_split.sv",
+          RTL_ROOT / "top" / "nelssa_device_wrap.sv"]
+"""The synthesizable device: registers, CXL.mem slave, command queue, attention units; with
+its requests split into memory-port signals (nelssa_device_wrap, what both tops use)."""
 FPGA_TOP = [*DEVICE, RTL_ROOT / "top" / "nelssa_axil_regs.sv",
             RTL_ROOT / "top" / "nelssa_axi_host.sv", RTL_ROOT / "top" / "nelssa_axi_mem.sv",
             RTL_ROOT / "top" / "nelssa_fpga_top.sv"]

@@ -3,8 +3,8 @@
 //
 // Macros, not functions: Verilator lowers each function call to copies through module-level
 // temporaries, which cost more than these one-line expressions themselves. They name what the
-// including module declares: the types tck_t (TckW bits) and qmask_t (QW bits) and the
-// localparams QW and HALF_M1; NELSSA_SCRUB also now, PAST and HORIZON; NELSSA_PLACE the
+// including module declares: the types tck_t (TckW bits) and qmask_t (QUEUE_W bits) and the
+// localparams QUEUE_W and HALF_M1; NELSSA_SCRUB also now, PAST and HORIZON; NELSSA_PLACE the
 // temporaries d, ok, pk and busy and the cycle's first tCK bus.lo (nelssa_ddr5_sched_if). (One
 // compilation unit holds all the files, so the macros are defined once, here, and stay defined.)
 `ifndef NELSSA_DDR5_SCHED_SVH
@@ -29,11 +29,11 @@
 `define NELSSA_AT(pl, p) {pl[4][p], pl[3][p], pl[2][p], pl[1][p], pl[0][p]}
 // the positions at which five bit planes hold v
 `define NELSSA_HOLDING(pl, v) \
-  (~(pl[0] ^ {QW{v[0]}}) & ~(pl[1] ^ {QW{v[1]}}) & ~(pl[2] ^ {QW{v[2]}}) & \
-   ~(pl[3] ^ {QW{v[3]}}) & ~(pl[4] ^ {QW{v[4]}}))
+  (~(pl[0] ^ {QUEUE_W{v[0]}}) & ~(pl[1] ^ {QUEUE_W{v[1]}}) & ~(pl[2] ^ {QUEUE_W{v[2]}}) & \
+   ~(pl[3] ^ {QUEUE_W{v[3]}}) & ~(pl[4] ^ {QUEUE_W{v[4]}}))
 // the positions at which bank planes 2..4 hold bank group g
 `define NELSSA_HOLDING_GROUP(pl, g) \
-  (~(pl[2] ^ {QW{g[0]}}) & ~(pl[3] ^ {QW{g[1]}}) & ~(pl[4] ^ {QW{g[2]}}))
+  (~(pl[2] ^ {QUEUE_W{g[0]}}) & ~(pl[3] ^ {QUEUE_W{g[1]}}) & ~(pl[4] ^ {QUEUE_W{g[2]}}))
 // the positions of a queue of n entries
 `define NELSSA_LIVE(n) ((n[5]) ? '1 : (qmask_t'(1) << n[4:0]) - 1)
 // the first offset set in a mask of fitting offsets 0..3

@@ -76,16 +76,12 @@ module nelssa_ddr5_ctrl
   output logic [TagW-1:0]     cmd_tag_o,   // slot 0
   output logic                cmd_write_o  // slot 0 is a WRITE
 );
-  localparam int NB = 32;         // banks
-  localparam int NG = 8;          // bank groups
-  localparam int QW = 32;         // queue mask width
-  localparam int HORIZON = 1 << (TckW - 2);  // how far in the past a rule register may lie
-  localparam int HALF_M1 = HORIZON - 1 + HORIZON;  // the largest difference not negative
+  localparam int HORIZON = tck_horizon(TckW);  // how far in the past a rule register may lie
+  localparam int HALF_M1 = tck_half_m1(TckW);  // the largest difference not negative
   localparam int WHEEL_W = $clog2((CloseIdle + 3) / 4 + 2);  // close-after-idle timing wheel
   localparam int WHEEL = 1 << WHEEL_W;
 
   typedef logic [TckW-1:0] tck_t;
-  typedef logic [QW-1:0] qmask_t;
   typedef ddr5_entry_t entry_t;
 
   // timings in tCK
@@ -101,18 +97,18 @@ module nelssa_ddr5_ctrl
   localparam tck_t NRRD_L = tck_t'(T.nRRD_L);
   localparam tck_t NRFC = tck_t'(T.nRFC);
   localparam tck_t NREFI = tck_t'(T.nREFI);
-  localparam int BURST = 8;  // tCK of a BL16 burst
-  localparam tck_t WTR_S = tck_t'(T.nCWL + BURST + T.nWTR_S);  // WR to RD, other group
-  localparam tck_t WTR_L = tck_t'(T.nCWL + BURST + T.nWTR_L);  // WR to RD, same group
-  localparam tck_t WTP = tck_t'(T.nCWL + BURST + T.nWR);       // WR to PRE
-  localparam int NCL_RTW = T.nCL + BURST + 1 - T.nCWL;
+  localparam tck_t WTR_S = tck_t'(T.nCWL + BURST_TCK + T.nWTR_S);  // WR to RD, other group
+  localparam tck_t WTR_L = tck_t'(T.nCWL + BURST_TCK + T.nWTR_L);  // WR to RD, same group
+  localparam tck_t WTP = tck_t'(T.nCWL + BURST_TCK + T.nWR);       // WR to PRE
+  localparam int NCL_RTW = T.nCL + BURST_TCK + 1 - T.nCWL;
   localparam tck_t RTW = tck_t'((NCL_RTW > T.nCCD_S) ? NCL_RTW : T.nCCD_S);  // RD to WR
   localparam tck_t PAST = tck_t'(HORIZON);
 
-  if (T.bank_groups != NG || T.banks_per_group != NB / NG) begin : gen_geometry_check
+  if (T.bank_groups != NUM_BANK_GROUPS || T.banks_per_group != NUM_BANKS / NUM_BANK_GROUPS)
+  begin : gen_geometry_check
     $error("nelssa_ddr5_ctrl: built for 8 bank groups of 4 banks");
   end
-  if (ReadQueue < 1 || ReadQueue > QW || WriteQueue < 1 || WriteQueue > QW)
+  if (ReadQueue < 1 || ReadQueue > QUEUE_W || WriteQueue < 1 || WriteQueue > QUEUE_W)
   begin : gen_queue_check
     $error("nelssa_ddr5_ctrl: ReadQueue and WriteQueue must be 1 to 32");
   end
@@ -142,30 +138,30 @@ module nelssa_ddr5_ctrl
   // service; its age is its position. Per position, bit planes give the slot and the bank of the
   // entry there (plane j holds bit j of every position), so the entries of a bank are five mask
   // operations away and a served entry leaves by dropping one bit of each plane.
-  entry_t          ent_q [2][QW];
-  logic [TagW-1:0] tag_q [2][QW];
-  logic [QW-1:0]   free_q [2];        // free slots
-  qmask_t          slot_q [2][5];     // slot planes, by position
-  qmask_t          bankp_q [2][5];    // bank planes, by position
+  entry_t          ent_q [2][QUEUE_W];
+  logic [TagW-1:0] tag_q [2][QUEUE_W];
+  qmask_t          free_q [2];        // free slots
+  qmask_t          slot_q [2][QIDX_W];  // slot planes, by position
+  qmask_t          bankp_q [2][BANK_W];  // bank planes, by position
   qmask_t          qopen_q [2];       // positions whose bank is open
   qmask_t          qhit_q [2];        // positions whose row is open
-  logic [5:0]      n_q [2];
-  logic [NB-1:0]   open_q;
-  logic [15:0]     orow_q [NB];
+  logic [QIDX_W:0] n_q [2];
+  logic [NUM_BANKS-1:0] open_q;
+  logic [15:0]     orow_q [NUM_BANKS];
   // Close-after-idle: a bank is aged once CloseIdle tCK have passed since its last ACT or column
   // command. Each such command sets the bank's bit in a timing wheel at the cycle it will age;
   // the wheel slot of the cycle joins the aged mask, so no bank's time is compared per cycle.
-  logic [NB-1:0]   aged_q;
-  logic [NB-1:0]   wheel_q [WHEEL];
-  logic [WHEEL_W-1:0] due_q [NB];     // the wheel slot that holds the bank
-  tck_t            act_bank_q [NB];  // ACT: tRP, tRC
-  tck_t            col_bank_q [NB];  // READ/WRITE: tRCD
-  tck_t            pre_bank_q [NB];  // PRE: tRAS, tRTP, tWR
-  tck_t            act_grp_q [NG];   // ACT into the group: tRRD_L
+  logic [NUM_BANKS-1:0] aged_q;
+  logic [NUM_BANKS-1:0] wheel_q [WHEEL];
+  logic [WHEEL_W-1:0] due_q [NUM_BANKS];     // the wheel slot that holds the bank
+  tck_t            act_bank_q [NUM_BANKS];  // ACT: tRP, tRC
+  tck_t            col_bank_q [NUM_BANKS];  // READ/WRITE: tRCD
+  tck_t            pre_bank_q [NUM_BANKS];  // PRE: tRAS, tRTP, tWR
+  tck_t            act_grp_q [NUM_BANK_GROUPS];   // ACT into the group: tRRD_L
   tck_t            act_all_q;        // ACT into any group: tRRD_S
-  tck_t            rd_grp_q [NG];    // READ to the group: tCCD_L, tWTR_L
+  tck_t            rd_grp_q [NUM_BANK_GROUPS];    // READ to the group: tCCD_L, tWTR_L
   tck_t            rd_all_q;         // READ to any group: tCCD_S, tWTR_S
-  tck_t            wr_grp_q [NG];    // WRITE to the group: tCCD_L_WR
+  tck_t            wr_grp_q [NUM_BANK_GROUPS];    // WRITE to the group: tCCD_L_WR
   tck_t            wr_all_q;         // WRITE to any group: tCCD_S, read-to-write
   tck_t            acts_q [4];       // the last four ACTs (tFAW)
   tck_t            ref_ready_q;      // REF or ACT after REF: tRFC
@@ -180,7 +176,7 @@ module nelssa_ddr5_ctrl
   // when only writes wait, and stops at the low one), whether a refresh is due, the aged banks.
   tck_t          lo;
   logic          write_active, draining_d, refreshing;
-  logic [NB-1:0] aged_now;   // banks unused for CloseIdle tCK
+  logic [NUM_BANKS-1:0] aged_now;   // banks unused for CloseIdle tCK
   always_comb begin
     lo = tck_t'({cycle_q, 2'b00});
     aged_now = aged_q | wheel_q[cycle_q[WHEEL_W-1:0]];
@@ -205,15 +201,15 @@ module nelssa_ddr5_ctrl
   // The scheduler: this cycle's column command and up to two row commands, each seeing the
   // commands before it, and the entries that want the row this cycle's ACT opens.
   logic             col_valid;
-  logic [4:0]       col_idx;    // position of the served entry
-  logic [4:0]       col_slot;
+  logic [QIDX_W-1:0] col_idx;    // position of the served entry
+  logic [QIDX_W-1:0] col_slot;
   logic [1:0]       col_k;
   entry_t           col_e;
-  logic [4:0]       col_bank;
+  logic [BANK_W-1:0] col_bank;
   logic [1:0]       row_valid;
   dram_cmd_e [1:0]  row_cmd;
   logic [1:0][1:0]  row_k;
-  logic [1:0][4:0]  row_bank;
+  logic [1:0][BANK_W-1:0] row_bank;
   logic [1:0][15:0] row_row;
   logic             ca_carry_d;
   qmask_t           act_hits [2];
@@ -304,7 +300,7 @@ module nelssa_ddr5_ctrl
     if (!rst_ni) begin
       open_q <= '0;
       // verilator unroll_full
-      for (int x = 0; x < NB; x++) orow_q[x] <= '0;
+      for (int x = 0; x < NUM_BANKS; x++) orow_q[x] <= '0;
     end else begin
       // verilator unroll_full
       for (int r = 0; r < 2; r++) begin
@@ -326,7 +322,7 @@ module nelssa_ddr5_ctrl
     // keeps it in the evaluation's locals rather than in the model)
     automatic tck_t now;
     automatic logic scrub;
-    automatic logic [4:0] sb;
+    automatic logic [BANK_W-1:0] sb;
     automatic logic [2:0] sg;
     automatic tck_t acts [4];
     automatic tck_t pre_all;
@@ -334,16 +330,16 @@ module nelssa_ddr5_ctrl
     automatic tck_t rd_all;
     automatic tck_t wr_all;
     automatic tck_t tck;
-    automatic logic [4:0] b;
+    automatic logic [BANK_W-1:0] b;
     if (!rst_ni) begin
       // verilator unroll_full
-      for (int x = 0; x < NB; x++) begin
+      for (int x = 0; x < NUM_BANKS; x++) begin
         act_bank_q[x] <= '0;
         col_bank_q[x] <= '0;
         pre_bank_q[x] <= '0;
       end
       // verilator unroll_full
-      for (int x = 0; x < NG; x++) begin
+      for (int x = 0; x < NUM_BANK_GROUPS; x++) begin
         act_grp_q[x] <= '0;
         rd_grp_q[x]  <= '0;
         wr_grp_q[x]  <= '0;
@@ -455,17 +451,17 @@ module nelssa_ddr5_ctrl
   // already aged.
   always_ff @(posedge clk_i or negedge rst_ni) begin
     automatic logic [1:0] used_valid;
-    automatic logic [1:0][4:0] used_bank;
+    automatic logic [1:0][BANK_W-1:0] used_bank;
     automatic tck_t used_tck [2];
-    automatic logic [NB-1:0] wheel [WHEEL];
-    automatic logic [NB-1:0] aged;
+    automatic logic [NUM_BANKS-1:0] wheel [WHEEL];
+    automatic logic [NUM_BANKS-1:0] aged;
     automatic logic [WHEEL_W-1:0] slot;
     if (!rst_ni) begin
       aged_q <= '0;
       // verilator unroll_full
       for (int x = 0; x < WHEEL; x++) wheel_q[x] <= '0;
       // verilator unroll_full
-      for (int x = 0; x < NB; x++) due_q[x] <= '0;
+      for (int x = 0; x < NUM_BANKS; x++) due_q[x] <= '0;
     end else begin
       // the banks whose row a command used this cycle (a column command and at most one ACT)
       used_valid = '0;
@@ -514,16 +510,16 @@ module nelssa_ddr5_ctrl
     automatic logic wa;
     automatic logic wq;
     automatic qmask_t of_b;
-    automatic logic [NB-1:0] open;
+    automatic logic [NUM_BANKS-1:0] open;
     automatic logic [15:0] req_orow;
     automatic qmask_t qopen [2];
     automatic qmask_t qhit [2];
-    automatic qmask_t slots [2][5];
-    automatic qmask_t banks [2][5];
-    automatic logic [QW-1:0] free [2];
-    automatic logic [5:0] n [2];
-    automatic logic [4:0] s;
-    automatic logic [4:0] at_n;
+    automatic qmask_t slots [2][QIDX_W];
+    automatic qmask_t banks [2][BANK_W];
+    automatic qmask_t free [2];
+    automatic logic [QIDX_W:0] n [2];
+    automatic logic [QIDX_W-1:0] s;
+    automatic logic [QIDX_W-1:0] at_n;
     if (!rst_ni) begin
       // verilator unroll_full
       for (int q = 0; q < 2; q++) begin
@@ -583,7 +579,7 @@ module nelssa_ddr5_ctrl
       // the entering request
       if (enters) begin
         s = `NELSSA_CTRL_LOWEST(free[wq]);
-        at_n = n[wq][4:0];
+        at_n = n[wq][QIDX_W-1:0];
         ent_q[wq][s] <= req_entry;
         tag_q[wq][s] <= req_tag_i;
         free[wq][s] = 1'b0;

@@ -76,11 +76,30 @@ package nelssa_ddr5_pkg;
   // DDR5-8000 (JEDEC A-bin CL56)
   localparam timing_t DDR5_8000 = '{8, 4, 4096, 65536, 56, 54, 56, 56, 129, 185, 120, 30, 8, 20, 80, 8, 20, 40, 7, 40, 1183, 15600, 4};
 
+  // the sub-channel controller's build (rtl/mem/nelssa_ddr5_ctrl.sv and both forms of its
+  // scheduler): the presets' bank geometry, its queues' mask width
+  localparam int NUM_BANK_GROUPS = 8;
+  localparam int NUM_BANKS = 32;  // bank groups x banks per group
+  localparam int BANK_W = 5;  // {bank group, bank}
+  localparam int QUEUE_W = 32;  // most entries of a read or write queue
+  localparam int QIDX_W = 5;  // a queue position
+  localparam int BURST_TCK = 8;  // tCK of a BL16 burst
+  typedef logic [QUEUE_W-1:0] qmask_t;  // a set of queue positions
+
+  // how far in the past a rule register of TckW-bit wrapping times may lie, and the
+  // largest difference of two such times that is not negative
+  function automatic int tck_horizon(int tck_w);
+    return 1 << (tck_w - 2);
+  endfunction
+  function automatic int tck_half_m1(int tck_w);
+    return tck_horizon(tck_w) - 1 + tck_horizon(tck_w);
+  endfunction
+
   // a request queued in the sub-channel controller (rtl/mem/nelssa_ddr5_ctrl.sv)
   typedef struct packed {
-    logic [4:0]  bank;  // {bank group, bank}
-    logic [15:0] row;
-    logic [5:0]  col;
+    logic [BANK_W-1:0] bank;  // {bank group, bank}
+    logic [15:0]       row;
+    logic [5:0]        col;
   } ddr5_entry_t;
 
   // bit position of 2^k from the top five bits of 2^k * 0x077CB531 (a de Bruijn

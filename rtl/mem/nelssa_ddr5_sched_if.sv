@@ -13,37 +13,37 @@ interface nelssa_ddr5_sched_if
   logic             ca_carry;       // its tCK 0 taken by a command of the last one
   logic             write;          // the write queue is served (a drain)
   logic             refresh;        // a refresh is due
-  logic [31:0]      aged;           // banks unused for CloseIdle tCK
+  logic [NUM_BANKS-1:0] aged;      // banks unused for CloseIdle tCK
   // the queues (0 reads, 1 writes) at the start of the cycle: entries by slot, free slots, and
   // by position (0 the oldest) the slot and bank bit planes, open banks and row hits; lengths
   // (each form reads what it needs: the tries find a line through the live positions, not the
   // free slots; the parallel form gathers every bank's state each cycle, so it needs neither
   // the open positions, nor the open rows and the entering request, which only the tries'
   // counts follow)
-  ddr5_entry_t      ent [2][32];
+  ddr5_entry_t      ent [2][QUEUE_W];
   /* verilator lint_off UNUSEDSIGNAL */
-  logic [31:0]      free [2];
+  qmask_t           free [2];
   /* verilator lint_on UNUSEDSIGNAL */
-  logic [31:0]      slot [2][5];
-  logic [31:0]      bank [2][5];
+  qmask_t           slot [2][QIDX_W];
+  qmask_t           bank [2][BANK_W];
   /* verilator lint_off UNUSEDSIGNAL */
-  logic [31:0]      qopen [2];
+  qmask_t           qopen [2];
   /* verilator lint_on UNUSEDSIGNAL */
-  logic [31:0]      qhit [2];
-  logic [5:0]       n [2];
+  qmask_t           qhit [2];
+  logic [QIDX_W:0]  n [2];
   // the banks: open, the row open in each, and each JEDEC rule as the earliest tCK it allows
-  logic [31:0]      open;
+  logic [NUM_BANKS-1:0] open;
   /* verilator lint_off UNUSEDSIGNAL */
-  logic [15:0]      orow [32];
+  logic [15:0]      orow [NUM_BANKS];
   /* verilator lint_on UNUSEDSIGNAL */
-  logic [TckW-1:0]  act_bank [32];  // ACT: tRP, tRC
-  logic [TckW-1:0]  col_bank [32];  // READ/WRITE: tRCD
-  logic [TckW-1:0]  pre_bank [32];  // PRE: tRAS, tRTP, tWR
-  logic [TckW-1:0]  act_grp [8];    // ACT into the group: tRRD_L
+  logic [TckW-1:0]  act_bank [NUM_BANKS];  // ACT: tRP, tRC
+  logic [TckW-1:0]  col_bank [NUM_BANKS];  // READ/WRITE: tRCD
+  logic [TckW-1:0]  pre_bank [NUM_BANKS];  // PRE: tRAS, tRTP, tWR
+  logic [TckW-1:0]  act_grp [NUM_BANK_GROUPS];    // ACT into the group: tRRD_L
   logic [TckW-1:0]  act_all;        // ACT into any group: tRRD_S
-  logic [TckW-1:0]  rd_grp [8];     // READ to the group: tCCD_L, tWTR_L
+  logic [TckW-1:0]  rd_grp [NUM_BANK_GROUPS];     // READ to the group: tCCD_L, tWTR_L
   logic [TckW-1:0]  rd_all;         // READ to any group: tCCD_S, tWTR_S
-  logic [TckW-1:0]  wr_grp [8];     // WRITE to the group: tCCD_L_WR
+  logic [TckW-1:0]  wr_grp [NUM_BANK_GROUPS];     // WRITE to the group: tCCD_L_WR
   logic [TckW-1:0]  wr_all;         // WRITE to any group: tCCD_S, read-to-write
   logic [TckW-1:0]  acts [4];       // the last four ACTs (tFAW)
   logic [TckW-1:0]  ref_ready;      // REF or ACT after REF: tRFC
@@ -58,19 +58,19 @@ interface nelssa_ddr5_sched_if
   logic             req_same_line;
   // the column command: valid, position and slot of its entry, tCK offset in the cycle, entry
   logic             col_valid;
-  logic [4:0]       col_idx;
-  logic [4:0]       col_slot;
+  logic [QIDX_W-1:0] col_idx;
+  logic [QIDX_W-1:0] col_slot;
   logic [1:0]       col_k;
   ddr5_entry_t      col_entry;
   // up to two row commands (ACT, PRE, REF): valid, command, tCK offset, bank, row of an ACT
   logic [1:0]       row_valid;
   dram_cmd_e [1:0]  row_cmd;
   logic [1:0][1:0]  row_k;
-  logic [1:0][4:0]  row_bank;
+  logic [1:0][BANK_W-1:0] row_bank;
   logic [1:0][15:0] row_row;
   logic             ca_carry_next;  // tCK 0 of the next cycle taken
   // per queue, the positions whose entry wants the row that this cycle's ACT opens
-  logic [31:0]      act_hits [2];
+  qmask_t           act_hits [2];
 
   modport ctrl (
     output lo, ca_carry, write, refresh, aged, ent, free, slot, bank, qopen, qhit, n, open, orow,

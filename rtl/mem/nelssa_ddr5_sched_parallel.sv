@@ -19,13 +19,9 @@ module nelssa_ddr5_sched_parallel
   /* verilator lint_on UNUSEDSIGNAL */
   nelssa_ddr5_sched_if.sched bus  // the controller's state; this cycle's commands
 );
-  localparam int NB = 32;         // banks
-  localparam int QW = 32;         // queue mask width
-  localparam int HORIZON = 1 << (TckW - 2);
-  localparam int HALF_M1 = HORIZON - 1 + HORIZON;  // the largest difference not negative
+  localparam int HALF_M1 = tck_half_m1(TckW);  // the largest difference not negative
 
   typedef logic [TckW-1:0] tck_t;
-  typedef logic [QW-1:0] qmask_t;
 
   // timings in tCK
   localparam tck_t NRP = tck_t'(T.nRP);
@@ -34,14 +30,14 @@ module nelssa_ddr5_sched_parallel
   localparam tck_t NRRD_L = tck_t'(T.nRRD_L);
   localparam tck_t NFAW = tck_t'(T.nFAW);
   localparam tck_t NRFC = tck_t'(T.nRFC);
-  localparam tck_t WTP = tck_t'(T.nCWL + 8 + T.nWR);  // WR to PRE (8 tCK: a BL16 burst)
+  localparam tck_t WTP = tck_t'(T.nCWL + BURST_TCK + T.nWR);  // WR to PRE
 
   // ---------------------------------------------------------------------------------------------
   // Scheduling of one cycle: a column command, then up to two row commands, each seeing the
   // commands before it.
   qmask_t     live;       // positions of the active queue that hold entries
   qmask_t     act_hit;
-  logic [4:0] col_bank;
+  logic [BANK_W-1:0] col_bank;
 
   always_comb begin
     automatic logic [4:0] busy = {4'b0, bus.ca_carry};
@@ -52,21 +48,21 @@ module nelssa_ddr5_sched_parallel
     automatic logic [2:0] pk;
     automatic tck_t d;
     automatic logic [3:0] ok;
-    automatic logic [4:0] p;
+    automatic logic [QIDX_W-1:0] p;
     automatic tck_t ep;
-    automatic qmask_t of_bank [NB];     // positions of each bank's entries
-    automatic logic [NB-1:0] hit_wanted, any_wanted, ok_bank;
-    automatic logic [3:0] fit [NB];
+    automatic qmask_t of_bank [NUM_BANKS];     // positions of each bank's entries
+    automatic logic [NUM_BANKS-1:0] hit_wanted, any_wanted, ok_bank;
+    automatic logic [3:0] fit [NUM_BANKS];
     // (the row commands' temporaries: declared here, at the top of the block, Verilator keeps
     // them in the evaluation's locals rather than in the model, a tenth fewer instructions
     // together with the unrolled loop over the two row commands)
     automatic logic found;
     automatic tck_t best, act_any;
-    automatic logic [NB-1:0] idle;
+    automatic logic [NUM_BANKS-1:0] idle;
     automatic int x;
     // the first row command, for the second
     automatic logic ov_valid = 1'b0, ov_act = 1'b0, ov_ref = 1'b0;
-    automatic logic [4:0] ov_bank = '0;
+    automatic logic [BANK_W-1:0] ov_bank = '0;
     automatic tck_t ov_tck = '0;
 
     wa = bus.write;
@@ -80,12 +76,12 @@ module nelssa_ddr5_sched_parallel
     bus.col_slot = '0;
     bus.col_k = '0;
     bus.col_entry = '0;
-    for (x = 0; x < NB; x++) begin
-      automatic logic [4:0] xb = 5'(x);
+    for (x = 0; x < NUM_BANKS; x++) begin
+      automatic logic [BANK_W-1:0] xb = BANK_W'(x);
       of_bank[x] = `NELSSA_HOLDING(bus.bank[wa], xb) & live;
     end
     ok_bank = '0;
-    for (x = 0; x < NB; x++) begin
+    for (x = 0; x < NUM_BANKS; x++) begin
       ep = wa ? `NELSSA_TMAX(`NELSSA_TMAX(bus.wr_all, bus.wr_grp[x / 4]), bus.col_bank[x])
               : `NELSSA_TMAX(`NELSSA_TMAX(bus.rd_all, bus.rd_grp[x / 4]), bus.col_bank[x]);
       `NELSSA_PLACE(ep, 1'b1)
@@ -93,7 +89,7 @@ module nelssa_ddr5_sched_parallel
       ok_bank[x] = pk[2];
     end
     cand = '0;
-    for (x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
+    for (x = 0; x < NUM_BANKS; x++) if (ok_bank[x]) cand |= of_bank[x];
     cand &= act_hit;
     if (cand != '0) begin
       bus.col_valid = 1'b1;
@@ -110,7 +106,7 @@ module nelssa_ddr5_sched_parallel
     col_bank = bus.col_entry.bank;
     // the entries left to want a bank this cycle
     others = live & ~(bus.col_valid ? qmask_t'(1) << bus.col_idx : '0);
-    for (x = 0; x < NB; x++) begin
+    for (x = 0; x < NUM_BANKS; x++) begin
       hit_wanted[x] = (of_bank[x] & act_hit & others) != '0;
       any_wanted[x] = (of_bank[x] & others) != '0;
     end
@@ -125,24 +121,24 @@ module nelssa_ddr5_sched_parallel
     for (int r = 0; r < 2; r++) begin
       automatic logic issued = 1'b0;
       automatic dram_cmd_e c = CMD_ACT;
-      automatic logic [4:0] cb = '0;
+      automatic logic [BANK_W-1:0] cb = '0;
       automatic logic [15:0] crow = '0;
       automatic logic [1:0] ck = '0;
-      automatic logic [NB-1:0] open_now = bus.open;
+      automatic logic [NUM_BANKS-1:0] open_now = bus.open;
       if (ov_valid) open_now[ov_bank] = ov_act;
       if (!stop) begin
         if (bus.refresh) begin
           // close the open bank that may close first (the lowest on a tie), then refresh
           found = 1'b0;
           best = '0;
-          for (x = 0; x < NB; x++) begin
+          for (x = 0; x < NUM_BANKS; x++) begin
             if (open_now[x]) begin
               ep = bus.pre_bank[x];
-              if (bus.col_valid && 5'(x) == col_bank)
+              if (bus.col_valid && BANK_W'(x) == col_bank)
                 ep = `NELSSA_TMAX(ep, bus.lo + tck_t'(bus.col_k) + (wa ? WTP : NRTP));
               if (!found || `NELSSA_AFTER(best, ep)) begin
                 best = ep;
-                cb = 5'(x);
+                cb = BANK_W'(x);
               end
               found = 1'b1;
             end
@@ -166,12 +162,12 @@ module nelssa_ddr5_sched_parallel
           act_any = `NELSSA_TMAX(act_any, bus.act_all);
           if (ov_act) act_any = `NELSSA_TMAX(act_any, ov_tck + NRRD_S);
           begin
-            automatic logic [3:0] pre_fit [NB];
-            automatic logic [3:0] act_fit [NB];
-            automatic logic [NB-1:0] pre_ok;
-            for (x = 0; x < NB; x++) begin
+            automatic logic [3:0] pre_fit [NUM_BANKS];
+            automatic logic [3:0] act_fit [NUM_BANKS];
+            automatic logic [NUM_BANKS-1:0] pre_ok;
+            for (x = 0; x < NUM_BANKS; x++) begin
               ep = bus.pre_bank[x];
-              if (bus.col_valid && 5'(x) == col_bank)
+              if (bus.col_valid && BANK_W'(x) == col_bank)
                 ep = `NELSSA_TMAX(ep, bus.lo + tck_t'(bus.col_k) + (wa ? WTP : NRTP));
               `NELSSA_PLACE(ep, 1'b0)
               pre_fit[x] = ok;
@@ -184,7 +180,7 @@ module nelssa_ddr5_sched_parallel
             end
             if (ov_valid) ok_bank[ov_bank] = 1'b0;
             cand = '0;
-            for (x = 0; x < NB; x++) if (ok_bank[x]) cand |= of_bank[x];
+            for (x = 0; x < NUM_BANKS; x++) if (ok_bank[x]) cand |= of_bank[x];
             cand &= others & ~act_hit;
             if (cand != '0) begin
               p = `NELSSA_LOWEST_POP(cand);
@@ -237,11 +233,11 @@ module nelssa_ddr5_sched_parallel
   // per queue, the positions (live or not: the masks hold stale bits above the live ones) of the
   // ACT's bank whose entry wants its row
   function automatic qmask_t row_matches(logic q, qmask_t m, logic [15:0] row);
-    automatic logic [QW-1:0] slot_match;
+    automatic logic [QUEUE_W-1:0] slot_match;
     automatic qmask_t hits = '0;
-    for (int s = 0; s < QW; s++) slot_match[s] = bus.ent[q][s].row == row;
-    for (int x = 0; x < QW; x++) begin
-      automatic logic [4:0] xp = 5'(x);
+    for (int s = 0; s < QUEUE_W; s++) slot_match[s] = bus.ent[q][s].row == row;
+    for (int x = 0; x < QUEUE_W; x++) begin
+      automatic logic [QIDX_W-1:0] xp = QIDX_W'(x);
       hits[x] = m[x] && slot_match[`NELSSA_AT(bus.slot[q], xp)];
     end
     return hits;
@@ -250,7 +246,7 @@ module nelssa_ddr5_sched_parallel
   // the ACT of the cycle (at most one: nRRD_S is 4 tCK or more) and the entries that want its row
   always_comb begin
     automatic logic act = 1'b0;
-    automatic logic [4:0] b = '0;
+    automatic logic [BANK_W-1:0] b = '0;
     automatic logic [15:0] row = '0;
     // verilator unroll_full
     for (int r = 0; r < 2; r++) begin
@@ -269,7 +265,7 @@ module nelssa_ddr5_sched_parallel
   always_comb begin
     automatic logic other = !bus.req_write;
     bus.req_same_line = 1'b0;
-    for (int s = 0; s < QW; s++)
+    for (int s = 0; s < QUEUE_W; s++)
       bus.req_same_line |= !bus.free[other][s] && bus.ent[other][s] == bus.req;
   end
 endmodule

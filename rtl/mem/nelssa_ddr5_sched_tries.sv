@@ -20,13 +20,9 @@ module nelssa_ddr5_sched_tries
   input  logic              rst_ni,
   nelssa_ddr5_sched_if.sched bus  // the controller's state; this cycle's commands
 );
-  localparam int NB = 32;         // banks
-  localparam int QW = 32;         // queue mask width
-  localparam int HORIZON = 1 << (TckW - 2);
-  localparam int HALF_M1 = HORIZON - 1 + HORIZON;  // the largest difference not negative
+  localparam int HALF_M1 = tck_half_m1(TckW);  // the largest difference not negative
 
   typedef logic [TckW-1:0] tck_t;
-  typedef logic [QW-1:0] qmask_t;
 
   // timings in tCK
   localparam tck_t NRP = tck_t'(T.nRP);
@@ -35,14 +31,14 @@ module nelssa_ddr5_sched_tries
   localparam tck_t NRRD_L = tck_t'(T.nRRD_L);
   localparam tck_t NFAW = tck_t'(T.nFAW);
   localparam tck_t NRFC = tck_t'(T.nRFC);
-  localparam tck_t WTP = tck_t'(T.nCWL + 8 + T.nWR);  // WR to PRE (8 tCK: a BL16 burst)
+  localparam tck_t WTP = tck_t'(T.nCWL + BURST_TCK + T.nWR);  // WR to PRE
 
   // ---------------------------------------------------------------------------------------------
   // Scheduling of one cycle: a column command, then up to two row commands, each seeing the
   // commands before it.
   qmask_t     live;       // positions of the active queue that hold entries
   qmask_t     act_hit;
-  logic [4:0] col_bank;
+  logic [BANK_W-1:0] col_bank;
 
   always_comb begin
     automatic logic [4:0] busy = {4'b0, bus.ca_carry};
@@ -53,12 +49,12 @@ module nelssa_ddr5_sched_tries
     automatic logic [2:0] pk;
     automatic tck_t d;
     automatic logic [3:0] ok;
-    automatic logic [4:0] p;
+    automatic logic [QIDX_W-1:0] p;
     automatic tck_t ep;
     automatic logic group_blocked = 1'b0;
     automatic int t;
     automatic qmask_t act_open;
-    automatic logic [4:0] b;
+    automatic logic [BANK_W-1:0] b;
     automatic logic [2:0] g;
     automatic ddr5_entry_t e;
     // (the row commands' temporaries: declared here, at the top of the block, Verilator keeps
@@ -66,11 +62,11 @@ module nelssa_ddr5_sched_tries
     // together with the unrolled loop over the two row commands)
     automatic logic found;
     automatic tck_t best, act_any;
-    automatic logic [NB-1:0] idle;
+    automatic logic [NUM_BANKS-1:0] idle;
     automatic int x;
     // the first row command, for the second
     automatic logic ov_valid = 1'b0, ov_act = 1'b0, ov_ref = 1'b0;
-    automatic logic [4:0] ov_bank = '0;
+    automatic logic [BANK_W-1:0] ov_bank = '0;
     automatic tck_t ov_tck = '0;
 
     wa = bus.write;
@@ -90,7 +86,7 @@ module nelssa_ddr5_sched_tries
     cand = act_hit;
     `NELSSA_PLACE(wa ? bus.wr_all : bus.rd_all, 1'b1)
     if (!pk[2]) cand = '0;
-    for (t = 0; t < NB; t++) begin
+    for (t = 0; t < NUM_BANKS; t++) begin
       if (cand == '0 || bus.col_valid) break;
       p = `NELSSA_LOWEST_DB(cand);
       e = bus.ent[wa][`NELSSA_AT(bus.slot[wa], p)];
@@ -131,24 +127,24 @@ module nelssa_ddr5_sched_tries
     for (int r = 0; r < 2; r++) begin
       automatic logic issued = 1'b0;
       automatic dram_cmd_e c = CMD_ACT;
-      automatic logic [4:0] cb = '0;
+      automatic logic [BANK_W-1:0] cb = '0;
       automatic logic [15:0] crow = '0;
       automatic logic [1:0] ck = '0;
-      automatic logic [NB-1:0] open_now = bus.open;
+      automatic logic [NUM_BANKS-1:0] open_now = bus.open;
       if (ov_valid) open_now[ov_bank] = ov_act;
       if (!stop) begin
         if (bus.refresh) begin
           // close the open bank that may close first (the lowest on a tie), then refresh
           found = 1'b0;
           best = '0;
-          for (x = 0; x < NB; x++) begin
+          for (x = 0; x < NUM_BANKS; x++) begin
             if (open_now[x]) begin
               ep = bus.pre_bank[x];
-              if (bus.col_valid && 5'(x) == col_bank)
+              if (bus.col_valid && BANK_W'(x) == col_bank)
                 ep = `NELSSA_TMAX(ep, bus.lo + tck_t'(bus.col_k) + (wa ? WTP : NRTP));
               if (!found || `NELSSA_AFTER(best, ep)) begin
                 best = ep;
-                cb = 5'(x);
+                cb = BANK_W'(x);
               end
               found = 1'b1;
             end
@@ -178,7 +174,7 @@ module nelssa_ddr5_sched_tries
           if (ov_valid) cand &= ~`NELSSA_HOLDING(bus.bank[wa], ov_bank);
           `NELSSA_PLACE(act_any, 1'b1)
           if (!pk[2]) cand &= act_open;  // no ACT fits this cycle
-          for (t = 0; t < NB; t++) begin
+          for (t = 0; t < NUM_BANKS; t++) begin
             if (cand == '0 || issued) break;
             p = `NELSSA_LOWEST_DB(cand);  // once: the plane gather below reads it five times
             e = bus.ent[wa][`NELSSA_AT(bus.slot[wa], p)];
@@ -229,7 +225,7 @@ module nelssa_ddr5_sched_tries
             idle = open_now & bus.aged & ~wanted_q[wa];
             if (bus.col_valid) idle[col_bank] = 1'b0;
             if (ov_valid) idle[ov_bank] = 1'b0;
-            for (x = 0; x < NB; x++) begin
+            for (x = 0; x < NUM_BANKS; x++) begin
               if (idle == '0 || issued) break;
               b = `NELSSA_LOWEST_DB(idle);
               `NELSSA_PLACE(bus.pre_bank[b], 1'b0)
@@ -269,21 +265,21 @@ module nelssa_ddr5_sched_tries
   // entry wants, without gathering each bank's positions from the bank planes); the row hits of
   // each bank, and the positions whose bank is open with a row hit waiting ("held": no ACT or PRE
   // can serve them while the hits wait, so the tries skip them).
-  logic [5:0]    bank_n_q [2][NB];
-  logic [NB-1:0] wanted_q [2];
-  logic [5:0]    hit_n_q [2][NB];
+  logic [5:0]    bank_n_q [2][NUM_BANKS];
+  logic [NUM_BANKS-1:0] wanted_q [2];
+  logic [5:0]    hit_n_q [2][NUM_BANKS];
   qmask_t        qheld_q [2];
 
   // The ACT of the cycle (at most one: nRRD_S is 4 tCK or more) and, per queue, the live entries
   // of its bank that want its row and how many (the masks hold stale bits above the live
   // positions).
-  logic [5:0] act_nhit [2];
+  logic [QIDX_W:0] act_nhit [2];
   always_comb begin
     automatic logic act = 1'b0;
-    automatic logic [4:0] b = '0;
+    automatic logic [BANK_W-1:0] b = '0;
     automatic logic [15:0] row = '0;
     automatic qmask_t left;
-    automatic logic [4:0] p;
+    automatic logic [QIDX_W-1:0] p;
     // verilator unroll_full
     for (int r = 0; r < 2; r++) begin
       if (bus.row_valid[r] && bus.row_cmd[r] == CMD_ACT) begin
@@ -297,7 +293,7 @@ module nelssa_ddr5_sched_tries
       bus.act_hits[q] = '0;
       act_nhit[q] = '0;
       left = act ? `NELSSA_HOLDING(bus.bank[q], b) & `NELSSA_LIVE(bus.n[q]) : '0;
-      for (int t = 0; t < QW; t++) begin
+      for (int t = 0; t < QUEUE_W; t++) begin
         if (left == '0) break;
         p = `NELSSA_LOWEST_DB(left);
         if (bus.ent[q][`NELSSA_AT(bus.slot[q], p)].row == row) begin
@@ -314,11 +310,11 @@ module nelssa_ddr5_sched_tries
     automatic logic other = !bus.req_write;
     automatic logic [5:0] n_other = bus.n[other];
     automatic qmask_t same = '0;
-    automatic logic [4:0] p;
+    automatic logic [QIDX_W-1:0] p;
     bus.req_same_line = 1'b0;
     if (wanted_q[other][bus.req.bank])
       same = `NELSSA_HOLDING(bus.bank[other], bus.req.bank) & `NELSSA_LIVE(n_other);
-    for (int t = 0; t < QW; t++) begin
+    for (int t = 0; t < QUEUE_W; t++) begin
       if (same == '0 || bus.req_same_line) break;
       p = `NELSSA_LOWEST_DB(same);
       bus.req_same_line = bus.ent[other][`NELSSA_AT(bus.slot[other], p)] == bus.req;
@@ -333,14 +329,14 @@ module nelssa_ddr5_sched_tries
     // (whole-array copies: a non-blocking write of one element of a two-dimensional array
     // costs Verilator a flag per element, each checked every cycle)
     automatic qmask_t qheld [2];
-    automatic logic [NB-1:0] wanted [2];
-    automatic logic [5:0] hit_n [2][NB];
-    automatic logic [5:0] bank_n [2][NB];
+    automatic logic [NUM_BANKS-1:0] wanted [2];
+    automatic logic [5:0] hit_n [2][NUM_BANKS];
+    automatic logic [5:0] bank_n [2][NUM_BANKS];
     automatic qmask_t of_b;
-    automatic logic [4:0] b;
+    automatic logic [BANK_W-1:0] b;
     automatic logic wa;
     automatic logic wq;
-    automatic logic [4:0] enter_at;   // the entering request's position
+    automatic logic [QIDX_W-1:0] enter_at;   // the entering request's position
     automatic logic enter_open;       // its bank open after this cycle's row commands
     automatic logic [15:0] enter_orow;
     automatic qmask_t of_req;         // its bank's positions after this cycle
@@ -350,7 +346,7 @@ module nelssa_ddr5_sched_tries
         wanted_q[q] <= '0;
         qheld_q[q] <= '0;
         // verilator unroll_full
-        for (int x = 0; x < NB; x++) begin
+        for (int x = 0; x < NUM_BANKS; x++) begin
           bank_n_q[q][x] <= '0;
           hit_n_q[q][x] <= '0;
         end
@@ -409,7 +405,7 @@ module nelssa_ddr5_sched_tries
       // down past the served entry, and its own; the bits above the live positions differ from
       // the controller's planes there, which nothing reads.)
       if (bus.enter) begin
-        enter_at = 5'(bus.n[wq] - ((bus.col_valid && wa == wq) ? 6'd1 : 6'd0));
+        enter_at = QIDX_W'(bus.n[wq] - ((bus.col_valid && wa == wq) ? 6'd1 : 6'd0));
         if (enter_open && enter_orow == bus.req.row) begin
           hit_n[wq][bus.req.bank] = hit_n[wq][bus.req.bank] + 6'd1;
           if (hit_n[wq][bus.req.bank] == 6'd1) begin

@@ -52,13 +52,13 @@ module nelssa_device_sim
 
   logic [PORTS-1:0]             mem_valid, mem_ready, mem_write, cpl_valid, cpl_write, cpl_err;
   logic [PORTS-1:0][ADDR_W-1:0] mem_addr;
-  logic [PORTS-1:0][15:0]       mem_tag, cpl_tag;
-  logic [PORTS-1:0][511:0]      mem_wdata;
-  logic [PORTS-1:0][63:0]       mem_wstrb;
-  logic [7:0]                   rd_valid;
-  logic [7:0][$clog2(PORTS)-1:0] rd_port;
-  logic [7:0][15:0]             rd_tag;
-  logic [7:0][511:0]            rd_data;
+  logic [PORTS-1:0][MEM_TAG_W-1:0]   mem_tag, cpl_tag;
+  logic [PORTS-1:0][LINE_W-1:0]      mem_wdata;
+  logic [PORTS-1:0][LINE_BYTES-1:0]  mem_wstrb;
+  logic [MEM_LANES-1:0]              rd_valid;
+  logic [MEM_LANES-1:0][$clog2(PORTS)-1:0] rd_port;
+  logic [MEM_LANES-1:0][MEM_TAG_W-1:0] rd_tag;
+  logic [MEM_LANES-1:0][LINE_W-1:0]  rd_data;
 
   // the device's channels as the harness drives them, field by field
   mmio_req_t mmio;
@@ -83,21 +83,7 @@ module nelssa_device_sim
   assign drs_status_o = drs.status;
   assign drs_data_o = drs.data;
 
-  // the device's requests as the memory's ports take them (addresses below 2^ADDR_W)
-  mem_req_t [PORTS-1:0] mem_req;
-  nelssa_mem_req_split #(
-    .NumPorts(PORTS),
-    .AddrW   (ADDR_W)
-  ) u_mem_req_split (
-    .req_i  (mem_req),
-    .write_o(mem_write),
-    .addr_o (mem_addr),
-    .tag_o  (mem_tag),
-    .wdata_o(mem_wdata),
-    .wstrb_o(mem_wstrb)
-  );
-
-  nelssa_device #(
+  nelssa_device_wrap #(
     .NumUnits(NumUnits),
     .AddrW   (ADDR_W)
   ) u_device (
@@ -123,7 +109,11 @@ module nelssa_device_sim
     .drs_o           (drs),
     .mem_valid_o     (mem_valid),
     .mem_ready_i     (mem_ready),
-    .mem_o           (mem_req),
+    .mem_addr_o      (mem_addr),
+    .mem_write_o     (mem_write),
+    .mem_tag_o       (mem_tag),
+    .mem_wdata_o     (mem_wdata),
+    .mem_wstrb_o     (mem_wstrb),
     .mem_cpl_valid_i (cpl_valid),
     .mem_cpl_tag_i   (cpl_tag),
     .mem_rd_valid_i  (rd_valid),
@@ -143,7 +133,7 @@ module nelssa_device_sim
     .PresetId  (PresetId),
     .NumPorts  (PORTS),
     .AddrW     (ADDR_W),
-    .TagW      (16),
+    .TagW      (MEM_TAG_W),
     .LowPriority(8'b1)  // port 0, the host's CXL.mem: attention reads go first
   ) u_memory (
     .clk_i       (clk_i),

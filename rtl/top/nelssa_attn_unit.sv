@@ -18,13 +18,13 @@ module nelssa_attn_unit
   parameter int unsigned NumQHeads        = 8,    // engine: largest GQA group
   parameter int unsigned MaxClusterTokens = 64,   // engine: largest cluster
   parameter int unsigned ReadDepth        = 128,  // reads in flight (covers the memory latency)
-  parameter int unsigned Lanes            = 8     // memory read-data lanes in use
+  parameter int unsigned Lanes            = MEM_LANES  // memory read-data lanes in use
 ) (
   input  logic              clk_i,
   input  logic              rst_ni,
   // descriptor
   input  logic              start_i,
-  input  logic [511:0]      desc_i,        // the 64-byte descriptor, byte k in bits [8k+7:8k]
+  input  logic [DESC_BYTES*8-1:0] desc_i,        // the 64-byte descriptor, byte k in bits [8k+7:8k]
   input  logic [63:0]       region_lo_i,   // region base
   input  logic [63:0]       region_hi_i,   // min(region limit, memory size)
   input  logic [1:0][63:0]  ring_lo_i,     // the submission and completion rings' first
@@ -37,9 +37,9 @@ module nelssa_attn_unit
   input  logic              mem_ready_i,
   output mem_req_t          mem_o,
   input  logic              mem_cpl_i,
-  input  logic [7:0]        rd_valid_i,
-  input  logic [7:0][15:0]  rd_tag_i,
-  input  logic [7:0][511:0] rd_data_i,
+  input  logic [MEM_LANES-1:0]                rd_valid_i,
+  input  logic [MEM_LANES-1:0][MEM_TAG_W-1:0] rd_tag_i,
+  input  logic [MEM_LANES-1:0][LINE_W-1:0]    rd_data_i,
   output logic              line_read_o     // a read request left this cycle (for counters)
 );
   localparam int unsigned IDW = $clog2(MaxIds);

@@ -14,7 +14,9 @@
 // already checked every address, so one means the memory system failed).
 `include "nelssa_assert.svh"
 
-module nelssa_axi_mem #(
+module nelssa_axi_mem
+  import nelssa_dev_pkg::*;
+#(
   parameter int unsigned NumPorts    = 4,   // device memory ports
   parameter int unsigned NumChannels = 4,   // AXI4 memory channels: 1, 2, 4 or 8
   parameter int unsigned AddrW       = 40,  // device byte-address width
@@ -30,15 +32,15 @@ module nelssa_axi_mem #(
   output logic [NumPorts-1:0]                    mem_ready_o,
   input  logic [NumPorts-1:0][AddrW-1:0]         mem_addr_i,
   input  logic [NumPorts-1:0]                    mem_write_i,
-  input  logic [NumPorts-1:0][15:0]              mem_tag_i,
-  input  logic [NumPorts-1:0][511:0]             mem_wdata_i,
-  input  logic [NumPorts-1:0][63:0]              mem_wstrb_i,
+  input  logic [NumPorts-1:0][MEM_TAG_W-1:0]     mem_tag_i,
+  input  logic [NumPorts-1:0][LINE_W-1:0]        mem_wdata_i,
+  input  logic [NumPorts-1:0][LINE_BYTES-1:0]    mem_wstrb_i,
   output logic [NumPorts-1:0]                    mem_cpl_valid_o,
-  output logic [NumPorts-1:0][15:0]              mem_cpl_tag_o,
-  output logic [7:0]                             mem_rd_valid_o,
-  output logic [7:0][PortW-1:0]                  mem_rd_port_o,
-  output logic [7:0][15:0]                       mem_rd_tag_o,
-  output logic [7:0][511:0]                      mem_rd_data_o,
+  output logic [NumPorts-1:0][MEM_TAG_W-1:0]     mem_cpl_tag_o,
+  output logic [MEM_LANES-1:0]                   mem_rd_valid_o,
+  output logic [MEM_LANES-1:0][PortW-1:0]        mem_rd_port_o,
+  output logic [MEM_LANES-1:0][MEM_TAG_W-1:0]    mem_rd_tag_o,
+  output logic [MEM_LANES-1:0][LINE_W-1:0]       mem_rd_data_o,
   // AXI4 masters, one per channel
   output logic [NumChannels-1:0]                 m_awvalid_o,
   input  logic [NumChannels-1:0]                 m_awready_i,
@@ -71,8 +73,8 @@ module nelssa_axi_mem #(
   input  logic [NumChannels-1:0]                 m_rlast_i,
   output logic                                   err_o
 );
-  if (!(NumChannels inside {1, 2, 4, 8})) begin : gen_channels_check
-    $error("nelssa_axi_mem: NumChannels must be 1, 2, 4 or 8 (the device has 8 read lanes)");
+  if (!(NumChannels inside {1, 2, 4, 8}) || NumChannels > MEM_LANES) begin : gen_channels_check
+    $error("nelssa_axi_mem: NumChannels must be 1, 2, 4 or 8, at most the device's MEM_LANES");
   end
   if (NumPorts < 1 || NumPorts > 8) begin : gen_ports_check
     $error("nelssa_axi_mem: NumPorts must be 1..8");

@@ -204,5 +204,11 @@ package nelssa_dev_pkg;
     logic [63:0] wstrb;
   } mem_req_t;
 
+  // the memory side's widths: read-data lanes (one per DDR5 sub-channel, the most a device's
+  // memory returns in a cycle), a request's tag, a line
+  localparam int unsigned MEM_LANES = 8;
+  localparam int unsigned MEM_TAG_W = 16;
+  localparam int unsigned LINE_W = LINE_BYTES * 8;
+
   localparam logic [31:0] IFACE_HASH = 32'h90D85B7D;  // sha256 90d85b7d396411ed1afb58d0957cd7d9ca6ca79cf76e247ea99bea643f9cf1d5
 endpackage

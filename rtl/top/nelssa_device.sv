@@ -13,7 +13,7 @@ module nelssa_device
   parameter int unsigned AddrW       = 40,            // device-memory address width
   parameter longint      MemBytes    = 64'd1 << 36,   // HDM window (64 GiB)
   parameter logic [31:0] BuildId     = 32'h0,         // BUILD_ID register (bitstream build id)
-  parameter int unsigned MemLanes    = 8,             // read-data lanes the memory uses
+  parameter int unsigned MemLanes    = MEM_LANES,     // read-data lanes the memory uses
                                                       // (the lowest ones): 8 sub-channels in
                                                       // simulation, a board's channel count
   parameter int unsigned HostShare   = 4,             // while attention runs, the host's
@@ -49,18 +49,18 @@ module nelssa_device
   input  logic [NumMemPorts-1:0]            mem_ready_i,
   output mem_req_t [NumMemPorts-1:0]        mem_o,          // addresses below 2^AddrW
   input  logic [NumMemPorts-1:0]            mem_cpl_valid_i,
-  input  logic [NumMemPorts-1:0][15:0]      mem_cpl_tag_i,
-  input  logic [7:0]                        mem_rd_valid_i,
-  input  logic [7:0][PortW-1:0]             mem_rd_port_i,
-  input  logic [7:0][15:0]                  mem_rd_tag_i,
-  input  logic [7:0][511:0]                 mem_rd_data_i,
+  input  logic [NumMemPorts-1:0][MEM_TAG_W-1:0] mem_cpl_tag_i,
+  input  logic [MEM_LANES-1:0]              mem_rd_valid_i,
+  input  logic [MEM_LANES-1:0][PortW-1:0]   mem_rd_port_i,
+  input  logic [MEM_LANES-1:0][MEM_TAG_W-1:0] mem_rd_tag_i,
+  input  logic [MEM_LANES-1:0][LINE_W-1:0]  mem_rd_data_i,
   output logic                              idle_o
 );
   if (NumUnits < 1 || NumUnits > 6) begin : gen_units_check
     $error("nelssa_device: NumUnits must be 1..6 (the memory front end has 8 ports)");
   end
-  if (MemLanes < 1 || MemLanes > 8) begin : gen_lanes_check
-    $error("nelssa_device: MemLanes must be 1..8");
+  if (MemLanes < 1 || MemLanes > MEM_LANES) begin : gen_lanes_check
+    $error("nelssa_device: MemLanes must be 1..MEM_LANES");
   end
   if (HostShare < 1 || HostShare > 256) begin : gen_share_check
     $error("nelssa_device: HostShare must be 1..256");
@@ -69,17 +69,12 @@ module nelssa_device
     $error("nelssa_device: CAPS holds 1..16 query heads and up to 255 cluster tokens");
   end
 
-  // CAPS as driver/regs.pack_caps packs it: engines [3:0], query heads - 1 [7:4], head_dim 64
-  // [8] and 128 [9] supported (those up to the engines' largest), cluster tokens [23:16]
-  localparam logic [31:0] CAPS = 32'(NumUnits) | 32'(NumQHeads - 1) << 4 |
-                                 32'(HeadDim >= 64) << 8 | 32'(HeadDim >= 128) << 9 |
-                                 32'(MaxClusterTokens) << 16;
-
   // Isolation of attention from KV ingestion (paper 5.1): the memory front end serves the
   // units' reads before the host's requests, and while a unit runs the host's requests are
   // spaced HostShare cycles apart, so the write drains they cause in the DDR5 controllers stay
   // rare enough not to stall the units' in-order streams.
-  logic [7:0] share_q;
+  localparam int unsigned ShareW = (HostShare > 1) ? $clog2(HostShare) : 1;  // share_q
+  logic [ShareW-1:0] share_q;
   logic       host_hold;
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) share_q <= '0;
@@ -90,40 +85,46 @@ module nelssa_device
   logic [63:0] sq_base, cq_base, region_base, region_limit;
   logic [31:0] sq_size, sq_tail, cq_size, cq_head, sq_head, cq_tail;
   logic [NumUnits-1:0] unit_start, unit_busy, unit_done, unit_read;
-  logic [NumUnits-1:0][7:0] unit_status;
-  logic [511:0] unit_desc;
+  logic [NumUnits-1:0][7:0] unit_status;  // desc_status_e
+  logic [DESC_BYTES*8-1:0] unit_desc;
   logic [63:0]  unit_lo, unit_hi;
   logic [1:0][63:0] unit_ring_lo, unit_ring_hi;
-  logic [15:0]  bytes_read;
+  // bytes the units read this cycle: a line each at most
+  localparam int unsigned BytesW = $clog2(NumUnits * LINE_BYTES + 1);
+  logic [BytesW-1:0] bytes_read;
 
   // read-data lanes by port
-  logic [NumMemPorts-1:0][7:0] lane_valid;
+  logic [NumMemPorts-1:0][MEM_LANES-1:0] lane_valid;
   for (genvar p = 0; p < NumMemPorts; p++) begin : gen_lanes
-    for (genvar l = 0; l < 8; l++) begin : gen_lane
+    for (genvar l = 0; l < MEM_LANES; l++) begin : gen_lane
       assign lane_valid[p][l] = mem_rd_valid_i[l] && mem_rd_port_i[l] == PortW'(p);
     end
   end
 
   // the command queue has one read in flight: its line is on whichever lane carries it
   logic         cmdq_rd_valid;
-  logic [511:0] cmdq_rd_data;
+  logic [LINE_W-1:0] cmdq_rd_data;
   always_comb begin
     cmdq_rd_valid = |lane_valid[1];
     cmdq_rd_data = '0;
     // verilator unroll_full
-    for (int l = 0; l < 8; l++) if (lane_valid[1][l]) cmdq_rd_data = mem_rd_data_i[l];
+    for (int l = 0; l < MEM_LANES; l++) if (lane_valid[1][l]) cmdq_rd_data = mem_rd_data_i[l];
   end
 
   always_comb begin
     bytes_read = '0;
     // verilator unroll_full
-    for (int u = 0; u < NumUnits; u++) if (unit_read[u]) bytes_read = bytes_read + 16'd64;
+    for (int u = 0; u < NumUnits; u++) if (unit_read[u]) bytes_read = bytes_read + BytesW'(LINE_BYTES);
   end
 
   nelssa_regs #(
-    .Caps    (CAPS),
-    .BuildId (BuildId),
-    .MemBytes(MemBytes)
+    .NumEngines      (NumUnits),
+    .NumQHeads       (NumQHeads),
+    .HeadDim         (HeadDim),
+    .MaxClusterTokens(MaxClusterTokens),
+    .BuildId         (BuildId),
+    .MemBytes        (MemBytes),
+    .BytesW          (BytesW)
   ) u_regs (
     .clk_i         (clk_i),
     .rst_ni        (rst_ni),
@@ -259,7 +260,7 @@ module nelssa_device
 
   // completion tags of ports 1.. are not needed: each has its writes counted, in order
   /* verilator lint_off UNUSEDSIGNAL */
-  logic [NumMemPorts-1:0][15:0] cpl_tag_unused;
+  logic [NumMemPorts-1:0][MEM_TAG_W-1:0] cpl_tag_unused;
   /* verilator lint_on UNUSEDSIGNAL */
   assign cpl_tag_unused = mem_cpl_tag_i;
 

@@ -131,13 +131,13 @@ module nelssa_fpga_top
   // its memory ports
   logic [NumPorts-1:0]             mem_valid, mem_ready, mem_write, cpl_valid;
   logic [NumPorts-1:0][AddrW-1:0]  mem_addr;
-  logic [NumPorts-1:0][15:0]       mem_tag, cpl_tag;
-  logic [NumPorts-1:0][511:0]      mem_wdata;
-  logic [NumPorts-1:0][63:0]       mem_wstrb;
-  logic [7:0]                      rd_valid;
-  logic [7:0][PortW-1:0]           rd_port;
-  logic [7:0][15:0]                rd_tag;
-  logic [7:0][511:0]               rd_data;
+  logic [NumPorts-1:0][MEM_TAG_W-1:0]  mem_tag, cpl_tag;
+  logic [NumPorts-1:0][LINE_W-1:0]     mem_wdata;
+  logic [NumPorts-1:0][LINE_BYTES-1:0] mem_wstrb;
+  logic [MEM_LANES-1:0]                rd_valid;
+  logic [MEM_LANES-1:0][PortW-1:0]     rd_port;
+  logic [MEM_LANES-1:0][MEM_TAG_W-1:0] rd_tag;
+  logic [MEM_LANES-1:0][LINE_W-1:0]    rd_data;
 
   nelssa_axil_regs #(
     .AddrW(12)
@@ -218,21 +218,7 @@ module nelssa_fpga_top
     .drs_i       (drs)
   );
 
-  // the device's requests as the memory's ports take them (addresses below 2^AddrW)
-  mem_req_t [NumPorts-1:0] mem_req;
-  nelssa_mem_req_split #(
-    .NumPorts(NumPorts),
-    .AddrW   (AddrW)
-  ) u_mem_req_split (
-    .req_i  (mem_req),
-    .write_o(mem_write),
-    .addr_o (mem_addr),
-    .tag_o  (mem_tag),
-    .wdata_o(mem_wdata),
-    .wstrb_o(mem_wstrb)
-  );
-
-  nelssa_device #(
+  nelssa_device_wrap #(
     .NumUnits(NumUnits),
     .AddrW   (AddrW),
     .MemBytes(MemBytes),
@@ -261,7 +247,11 @@ module nelssa_fpga_top
     .drs_o           (drs),
     .mem_valid_o     (mem_valid),
     .mem_ready_i     (mem_ready),
-    .mem_o           (mem_req),
+    .mem_addr_o      (mem_addr),
+    .mem_write_o     (mem_write),
+    .mem_tag_o       (mem_tag),
+    .mem_wdata_o     (mem_wdata),
+    .mem_wstrb_o     (mem_wstrb),
     .mem_cpl_valid_i (cpl_valid),
     .mem_cpl_tag_i   (cpl_tag),
     .mem_rd_valid_i  (rd_valid),

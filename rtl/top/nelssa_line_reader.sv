@@ -6,10 +6,12 @@
 // each line.
 `include "nelssa_assert.svh"
 
-module nelssa_line_reader #(
-  parameter int unsigned AddrW = 40,  // device-memory address width
-  parameter int unsigned Depth = 64,  // reads in flight (reorder-buffer lines), power of two
-  parameter int unsigned Lanes = 8    // read-data lanes that carry data (the lowest ones)
+module nelssa_line_reader
+  import nelssa_dev_pkg::*;
+#(
+  parameter int unsigned AddrW = 40,         // device-memory address width
+  parameter int unsigned Depth = 64,         // reads in flight (reorder-buffer lines), power of two
+  parameter int unsigned Lanes = MEM_LANES   // read-data lanes that carry data (the lowest ones)
 ) (
   input  logic                     clk_i,
   input  logic                     rst_ni,
@@ -21,15 +23,15 @@ module nelssa_line_reader #(
   output logic                     mem_valid_o,
   input  logic                     mem_ready_i,
   output logic [AddrW-1:0]         mem_addr_o,
-  output logic [15:0]              mem_tag_o,
+  output logic [MEM_TAG_W-1:0]     mem_tag_o,
   // read data of this port, per sub-channel lane
-  input  logic [7:0]               rd_valid_i,
-  input  logic [7:0][15:0]         rd_tag_i,
-  input  logic [7:0][511:0]        rd_data_i,
+  input  logic [MEM_LANES-1:0]                rd_valid_i,
+  input  logic [MEM_LANES-1:0][MEM_TAG_W-1:0] rd_tag_i,
+  input  logic [MEM_LANES-1:0][LINE_W-1:0]    rd_data_i,
   // data, in order
   output logic                     out_valid_o,
   input  logic                     out_ready_i,
-  output logic [511:0]             out_data_o,
+  output logic [LINE_W-1:0]        out_data_o,
   output logic                     idle_o      // nothing in flight or buffered
 );
   localparam int unsigned IW = $clog2(Depth);
@@ -38,18 +40,18 @@ module nelssa_line_reader #(
   if (Depth < 2 || (Depth & (Depth - 1)) != 0 || Depth > 32768) begin : gen_depth_check
     $error("nelssa_line_reader: Depth must be a power of two in 2..32768");
   end
-  if (Lanes < 1 || Lanes > 8) begin : gen_lanes_check
-    $error("nelssa_line_reader: Lanes must be 1..8");
+  if (Lanes < 1 || Lanes > MEM_LANES) begin : gen_lanes_check
+    $error("nelssa_line_reader: Lanes must be 1..MEM_LANES");
   end
 
-  logic [15:0]  issue_q, deliver_q;  // sequence numbers: next to issue, next to deliver
+  logic [MEM_TAG_W-1:0] issue_q, deliver_q;  // sequence numbers: next to issue, next to deliver
   logic [Depth-1:0] have_q;
   logic [LW-1:0] bank_of_q [Depth];  // which lane's bank holds each line
-  logic [Lanes-1:0][511:0] bank_out;
-  logic [15:0]  in_flight;
+  logic [Lanes-1:0][LINE_W-1:0] bank_out;
+  logic [MEM_TAG_W-1:0] in_flight;
 
   for (genvar l = 0; l < Lanes; l++) begin : gen_bank
-    logic [511:0] bank_q [Depth];  // no reset: RAM
+    logic [LINE_W-1:0] bank_q [Depth];  // no reset: RAM
     always_ff @(posedge clk_i) begin
       if (rd_valid_i[l]) bank_q[rd_tag_i[l][IW-1:0]] <= rd_data_i[l];
     end
@@ -57,7 +59,7 @@ module nelssa_line_reader #(
   end
 
   assign in_flight = issue_q - deliver_q;
-  assign mem_valid_o = addr_valid_i && in_flight < 16'(Depth);
+  assign mem_valid_o = addr_valid_i && in_flight < MEM_TAG_W'(Depth);
   assign mem_addr_o = addr_i;
   assign mem_tag_o = issue_q;
   assign addr_ready_o = mem_valid_o && mem_ready_i;
@@ -92,19 +94,20 @@ module nelssa_line_reader #(
   // the user offers an address until it is taken; the data out is held until taken
   `NELSSA_ASSERT_HOLD(AddrHeld, addr_valid_i, addr_ready_o, addr_i)
   `NELSSA_ASSERT_HOLD(OutHeld, out_valid_o, out_ready_i, out_data_o)
-  `NELSSA_ASSERT(InFlightBounded, in_flight <= 16'(Depth))
+  `NELSSA_ASSERT(InFlightBounded, in_flight <= MEM_TAG_W'(Depth))
   // the memory answers each read once: a line comes back only for a read in flight and not
   // yet answered
   for (genvar l = 0; l < Lanes; l++) begin : gen_lane_rules
     `NELSSA_ASSERT_NEVER(ReadNotInFlight,
-                         rd_valid_i[l] && 16'(rd_tag_i[l] - deliver_q) >= in_flight)
+                         rd_valid_i[l] && MEM_TAG_W'(rd_tag_i[l] - deliver_q) >= in_flight)
     `NELSSA_ASSERT_NEVER(ReadAnsweredTwice, rd_valid_i[l] && have_q[rd_tag_i[l][IW-1:0]])
   end
 
-  if (Lanes < 8) begin : gen_idle_lanes
+  if (Lanes < MEM_LANES) begin : gen_idle_lanes
     /* verilator lint_off UNUSEDSIGNAL */
     logic unused;  // lanes above Lanes carry nothing for this reader
     /* verilator lint_on UNUSEDSIGNAL */
-    assign unused = ^{rd_valid_i[7:Lanes], rd_tag_i[7:Lanes], rd_data_i[7:Lanes]};
+    assign unused = ^{rd_valid_i[MEM_LANES-1:Lanes], rd_tag_i[MEM_LANES-1:Lanes],
+                   rd_data_i[MEM_LANES-1:Lanes]};
   end
 endmodule

@@ -1,7 +1,7 @@
 // The device's memory requests (nelssa_dev_pkg::mem_req_t, one per port) as a memory's ports take
 // them: the fields apart, the address cut to AddrW bits. The bits above are zero (the device
-// checks every address against its ranges before it asks), so they are dropped. Shared by the
-// simulation top (rtl/sim/nelssa_device_sim.sv) and the FPGA top (nelssa_fpga_top.sv).
+// checks every address against its ranges before it asks), so they are dropped. Part of
+// nelssa_device_wrap, the device as both tops wire it to their memory.
 module nelssa_mem_req_split
   import nelssa_dev_pkg::*;
 #(
@@ -11,9 +11,9 @@ module nelssa_mem_req_split
   input  mem_req_t [NumPorts-1:0]            req_i,
   output logic     [NumPorts-1:0]            write_o,
   output logic     [NumPorts-1:0][AddrW-1:0] addr_o,
-  output logic     [NumPorts-1:0][15:0]      tag_o,
-  output logic     [NumPorts-1:0][511:0]     wdata_o,
-  output logic     [NumPorts-1:0][63:0]      wstrb_o
+  output logic     [NumPorts-1:0][MEM_TAG_W-1:0]  tag_o,
+  output logic     [NumPorts-1:0][LINE_W-1:0]     wdata_o,
+  output logic     [NumPorts-1:0][LINE_BYTES-1:0] wstrb_o
 );
   if (NumPorts < 1 || AddrW < 1 || AddrW > 64) begin : gen_param_check
     $error("nelssa_mem_req_split: NumPorts >= 1 and AddrW 1..64");

@@ -10,7 +10,7 @@ from buses import clock_and_reset, pulse
 from nelssa.hw.sim.rtl_sources import FIFO, RTL_ROOT
 
 TOP = "nelssa_axi_mem"
-SOURCES = [*FIFO, RTL_ROOT / "top" / "nelssa_axi_mem.sv"]
+SOURCES = [RTL_ROOT / "top" / "nelssa_dev_pkg.sv", *FIFO, RTL_ROOT / "top" / "nelssa_axi_mem.sv"]
 PARAMS = {"NumPorts": 2, "NumChannels": 1, "Outstanding": 2}
 INPUTS = ("mem_valid_i", "mem_addr_i", "mem_write_i", "mem_tag_i", "mem_wdata_i", "mem_wstrb_i",
           "m_awready_i", "m_wready_i", "m_bvalid_i", "m_bid_i", "m_bresp_i", "m_arready_i",

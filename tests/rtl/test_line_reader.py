@@ -13,7 +13,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from nelssa.hw.sim.rtl_sources import RTL_ROOT
 
 TOP = "nelssa_line_reader"
-SOURCES = [RTL_ROOT / "top" / "nelssa_line_reader.sv"]
+SOURCES = [RTL_ROOT / "top" / "nelssa_dev_pkg.sv", RTL_ROOT / "top" / "nelssa_line_reader.sv"]
 PARAMS = {"Depth": 4, "Lanes": 2, "AddrW": 20}
 WITHIN_CONTRACT = r"\.(?!breaks_)\w+$"
 INPUTS = ("addr_valid_i", "addr_i", "mem_ready_i", "rd_valid_i", "rd_tag_i", "rd_data_i",
