@@ -8,7 +8,7 @@ import pytest
 
 from nelssa.hw.model.ddr5_subchannel import (
     ControllerConfig,
-    Request,
+    DramAccess,
     SubchannelModel,
     requests_from_lines,
 )
@@ -76,7 +76,8 @@ def test_writes_drain_and_mix_without_violations():
 
 
 def test_late_arrivals_and_bad_config():
-    reqs = [Request(0, False, 0, 0, 1, 0, arrival=0), Request(1, False, 3, 1, 2, 5, arrival=500)]
+    reqs = [DramAccess(0, False, 0, 0, 1, 0, arrival=0),
+            DramAccess(1, False, 3, 1, 2, 5, arrival=500)]
     stats = SubchannelModel(M).run(reqs)
     assert stats.cycles >= 500
     with pytest.raises(ValueError, match="write_low"):

@@ -503,7 +503,8 @@ def job_to_json(sim: ServingSim, requests: list[TraceRequest]) -> dict[str, Any]
     lm = sim.lm
     cfg = {f.name: getattr(sim.cfg, f.name) for f in fields(sim.cfg)}
     cfg["scheduler"] = sim.cfg.scheduler.value
-    return {"config": cfg, "gpu": asdict(lm.gpu), "pnm": asdict(lm.pnm),
+    # the PNM tier as its figures: the vLLM environment has no device model to derive them
+    return {"config": cfg, "gpu": asdict(lm.gpu), "pnm": {**asdict(lm.pnm), "device": None},
             "model": asdict(lm.model), "link": asdict(lm.link) if lm.link else None,
             "sparsity": asdict(lm.sparsity),
             "requests": [[r.rid, r.arrival_s, r.input_len, r.output_len, r.line,

@@ -77,7 +77,7 @@ from nelssa.hw.model import ddr5_replay as replay
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
 from nelssa.hw.model.ddr5_read_path import read_path, read_path_wanted
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE, ControllerConfig
-from nelssa.hw.model.ddr5_timing import DDR5Timing
+from nelssa.hw.model.ddr5_timing import PRESETS, DDR5Timing
 
 CALIBRATION_FILE = Path(__file__).with_name("ddr5_calibration.json")
 NUM_COEFFICIENTS = 6
@@ -582,11 +582,23 @@ def _calibration() -> dict[str, dict[str, object]]:
     return json.loads(CALIBRATION_FILE.read_text())
 
 
+def calibrated_presets() -> list[str]:
+    """The speed grades (hw/model/ddr5_timing.PRESETS keys) the counted bounds are calibrated
+    for (``make calibrate-ddr5``): the DDR5-6400 ones a study of them uses; every other grade is
+    timed by the replay."""
+    names = {name for name, e in _calibration().items()
+             if len(e.get("coefficients", ())) == NUM_COEFFICIENTS}
+    return sorted(k for k, t in PRESETS.items() if t.name in names)
+
+
 def coefficients_for(timing: DDR5Timing) -> npt.NDArray[np.float64]:
-    """The calibrated coefficients of a preset (zeros, the ideal controller, if uncalibrated)."""
+    """The calibrated coefficients of a preset; ValueError for a grade the counted bounds are
+    not calibrated for (pass ``coefficients``, or use the replay)."""
     entry = _calibration().get(timing.name)
     if entry is None or len(entry["coefficients"]) != NUM_COEFFICIENTS:
-        return np.zeros(NUM_COEFFICIENTS)
+        raise ValueError(f"the counted DDR5 estimate is not calibrated for {timing.name} "
+                         f"(calibrated: {', '.join(calibrated_presets())}); time it with the "
+                         "replay (method 'replay') or run make calibrate-ddr5")
     return np.asarray(entry["coefficients"], dtype=np.float64)
 
 
