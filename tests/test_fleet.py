@@ -183,3 +183,31 @@ def test_serve_sim_fleet_reports_instances_and_nodes(tmp_path) -> None:
     assert sum(n["placed"] for n in doc["nelssa"]["nodes"]) >= doc["nelssa"]["fleet"][
         "pnm_requests"] > 0
     assert (tmp_path / "fleet_nelssa.png").stat().st_size > 0
+
+
+def test_instances_sharing_a_node_share_its_devices(cat, lm) -> None:
+    """Two instances on one node of 4 devices against each on its own: the same requests on
+    the PNM tier decode slower when they share (the attention stretched by the other's load),
+    the GPU-tier ones are not slower than that; a node's slowdown is 1 + the others' load."""
+    reqs = _reqs(160, 6.0)
+    cfg = ServingConfig(mode="nelssa", t_input=3000)
+    # devices a tenth as fast: the node's attention is a large part of a PNM-tier step
+    lm = replace(lm, pnm=replace(lm.pnm, bw_eff_gbs=lm.pnm.bw_eff_gbs / 10))
+    shared = FleetSpec(instances=[{"count": 2}], pnm_nodes=[{"name": "n", "devices": 4}])
+    apart = FleetSpec(instances=[{"pnm_nodes": ["a"]}, {"pnm_nodes": ["b"]}],
+                      pnm_nodes=[{"name": "a", "devices": 4}, {"name": "b", "devices": 4}])
+
+    def tpot(spec: FleetSpec, tier: str) -> float:
+        res = FleetSim(spec, cat, lm, cfg).run(reqs).merged().results
+        vals = [r.tpot_s for r in res if r.tier == tier and r.tpot_s is not None]
+        assert vals
+        return sum(vals) / len(vals)
+
+    slower = tpot(shared, "pnm") / tpot(apart, "pnm")
+    assert slower > 1.03, slower
+    node = FleetSim(shared, cat, lm, cfg).nodes[0]
+    node.set_load(1, 0.25)
+    node.set_load(2, 0.5)
+    assert node.others_load(1) == 0.5 and node.others_load(2) == 0.25
+    assert node.cost.pnm_s(1000, 1, 1.5) - node.cost.pnm_s(0, 1) == pytest.approx(
+        1.5 * node.cost.pnm_attn_s(1000))

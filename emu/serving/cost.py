@@ -144,10 +144,16 @@ class CostModel:
         return (self.lm.gpu.kernel_us * 1e-6 + t_lin + t_topk + max(t_gpu_attn, t_pnm)
                 + swap_tokens * self._s_per_swap_token)
 
-    def pnm_s(self, pnm_ctx: int, pnm_n: int) -> float:
+    def pnm_s(self, pnm_ctx: int, pnm_n: int, slowdown: float = 1.0) -> float:
         """The PNM tier's part of a step on this model's devices: the sparse attention over
-        ``pnm_ctx`` tokens of context of ``pnm_n`` requests, and one T_comm."""
-        return pnm_ctx * self._pnm_s_per_token + (self._t_comm if pnm_n else 0.0)
+        ``pnm_ctx`` tokens of context of ``pnm_n`` requests, stretched by ``slowdown`` where
+        other work shares the devices, and one T_comm."""
+        return (pnm_ctx * self._pnm_s_per_token * slowdown
+                + (self._t_comm if pnm_n else 0.0))
+
+    def pnm_attn_s(self, pnm_ctx: int) -> float:
+        """The devices' sparse attention over ``pnm_ctx`` tokens of context, alone."""
+        return pnm_ctx * self._pnm_s_per_token
 
     def step_parts(self, gpu_ctx: int, pnm_ctxs: list[int], decodes: int = 0) -> StepParts:
         """A decode-only step (``step_s`` with no prefill chunk) by component."""

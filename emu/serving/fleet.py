@@ -15,8 +15,9 @@ instance does to a shared node is seen by the others in time order (to a step). 
 sees each instance at the end of the step it is in. One instance and one node give a single
 ``serve-sim`` run's figures bit for bit (``tests/test_fleet.py``).
 
-Not modelled yet: contention for a node's devices between instances (each instance's step is
-priced as if it had the node's devices alone) and the fabric's shared switch.
+Instances sharing a node share its devices' bandwidth (``pnm_nodes.py``: each step's attention
+there stretched by the other instances' offered load). Not modelled yet: the fabric's shared
+switch.
 """
 
 from __future__ import annotations
@@ -128,19 +129,10 @@ class FleetSim:
                  config: ServingConfig) -> None:
         self.spec, self.cfg, self.lm = spec, config, latency
         link = catalog.get("links", spec.fabric.link) if spec.fabric.link else latency.link
+        self._catalog, self._link = catalog, link
         self.nodes: list[PnmNode] = []
         self.node_groups: dict[str, list[PnmNode]] = {}
-        for g in spec.pnm_nodes:
-            pnm = catalog.get("pnm", g.pnm) if g.pnm else latency.pnm
-            lm = replace(latency, pnm=pnm, link=link)
-            cost = CostModel(lm, g.devices, config.window_tokens, config.pcie_gbs,
-                             config.link_gbs)
-            tokens = int(pnm.capacity_gb * 1e9 * g.devices // latency.model.kv_bytes_per_token)
-            group = [PnmNode(f"{g.name}-{k}" if g.count > 1 else g.name, tokens, cost,
-                             g.devices) for k in range(g.count)]
-            self.node_groups[g.name] = group
-            self.nodes.extend(group)
-        self._group_of = {id(n): name for name, ns in self.node_groups.items() for n in ns}
+        self._build_nodes()
         self.pool_cost: CostModel | None = None
         self.pool_gpus = 0
         if spec.prefill_pool is not None:
@@ -149,7 +141,21 @@ class FleetSim:
             self.pool_cost = CostModel(replace(latency, gpu=gpu), 1, config.window_tokens,
                                        config.pcie_gbs, config.link_gbs)
             self.pool_gpus = spec.prefill_pool.gpus
-        self._catalog, self._link = catalog, link
+
+    def _build_nodes(self) -> None:
+        """The PNM nodes, empty (each run starts from them)."""
+        cfg, lm0 = self.cfg, self.lm
+        self.nodes, self.node_groups = [], {}
+        for g in self.spec.pnm_nodes:
+            pnm = self._catalog.get("pnm", g.pnm) if g.pnm else lm0.pnm
+            lm = replace(lm0, pnm=pnm, link=self._link)
+            cost = CostModel(lm, g.devices, cfg.window_tokens, cfg.pcie_gbs, cfg.link_gbs)
+            tokens = int(pnm.capacity_gb * 1e9 * g.devices // lm0.model.kv_bytes_per_token)
+            group = [PnmNode(f"{g.name}-{k}" if g.count > 1 else g.name, tokens, cost,
+                             g.devices) for k in range(g.count)]
+            self.node_groups[g.name] = group
+            self.nodes.extend(group)
+        self._group_of = {id(n): name for name, ns in self.node_groups.items() for n in ns}
 
     def _instances(self) -> list[_Instance]:
         out = []
@@ -171,6 +177,10 @@ class FleetSim:
                 name = f"g{gi}-{k}" if len(self.spec.instances) > 1 else f"i{k}"
                 out.append(_Instance(name, Replay(sim, [], nodes=reach or None),
                                      g.prefill == "pool"))
+                for n in reach:
+                    n.users += 1
+        for x in out:
+            x.replay.contended = any(n.users > 1 for n in x.replay.nodes)
         return out
 
     def check(self, requests: list[TraceRequest]) -> None:
@@ -191,6 +201,7 @@ class FleetSim:
             progress: Callable[[float], None] | None = None) -> FleetResult:
         t0, c0 = time.perf_counter(), time.process_time()
         self.check(requests)
+        self._build_nodes()
         insts = self._instances()
         dispatcher = make_dispatcher(self.spec.dispatch)
         pool = [0.0] * self.pool_gpus

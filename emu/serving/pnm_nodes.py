@@ -2,6 +2,14 @@
 reserved, and what its devices' attention costs a step. One replay has one node (its
 ``devices``); a fleet's instances share the nodes of the fleet description.
 
+Contention: the instances that share a node share its devices' bandwidth. A step's sparse
+attention on a node takes its time alone times ``1 + sum of the other instances' offered
+loads`` (each the devices' work per second of that instance's latest step): processor sharing
+with the others busy in proportion to their load (two always-busy users take twice as long,
+an idle one costs nothing). The loads are rates, so instances stepped out of order (a run of
+pure decode steps is taken at once) see the same figure. T_comm (host software, the link) is
+not shared.
+
 A PNM-tier request's KV lives on one node, head-wise over its devices (as the PNM node
 partitions it, ``host/pnm_node/partition.py``); a request is placed on the node with the most
 room among those its instance reaches (``place``), and a migration likewise.
@@ -33,6 +41,12 @@ class PnmNode:
     """Requests placed on it (arrivals and migrations)."""
     freed_at: float = field(init=False, default=0.0)
     """Emulated time its last reservation was given back (a waiting instance admits then)."""
+    users: int = field(init=False, default=0)
+    """Instances that may place KV on it: above one, their steps share its devices."""
+    load: dict[int, float] = field(init=False, default_factory=dict)
+    """Each instance's offered load: its devices' work per second of its steps, as of its
+    latest step."""
+    load_sum: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         self.free = self.tokens
@@ -45,6 +59,15 @@ class PnmNode:
     def release(self, tokens: int, now: float) -> None:
         self.free += tokens
         self.freed_at = max(self.freed_at, now)
+
+    def others_load(self, key: int) -> float:
+        return max(0.0, self.load_sum - self.load.get(key, 0.0))
+
+    def set_load(self, key: int, rho: float) -> None:
+        old = self.load.get(key, 0.0)
+        if rho != old:
+            self.load[key] = rho
+            self.load_sum += rho - old
 
     @property
     def used_share(self) -> float:

@@ -109,6 +109,10 @@ class Replay:
         """The PNM nodes its requests' KV may be placed on."""
         self._node_priced = len(self.nodes) > 1 or self.nodes[0].cost is not sim.cost
         """Price the PNM tier node by node (the slowest node's time), not on ``sim``'s."""
+        self.contended = False
+        """Other instances share its nodes' devices (a fleet sets it)."""
+        self._loaded: set[PnmNode] = set()
+        """The nodes its latest step put load on."""
         self.pnm_held = 0
         """PNM-tier tokens this replay holds reserved."""
         self.sched = make_replay_scheduler(sim, aggregate=fast)
@@ -287,9 +291,25 @@ class Replay:
                 chunks.append(Chunk(p.start, 1))
             else:
                 chunks.append(Chunk(p.start, p.tokens))
-        t_pnm = (_pnm_time(_node_sums(zip(on, pnm_ctxs, strict=True))) if by_node
-                 else None)
-        return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes, t_pnm)
+        if not by_node:
+            return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes)
+        sums = _node_sums(zip(on, pnm_ctxs, strict=True))
+        key = id(self) if self.contended else None
+        step = self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes,
+                                _pnm_time(sums, 0, key))
+        if key is not None:
+            self._book(sums, 0, step)
+        return step
+
+    def _book(self, sums: list[tuple[PnmNode, int, int]], ahead: int, step_s: float) -> None:
+        """Its offered load on each node, from a step of ``step_s`` (the others' slowdown)."""
+        key = id(self)
+        now = {n for n, _, _ in sums}
+        for n in self._loaded - now:
+            n.set_load(key, 0.0)
+        for n, c, k in sums:
+            n.set_load(key, n.cost.pnm_attn_s(c + ahead * k) / step_s if step_s > 0 else 0.0)
+        self._loaded = now
 
     def _on_preempted(self, plan: Any) -> None:
         for jid, tokens in plan.preempted:
@@ -406,13 +426,16 @@ class Replay:
         arrival = min(self.arrivals[0][0] if self.arrivals else math.inf, self.horizon)
         now = self.now
         k = 0
+        key = id(self) if self.contended else None
+        step = 0.0
         for i in range(1, k_max + 1):
             if i > 1:
                 window += growing
                 growing -= stops.get(i, 0)
-            now += self.cost.step_agg_s(
+            step = self.cost.step_agg_s(
                 tokens, gpu_ctx0 + i * gpu_n, pnm_ctx0 + (i - 1) * pnm_n, pnm_n, window,
-                t_pnm=None if placed is None else _pnm_time(placed, i - 1))
+                t_pnm=None if placed is None else _pnm_time(placed, i - 1, key))
+            now += step
             k = i
             if now >= arrival or now >= next_sample:
                 break
@@ -424,6 +447,8 @@ class Replay:
                         and router.past(best[0] + i)):
                     break
         fastpath.advance(sched, k)
+        if key is not None and placed is not None:
+            self._book(placed, k - 1, step)
         self.now = now
         self.out.steps += k
         self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
@@ -594,10 +619,15 @@ def _node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNo
     return [(n, c, k) for n, (c, k) in sums.items()]
 
 
-def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0) -> float:
+def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,
+              key: int | None = None) -> float:
     """The PNM tier's time of a step, ``ahead`` steps on (each context a token longer a step):
-    the slowest node's, as the nodes work in parallel."""
-    return max((n.cost.pnm_s(c + ahead * k, k) for n, c, k in sums), default=0.0)
+    the slowest node's, as the nodes work in parallel; with ``key`` (an instance whose nodes
+    others share), each node's attention stretched by the others' load."""
+    if key is None:
+        return max((n.cost.pnm_s(c + ahead * k, k) for n, c, k in sums), default=0.0)
+    return max((n.cost.pnm_s(c + ahead * k, k, 1.0 + n.others_load(key)) for n, c, k in sums),
+               default=0.0)
 
 
 def replay(sim: ServingSim, requests: list[TraceRequest],
