@@ -135,12 +135,12 @@ def test_dispatch_policies() -> None:
     loads = [InstanceLoad(500, 10, False), InstanceLoad(100, 90, False),
              InstanceLoad(300, 50, False)]
     rr = make_dispatcher("round-robin")
-    assert [rr.choose(loads) for _ in range(4)] == [0, 1, 2, 0]
-    assert make_dispatcher("least-work").choose(loads) == 1
+    assert [rr.choose(3, loads.__getitem__) for _ in range(4)] == [0, 1, 2, 0]
+    assert make_dispatcher("least-work").choose(3, loads.__getitem__) == 1
     long = [replace(x, long=True) for x in loads]
     long[1] = replace(long[1], pnm_room_tokens=5)
-    assert make_dispatcher("length-aware").choose(long) == 2  # the most room
-    assert make_dispatcher("length-aware").choose(loads) == 1  # short: the least work
+    assert make_dispatcher("length-aware").choose(3, long.__getitem__) == 2  # the most room
+    assert make_dispatcher("length-aware").choose(3, loads.__getitem__) == 1  # short: least work
     with pytest.raises(ValueError, match="round-robin"):
         make_dispatcher("random")
 

@@ -8,12 +8,13 @@ scheduler). Policies are chosen by name from ``DISPATCHERS``:
 - ``length-aware``: a request the instance's router places on the PNM tier goes to the
   instance whose PNM nodes have the most room (tokens free); the others as ``least-work``.
 
-A policy sees each instance through ``InstanceLoad`` (plain numbers), never the instance.
+A policy sees each instance through ``InstanceLoad`` (plain numbers), never the instance, and
+asks only for the loads it reads (round robin reads none).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,9 +33,13 @@ class InstanceLoad:
     """Its router places the arriving request on the PNM tier."""
 
 
+Loads = Callable[[int], InstanceLoad]
+"""Instance index -> its load when the request arrives."""
+
+
 class Dispatcher(Protocol):
-    def choose(self, loads: Sequence[InstanceLoad]) -> int:
-        """The index of the instance that takes the request."""
+    def choose(self, n: int, load: Loads) -> int:
+        """The index, of ``n`` instances, of the one that takes the request."""
         ...
 
 
@@ -42,24 +47,24 @@ class RoundRobin:
     def __init__(self) -> None:
         self._next = 0
 
-    def choose(self, loads: Sequence[InstanceLoad]) -> int:
-        i = self._next % len(loads)
+    def choose(self, n: int, load: Loads) -> int:
+        i = self._next % n
         self._next = i + 1
         return i
 
 
 class LeastWork:
-    def choose(self, loads: Sequence[InstanceLoad]) -> int:
-        return min(range(len(loads)), key=lambda i: (loads[i].outstanding_tokens, i))
+    def choose(self, n: int, load: Loads) -> int:
+        return min(range(n), key=lambda i: (load(i).outstanding_tokens, i))
 
 
 class LengthAware:
-    def choose(self, loads: Sequence[InstanceLoad]) -> int:
+    def choose(self, n: int, load: Loads) -> int:
+        loads = [load(i) for i in range(n)]
         if any(x.long for x in loads):
-            return min(range(len(loads)), key=lambda i: (not loads[i].long,
-                                                         -loads[i].pnm_room_tokens,
-                                                         loads[i].outstanding_tokens, i))
-        return LeastWork().choose(loads)
+            return min(range(n), key=lambda i: (not loads[i].long, -loads[i].pnm_room_tokens,
+                                                loads[i].outstanding_tokens, i))
+        return min(range(n), key=lambda i: (loads[i].outstanding_tokens, i))
 
 
 DISPATCHERS: dict[str, Callable[[], Dispatcher]] = {

@@ -181,6 +181,7 @@ class FleetSim:
                     n.users += 1
         for x in out:
             x.replay.contended = any(n.users > 1 for n in x.replay.nodes)
+            x.replay.lazy = True
         return out
 
     def check(self, requests: list[TraceRequest]) -> None:
@@ -225,12 +226,13 @@ class FleetSim:
                     break
                 r = arrivals[a]
                 a += 1
-                i = dispatcher.choose([InstanceLoad(
-                    x.replay.outstanding_tokens(),
-                    max((n.free for n in x.replay.nodes), default=0),
-                    x.replay.router.past(r.input_len)) for x in insts])
-                inst = insts[i]
                 t = r.arrival_s
+                i = dispatcher.choose(len(insts), lambda j, r=r, t=t: InstanceLoad(
+                    insts[j].replay.outstanding_at(t),
+                    max((n.free for n in insts[j].replay.nodes), default=0),
+                    insts[j].replay.router.past(r.input_len)))
+                inst = insts[i]
+                inst.replay.settle(t)  # a run planned past t stops where t finds it
                 if inst.pool:
                     assert self.pool_cost is not None
                     t = max(heapq.heappop(pool), t) + self.pool_cost.prefill_s(
@@ -273,6 +275,7 @@ class FleetSim:
         if waiting:
             raise RuntimeError("the PNM tier cannot hold the request at a queue's head")
         for inst in insts:
+            inst.replay.settle()
             inst.replay.out.end_s = inst.replay.now
         out = FleetResult(
             [(x.name, x.replay.out) for x in insts],

@@ -21,6 +21,7 @@ Requests become vLLM requests ("jobs") as the paper put NELSSA into an unmodifie
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 import math
@@ -115,6 +116,14 @@ class Replay:
         """The nodes its latest step put load on."""
         self.pnm_held = 0
         """PNM-tier tokens this replay holds reserved."""
+        self.work_left = 0
+        """Prompt tokens not yet prefilled and output tokens not yet made, of the requests
+        handed to it and not finished."""
+        self.lazy = False
+        """A fleet's instance: a run of pure decode steps is planned, not taken, until the
+        fleet settles it (``settle``): whole, or cut at an arrival dispatched to it."""
+        self._pending: tuple[list[float], int] | None = None
+        """A planned run: each step's end time, and the tokens a step makes."""
         self.sched = make_replay_scheduler(sim, aggregate=fast)
         self.out = RunResult(self.cfg, sim.t_input, gpu_blocks=sim.gpu_blocks,
                              scheduler=self.cfg.scheduler.value)
@@ -164,15 +173,15 @@ class Replay:
         """``r`` reaches this instance at ``t`` (its arrival, or its KV from a prefill GPU)."""
         heapq.heappush(self.arrivals, (t, r.rid, self._offered, r))
         self._offered += 1
+        self.work_left += r.input_len + r.output_len
 
-    def outstanding_tokens(self) -> int:
-        """Prompt tokens not yet computed and output tokens not yet made of its requests (for
-        the fleet's dispatcher)."""
-        left = sum(r.input_len + r.output_len for _, _, _, r in self.arrivals)
-        for rq in self.live:
-            left += rq.req.output_len - rq.generated + (rq.req.input_len
-                                                        if rq.first_token_s is None else 0)
-        return left
+    def outstanding_at(self, t: float) -> int:
+        """Prompt tokens not yet prefilled and output tokens not yet made of its requests, at
+        the end of the step it is in at ``t`` (for the fleet's dispatcher)."""
+        if self._pending is None:
+            return self.work_left
+        times, batch = self._pending
+        return self.work_left - min(bisect.bisect_left(times, t) + 1, len(times)) * batch
 
     # -- jobs ----------------------------------------------------------------------------------
     def _add_job(self, rq: _Req, kind: JobKind) -> None:
@@ -194,6 +203,7 @@ class Replay:
         disagg = self.cfg.prefill == "disaggregated"
         if disagg:  # first token from the prefill GPU
             rq.generated, rq.first_token_s = 1, t
+            self.work_left -= 1 + r.input_len
             if r.output_len == 1:
                 self._finish(rq, t)
                 return
@@ -240,6 +250,7 @@ class Replay:
     def _finish(self, rq: _Req, now: float) -> None:
         self._release(rq)
         self.live.remove(rq)
+        self.work_left -= rq.req.output_len - rq.generated
         assert rq.first_token_s is not None
         r = rq.req
         self.out.results.append(RequestResult(
@@ -271,6 +282,7 @@ class Replay:
             job.outputs += 1
             job.decoding = True  # (a preempted job recomputed up to its last token)
             rq.generated += 1
+            self.work_left -= 1
         for p in plan.scheduled:
             job = self.jobs[p.jid]
             end = p.start + p.tokens
@@ -333,8 +345,10 @@ class Replay:
             job.outputs += 1
             job.decoding = True
             rq.generated += 1
+            self.work_left -= 1
             if rq.first_token_s is None:
                 rq.first_token_s = now
+                self.work_left -= rq.req.input_len
             else:
                 tokens += 1
             if finished:
@@ -423,7 +437,10 @@ class Replay:
             best = policy.longest(self._decoding_gpu_requests())
             can_start = (best is not None and busy_until is None and place(
                 best[1].req.input_len + best[1].req.output_len, self.nodes) is not None)
-        arrival = min(self.arrivals[0][0] if self.arrivals else math.inf, self.horizon)
+        arrival = self.arrivals[0][0] if self.arrivals else math.inf
+        if not self.lazy:  # a lazy run may pass the horizon: the fleet cuts it (settle)
+            arrival = min(arrival, self.horizon)
+        times: list[float] | None = [] if self.lazy else None
         now = self.now
         k = 0
         key = id(self) if self.contended else None
@@ -437,6 +454,8 @@ class Replay:
                 t_pnm=None if placed is None else _pnm_time(placed, i - 1, key))
             now += step
             k = i
+            if times is not None:
+                times.append(now)
             if now >= arrival or now >= next_sample:
                 break
             if watch:
@@ -446,17 +465,42 @@ class Replay:
                 if (can_start and best is not None and policy.pressure(used, capacity)
                         and router.past(best[0] + i)):
                     break
+        if times is not None:
+            if key is not None and placed is not None:  # its load while the run lasts
+                self._book(placed, k - 1, step)
+            self._pending = (times, len(sched.running))
+            self.now = now  # tentative: settle may cut it
+            return k
+        self._take_run(k, now, placed, key, step)
+        return k
+
+    def _take_run(self, k: int, now: float, placed: Any, key: int | None,
+                  step: float) -> None:
+        """Take ``k`` planned pure decode steps, the last ending at ``now``."""
+        sched = self.fast
+        assert sched is not None
         fastpath.advance(sched, k)
         if key is not None and placed is not None:
             self._book(placed, k - 1, step)
         self.now = now
         self.out.steps += k
         self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
+        self.work_left -= k * len(sched.running)
         for j in sched.running:
             job = self.jobs[j.spec.jid]
             job.outputs += k
             job.rq.generated += k
-        return k
+
+    def settle(self, t: float = math.inf) -> None:
+        """Take the planned run: whole, or up to the step it is in at ``t`` (a request handed
+        to it at ``t`` would have stopped it there)."""
+        if self._pending is None:
+            return
+        times, batch = self._pending
+        k = min(bisect.bisect_left(times, t) + 1, len(times))
+        self._pending = None
+        self._take_run(k, times[k - 1], None, None, 0.0)  # its load was booked when planned
+        self._after_step(k * batch)
 
     def _after_step(self, made: int) -> None:
         """What follows every step: decode tokens counted, migration, a sample when due."""
@@ -500,6 +544,7 @@ class Replay:
                 del self.jobs[jid]
             self._release(rq)
             self.live.remove(rq)
+            self.work_left -= rq.req.input_len + rq.req.output_len - rq.generated
         gone = set(map(id, late))
         self.pnm_queue = deque(x for x in self.pnm_queue if id(x[0]) not in gone)
         self.out.shed += len(late)
@@ -553,6 +598,7 @@ class Replay:
         arrive), or ``steps`` steps (a run of pure decode steps counts as one) are taken, or
         there is nothing it can do before then."""
         out, sched = self.out, self.sched
+        self.settle()
         self.horizon = horizon
         taken = 0
         while self.now < horizon and (steps is None or taken < steps):
@@ -569,6 +615,8 @@ class Replay:
             if self.fast is not None:
                 k = self._decode_run(self.next_sample)
                 if k:
+                    if self._pending is not None:
+                        return  # the fleet settles it
                     self._after_step(k * len(self.fast.running))
                     continue
             if self.budget is not None:
