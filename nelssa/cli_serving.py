@@ -185,7 +185,8 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
               f"max waiting {s['max_waiting']}, preemptions {s['preemptions']}")
     for n in res.nodes:
         print(f"    node {n.name}: {n.devices} devices, {n.placed} requests placed, peak "
-              f"{n.peak_used_tokens / n.tokens:.1%} of {n.tokens:,} tokens")
+              f"{n.peak_used_tokens / n.tokens:.1%} of {n.tokens:,} tokens, mean device load "
+              f"{n.mean_device_load:.2f}")
     out.mkdir(parents=True, exist_ok=True)
     plot_fleet(res, out / f"fleet_{cfg.mode}.png")
     return doc

@@ -67,14 +67,17 @@ class NodeResult:
     peak_used_tokens: int
     placed: int
     """Requests placed on it (arrivals and migrations)."""
+    mean_device_load: float = 0.0
+    """Its devices' load (the instances' offered loads added up) averaged over the samples."""
 
 
 @dataclass
 class FleetResult:
     instances: list[tuple[str, RunResult]]
     nodes: list[NodeResult]
-    node_samples: list[tuple[float, list[float]]] = field(default_factory=list)
-    """(emulated time, each node's share of memory held) every sample interval."""
+    node_samples: list[tuple[float, list[float], list[float]]] = field(default_factory=list)
+    """(emulated time, each node's share of memory held, each node's device load: the
+    instances' offered loads added up, 1 = its devices always busy) every sample interval."""
     dispatch: str = "round-robin"
     wall_s: float = 0.0
     cpu_s: float = 0.0
@@ -213,7 +216,7 @@ class FleetSim:
         waiting: set[int] = set()
         """Instances blocked on PNM node room, by index."""
         freed = [n.freed_at for n in self.nodes]
-        node_samples: list[tuple[float, list[float]]] = []
+        node_samples: list[tuple[float, list[float], list[float]]] = []
         next_sample = self.cfg.sample_s
         done = 0
         for inst in insts:
@@ -268,7 +271,8 @@ class FleetSim:
             freed = now_freed
             t_min = ready[0][0] if ready else horizon
             while self.nodes and t_min >= next_sample and t_min < math.inf:
-                node_samples.append((next_sample, [n.used_share for n in self.nodes]))
+                node_samples.append((next_sample, [n.used_share for n in self.nodes],
+                                     [n.load_sum for n in self.nodes]))
                 next_sample += self.cfg.sample_s
             if progress is not None and requests:
                 progress(done / len(requests))
@@ -280,7 +284,8 @@ class FleetSim:
         out = FleetResult(
             [(x.name, x.replay.out) for x in insts],
             [NodeResult(n.name, self._group_of[id(n)], n.devices, n.tokens, n.peak_used,
-                        n.placed) for n in self.nodes],
+                        n.placed, sum(x[k] for _, _, x in node_samples) / len(node_samples)
+                        if node_samples else 0.0) for k, n in enumerate(self.nodes)],
             node_samples, self.spec.dispatch)
         out.wall_s, out.cpu_s = time.perf_counter() - t0, time.process_time() - c0
         return out
@@ -295,33 +300,40 @@ def fleet_json(result: FleetResult, summarize: Callable[[RunResult], dict[str, A
         "instances": {name: {"summary": summarize(run), "series": series(run)}
                       for name, run in result.instances},
         "nodes": [vars(n) for n in result.nodes],
-        "node_samples": {"t_s": [t for t, _ in result.node_samples],
-                         "used": [u for _, u in result.node_samples]},
+        "node_samples": {"t_s": [t for t, _, _ in result.node_samples],
+                         "memory_used": [u for _, u, _ in result.node_samples],
+                         "device_load": [x for _, _, x in result.node_samples]},
         "wall_s": result.wall_s, "cpu_s": result.cpu_s,
     }
 
 
 def plot_fleet(result: FleetResult, path: Any) -> None:
-    """Each instance's running batch and each PNM node's memory held, over emulated time."""
+    """Over emulated time: each instance's running batch and waiting queue, each PNM node's
+    memory held and device load."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(10, 10), sharex=True)
+    ts = [t for t, _, _ in result.node_samples]
     for name, run in result.instances:
-        a.plot([s.t_s for s in run.samples], [s.running for s in run.samples], lw=0.7,
-               label=name)
-    a.set_ylabel("running batch")
-    if len(result.instances) <= 16:
-        a.legend(ncol=4, fontsize=7)
+        t = [s.t_s for s in run.samples]
+        axes[0].plot(t, [s.running for s in run.samples], lw=0.7, label=name)
+        axes[1].plot(t, [s.waiting for s in run.samples], lw=0.7, label=name)
     for k, node in enumerate(result.nodes):
-        b.plot([t for t, _ in result.node_samples], [u[k] for _, u in result.node_samples],
-               lw=0.8, label=node.name)
-    b.set_ylabel("PNM node memory held")
-    b.set_xlabel("emulated time (s)")
+        axes[2].plot(ts, [u[k] for _, u, _ in result.node_samples], lw=0.8, label=node.name)
+        axes[3].plot(ts, [x[k] for _, _, x in result.node_samples], lw=0.8, label=node.name)
+    for ax, what in zip(axes, ("running batch", "waiting requests", "PNM node memory held",
+                               "PNM node device load"), strict=True):
+        ax.set_ylabel(what)
+    axes[0].set_title(f"fleet of {len(result.instances)} instances and {len(result.nodes)} "
+                      f"PNM nodes, dispatch {result.dispatch}")
+    if len(result.instances) <= 16:
+        axes[0].legend(ncol=4, fontsize=7)
     if result.nodes and len(result.nodes) <= 16:
-        b.legend(ncol=4, fontsize=7)
+        axes[2].legend(ncol=4, fontsize=7)
+    axes[3].set_xlabel("emulated time (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
