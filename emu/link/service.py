@@ -3,6 +3,8 @@ socket bounds (emu/link/transport.py describes the protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import zmq
@@ -72,6 +74,16 @@ class Reply:
     payload: bytes
     done_ps: int
     """Emulated time the reply leaves the server."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """What a handler returns for a request it answers later: the server goes on serving, and
+    when ``ready`` resolves (on any thread) it calls the function ``ready`` holds on its own
+    thread to make the reply, which may raise ServiceError like a handler. ``ready`` itself may
+    hold a ServiceError instead."""
+
+    ready: Future[Callable[[], Reply | None]]
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,12 @@ class NodeBusyError(NodeError):
     so that what runs keeps the order sent)."""
 
 
+class DeviceQueueFullError(NodeError):
+    """This client's work queued or running on a device would pass its share of the device's
+    queue (the node's ``max_client_queued_tokens``): the request was not run and nothing
+    changed; send it again once earlier requests are answered. Other clients are not held up."""
+
+
 _BY_CODE: dict[int, type[NodeError]] = {
     NodeErrorCode.BAD_REQUEST: BadRequestError,
     NodeErrorCode.UNKNOWN_SESSION: UnknownSessionError,
@@ -63,6 +69,7 @@ _BY_CODE: dict[int, type[NodeError]] = {
     NodeErrorCode.DEVICE_DOWN: DeviceDownError,
     NodeErrorCode.DEVICE_ERROR: DeviceStatusError,
     NodeErrorCode.LIMIT_EXCEEDED: NodeLimitError,
+    NodeErrorCode.DEVICE_BUSY: DeviceQueueFullError,
     LinkErrorCode.CHECKSUM: ChecksumError,
     LinkErrorCode.MALFORMED_FRAME: LinkError,
     LinkErrorCode.UNKNOWN_OP: LinkError,

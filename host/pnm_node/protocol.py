@@ -77,6 +77,10 @@ class NodeErrorCode(IntEnum):
     LIMIT_EXCEEDED = 106
     """A limit of the node (NodeConfig: per client, or per request) would be passed; nothing
     was changed. The message names the limit."""
+    DEVICE_BUSY = 107
+    """The client's work queued or running on a device would pass its share
+    (``max_client_queued_tokens``); nothing was run or changed: send it again once earlier
+    requests are answered."""
 
 
 MAX_ARRIVE_PS = MAX_EMU_TIME_PS // 2
