@@ -81,6 +81,11 @@ class NodeConfig:
     """Cut each device's share of a request into a whole number of rounds of its attention
     units, the parts merged by log-sum-exp (driver/split.py): a device given fewer KV heads
     than it has units otherwise leaves bandwidth unused."""
+    max_domain_members: int = 64
+    """Members one clock domain may have (host/pnm_node/domains.py)."""
+    domain_stall_s: float = 600.0
+    """A clock-domain member nothing is heard from for this long while another member's
+    ATTEND waits on it is removed from the domain, and the others go on."""
     max_queued: int = LinkLimits.max_queued
     """Requests waiting to run, all clients together; once it is full, a request of a client
     holding its share of the queue is refused at once with BUSY (emu/link/server.py). Freeing,
@@ -92,7 +97,7 @@ class NodeConfig:
         link_preset(self.link)
         link_preset(self.cxl)
         for name in ("device_timeout_s", "connect_timeout_s", "core_clock_mhz",
-                     "probe_period_s"):
+                     "probe_period_s", "domain_stall_s"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("host_request_ns", "host_descriptor_ns"):
@@ -101,7 +106,8 @@ class NodeConfig:
                                  f"{getattr(self, name)}")
         for name in ("max_sessions", "max_sessions_per_client", "max_clients",
                      "max_queue_pairs", "max_request_heads", "max_write_kv_bytes",
-                     "max_queued", "max_request_tokens", "max_client_queued_tokens"):
+                     "max_queued", "max_request_tokens", "max_client_queued_tokens",
+                     "max_domain_members"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
         if self.max_client_queued_tokens < self.max_request_tokens:

@@ -169,7 +169,8 @@ def _tokens(a: AttnRequest) -> int:
     return sum(clusters[i][1] for i in a.cluster_ids)
 
 
-def attend(host: NelssaHost, r: ServiceRequest) -> Pending:
+def attend(host: NelssaHost, r: ServiceRequest, member: Any = None) -> Pending:
+    """``member``: the sender's (clock domain, member) where it is in one (domains.py)."""
     cfg = host.config
     count = p.ATTEND_HEAD.parse(r.payload).count  # the size, before the groups are parsed
     if count > cfg.max_request_heads:
@@ -209,7 +210,19 @@ def attend(host: NelssaHost, r: ServiceRequest) -> Pending:
     twin_plan = {d: twin_requests(items, twin_of) for d, items in plan.items() if sampled}
     twin_parts = [Part(host.twins[d], lambda sl, reqs=[a for _, a in items]: sl.run_batch(reqs),
                        share[d]) for d, items in twin_plan.items()]
-    job = host.queue_work(s, parts + twin_parts)
+    committed: list[Any] = []  # a domain's ATTEND: its times, or why there are none
+
+    def commit(done: dict[DeviceSlot, Any]) -> None:
+        """On a device thread, in the domain's start order: the ATTEND's times on the
+        domain's device timeline."""
+        try:
+            res = device_results(done, twin_parts if sampled else parts)
+            committed.append(_attend_times(host, r, plan, res, member[0].busy_until_ps))
+        except ServiceError as e:
+            committed.append(e)
+
+    held = None if member is None else (member, r.arrive_ps, commit)
+    job = host.queue_work(s, parts + twin_parts, held)
 
     def finish(done: dict[DeviceSlot, Any]) -> Reply:
         results: dict[int, BatchResult] = device_results(done, parts)
@@ -222,31 +235,29 @@ def attend(host: NelssaHost, r: ServiceRequest) -> Pending:
                                 f"twin differ in {len(bad)} of {len(plan[d])} descriptors "
                                 f"(the first: {bad[0]}) at layer {q.layer}")
             results = twin_results
-        return _attend_reply(host, r, s, q, plan, results)
+        partials = _partials(q, plan, results)  # a device's error fails it before any time moves
+        if member is None:  # the client's own timeline (host.py)
+            times = _attend_times(host, r, plan, results, host.clients.owner(s).busy_until_ps)
+        elif isinstance(committed[0], ServiceError):
+            raise committed[0]
+        else:
+            times = committed[0]
+        return _attend_reply(q, plan, results, partials, times)
 
     return Pending(job, finish)
 
 
-def _attend_reply(host: NelssaHost, r: ServiceRequest, s: Any, q: Any,
+Times = tuple[dict[str, int], dict[int, int]]
+"""An ATTEND's emulated timing (the TIMING fields) and each device's start."""
+
+
+def _attend_times(host: NelssaHost, r: ServiceRequest,
                   plan: dict[int, list[tuple[int, AttnRequest]]],
-                  results: dict[int, BatchResult]) -> Reply:
-    partials: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for d, items in plan.items():
-        for (gi, _), out in zip(items, results[d].outputs, strict=True):
-            if out.status != DescStatus.OK or out.o is None or out.lse is None:
-                raise _fail(NodeErrorCode.DEVICE_ERROR, f"device {d}: KV head "
-                            f"{q.groups[gi].kv_head} completed with {out.status.name}")
-            partials.setdefault(gi, []).append((out.o, out.lse))
-    outs = []
-    for gi, g in enumerate(q.groups):
-        o, lse = merge_partials(partials[gi])
-        outs.append({"kv_head": g.kv_head, "o": o.astype("<f4").tobytes(),
-                     "lse": lse.astype("<f4").tobytes()})
+                  results: dict[int, BatchResult], busy: dict[int, int]) -> Times:
+    """Each device starts the request at max(its arrival + host time, the device's
+    busy-until on ``busy``'s timeline), which moves to its end."""
     descriptors = sum(len(v) for v in plan.values())
     host_ps = host.host_ps + round(host.config.host_descriptor_ns * PS_PER_NS * descriptors)
-    # a device busy with an earlier request of this client (in emulated time) starts this
-    # one after it; other clients' requests are not in this client's time (host.py doc)
-    busy = host.clients.owner(s).busy_until_ps
     ready = r.arrive_ps + host_ps
     start = {d: max(ready, busy.get(d, 0)) for d in results}
     end = {d: start[d] + res.cxl_ps + round(res.cycles * host.ps_per_cycle)
@@ -261,6 +272,33 @@ def _attend_reply(host: NelssaHost, r: ServiceRequest, s: Any, q: Any,
               "device_ps": end[crit] - start[crit] - results[crit].cxl_ps,
               "done_ps": end[crit], "device_cycles": results[crit].cycles,
               "critical_device": crit}
+    return timing, start
+
+
+Partials = dict[int, list[tuple[np.ndarray, np.ndarray]]]
+
+
+def _partials(q: Any, plan: dict[int, list[tuple[int, AttnRequest]]],
+              results: dict[int, BatchResult]) -> Partials:
+    """Each KV head's partial outputs, or DEVICE_ERROR for a descriptor that failed."""
+    partials: Partials = {}
+    for d, items in plan.items():
+        for (gi, _), out in zip(items, results[d].outputs, strict=True):
+            if out.status != DescStatus.OK or out.o is None or out.lse is None:
+                raise _fail(NodeErrorCode.DEVICE_ERROR, f"device {d}: KV head "
+                            f"{q.groups[gi].kv_head} completed with {out.status.name}")
+            partials.setdefault(gi, []).append((out.o, out.lse))
+    return partials
+
+
+def _attend_reply(q: Any, plan: dict[int, list[tuple[int, AttnRequest]]],
+                  results: dict[int, BatchResult], partials: Partials, times: Times) -> Reply:
+    outs = []
+    for gi, g in enumerate(q.groups):
+        o, lse = merge_partials(partials[gi])
+        outs.append({"kv_head": g.kv_head, "o": o.astype("<f4").tobytes(),
+                     "lse": lse.astype("<f4").tobytes()})
+    timing, start = times
     devices = [{"device": d, "start_ps": start[d], "cycles": res.cycles,
                 "cxl_ps": res.cxl_ps, "descriptors": len(plan[d])}
                for d, res in sorted(results.items())]

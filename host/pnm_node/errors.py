@@ -61,6 +61,11 @@ class DeviceQueueFullError(NodeError):
     changed; send it again once earlier requests are answered. Other clients are not held up."""
 
 
+class ClockDomainError(NodeError):
+    """A clock-domain refusal (host/pnm_node/domains.py): a bad ticket, not a member, a stamp
+    that goes back, or removed from the domain after a stall; the message says which."""
+
+
 _BY_CODE: dict[int, type[NodeError]] = {
     NodeErrorCode.BAD_REQUEST: BadRequestError,
     NodeErrorCode.UNKNOWN_SESSION: UnknownSessionError,
@@ -70,6 +75,7 @@ _BY_CODE: dict[int, type[NodeError]] = {
     NodeErrorCode.DEVICE_ERROR: DeviceStatusError,
     NodeErrorCode.LIMIT_EXCEEDED: NodeLimitError,
     NodeErrorCode.DEVICE_BUSY: DeviceQueueFullError,
+    NodeErrorCode.DOMAIN_REFUSED: ClockDomainError,
     LinkErrorCode.CHECKSUM: ChecksumError,
     LinkErrorCode.MALFORMED_FRAME: LinkError,
     LinkErrorCode.UNKNOWN_OP: LinkError,

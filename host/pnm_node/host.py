@@ -26,6 +26,9 @@ requests of the same client (its queue pairs included), never behind another cli
 emulated clocks are independent of one another (each GPU node runs its own), so ordering one
 client's work after another's emulated time would let any client move every other client's
 results with its clock; this way a client's clock, far-future or not, moves only its own.
+Clients of one simulation share a clock: those that joined one clock domain (domains.py, with
+the ticket its opener was given) share each device's timeline, their ATTENDs started in emulated
+time order under conservative synchronization; a domain's work never moves a non-member's times.
 
 Trust: every request is checked whole (each field; its size against the per-request limits,
 from its header, before its body is parsed; its emulated time against ``MAX_ARRIVE_PS`` and the
@@ -60,6 +63,7 @@ from nelssa.host.pnm_node.devices import (
     ProcessWatch,
 )
 from nelssa.host.pnm_node.dispatch import Dispatcher, Job, Part, outcome
+from nelssa.host.pnm_node.domains import ClockDomain, DomainTable, Member
 from nelssa.host.pnm_node.lanes import Lanes, Order, Pending
 from nelssa.host.pnm_node.partition import HeadKv, Session, Shard, head_devices, shard_tokens
 from nelssa.host.pnm_node.protocol import (
@@ -74,7 +78,8 @@ log = logging.getLogger(__name__)
 
 
 ALWAYS_ADMITTED = frozenset({NodeOp.CLOSE_SESSION, NodeOp.FREE_KV, NodeOp.STATUS,
-                             NodeOp.SHUTDOWN, NodeOp.JOIN_TICKET, NodeOp.JOIN})
+                             NodeOp.SHUTDOWN, NodeOp.JOIN_TICKET, NodeOp.JOIN,
+                             NodeOp.DOMAIN_LEAVE, NodeOp.DOMAIN_PROMISE})
 """Operations queued even when the node is busy: they free what others wait for, or the
 operator needs them under load."""
 
@@ -114,6 +119,9 @@ class NelssaHost:
         self.clients = ClientTable(config)
         self.lanes = Lanes()
         self.dispatcher = Dispatcher(self.slots + self.twins, config.max_client_queued_tokens)
+        # the lookahead: no message crosses the link faster than its base latency
+        self.domains = DomainTable(config, round(link_preset(config.link).latency_ns
+                                                 * PS_PER_NS), self.dispatcher)
         self._health = HealthWatch(self.slots + self.twins, config.probe_period_s,
                                    min(config.device_timeout_s, config.probe_period_s * 5))
         self.requests = self.errors = 0
@@ -144,6 +152,8 @@ class NelssaHost:
             NodeOp.ATTEND: lambda r: datapath.attend(self, r),
             NodeOp.STATUS: self._status, NodeOp.SHUTDOWN: self._shutdown,
             NodeOp.JOIN_TICKET: self._join_ticket, NodeOp.JOIN: self._join,
+            NodeOp.DOMAIN_OPEN: self._domain_open, NodeOp.DOMAIN_JOIN: self._domain_join,
+            NodeOp.DOMAIN_LEAVE: self._domain_leave, NodeOp.DOMAIN_PROMISE: self._domain_promise,
         }
 
     def _device_clock_hz(self) -> int:
@@ -159,19 +169,28 @@ class NelssaHost:
         """Answer now, or later (``Deferred``: device work queued, or held behind the client's
         earlier requests); on the node's thread."""
         self.requests += 1
+        self.domains.tick()
         op = self._ops.get(request.op)
+        cid = self.clients.client_id(request.peer)
         try:
             if op is None:
                 raise ServiceError(LinkErrorCode.UNKNOWN_OP, f"operation {request.op} is not a "
                                    f"node operation ({', '.join(o.name for o in NodeOp)})")
             self._check_time(request)
+            member = self.domains.arrived(cid, request)
         except ServiceError:
             self.errors += 1
             raise
         order = LANE_ORDER.get(NodeOp(request.op))
 
         def start() -> Reply | Pending:
-            return self._start(op, request)
+            if member is None:
+                return self._start(op, request)
+            try:  # an ATTEND of a clock domain's member: held until it may start
+                return self._start(lambda r: datapath.attend(self, r, member), request)
+            except Exception:
+                member[0].forget(member[1], request.arrive_ps)
+                raise
 
         if order is None:
             out = start()
@@ -204,15 +223,26 @@ class NelssaHost:
 
         return Pending(out.job, finish)
 
-    def queue_work(self, s: Session, parts: list[Part]) -> Job:
+    def queue_work(self, s: Session, parts: list[Part],
+                   held: tuple[tuple[ClockDomain, Member], int,
+                               Callable[[dict[Any, Any]], None]] | None = None) -> Job:
         """Queue a request's device work for the session's client, or refuse it whole when
-        it would pass the client's share of a device queue."""
+        it would pass the client's share of a device queue. ``held``: a clock domain's ATTEND
+        (its domain and member, its arrival stamp, and what commits its emulated times), held
+        until no member may precede it."""
         over = self.dispatcher.over_cap(s.owner, parts)
         if over is not None:
             raise _fail(NodeErrorCode.DEVICE_BUSY, f"{over}: over the node's limit "
                         f"max_client_queued_tokens = {self.config.max_client_queued_tokens}; "
                         "nothing was run: send it again once earlier requests are answered")
+        if held is not None:
+            (domain, member), arrive, commit = held
+            return domain.hold(member, arrive, parts, commit)
         return self.dispatcher.run(s.owner, parts)
+
+    def tick(self) -> None:
+        """Time-outs of clock domains (on the node's thread, also while nothing arrives)."""
+        self.domains.tick()
 
     def _check_time(self, r: ServiceRequest) -> None:
         """Refuse emulated times beyond the horizon, before anything changes: a reply that
@@ -489,6 +519,28 @@ class NelssaHost:
     def _join(self, r: ServiceRequest) -> Reply:
         self.clients.join(r.peer, p.JOIN_REQ.parse(r.payload).ticket)
         return self._reply(NodeOp.JOIN, b"", r, self.host_ps)
+
+    # -- clock domains (domains.py) ---------------------------------------------------------------
+    def _domain_open(self, r: ServiceRequest) -> Reply:
+        members = p.DOMAIN_OPEN_REQ.parse(r.payload).members
+        ticket = self.domains.open(self.clients.client_id(r.peer), members)
+        return self._reply(NodeOp.DOMAIN_OPEN, p.DOMAIN_OPEN_REP.build({"ticket": ticket}), r,
+                           self.host_ps)
+
+    def _domain_join(self, r: ServiceRequest) -> Reply:
+        self.domains.join(self.clients.client_id(r.peer),
+                          p.DOMAIN_JOIN_REQ.parse(r.payload).ticket)
+        return self._reply(NodeOp.DOMAIN_JOIN, b"", r, self.host_ps)
+
+    def _domain_leave(self, r: ServiceRequest) -> Reply:
+        p.EMPTY.parse(r.payload)
+        self.domains.leave(self.clients.client_id(r.peer))
+        return self._reply(NodeOp.DOMAIN_LEAVE, b"", r, self.host_ps)
+
+    def _domain_promise(self, r: ServiceRequest) -> Reply:
+        p.EMPTY.parse(r.payload)
+        self.domains.promise(self.clients.client_id(r.peer), r)
+        return self._reply(NodeOp.DOMAIN_PROMISE, b"", r)
 
     def watch_processes(self, exited: Callable[[], list[tuple[int, int]]]) -> None:
         """Mark a device down as soon as its process exits (processes the node started:
