@@ -84,6 +84,12 @@ def fleet(alone: list[dict[str, Any]], k: int) -> tuple[float, float]:
     return wait + extra, step + extra
 
 
+def processor_sharing(alone: list[dict[str, Any]], k: int) -> float:
+    """The mean wait (us) of the model before: attention x (1 + the others' loads)."""
+    attn, step = mean(alone, "pnm_attn_ps"), mean(alone, "step_ps")
+    return mean(alone, "wait_ps") + (k - 1) * attn / step * attn
+
+
 def compare(run: Run, ks: list[int]) -> list[dict[str, Any]]:
     out, alone = [], None
     for k in ks:
@@ -95,12 +101,14 @@ def compare(run: Run, ks: list[int]) -> list[dict[str, Any]]:
             alone = rows
         assert alone is not None, "K = 1 first: the fleet's one-instance step"
         fw, fs = fleet(alone, k)
+        ps = processor_sharing(alone, k)
         cw, cs = mean(rows, "wait_ps"), mean(rows, "step_ps")
         first = [node[0] for node in steps]
         out.append({"k": k, "cosim_wait": cw, "cosim_step": cs, "fleet_wait": fw,
                     "fleet_step": fs, "wait_diff": (fw - cw) / cw, "step_diff": (fs - cs) / cs,
                     "first_wait": mean(first, "wait_ps"), "first_step": mean(first, "step_ps"),
-                    "attn": mean(rows, "pnm_attn_ps"), "wall_s": wall})
+                    "attn": mean(rows, "pnm_attn_ps"), "wall_s": wall,
+                    "ps_wait": ps, "ps_diff": (ps - cw) / cw})
         log.info("K=%d: %s", k, out[-1])
     return out
 
@@ -120,13 +128,14 @@ def page(run: Run, rows: list[dict[str, Any]], command: str, commit: str) -> str
         f"Verdict: {'every K within' if ok else 'NOT all within'} {BOUND:.0%} on wait and step.",
         "",
         "| K | co-sim wait | fleet wait | diff | co-sim step | fleet step | diff | "
-        "device us/step | step 1 wait (co-sim) | wall s |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        "device us/step | step 1 wait (co-sim) | processor sharing wait (before) | wall s |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['k']} | {r['cosim_wait']:.1f} | {r['fleet_wait']:.1f} | "
                      f"{100 * r['wait_diff']:+.1f} % | {r['cosim_step']:.1f} | "
                      f"{r['fleet_step']:.1f} | {100 * r['step_diff']:+.1f} % | {r['attn']:.1f} | "
-                     f"{r['first_wait']:.1f} | {r['wall_s']:.0f} |")
+                     f"{r['first_wait']:.1f} | {r['ps_wait']:.1f} ({100 * r['ps_diff']:+.1f} %)"
+                     f" | {r['wall_s']:.0f} |")
     lines += ["", (ROOT / "nelssa/experiments/templates/fleet_cosim_notes.md").read_text()]
     return "\n".join(lines) + "\n"
 
