@@ -6,12 +6,11 @@ stranger's times do not move with a domain's load."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from node_helpers import NodeProcess
+from node_helpers import FakeSlot, NodeProcess
 
 from nelssa.emu.link.transport import ServiceError, ServiceRequest
 from nelssa.experiments.node_sharing import load_head
@@ -25,20 +24,13 @@ from nelssa.host.pnm_node.protocol import NodeErrorCode, NodeOp
 LOOKAHEAD = 1_500_000  # roce: 1.5 us
 
 
-class _FakeSlot:
-    def __init__(self, index: int) -> None:
-        self.index, self.endpoint, self.alive = index, f"fake{index}", True
-        self._exec = ThreadPoolExecutor(max_workers=1)
-
-    def submit(self, fn: Any) -> Future[Any]:
-        return self._exec.submit(fn, self)
 
 
 class _Domain:
     """A domain table over one fake device; ``attend`` plays an ATTEND's arrival and hold."""
 
     def __init__(self, members: int, stall_s: float = 600.0) -> None:
-        self.slot = _FakeSlot(0)
+        self.slot = FakeSlot(0)
         self.dispatcher = Dispatcher([self.slot], 1 << 30)  # type: ignore[list-item]
         cfg = NodeConfig(devices=("x",), domain_stall_s=stall_s)
         self.table = DomainTable(cfg, LOOKAHEAD, self.dispatcher)

@@ -8,13 +8,12 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from node_helpers import NodeProcess
+from node_helpers import FakeSlot, NodeProcess
 
 from nelssa.experiments.node_sharing import load_head
 from nelssa.host.pnm_node.client import NodeClient
@@ -25,19 +24,10 @@ TOKENS = 32
 """Tokens per cluster of the test KV."""
 
 
-class _FakeSlot:
-    """A device slot that runs its work on a thread of its own, like DeviceSlot."""
-
-    def __init__(self, index: int) -> None:
-        self.index, self.endpoint, self.alive = index, f"fake{index}", True
-        self._exec = ThreadPoolExecutor(max_workers=1)
-
-    def submit(self, fn: Any) -> Future[Any]:
-        return self._exec.submit(fn, self)
 
 
 def test_a_flood_does_not_starve_another_client_on_the_same_device() -> None:
-    slot = _FakeSlot(0)
+    slot = FakeSlot(0)
     d = Dispatcher([slot], cap_tokens=1 << 30)  # type: ignore[list-item]
     gate, order = threading.Event(), []
 
