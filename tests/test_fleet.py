@@ -16,6 +16,7 @@ from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.fleet import FleetSim
+from nelssa.emu.serving.pnm_nodes import contention_s
 from nelssa.emu.serving.results import RunResult
 from nelssa.emu.serving.sim import ServingSim
 from nelssa.emu.serving.workload import load_trace, poisson
@@ -187,12 +188,13 @@ def test_serve_sim_fleet_reports_instances_and_nodes(tmp_path) -> None:
 
 def test_instances_sharing_a_node_share_its_devices(cat, lm) -> None:
     """Two instances on one node of 4 devices against each on its own: the same requests on
-    the PNM tier decode slower when they share (the attention stretched by the other's load),
-    the GPU-tier ones are not slower than that; a node's slowdown is 1 + the others' load."""
+    the PNM tier decode slower when they share devices they load past their capacity (what
+    the other's work queues ahead of a step's attention); below it they interleave
+    (pnm_nodes.contention_s)."""
     reqs = _reqs(160, 6.0)
     cfg = ServingConfig(mode="nelssa", t_input=3000)
-    # devices a tenth as fast: the node's attention is a large part of a PNM-tier step
-    lm = replace(lm, pnm=replace(lm.pnm, bw_eff_gbs=lm.pnm.bw_eff_gbs / 10))
+    # devices a fiftieth as fast: the node's attention most of a PNM-tier step
+    lm = replace(lm, pnm=replace(lm.pnm, bw_eff_gbs=lm.pnm.bw_eff_gbs / 50))
     shared = FleetSpec(instances=[{"count": 2}], pnm_nodes=[{"name": "n", "devices": 4}])
     apart = FleetSpec(instances=[{"pnm_nodes": ["a"]}, {"pnm_nodes": ["b"]}],
                       pnm_nodes=[{"name": "a", "devices": 4}, {"name": "b", "devices": 4}])
@@ -209,5 +211,10 @@ def test_instances_sharing_a_node_share_its_devices(cat, lm) -> None:
     node.set_load(1, 0.25)
     node.set_load(2, 0.5)
     assert node.others_load(1) == 0.5 and node.others_load(2) == 0.25
+    assert node.slowdown(1) == node.slowdown(2) == 1.0  # the other's work fits the gap
+    node.set_load(1, 0.6)
+    node.set_load(2, 0.6)  # 0.6 of a step's work arrives, 0.4 of it is free: 0.2 queues
+    assert node.slowdown(1) == pytest.approx(1 + 0.2 / 0.6)
+    assert contention_s(0.6, 1.0, 0.6) == pytest.approx(0.2)
     assert node.cost.pnm_s(1000, 1, 1.5) - node.cost.pnm_s(0, 1) == pytest.approx(
         1.5 * node.cost.pnm_attn_s(1000))

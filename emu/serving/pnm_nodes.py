@@ -2,13 +2,16 @@
 reserved, and what its devices' attention costs a step. One replay has one node (its
 ``devices``); a fleet's instances share the nodes of the fleet description.
 
-Contention: the instances that share a node share its devices' bandwidth. A step's sparse
-attention on a node takes its time alone times ``1 + sum of the other instances' offered
-loads`` (each the devices' work per second of that instance's latest step): processor sharing
-with the others busy in proportion to their load (two always-busy users take twice as long,
-an idle one costs nothing). The loads are rates, so instances stepped out of order (a run of
-pure decode steps is taken at once) see the same figure. T_comm (host software, the link) is
-not shared.
+Contention: the instances that share a node share its devices, and the node serves their
+requests first come, first served in emulated time (its clock domains, host/pnm_node/domains.py).
+The other instances' device work during a step (their offered loads, each the devices' work
+per second of that instance's latest step, times the step) fits into the time the step's own
+GPU work leaves the devices idle; only what does not fit queues ahead of the step's attention
+(``contention_s``). Instances below the devices' capacity interleave and wait for nothing once
+their steps fall into place (what the co-simulation of K GPU decode nodes shows:
+docs/results/fleet_cosim.md); past it the devices set the pace. The loads are rates, so
+instances stepped out of order (a run of pure decode steps is taken at once) see the same
+figure. T_comm (host software, the link) is not shared.
 
 A PNM-tier request's KV lives on one node, head-wise over its devices (as the PNM node
 partitions it, ``host/pnm_node/partition.py``); a request is placed on the node with the most
@@ -22,7 +25,13 @@ from dataclasses import dataclass, field
 
 from nelssa.emu.serving.cost import CostModel
 
-__all__ = ["PnmNode", "place"]
+__all__ = ["PnmNode", "contention_s", "place"]
+
+
+def contention_s(attn_s: float, step_s: float, others_load: float) -> float:
+    """What sharing adds to a step of ``step_s`` whose attention on the node takes ``attn_s``
+    alone: the others' work in that time, less the gap its own GPU work leaves the devices."""
+    return max(0.0, others_load * step_s - (step_s - attn_s))
 
 
 @dataclass(eq=False)
@@ -62,6 +71,14 @@ class PnmNode:
 
     def others_load(self, key: int) -> float:
         return max(0.0, self.load_sum - self.load.get(key, 0.0))
+
+    def slowdown(self, key: int) -> float:
+        """``contention_s`` as a factor on the attention of instance ``key``'s step, its step
+        taken as its latest (its attention over its load); 1 before it has booked one."""
+        rho = self.load.get(key, 0.0)
+        if rho <= 0.0:
+            return 1.0
+        return 1.0 + max(0.0, 1.0 - (1.0 - self.others_load(key)) / rho)
 
     def set_load(self, key: int, rho: float) -> None:
         old = self.load.get(key, 0.0)

@@ -671,10 +671,11 @@ def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,
               key: int | None = None) -> float:
     """The PNM tier's time of a step, ``ahead`` steps on (each context a token longer a step):
     the slowest node's, as the nodes work in parallel; with ``key`` (an instance whose nodes
-    others share), each node's attention stretched by the others' load."""
+    others share), each node's attention stretched by what the others' load queues ahead of
+    it (pnm_nodes.contention_s)."""
     if key is None:
         return max((n.cost.pnm_s(c + ahead * k, k) for n, c, k in sums), default=0.0)
-    return max((n.cost.pnm_s(c + ahead * k, k, 1.0 + n.others_load(key)) for n, c, k in sums),
+    return max((n.cost.pnm_s(c + ahead * k, k, n.slowdown(key)) for n, c, k in sums),
                default=0.0)
 
 
