@@ -242,6 +242,7 @@ def build_parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for the processes it starts
     check_node_args(parser, args)
     check_decode_args(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,

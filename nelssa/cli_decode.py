@@ -62,10 +62,30 @@ def _prefill_config(args: argparse.Namespace) -> PrefillConfig:
     return PrefillConfig(**config_values(args, PrefillConfig, PREFILL_OPTIONS))
 
 
+def node_spec(args: argparse.Namespace, pnm: Any, devices: int) -> Any:
+    """The node `decode` boots (or joins, with --node)."""
+    from nelssa.cosim import NodeSpec
+
+    extra = [x for b in args.bar or [] for x in ("--bar", b)]
+    if args.backend != "fpga":
+        extra += node_device_args(pnm)
+    if args.rtl_layers:
+        extra += ["--rtl-layers", str(args.rtl_layers)]
+    if args.device_memory == "file":
+        extra += ["--device-memory", "file"]
+    if args.manifest:
+        extra += ["--manifest", args.manifest]
+    return NodeSpec(devices, args.backend, args.link, args.node, extra)
+
+
 def cmd_decode(args: argparse.Namespace) -> int:
+    if args.gpu_nodes > 1:
+        from nelssa.cli_gpu_nodes import run_gpu_nodes
+
+        return run_gpu_nodes(args)
     import numpy as np
 
-    from nelssa.cosim import CosimSession, NodeSpec
+    from nelssa.cosim import CosimSession
     from nelssa.emu.launcher import EndpointError, check_listening
     from nelssa.emu.policy.states import SeqState, Tier
     from nelssa.host.gpu.clustering import ClusterConfig
@@ -123,23 +143,14 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
     if args.backend != "fpga" and args.node is None:
         print(f"  PNM devices: {pnm.name}: {pnm.device or 'the default device'}")
-    extra = [x for b in args.bar or [] for x in ("--bar", b)]
-    if args.backend != "fpga":
-        extra += node_device_args(pnm)
-    if args.rtl_layers:
-        extra += ["--rtl-layers", str(args.rtl_layers)]
-    if args.device_memory == "file":
-        extra += ["--device-memory", "file"]
-    if args.manifest:
-        extra += ["--manifest", args.manifest]
-    node = NodeSpec(devices, args.backend, args.link, args.node, extra)
+    node = node_spec(args, pnm, devices)
     if args.node is None:
         print(f"booting a node: {devices} {args.backend} devices, link {args.link} "
               "(the first rtl run builds the device) ...", flush=True)
     t0 = time.perf_counter()
     try:
         session = CosimSession(model, cfg, node, router=router, scheduler=args.scheduler,
-                               timeout_s=args.timeout)
+                               timeout_s=args.timeout, domain_ticket=domain_ticket(args))
     except ValueError as e:  # a model the node's devices cannot run (their CAPS)
         raise UsageError(f"--model: {e}") from None
     except RuntimeError as e:  # the node did not come up: it printed why
@@ -209,6 +220,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 print(f"     {e}")
             n_events = len(dec.events)
         wall = time.perf_counter() - wall
+        session.leave_domain()  # nothing more to attend: the other members go on
         failed = [r for r in dec.requests if r.status is SeqState.FAILED]
         sampling = client.probe_status().sampling if args.rtl_layers else None
     if not reports:
@@ -262,12 +274,42 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   f"updates of {cfg.chunk} tokens appended, {kv.offloaded} tokens on the node")
     for r in failed:
         print(f"  request {r.rid} FAILED: {r.note}")
+    if args.steps_json:
+        write_steps(Path(args.steps_json), reports)
     trace = Path(args.trace)
     dec.trace.write(trace)
     plot_steps(reports, args.plot, f"NELSSA decode: {args.short} short + {args.long} long "
                                    f"requests, {args.backend} devices")
     print(f"\nwrote {trace} (open in ui.perfetto.dev) and {args.plot}")
     return 1 if failed else 0
+
+
+def domain_ticket(args: argparse.Namespace) -> bytes | None:
+    """--domain-ticket's bytes (from standard input for `-`)."""
+    import sys
+
+    text = args.domain_ticket
+    if text is None:
+        return None
+    if text == "-":
+        text = sys.stdin.readline().strip()
+    try:
+        ticket = bytes.fromhex(text)
+    except ValueError:
+        ticket = b""
+    if len(ticket) != 16:
+        raise UsageError("--domain-ticket: 32 hexadecimal digits (the ticket the domain's "
+                         "opener was given)")
+    return ticket
+
+
+def write_steps(path: Path, reports: list[Any]) -> None:
+    """Each step's emulated figures (picoseconds), for --gpu-nodes and the checks."""
+    import json
+
+    keys = ("step_ps", "wait_ps", "node_ps", "others_ps", "topk_ps", "transfer_ps",
+            "pnm_overhead_ps", "pnm_attn_ps", "short", "long", "tokens", "node_requests")
+    path.write_text(json.dumps([{k: getattr(r, k) for k in keys} for r in reports]))
 
 
 def add_decode_parser(sub: argparse._SubParsersAction) -> None:
@@ -352,6 +394,16 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                         "algorithm) or vllm (vLLM's own v1 scheduler, unmodified, in its own "
                         "environment: `make vllm`) [default: %(default)s]")
     p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--gpu-nodes", type=int_range(1, 64), default=1, metavar="K",
+                   help="GPU decode nodes, each a process of its own with its own engine and "
+                        "the same batch, against one PNM node, sharing its devices' emulated "
+                        "timeline (a clock domain); 1: this process alone [default: "
+                        "%(default)s]")
+    p.add_argument("--domain-ticket", metavar="HEX|-",
+                   help="join the clock domain of this ticket on the --node (`-`: read it "
+                        "from standard input, as --gpu-nodes hands it to its nodes)")
+    p.add_argument("--steps-json", type=output_file, metavar="PATH",
+                   help="also write each step's emulated figures as JSON")
     p.set_defaults(func=cmd_decode)
 
 
@@ -368,6 +420,9 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.grow and args.scheduler != "ours":
         parser.error(f"--grow sizes the GPU's KV after the prefills, and the {args.scheduler} "
                      "scheduler's is fixed when it starts: use --scheduler ours")
+    if args.domain_ticket is not None and (args.node is None or args.gpu_nodes > 1):
+        parser.error("--domain-ticket joins the clock domain of a running node: give --node, "
+                     "and no --gpu-nodes")
     if args.rtl_layers and (args.backend != "model" or args.node is not None):
         parser.error(f"--rtl-layers {args.rtl_layers}: sampling puts the other layers on model "
                      "devices of a node this run boots (--backend model, no --node)")

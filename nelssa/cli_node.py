@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 DEFAULT_ENDPOINT = "ipc:///tmp/nelssa-node"
 NODE_OPTIONS = ("device_timeout_s", "max_queued", "max_sessions", "max_sessions_per_client",
                 "max_client_bytes", "max_clients", "max_queue_pairs", "max_request_heads",
-                "max_write_kv_bytes", "split_over_units", "rtl_layers", "kv_backdoor")
+                "max_write_kv_bytes", "max_request_tokens", "max_client_queued_tokens",
+                "probe_period_s", "split_over_units", "rtl_layers", "kv_backdoor")
 """NodeConfig fields `node up` takes as options (config_args: name, default, help)."""
 LINKS = sorted(GPU_PNM_LINKS)
 

@@ -8,6 +8,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.latency.model import Sparsity
@@ -48,8 +49,17 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
 
+    if args.fleet:
+        if scheduler is SchedulerKind.VLLM:
+            raise UsageError("--fleet: the fleet runs our scheduler for now (--scheduler ours)")
+        if args.sweeps:
+            raise UsageError("--fleet: --sweeps describe one instance; run them without --fleet")
+        args.hardware = [*args.hardware, args.fleet]
     hw = load_hardware(args)
     cat = hw["catalog"]
+    if args.fleet and cat.fleet is None:
+        raise UsageError(f"--fleet {args.fleet}: the file has no 'fleet' section "
+                         "(docs/serving.md, 'A fleet')")
     lm = LatencyModel(hw["gpus"], hw["pnm"], hw["models"],
                       Sparsity(**config_values(args, Sparsity, SPARSITY_OPTIONS)), hw["links"])
     try:
@@ -78,6 +88,9 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
                             migration=args.migration and mode == "nelssa",
                             prefix_caching=caching, scheduler=scheduler,
                             **config_values(args, ServingConfig, SERVING_OPTIONS))
+        if args.fleet:
+            results[mode] = run_fleet(cat, lm, cfg, reqs, args.trace, out)
+            continue
         sim = ServingSim(lm, cfg)
         bar = Progress(1000, f"{mode:>6}")
         t0 = time.perf_counter()
@@ -133,10 +146,50 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
                   f"P99 TPOT {v['gpu_tpot_p99'] * 1e3:.0f} -> {v['nelssa_tpot_p99'] * 1e3:.0f} ms")
     out.mkdir(parents=True, exist_ok=True)
     write_results(results, out)
+    if args.fleet:
+        print(f"wrote {out / 'results.json'}, "
+              + ", ".join(str(out / f"fleet_{m}.png") for m in modes))
+        return 0
     plot_runs({k: v for k, v in results.items() if k != "sweeps"}, out)
     print(f"wrote {out / 'results.json'}, {out / 'throughput_queue.png'}, {out / 'tpot.png'}"
           + (", fig10_context_batch.png, fig16_long_fraction.png" if args.sweeps else ""))
     return 0
+
+
+def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
+              out: Path) -> dict[str, Any]:
+    """One mode of ``serve-sim --fleet``: the fleet run, its lines printed, its plot written;
+    the JSON of its results."""
+    from nelssa.emu.serving.fleet import FleetSim, fleet_json, plot_fleet
+    from nelssa.emu.serving.metrics import series, summarize
+    from nelssa.progress import Progress
+
+    fleet = FleetSim(cat.fleet, cat, lm, cfg)
+    bar = Progress(1000, f"{cfg.mode:>6}")
+    try:
+        res = fleet.run(reqs, progress=lambda f: bar.advance(int(f * 1000) - bar.done))
+    except ValueError as e:  # a request no instance can hold: named by the trace's file:line
+        raise UsageError(re.sub(r"^trace line (\d+)", lambda m: f"{trace}:{m[1]}",
+                                str(e))) from None
+    finally:
+        bar.close()
+    doc = fleet_json(res, summarize, series)
+    doc["summary"] = doc["fleet"]
+    doc["series"] = series(res.merged())
+    print(f"  {cfg.mode:>6} fleet ({len(res.instances)} instances, {len(res.nodes)} PNM nodes, "
+          f"dispatch {res.dispatch}): {run_line(doc['fleet'], res.wall_s)}")
+    for name, d in doc["instances"].items():
+        s = d["summary"]
+        print(f"    {name}: {s['requests']} requests ({s['pnm_requests']} PNM), decode "
+              f"{s['decode_throughput_tps']:,.0f} tokens/s, mean batch {s['mean_running']:.1f}, "
+              f"max waiting {s['max_waiting']}, preemptions {s['preemptions']}")
+    for n in res.nodes:
+        print(f"    node {n.name}: {n.devices} devices, {n.placed} requests placed, peak "
+              f"{n.peak_used_tokens / n.tokens:.1%} of {n.tokens:,} tokens, mean device load "
+              f"{n.mean_device_load:.2f}")
+    out.mkdir(parents=True, exist_ok=True)
+    plot_fleet(res, out / f"fleet_{cfg.mode}.png")
+    return doc
 
 
 def add_serving_parser(sub: argparse._SubParsersAction) -> None:
@@ -170,6 +223,10 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
                    help="NELSSA: migrate grown requests to the PNM tier under memory pressure")
     p.add_argument("--sweeps", action="store_true",
                    help="also the Figure-10 (context x batch) and Figure-16 (long share) sweeps")
+    p.add_argument("--fleet", type=input_file, metavar="FILE",
+                   help="a hardware description with a 'fleet' section: decode instances, "
+                   "prefill pool, PNM nodes, fabric and dispatcher (docs/serving.md); the "
+                   "trace is dispatched over the fleet")
     p.add_argument("--out", type=output_dir, default="serve-sim",
                    help="folder for results.json and plots")
     p.set_defaults(func=cmd_serve_sim)

@@ -19,6 +19,7 @@ from types import TracebackType
 
 from nelssa.emu.launcher import NodeLauncher, private_folder
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
+from nelssa.emu.link.transport import LinkTimeoutError, RemoteError
 from nelssa.emu.policy.adaptive import AdaptiveThreshold
 from nelssa.emu.policy.router import Router
 from nelssa.host.gpu.engine import DecodeConfig, DecodeEngine
@@ -51,9 +52,11 @@ class CosimSession:
     def __init__(self, model: Llama, cfg: DecodeConfig, node: NodeSpec,
                  router: Router | None = None, scheduler: str = "ours",
                  adaptive: AdaptiveThreshold | None = None, timeout_s: float = 300.0,
-                 client: Callable[[str], NodeClient] | None = None) -> None:
+                 client: Callable[[str], NodeClient] | None = None,
+                 domain_ticket: bytes | None = None) -> None:
         """``client``: how to connect to the node's endpoint (default: a ``NodeClient`` on
-        ``node.link`` with ``timeout_s`` per request)."""
+        ``node.link`` with ``timeout_s`` per request); ``domain_ticket``: join the node's clock
+        domain it names (host/pnm_node/domains.py), left when the session closes."""
         self.node = node
         self._folder: Path | None = None
         self.launcher: NodeLauncher | None = None
@@ -67,10 +70,15 @@ class CosimSession:
                                              extra=node.node_args)
             connect = client or (lambda ep: NodeClient(ep, node.link, timeout_s=timeout_s))
             self.client = connect(self.endpoint)
+            self.in_domain = False
             try:
+                if domain_ticket is not None:
+                    self.client.domain_join(domain_ticket)
+                    self.in_domain = True
                 self.engine = DecodeEngine(model, cfg, self.client, router=router,
                                            adaptive=adaptive, scheduler=scheduler)
             except BaseException:
+                self.leave_domain()
                 self.client.close()
                 raise
         except BaseException:
@@ -97,9 +105,19 @@ class CosimSession:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
 
+    def leave_domain(self) -> None:
+        """Stop holding the domain's other members (nothing more will be attended)."""
+        if self.in_domain:
+            self.in_domain = False
+            try:
+                self.client.domain_leave()
+            except (LinkTimeoutError, RemoteError) as e:  # the node times a silent one out
+                log.warning("leaving the clock domain: %s", e)
+
     def close(self) -> None:
         try:
             try:
+                self.leave_domain()
                 self.engine.close()
             finally:
                 self.client.close()

@@ -7,7 +7,9 @@ import os
 import re
 import signal
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -174,3 +176,14 @@ class InProcessNode:
         self.service.stop()
         self._thread.join(60)
         self.procs.stop()
+
+
+class FakeSlot:
+    """A device slot that runs its work on a thread of its own, like DeviceSlot."""
+
+    def __init__(self, index: int) -> None:
+        self.index, self.endpoint, self.alive = index, f"fake{index}", True
+        self._exec = ThreadPoolExecutor(max_workers=1)
+
+    def submit(self, fn: Any) -> Future[Any]:
+        return self._exec.submit(fn, self)

@@ -376,6 +376,8 @@ class HardwareCatalog:
     models: dict[str, ModelHw]
     use: dict[str, str] = field(default_factory=dict)
     """What the files' ``use`` sections pick, by section (``gpus``: a GPU entry, ...)."""
+    fleet: Any = None
+    """The last file's ``fleet`` section (``fleet_description.FleetSpec``), if any."""
 
     @classmethod
     def load(cls, *paths: str | Path) -> HardwareCatalog:
@@ -385,13 +387,21 @@ class HardwareCatalog:
         sections: dict[str, dict[str, Any]] = {k: {} for k in kinds}
         sections["links"].update(link_presets())
         use: dict[str, str] = {}
+        fleet = None
         for path in (PRESETS_FILE, *paths):
             p = Path(path)
             raw = _read(p)
             for key in raw:
-                if key not in sections and key != "use":
+                if key not in sections and key not in ("use", "fleet"):
                     raise HardwareError(f"hardware file {p}: unknown section {key!r} (known: "
-                                        f"{', '.join(sections)}, use)")
+                                        f"{', '.join(sections)}, use, fleet)")
+            if "fleet" in raw:
+                from nelssa.emu.latency.fleet_description import fleet_spec
+
+                try:
+                    fleet = fleet_spec(raw["fleet"], str(p))
+                except DescriptionError as e:
+                    raise HardwareError(str(e)) from None
             for key, kind in kinds.items():
                 entries = raw.get(key, {})
                 if not isinstance(entries, dict):
@@ -413,7 +423,7 @@ class HardwareCatalog:
                                             f"{key} {name!r}; choose one of "
                                             f"{sorted(sections[section])}")
                     use[section] = name
-        return cls(**sections, use=use)
+        return cls(**sections, use=use, fleet=fleet)
 
     def chosen(self, section: str, name: str | None, default: str) -> Any:
         """The entry an option names (``name``), else the one ``use`` picks, else

@@ -11,15 +11,23 @@ what ``admission_group`` makes of a peer (the node counts a client's queue pairs
 After a refusal, the client's frames sent before it could have seen it are refused too (their
 ``ref`` is not past the refused frame), so what runs of one client's stream is always in the
 order it was sent: nothing after a gap runs before the client has seen the gap.
+
+A handler may answer later (``Deferred``): the server serves on, and a request answered later
+keeps its place in its client's share of the queue until it is answered, so what a client has
+unanswered stays bounded by its share.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import zmq
@@ -38,8 +46,9 @@ from nelssa.emu.link.frame import (
 from nelssa.emu.link.model import FaultInjector, LinkDirection, LinkFaults, LinkSpec
 from nelssa.emu.link.security import CurveServerKeys, secure_server
 from nelssa.emu.link.service import (
-    WINDOW,
     ZERO_COPY_BYTES,
+    Deferred,
+    LinkLimits,
     Reply,
     ServiceError,
     ServiceRequest,
@@ -47,50 +56,6 @@ from nelssa.emu.link.service import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LinkLimits:
-    """The most a ``LinkServer`` takes and holds, so no client can make it grow without
-    bound."""
-
-    max_payload: int = 64 << 20
-    """Largest payload part accepted. A larger message part is refused by ZeroMQ from its
-    announced size, before it is read (ZMQ_MAXMSGSIZE: the sender is disconnected). The layer
-    above passes its largest legal message."""
-    window: int = WINDOW
-    """Requests held per client while they wait for an earlier, lost one; and replies held per
-    client for replay."""
-    max_peers: int = 256
-    """Clients whose sequence state is kept; the one heard from least recently is forgotten
-    first."""
-    held_bytes: int = 256 << 20
-    """Replies kept for replay, all clients together (the oldest go first)."""
-    early_bytes: int = 256 << 20
-    """Requests held out of order, all clients together (beyond it a request is dropped, and
-    its sender sends it again)."""
-    receive_queue: int = 2
-    """Messages ZeroMQ reads ahead from each connection (a full queue stops reading it: the
-    sender waits), so what waits unread is at most this many largest payloads a connection."""
-    send_queue: int = 2 * WINDOW
-    """Replies queued to each connection (a full queue drops one, which its client recovers;
-    a window of replies fits)."""
-    linger_s: float = 0.25
-    """After ``stop``, the server replays lost replies until the link has been quiet this
-    long (at most ten times as long)."""
-    max_queued: int = 2 * WINDOW
-    """Requests taken in and waiting to run, all clients together; beyond it a request is
-    refused at once (``BUSY``) unless its client holds less than its share of the queue (the
-    queue's size over the clients with requests in it). A lone client with a window of
-    requests on each of two connections is never refused."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_payload", "window", "max_peers", "held_bytes", "early_bytes",
-                     "receive_queue", "send_queue", "max_queued"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.linger_s < float("inf"):
-            raise ValueError(f"linger_s must be >= 0 and finite, got {self.linger_s}")
 
 
 @dataclass
@@ -115,11 +80,25 @@ TAKE_WAIT_MS = 1
 """How long the server waits for the next message of what has arrived before it runs a
 request."""
 
+@dataclass(frozen=True)
+class _Later:
+    """A request its handler answers later (``Deferred``)."""
+
+    peer_id: bytes
+    peer: _Peer
+    frame: Frame
+    stamp: int
+    group: bytes | None
+    ready: Future[Callable[[], Reply | None]]
+
+
 class LinkServer:
     """Serve ``handler`` at ``endpoint``; one request at a time, each client's in sequence
-    order. ``faults`` are injected at this end, both directions (LinkFaults)."""
+    order (a handler may answer later: ``Deferred``). ``faults`` are injected at this end,
+    both directions (LinkFaults)."""
 
-    def __init__(self, endpoint: str, handler: Callable[[ServiceRequest], Reply | None],
+    def __init__(self, endpoint: str,
+                 handler: Callable[[ServiceRequest], Reply | Deferred | None],
                  spec: LinkSpec,
                  curve: CurveServerKeys | None = None, context: zmq.Context | None = None,
                  limits: LinkLimits | None = None, faults: LinkFaults | None = None,
@@ -150,6 +129,16 @@ class LinkServer:
         self._held_bytes = self._early_bytes = 0
         self._queue: deque[tuple[bytes, _Peer, Frame, bytes | None]] = deque()
         self._queued_by: dict[bytes, int] = {}  # admission group -> its requests in the queue
+        self._later: dict[int, _Later] = {}  # requests to answer later, by a number of their own
+        self._later_ids = itertools.count()
+        self._ready: deque[int] = deque()  # those whose answer is ready (any thread appends)
+        # a byte on this pipe wakes the server's poll when an answer gets ready
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._wake_r, zmq.POLLIN)
         active = faults is not None and faults.active
         self.faults_in = FaultInjector(faults, 0) if active and faults else None
         self.faults_out = FaultInjector(faults, 1) if active and faults else None
@@ -183,27 +172,67 @@ class LinkServer:
         """Serve until ``stop`` (or until ``idle``, called whenever nothing arrived for
         ``poll_ms``, returns True); then linger, replaying replies that were lost."""
         while not self._stop.is_set():
+            self._answer_ready()
             if self._queue:  # between two requests: take in what arrived, then run one
                 self._take_arrived()
                 self._run_next()
             elif self._poll(poll_ms):
                 self._take_arrived()
-            elif idle is not None and idle():
+            elif not self._ready and idle is not None and idle():
                 break
             self._release_late()
         self._linger()
 
     @property
     def queued(self) -> int:
-        """Requests taken in and waiting to run."""
-        return len(self._queue)
+        """Requests taken in and waiting to run, or running (answered later)."""
+        return len(self._queue) + len(self._later)
 
     def _poll(self, poll_ms: float) -> bool:
+        """Wait up to ``poll_ms`` for a message (True) or an answer made ready (False)."""
         dues = [d for inj in (self.faults_in, self.faults_out) if inj
                 if (d := inj.next_due()) is not None]
         if dues:
             poll_ms = min(poll_ms, max(0.0, (min(dues) - time.monotonic()) * 1000))
-        return bool(self._sock.poll(int(poll_ms), zmq.POLLIN))
+        if self._ready:
+            poll_ms = 0
+        events = dict(self._poller.poll(int(poll_ms)))
+        if self._wake_r in events:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake_r, 4096):
+                    pass
+        return self._sock in events
+
+    # -- answers made later -----------------------------------------------------------------------
+    def _defer(self, peer_id: bytes, peer: _Peer, frame: Frame, stamp: int,
+               group: bytes | None, deferred: Deferred) -> None:
+        key = next(self._later_ids)
+        self._later[key] = _Later(peer_id, peer, frame, stamp, group, deferred.ready)
+        deferred.ready.add_done_callback(lambda _: self._made_ready(key))
+
+    def _made_ready(self, key: int) -> None:
+        """On any thread: queue the answer for the server's thread, and wake it."""
+        self._ready.append(key)
+        with contextlib.suppress(OSError):  # a full pipe wakes it already
+            os.write(self._wake_w, b"\0")
+
+    def _answer_ready(self) -> None:
+        while self._ready:
+            later = self._later.pop(self._ready.popleft(), None)
+            if later is None:  # abandoned at stop
+                continue
+            self._dequeued(later.peer, later.frame, later.group)
+            try:
+                parts = self._reply_parts(later.frame, later.stamp, later.ready.result()())
+            except ServiceError as e:
+                log.info("op %d from %s failed: %s", later.frame.op, later.peer_id.hex(), e)
+                parts = self._error(later.frame, later.stamp, e.code, str(e))
+            except Exception as e:  # the server must outlive any one request
+                self.internal_errors += 1
+                log.exception("op %d from %s raised", later.frame.op, later.peer_id.hex())
+                parts = self._error(later.frame, later.stamp, LinkErrorCode.INTERNAL,
+                                    f"{type(e).__name__}: {e}")
+            self._answer(later.peer_id, later.peer, later.frame.seq, parts)
 
     def _linger(self) -> None:
         self._stopping = True
@@ -215,6 +244,15 @@ class LinkServer:
                 f"{self.endpoint} is stopping; frame {frame.seq} was not run"))
         now = time.monotonic()
         quiet, hard = now + self.limits.linger_s, now + 10 * self.limits.linger_s
+        while self._later and (now := time.monotonic()) < hard:  # running: their answers
+            if self._poll(hard * 1000 - now * 1000):
+                self.serve_one()
+            self._answer_ready()
+        for later in self._later.values():
+            self._answer(later.peer_id, later.peer, later.frame.seq, self._error(
+                later.frame, later.stamp, LinkErrorCode.STOPPING, f"the server at "
+                f"{self.endpoint} stopped before frame {later.frame.seq} was done"))
+        self._later.clear()
         while (now := time.monotonic()) < min(quiet, hard):
             if self._poll(min(quiet, hard) * 1000 - now * 1000):
                 self.serve_one()
@@ -261,13 +299,16 @@ class LinkServer:
 
     def _run_next(self) -> None:
         peer_id, peer, frame, group = self._queue.popleft()
-        self._dequeued(peer, frame, group)
+        later = False
         try:
-            self._run(peer_id, peer, frame)
+            later = self._run(peer_id, peer, frame, group)
         except Exception:
             self.internal_errors += 1
             peer.queued.pop(frame.seq, None)
             log.exception("link server at %s: a request failed unforeseen", self.endpoint)
+        finally:
+            if not later:  # one answered later keeps its place until then
+                self._dequeued(peer, frame, group)
 
     def _peer_key(self, routing_id: bytes, frame: object) -> bytes:
         """Who sent a message: its connection's routing id and, where CURVE clients are
@@ -440,7 +481,8 @@ class LinkServer:
     def _stamp(self, frame: Frame) -> int:
         return min(frame.emu_time_ps + self._delay_ps, MAX_EMU_TIME_PS)
 
-    def _run(self, peer_id: bytes, peer: _Peer, frame: Frame) -> None:
+    def _run(self, peer_id: bytes, peer: _Peer, frame: Frame, group: bytes | None) -> bool:
+        """Run a request; True if its handler answers it later."""
         # the arrival, committed to the link only if the handler accepts the request: a
         # refused request changes nothing, the link's queue included
         nbytes = HEADER_BYTES + len(frame.payload)
@@ -449,17 +491,11 @@ class LinkServer:
         stamp = min(arrive, MAX_EMU_TIME_PS)
         try:
             reply = self.handler(request)
-            if frame.kind == FrameKind.DATA or reply is None:  # an acknowledgement
-                out = Frame(FrameKind.REPLY, frame.op, 0, frame.seq, stamp, b"")
-            elif not 0 <= reply.done_ps <= MAX_EMU_TIME_PS:
-                raise ServiceError(LinkErrorCode.FIELD_RANGE,
-                                   f"reply time {reply.done_ps} ps of frame {frame.seq} is past "
-                                   f"the {MAX_EMU_TIME_PS} ps a link takes (sent at "
-                                   f"{frame.emu_time_ps} ps)")
-            else:
-                out = Frame(FrameKind.REPLY, reply.op, 0, frame.seq, reply.done_ps,
-                            reply.payload)
-            parts = encode_frame(out)
+            if isinstance(reply, Deferred):  # taken: its bytes have crossed the link
+                peer.inbound.commit(busy, nbytes)
+                self._defer(peer_id, peer, frame, stamp, group, reply)
+                return True
+            parts = self._reply_parts(frame, stamp, reply)
             peer.inbound.commit(busy, nbytes)
         except ServiceError as e:
             log.info("op %d from %s failed: %s", frame.op, peer_id.hex(), e)
@@ -468,6 +504,20 @@ class LinkServer:
             log.exception("op %d from %s raised", frame.op, peer_id.hex())
             parts = self._error(frame, stamp, LinkErrorCode.INTERNAL, f"{type(e).__name__}: {e}")
         self._answer(peer_id, peer, frame.seq, parts)
+        return False
+
+    @staticmethod
+    def _reply_parts(frame: Frame, stamp: int, reply: Reply | None) -> list[bytes]:
+        if frame.kind == FrameKind.DATA or reply is None:  # an acknowledgement
+            out = Frame(FrameKind.REPLY, frame.op, 0, frame.seq, stamp, b"")
+        elif not 0 <= reply.done_ps <= MAX_EMU_TIME_PS:
+            raise ServiceError(LinkErrorCode.FIELD_RANGE,
+                               f"reply time {reply.done_ps} ps of frame {frame.seq} is past "
+                               f"the {MAX_EMU_TIME_PS} ps a link takes (sent at "
+                               f"{frame.emu_time_ps} ps)")
+        else:
+            out = Frame(FrameKind.REPLY, reply.op, 0, frame.seq, reply.done_ps, reply.payload)
+        return encode_frame(out)
 
     def _answer(self, peer_id: bytes, peer: _Peer, seq: int, parts: list[bytes]) -> None:
         """Send a frame's answer, kept for replay while the client still has the server keep
@@ -517,3 +567,6 @@ class LinkServer:
 
     def close(self) -> None:
         self._sock.close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)

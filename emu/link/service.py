@@ -3,6 +3,8 @@ socket bounds (emu/link/transport.py describes the protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import zmq
@@ -17,6 +19,50 @@ WINDOW = 64
 order."""
 DAMAGE = (LinkErrorCode.CHECKSUM, LinkErrorCode.MALFORMED_FRAME)
 """Refusals that mean a frame was damaged on the way (a LinkClient never builds a bad one)."""
+
+
+@dataclass(frozen=True)
+class LinkLimits:
+    """The most a ``LinkServer`` takes and holds, so no client can make it grow without
+    bound."""
+
+    max_payload: int = 64 << 20
+    """Largest payload part accepted. A larger message part is refused by ZeroMQ from its
+    announced size, before it is read (ZMQ_MAXMSGSIZE: the sender is disconnected). The layer
+    above passes its largest legal message."""
+    window: int = WINDOW
+    """Requests held per client while they wait for an earlier, lost one; and replies held per
+    client for replay."""
+    max_peers: int = 256
+    """Clients whose sequence state is kept; the one heard from least recently is forgotten
+    first."""
+    held_bytes: int = 256 << 20
+    """Replies kept for replay, all clients together (the oldest go first)."""
+    early_bytes: int = 256 << 20
+    """Requests held out of order, all clients together (beyond it a request is dropped, and
+    its sender sends it again)."""
+    receive_queue: int = 2
+    """Messages ZeroMQ reads ahead from each connection (a full queue stops reading it: the
+    sender waits), so what waits unread is at most this many largest payloads a connection."""
+    send_queue: int = 2 * WINDOW
+    """Replies queued to each connection (a full queue drops one, which its client recovers;
+    a window of replies fits)."""
+    linger_s: float = 0.25
+    """After ``stop``, the server replays lost replies until the link has been quiet this
+    long (at most ten times as long)."""
+    max_queued: int = 2 * WINDOW
+    """Requests taken in and waiting to run, all clients together; beyond it a request is
+    refused at once (``BUSY``) unless its client holds less than its share of the queue (the
+    queue's size over the clients with requests in it). A lone client with a window of
+    requests on each of two connections is never refused."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_payload", "window", "max_peers", "held_bytes", "early_bytes",
+                     "receive_queue", "send_queue", "max_queued"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.linger_s < float("inf"):
+            raise ValueError(f"linger_s must be >= 0 and finite, got {self.linger_s}")
 
 
 class ServiceError(Exception):
@@ -72,6 +118,16 @@ class Reply:
     payload: bytes
     done_ps: int
     """Emulated time the reply leaves the server."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """What a handler returns for a request it answers later: the server goes on serving, and
+    when ``ready`` resolves (on any thread) it calls the function ``ready`` holds on its own
+    thread to make the reply, which may raise ServiceError like a handler. ``ready`` itself may
+    hold a ServiceError instead."""
+
+    ready: Future[Callable[[], Reply | None]]
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ reply by its sequence number, so a caller overlaps its own work with the far sid
 server stamps a request's arrival from the client's send time, the client a reply's arrival from
 the server's completion time.
 
-Delivery is exactly once and in order, per client: the server runs a client's requests in
-sequence order (holding any that overtake a lost one), keeps each reply until the client
+Delivery is exactly once and in order, per client: the server starts a client's requests in
+sequence order (holding any that overtake a lost one; a handler may answer one later,
+``Deferred``, while the server serves on), keeps each reply until the client
 acknowledges it (a request's ``ref`` is the client's acknowledgement floor), and answers a
 retransmitted request by replaying the reply it kept, never by running it again. The client
 sends a request again when its reply is late (timeouts doubling from ``RetryPolicy.rto_s``) or
@@ -22,6 +23,7 @@ from nelssa.emu.link.server import LinkLimits, LinkServer
 from nelssa.emu.link.service import (
     WINDOW,
     ZERO_COPY_BYTES,
+    Deferred,
     LinkTimeoutError,
     RemoteError,
     Reply,
@@ -33,6 +35,7 @@ from nelssa.emu.link.service import (
 __all__ = [
     "WINDOW",
     "ZERO_COPY_BYTES",
+    "Deferred",
     "LinkClient",
     "LinkLimits",
     "LinkServer",

@@ -111,10 +111,12 @@ class CostModel:
         self._s_per_key_pass = self.kv_bytes / 2 / (g.hbm_gbs * 1e9)
 
     def step_s(self, gpu_ctx: int, pnm_ctxs: list[int], chunks: list[Chunk],
-               swap_tokens: int = 0, decodes: int = 0) -> float:
+               swap_tokens: int = 0, decodes: int = 0, t_pnm: float | None = None) -> float:
         """One step: ``gpu_ctx`` tokens of GPU-tier decode context in all (one decode token per
         request is a one-token chunk in ``chunks``, or counted in ``decodes``), the contexts of
-        the PNM-tier requests decoding, and the prefill chunks."""
+        the PNM-tier requests decoding, and the prefill chunks. ``t_pnm``: the PNM tier's time
+        when its requests are spread over several nodes (the slowest node's ``pnm_s``); None
+        prices them all on this model's devices."""
         tokens = decodes
         prefill_pairs = 0.0
         for c in chunks:
@@ -125,19 +127,33 @@ class CostModel:
         tokens += len(pnm_ctxs)
         window = sum(min(x, self.window_tokens) for x in pnm_ctxs)
         return self.step_agg_s(tokens, gpu_ctx, sum(pnm_ctxs), len(pnm_ctxs), window,
-                               prefill_pairs, swap_tokens)
+                               prefill_pairs, swap_tokens, t_pnm)
 
     def step_agg_s(self, tokens: int, gpu_ctx: int, pnm_ctx: int, pnm_n: int, window: int,
-                   prefill_pairs: float = 0.0, swap_tokens: int = 0) -> float:
+                   prefill_pairs: float = 0.0, swap_tokens: int = 0,
+                   t_pnm: float | None = None) -> float:
         """``step_s`` from its sums: computed tokens, GPU decode context, PNM-tier context,
-        PNM-tier requests, their GPU windows, prefill (query, key) pairs, swapped-in tokens."""
+        PNM-tier requests, their GPU windows, prefill (query, key) pairs, swapped-in tokens,
+        and the PNM tier's time if it is priced elsewhere (several nodes)."""
         t_lin = max(self._s_weights, tokens * self._flops_per_token * self._s_linear_flop)
         t_gpu_attn = ((gpu_ctx + window) * self._s_per_kv_token
                       + prefill_pairs * self._attn_flops * self._s_attn_flop)
         t_topk = pnm_ctx * self._s_per_centroid_token
-        t_pnm = pnm_ctx * self._pnm_s_per_token + (self._t_comm if pnm_n else 0.0)
+        if t_pnm is None:
+            t_pnm = pnm_ctx * self._pnm_s_per_token + (self._t_comm if pnm_n else 0.0)
         return (self.lm.gpu.kernel_us * 1e-6 + t_lin + t_topk + max(t_gpu_attn, t_pnm)
                 + swap_tokens * self._s_per_swap_token)
+
+    def pnm_s(self, pnm_ctx: int, pnm_n: int, slowdown: float = 1.0) -> float:
+        """The PNM tier's part of a step on this model's devices: the sparse attention over
+        ``pnm_ctx`` tokens of context of ``pnm_n`` requests, stretched by ``slowdown`` where
+        other work shares the devices, and one T_comm."""
+        return (pnm_ctx * self._pnm_s_per_token * slowdown
+                + (self._t_comm if pnm_n else 0.0))
+
+    def pnm_attn_s(self, pnm_ctx: int) -> float:
+        """The devices' sparse attention over ``pnm_ctx`` tokens of context, alone."""
+        return pnm_ctx * self._pnm_s_per_token
 
     def step_parts(self, gpu_ctx: int, pnm_ctxs: list[int], decodes: int = 0) -> StepParts:
         """A decode-only step (``step_s`` with no prefill chunk) by component."""

@@ -21,10 +21,12 @@ Requests become vLLM requests ("jobs") as the paper put NELSSA into an unmodifie
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
+import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +40,7 @@ from nelssa.emu.policy.shed import Shedder
 from nelssa.emu.policy.v1_scheduler import V1Scheduler
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
+from nelssa.emu.serving.pnm_nodes import PnmNode, place
 from nelssa.emu.serving.results import RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
 
@@ -56,6 +59,8 @@ class _Req:
     preemptions: int = 0
     migrated: bool = False
     pnm_reserved: int = 0
+    node: PnmNode | None = None
+    """The PNM node its reservation is on."""
     migrating_until: float | None = None
 
 
@@ -80,11 +85,45 @@ def make_replay_scheduler(sim: ServingSim, aggregate: bool = True) -> JobSchedul
         in_process=True))
 
 
-class Replay:
-    """One run of ``requests`` through ``sim``'s configuration."""
+def prefill_ready(sim: ServingSim,
+                  requests: list[TraceRequest]) -> list[tuple[float, TraceRequest]]:
+    """Disaggregated prefill: when each request's KV is ready (the prefill GPUs serve the
+    requests FCFS, each to the first one free), in order."""
+    ready, servers = [], [0.0] * sim.cfg.prefill_gpus
+    for r in sorted(requests, key=lambda r: (r.arrival_s, r.rid)):
+        done = max(heapq.heappop(servers), r.arrival_s) + sim.prefill_s(r.input_len)
+        heapq.heappush(servers, done)
+        ready.append((done, r))
+    return sorted(ready, key=lambda x: (x[0], x[1].rid))
 
-    def __init__(self, sim: ServingSim, requests: list[TraceRequest], fast: bool = True) -> None:
+
+class Replay:
+    """One run of ``requests`` through ``sim``'s configuration; with ``nodes``, one decode
+    instance of a fleet (``fleet.py``), its PNM-tier requests placed on those nodes and its
+    arrivals handed to it (``offer``) as the fleet's dispatcher routes them."""
+
+    def __init__(self, sim: ServingSim, requests: list[TraceRequest], fast: bool = True,
+                 nodes: list[PnmNode] | None = None) -> None:
         self.sim, self.cfg, self.cost = sim, sim.cfg, sim.cost
+        self.nodes = nodes if nodes is not None else [
+            PnmNode("pnm", sim.pnm_tokens, sim.cost, sim.cfg.devices)]
+        """The PNM nodes its requests' KV may be placed on."""
+        self._node_priced = len(self.nodes) > 1 or self.nodes[0].cost is not sim.cost
+        """Price the PNM tier node by node (the slowest node's time), not on ``sim``'s."""
+        self.contended = False
+        """Other instances share its nodes' devices (a fleet sets it)."""
+        self._loaded: set[PnmNode] = set()
+        """The nodes its latest step put load on."""
+        self.pnm_held = 0
+        """PNM-tier tokens this replay holds reserved."""
+        self.work_left = 0
+        """Prompt tokens not yet prefilled and output tokens not yet made, of the requests
+        handed to it and not finished."""
+        self.lazy = False
+        """A fleet's instance: a run of pure decode steps is planned, not taken, until the
+        fleet settles it (``settle``): whole, or cut at an arrival dispatched to it."""
+        self._pending: tuple[list[float], int] | None = None
+        """A planned run: each step's end time, and the tokens a step makes."""
         self.sched = make_replay_scheduler(sim, aggregate=fast)
         self.out = RunResult(self.cfg, sim.t_input, gpu_blocks=sim.gpu_blocks,
                              scheduler=self.cfg.scheduler.value)
@@ -92,7 +131,6 @@ class Replay:
         self.resident_jobs = 0
         """Jobs of PNM-tier requests decoding (for the time series)."""
         self.pnm_queue: deque[tuple[_Req, JobKind]] = deque()
-        self.pnm_free = sim.pnm_tokens
         self.router = sim.router
         """Routes arrivals and bounds migrations; with ``adaptive`` its T_input moves."""
         self.adaptive = (AdaptiveThreshold(sim.t_input) if self.cfg.adaptive
@@ -112,16 +150,17 @@ class Replay:
         """Time, steps and preemptions when the tiers were last observed."""
         self.live: list[_Req] = []
         self.now = 0.0
-        ordered = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
+        self.arrivals: list[tuple[float, int, int, TraceRequest]] = []
+        """Requests handed to it, by when they reach it (a heap)."""
+        self._offered = 0
+        self.horizon = math.inf
+        """When the next request not yet handed to it may arrive (its fleet's next arrival)."""
         if self.cfg.prefill == "disaggregated":  # the prefill GPUs' FCFS queue
-            ready, servers = [], [0.0] * self.cfg.prefill_gpus
-            for r in ordered:
-                done = max(heapq.heappop(servers), r.arrival_s) + sim.prefill_s(r.input_len)
-                heapq.heappush(servers, done)
-                ready.append((done, r))
-            self.arrivals = deque(sorted(ready, key=lambda x: (x[0], x[1].rid)))
+            for t, r in prefill_ready(sim, requests):
+                self.offer(t, r)
         else:
-            self.arrivals = deque((r.arrival_s, r) for r in ordered)
+            for r in sorted(requests, key=lambda r: (r.arrival_s, r.rid)):
+                self.offer(r.arrival_s, r)
         self.total = len(requests)
         self.fast = self.sched if fast and isinstance(self.sched, V1Scheduler) else None
         """Our scheduler takes runs of pure decode steps many at a time (``fastpath.py``)."""
@@ -129,6 +168,20 @@ class Replay:
         self.next_sample = self.cfg.sample_s
         self.tokens_since = 0
         """Decode tokens since the last sample."""
+
+    def offer(self, t: float, r: TraceRequest) -> None:
+        """``r`` reaches this instance at ``t`` (its arrival, or its KV from a prefill GPU)."""
+        heapq.heappush(self.arrivals, (t, r.rid, self._offered, r))
+        self._offered += 1
+        self.work_left += r.input_len + r.output_len
+
+    def outstanding_at(self, t: float) -> int:
+        """Prompt tokens not yet prefilled and output tokens not yet made of its requests, at
+        the end of the step it is in at ``t`` (for the fleet's dispatcher)."""
+        if self._pending is None:
+            return self.work_left
+        times, batch = self._pending
+        return self.work_left - min(bisect.bisect_left(times, t) + 1, len(times)) * batch
 
     # -- jobs ----------------------------------------------------------------------------------
     def _add_job(self, rq: _Req, kind: JobKind) -> None:
@@ -150,6 +203,7 @@ class Replay:
         disagg = self.cfg.prefill == "disaggregated"
         if disagg:  # first token from the prefill GPU
             rq.generated, rq.first_token_s = 1, t
+            self.work_left -= 1 + r.input_len
             if r.output_len == 1:
                 self._finish(rq, t)
                 return
@@ -159,23 +213,44 @@ class Replay:
             self.pnm_queue.append((rq, JobKind.PNM_RESIDENT if disagg else JobKind.PNM_PREFILL))
 
     def _admit_pnm(self) -> None:
-        """The PNM tier's FCFS queue: a request enters vLLM once the tier can hold it."""
+        """The PNM tier's FCFS queue: a request enters vLLM once a node can hold it."""
         while self.pnm_queue:
             rq, kind = self.pnm_queue[0]
             need = rq.req.input_len + rq.req.output_len
-            if need > self.pnm_free:
+            if not self._reserve(rq, need):
                 break
             self.pnm_queue.popleft()
-            self.pnm_free -= need
-            rq.pnm_reserved = need
             self._add_job(rq, kind)
-        self.out.peak_pnm_tokens = max(self.out.peak_pnm_tokens,
-                                       self.sim.pnm_tokens - self.pnm_free)
+        self.out.peak_pnm_tokens = max(self.out.peak_pnm_tokens, self.pnm_held)
+
+    def _reserve(self, rq: _Req, need: int) -> bool:
+        """Reserve ``need`` tokens for ``rq`` on the node with the most room; False if none
+        has it."""
+        node = place(need, self.nodes)
+        if node is None:
+            return False
+        node.reserve(need)
+        rq.node, rq.pnm_reserved = node, need
+        self.pnm_held += need
+        return True
+
+    def _release(self, rq: _Req) -> None:
+        if rq.node is not None:
+            rq.node.release(rq.pnm_reserved, self.now)
+            self.pnm_held -= rq.pnm_reserved
+        rq.node, rq.pnm_reserved = None, 0
+
+    def pnm_used_share(self) -> float:
+        """Share of the memory of the nodes it reaches that is held (by any instance)."""
+        if len(self.nodes) == 1:
+            return self.nodes[0].used_share
+        tokens = sum(n.tokens for n in self.nodes)
+        return 1 - sum(n.free for n in self.nodes) / tokens if tokens else 0.0
 
     def _finish(self, rq: _Req, now: float) -> None:
-        self.pnm_free += rq.pnm_reserved
-        rq.pnm_reserved = 0
+        self._release(rq)
         self.live.remove(rq)
+        self.work_left -= rq.req.output_len - rq.generated
         assert rq.first_token_s is not None
         r = rq.req
         self.out.results.append(RequestResult(
@@ -189,6 +264,8 @@ class Replay:
         finishes)."""
         gpu_ctx = 0
         pnm_ctxs: list[int] = []
+        on: list[PnmNode | None] = []  # each PNM context's node, when priced node by node
+        by_node = self._node_priced
         chunks: list[Chunk] = []
         jobs = self.jobs
         decodes = 0
@@ -197,12 +274,15 @@ class Replay:
             rq = job.rq
             if job.kind is JobKind.PNM_RESIDENT:
                 pnm_ctxs.append(rq.req.input_len + rq.generated)
+                if by_node:
+                    on.append(rq.node)
             else:
                 decodes += 1
                 gpu_ctx += job.prompt + job.outputs
             job.outputs += 1
             job.decoding = True  # (a preempted job recomputed up to its last token)
             rq.generated += 1
+            self.work_left -= 1
         for p in plan.scheduled:
             job = self.jobs[p.jid]
             end = p.start + p.tokens
@@ -213,6 +293,8 @@ class Replay:
                 if samples:
                     if job.kind is JobKind.PNM_RESIDENT:
                         pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
+                        if by_node:
+                            on.append(job.rq.node)
                     else:
                         gpu_ctx += end
                         chunks.append(Chunk(end - 1, 1))
@@ -221,7 +303,25 @@ class Replay:
                 chunks.append(Chunk(p.start, 1))
             else:
                 chunks.append(Chunk(p.start, p.tokens))
-        return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes)
+        if not by_node:
+            return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes)
+        sums = _node_sums(zip(on, pnm_ctxs, strict=True))
+        key = id(self) if self.contended else None
+        step = self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes,
+                                _pnm_time(sums, 0, key))
+        if key is not None:
+            self._book(sums, 0, step)
+        return step
+
+    def _book(self, sums: list[tuple[PnmNode, int, int]], ahead: int, step_s: float) -> None:
+        """Its offered load on each node, from a step of ``step_s`` (the others' slowdown)."""
+        key = id(self)
+        now = {n for n, _, _ in sums}
+        for n in self._loaded - now:
+            n.set_load(key, 0.0)
+        for n, c, k in sums:
+            n.set_load(key, n.cost.pnm_attn_s(c + ahead * k) / step_s if step_s > 0 else 0.0)
+        self._loaded = now
 
     def _on_preempted(self, plan: Any) -> None:
         for jid, tokens in plan.preempted:
@@ -234,8 +334,8 @@ class Replay:
             if self.cfg.preemption == "recompute":
                 self.out.recompute_tokens += tokens
             if rq.migrating_until is not None:  # a migration under way is abandoned
-                self.pnm_free += rq.pnm_reserved
-                rq.pnm_reserved, rq.migrating_until = 0, None
+                self._release(rq)
+                rq.migrating_until = None
 
     def _on_tokens(self, events: list[tuple[str, bool]], now: float) -> int:
         tokens = 0
@@ -245,8 +345,10 @@ class Replay:
             job.outputs += 1
             job.decoding = True
             rq.generated += 1
+            self.work_left -= 1
             if rq.first_token_s is None:
                 rq.first_token_s = now
+                self.work_left -= rq.req.input_len
             else:
                 tokens += 1
             if finished:
@@ -279,11 +381,8 @@ class Replay:
         if chosen is None:
             return
         ctx, rq = chosen
-        need = rq.req.input_len + rq.req.output_len
-        if need > self.pnm_free:
+        if not self._reserve(rq, rq.req.input_len + rq.req.output_len):
             return
-        self.pnm_free -= need
-        rq.pnm_reserved = need
         rq.migrating_until = now + self.cost.migration_s(ctx)
         self.out.migrated_tokens += ctx
 
@@ -315,6 +414,10 @@ class Replay:
                 gpu_ctx0 += j.computed
         pnm_n = len(pnm)
         pnm_ctx0 = sum(pnm)
+        placed = (_node_sums((rq.node, rq.req.input_len + rq.generated)
+                             for rq in (self.jobs[j.spec.jid].rq for j in sched.running
+                                        if self.jobs[j.spec.jid].kind is JobKind.PNM_RESIDENT))
+                  if self._node_priced else None)
         w = self.cost.window_tokens
         window = sum(min(x, w) for x in pnm)
         growing = sum(1 for x in pnm if x < w)  # windows that still grow, and when they stop
@@ -332,19 +435,28 @@ class Replay:
             policy, router, capacity = self.sim.migration, self.router, self.sim.gpu_blocks
             # the longest stays the longest in a run
             best = policy.longest(self._decoding_gpu_requests())
-            can_start = (best is not None and busy_until is None
-                         and best[1].req.input_len + best[1].req.output_len <= self.pnm_free)
-        arrival = self.arrivals[0][0] if self.arrivals else None
+            can_start = (best is not None and busy_until is None and place(
+                best[1].req.input_len + best[1].req.output_len, self.nodes) is not None)
+        arrival = self.arrivals[0][0] if self.arrivals else math.inf
+        if not self.lazy:  # a lazy run may pass the horizon: the fleet cuts it (settle)
+            arrival = min(arrival, self.horizon)
+        times: list[float] | None = [] if self.lazy else None
         now = self.now
         k = 0
+        key = id(self) if self.contended else None
+        step = 0.0
         for i in range(1, k_max + 1):
             if i > 1:
                 window += growing
                 growing -= stops.get(i, 0)
-            now += self.cost.step_agg_s(tokens, gpu_ctx0 + i * gpu_n,
-                                        pnm_ctx0 + (i - 1) * pnm_n, pnm_n, window)
+            step = self.cost.step_agg_s(
+                tokens, gpu_ctx0 + i * gpu_n, pnm_ctx0 + (i - 1) * pnm_n, pnm_n, window,
+                t_pnm=None if placed is None else _pnm_time(placed, i - 1, key))
+            now += step
             k = i
-            if (arrival is not None and now >= arrival) or now >= next_sample:
+            if times is not None:
+                times.append(now)
+            if now >= arrival or now >= next_sample:
                 break
             if watch:
                 used += per_step[i]
@@ -353,15 +465,42 @@ class Replay:
                 if (can_start and best is not None and policy.pressure(used, capacity)
                         and router.past(best[0] + i)):
                     break
+        if times is not None:
+            if key is not None and placed is not None:  # its load while the run lasts
+                self._book(placed, k - 1, step)
+            self._pending = (times, len(sched.running))
+            self.now = now  # tentative: settle may cut it
+            return k
+        self._take_run(k, now, placed, key, step)
+        return k
+
+    def _take_run(self, k: int, now: float, placed: Any, key: int | None,
+                  step: float) -> None:
+        """Take ``k`` planned pure decode steps, the last ending at ``now``."""
+        sched = self.fast
+        assert sched is not None
         fastpath.advance(sched, k)
+        if key is not None and placed is not None:
+            self._book(placed, k - 1, step)
         self.now = now
         self.out.steps += k
         self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
+        self.work_left -= k * len(sched.running)
         for j in sched.running:
             job = self.jobs[j.spec.jid]
             job.outputs += k
             job.rq.generated += k
-        return k
+
+    def settle(self, t: float = math.inf) -> None:
+        """Take the planned run: whole, or up to the step it is in at ``t`` (a request handed
+        to it at ``t`` would have stopped it there)."""
+        if self._pending is None:
+            return
+        times, batch = self._pending
+        k = min(bisect.bisect_left(times, t) + 1, len(times))
+        self._pending = None
+        self._take_run(k, times[k - 1], None, None, 0.0)  # its load was booked when planned
+        self._after_step(k * batch)
 
     def _after_step(self, made: int) -> None:
         """What follows every step: decode tokens counted, migration, a sample when due."""
@@ -375,7 +514,7 @@ class Replay:
                 self._shed()
             running, waiting = self.sched.counts()
             kv_used = self.sched.used_blocks() / self.sim.gpu_blocks
-            pnm_used = 1 - self.pnm_free / self.sim.pnm_tokens if self.sim.pnm_tokens else 0.0
+            pnm_used = self.pnm_used_share()
             if self.adaptive is not None or self.budget is not None:
                 self.gpu_wait_s = self._gpu_wait()
             if self.budget is not None:
@@ -403,9 +542,9 @@ class Replay:
             if jid in self.jobs:
                 self.sched.abort(jid)
                 del self.jobs[jid]
-            self.pnm_free += rq.pnm_reserved
-            rq.pnm_reserved = 0
+            self._release(rq)
             self.live.remove(rq)
+            self.work_left -= rq.req.input_len + rq.req.output_len - rq.generated
         gone = set(map(id, late))
         self.pnm_queue = deque(x for x in self.pnm_queue if id(x[0]) not in gone)
         self.out.shed += len(late)
@@ -446,25 +585,38 @@ class Replay:
         if self.adaptive.observe(load):
             self.router = Router(self.adaptive.t_input, Source.ADAPTIVE)
 
-    def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+    def busy(self) -> bool:
+        return bool(self.arrivals or self.pnm_queue or self.jobs)
+
+    def blocked(self) -> bool:
+        """Nothing to run but requests waiting for room on a PNM node (another instance of a
+        fleet may give it back)."""
+        return not self.jobs and not self.arrivals and bool(self.pnm_queue)
+
+    def advance(self, horizon: float = math.inf, steps: int | None = None) -> None:
+        """Step until the clock reaches ``horizon`` (when a request not yet handed to it may
+        arrive), or ``steps`` steps (a run of pure decode steps counts as one) are taken, or
+        there is nothing it can do before then."""
         out, sched = self.out, self.sched
-        self.progress = progress
-        self.next_sample = self.cfg.sample_s
-        self.tokens_since = 0
-        while self.arrivals or self.pnm_queue or self.jobs:
+        self.settle()
+        self.horizon = horizon
+        taken = 0
+        while self.now < horizon and (steps is None or taken < steps):
             while self.arrivals and self.arrivals[0][0] <= self.now:
-                self._arrive(*self.arrivals.popleft())
+                t, _, _, r = heapq.heappop(self.arrivals)
+                self._arrive(t, r)
             self._admit_pnm()
             if not self.jobs:
-                if self.arrivals:
-                    self.now = max(self.now, self.arrivals[0][0])
-                    continue
-                if self.pnm_queue:
-                    raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
-                break
+                if not self.arrivals:  # idle, or waiting for a PNM node's room
+                    return
+                self._wait_for_arrival()
+                continue
+            taken += 1
             if self.fast is not None:
                 k = self._decode_run(self.next_sample)
                 if k:
+                    if self._pending is not None:
+                        return  # the fleet settles it
                     self._after_step(k * len(self.fast.running))
                     continue
             if self.budget is not None:
@@ -474,16 +626,57 @@ class Replay:
             self._on_preempted(plan)
             out.prefix_hit_tokens += plan.prefix_hit_tokens
             if not plan.scheduled and not plan.decodes:
-                if self.arrivals:
-                    self.now = max(self.now, self.arrivals[0][0])
-                    continue
-                raise RuntimeError("scheduler stalled with requests that can never run")
+                if not self._wait_for_arrival():
+                    raise RuntimeError("scheduler stalled with requests that can never run")
+                continue
             out.peak_gpu_blocks = max(out.peak_gpu_blocks, sched.used_blocks())
             self.now += self._step_cost(plan)
             out.steps += 1
             self._after_step(len(plan.decodes) + self._on_tokens(sched.update(plan), self.now))
         out.end_s = self.now
-        return out
+
+    def _wait_for_arrival(self) -> bool:
+        """Nothing can run now: the clock moves to the next arrival (or to the horizon, where
+        one may yet be handed to it); False if none can come."""
+        nxt = min(self.arrivals[0][0] if self.arrivals else math.inf, self.horizon)
+        if nxt == math.inf:
+            return False
+        self.now = max(self.now, nxt)
+        return True
+
+    def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+        """Every request, to the end (they were all handed to it)."""
+        self.progress = progress
+        self.next_sample = self.cfg.sample_s
+        self.tokens_since = 0
+        self.advance()
+        if self.pnm_queue:
+            raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
+        self.out.end_s = self.now
+        return self.out
+
+
+def _node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNode, int, int]]:
+    """Each node with the contexts placed on it: (node, their sum, how many)."""
+    sums: dict[PnmNode, list[int]] = {}
+    for node, ctx in placed:
+        assert node is not None
+        s = sums.setdefault(node, [0, 0])
+        s[0] += ctx
+        s[1] += 1
+    return [(n, c, k) for n, (c, k) in sums.items()]
+
+
+def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,
+              key: int | None = None) -> float:
+    """The PNM tier's time of a step, ``ahead`` steps on (each context a token longer a step):
+    the slowest node's, as the nodes work in parallel; with ``key`` (an instance whose nodes
+    others share), each node's attention stretched by what the others' load queues ahead of
+    it (pnm_nodes.contention_s)."""
+    if key is None:
+        return max((n.cost.pnm_s(c + ahead * k, k) for n, c, k in sums), default=0.0)
+    return max((n.cost.pnm_s(c + ahead * k, k, n.slowdown(key)) for n, c, k in sums),
+               default=0.0)
 
 
 def replay(sim: ServingSim, requests: list[TraceRequest],

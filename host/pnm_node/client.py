@@ -266,6 +266,24 @@ class NodeClient:
             token = read_token(self.link.endpoint)
         self._link().call(NodeOp.SHUTDOWN, p.SHUTDOWN_REQ.build({"token": token}))
 
+    # -- clock domains (host/pnm_node/domains.py) ------------------------------------------------
+    def domain_open(self, members: int) -> bytes:
+        """Open a clock domain for ``members`` clients: its ticket, a secret to hand them."""
+        info = self._link().call(NodeOp.DOMAIN_OPEN, p.DOMAIN_OPEN_REQ.build(
+            {"members": members}))
+        return bytes(p.DOMAIN_OPEN_REP.parse(info.payload).ticket)
+
+    def domain_join(self, ticket: bytes) -> None:
+        """Join a clock domain: this client's ATTENDs share its members' device timeline."""
+        self._link().call(NodeOp.DOMAIN_JOIN, p.DOMAIN_JOIN_REQ.build({"ticket": ticket}))
+
+    def domain_leave(self) -> None:
+        self._link().call(NodeOp.DOMAIN_LEAVE, b"")
+
+    def domain_promise(self, send_ps: int) -> None:
+        """A null message: nothing this client sends will be stamped before ``send_ps``."""
+        self._link().call(NodeOp.DOMAIN_PROMISE, b"", send_ps)
+
     # -- data path ---------------------------------------------------------------------------------
     def write_kv_async(self, session: int, layer: int, kv_head: int,
                        keys: Sequence[npt.NDArray[np.uint16]],

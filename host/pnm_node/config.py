@@ -50,6 +50,19 @@ class NodeConfig:
     """Connections that may join one client (host/pnm_node/access.py)."""
     max_request_heads: int = 256
     """KV heads one ALLOC_KV or ATTEND request may name."""
+    max_request_tokens: int = 1 << 19
+    """KV tokens one ATTEND may read, over all its KV heads (each selected cluster's tokens):
+    a bound on one request's device work, so no request holds a device for long. The default,
+    524,288, is two KV heads of 4,096 clusters of 64 tokens (a Llama-3-8B layer at 128K
+    context selecting a quarter of each of its 8 KV heads is 262,144)."""
+    max_client_queued_tokens: int = 1 << 21
+    """KV tokens of work (ATTEND reads, WRITE_KV writes) one client may have queued or running
+    on one device; a request that would pass it is refused with DEVICE_BUSY, so a client
+    flooding a device fills only its own share. At least ``max_request_tokens`` (the default
+    is four such requests)."""
+    probe_period_s: float = 1.0
+    """How often a device marked down is probed (a new connection, its registers read); one
+    that answers again is re-admitted with its memory taken as empty."""
     max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
     """Largest WRITE_KV payload, checked from its header before the body is parsed (the
     client splits larger writes)."""
@@ -68,6 +81,11 @@ class NodeConfig:
     """Cut each device's share of a request into a whole number of rounds of its attention
     units, the parts merged by log-sum-exp (driver/split.py): a device given fewer KV heads
     than it has units otherwise leaves bandwidth unused."""
+    max_domain_members: int = 64
+    """Members one clock domain may have (host/pnm_node/domains.py)."""
+    domain_stall_s: float = 600.0
+    """A clock-domain member nothing is heard from for this long while another member's
+    ATTEND waits on it is removed from the domain, and the others go on."""
     max_queued: int = LinkLimits.max_queued
     """Requests waiting to run, all clients together; once it is full, a request of a client
     holding its share of the queue is refused at once with BUSY (emu/link/server.py). Freeing,
@@ -78,7 +96,8 @@ class NodeConfig:
             raise ValueError(f"devices: a node has 1..32 devices, got {len(self.devices)}")
         link_preset(self.link)
         link_preset(self.cxl)
-        for name in ("device_timeout_s", "connect_timeout_s", "core_clock_mhz"):
+        for name in ("device_timeout_s", "connect_timeout_s", "core_clock_mhz",
+                     "probe_period_s", "domain_stall_s"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("host_request_ns", "host_descriptor_ns"):
@@ -87,9 +106,14 @@ class NodeConfig:
                                  f"{getattr(self, name)}")
         for name in ("max_sessions", "max_sessions_per_client", "max_clients",
                      "max_queue_pairs", "max_request_heads", "max_write_kv_bytes",
-                     "max_queued"):
+                     "max_queued", "max_request_tokens", "max_client_queued_tokens",
+                     "max_domain_members"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if self.max_client_queued_tokens < self.max_request_tokens:
+            raise ValueError(f"max_client_queued_tokens ({self.max_client_queued_tokens}) must be "
+                             f">= max_request_tokens ({self.max_request_tokens}): a client must "
+                             "be able to queue one request of the largest size")
         if not isinstance(self.rtl_layers, int) or not 0 <= self.rtl_layers <= 0xFFFF:
             raise ValueError(f"rtl_layers must be an integer in 0..65535, got "
                              f"{self.rtl_layers!r}")

@@ -1,10 +1,12 @@
 """One PNM device as NelssaHost holds it: the driver stack (Device, MemoryApi, CommandQueue)
 over a port opened from its spec (hw/ports.py: a device process's endpoint, or a board), a
 thread of its own so the devices work concurrently, byte counters for the CXL link model, and
-the device's health."""
+the device's health: marked down when it stops answering, probed while down, and re-admitted,
+empty, once it answers again (``HealthWatch``)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -115,7 +117,8 @@ class MeteredPort(DevicePort):
 
 
 class DeviceUnreachableError(RuntimeError):
-    """The device stopped answering or died; it stays down."""
+    """The device stopped answering or died; it stays down until a probe finds it answering
+    again (``DeviceSlot.probe``)."""
 
 
 @dataclass(frozen=True)
@@ -147,29 +150,93 @@ class DeviceSlot:
         self.alive = True
         self.error = ""
         self.descriptors = 0
+        self.cycle_seen = 0
+        """The device's cycle count as last read (after each piece of work)."""
+        self.readmitted = 0
+        """Times the device was re-admitted after being down."""
+        self._ring_entries = ring_entries
+        self._probing = threading.Event()
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"pnm{index}")
         # the sockets are made and used only on the slot's thread
-        self._exec.submit(self._open, connect_timeout_s, ring_entries).result()
+        self._exec.submit(self._open, connect_timeout_s).result()
 
-    def _open(self, connect_timeout_s: float, ring_entries: int) -> None:
+    def _open(self, connect_timeout_s: float) -> None:
         self.remote = open_port(self.endpoint, PortOptions(
             manifest=self.fpga_manifest, timeout_s=self.timeout_s,
             connect_timeout_s=connect_timeout_s))
-        self.port = MeteredPort(self.remote)
         try:
-            self.dev = Device(self.port, bulk=self.bulk)
+            self._use(self.remote, *self._stack(self.remote, connect_timeout_s))
+        except DeviceUnreachableError:
+            self.remote.close()
+            raise
+        self.clock_hz = self.port.clock_hz
+        """The device's core clock (what its cycle counts last)."""
+        log.info("device %d at %s: %d GiB, caps %s", self.index, self.endpoint,
+                 self.dev.mem_bytes >> 30, self.dev.caps)
+
+    def _stack(self, remote: DevicePort, connect_timeout_s: float
+               ) -> tuple[MeteredPort, Device, MemoryApi, CommandQueue]:
+        """The driver stack over ``remote``: registers read, memory empty, rings set."""
+        port = MeteredPort(remote)
+        try:
+            dev = Device(port, bulk=self.bulk)
         except PortTimeoutError as e:
             raise DeviceUnreachableError(f"device {self.index} at {self.endpoint} did not "
                                          f"answer within {connect_timeout_s:g} s") from e
-        self.remote.set_timeout(int(self.timeout_s * 1000))
-        self.clock_hz = self.port.clock_hz
-        """The device's core clock (what its cycle counts last)."""
-        self.mem = MemoryApi(self.dev, KV_BASE, self.dev.mem_bytes)
-        self.cq = CommandQueue(self.mem, entries=ring_entries)
-        self._free0 = self.mem.alloc.bytes_free
-        self.port.take()
-        log.info("device %d at %s: %d GiB, caps %s", self.index, self.endpoint,
-                 self.dev.mem_bytes >> 30, self.dev.caps)
+        remote.set_timeout(int(self.timeout_s * 1000))
+        mem = MemoryApi(dev, KV_BASE, dev.mem_bytes)
+        return port, dev, mem, CommandQueue(mem, entries=self._ring_entries)
+
+    def _use(self, remote: DevicePort, port: MeteredPort, dev: Device, mem: MemoryApi,
+             cq: CommandQueue) -> None:
+        self.remote, self.port, self.dev, self.mem, self.cq = remote, port, dev, mem, cq
+        self._free0 = mem.alloc.bytes_free
+        self.cycle_seen = port.cycle
+        port.take()
+
+    # -- re-admission -----------------------------------------------------------------------------
+    def probe(self, timeout_s: float) -> None:
+        """While down: check, on the slot's thread, whether the device answers again (a new
+        connection; its registers read); if it does, and it is the same kind of device, it is
+        re-admitted with its memory taken as empty (what it held was dropped when it went
+        down). At most one probe at a time."""
+        if self.alive or self._probing.is_set():
+            return
+        self._probing.set()
+        self._exec.submit(self._probe, timeout_s)
+
+    def _probe(self, timeout_s: float) -> None:
+        try:
+            remote = open_port(self.endpoint, PortOptions(
+                manifest=self.fpga_manifest, timeout_s=timeout_s, connect_timeout_s=timeout_s))
+        except Exception as e:  # still down: the next probe tries again
+            log.debug("device %d probe: %s", self.index, e)
+            self._probing.clear()
+            return
+        try:
+            stack = self._stack(remote, timeout_s)
+            same = (stack[1].caps_word, stack[1].mem_bytes, remote.clock_hz) == (
+                self.dev.caps_word, self.dev.mem_bytes, self.clock_hz)
+            if not same:
+                log.warning("device %d at %s answers again but is another kind of device "
+                            "(caps, memory or clock differ): it stays down", self.index,
+                            self.endpoint)
+        except Exception as e:
+            log.debug("device %d probe: %s", self.index, e)
+            same = False
+        if not same:
+            remote.close()
+            self._probing.clear()
+            return
+        with contextlib.suppress(Exception):  # the connection that stopped answering
+            self.remote.close()
+        self._use(remote, *stack)
+        self.readmitted += 1
+        log.warning("device %d at %s answers again: re-admitted, its memory empty (it was down:"
+                    " %s)", self.index, self.endpoint, self.error)
+        self.error = ""
+        self.alive = True
+        self._probing.clear()
 
     # -- work on the slot's thread ----------------------------------------------------------------
     def submit(self, fn: Callable[[DeviceSlot], T]) -> Future[T]:
@@ -185,7 +252,9 @@ class DeviceSlot:
         if not self.alive:
             raise DeviceUnreachableError(self.down_message())
         try:
-            return fn(self)
+            out = fn(self)
+            self.cycle_seen = self.port.cycle
+            return out
         except (PortTimeoutError, zmq.ZMQError) as e:
             if self.alive:  # the first reason stays (mark_down may have given it)
                 self.alive = False
@@ -252,6 +321,27 @@ class DeviceSlot:
         except Exception as e:
             log.warning("closing device %d: %s", self.index, e)
         self._exec.shutdown(wait=False)
+
+
+class HealthWatch:
+    """Probes the devices marked down every ``period_s`` (``DeviceSlot.probe``), so one that
+    answers again is re-admitted."""
+
+    def __init__(self, slots: list[DeviceSlot], period_s: float, timeout_s: float) -> None:
+        self._slots, self._period_s, self._timeout_s = slots, period_s, timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="device-health", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            for slot in self._slots:
+                if not slot.alive:
+                    slot.probe(self._timeout_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class ProcessWatch:

@@ -55,6 +55,17 @@ class NodeBusyError(NodeError):
     so that what runs keeps the order sent)."""
 
 
+class DeviceQueueFullError(NodeError):
+    """This client's work queued or running on a device would pass its share of the device's
+    queue (the node's ``max_client_queued_tokens``): the request was not run and nothing
+    changed; send it again once earlier requests are answered. Other clients are not held up."""
+
+
+class ClockDomainError(NodeError):
+    """A clock-domain refusal (host/pnm_node/domains.py): a bad ticket, not a member, a stamp
+    that goes back, or removed from the domain after a stall; the message says which."""
+
+
 _BY_CODE: dict[int, type[NodeError]] = {
     NodeErrorCode.BAD_REQUEST: BadRequestError,
     NodeErrorCode.UNKNOWN_SESSION: UnknownSessionError,
@@ -63,6 +74,8 @@ _BY_CODE: dict[int, type[NodeError]] = {
     NodeErrorCode.DEVICE_DOWN: DeviceDownError,
     NodeErrorCode.DEVICE_ERROR: DeviceStatusError,
     NodeErrorCode.LIMIT_EXCEEDED: NodeLimitError,
+    NodeErrorCode.DEVICE_BUSY: DeviceQueueFullError,
+    NodeErrorCode.DOMAIN_REFUSED: ClockDomainError,
     LinkErrorCode.CHECKSUM: ChecksumError,
     LinkErrorCode.MALFORMED_FRAME: LinkError,
     LinkErrorCode.UNKNOWN_OP: LinkError,

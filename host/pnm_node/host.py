@@ -1,11 +1,20 @@
 """NelssaHost (paper 6.2): the control service, KV partitioner, job dispatcher and output
 aggregator of one PNM node, as the handler of a link server.
 
-Requests are served one at a time in arrival order; inside a request every device it needs
-works concurrently (each device slot has its own thread). Prefill ingestion (WRITE_KV) writes
-device memory through the Memory API and never enters the command rings, so it never queues
-behind decode descriptors in a device (paper 5.1). Every request is checked whole before any
-device is touched, and a device that stops answering fails only the requests that need it.
+Requests that need different devices run at the same time. The node's thread (the link
+server's) checks each request whole and plans it before any device is touched, and makes every
+change to the node's state (sessions, allocation, where each cluster went, emulated time); the
+device work goes to per-device queues (dispatch.py), each served on a thread of its own and
+shared among clients by deficit round robin over their KV tokens of work, a client's queued work
+per device capped (``max_client_queued_tokens``: over it, DEVICE_BUSY) and one request's work
+bounded (``max_request_tokens``); the reply is made on the node's thread once every part is
+done. A client's requests keep their order (lanes.py): its ATTENDs may run beside one another;
+anything that changes its state waits for what came before and holds what comes after, and its
+replies are made in the order sent. Prefill ingestion (WRITE_KV) writes device memory through
+the Memory API and never enters the command rings, so it never queues behind decode descriptors
+in a device (paper 5.1). A device that stops answering fails only the requests that need it; it
+is probed while down and re-admitted, empty, once it answers again (devices.py HealthWatch), so
+new KV may land on it (what it held before is lost: requests on that KV fail DEVICE_DOWN).
 
 Emulated time of a request: it arrives (the link model of emu/link), host software takes
 ``host_request_ns`` plus ``host_descriptor_ns`` per descriptor, then each device it needs spends
@@ -17,6 +26,9 @@ requests of the same client (its queue pairs included), never behind another cli
 emulated clocks are independent of one another (each GPU node runs its own), so ordering one
 client's work after another's emulated time would let any client move every other client's
 results with its clock; this way a client's clock, far-future or not, moves only its own.
+Clients of one simulation share a clock: those that joined one clock domain (domains.py, with
+the ticket its opener was given) share each device's timeline, their ATTENDs started in emulated
+time order under conservative synchronization; a domain's work never moves a non-member's times.
 
 Trust: every request is checked whole (each field; its size against the per-request limits,
 from its header, before its body is parsed; its emulated time against ``MAX_ARRIVE_PS`` and the
@@ -27,69 +39,67 @@ per-client limits of NodeConfig.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import secrets
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
-import numpy as np
 from construct import ConstructError
 
 from nelssa import __version__
-from nelssa.driver.command import AttnRequest
-from nelssa.driver.formats import LINE_BYTES, MAX_IDS, DescStatus
-from nelssa.driver.memory import KvCapacityError, kv_region_bytes
+from nelssa.driver.formats import MAX_IDS
+from nelssa.driver.memory import KvCapacityError, KvRegion, kv_region_bytes
 from nelssa.emu.link.frame import LinkErrorCode
 from nelssa.emu.link.model import PS_PER_NS, link_preset
-from nelssa.emu.link.transport import Reply, ServiceError, ServiceRequest
+from nelssa.emu.link.transport import Deferred, Reply, ServiceError, ServiceRequest
+from nelssa.host.pnm_node import datapath
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.access import ClientTable
-from nelssa.host.pnm_node.aggregate import merge_partials
 from nelssa.host.pnm_node.config import NodeConfig
 from nelssa.host.pnm_node.devices import (
-    BatchResult,
     DeviceSlot,
     DeviceUnreachableError,
+    HealthWatch,
     ProcessWatch,
 )
+from nelssa.host.pnm_node.dispatch import Dispatcher, Job, Part, outcome
+from nelssa.host.pnm_node.domains import ClockDomain, DomainTable, Member
+from nelssa.host.pnm_node.lanes import Lanes, Order, Pending
 from nelssa.host.pnm_node.partition import HeadKv, Session, Shard, head_devices, shard_tokens
 from nelssa.host.pnm_node.protocol import (
     MAX_ARRIVE_PS,
-    MAX_EMU_TIME_PS,
     NodeErrorCode,
     NodeOp,
     Partition,
 )
-from nelssa.host.pnm_node.sampling import SampleStats, compare, twin_requests
+from nelssa.host.pnm_node.sampling import SampleStats
 
 log = logging.getLogger(__name__)
 
 
 ALWAYS_ADMITTED = frozenset({NodeOp.CLOSE_SESSION, NodeOp.FREE_KV, NodeOp.STATUS,
-                             NodeOp.SHUTDOWN, NodeOp.JOIN_TICKET, NodeOp.JOIN})
+                             NodeOp.SHUTDOWN, NodeOp.JOIN_TICKET, NodeOp.JOIN,
+                             NodeOp.DOMAIN_LEAVE, NodeOp.DOMAIN_PROMISE})
 """Operations queued even when the node is busy: they free what others wait for, or the
 operator needs them under load."""
+
+LANE_ORDER = {NodeOp.ATTEND: Order.OVERLAP, NodeOp.WRITE_KV: Order.BARRIER,
+              NodeOp.ALLOC_KV: Order.BARRIER, NodeOp.FREE_KV: Order.BARRIER,
+              NodeOp.CLOSE_SESSION: Order.BARRIER}
+"""How each operation with device work keeps its place among its client's (lanes.py); the
+others (opening a session, status, joining, shutdown) touch no device and answer at once."""
 
 
 def _fail(code: NodeErrorCode, message: str) -> ServiceError:
     return ServiceError(code, message)
 
 
-def _wait(futures: dict[int, Future[Any]]) -> dict[int, Any]:
-    """Results by device; the first device failure becomes a DEVICE_DOWN error (after all have
-    finished, so no device is left mid-request)."""
-    out, down = {}, []
-    for dev, f in futures.items():
-        try:
-            out[dev] = f.result()
-        except DeviceUnreachableError as e:
-            down.append(str(e))
-    if down:
-        raise _fail(NodeErrorCode.DEVICE_DOWN, "; ".join(down))
-    return out
+def _free_on(slot: DeviceSlot, regions: list[KvRegion]) -> None:
+    """Free regions on the slot's thread; one the device no longer holds (it was re-admitted
+    empty since) is gone already."""
+    for rg in regions:
+        if slot.mem.regions.get((rg.session, rg.layer, rg.kv_head)) is rg:
+            slot.mem.free_kv(rg)
 
 
 class NelssaHost:
@@ -107,6 +117,13 @@ class NelssaHost:
                       for i, ep in enumerate(config.twins)]
         self.sampling = SampleStats()
         self.clients = ClientTable(config)
+        self.lanes = Lanes()
+        self.dispatcher = Dispatcher(self.slots + self.twins, config.max_client_queued_tokens)
+        # the lookahead: no message crosses the link faster than its base latency
+        self.domains = DomainTable(config, round(link_preset(config.link).latency_ns
+                                                 * PS_PER_NS), self.dispatcher)
+        self._health = HealthWatch(self.slots + self.twins, config.probe_period_s,
+                                   min(config.device_timeout_s, config.probe_period_s * 5))
         self.requests = self.errors = 0
         self.stop_requested = False
         self.admin_token: bytes | None = None
@@ -120,18 +137,23 @@ class NelssaHost:
             clock_hz = (config.core_clock_mhz * 1e6 if config.core_clock_mhz is not None
                         else self._device_clock_hz())
         except ValueError:
+            self._health.stop()
+            self.dispatcher.stop()
             for slot in self.slots + self.twins:
                 slot.close()
             raise
         self.clock_hz = clock_hz
         """Device cycles to emulated time: the devices' clock, or the configuration's."""
-        self._ps_per_cycle = 1e12 / clock_hz
-        self._ops: dict[int, Callable[[ServiceRequest], Reply]] = {
+        self.ps_per_cycle = 1e12 / clock_hz
+        self._ops: dict[int, Callable[[ServiceRequest], Reply | Pending]] = {
             NodeOp.OPEN_SESSION: self._open_session, NodeOp.CLOSE_SESSION: self._close_session,
             NodeOp.ALLOC_KV: self._alloc_kv, NodeOp.FREE_KV: self._free_kv,
-            NodeOp.WRITE_KV: self._write_kv, NodeOp.ATTEND: self._attend,
+            NodeOp.WRITE_KV: lambda r: datapath.write_kv(self, r),
+            NodeOp.ATTEND: lambda r: datapath.attend(self, r),
             NodeOp.STATUS: self._status, NodeOp.SHUTDOWN: self._shutdown,
             NodeOp.JOIN_TICKET: self._join_ticket, NodeOp.JOIN: self._join,
+            NodeOp.DOMAIN_OPEN: self._domain_open, NodeOp.DOMAIN_JOIN: self._domain_join,
+            NodeOp.DOMAIN_LEAVE: self._domain_leave, NodeOp.DOMAIN_PROMISE: self._domain_promise,
         }
 
     def _device_clock_hz(self) -> int:
@@ -143,22 +165,84 @@ class NelssaHost:
         return clocks.pop()
 
     # -- the link handler -------------------------------------------------------------------------
-    def handle(self, request: ServiceRequest) -> Reply:
+    def handle(self, request: ServiceRequest) -> Reply | Deferred:
+        """Answer now, or later (``Deferred``: device work queued, or held behind the client's
+        earlier requests); on the node's thread."""
         self.requests += 1
+        self.domains.tick()
         op = self._ops.get(request.op)
+        cid = self.clients.client_id(request.peer)
         try:
             if op is None:
                 raise ServiceError(LinkErrorCode.UNKNOWN_OP, f"operation {request.op} is not a "
                                    f"node operation ({', '.join(o.name for o in NodeOp)})")
             self._check_time(request)
+            member = self.domains.arrived(cid, request)
+        except ServiceError:
+            self.errors += 1
+            raise
+        order = LANE_ORDER.get(NodeOp(request.op))
+
+        def start() -> Reply | Pending:
+            if member is None:
+                return self._start(op, request)
+            try:  # an ATTEND of a clock domain's member: held until it may start
+                return self._start(lambda r: datapath.attend(self, r, member), request)
+            except Exception:
+                member[0].forget(member[1], request.arrive_ps)
+                raise
+
+        if order is None:
+            out = start()
+            assert isinstance(out, Reply)
+            return out
+        return self.lanes.submit(self.clients.client_id(request.peer), order, start)
+
+    def _start(self, op: Callable[[ServiceRequest], Reply | Pending], request: ServiceRequest
+               ) -> Reply | Pending:
+        """Check and plan a request (its device work queued); errors counted, its later
+        ones too."""
+        try:
             try:
-                return op(request)
+                out = op(request)
             except ConstructError as e:
                 raise _fail(NodeErrorCode.BAD_REQUEST,
                             f"malformed {NodeOp(request.op).name} payload: {e}") from None
         except ServiceError:
             self.errors += 1
             raise
+        if isinstance(out, Reply):
+            return out
+
+        def finish(results: dict[Any, Any]) -> Reply:
+            try:
+                return out.finish(results)
+            except ServiceError:
+                self.errors += 1
+                raise
+
+        return Pending(out.job, finish)
+
+    def queue_work(self, s: Session, parts: list[Part],
+                   held: tuple[tuple[ClockDomain, Member], int,
+                               Callable[[dict[Any, Any]], None]] | None = None) -> Job:
+        """Queue a request's device work for the session's client, or refuse it whole when
+        it would pass the client's share of a device queue. ``held``: a clock domain's ATTEND
+        (its domain and member, its arrival stamp, and what commits its emulated times), held
+        until no member may precede it."""
+        over = self.dispatcher.over_cap(s.owner, parts)
+        if over is not None:
+            raise _fail(NodeErrorCode.DEVICE_BUSY, f"{over}: over the node's limit "
+                        f"max_client_queued_tokens = {self.config.max_client_queued_tokens}; "
+                        "nothing was run: send it again once earlier requests are answered")
+        if held is not None:
+            (domain, member), arrive, commit = held
+            return domain.hold(member, arrive, parts, commit)
+        return self.dispatcher.run(s.owner, parts)
+
+    def tick(self) -> None:
+        """Time-outs of clock domains (on the node's thread, also while nothing arrives)."""
+        self.domains.tick()
 
     def _check_time(self, r: ServiceRequest) -> None:
         """Refuse emulated times beyond the horizon, before anything changes: a reply that
@@ -188,15 +272,15 @@ class NelssaHost:
         return max(self.config.max_write_kv_bytes, attend, alloc)
 
     @property
-    def _host_ps(self) -> int:
+    def host_ps(self) -> int:
         return round(self.config.host_request_ns * PS_PER_NS)
 
     # -- sessions and allocation ------------------------------------------------------------------
-    def _session(self, r: ServiceRequest, sid: int) -> Session:
+    def session(self, r: ServiceRequest, sid: int) -> Session:
         """The caller's session: another client's fails as an unknown one does."""
         return self.clients.get(r.peer, sid)
 
-    def _head(self, s: Session, layer: int, kv_head: int) -> HeadKv:
+    def head(self, s: Session, layer: int, kv_head: int) -> HeadKv:
         head = s.kv.get((layer, kv_head))
         if head is None:
             raise _fail(NodeErrorCode.NOT_ALLOCATED, f"session {s.id} layer {layer} KV head "
@@ -219,20 +303,20 @@ class NelssaHost:
         log.info("session %#x opened (%s-wise, head_dim %d, group %d)", s.id,
                  s.partition.name.lower(), q.head_dim, q.group)
         return self._reply(NodeOp.OPEN_SESSION, p.OPEN_SESSION_REP.build({"session": s.id}), r,
-                           self._host_ps)
+                           self.host_ps)
 
-    def _close_session(self, r: ServiceRequest) -> Reply:
-        s = self._session(r, p.SESSION_REQ.parse(r.payload).session)
-        self._release(s, list(s.kv))
+    def _close_session(self, r: ServiceRequest) -> Pending:
+        s = self.session(r, p.SESSION_REQ.parse(r.payload).session)
+        job = self._release(s, list(s.kv))
         self.clients.close(s)
         log.info("session %#x closed", s.id)
-        return self._reply(NodeOp.CLOSE_SESSION, b"", r, self._host_ps)
+        return Pending(job, lambda _: self._reply(NodeOp.CLOSE_SESSION, b"", r, self.host_ps))
 
-    def _alloc_kv(self, r: ServiceRequest) -> Reply:
+    def _alloc_kv(self, r: ServiceRequest) -> Pending:
         q = p.ALLOC_KV_REQ.parse(r.payload)
-        s = self._session(r, q.session)
+        s = self.session(r, q.session)
         heads = list(q.kv_heads)
-        self._check_heads(heads)
+        self.check_heads(heads)
         for h in heads:
             if (q.layer, h) in s.kv:
                 raise _fail(NodeErrorCode.BAD_REQUEST, f"session {s.id} layer {q.layer} KV head "
@@ -241,79 +325,87 @@ class NelssaHost:
             raise _fail(NodeErrorCode.BAD_REQUEST, "max_clusters and max_tokens must be >= 1")
         up = [sl.index for sl in self.slots if sl.alive]  # new KV goes to the devices up
         if not up:
-            self._need_alive(set(range(len(self.slots))))
+            self.need_alive(set(range(len(self.slots))))
         max_ct = self.slots[0].dev.caps["max_cluster_tokens"]
         tokens = shard_tokens(s.partition, q.max_tokens, len(up), max_ct)
         want = [(h, d) for h in heads for d in head_devices(s.partition, h, up)]
-        self._need_alive({d for _, d in want})
+        sampled = self.sampled(q.layer)
+        self.need_alive({d for _, d in want}, sampled)
         region_bytes = kv_region_bytes(s.head_dim, q.max_clusters, tokens)
+        by_dev: dict[int, list[int]] = {}
+        for h, d in want:
+            by_dev.setdefault(d, []).append(h)
+
+        def alloc(slot: DeviceSlot, hs: list[int]) -> dict[int, Any] | tuple[int, Exception]:
+            """Every region of the device, or none: (the head that failed, why)."""
+            got: dict[int, Any] = {}
+            for h in hs:
+                try:
+                    got[h] = slot.mem.alloc_kv(s.id, q.layer, h, s.head_dim, q.max_clusters,
+                                               tokens)
+                except KvCapacityError as e:
+                    _free_on(slot, list(got.values()))
+                    return h, e
+            return got
+
+        slots = [(self.slots, "device")] + ([(self.twins, "the twin of device")] if sampled
+                                            else [])
+        parts = {(what, d): Part(side[d], lambda sl, hs=hs: alloc(sl, hs), 0)
+                 for side, what in slots for d, hs in by_dev.items()}
         self.clients.reserve(s, region_bytes * len(want))  # refused here, nothing is reserved
+        job = self.queue_work(s, list(parts.values()))
 
-        def alloc(slot: DeviceSlot, h: int) -> Any:
-            return slot.mem.alloc_kv(s.id, q.layer, h, s.head_dim, q.max_clusters, tokens)
+        def finish(results: dict[DeviceSlot, Any]) -> Reply:
+            got: dict[tuple[str, int], dict[int, Any]] = {}
+            failures = []
+            for (what, d), part in parts.items():
+                try:
+                    out = outcome(results, part.slot)
+                except DeviceUnreachableError as e:
+                    failures.append(_fail(NodeErrorCode.DEVICE_DOWN, str(e)))
+                    continue
+                if isinstance(out, tuple):
+                    failures.append(_fail(NodeErrorCode.OUT_OF_MEMORY, f"{what} {d} cannot "
+                                          f"hold session {s.id} layer {q.layer} KV head "
+                                          f"{out[0]}: {out[1]}"))
+                else:
+                    got[(what, d)] = out
+            if failures:  # each device rolled back its own; the others' part goes too
+                undo = {parts[k].slot: list(v.values()) for k, v in got.items()}
+                self.dispatcher.run(s.owner, [Part(sl, lambda x, rgs=rgs: _free_on(x, rgs), 0)
+                                              for sl, rgs in undo.items()])
+                self.clients.refund(s, region_bytes * len(want))
+                raise failures[0]
+            placement = []
+            for h in heads:
+                devs = head_devices(s.partition, h, up)
+                head = HeadKv([Shard(d, got[("device", d)][h]) for d in devs],
+                              reserved_bytes=region_bytes * len(devs),
+                              twin_regions=[got[(w, d)][h] for d in devs
+                                            for w in ("the twin of device",) if (w, d) in got])
+                s.kv[(q.layer, h)] = head
+                placement.append({"kv_head": h, "devices": head.device_mask})
+            return self._reply(NodeOp.ALLOC_KV, p.ALLOC_KV_REP.build(
+                {"count": len(placement), "placement": placement}), r, self.host_ps)
 
-        got: dict[tuple[int, int], Any] = {}
-        try:
-            got = self._alloc_regions(self.slots, want, alloc, s, q.layer)
-            twin_got = (self._alloc_regions(self.twins, want, alloc, s, q.layer, twin=True)
-                        if self._sampled(q.layer) else {})
-        except ServiceError:  # each side rolled back its own; the devices' part goes too
-            self._free_regions(self.slots, got)
-            self.clients.refund(s, region_bytes * len(want))
-            raise
-        placement = []
-        for h in heads:
-            shards = [Shard(d, got[(h, d)]) for d in head_devices(s.partition, h, up)]
-            head = HeadKv(shards, reserved_bytes=region_bytes * len(shards),
-                          twin_regions=[twin_got[(h, sh.device)] for sh in shards
-                                        if (h, sh.device) in twin_got])
-            s.kv[(q.layer, h)] = head
-            placement.append({"kv_head": h, "devices": head.device_mask})
-        return self._reply(NodeOp.ALLOC_KV, p.ALLOC_KV_REP.build(
-            {"count": len(placement), "placement": placement}), r, self._host_ps)
+        return Pending(job, finish)
 
-    def _sampled(self, layer: int) -> bool:
+    def sampled(self, layer: int) -> bool:
         return layer < self.config.rtl_layers
 
-    def _alloc_regions(self, slots: list[DeviceSlot], want: list[tuple[int, int]],
-                       alloc: Callable[[DeviceSlot, int], Any], s: Session, layer: int,
-                       twin: bool = False) -> dict[tuple[int, int], Any]:
-        """A region per (KV head, device) on ``slots``, one at a time: a failure frees what
-        was allocated and raises, so nothing stays half-allocated."""
-        what = "the twin of device" if twin else "device"
-        got: dict[tuple[int, int], Any] = {}
-        for h, d in want:
-            try:
-                got[(h, d)] = slots[d].submit(lambda sl, h=h: alloc(sl, h)).result()
-            except KvCapacityError as e:
-                failure = _fail(NodeErrorCode.OUT_OF_MEMORY, f"{what} {d} cannot hold session "
-                                f"{s.id} layer {layer} KV head {h}: {e}")
-            except DeviceUnreachableError as e:
-                failure = _fail(NodeErrorCode.DEVICE_DOWN, str(e))
-            else:
-                continue
-            self._free_regions(slots, got)
-            raise failure
-        return got
-
-    @staticmethod
-    def _free_regions(slots: list[DeviceSlot], got: dict[tuple[int, int], Any]) -> None:
-        for (_, d), region in got.items():
-            with contextlib.suppress(DeviceUnreachableError):  # gone with its device
-                slots[d].submit(lambda sl, rg=region: sl.mem.free_kv(rg)).result()
-
-    def _free_kv(self, r: ServiceRequest) -> Reply:
+    def _free_kv(self, r: ServiceRequest) -> Pending:
         q = p.FREE_KV_REQ.parse(r.payload)
-        s = self._session(r, q.session)
+        s = self.session(r, q.session)
         keys = [k for k in s.kv if k[0] == q.layer]
         if not keys:
             raise _fail(NodeErrorCode.NOT_ALLOCATED, f"session {s.id} layer {q.layer} has no KV")
-        self._release(s, keys)
-        return self._reply(NodeOp.FREE_KV, b"", r, self._host_ps)
+        job = self._release(s, keys)
+        return Pending(job, lambda _: self._reply(NodeOp.FREE_KV, b"", r, self.host_ps))
 
-    def _release(self, s: Session, keys: list[tuple[int, int]]) -> None:
-        """Free regions; a region on a device that is down is gone with the device."""
-        futures = []
+    def _release(self, s: Session, keys: list[tuple[int, int]]) -> Job:
+        """Free regions (the session's state changes now, the devices' in the job); a region
+        on a device that is down is gone with the device."""
+        by_slot: dict[DeviceSlot, list[KvRegion]] = {}
         for key in keys:
             head = s.kv.pop(key)
             self.clients.refund(s, head.reserved_bytes)
@@ -321,38 +413,54 @@ class NelssaHost:
                                                                   strict=False)]
             for slot, region in [(self.slots[sh.device], sh.region) for sh in head.shards] + twins:
                 if slot.alive:
-                    futures.append(slot.submit(lambda sl, rg=region: sl.mem.free_kv(rg)))
-        for f in futures:
-            try:
-                f.result()
-            except DeviceUnreachableError as e:
-                log.warning("freeing KV: %s", e)
+                    by_slot.setdefault(slot, []).append(region)
+        job = self.dispatcher.run(s.owner, [Part(sl, lambda x, rgs=rgs: _free_on(x, rgs), 0)
+                                            for sl, rgs in by_slot.items()])
+        job.future.add_done_callback(lambda f: [log.warning("freeing KV: %s", e)
+                                                for e in f.result().values()
+                                                if isinstance(e, BaseException)])
+        return job
 
-    def _over(self, limit: str, what: str) -> ServiceError:
+    def over(self, limit: str, what: str) -> ServiceError:
         return _fail(NodeErrorCode.LIMIT_EXCEEDED, f"{what}: over the node's limit {limit} = "
                      f"{getattr(self.config, limit)}")
 
-    def _check_heads(self, heads: list[int]) -> None:
+    def check_heads(self, heads: list[int]) -> None:
         if not heads or len(set(heads)) != len(heads):
             raise _fail(NodeErrorCode.BAD_REQUEST, f"KV heads {heads[:16]}: need at least one, "
                         "each once")
         if len(heads) > self.config.max_request_heads:
-            raise self._over("max_request_heads", f"{len(heads)} KV heads in one request")
+            raise self.over("max_request_heads", f"{len(heads)} KV heads in one request")
 
-    def _check_write_size(self, payload: bytes) -> None:
+    def check_write_size(self, payload: bytes) -> None:
         """A WRITE_KV's size against max_write_kv_bytes: what arrived, then what its header
         announces (each cluster: its token count and K and V of at least one token)."""
         if len(payload) > self.config.max_write_kv_bytes:
-            raise self._over("max_write_kv_bytes", f"WRITE_KV of {len(payload)} bytes (split "
+            raise self.over("max_write_kv_bytes", f"WRITE_KV of {len(payload)} bytes (split "
                              "it)")
         count = p.WRITE_KV_HEAD.parse(payload).count
         least = p.WRITE_KV_HEAD.sizeof() + count * (4 + 4 * min(
             self.slots[0].dev.caps["head_dims"]))
         if least > self.config.max_write_kv_bytes:
-            raise self._over("max_write_kv_bytes", f"WRITE_KV announcing {count} clusters "
+            raise self.over("max_write_kv_bytes", f"WRITE_KV announcing {count} clusters "
                              f"(at least {least} bytes)")
 
-    def _need_alive(self, devices: set[int], twins: bool = False) -> None:
+    def need_current(self, s: Session, layer: int, kv_head: int, head: HeadKv) -> None:
+        """The KV head's regions still on their devices, or DEVICE_DOWN: a device re-admitted
+        after it was down came back empty."""
+        for sh in head.shards:
+            rg = sh.region
+            if self.slots[sh.device].mem.regions.get((rg.session, rg.layer, rg.kv_head)) is not rg:
+                raise _fail(NodeErrorCode.DEVICE_DOWN, f"session {s.id} layer {layer} KV head "
+                            f"{kv_head}: its KV on device {sh.device} was lost when the device "
+                            "went down (it was re-admitted empty); free it and write it again")
+
+    def split(self, device: int, items: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+        """A device's descriptors cut over its attention units (driver/split.py)."""
+        parts = self.slots[device].cq.split([a for _, a in items])
+        return [(items[part.request][0], part.attn) for part in parts]
+
+    def need_alive(self, devices: set[int], twins: bool = False) -> None:
         """The devices (and, for a sampled layer, their twins) up, or DEVICE_DOWN."""
         slots = [self.slots[d] for d in sorted(devices)]
         if twins:
@@ -361,211 +469,22 @@ class NelssaHost:
         if down:
             raise _fail(NodeErrorCode.DEVICE_DOWN, "; ".join(down))
 
-    # -- data path --------------------------------------------------------------------------------
-    def _write_kv(self, r: ServiceRequest) -> Reply:
-        self._check_write_size(r.payload)
-        # WRITE_KV_REQ read in place: its header, the token counts, then the KV (no copy of it)
-        q = p.WRITE_KV_HEAD.parse(r.payload)
-        at = p.WRITE_KV_HEAD.sizeof() + 4 * q.count
-        if len(r.payload) < at:
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"malformed WRITE_KV payload: {q.count} "
-                        f"token counts need {4 * q.count} bytes, "
-                        f"{len(r.payload) - p.WRITE_KV_HEAD.sizeof()} follow the header")
-        q_data = memoryview(r.payload)[at:]
-        s = self._session(r, q.session)
-        head = self._head(s, q.layer, q.kv_head)
-        tokens = np.frombuffer(r.payload, dtype="<u4", count=q.count,
-                               offset=p.WRITE_KV_HEAD.sizeof()).astype(np.int64)
-        hd = s.head_dim
-        max_ct = self.slots[0].dev.caps["max_cluster_tokens"]
-        if q.count < 1 or tokens.min() < 1 or tokens.max() > max_ct:
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"{q.count} clusters with token counts "
-                        f"{tokens[:8].tolist()}...: need >= 1 cluster of 1..{max_ct} tokens")
-        need = int(tokens.sum()) * hd * 4
-        if len(q_data) != need:
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"KV data of {len(q_data)} bytes; "
-                        f"{q.count} clusters of {int(tokens.sum())} tokens x head_dim {hd} "
-                        f"need {need}")
-        data = np.frombuffer(q_data, dtype=np.uint8)
-        ends = np.cumsum(tokens * hd * 4)  # each cluster's K then V, back to back
-        starts = ends - tokens * hd * 4
-        where = head.place([int(t) for t in tokens])
-        per_shard: dict[int, list[int]] = {}
-        for i, sh in enumerate(where):
-            per_shard.setdefault(sh, []).append(i)
-        for sh, idx in per_shard.items():  # room everywhere before writing anywhere
-            region = head.shards[sh].region
-            more = sum(-(-int(tokens[i]) * hd * 4 // LINE_BYTES) * LINE_BYTES for i in idx)
-            if (region.num_clusters + len(idx) > region.max_clusters
-                    or region.data_used + more > region.data_bytes):
-                raise _fail(NodeErrorCode.OUT_OF_MEMORY, f"session {s.id} layer {q.layer} KV "
-                            f"head {q.kv_head}: region on device {head.shards[sh].device} is "
-                            f"full ({region.num_clusters}/{region.max_clusters} clusters, "
-                            f"{region.data_bytes - region.data_used} bytes left, {len(idx)} "
-                            f"clusters of {more} bytes asked)")
-        self._need_alive({head.shards[sh].device for sh in per_shard}, bool(head.twin_regions))
-
-        def write(slot: DeviceSlot, region: Any, idx: list[int]) -> tuple[list[int], int]:
-            if idx == list(range(idx[0], idx[-1] + 1)):  # a run of clusters: no copy
-                kv = data[starts[idx[0]]:ends[idx[-1]]]
-            else:
-                kv = np.concatenate([data[starts[i]:ends[i]] for i in idx])
-            ids = slot.mem.write_packed(region, tokens[idx], kv)
-            to_dev, from_dev = slot.port.take()
-            return ids, self.cxl.transfer_ps(to_dev) + self.cxl.transfer_ps(from_dev)
-
-        futures = {sh: self.slots[head.shards[sh].device].submit(
-            lambda sl, rg=head.shards[sh].region, ix=idx: write(sl, rg, ix))
-            for sh, idx in per_shard.items()}
-        twin_futures = {sh: self.twins[head.shards[sh].device].submit(
-            lambda sl, rg=head.twin_regions[sh], ix=idx: write(sl, rg, ix))
-            for sh, idx in per_shard.items() if head.twin_regions}
-        results, twin_results = _wait(futures), _wait(twin_futures)
-        for sh, (ids, _) in twin_results.items():  # the same clusters in the same order
-            if ids != results[sh][0]:
-                raise _fail(NodeErrorCode.DEVICE_ERROR, f"the twin of device "
-                            f"{head.shards[sh].device} placed clusters {ids[:4]}... where the "
-                            f"device placed {results[sh][0][:4]}...")
-        local: dict[int, int] = {}
-        for sh, idx in per_shard.items():
-            for i, lid in zip(idx, results[sh][0], strict=True):
-                local[i] = lid
-            head.shards[sh].tokens += int(sum(tokens[i] for i in idx))
-        first = head.num_clusters
-        for i, sh in enumerate(where):
-            head.cluster_shard.append(sh)
-            head.cluster_local.append(local[i])
-        crit = max(results, key=lambda sh: results[sh][1])
-        timing = {"arrive_ps": r.arrive_ps, "host_ps": self._host_ps, "queue_ps": 0,
-                  "cxl_ps": results[crit][1], "device_ps": 0,
-                  "done_ps": r.arrive_ps + self._host_ps + results[crit][1], "device_cycles": 0,
-                  "critical_device": head.shards[crit].device}
-        return Reply(NodeOp.WRITE_KV, p.WRITE_KV_REP.build(
-            {"first_id": first, "count": q.count, "timing": timing}), timing["done_ps"])
-
-    def _attend(self, r: ServiceRequest) -> Reply:
-        count = p.ATTEND_HEAD.parse(r.payload).count  # the size, before the groups are parsed
-        if count > self.config.max_request_heads:
-            raise self._over("max_request_heads", f"ATTEND of {count} KV heads")
-        q = p.ATTEND_REQ.parse(r.payload)
-        s = self._session(r, q.session)
-        if q.q_heads != s.group or q.head_dim != s.head_dim:
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"query of {q.q_heads} heads x head_dim "
-                        f"{q.head_dim}; session {s.id} has groups of {s.group} x {s.head_dim}")
-        self._check_heads([g.kv_head for g in q.groups])
-        if not (math.isfinite(q.scale) and q.scale >= 0):
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"scale {q.scale}: must be finite and > 0, "
-                        "or 0 for 1/sqrt(head_dim)")
-        scale = None if q.scale == 0 else float(q.scale)
-        # plan every descriptor before touching a device
-        plan: dict[int, list[tuple[int, AttnRequest]]] = {}
-        sampled = self._sampled(q.layer)
-        twin_of: dict[int, Any] = {}  # a sampled layer's regions on the twins
-        for gi, g in enumerate(q.groups):
-            head = self._head(s, q.layer, g.kv_head)
-            twin_of.update((id(sh.region), tr) for sh, tr in zip(head.shards, head.twin_regions,
-                                                                 strict=False))
-            ids = np.frombuffer(g.ids, dtype="<u4").astype(np.int64)
-            if not 1 <= ids.size <= MAX_IDS:
-                raise _fail(NodeErrorCode.BAD_REQUEST, f"KV head {g.kv_head}: {ids.size} cluster"
-                            f" ids; a request takes 1..{MAX_IDS}")
-            bad = ids[ids >= head.num_clusters]
-            if bad.size:
-                raise _fail(NodeErrorCode.BAD_REQUEST, f"KV head {g.kv_head}: cluster id "
-                            f"{int(bad[0])} not written (0..{head.num_clusters - 1})")
-            qrows = np.frombuffer(g.q, dtype="<u2").reshape(q.q_heads, q.head_dim)
-            shard_of = np.asarray(head.cluster_shard, dtype=np.int64)[ids]
-            local_of = np.asarray(head.cluster_local, dtype=np.int64)[ids]
-            for sh in np.unique(shard_of):
-                shard = head.shards[int(sh)]
-                plan.setdefault(shard.device, []).append(
-                    (gi, AttnRequest(shard.region, qrows, local_of[shard_of == sh].tolist(),
-                                     scale)))
-        self._need_alive(set(plan), sampled)
-        if self.config.split_over_units:
-            plan = {d: self._split(d, items) for d, items in plan.items()}
-        futures = {d: self.slots[d].submit(lambda sl, reqs=[a for _, a in items]:
-                                           sl.run_batch(reqs))
-                   for d, items in plan.items()}
-        twin_plan = {d: twin_requests(items, twin_of) for d, items in plan.items()
-                     if sampled}
-        twin_futures = {d: self.twins[d].submit(lambda sl, reqs=[a for _, a in items]:
-                                                sl.run_batch(reqs))
-                        for d, items in twin_plan.items()}
-        results: dict[int, BatchResult] = _wait(futures)
-        if sampled:  # the sample's answer is the RTL's, held to the model's
-            twin_results: dict[int, BatchResult] = _wait(twin_futures)
-            for d in results:
-                bad = compare(self.sampling, d, twin_results[d], results[d])
-                if bad:
-                    raise _fail(NodeErrorCode.DEVICE_ERROR, f"device {d} and its Verilated "
-                                f"twin differ in {len(bad)} of {len(plan[d])} descriptors "
-                                f"(the first: {bad[0]}) at layer {q.layer}")
-            results = twin_results
-        partials: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-        for d, items in plan.items():
-            for (gi, _), out in zip(items, results[d].outputs, strict=True):
-                if out.status != DescStatus.OK or out.o is None or out.lse is None:
-                    raise _fail(NodeErrorCode.DEVICE_ERROR, f"device {d}: KV head "
-                                f"{q.groups[gi].kv_head} completed with {out.status.name}")
-                partials.setdefault(gi, []).append((out.o, out.lse))
-        outs = []
-        for gi, g in enumerate(q.groups):
-            o, lse = merge_partials(partials[gi])
-            outs.append({"kv_head": g.kv_head, "o": o.astype("<f4").tobytes(),
-                         "lse": lse.astype("<f4").tobytes()})
-        descriptors = sum(len(v) for v in plan.values())
-        host_ps = self._host_ps + round(self.config.host_descriptor_ns * PS_PER_NS * descriptors)
-        # a device busy with an earlier request of this client (in emulated time) starts this
-        # one after it; other clients' requests are not in this client's time (module doc)
-        busy = self.clients.owner(s).busy_until_ps
-        ready = r.arrive_ps + host_ps
-        start = {d: max(ready, busy.get(d, 0)) for d in results}
-        end = {d: start[d] + res.cxl_ps + round(res.cycles * self._ps_per_cycle)
-               for d, res in results.items()}
-        if max(end.values()) > MAX_EMU_TIME_PS:  # refused before the devices' times move
-            raise _fail(NodeErrorCode.BAD_REQUEST, f"emulated time: the reply would leave at "
-                        f"{max(end.values())} ps, past the {MAX_EMU_TIME_PS} ps a link takes")
-        busy.update(end)
-        crit = max(end, key=lambda d: (end[d], -d))
-        timing = {"arrive_ps": r.arrive_ps, "host_ps": host_ps,
-                  "queue_ps": start[crit] - ready, "cxl_ps": results[crit].cxl_ps,
-                  "device_ps": end[crit] - start[crit] - results[crit].cxl_ps,
-                  "done_ps": end[crit], "device_cycles": results[crit].cycles,
-                  "critical_device": crit}
-        devices = [{"device": d, "start_ps": start[d], "cycles": res.cycles,
-                    "cxl_ps": res.cxl_ps, "descriptors": len(plan[d])}
-                   for d, res in sorted(results.items())]
-        return Reply(NodeOp.ATTEND, p.ATTEND_REP.build(
-            {"timing": timing, "q_heads": q.q_heads, "head_dim": q.head_dim,
-             "count": len(outs), "groups": outs, "ndev": len(devices), "devices": devices}),
-            timing["done_ps"])
-
-    def _split(self, device: int, items: list[tuple[int, AttnRequest]]
-               ) -> list[tuple[int, AttnRequest]]:
-        """A device's descriptors cut over its attention units (driver/split.py)."""
-        parts = self.slots[device].cq.split([a for _, a in items])
-        return [(items[part.request][0], part.attn) for part in parts]
-
     # -- status and shutdown ----------------------------------------------------------------------
     def _status(self, r: ServiceRequest) -> Reply:
+        """What the node holds, answered at once: a device busy with another client's work is
+        not asked (its cycle count is the one last read)."""
         p.EMPTY.parse(r.payload)
-        cycles: dict[int, Future[int]] = {sl.index: sl.submit(lambda x: x.port.cycle)
-                                          for sl in self.slots if sl.alive}
         devices = []
         for sl in self.slots:
-            cyc = 0
-            if sl.index in cycles:
-                with contextlib.suppress(DeviceUnreachableError):
-                    cyc = cycles[sl.index].result()
             alive = sl.alive
             devices.append({
                 "index": sl.index, "alive": int(alive), "endpoint": sl.endpoint,
                 "backend": sl.backend, "mem_bytes": sl.dev.mem_bytes,
                 "used_bytes": sl.used_bytes if alive else 0,
                 "regions": len(sl.mem.regions) if alive else 0,
-                "queue_depth": sl.cq.in_flight if alive else 0,
-                "descriptors": sl.descriptors, "cycles": cyc, "caps": sl.dev.caps_word,
+                "queue_depth": self.dispatcher.queue(sl).depth,
+                "descriptors": sl.descriptors, "cycles": sl.cycle_seen,
+                "caps": sl.dev.caps_word,
                 "error": "" if alive else sl.error})
         return self._reply(NodeOp.STATUS, p.STATUS_REP.build({
             "version": __version__, "link": self.config.link,
@@ -595,11 +514,33 @@ class NelssaHost:
     def _join_ticket(self, r: ServiceRequest) -> Reply:
         p.EMPTY.parse(r.payload)
         return self._reply(NodeOp.JOIN_TICKET, p.JOIN_TICKET_REP.build(
-            {"ticket": self.clients.ticket(r.peer)}), r, self._host_ps)
+            {"ticket": self.clients.ticket(r.peer)}), r, self.host_ps)
 
     def _join(self, r: ServiceRequest) -> Reply:
         self.clients.join(r.peer, p.JOIN_REQ.parse(r.payload).ticket)
-        return self._reply(NodeOp.JOIN, b"", r, self._host_ps)
+        return self._reply(NodeOp.JOIN, b"", r, self.host_ps)
+
+    # -- clock domains (domains.py) ---------------------------------------------------------------
+    def _domain_open(self, r: ServiceRequest) -> Reply:
+        members = p.DOMAIN_OPEN_REQ.parse(r.payload).members
+        ticket = self.domains.open(self.clients.client_id(r.peer), members)
+        return self._reply(NodeOp.DOMAIN_OPEN, p.DOMAIN_OPEN_REP.build({"ticket": ticket}), r,
+                           self.host_ps)
+
+    def _domain_join(self, r: ServiceRequest) -> Reply:
+        self.domains.join(self.clients.client_id(r.peer),
+                          p.DOMAIN_JOIN_REQ.parse(r.payload).ticket)
+        return self._reply(NodeOp.DOMAIN_JOIN, b"", r, self.host_ps)
+
+    def _domain_leave(self, r: ServiceRequest) -> Reply:
+        p.EMPTY.parse(r.payload)
+        self.domains.leave(self.clients.client_id(r.peer))
+        return self._reply(NodeOp.DOMAIN_LEAVE, b"", r, self.host_ps)
+
+    def _domain_promise(self, r: ServiceRequest) -> Reply:
+        p.EMPTY.parse(r.payload)
+        self.domains.promise(self.clients.client_id(r.peer), r)
+        return self._reply(NodeOp.DOMAIN_PROMISE, b"", r)
 
     def watch_processes(self, exited: Callable[[], list[tuple[int, int]]]) -> None:
         """Mark a device down as soon as its process exits (processes the node started:
@@ -611,8 +552,10 @@ class NelssaHost:
         self._twin_watch = ProcessWatch(self.twins, exited)
 
     def close(self, shutdown_devices: bool = False) -> None:
+        self._health.stop()
         for watch in (self._watch, self._twin_watch):
             if watch is not None:  # the devices are asked to exit now
                 watch.stop()
+        self.dispatcher.stop()
         for sl in self.slots + self.twins:
             sl.close(shutdown_devices)

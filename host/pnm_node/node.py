@@ -56,6 +56,10 @@ class NodeService:
     def stop(self) -> None:
         self.server.stop()
 
+    def _idle(self) -> bool:
+        self.host.tick()
+        return False
+
     def serve(self, on_ready: Callable[[str], None] | None = None,
               shutdown_devices: bool = False) -> None:
         """Serve until stopped; then close the devices (asking them to exit if
@@ -63,7 +67,8 @@ class NodeService:
         if on_ready is not None:
             on_ready(self.endpoint)
         try:
-            self.server.serve()
+            # the clock domains' time-outs run while nothing arrives too
+            self.server.serve(idle=self._idle)
         finally:
             self.server.close()
             remove_socket_file(self.endpoint)

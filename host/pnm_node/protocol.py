@@ -51,6 +51,14 @@ class NodeOp(IntEnum):
     JOIN = 10
     """Present a ticket: this connection becomes a queue pair of the client that asked for it,
     reaching the same sessions under the same limits."""
+    DOMAIN_OPEN = 11
+    """Open a clock domain for a number of members (host/pnm_node/domains.py): its ticket."""
+    DOMAIN_JOIN = 12
+    """Present a domain's ticket: this client's ATTENDs share the domain's device timeline."""
+    DOMAIN_LEAVE = 13
+    """Leave the clock domain: this client holds its members no longer."""
+    DOMAIN_PROMISE = 14
+    """A null message: this member sends nothing stamped before this frame's send stamp."""
 
 
 class Partition(IntEnum):
@@ -77,6 +85,14 @@ class NodeErrorCode(IntEnum):
     LIMIT_EXCEEDED = 106
     """A limit of the node (NodeConfig: per client, or per request) would be passed; nothing
     was changed. The message names the limit."""
+    DEVICE_BUSY = 107
+    """The client's work queued or running on a device would pass its share
+    (``max_client_queued_tokens``); nothing was run or changed: send it again once earlier
+    requests are answered."""
+    DOMAIN_REFUSED = 108
+    """A clock-domain operation or a member's request refused (a bad ticket, not a member, a
+    stamp that goes back, removed after a stall); nothing was changed. The message says
+    which."""
 
 
 MAX_ARRIVE_PS = MAX_EMU_TIME_PS // 2
@@ -189,3 +205,7 @@ SHUTDOWN_REQ = Struct("token" / Bytes(ADMIN_TOKEN_BYTES), Terminated)
 """The node's admin token (host/pnm_node/admin.py)."""
 JOIN_REQ = Struct("ticket" / Bytes(TICKET_BYTES), Terminated)
 JOIN_TICKET_REP = Struct("ticket" / Bytes(TICKET_BYTES))
+DOMAIN_OPEN_REQ = Struct("members" / Int16ul, Terminated)
+"""How many members the domain waits for before any of their ATTENDs starts."""
+DOMAIN_OPEN_REP = Struct("ticket" / Bytes(TICKET_BYTES))
+DOMAIN_JOIN_REQ = Struct("ticket" / Bytes(TICKET_BYTES), Terminated)

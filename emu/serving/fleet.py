@@ -1,0 +1,339 @@
+"""The fleet emulator: many decode instances sharing PNM nodes (paper 5.1: the GPU and PNM tiers
+scale independently), stepped together in emulated time.
+
+A global dispatcher (``emu/policy/dispatch.py``) routes each arriving request to an instance.
+Each instance is one replay (``replay.Replay``): its own scheduler (ours, or vLLM's own in the
+vLLM environment's process), its own router, the same cost model and job model as a single
+``serve-sim`` run. A PNM-tier request's KV is placed on the node with the most room among those
+its instance reaches (``pnm_nodes.place``), as is a migration's; a step's PNM time is its
+slowest node's. Instances with ``prefill: pool`` get each request when the shared prefill pool
+(FCFS, the first GPU free) has made its KV.
+
+Time: the instance whose clock is earliest steps next (a run of pure decode steps counts as one
+step), and no instance steps past the next arrival before it is dispatched, so what one
+instance does to a shared node is seen by the others in time order (to a step). The dispatcher
+sees each instance at the end of the step it is in. One instance and one node give a single
+``serve-sim`` run's figures bit for bit (``tests/test_fleet.py``).
+
+Instances sharing a node share its devices' bandwidth (``pnm_nodes.py``: each step's attention
+there stretched by the other instances' offered load). Not modelled yet: the fabric's shared
+switch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nelssa.emu.latency.fleet_description import FleetSpec
+from nelssa.emu.latency.hardware import GpuHw, HardwareCatalog
+from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
+from nelssa.emu.serving.config import ServingConfig
+from nelssa.emu.serving.cost import CostModel
+from nelssa.emu.serving.pnm_nodes import PnmNode
+from nelssa.emu.serving.replay import Replay
+from nelssa.emu.serving.results import RunResult, Sample
+from nelssa.emu.serving.sim import ServingSim
+from nelssa.emu.serving.workload import TraceRequest
+
+__all__ = ["FleetResult", "FleetSim", "NodeResult", "tp_group"]
+
+log = logging.getLogger(__name__)
+
+
+def tp_group(gpu: GpuHw, tp: int) -> GpuHw:
+    """``tp`` GPUs as one tensor-parallel group (memory, bandwidth and FLOP/s times ``tp``;
+    their communication is not costed, as the 2x-h100-nvl preset)."""
+    if tp == 1:
+        return gpu
+    return replace(gpu, name=f"{tp}x-{gpu.name}", hbm_gbs=gpu.hbm_gbs * tp,
+                   memory_gb=gpu.memory_gb * tp, bf16_tflops=gpu.bf16_tflops * tp)
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One PNM node after a run."""
+
+    name: str
+    group: str
+    devices: int
+    tokens: int
+    peak_used_tokens: int
+    placed: int
+    """Requests placed on it (arrivals and migrations)."""
+    mean_device_load: float = 0.0
+    """Its devices' load (the instances' offered loads added up) averaged over the samples."""
+
+
+@dataclass
+class FleetResult:
+    instances: list[tuple[str, RunResult]]
+    nodes: list[NodeResult]
+    node_samples: list[tuple[float, list[float], list[float]]] = field(default_factory=list)
+    """(emulated time, each node's share of memory held, each node's device load: the
+    instances' offered loads added up, 1 = its devices always busy) every sample interval."""
+    dispatch: str = "round-robin"
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def merged(self) -> RunResult:
+        """The fleet as one run: every request's result, the sums of the counters, the
+        longest instance's end (for fleet-wide throughput, latency percentiles and goodput)."""
+        first = self.instances[0][1]
+        out = RunResult(first.config, first.t_input, scheduler=first.scheduler)
+        for _, run in self.instances:
+            out.results.extend(run.results)
+            for name in ("steps", "preemptions", "decode_tokens", "migrations",
+                         "migrated_tokens", "recompute_tokens", "prefix_hit_tokens", "shed",
+                         "gpu_blocks", "peak_gpu_blocks", "peak_pnm_tokens"):
+                setattr(out, name, getattr(out, name) + getattr(run, name))
+            out.end_s = max(out.end_s, run.end_s)
+        out.results.sort(key=lambda r: r.rid)
+        out.samples = self._samples(first.config.sample_s)
+        out.wall_s, out.cpu_s = self.wall_s, self.cpu_s
+        return out
+
+    def _samples(self, sample_s: float) -> list[Sample]:
+        """The instances' samples added up on one grid of ``sample_s`` (each in the interval
+        it was taken in; shares averaged over the instances that sampled)."""
+        grid: dict[int, list[Sample]] = {}
+        for _, run in self.instances:
+            for s in run.samples:
+                grid.setdefault(int(s.t_s // sample_s), []).append(s)
+        out = []
+        for k in sorted(grid):
+            ss = grid[k]
+            out.append(Sample(
+                (k + 1) * sample_s, sum(s.running for s in ss), sum(s.waiting for s in ss),
+                sum(s.gpu_kv_used for s in ss) / len(ss), sum(s.decode_tokens for s in ss),
+                sum(s.pnm_running for s in ss), ss[-1].t_input,
+                sum(s.pnm_waiting for s in ss), sum(s.pnm_mem_used for s in ss) / len(ss)))
+        return out
+
+
+@dataclass(eq=False)
+class _Instance:
+    name: str
+    replay: Replay
+    pool: bool
+    """Prefilled on the fleet's pool (its requests arrive with their KV)."""
+
+
+class FleetSim:
+    """One fleet description, one serving configuration (its scheduler, policies, mode)."""
+
+    def __init__(self, spec: FleetSpec, catalog: HardwareCatalog, latency: LatencyModel,
+                 config: ServingConfig) -> None:
+        self.spec, self.cfg, self.lm = spec, config, latency
+        link = catalog.get("links", spec.fabric.link) if spec.fabric.link else latency.link
+        self._catalog, self._link = catalog, link
+        self.nodes: list[PnmNode] = []
+        self.node_groups: dict[str, list[PnmNode]] = {}
+        self._build_nodes()
+        self.pool_cost: CostModel | None = None
+        self.pool_gpus = 0
+        if spec.prefill_pool is not None:
+            gpu = (catalog.get("gpus", spec.prefill_pool.gpu) if spec.prefill_pool.gpu
+                   else latency.gpu)
+            self.pool_cost = CostModel(replace(latency, gpu=gpu), 1, config.window_tokens,
+                                       config.pcie_gbs, config.link_gbs)
+            self.pool_gpus = spec.prefill_pool.gpus
+
+    def _build_nodes(self) -> None:
+        """The PNM nodes, empty (each run starts from them)."""
+        cfg, lm0 = self.cfg, self.lm
+        self.nodes, self.node_groups = [], {}
+        for g in self.spec.pnm_nodes:
+            pnm = self._catalog.get("pnm", g.pnm) if g.pnm else lm0.pnm
+            lm = replace(lm0, pnm=pnm, link=self._link)
+            cost = CostModel(lm, g.devices, cfg.window_tokens, cfg.pcie_gbs, cfg.link_gbs)
+            tokens = int(pnm.capacity_gb * 1e9 * g.devices // lm0.model.kv_bytes_per_token)
+            group = [PnmNode(f"{g.name}-{k}" if g.count > 1 else g.name, tokens, cost,
+                             g.devices) for k in range(g.count)]
+            self.node_groups[g.name] = group
+            self.nodes.extend(group)
+        self._group_of = {id(n): name for name, ns in self.node_groups.items() for n in ns}
+
+    def _instances(self) -> list[_Instance]:
+        out = []
+        nelssa = self.cfg.mode == "nelssa" and bool(self.nodes)
+        for gi, g in enumerate(self.spec.instances):
+            gpu = tp_group(self._catalog.get("gpus", g.gpu) if g.gpu else self.lm.gpu, g.tp)
+            reach = ([n for name in g.pnm_nodes for n in self.node_groups[name]]
+                     if g.pnm_nodes is not None else list(self.nodes))
+            home = reach[0] if reach else None
+            lm = replace(self.lm, gpu=gpu, link=self._link,
+                         pnm=(self.lm if home is None else home.cost.lm).pnm)
+            cfg = replace(self.cfg, mode="nelssa" if nelssa and reach else "gpu",
+                          migration=self.cfg.migration and nelssa and bool(reach),
+                          devices=home.devices if home is not None else self.cfg.devices,
+                          prefill="disaggregated" if g.prefill == "pool" else "colocated",
+                          prefill_gpus=max(1, self.pool_gpus))
+            for k in range(g.count):
+                sim = ServingSim(lm, cfg)
+                name = f"g{gi}-{k}" if len(self.spec.instances) > 1 else f"i{k}"
+                out.append(_Instance(name, Replay(sim, [], nodes=reach or None),
+                                     g.prefill == "pool"))
+                for n in reach:
+                    n.users += 1
+        for x in out:
+            x.replay.contended = any(n.users > 1 for n in x.replay.nodes)
+            x.replay.lazy = True
+        return out
+
+    def check(self, requests: list[TraceRequest]) -> None:
+        """Refuse, by trace line, a request no instance could ever hold."""
+        insts = self._instances()
+        for r in requests:
+            errors = []
+            for inst in insts:
+                try:
+                    inst.replay.sim.check([r])
+                    break
+                except ValueError as e:
+                    errors.append(str(e))
+            else:
+                raise ValueError(errors[0])
+
+    def run(self, requests: list[TraceRequest],
+            progress: Callable[[float], None] | None = None) -> FleetResult:
+        t0, c0 = time.perf_counter(), time.process_time()
+        self.check(requests)
+        self._build_nodes()
+        insts = self._instances()
+        dispatcher = make_dispatcher(self.spec.dispatch)
+        pool = [0.0] * self.pool_gpus
+        arrivals = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
+        ready: list[tuple[float, int]] = []
+        """Instances with work, by their clocks (a heap; each at most once)."""
+        queued: set[int] = set()
+        waiting: set[int] = set()
+        """Instances blocked on PNM node room, by index."""
+        freed = [n.freed_at for n in self.nodes]
+        node_samples: list[tuple[float, list[float], list[float]]] = []
+        next_sample = self.cfg.sample_s
+        done = 0
+        for inst in insts:
+            inst.replay.next_sample = self.cfg.sample_s
+        a = 0
+        while True:
+            horizon = arrivals[a].arrival_s if a < len(arrivals) else math.inf
+            if not ready or ready[0][0] >= horizon:
+                if horizon == math.inf:
+                    break
+                r = arrivals[a]
+                a += 1
+                t = r.arrival_s
+                i = dispatcher.choose(len(insts), lambda j, r=r, t=t: InstanceLoad(
+                    insts[j].replay.outstanding_at(t),
+                    max((n.free for n in insts[j].replay.nodes), default=0),
+                    insts[j].replay.router.past(r.input_len)))
+                inst = insts[i]
+                inst.replay.settle(t)  # a run planned past t stops where t finds it
+                if inst.pool:
+                    assert self.pool_cost is not None
+                    t = max(heapq.heappop(pool), t) + self.pool_cost.prefill_s(
+                        r.input_len, self.cfg.max_batched_tokens)
+                    heapq.heappush(pool, t)
+                inst.replay.offer(t, r)
+                inst.replay.total += 1
+                if i not in queued:
+                    waiting.discard(i)
+                    queued.add(i)
+                    heapq.heappush(ready, (inst.replay.now, i))
+                continue
+            _, i = heapq.heappop(ready)
+            queued.discard(i)
+            rep = insts[i].replay
+            before = len(rep.out.results)
+            rep.advance(horizon, steps=1)
+            done += len(rep.out.results) - before
+            if rep.blocked():
+                waiting.add(i)
+            elif rep.busy():
+                queued.add(i)
+                heapq.heappush(ready, (rep.now, i))
+            # a node given back room: the instances waiting for it try again from then
+            now_freed = [n.freed_at for n in self.nodes]
+            if waiting and now_freed != freed:
+                t_free = max(now_freed)
+                for j in sorted(waiting):
+                    insts[j].replay.now = max(insts[j].replay.now, t_free)
+                    queued.add(j)
+                    heapq.heappush(ready, (insts[j].replay.now, j))
+                waiting.clear()
+            freed = now_freed
+            t_min = ready[0][0] if ready else horizon
+            while self.nodes and t_min >= next_sample and t_min < math.inf:
+                node_samples.append((next_sample, [n.used_share for n in self.nodes],
+                                     [n.load_sum for n in self.nodes]))
+                next_sample += self.cfg.sample_s
+            if progress is not None and requests:
+                progress(done / len(requests))
+        if waiting:
+            raise RuntimeError("the PNM tier cannot hold the request at a queue's head")
+        for inst in insts:
+            inst.replay.settle()
+            inst.replay.out.end_s = inst.replay.now
+        out = FleetResult(
+            [(x.name, x.replay.out) for x in insts],
+            [NodeResult(n.name, self._group_of[id(n)], n.devices, n.tokens, n.peak_used,
+                        n.placed, sum(x[k] for _, _, x in node_samples) / len(node_samples)
+                        if node_samples else 0.0) for k, n in enumerate(self.nodes)],
+            node_samples, self.spec.dispatch)
+        out.wall_s, out.cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        return out
+
+
+def fleet_json(result: FleetResult, summarize: Callable[[RunResult], dict[str, Any]],
+               series: Callable[[RunResult], dict[str, Any]]) -> dict[str, Any]:
+    """The run as JSON: the fleet's summary, each instance's summary and series, each node."""
+    return {
+        "dispatch": result.dispatch,
+        "fleet": summarize(result.merged()),
+        "instances": {name: {"summary": summarize(run), "series": series(run)}
+                      for name, run in result.instances},
+        "nodes": [vars(n) for n in result.nodes],
+        "node_samples": {"t_s": [t for t, _, _ in result.node_samples],
+                         "memory_used": [u for _, u, _ in result.node_samples],
+                         "device_load": [x for _, _, x in result.node_samples]},
+        "wall_s": result.wall_s, "cpu_s": result.cpu_s,
+    }
+
+
+def plot_fleet(result: FleetResult, path: Any) -> None:
+    """Over emulated time: each instance's running batch and waiting queue, each PNM node's
+    memory held and device load."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(4, 1, figsize=(10, 10), sharex=True)
+    ts = [t for t, _, _ in result.node_samples]
+    for name, run in result.instances:
+        t = [s.t_s for s in run.samples]
+        axes[0].plot(t, [s.running for s in run.samples], lw=0.7, label=name)
+        axes[1].plot(t, [s.waiting for s in run.samples], lw=0.7, label=name)
+    for k, node in enumerate(result.nodes):
+        axes[2].plot(ts, [u[k] for _, u, _ in result.node_samples], lw=0.8, label=node.name)
+        axes[3].plot(ts, [x[k] for _, _, x in result.node_samples], lw=0.8, label=node.name)
+    for ax, what in zip(axes, ("running batch", "waiting requests", "PNM node memory held",
+                               "PNM node device load"), strict=True):
+        ax.set_ylabel(what)
+    axes[0].set_title(f"fleet of {len(result.instances)} instances and {len(result.nodes)} "
+                      f"PNM nodes, dispatch {result.dispatch}")
+    if len(result.instances) <= 16:
+        axes[0].legend(ncol=4, fontsize=7)
+    if result.nodes and len(result.nodes) <= 16:
+        axes[2].legend(ncol=4, fontsize=7)
+    axes[3].set_xlabel("emulated time (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,106 @@
+"""PNM nodes as the serving emulator holds them: the tokens of KV each can hold, the ones
+reserved, and what its devices' attention costs a step. One replay has one node (its
+``devices``); a fleet's instances share the nodes of the fleet description.
+
+Contention: the instances that share a node share its devices, and the node serves their
+requests first come, first served in emulated time (its clock domains, host/pnm_node/domains.py).
+The other instances' device work during a step (their offered loads, each the devices' work
+per second of that instance's latest step, times the step) fits into the time the step's own
+GPU work leaves the devices idle; only what does not fit queues ahead of the step's attention
+(``contention_s``). Instances below the devices' capacity interleave and wait for nothing once
+their steps fall into place (what the co-simulation of K GPU decode nodes shows:
+docs/results/fleet_cosim.md); past it the devices set the pace. The loads are rates, so
+instances stepped out of order (a run of pure decode steps is taken at once) see the same
+figure. T_comm (host software, the link) is not shared.
+
+A PNM-tier request's KV lives on one node, head-wise over its devices (as the PNM node
+partitions it, ``host/pnm_node/partition.py``); a request is placed on the node with the most
+room among those its instance reaches (``place``), and a migration likewise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from nelssa.emu.serving.cost import CostModel
+
+__all__ = ["PnmNode", "contention_s", "place"]
+
+
+def contention_s(attn_s: float, step_s: float, others_load: float) -> float:
+    """What sharing adds to a step of ``step_s`` whose attention on the node takes ``attn_s``
+    alone: the others' work in that time, less the gap its own GPU work leaves the devices."""
+    return max(0.0, others_load * step_s - (step_s - attn_s))
+
+
+@dataclass(eq=False)
+class PnmNode:
+    """One PNM node: its capacity in tokens of KV and its attention cost per step."""
+
+    name: str
+    tokens: int
+    """KV tokens its devices hold in all."""
+    cost: CostModel
+    """Prices its devices' sparse attention (``CostModel.pnm_s``) for its device count."""
+    devices: int = 1
+    free: int = field(init=False)
+    peak_used: int = field(init=False, default=0)
+    placed: int = field(init=False, default=0)
+    """Requests placed on it (arrivals and migrations)."""
+    freed_at: float = field(init=False, default=0.0)
+    """Emulated time its last reservation was given back (a waiting instance admits then)."""
+    users: int = field(init=False, default=0)
+    """Instances that may place KV on it: above one, their steps share its devices."""
+    load: dict[int, float] = field(init=False, default_factory=dict)
+    """Each instance's offered load: its devices' work per second of its steps, as of its
+    latest step."""
+    load_sum: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.free = self.tokens
+
+    def reserve(self, tokens: int) -> None:
+        self.free -= tokens
+        self.placed += 1
+        self.peak_used = max(self.peak_used, self.tokens - self.free)
+
+    def release(self, tokens: int, now: float) -> None:
+        self.free += tokens
+        self.freed_at = max(self.freed_at, now)
+
+    def others_load(self, key: int) -> float:
+        return max(0.0, self.load_sum - self.load.get(key, 0.0))
+
+    def slowdown(self, key: int) -> float:
+        """``contention_s`` as a factor on the attention of instance ``key``'s step, its step
+        taken as its latest (its attention over its load); 1 before it has booked one."""
+        rho = self.load.get(key, 0.0)
+        if rho <= 0.0:
+            return 1.0
+        return 1.0 + max(0.0, 1.0 - (1.0 - self.others_load(key)) / rho)
+
+    def set_load(self, key: int, rho: float) -> None:
+        old = self.load.get(key, 0.0)
+        if rho != old:
+            self.load[key] = rho
+            self.load_sum += rho - old
+
+    @property
+    def used_share(self) -> float:
+        return 1 - self.free / self.tokens if self.tokens else 0.0
+
+
+def place(need: int, nodes: Sequence[PnmNode]) -> PnmNode | None:
+    """Of the nodes that can hold ``need`` tokens, the one with the largest share of its
+    memory free (then the most tokens free, then the first): nodes fill in proportion to
+    their size, so a node of twice the devices takes twice the requests. None if none can."""
+    if len(nodes) == 1:
+        return nodes[0] if nodes[0].free >= need else None
+    best, key = None, (-1.0, -1)
+    for n in nodes:
+        if n.free >= need:
+            k = (n.free / n.tokens, n.free)
+            if k > key:
+                best, key = n, k
+    return best

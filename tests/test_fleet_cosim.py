@@ -1,0 +1,17 @@
+"""Two GPU decode nodes sharing one PNM node of a model device (`nelssa decode --gpu-nodes 2`,
+one clock domain) against the fleet emulator's contention model: the per-step wait for the
+node and the step time agree within 5 % (nelssa/experiments/fleet_cosim_check.py)."""
+
+from __future__ import annotations
+
+from nelssa.experiments.fleet_cosim_check import BOUND, Run, compare
+
+
+def test_two_decode_nodes_agree_with_the_fleet_model() -> None:
+    rows = compare(Run(long_len=8192, steps=3), [1, 2])
+    two = rows[1]
+    assert two["k"] == 2 and two["cosim_wait"] > 0
+    assert abs(two["wait_diff"]) <= BOUND, two
+    assert abs(two["step_diff"]) <= BOUND, two
+    # the nodes' common start: the second's first ATTEND queues behind the first's
+    assert two["first_wait"] > rows[0]["first_wait"]
