@@ -16,7 +16,7 @@ from nelssa.emu.link.transport import ServiceError, ServiceRequest
 from nelssa.experiments.node_sharing import load_head
 from nelssa.host.pnm_node.client import NodeClient
 from nelssa.host.pnm_node.config import NodeConfig
-from nelssa.host.pnm_node.dispatch import Dispatcher, Part
+from nelssa.host.pnm_node.dispatch import DeviceQueues, DeviceWork
 from nelssa.host.pnm_node.domains import DomainTable, MemberState
 from nelssa.host.pnm_node.errors import ClockDomainError
 from nelssa.host.pnm_node.protocol import NodeErrorCode, NodeOp
@@ -31,7 +31,7 @@ class _Domain:
 
     def __init__(self, members: int, stall_s: float = 600.0) -> None:
         self.slot = FakeSlot(0)
-        self.dispatcher = Dispatcher([self.slot], 1 << 30)  # type: ignore[list-item]
+        self.dispatcher = DeviceQueues([self.slot], 1 << 30)  # type: ignore[list-item]
         cfg = NodeConfig(devices=("x",), domain_stall_s=stall_s)
         self.table = DomainTable(cfg, LOOKAHEAD, self.dispatcher)
         self.ticket = self.table.open(b"owner", members)
@@ -43,7 +43,7 @@ class _Domain:
         got = self.table.arrived(client, r)
         assert got is not None
         domain, member = got
-        part = Part(self.slot, lambda _: self.started.append(name), 0)  # type: ignore[arg-type]
+        part = DeviceWork(self.slot, lambda _: self.started.append(name), 0)  # type: ignore[arg-type]
         return domain.hold(member, r.arrive_ps, [part], lambda _: self.committed.append(name))
 
 

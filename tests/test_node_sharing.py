@@ -17,7 +17,7 @@ from node_helpers import FakeSlot, NodeProcess
 
 from nelssa.experiments.node_sharing import load_head
 from nelssa.host.pnm_node.client import NodeClient
-from nelssa.host.pnm_node.dispatch import QUANTUM_TOKENS, Dispatcher, Part
+from nelssa.host.pnm_node.dispatch import QUANTUM_TOKENS, DeviceQueues, DeviceWork
 from nelssa.host.pnm_node.errors import DeviceDownError, DeviceQueueFullError, NodeLimitError
 
 TOKENS = 32
@@ -28,7 +28,7 @@ TOKENS = 32
 
 def test_a_flood_does_not_starve_another_client_on_the_same_device() -> None:
     slot = FakeSlot(0)
-    d = Dispatcher([slot], cap_tokens=1 << 30)  # type: ignore[list-item]
+    d = DeviceQueues([slot], cap_tokens=1 << 30)  # type: ignore[list-item]
     gate, order = threading.Event(), []
 
     def work(name: str, wait: bool = False) -> Any:
@@ -39,11 +39,11 @@ def test_a_flood_does_not_starve_another_client_on_the_same_device() -> None:
             return name
         return fn
 
-    jobs = [d.run(b"flood", [Part(slot, work("f0", wait=True), 5000)])]  # type: ignore[arg-type]
+    jobs = [d.run(b"flood", [DeviceWork(slot, work("f0", wait=True), 5000)])]  # type: ignore[arg-type]
     time.sleep(0.05)  # f0 runs, holding the device
-    jobs += [d.run(b"flood", [Part(slot, work(f"f{i}"), 5000)])  # type: ignore[arg-type]
+    jobs += [d.run(b"flood", [DeviceWork(slot, work(f"f{i}"), 5000)])  # type: ignore[arg-type]
              for i in range(1, 20)]
-    jobs.append(d.run(b"other", [Part(slot, work("other"), 5000)]))  # type: ignore[arg-type]
+    jobs.append(d.run(b"other", [DeviceWork(slot, work("other"), 5000)]))  # type: ignore[arg-type]
     gate.set()
     for j in jobs:
         j.future.result(10)

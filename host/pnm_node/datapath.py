@@ -19,7 +19,7 @@ from nelssa.emu.link.transport import Reply, ServiceError, ServiceRequest
 from nelssa.host.pnm_node import protocol as p
 from nelssa.host.pnm_node.aggregate import merge_partials
 from nelssa.host.pnm_node.devices import BatchResult, DeviceSlot, DeviceUnreachableError
-from nelssa.host.pnm_node.dispatch import Part, outcome
+from nelssa.host.pnm_node.dispatch import DeviceWork, outcome
 from nelssa.host.pnm_node.lanes import Pending
 from nelssa.host.pnm_node.partition import HeadKv
 from nelssa.host.pnm_node.protocol import MAX_EMU_TIME_PS, NodeErrorCode, NodeOp
@@ -33,7 +33,7 @@ def _fail(code: NodeErrorCode, message: str) -> ServiceError:
     return ServiceError(code, message)
 
 
-def device_results(results: dict[DeviceSlot, Any], parts: list[Part]) -> dict[int, Any]:
+def device_results(results: dict[DeviceSlot, Any], parts: list[DeviceWork]) -> dict[int, Any]:
     """Results by device index; a device that failed becomes a DEVICE_DOWN error (all parts
     are done by now, so no device is left mid-request)."""
     out, down = {}, []
@@ -101,11 +101,11 @@ def write_kv(host: NelssaHost, r: ServiceRequest) -> Pending:
         return ids, host.cxl.transfer_ps(to_dev) + host.cxl.transfer_ps(from_dev)
 
     shard_of: dict[int, int] = {head.shards[sh].device: sh for sh in per_shard}
-    parts = [Part(host.slots[head.shards[sh].device],
+    parts = [DeviceWork(host.slots[head.shards[sh].device],
                   lambda sl, rg=head.shards[sh].region, ix=idx: write(sl, rg, ix),
                   int(tokens[idx].sum()))
              for sh, idx in per_shard.items()]
-    twin_parts = [Part(host.twins[head.shards[sh].device],
+    twin_parts = [DeviceWork(host.twins[head.shards[sh].device],
                        lambda sl, rg=head.twin_regions[sh], ix=idx: write(sl, rg, ix),
                        int(tokens[idx].sum()))
                   for sh, idx in per_shard.items() if head.twin_regions]
@@ -205,11 +205,13 @@ def attend(host: NelssaHost, r: ServiceRequest, member: Any = None) -> Pending:
     if cfg.split_over_units:
         plan = {d: host.split(d, items) for d, items in plan.items()}
     share = {d: sum(_tokens(a) for _, a in items) for d, items in plan.items()}
-    parts = [Part(host.slots[d], lambda sl, reqs=[a for _, a in items]: sl.run_batch(reqs),
-                  share[d]) for d, items in plan.items()]
+    def batch(items: list) -> Any:
+        return lambda sl, reqs=[a for _, a in items]: sl.run_batch(reqs)
+
+    parts = [DeviceWork(host.slots[d], batch(items), share[d]) for d, items in plan.items()]
     twin_plan = {d: twin_requests(items, twin_of) for d, items in plan.items() if sampled}
-    twin_parts = [Part(host.twins[d], lambda sl, reqs=[a for _, a in items]: sl.run_batch(reqs),
-                       share[d]) for d, items in twin_plan.items()]
+    twin_parts = [DeviceWork(host.twins[d], batch(items), share[d])
+                  for d, items in twin_plan.items()]
     committed: list[Any] = []  # a domain's ATTEND: its times, or why there are none
 
     def commit(done: dict[DeviceSlot, Any]) -> None:

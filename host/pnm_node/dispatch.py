@@ -1,7 +1,7 @@
 """The node's device work queues: each device serves its queue on a thread of its own, so
 requests that need different devices run at the same time, and shares it fairly among clients.
 
-A request's device work is a ``Job``: one ``Part`` per device it needs (a function run on the
+A request's device work is a ``Job``: one ``DeviceWork`` per device it needs (a function run on the
 device slot's thread, and its work in KV tokens, what the device's time is roughly
 proportional to). Each device's ``DeviceQueue`` holds a FIFO per client and picks the next part
 by deficit round robin over the clients with work queued (a quantum of ``QUANTUM_TOKENS`` a
@@ -34,7 +34,7 @@ a large request, so turns are fine-grained; large against a small one, so one tu
 
 
 @dataclass
-class Part:
+class DeviceWork:
     """One device's share of a request."""
 
     slot: DeviceSlot
@@ -50,12 +50,12 @@ class Job:
     """A request's device work: done (``future``: the result or exception of each part, by
     slot) once every part is."""
 
-    parts: list[Part]
+    parts: list[DeviceWork]
     future: Future[dict[DeviceSlot, Any]] = field(default_factory=Future)
     _results: dict[DeviceSlot, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def part_done(self, part: Part, outcome: Any) -> None:
+    def part_done(self, part: DeviceWork, outcome: Any) -> None:
         with self._lock:
             self._results[part.slot] = outcome
             done = len(self._results) == len(self.parts)
@@ -78,12 +78,12 @@ class DeviceQueue:
         self.slot = slot
         self.cap_tokens = cap_tokens
         self._cv = threading.Condition()
-        self._fifo: dict[bytes, deque[Part]] = {}
+        self._fifo: dict[bytes, deque[DeviceWork]] = {}
         self._turns: deque[bytes] = deque()  # clients with parts queued, in round-robin order
         self._in_turn = False  # the first of _turns has had this turn's quantum
         self._deficit: dict[bytes, int] = {}
         self._held: dict[bytes, int] = {}  # tokens queued or running, by client
-        self._running: Part | None = None
+        self._running: DeviceWork | None = None
         self._stopping = False
         self.served = 0
         self._thread = threading.Thread(target=self._serve, daemon=True,
@@ -101,7 +101,7 @@ class DeviceQueue:
         with self._cv:
             return sum(len(f) for f in self._fifo.values()) + (self._running is not None)
 
-    def put(self, part: Part) -> None:
+    def put(self, part: DeviceWork) -> None:
         with self._cv:
             if self._stopping:
                 self._fail(part, "the node is stopping")
@@ -115,7 +115,7 @@ class DeviceQueue:
             self._held[part.client] = self._held.get(part.client, 0) + part.work
             self._cv.notify()
 
-    def _next(self) -> Part:
+    def _next(self) -> DeviceWork:
         """The next part by deficit round robin (the lock held, some part queued)."""
         while True:
             client = self._turns[0]
@@ -155,7 +155,7 @@ class DeviceQueue:
             assert part.job is not None
             part.job.part_done(part, result)
 
-    def _fail(self, part: Part, why: str) -> None:
+    def _fail(self, part: DeviceWork, why: str) -> None:
         assert part.job is not None
         part.job.part_done(part, DeviceUnreachableError(
             f"device {self.slot.index} at {self.slot.endpoint}: {why}"))
@@ -173,7 +173,7 @@ class DeviceQueue:
         self._thread.join(timeout=1.0)
 
 
-class Dispatcher:
+class DeviceQueues:
     """The device queues of a node's devices (and of their twins)."""
 
     def __init__(self, slots: list[DeviceSlot], cap_tokens: int) -> None:
@@ -182,7 +182,7 @@ class Dispatcher:
     def queue(self, slot: DeviceSlot) -> DeviceQueue:
         return self.queues[id(slot)]
 
-    def over_cap(self, client: bytes, parts: list[Part]) -> str | None:
+    def over_cap(self, client: bytes, parts: list[DeviceWork]) -> str | None:
         """What queueing ``parts`` for ``client`` would pass, or None."""
         for part in parts:
             room = self.queue(part.slot).room(client)
@@ -192,7 +192,7 @@ class Dispatcher:
                         "or running")
         return None
 
-    def run(self, client: bytes, parts: list[Part]) -> Job:
+    def run(self, client: bytes, parts: list[DeviceWork]) -> Job:
         """Queue a request's parts (checked first with ``over_cap``)."""
         job = Job(parts)
         if not parts:

@@ -42,7 +42,7 @@ from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
 
 from nelssa.emu.link.transport import ServiceError, ServiceRequest
-from nelssa.host.pnm_node.dispatch import Dispatcher, Job, Part
+from nelssa.host.pnm_node.dispatch import DeviceQueues, DeviceWork, Job
 from nelssa.host.pnm_node.protocol import TICKET_BYTES, NodeErrorCode, NodeOp
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class _Slot:
 class _Held:
     member: Member
     arrive_ps: int
-    parts: list[Part]
+    parts: list[DeviceWork]
     slot: _Slot
 
 
@@ -104,7 +104,7 @@ class ClockDomain:
     """One domain: its members, their devices' timeline and the ATTENDs held for it."""
 
     def __init__(self, ticket: bytes, owner: bytes, expected: int, lookahead_ps: int,
-                 dispatcher: Dispatcher) -> None:
+                 dispatcher: DeviceQueues) -> None:
         self.ticket, self.owner, self.expected = ticket, owner, expected
         self.lookahead_ps = lookahead_ps
         self.dispatcher = dispatcher
@@ -126,7 +126,7 @@ class ClockDomain:
     def active(self) -> list[Member]:
         return [m for m in self.members.values() if m.state is MemberState.ACTIVE]
 
-    def hold(self, member: Member, arrive_ps: int, parts: list[Part],
+    def hold(self, member: Member, arrive_ps: int, parts: list[DeviceWork],
              commit: Callable[[dict[Any, Any]], None]) -> Job:
         """Hold an ATTEND's device work until it may start; its job is done once its emulated
         times are committed."""
@@ -202,7 +202,7 @@ class DomainTable:
     """The node's clock domains, on the node's thread (bounded: ``max_clients`` domains of
     ``max_domain_members`` members)."""
 
-    def __init__(self, config: NodeConfig, lookahead_ps: int, dispatcher: Dispatcher) -> None:
+    def __init__(self, config: NodeConfig, lookahead_ps: int, dispatcher: DeviceQueues) -> None:
         self.config = config
         self.lookahead_ps = lookahead_ps
         self.dispatcher = dispatcher

@@ -62,7 +62,7 @@ from nelssa.host.pnm_node.devices import (
     HealthWatch,
     ProcessWatch,
 )
-from nelssa.host.pnm_node.dispatch import Dispatcher, Job, Part, outcome
+from nelssa.host.pnm_node.dispatch import DeviceQueues, DeviceWork, Job, outcome
 from nelssa.host.pnm_node.domains import ClockDomain, DomainTable, Member
 from nelssa.host.pnm_node.lanes import Lanes, Order, Pending
 from nelssa.host.pnm_node.partition import HeadKv, Session, Shard, head_devices, shard_tokens
@@ -118,7 +118,7 @@ class NelssaHost:
         self.sampling = SampleStats()
         self.clients = ClientTable(config)
         self.lanes = Lanes()
-        self.dispatcher = Dispatcher(self.slots + self.twins, config.max_client_queued_tokens)
+        self.dispatcher = DeviceQueues(self.slots + self.twins, config.max_client_queued_tokens)
         # the lookahead: no message crosses the link faster than its base latency
         self.domains = DomainTable(config, round(link_preset(config.link).latency_ns
                                                  * PS_PER_NS), self.dispatcher)
@@ -223,7 +223,7 @@ class NelssaHost:
 
         return Pending(out.job, finish)
 
-    def queue_work(self, s: Session, parts: list[Part],
+    def queue_work(self, s: Session, parts: list[DeviceWork],
                    held: tuple[tuple[ClockDomain, Member], int,
                                Callable[[dict[Any, Any]], None]] | None = None) -> Job:
         """Queue a request's device work for the session's client, or refuse it whole when
@@ -350,7 +350,7 @@ class NelssaHost:
 
         slots = [(self.slots, "device")] + ([(self.twins, "the twin of device")] if sampled
                                             else [])
-        parts = {(what, d): Part(side[d], lambda sl, hs=hs: alloc(sl, hs), 0)
+        parts = {(what, d): DeviceWork(side[d], lambda sl, hs=hs: alloc(sl, hs), 0)
                  for side, what in slots for d, hs in by_dev.items()}
         self.clients.reserve(s, region_bytes * len(want))  # refused here, nothing is reserved
         job = self.queue_work(s, list(parts.values()))
@@ -372,7 +372,7 @@ class NelssaHost:
                     got[(what, d)] = out
             if failures:  # each device rolled back its own; the others' part goes too
                 undo = {parts[k].slot: list(v.values()) for k, v in got.items()}
-                self.dispatcher.run(s.owner, [Part(sl, lambda x, rgs=rgs: _free_on(x, rgs), 0)
+                self.dispatcher.run(s.owner, [DeviceWork(sl, lambda x, rgs=rgs: _free_on(x, rgs), 0)
                                               for sl, rgs in undo.items()])
                 self.clients.refund(s, region_bytes * len(want))
                 raise failures[0]
@@ -414,7 +414,7 @@ class NelssaHost:
             for slot, region in [(self.slots[sh.device], sh.region) for sh in head.shards] + twins:
                 if slot.alive:
                     by_slot.setdefault(slot, []).append(region)
-        job = self.dispatcher.run(s.owner, [Part(sl, lambda x, rgs=rgs: _free_on(x, rgs), 0)
+        job = self.dispatcher.run(s.owner, [DeviceWork(sl, lambda x, rgs=rgs: _free_on(x, rgs), 0)
                                             for sl, rgs in by_slot.items()])
         job.future.add_done_callback(lambda f: [log.warning("freeing KV: %s", e)
                                                 for e in f.result().values()

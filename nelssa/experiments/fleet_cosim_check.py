@@ -38,6 +38,10 @@ class Run:
     """One co-simulated batch shape, the same on every decode node."""
 
     layers: int = 2
+    model: str = "llama-3-8b"
+    """A model preset (a small vocabulary starts a decode node sooner)."""
+    kmeans_iterations: int = 10
+    """k-means rounds of the prefill's clustering (no emulated time depends on them)."""
     long: int = 1
     long_len: int = 16384
     devices: int = 1
@@ -47,9 +51,10 @@ class Run:
 def decode_argv(run: Run, k: int, steps_json: Path, folder: Path) -> list[str]:
     return [sys.executable, "-c", "import sys; from nelssa.cli import main; sys.exit(main())",
             "decode", "--gpu-nodes", str(k), "--backend", "model", "--devices",
-            str(run.devices), "--model", "llama-3-8b", "--layers", str(run.layers),
+            str(run.devices), "--model", run.model, "--layers", str(run.layers),
             "--short", "0", "--long", str(run.long), "--long-len", str(run.long_len),
             "--t-input", str(run.long_len // 2), "--steps", str(run.steps), "--no-accuracy",
+            "--kmeans-iterations", str(run.kmeans_iterations),
             "--trace", str(folder / "trace.json"), "--plot", str(folder / "plot.png"),
             "--steps-json", str(steps_json)]
 
@@ -120,7 +125,7 @@ def page(run: Run, rows: list[dict[str, Any]], command: str, commit: str) -> str
         "",
         f"Written by `{command}` at commit `{commit}`. Each K: `nelssa decode --gpu-nodes K` "
         f"(K decode processes, each {run.long} request of {run.long_len} tokens on the PNM "
-        f"tier, llama-3-8b's shape cut to {run.layers} layers, {run.steps} steps) against one "
+        f"tier, {run.model}'s shape cut to {run.layers} layers, {run.steps} steps) against one "
         f"node of {run.devices} model device(s), all in one clock domain. Emulated "
         "microseconds per step, the mean over the nodes and steps 2..; the fleet side is the "
         "K = 1 step plus `pnm_nodes.contention_s` for K - 1 others like it.",
