@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from nelssa.driver.regs import CAPS_MAX_ENGINES
+from nelssa.emu.files import not_a_file
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.serving.workload import ARRIVAL_S, BURST_COUNT, TOKENS
@@ -124,11 +125,9 @@ def _reason(p: Path) -> str | None:
 
 
 def input_file(text: str) -> str:
-    """A file to read: it exists, is a file and can be read."""
-    p = Path(text)
-    why = _reason(p) or ("is a folder, not a file" if p.is_dir() else None)
-    if why is None and not os.access(p, os.R_OK):
-        why = "cannot be read (permission denied)"
+    """A file to read: it exists and is a regular file (not a device, FIFO or folder) that can
+    be read; the reader (emu/files.py) bounds its size."""
+    why = not_a_file(text)
     if why:
         raise argparse.ArgumentTypeError(f"{text} {why}")
     return text

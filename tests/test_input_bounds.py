@@ -1,0 +1,110 @@
+"""Issue 44's input defects: files read with a bound (13), derived times that must be finite
+(16), numeric options checked against what the code below takes (17), and the refusals of
+item 19. Each refusal is one line naming the option, file or field, exit status 2, nothing left
+behind (``_refused`` of test_inputs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from test_inputs import OK, SERVE, _refused, _trace
+
+from nelssa.emu.files import InputFileError, read_bytes, read_lines
+from nelssa.emu.latency.hardware import HardwareCatalog
+from nelssa.emu.serving.workload import TraceError, load_trace
+
+CAPPED_S = 20
+"""A refusal of an endless or huge file comes at once; a hang would take far longer."""
+
+
+def _bounded_run(fn, *args):
+    """Run ``fn`` in a thread and fail if it does not end in CAPPED_S (a hang, not a refusal)."""
+    out: dict = {}
+
+    def go() -> None:
+        try:
+            out["value"] = fn(*args)
+        except BaseException as e:
+            out["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(CAPPED_S)
+    assert not t.is_alive(), f"{fn.__name__}{args} did not end in {CAPPED_S} s"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+# -- 13: unbounded reads ----------------------------------------------------------------------
+@pytest.mark.parametrize("argv, words", [
+    ([*SERVE, "--trace", "/dev/zero", "--limit", "5"], ["--trace", "/dev/zero",
+                                                         "character device"]),
+    ([*SERVE, "--trace", "t.jsonl", "--hardware", "/dev/zero"],
+     ["--hardware", "/dev/zero", "character device"]),
+    (["crossover", "--hardware", "/dev/zero"], ["--hardware", "/dev/zero", "character device"]),
+    (["sweep", "/dev/zero"], ["spec", "/dev/zero", "character device"]),
+    (["node", "status", "--curve-server-key", "/dev/zero"], ["--curve-server-key",
+                                                             "character device"]),
+    (["fpga", "probe", "--bar", "b", "--manifest", "/dev/zero"],
+     ["--manifest", "character device"]),
+])
+def test_character_devices_are_refused_by_option(capsys, work: Path, argv, words) -> None:
+    (work / "t.jsonl").write_text(OK + "\n")
+    _bounded_run(_refused, capsys, work, argv, *words)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(capsys, work: Path) -> None:
+    os.mkfifo(work / "f.jsonl")
+    _bounded_run(_refused, capsys, work, [*SERVE, "--trace", "f.jsonl"], "--trace", "FIFO")
+    with pytest.raises(TraceError, match="FIFO"):
+        _bounded_run(load_trace, work / "f.jsonl")
+
+
+def test_the_loaders_refuse_devices_themselves(work: Path) -> None:
+    """A path that reaches a loader without the option's check (a sweep spec's trace, a
+    model entry's config) is refused by the loader."""
+    with pytest.raises(TraceError, match="/dev/zero is a character device"):
+        _bounded_run(load_trace, "/dev/zero", 5)
+    with pytest.raises(ValueError, match="/dev/zero is a character device"):
+        _bounded_run(HardwareCatalog.load, "/dev/zero")
+    (work / "hw.json").write_text(json.dumps({"models": {"m": {"config": "/dev/zero"}}}))
+    with pytest.raises(ValueError, match="/dev/zero is a character device"):
+        _bounded_run(HardwareCatalog.load, work / "hw.json")
+
+
+def test_a_huge_sparse_file_is_refused_by_size(work: Path) -> None:
+    big = work / "big.jsonl"
+    with big.open("wb") as f:
+        f.truncate(2 << 30)  # 2 GiB of holes: no disk, and no memory when refused by size
+    with pytest.raises(TraceError, match=r"big.jsonl is 2048 MiB, more than the 1024 MiB"):
+        _bounded_run(load_trace, big)
+    hw = work / "big.json"
+    os.link(big, hw)
+    with pytest.raises(ValueError, match=r"big.json is 2048 MiB, more than the 16 MiB"):
+        _bounded_run(HardwareCatalog.load, hw)
+
+
+def test_an_endless_line_is_refused_by_its_number(work: Path) -> None:
+    p = _trace(work, OK, b"{" + b" " * (2 << 20) + b"}")
+    with pytest.raises(TraceError, match=r"t.jsonl:2: the line is longer than 1 MiB"):
+        load_trace(p)
+
+
+def test_the_reader_bounds_what_it_holds(tmp_path: Path) -> None:
+    p = tmp_path / "x"
+    p.write_bytes(b"a\n" * 10)
+    assert read_bytes(p, "x", 20) == b"a\n" * 10
+    with pytest.raises(InputFileError, match=r"x .*x is 20 bytes, more than the 19 bytes"):
+        read_bytes(p, "x", 19)
+    assert [n for n, _ in read_lines(p, "x", 20, 1)] == list(range(1, 11))
+    p.write_bytes(b"ab\n")
+    with pytest.raises(InputFileError, match=":1: the line is longer than 1 bytes"):
+        list(read_lines(p, "x", 20, 1))
+    # /proc files say size 0: the read itself is bounded
+    with pytest.raises(InputFileError, match="more than the 4 bytes"):
+        read_bytes("/proc/self/status", "status", 4)
