@@ -108,3 +108,28 @@ def test_the_reader_bounds_what_it_holds(tmp_path: Path) -> None:
     # /proc files say size 0: the read itself is bounded
     with pytest.raises(InputFileError, match="more than the 4 bytes"):
         read_bytes("/proc/self/status", "status", 4)
+
+
+# -- 16: derived times must be finite ---------------------------------------------------------
+GPU = {"hbm_gbs": 1000, "memory_gb": 80, "bf16_tflops": 500}
+
+
+@pytest.mark.parametrize("field, value, derived", [
+    ("attn_efficiency", 5e-324, "bf16_tflops x attn_efficiency"),
+    ("linear_efficiency", 5e-324, "bf16_tflops x linear_efficiency"),
+    ("mem_efficiency", 5e-324, "hbm_gbs x mem_efficiency"),
+    ("mem_efficiency", 1e-7, "hbm_gbs x mem_efficiency"),
+])
+def test_efficiencies_that_make_times_infinite_are_refused(capsys, work: Path, field: str,
+                                                           value: float, derived: str) -> None:
+    (work / "hw.json").write_text(json.dumps({"gpus": {"g": {**GPU, field: value}},
+                                              "use": {"gpu": "g"}}))
+    trace = _trace(work, OK, OK)
+    _refused(capsys, work, [*SERVE, "--trace", str(trace), "--hardware", "hw.json"],
+             "hw.json [gpus]", "g", field, derived, "at least 0.001")
+
+
+def test_rates_below_their_floor_are_refused(capsys, work: Path) -> None:
+    (work / "hw.json").write_text(json.dumps({"gpus": {"g": {**GPU, "hbm_gbs": 5e-324}}}))
+    _refused(capsys, work, ["crossover", "--hardware", "hw.json"], "hw.json [gpus]", "g",
+             "hbm_gbs must be at least 0.001")

@@ -130,8 +130,20 @@ class GpuHw:
     """Where the efficiencies come from (a paper and figure, or the calibration run that fitted
     them); a non-empty string when given."""
 
+    DERIVED: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("hbm_gbs", "mem_efficiency", "GB/s"), ("bf16_tflops", "linear_efficiency", "TFLOP/s"),
+        ("bf16_tflops", "attn_efficiency", "TFLOP/s"))
+    """The achieved rates the time models divide by (peak x efficiency): each must meet the
+    floor of a stated rate (``RATE``), or a tiny efficiency (5e-324) makes every time infinite."""
+
     def __post_init__(self) -> None:
         _check(self)
+        for peak, share, unit in self.DERIVED:
+            rate = getattr(self, peak) * getattr(self, share)
+            if not rate >= (RATE.least or 0):
+                raise HardwareError(f"GpuHw {self.name!r}: {share} {getattr(self, share)!r} "
+                                    f"makes the achieved rate ({peak} x {share}) {rate:g} "
+                                    f"{unit}: it must be at least {RATE.least:g}")
         if self.source is not None and (not isinstance(self.source, str)
                                         or not self.source.strip()):
             raise HardwareError(f"GpuHw {self.name!r}: source must be a non-empty string, got "
