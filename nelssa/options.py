@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -21,6 +22,7 @@ from nelssa.emu.files import not_a_file
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.serving.workload import ARRIVAL_S, BURST_COUNT, TOKENS
+from nelssa.host.pnm_node.config import TIMEOUT_S
 from nelssa.hw.model.device import DeviceConfig
 from nelssa.hw.sim.device import RTL_MAX_UNITS
 
@@ -61,7 +63,8 @@ SEED = number(Num("an integer >= 0", integer=True, lo=0, most=(1 << 63) - 1))
 SHARE = number(Num("in (0, 1]", lo=0, lo_open=True, hi=1))
 PROBABILITY = number(Num("in [0, 1]", lo=0, hi=1))
 POSITIVE_FLOAT = number(Num("a finite number > 0", lo=0, lo_open=True))
-SECONDS = number(Num("a finite number of seconds > 0", lo=0, lo_open=True, most=1e6))
+SECONDS = number(TIMEOUT_S)
+"""A wait, at least a millisecond (what the node's timeouts take)."""
 DEVICES = number(DEVICE_COUNT)
 """PNM devices of the latency model and the serving replay (a node has at most 32)."""
 PID = number(Num("a positive integer", integer=True, lo=1, most=(1 << 22)))
@@ -147,8 +150,13 @@ def _writable_folder(folder: Path, what: str) -> None:
         raise argparse.ArgumentTypeError(f"{what}: folder {folder} does not exist"
                                          if not folder.exists() else
                                          f"{what}: {folder} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"{what}: cannot write in {folder}")
+    try:  # a file made and removed: os.access says yes to root, and in /proc or a read-only mount
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".nelssa-probe-")
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{what}: cannot write in {folder} ({e.strerror})"
+                                         ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def output_file(text: str) -> str:

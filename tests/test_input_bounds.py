@@ -133,3 +133,35 @@ def test_rates_below_their_floor_are_refused(capsys, work: Path) -> None:
     (work / "hw.json").write_text(json.dumps({"gpus": {"g": {**GPU, "hbm_gbs": 5e-324}}}))
     _refused(capsys, work, ["crossover", "--hardware", "hw.json"], "hw.json [gpus]", "g",
              "hbm_gbs must be at least 0.001")
+
+
+# -- 17 and 19: options checked against what the code below takes, at parse time -------------
+@pytest.mark.parametrize("argv, words", [
+    (["node", "up", "--rtl-layers", "65536"], ["--rtl-layers", "0..65535", "65536"]),
+    (["node", "up", "--rtl-layers", "-1"], ["--rtl-layers", "0..65535"]),
+    (["node", "up", "--max-write-kv-bytes", str(1 << 40)], ["--max-write-kv-bytes",
+                                                             "at most"]),
+    (["node", "up", "--max-sessions", str(1 << 40)], ["--max-sessions", "at most"]),
+    (["node", "up", "--device-timeout", "1e-300"], ["--device-timeout", "at least 0.001"]),
+    (["node", "status", "--timeout", "1e-300"], ["--timeout", "at least 0.001"]),
+    (["decode", "--timeout", "1e-300"], ["--timeout", "at least 0.001"]),
+    ([*SERVE, "--trace", "t.jsonl", "--devices", "\u0663"], ["--devices", "'\u0663'"]),
+    ([*SERVE, "--trace", "t.jsonl", "--limit", "\u0663"], ["--limit", "'\u0663'"]),
+    ([*SERVE, "--trace", "t.jsonl", "--rate", "\u0661.5"], ["--rate", "'\u0661.5'"]),
+    ([*SERVE, "--trace", "t.jsonl", "--out", "/proc/x"], ["--out", "/proc", "cannot write"]),
+    (["crossover", "--plot", "/proc/x.png"], ["--plot", "/proc", "cannot write"]),
+    (["crossover", "--json", "/proc/x.json"], ["--json", "/proc", "cannot write"]),
+    (["sweep", "t.jsonl", "--out", "/proc/x/y"], ["--out", "/proc", "cannot write"]),
+    (["node", "keygen", "/proc/nelssa-keys"], ["/proc", "cannot write"]),
+    (["fpga", "fake", "/proc/boards"], ["/proc", "cannot write"]),
+])
+def test_option_ranges_and_outputs_at_parse_time(capsys, work: Path, argv, words) -> None:
+    (work / "t.jsonl").write_text(OK + "\n")
+    _refused(capsys, work, argv, *words)
+
+
+def test_a_rate_too_low_says_what_is_wrong_with_it(capsys, work: Path) -> None:
+    trace = _trace(work, OK, OK)
+    line = _refused(capsys, work, [*SERVE, "--trace", str(trace), "--rate", "1e-320"],
+                    "--rate", "requests/s is too low", "at least 1e-09 requests/s")
+    assert "nan" not in line

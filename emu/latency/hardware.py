@@ -31,7 +31,7 @@ from nelssa.emu.latency.description import (
     shape_of,
     validated,
 )
-from nelssa.emu.latency.fields import FieldError, Num
+from nelssa.emu.latency.fields import FieldError, Num, check_numbers
 from nelssa.emu.link.model import GPU_PNM_LINKS, LinkSpec
 from nelssa.emu.link.model import PRESETS as LINK_PRESETS
 
@@ -72,13 +72,10 @@ def _check(obj: Any) -> None:
     if not isinstance(obj.name, str) or not obj.name.strip():
         raise HardwareError(f"{type(obj).__name__}: name must be a non-empty string, got "
                             f"{obj.name!r}")
-    for f in fields(obj):
-        spec = f.metadata.get("num")
-        if spec is not None and not (f.default is None and getattr(obj, f.name) is None):
-            try:
-                spec.check(getattr(obj, f.name), f.name)
-            except FieldError as e:
-                raise HardwareError(f"{type(obj).__name__} {obj.name!r}: {e}") from None
+    try:
+        check_numbers(obj)
+    except FieldError as e:
+        raise HardwareError(f"{type(obj).__name__} {obj.name!r}: {e}") from None
 
 
 @dataclass(frozen=True)

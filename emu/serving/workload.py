@@ -120,6 +120,11 @@ def load_trace(path: str | Path, limit: int | None = None,
 def poisson(requests: list[TraceRequest], rate: float, seed: int = 0) -> list[TraceRequest]:
     """The same requests in the same order, arriving as a Poisson process of ``rate``/s."""
     RATE.check(rate, "rate")
+    least = (len(requests) - 1) / MAX_TIME_S
+    if rate < least:  # the draw's own span would be inf or NaN at a subnormal rate
+        raise ValueError(f"{rate:g} requests/s is too low for {len(requests)} requests: their "
+                         f"arrivals would span past the {MAX_TIME_S:g} s the replay's clock "
+                         f"covers; use at least {least:.3g} requests/s")
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(requests))
     times = np.cumsum(gaps) - gaps[0]
     if len(times) and not (math.isfinite(times[-1]) and times[-1] <= MAX_TIME_S):

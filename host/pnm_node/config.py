@@ -3,11 +3,25 @@ accounts time and bounds what clients may ask."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from nelssa.emu.latency.fields import Num, check_numbers
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, link_preset
 from nelssa.emu.link.transport import LinkLimits
 from nelssa.host.pnm_node.protocol import MAX_WRITE_KV_BYTES
+
+TIMEOUT_S = Num("a finite number of seconds > 0", lo=0, lo_open=True, least=1e-3, most=1e6)
+"""A wait: below a millisecond it rounds to no wait at all (ZeroMQ polls in milliseconds)."""
+HOST_NS = Num("a number of ns in 0..1e9 (one second)", lo=0, hi=1e9)
+CLOCK_MHZ = Num("a clock > 0 MHz", lo=0, lo_open=True, least=1e-3, most=1e5)
+LIMIT = Num("a positive integer", integer=True, lo=1, most=(1 << 31) - 1)
+"""Counts the node keeps tables of (sessions, clients, queued requests)."""
+BYTES = Num("a positive integer", integer=True, lo=1, most=(1 << 62) - 1)
+WRITE_BYTES = Num("a positive integer", integer=True, lo=1, most=1 << 30)
+"""A WRITE_KV payload: the link's frames give payloads 32-bit lengths, and the link takes
+two requests' worth (node.py)."""
+RTL_LAYERS = Num("an integer in 0..65535", integer=True, lo=0, hi=0xFFFF)
+"""Layers sampled on twins: a 16-bit field of the node's status."""
 
 
 @dataclass(frozen=True)
@@ -22,38 +36,39 @@ class NodeConfig:
     """Link preset between the host and each device."""
     backend: str = "remote"
     """What the device processes run (``rtl``, ``model``), shown by status."""
-    device_timeout_s: float = 30.0
+    device_timeout_s: float = field(default=30.0, metadata={"num": TIMEOUT_S})
     """A device that does not answer, or answers without progress, for this long is marked
     down (how long its work takes does not count: driver/remote.py HEARTBEAT_S)."""
-    connect_timeout_s: float = 300.0
+    connect_timeout_s: float = field(default=300.0, metadata={"num": TIMEOUT_S})
     """How long to wait for each device to answer first (an ``rtl`` device may be building)."""
-    host_request_ns: float = 1000.0
+    host_request_ns: float = field(default=1000.0, metadata={"num": HOST_NS})
     """Emulated host software time per request (parse, dispatch, aggregate)."""
-    host_descriptor_ns: float = 100.0
+    host_descriptor_ns: float = field(default=100.0, metadata={"num": HOST_NS})
     """Emulated host software time per descriptor built."""
-    core_clock_mhz: float | None = None
+    core_clock_mhz: float | None = field(default=None, metadata={"num": CLOCK_MHZ})
     """Device core clock: device cycles to emulated time. None: the devices' own (each port's
     ``clock_hz``: a simulated device's preset, a board's manifest), which must agree."""
     fpga_manifest: str | None = None
     """Bitstream manifest of ``fpga:`` devices (default: manifest.json in each board folder)."""
-    max_sessions: int = 4096
+    max_sessions: int = field(default=4096, metadata={"num": LIMIT})
     """Sessions open on the node, over all clients."""
-    max_sessions_per_client: int = 1024
+    max_sessions_per_client: int = field(default=1024, metadata={"num": LIMIT})
     """Sessions one client (with its queue pairs) may hold open."""
-    max_client_bytes: int | None = None
+    max_client_bytes: int | None = field(default=None, metadata={"num": BYTES})
     """Device memory (bytes, over all devices) the KV regions of one client may take; None: as
     much as the devices have (one GPU node per PNM node, the paper's setup)."""
-    max_clients: int = 1024
+    max_clients: int = field(default=1024, metadata={"num": LIMIT})
     """Clients the node keeps state for; when full, the least recently used one without
     sessions is forgotten (its queue pairs then stand alone)."""
-    max_queue_pairs: int = 16
+    max_queue_pairs: int = field(default=16, metadata={"num": LIMIT})
     """Connections that may join one client (host/pnm_node/access.py)."""
-    max_request_heads: int = 256
+    max_request_heads: int = field(default=256, metadata={"num": LIMIT})
     """KV heads one ALLOC_KV or ATTEND request may name."""
-    max_write_kv_bytes: int = MAX_WRITE_KV_BYTES
+    max_write_kv_bytes: int = field(default=MAX_WRITE_KV_BYTES,
+                                    metadata={"num": WRITE_BYTES})
     """Largest WRITE_KV payload, checked from its header before the body is parsed (the
     client splits larger writes)."""
-    rtl_layers: int = 0
+    rtl_layers: int = field(default=0, metadata={"num": RTL_LAYERS})
     """Sampled simulation: layers 0..rtl_layers-1 of every session also run on a Verilated
     twin of each device (``twins``), answered with the twin's results and cycles and held to
     the model device bit for bit and cycle for cycle (host/pnm_node/sampling.py); the other
@@ -68,7 +83,7 @@ class NodeConfig:
     """Cut each device's share of a request into a whole number of rounds of its attention
     units, the parts merged by log-sum-exp (driver/split.py): a device given fewer KV heads
     than it has units otherwise leaves bandwidth unused."""
-    max_queued: int = LinkLimits.max_queued
+    max_queued: int = field(default=LinkLimits.max_queued, metadata={"num": LIMIT})
     """Requests waiting to run, all clients together; once it is full, a request of a client
     holding its share of the queue is refused at once with BUSY (emu/link/server.py). Freeing,
     closing, status and shutdown are never refused."""
@@ -78,26 +93,8 @@ class NodeConfig:
             raise ValueError(f"devices: a node has 1..32 devices, got {len(self.devices)}")
         link_preset(self.link)
         link_preset(self.cxl)
-        for name in ("device_timeout_s", "connect_timeout_s", "core_clock_mhz"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("host_request_ns", "host_descriptor_ns"):
-            if not 0 <= getattr(self, name) <= 1e9:
-                raise ValueError(f"{name} must be in 0..1e9 (one second), got "
-                                 f"{getattr(self, name)}")
-        for name in ("max_sessions", "max_sessions_per_client", "max_clients",
-                     "max_queue_pairs", "max_request_heads", "max_write_kv_bytes",
-                     "max_queued"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if not isinstance(self.rtl_layers, int) or not 0 <= self.rtl_layers <= 0xFFFF:
-            raise ValueError(f"rtl_layers must be an integer in 0..65535, got "
-                             f"{self.rtl_layers!r}")
+        check_numbers(self)  # by the same Nums as `node up`'s options
         if (self.rtl_layers > 0) != bool(self.twins) or (
                 self.twins and len(self.twins) != len(self.devices)):
             raise ValueError(f"rtl_layers {self.rtl_layers} with {len(self.twins)} twins for "
                              f"{len(self.devices)} devices: sampling needs a twin per device")
-        if self.max_client_bytes is not None and (not isinstance(self.max_client_bytes, int)
-                                                  or self.max_client_bytes < 1):
-            raise ValueError(f"max_client_bytes must be an integer >= 1 or None, got "
-                             f"{self.max_client_bytes!r}")
