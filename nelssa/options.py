@@ -10,6 +10,7 @@ that need the other options or a file's contents raise ``UsageError`` from the c
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import re
 import tempfile
@@ -34,8 +35,35 @@ class UsageError(Exception):
     """A refusal found while a command runs; its message names the option or file."""
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help states it already (a
+    configuration class's field, config_args) or there is none to state."""
+
+    @staticmethod
+    def _shows(action: argparse.Action) -> bool:
+        return bool(action.option_strings) and action.help != argparse.SUPPRESS and \
+            action.default not in (None, False, argparse.SUPPRESS, [])
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not self._shows(action) or "default" in text:
+            return text
+        return f"{text} [default: %(default)s]".lstrip()
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and self._shows(action):  # argparse prints no help line without help
+            action = copy.copy(action)
+            action.help = "[default: %(default)s]"
+        return super()._format_action(action)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line refusals (``--help`` still shows the usage)."""
+    """argparse with one-line refusals (``--help`` still shows the usage) and every option's
+    default in its help (subcommands' parsers are made by this class too)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")

@@ -5,6 +5,7 @@ behind (``_refused`` of test_inputs)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import threading
@@ -13,9 +14,12 @@ from pathlib import Path
 import pytest
 from test_inputs import OK, SERVE, _refused, _trace
 
+from nelssa.cli import build_parser
 from nelssa.emu.files import InputFileError, read_bytes, read_lines
 from nelssa.emu.latency.hardware import HardwareCatalog
+from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.serving.workload import TraceError, load_trace
+from nelssa.host.gpu.request import DecodeConfig
 
 CAPPED_S = 20
 """A refusal of an endless or huge file comes at once; a hang would take far longer."""
@@ -165,3 +169,34 @@ def test_a_rate_too_low_says_what_is_wrong_with_it(capsys, work: Path) -> None:
     line = _refused(capsys, work, [*SERVE, "--trace", str(trace), "--rate", "1e-320"],
                     "--rate", "requests/s is too low", "at least 1e-09 requests/s")
     assert "nan" not in line
+
+
+# -- 8: small things --------------------------------------------------------------------------
+def _parsers(parser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from _parsers(sub)
+
+
+def test_every_help_shows_the_options_defaults() -> None:
+    missing = []
+    checked = 0
+    for parser in _parsers(build_parser()):
+        text = "".join(parser.format_help().split())  # wrapping may break at hyphens
+        for action in parser._actions:
+            if (not action.option_strings or action.help == argparse.SUPPRESS
+                    or action.default in (None, False, argparse.SUPPRESS, [])):
+                continue
+            checked += 1
+            shown = parser._get_formatter()._expand_help(action)
+            if "default" not in shown or "".join(shown.split()) not in text:
+                missing.append(f"{parser.prog} {action.option_strings[0]}")
+    assert checked > 50
+    assert not missing, missing
+
+
+def test_decode_chunk_is_the_serving_sides() -> None:
+    args = build_parser().parse_args(["decode"])
+    assert args.chunk == Sparsity().chunk_tokens == DecodeConfig().chunk == 1024
