@@ -4,6 +4,7 @@ requests' attention on the PNM node's devices (booted here unless --node is give
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import tempfile
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.cli_fpga import add_board_args
-from nelssa.config_args import add_config_options, config_values
+from nelssa.config_args import add_config_options, config_values, field_docs
 from nelssa.decode_hardware import (
     gpu_pnm_link,
     model_config,
@@ -21,11 +22,13 @@ from nelssa.decode_hardware import (
     node_device_args,
     weights_folder,
 )
+from nelssa.emu.latency.model import POSITIVE as CHUNK
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.policy.schedulers import SCHEDULERS
 from nelssa.emu.policy.vllm_scheduler import VllmEnvError
 from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg, presets
 from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
+from nelssa.host.gpu.report import run_json
 from nelssa.options import (
     POSITIVE_INT,
     SECONDS,
@@ -33,6 +36,7 @@ from nelssa.options import (
     UsageError,
     endpoint,
     int_range,
+    number,
     output_file,
 )
 
@@ -280,7 +284,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
     dec.trace.write(trace)
     plot_steps(reports, args.plot, f"NELSSA decode: {args.short} short + {args.long} long "
                                    f"requests, {args.backend} devices")
-    print(f"\nwrote {trace} (open in ui.perfetto.dev) and {args.plot}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(run_json(reports, dec.requests, walls, sampling),
+                                              indent=2, allow_nan=False))
+    print(f"\nwrote {trace} (open in ui.perfetto.dev) and {args.plot}"
+          + (f" and {args.json}" if args.json else ""))
     return 1 if failed else 0
 
 
@@ -377,8 +385,10 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                         "for --gpu, --link, --devices, the model, --selection and the cluster "
                         "size (`nelssa crossover` shows it)")
     add_config_options(p, Sparsity, ("selection",))
-    p.add_argument("--chunk", type=POSITIVE_INT, default=16,
-                   help="generated tokens per chunk update (the paper: 1024)")
+    p.add_argument("--chunk", type=number(CHUNK), default=Sparsity.chunk_tokens,
+                   help=f"{field_docs(Sparsity)['chunk_tokens']} The paper's figure, which "
+                        "the serving emulator and the latency model use too; a run of fewer "
+                        "--steps appends no chunk (--chunk 16 shows the appends)")
     p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
     add_entry_arg(p, "gpus", " (the roofline time model's)")
     p.add_argument("--timeout", type=SECONDS, default=300.0, help="seconds per node request")
@@ -387,6 +397,9 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", type=output_file, default="decode-trace.json",
                    help="Perfetto trace-event JSON")
     p.add_argument("--plot", type=output_file, default="decode.png", help="PNG plot")
+    p.add_argument("--json", type=output_file,
+                   help="also write the run as JSON here: each step's report, each request's "
+                        "tier and outcome, the totals")
     p.add_argument("--grow", action="store_true",
                    help="add a request that grows past T_input and migrates to the PNM tier")
     p.add_argument("--scheduler", choices=sorted(SCHEDULERS), default="ours",

@@ -4,6 +4,7 @@ time, and serve fake boards (the model device behind BAR files) to rehearse with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -88,6 +89,7 @@ def cmd_fpga_fake(args: argparse.Namespace) -> int:
     from nelssa.hw.model.device import DeviceConfig
 
     folder = Path(args.folder)
+    made = not folder.exists()
     boards = [FakeBoard(folder / f"board{i}", DeviceConfig(engines=args.engines))
               for i in range(args.boards)]
     threads = [threading.Thread(target=b.serve_forever, name=f"fake-board{i}", daemon=True)
@@ -108,7 +110,11 @@ def cmd_fpga_fake(args: argparse.Namespace) -> int:
         t.join(timeout=5)
     for b in boards:
         b.close()
-    print("fake boards stopped", flush=True)
+        b.remove()
+    if made:
+        with contextlib.suppress(OSError):  # the folder this command made, when empty
+            folder.rmdir()
+    print("fake boards stopped; their files removed", flush=True)
     return 0
 
 

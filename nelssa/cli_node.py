@@ -247,6 +247,9 @@ def cmd_node_status(args: argparse.Namespace) -> int:
           f"{st.sessions} sessions, {st.requests} requests ({st.errors} failed), "
           f"{st.bad_frames} bad frames, {st.duplicates} duplicates dropped, {st.busy} refused "
           f"busy, {st.queued} queued")
+    print("  (duplicates: frames the node had already taken, sent again by a client that saw no "
+          "reply in time; each is answered by replaying its reply, not run twice. bad frames: "
+          "refused by a check, e.g. a checksum)")
     sm = st.sampling
     if sm.rtl_layers:
         print(f"  sampled layers 0..{sm.rtl_layers - 1} on Verilated twins: {sm.batches} "

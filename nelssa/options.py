@@ -10,16 +10,20 @@ that need the other options or a file's contents raise ``UsageError`` from the c
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 from nelssa.driver.regs import CAPS_MAX_ENGINES
+from nelssa.emu.files import not_a_file
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.serving.workload import ARRIVAL_S, BURST_COUNT, TOKENS
+from nelssa.host.pnm_node.config import TIMEOUT_S
 from nelssa.hw.model.device import DeviceConfig
 from nelssa.hw.sim.device import RTL_MAX_UNITS
 
@@ -31,8 +35,35 @@ class UsageError(Exception):
     """A refusal found while a command runs; its message names the option or file."""
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help states it already (a
+    configuration class's field, config_args) or there is none to state."""
+
+    @staticmethod
+    def _shows(action: argparse.Action) -> bool:
+        return bool(action.option_strings) and action.help != argparse.SUPPRESS and \
+            action.default not in (None, False, argparse.SUPPRESS, [])
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not self._shows(action) or "default" in text:
+            return text
+        return f"{text} [default: %(default)s]".lstrip()
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and self._shows(action):  # argparse prints no help line without help
+            action = copy.copy(action)
+            action.help = "[default: %(default)s]"
+        return super()._format_action(action)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line refusals (``--help`` still shows the usage)."""
+    """argparse with one-line refusals (``--help`` still shows the usage) and every option's
+    default in its help (subcommands' parsers are made by this class too)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -60,7 +91,8 @@ SEED = number(Num("an integer >= 0", integer=True, lo=0, most=(1 << 63) - 1))
 SHARE = number(Num("in (0, 1]", lo=0, lo_open=True, hi=1))
 PROBABILITY = number(Num("in [0, 1]", lo=0, hi=1))
 POSITIVE_FLOAT = number(Num("a finite number > 0", lo=0, lo_open=True))
-SECONDS = number(Num("a finite number of seconds > 0", lo=0, lo_open=True, most=1e6))
+SECONDS = number(TIMEOUT_S)
+"""A wait, at least a millisecond (what the node's timeouts take)."""
 DEVICES = number(DEVICE_COUNT)
 """PNM devices of the latency model and the serving replay (a node has at most 32)."""
 PID = number(Num("a positive integer", integer=True, lo=1, most=(1 << 22)))
@@ -124,11 +156,9 @@ def _reason(p: Path) -> str | None:
 
 
 def input_file(text: str) -> str:
-    """A file to read: it exists, is a file and can be read."""
-    p = Path(text)
-    why = _reason(p) or ("is a folder, not a file" if p.is_dir() else None)
-    if why is None and not os.access(p, os.R_OK):
-        why = "cannot be read (permission denied)"
+    """A file to read: it exists and is a regular file (not a device, FIFO or folder) that can
+    be read; the reader (emu/files.py) bounds its size."""
+    why = not_a_file(text)
     if why:
         raise argparse.ArgumentTypeError(f"{text} {why}")
     return text
@@ -148,8 +178,13 @@ def _writable_folder(folder: Path, what: str) -> None:
         raise argparse.ArgumentTypeError(f"{what}: folder {folder} does not exist"
                                          if not folder.exists() else
                                          f"{what}: {folder} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"{what}: cannot write in {folder}")
+    try:  # a file made and removed: os.access says yes to root, and in /proc or a read-only mount
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".nelssa-probe-")
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{what}: cannot write in {folder} ({e.strerror})"
+                                         ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def output_file(text: str) -> str:

@@ -1,6 +1,7 @@
 """Test configuration: RTL tests import helpers from tests/rtl."""
 
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,15 @@ def rtl_built():
     from tests.fuzz.bench import build_rtl
 
     build_rtl()
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working folder (outputs with default names land here) and the temporary folder of
+    this process and its children, both checked to hold nothing new after a refusal."""
+    monkeypatch.chdir(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp_path

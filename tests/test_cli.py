@@ -169,3 +169,20 @@ def test_serve_sim_adaptive_options(tmp_path, capsys):
         g = s["goodput"]
         assert 0 <= g["attainment"] <= 1
         assert g["goodput_rps"] == pytest.approx(g["attainment"] * s["requests"] / s["duration_s"])
+
+
+def test_decode_json_is_machine_readable(tmp_path):
+    """`decode --json`: each step's report, each request's tier and outcome, the totals."""
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "model",
+                           "--devices", "1", "--short", "1", "--long", "1", "--long-len",
+                           "1100", "--t-input", "1024", "--steps", "2", "--no-accuracy",
+                           "--trace", str(tmp_path / "t.json"), "--plot",
+                           str(tmp_path / "p.png"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = json.loads(out.read_text())
+    assert [r["tier"] for r in run["requests"]] == ["gpu", "pnm"]
+    assert all(r["status"] == "done" and r["generated"] == 3 for r in run["requests"]), run
+    assert len(run["steps"]) == 2 and run["steps"][0]["step_ps"] > 0
+    assert run["total"]["tokens"] == sum(s["tokens"] for s in run["steps"])

@@ -60,6 +60,7 @@ def test_status_and_stop(short_tmp: Path) -> None:
         st = _run("node", "status", "--endpoint", node.endpoint)
         assert st.returncode == 0, st.stderr
         assert "0 sessions" in st.stdout and "link roce-400g" in st.stdout
+        assert "duplicates: frames the node had already taken" in st.stdout  # explained
         assert st.stdout.count(" up ") == 2 and "64Gi" in st.stdout
         js = json.loads(_run("node", "status", "--endpoint", node.endpoint, "--json").stdout)
         assert [d["alive"] for d in js["devices"]] == [True, True]

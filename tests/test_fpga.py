@@ -157,6 +157,7 @@ def test_fake_board_in_its_own_process_through_the_cli(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+    assert list(tmp_path.iterdir()) == []  # its sparse memory files and the rest removed
 
 
 # -- the manifest ----------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import itertools
 import json
 import math
 import socket
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,18 +33,6 @@ def _main(argv: list[str]) -> int:
 
 def _listing(folder: Path) -> set[Path]:
     return set(folder.rglob("*"))
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The working folder (outputs with default names land here) and the temporary folder of
-    this process and its children, both checked to hold nothing new after a refusal."""
-    monkeypatch.chdir(tmp_path)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp_path
 
 
 def _refused(capsys: pytest.CaptureFixture[str], work: Path, argv: list[str],

@@ -7,6 +7,8 @@ modules DESIGN.md leaves open:
 - ``emu/launcher`` (process start-up, endpoint and socket-file checks) uses only the standard
   library and knows nothing of devices or LLMs, like the transport: rank 1, beside ``emu/link``,
   so the PNM node (rank 5) may start and check its endpoints with it.
+- ``emu/files`` (the bounded reader of every input file) uses only the standard library: rank 1,
+  so every layer reads its files through it.
 
 ``host/gpu`` ranks just above ``host/pnm_node``: it is a client of the node, never the reverse.
 A module that no rank names fails the test, so a new folder must be placed before it is used.
@@ -24,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 RANKS: dict[str, float] = {
-    "nelssa.emu.link": 1, "nelssa.emu.launcher": 1,
+    "nelssa.emu.link": 1, "nelssa.emu.launcher": 1, "nelssa.emu.files": 1,
     "nelssa.driver": 2,
     "nelssa.hw": 3,
     "nelssa.emu.latency": 4, "nelssa.emu.policy": 4,

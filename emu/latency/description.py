@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from nelssa.emu.files import InputFileError, read_bytes
 from nelssa.emu.latency.fields import FieldError, load_json
 
 MODELS_DIR = Path(__file__).with_name("models")
@@ -30,35 +31,31 @@ class DescriptionError(ValueError):
     """A description that cannot be used; the message names the file, entry and field."""
 
 
-def read_document(p: Path) -> Any:
+def read_document(p: Path, what: str = "hardware file") -> Any:
     """One file's content: JSON, YAML (.yaml, .yml) or TOML (.toml) by suffix; anything else is
-    read as JSON. DescriptionError (naming the file) when it is not a document of its kind."""
+    read as JSON. DescriptionError (naming ``what`` and the file) when it is not a document of
+    its kind, or not a file of a document's size (emu/files.py)."""
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise DescriptionError(f"hardware file {p} does not exist") from None
-    except IsADirectoryError:
-        raise DescriptionError(f"hardware file {p} is a folder, not a file") from None
-    except OSError as e:
-        raise DescriptionError(f"hardware file {p} cannot be read: {e.strerror}") from None
+        data = read_bytes(p, what)
+    except InputFileError as e:
+        raise DescriptionError(str(e)) from None
     suffix = p.suffix.lower()
     if suffix in (".yaml", ".yml", ".toml"):
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as e:
-            raise DescriptionError(f"hardware file {p} is not UTF-8 text (byte {e.start})"
-                                   ) from None
+            raise DescriptionError(f"{what} {p} is not UTF-8 text (byte {e.start})") from None
         try:
             return tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
         except (tomllib.TOMLDecodeError, yaml.YAMLError, RecursionError) as e:
             kind = "TOML" if suffix == ".toml" else "YAML"
             why = " ".join(str(e).split()) or type(e).__name__
-            raise DescriptionError(f"hardware file {p} is not valid {kind}: {why}") from None
+            raise DescriptionError(f"{what} {p} is not valid {kind}: {why}") from None
     try:
         return load_json(data)
     except FieldError as e:
-        raise DescriptionError(f"hardware file {p} is {e}" if str(e).startswith("not ")
-                               else f"hardware file {p}: {e}") from None
+        raise DescriptionError(f"{what} {p} is {e}" if str(e).startswith("not ")
+                               else f"{what} {p}: {e}") from None
 
 
 def errors_text(e: ValidationError) -> str:
@@ -256,9 +253,9 @@ def read_config(path: str | Path, base: Path | None = None) -> tuple[ModelShape,
         p = MODELS_DIR / f"{path}.json"
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
+    if not p.exists():
         raise DescriptionError(f"no model config at {p}")
-    return shape_of(read_document(p), str(p)), p
+    return shape_of(read_document(p, "model config"), str(p)), p
 
 
 class ModelEntry(Strict):

@@ -11,12 +11,13 @@ a ``Num`` refuses each of these where it does not belong. Files are parsed with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FieldError", "Num", "load_json"]
+__all__ = ["FieldError", "Num", "check_numbers", "load_json"]
 
 
 class FieldError(ValueError):
@@ -68,12 +69,24 @@ class Num:
 
     def parse(self, text: str, name: str = "") -> int | float:
         """A command-line word read as this field (``int`` or ``float`` syntax)."""
-        try:
+        try:  # ASCII only: int() and float() also read other scripts' digits ('\u0663' is 3)
+            if not text.isascii():
+                raise ValueError(text)
             value: int | float = int(text) if self.integer else float(text)
         except ValueError:
             name = f"{name} " if name else ""
             raise FieldError(f"{name}must be {self.what}, got {text!r}") from None
         return self.check(value, name)
+
+
+def check_numbers(obj: Any) -> None:
+    """Every field of a dataclass that has a ``Num`` (metadata "num") checked by it, naming
+    the field; a field whose default is None may be None. The options made from those fields
+    (config_args) take the same values."""
+    for f in dataclasses.fields(obj):
+        spec = f.metadata.get("num")
+        if spec is not None and not (f.default is None and getattr(obj, f.name) is None):
+            spec.check(getattr(obj, f.name), f.name)
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

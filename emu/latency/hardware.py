@@ -31,7 +31,7 @@ from nelssa.emu.latency.description import (
     shape_of,
     validated,
 )
-from nelssa.emu.latency.fields import FieldError, Num
+from nelssa.emu.latency.fields import FieldError, Num, check_numbers
 from nelssa.emu.link.model import GPU_PNM_LINKS, LinkSpec
 from nelssa.emu.link.model import PRESETS as LINK_PRESETS
 
@@ -72,13 +72,10 @@ def _check(obj: Any) -> None:
     if not isinstance(obj.name, str) or not obj.name.strip():
         raise HardwareError(f"{type(obj).__name__}: name must be a non-empty string, got "
                             f"{obj.name!r}")
-    for f in fields(obj):
-        spec = f.metadata.get("num")
-        if spec is not None and not (f.default is None and getattr(obj, f.name) is None):
-            try:
-                spec.check(getattr(obj, f.name), f.name)
-            except FieldError as e:
-                raise HardwareError(f"{type(obj).__name__} {obj.name!r}: {e}") from None
+    try:
+        check_numbers(obj)
+    except FieldError as e:
+        raise HardwareError(f"{type(obj).__name__} {obj.name!r}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -130,8 +127,20 @@ class GpuHw:
     """Where the efficiencies come from (a paper and figure, or the calibration run that fitted
     them); a non-empty string when given."""
 
+    DERIVED: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("hbm_gbs", "mem_efficiency", "GB/s"), ("bf16_tflops", "linear_efficiency", "TFLOP/s"),
+        ("bf16_tflops", "attn_efficiency", "TFLOP/s"))
+    """The achieved rates the time models divide by (peak x efficiency): each must meet the
+    floor of a stated rate (``RATE``), or a tiny efficiency (5e-324) makes every time infinite."""
+
     def __post_init__(self) -> None:
         _check(self)
+        for peak, share, unit in self.DERIVED:
+            rate = getattr(self, peak) * getattr(self, share)
+            if not rate >= (RATE.least or 0):
+                raise HardwareError(f"GpuHw {self.name!r}: {share} {getattr(self, share)!r} "
+                                    f"makes the achieved rate ({peak} x {share}) {rate:g} "
+                                    f"{unit}: it must be at least {RATE.least:g}")
         if self.source is not None and (not isinstance(self.source, str)
                                         or not self.source.strip()):
             raise HardwareError(f"GpuHw {self.name!r}: source must be a non-empty string, got "

@@ -22,9 +22,9 @@ needs its output), so the per-request costs repeat per layer: t_base (host softw
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from nelssa.emu.latency.fields import Num
+from nelssa.emu.latency.fields import Num, check_numbers
 from nelssa.emu.latency.hardware import SHARE, GpuHw, LinkHw, ModelHw, PnmHw, measured_pnm
 
 COMPRESSION = Num("a number > 1", lo=1, lo_open=True, most=1e6)
@@ -57,8 +57,7 @@ class Sparsity:
     """k-means passes over a segment's keys."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):  # each field refused by its Num, named
-            f.metadata["num"].check(getattr(self, f.name), f.name)
+        check_numbers(self)  # each field refused by its Num, named
 
     @property
     def window_tokens(self) -> int:

@@ -21,6 +21,11 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
+from nelssa.emu.files import read_bytes
+
+KEY_BYTES = 4096
+"""A ZeroMQ certificate is about 300 bytes."""
+
 log = logging.getLogger(__name__)
 
 
@@ -70,8 +75,7 @@ def make_keys(folder: Path, name: str) -> tuple[Path, Path]:
 
 
 def _load(path: Path, need_secret: bool) -> tuple[bytes, bytes | None]:
-    if not path.is_file():
-        raise ValueError(f"CURVE key file {path} does not exist")
+    read_bytes(path, "CURVE key file", KEY_BYTES)  # a device or a huge file refused first
     try:
         public, secret = zmq.auth.load_certificate(str(path))
     except Exception as e:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nelssa.emu.files import InputFileError, read_lines
 from nelssa.emu.latency.fields import FieldError, Num, load_json
 from nelssa.emu.policy.prefix import HASH_BLOCK_TOKENS
 
@@ -102,20 +103,15 @@ def load_trace(path: str | Path, limit: int | None = None,
     out: list[TraceRequest] = []
     last = 0.0
     try:
-        with p.open("rb") as f:
-            for n, text in enumerate(f, 1):
-                if not text.strip():
-                    continue
-                req, last = _request(text, f"{p}:{n}", len(out), n, last, hash_ids)
-                out.append(req)
-                if limit is not None and len(out) >= limit:
-                    break
-    except FileNotFoundError:
-        raise TraceError(f"trace {p} does not exist") from None
-    except IsADirectoryError:
-        raise TraceError(f"trace {p} is a folder, not a file") from None
-    except OSError as e:
-        raise TraceError(f"trace {p} cannot be read: {e.strerror}") from None
+        for n, text in read_lines(p, "trace"):
+            if not text.strip():
+                continue
+            req, last = _request(text, f"{p}:{n}", len(out), n, last, hash_ids)
+            out.append(req)
+            if limit is not None and len(out) >= limit:
+                break
+    except InputFileError as e:
+        raise TraceError(str(e)) from None
     if not out:
         raise TraceError(f"trace {p} has no requests")
     return out
@@ -124,6 +120,11 @@ def load_trace(path: str | Path, limit: int | None = None,
 def poisson(requests: list[TraceRequest], rate: float, seed: int = 0) -> list[TraceRequest]:
     """The same requests in the same order, arriving as a Poisson process of ``rate``/s."""
     RATE.check(rate, "rate")
+    least = (len(requests) - 1) / MAX_TIME_S
+    if rate < least:  # the draw's own span would be inf or NaN at a subnormal rate
+        raise ValueError(f"{rate:g} requests/s is too low for {len(requests)} requests: their "
+                         f"arrivals would span past the {MAX_TIME_S:g} s the replay's clock "
+                         f"covers; use at least {least:.3g} requests/s")
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(requests))
     times = np.cumsum(gaps) - gaps[0]
     if len(times) and not (math.isfinite(times[-1]) and times[-1] <= MAX_TIME_S):

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual spelling
 
+from nelssa.emu.files import not_a_file
 from nelssa.host.gpu.config import LlamaConfig, PrefillConfig
 from nelssa.host.gpu.prefill import chunk_attention, weight_layers
 
@@ -94,8 +95,12 @@ def load_weights(c: LlamaConfig, path: str | Path) -> dict[str, Tensor]:
 
     p = Path(path)
     files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
-    if not files or not all(f.is_file() for f in files):
+    if not files:
         raise ValueError(f"no safetensors weights at {p}")
+    for f in files:  # weights may be any size, but only regular files
+        why = not_a_file(f)
+        if why:
+            raise ValueError(f"safetensors weights {f} {why}")
     tensors: dict[str, Tensor] = {}
     for f in files:
         tensors.update(load_file(str(f)))

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual spelling
 
+from nelssa.emu.files import MIB, read_text
 from nelssa.host.gpu.config import F32, LlamaConfig, PrefillConfig, PrefillMode
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def estimate_prefill(c: LlamaConfig, tokens: int, chunk: int = PrefillConfig.pre
 def available_memory(meminfo: str | Path = "/proc/meminfo") -> int | None:
     """The host's available memory in bytes (MemAvailable), None where it cannot be read."""
     try:
-        for line in Path(meminfo).read_text().splitlines():
+        for line in read_text(meminfo, "meminfo", MIB).splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):

@@ -4,8 +4,9 @@ and bandwidth, accuracy), a Chrome/Perfetto trace-event JSON of the run, and a P
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,3 +159,33 @@ def plot_steps(reports: list[StepReport], path: str | Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plain(v):
+    """A value JSON can hold without NaN: non-finite floats as None, keys as strings."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+def run_json(reports: list[StepReport], requests: list, walls: list[float],
+             sampling: object | None = None) -> dict:
+    """A decode run as ``decode --json`` writes it: each step's report (times in ps), each
+    request's tier and outcome, the totals, the wall time per step and the sampling's counts."""
+    total = sum(r.step_ps for r in reports)
+    toks = sum(r.tokens for r in reports)
+    return _plain({
+        "steps": [asdict(r) for r in reports],
+        "requests": [{"rid": r.rid, "prompt_tokens": len(r.prompt),
+                      "generated": len(r.generated), "tier": r.tier.value,
+                      "status": r.status.value, "migrated": r.migrated,
+                      "preemptions": r.preemptions} for r in requests],
+        "total": {"step_ps": total, "tokens": toks,
+                  "tokens_per_s": toks / (total * 1e-12) if total else None},
+        "wall_s_per_step": walls,
+        "sampling": asdict(sampling) if sampling is not None else None,
+    })

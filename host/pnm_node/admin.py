@@ -21,6 +21,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from nelssa.emu.files import read_bytes
+
 ADMIN_TOKEN_BYTES = 32
 
 
@@ -92,9 +94,9 @@ def remove_token(endpoints: list[str], token: bytes) -> None:
     """Remove the token files of ``endpoints`` that still hold ``token`` (a later node's are
     left alone)."""
     for ep in dict.fromkeys(endpoints):
-        with contextlib.suppress(OSError, AdminTokenError):
+        with contextlib.suppress(OSError, ValueError):
             path = token_path(ep)
-            if path.read_bytes() == token:
+            if read_bytes(path, "admin token", ADMIN_TOKEN_BYTES + 1) == token:
                 path.unlink()
             if path.parent == _private_path():
                 with contextlib.suppress(OSError):  # the private folder, once it is empty

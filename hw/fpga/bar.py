@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nelssa.emu.files import read_text
 from nelssa.hw.fpga.errors import BarError
 from nelssa.hw.fpga.manifest import PciIds
 
@@ -59,7 +60,7 @@ class BoardFiles:
         for name in ("vendor", "device"):
             f = p / name
             try:
-                ids[name] = int(f.read_text().strip(), 16)
+                ids[name] = int(read_text(f, "PCI id", 4096).strip(), 16)
             except (OSError, ValueError) as e:
                 raise BarError(f"{p} is not a PCI device folder: cannot read its {name} id "
                                f"({e})") from e

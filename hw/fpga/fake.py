@@ -15,6 +15,7 @@ channel leads to the card's memory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -215,3 +216,13 @@ class FakeBoard:
         del self._u32
         self._regs_mm.close()
         self.memory.close()
+
+    def remove(self) -> None:
+        """After ``close``: the files this board made (its sparse memory file is as large as
+        the device's memory, on disk once written), and its folder when nothing else is in it."""
+        for path in (self.regs_path, self.mem_path, self.folder / DMA_H2C_NAME,
+                     self.folder / DMA_C2H_NAME, self.folder / "manifest.json",
+                     self.folder / "vendor", self.folder / "device"):
+            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a folder the user put other files in stays
+            self.folder.rmdir()

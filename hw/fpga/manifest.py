@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from nelssa.driver import regs
 from nelssa.driver.iface import interface_digest, version_major
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
+from nelssa.emu.files import InputFileError, read_text
 from nelssa.hw.fpga.errors import ManifestError, MismatchError
 
 if TYPE_CHECKING:
@@ -109,12 +110,14 @@ class Manifest:
     def load(cls, path: Path | str) -> Manifest:
         """Read and validate a manifest; ManifestError names the file and the field."""
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             raise ManifestError(f"no bitstream manifest at {p} (every bitstream ships one: "
                                 "`nelssa fpga manifest` writes it at build time)")
         try:
-            data = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            data = json.loads(read_text(p, "bitstream manifest"))
+        except InputFileError as e:
+            raise ManifestError(str(e)) from None
+        except json.JSONDecodeError as e:
             raise ManifestError(f"{p}: not valid JSON: {e}") from e
         return cls.from_dict(data, source=str(p))
 

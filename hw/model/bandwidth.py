@@ -27,6 +27,7 @@ from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.formats import CLUSTER_ENTRY, cluster_bytes
 from nelssa.driver.memory import MemoryApi
+from nelssa.emu.files import read_text
 from nelssa.hw.model import fp
 from nelssa.hw.model.ddr5_replay import HEADERS, REPO_ROOT, SOURCES
 from nelssa.hw.model.device_timing import CALIBRATION_FILE
@@ -204,7 +205,7 @@ def measure(config, w: Workload | None = None, cache: bool = True) -> Measuremen
     path = _cache_dir() / f"{key}.json"
     if cache and path.exists():
         try:
-            return Measurement(**json.loads(path.read_text()))
+            return Measurement(**json.loads(read_text(path, "bandwidth cache entry")))
         except (OSError, ValueError, TypeError):
             log.warning("ignoring an unreadable bandwidth cache entry %s", path)
     log.info("measuring the bandwidth of a %s device at %s", _describe(config), w.describe())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nelssa.emu.files import read_lines
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
 from nelssa.hw.model.ddr5_subchannel import (
     TCK_PER_CYCLE,
@@ -31,16 +32,16 @@ def read_loadstore_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Addresses and is-write flags of a Ramulator 2 LoadStoreTrace file (one ``LD 0x<addr>`` or
     ``ST 0x<addr>`` per line; blank lines and ``#`` comments are skipped)."""
     addrs, writes = [], []
-    with open(path, encoding="ascii", errors="replace") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            m = _TRACE_LINE.match(line)
-            if not m:
-                raise TraceFormatError(f"{path}:{number}: expected 'LD <addr>' or 'ST <addr>', "
-                                       f"got {line.strip()[:60]!r}")
-            addrs.append(int(m.group(2), 0))
-            writes.append(m.group(1) == "ST")
+    for number, raw in read_lines(path, "load/store trace"):
+        line = raw.decode("ascii", errors="replace")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _TRACE_LINE.match(line)
+        if not m:
+            raise TraceFormatError(f"{path}:{number}: expected 'LD <addr>' or 'ST <addr>', "
+                                   f"got {line.strip()[:60]!r}")
+        addrs.append(int(m.group(2), 0))
+        writes.append(m.group(1) == "ST")
     if not addrs:
         raise TraceFormatError(f"{path}: no requests")
     return np.asarray(addrs, dtype=np.int64), np.asarray(writes, dtype=bool)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nelssa.emu.files import read_text
 from nelssa.emu.latency.model import Sparsity
 from nelssa.experiments.pages import render
 from nelssa.experiments.partition_jobs import (
@@ -491,7 +492,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.replot is not None:
         try:
-            saved = json.loads(args.replot.read_text())
+            saved = json.loads(read_text(args.replot, "saved run"))
             if not saved.get("rows"):
                 raise ValueError("no rows")
         except (OSError, ValueError, AttributeError) as e:

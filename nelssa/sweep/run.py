@@ -9,6 +9,7 @@ deterministic), never on where it ran: a pool and Ray give the same rows but ``w
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from nelssa.emu.files import TRACE_BYTES, open_bounded
 from nelssa.sweep.spec import PARAMS, Spec
 
 log = logging.getLogger(__name__)
@@ -158,8 +160,8 @@ def read_rows(path: Path) -> dict[str, dict[str, str]]:
     if not path.exists():
         return {}
     rows = {}
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
+    with open_bounded(path, "results file", TRACE_BYTES) as raw:
+        for row in csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8", newline="")):
             if None in row or any(v is None for v in row.values()) or not row.get("key"):
                 continue  # a torn last line
             rows[row["key"]] = row

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.config_args import field_docs
+from nelssa.emu.files import InputFileError, read_text
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.hardware import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_PNM
 from nelssa.emu.latency.model import DEVICE_COUNT
@@ -232,11 +233,9 @@ def load_spec(path: str | Path, defaults: dict[str, Any] | None = None) -> Spec:
     replace parameters' own defaults (a hardware file's ``use`` choices)."""
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise SpecError(f"{path}: cannot be read: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{path}: not UTF-8 text (byte {e.start})") from None
+        raw = tomllib.loads(read_text(path, "sweep spec"))
+    except InputFileError as e:
+        raise SpecError(str(e)) from None
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: not valid TOML: {e}") from None
     unknown = set(raw) - TOP_KEYS - set(PARAMS)

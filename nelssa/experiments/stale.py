@@ -1,0 +1,182 @@
+"""Which docs/results/ pages may be stale: each page declares (here) the script that produced it
+and the code it measures; a page whose script or measured code changed in a commit after the
+one the page ran at is listed, with what changed. Pages written by hand (records of a past
+state) are declared as such and never listed.
+
+A page names its commit as ``Code: abc1234``, ``at abc1234`` or ``commit abc1234``; a page
+naming none is dated by the last commit that changed the page itself (and says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import logging
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+RESULTS = Path("docs/results")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a page's figures come from: its script and the code it measures (repository paths,
+    files or folders)."""
+
+    script: str
+    modules: tuple[str, ...]
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.script, *self.modules)
+
+
+HAND_WRITTEN = None
+"""A page written by hand (a record of a past state, kept as it was): never stale."""
+
+PAGES: dict[str, Measured | None] = {
+    "adaptive.md": Measured("scripts/adaptive_eval.py", (
+        "nelssa/experiments/adaptive_eval.py", "emu/policy/adaptive.py", "emu/serving")),
+    "cosim_agreement.md": Measured("scripts/cosim_agreement.py", (
+        "nelssa/experiments/cosim_agreement.py", "nelssa/cosim_agreement.py", "host/gpu",
+        "emu/latency")),
+    "ddr5.md": Measured("scripts/bench_ddr5.py", (
+        "rtl/mem", "hw/model/ddr5_device.py", "hw/model/ddr5_timing.py")),
+    "ddr5_estimate.md": Measured("scripts/ddr5_estimate_check.py", (
+        "hw/model/ddr5_estimate.py",)),
+    "ddr5_ramulator.md": Measured("scripts/calibrate_ddr5.py", (
+        "hw/model/ddr5_replay.py", "hw/model/ddr5_timing.py")),
+    "decode.md": Measured("scripts/needle_report.py", (
+        "host/gpu", "host/pnm_node", "nelssa/cli_decode.py")),
+    "device.md": Measured("scripts/bench_device.py", (
+        "hw/model/device.py", "hw/model/device_cycle.py", "rtl/top")),
+    "device_bench.md": Measured("scripts/bench_device.py", (
+        "hw/model/device.py", "hw/model/bandwidth.py")),
+    "device_sim_speed.md": Measured("scripts/bench_sim_speed.py", (
+        "hw/model", "hw/sim/device.py")),
+    "device_timing.md": Measured("scripts/device_timing_check.py", (
+        "hw/model/device_timing.py", "hw/model/device_cycle.py")),
+    "engine.md": Measured("scripts/bench_engine.py", (
+        "rtl/core", "hw/model/engine.py", "hw/sim/engine.py")),
+    "fuzz.md": Measured("scripts/fuzz.py", ("tests/fuzz",)),
+    "fuzz_before_fixes.md": HAND_WRITTEN,
+    "ingest.md": Measured("scripts/bench_ingest.py", (
+        "driver/memory.py", "driver/remote.py", "host/pnm_node/devices.py")),
+    "largest_attend.md": Measured("scripts/largest_attend.py", (
+        "host/pnm_node", "driver/formats.py")),
+    "link_faults.md": Measured("scripts/link_faults.py", (
+        "nelssa/experiments/link_faults.py", "emu/link")),
+    "node.md": Measured("scripts/bench_node.py", ("emu/link", "host/pnm_node")),
+    "partitioning.md": Measured("scripts/partition_study.py", (
+        "nelssa/experiments/partition_study.py", "nelssa/experiments/partition_jobs.py",
+        "host/pnm_node/partition.py")),
+    "prefill.md": Measured("scripts/bench_prefill.py", (
+        "host/gpu/prefill.py", "host/gpu/model.py")),
+    "reproduction_before_vllm.md": HAND_WRITTEN,
+    "soak.md": Measured("scripts/soak.py", (
+        "nelssa/experiments/soak.py", "host/pnm_node", "emu/link")),
+    "sweep.md": Measured("scripts/bench_sweep.py", ("nelssa/sweep",)),
+    "synthesis.md": Measured("scripts/synth_fpga.py", ("scripts/synth_units.py", "rtl")),
+    "synthesis_runs.md": Measured("scripts/synth.py", ("rtl",)),
+    "target_runs.md": Measured("scripts/target_runs.py", ("emu/serving", "emu/latency")),
+    "test_time.md": Measured("scripts/test_time.py", ("tests",)),
+    "vllm_agreement.md": Measured("scripts/bench_vllm.py", (
+        "emu/serving/agreement.py", "emu/policy/vllm_scheduler.py", "emu/serving/vllm_env.py")),
+}
+"""Every page of docs/results/ (tests/test_stale_pages.py holds the two to each other)."""
+
+COMMIT = re.compile(r"(?:\bCode:|\bcommit|\bran at|\bat)\s+`?([0-9a-f]{7,40})\b")
+
+
+class State(enum.Enum):
+    FRESH = "fresh"
+    STALE = "stale"
+    HAND_WRITTEN = "hand-written"
+    UNKNOWN = "unknown"
+    """The page's commit is not in this repository's history (or git cannot say)."""
+
+
+@dataclass(frozen=True)
+class PageState:
+    page: str
+    state: State
+    commit: str | None = None
+    named: bool = True
+    """Whether the page names its commit (else: the commit that last changed the page)."""
+    changed: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        at = f" at {self.commit[:10]}" if self.commit else ""
+        how = "" if self.named else " (names no commit: dated by its last edit)"
+        if self.state is State.STALE:
+            shown = ", ".join(self.changed[:5]) + (" ..." if len(self.changed) > 5 else "")
+            return f"{self.page}: stale{at}{how}; changed since: {shown}"
+        return f"{self.page}: {self.state.value}{at}{how}"
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("git %s: %s", " ".join(args), e)
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def page_commit(text: str) -> str | None:
+    """The commit a page says it ran at (the first one it names)."""
+    m = COMMIT.search(text)
+    return m.group(1) if m else None
+
+
+def check_page(repo: Path, page: str, measured: Measured | None) -> PageState:
+    if measured is None:
+        return PageState(page, State.HAND_WRITTEN)
+    path = RESULTS / page
+    commit = page_commit((repo / path).read_text(encoding="utf-8", errors="replace"))
+    named = commit is not None
+    if commit is None:
+        commit = (_git(repo, "log", "-1", "--format=%H", "--", str(path)) or "").strip() or None
+    full = commit and _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    if not full:
+        return PageState(page, State.UNKNOWN, commit, named)
+    diff = _git(repo, "diff", "--name-only", full.strip(), "HEAD", "--", *measured.paths)
+    if diff is None:
+        return PageState(page, State.UNKNOWN, commit, named)
+    changed = tuple(diff.split())
+    return PageState(page, State.STALE if changed else State.FRESH, commit, named, changed)
+
+
+def check(repo: Path, pages: dict[str, Measured | None] | None = None) -> list[PageState]:
+    """Each page's state, in page order."""
+    pages = PAGES if pages is None else pages
+    return [check_page(repo, page, pages[page]) for page in sorted(pages)]
+
+
+def unmapped(repo: Path, pages: dict[str, Measured | None] | None = None) -> list[str]:
+    """Pages of docs/results/ the map does not name."""
+    pages = PAGES if pages is None else pages
+    return sorted(p.name for p in (repo / RESULTS).glob("*.md") if p.name not in pages)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[2],
+                    help="the repository [default: this one]")
+    ap.add_argument("--all", action="store_true", help="list fresh pages too")
+    args = ap.parse_args(argv)
+    states = check(args.repo)
+    for s in states:
+        if args.all or s.state in (State.STALE, State.UNKNOWN):
+            print(s.line())
+    missing = unmapped(args.repo)
+    for page in missing:
+        print(f"{page}: not in nelssa/experiments/stale.py's map")
+    stale = sum(s.state is State.STALE for s in states)
+    print(f"{stale} of {len(states)} pages stale")
+    return 1 if missing else 0

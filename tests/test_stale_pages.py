@@ -1,0 +1,86 @@
+"""Stale results pages (issue 44, item 10): every docs/results/ page is in the map of
+nelssa/experiments/stale.py, the map's paths exist, and a change to a page's measured code after
+the commit it ran at makes it stale."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from nelssa.experiments.stale import PAGES, Measured, State, check, main, page_commit, unmapped
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_results_page_is_mapped_or_hand_written():
+    assert unmapped(ROOT) == []
+    assert not set(PAGES) - {p.name for p in (ROOT / "docs/results").glob("*.md")}
+
+
+def test_the_map_names_paths_that_exist():
+    missing = [p for m in PAGES.values() if m is not None for p in m.paths
+               if not (ROOT / p).exists()]
+    assert missing == []
+
+
+def test_it_runs_on_this_repository(capsys):
+    states = check(ROOT)
+    assert [s.page for s in states] == sorted(PAGES)
+    assert {s.state for s in states} <= set(State)
+    assert main(["--repo", str(ROOT), "--all"]) == 0
+    assert f"of {len(PAGES)} pages stale" in capsys.readouterr().out
+
+
+def test_commits_are_read_from_the_page():
+    assert page_commit("Code: 5909c4e, 2026-12-01") == "5909c4e"
+    assert page_commit("Measured at 957cbdd on ...") == "957cbdd"
+    assert page_commit("No commit here, 2026-12-01.") is None
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True, env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                                          "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+                                          "HOME": str(repo), "PATH": "/usr/bin:/bin"}
+                          ).stdout.strip()
+
+
+def test_a_change_to_measured_code_makes_a_page_stale(tmp_path):
+    repo = tmp_path
+    _git(repo, "init", "-q")
+    (repo / "docs/results").mkdir(parents=True)
+    (repo / "scripts").mkdir()
+    (repo / "lib").mkdir()
+    (repo / "scripts/run.py").write_text("print(1)\n")
+    (repo / "lib/a.py").write_text("A = 1\n")
+    (repo / "lib/b.py").write_text("B = 1\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "code")
+    ran = _git(repo, "rev-parse", "--short", "HEAD")
+    (repo / "docs/results/named.md").write_text(f"# Named\n\nCode: {ran}, 2026-12-06\n")
+    (repo / "docs/results/dated.md").write_text("# Dated by its last edit\n")
+    (repo / "docs/results/old.md").write_text("# A record\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "pages")
+    pages = {"named.md": Measured("scripts/run.py", ("lib/a.py",)),
+             "dated.md": Measured("scripts/run.py", ("lib",)), "old.md": None}
+    assert {s.page: s.state for s in check(repo, pages)} == {
+        "named.md": State.FRESH, "dated.md": State.FRESH, "old.md": State.HAND_WRITTEN}
+
+    (repo / "lib/b.py").write_text("B = 2\n")  # measured by dated.md only
+    _git(repo, "commit", "-qam", "change b")
+    states = {s.page: s for s in check(repo, pages)}
+    assert states["named.md"].state is State.FRESH
+    assert states["dated.md"].state is State.STALE
+    assert states["dated.md"].changed == ("lib/b.py",) and not states["dated.md"].named
+    assert "names no commit" in states["dated.md"].line()
+
+    (repo / "lib/a.py").write_text("A = 2\n")
+    _git(repo, "commit", "-qam", "change a")
+    named = {s.page: s for s in check(repo, pages)}["named.md"]
+    assert named.state is State.STALE and named.changed == ("lib/a.py",) and named.named
+    assert named.line().startswith(f"named.md: stale at {ran}")
+
+    (repo / "docs/results/named.md").write_text("# Named\n\nCode: 0123456789, 2026-12-06\n")
+    assert {s.page: s for s in check(repo, pages)}["named.md"].state is State.UNKNOWN
+    assert unmapped(repo, {"named.md": None}) == ["dated.md", "old.md"]
