@@ -68,9 +68,16 @@ PAGES: dict[str, Measured | None] = {
         "driver/memory.py", "driver/remote.py", "host/pnm_node/devices.py")),
     "largest_attend.md": Measured("scripts/largest_attend.py", (
         "host/pnm_node", "driver/formats.py")),
+    "fleet_cosim.md": Measured("scripts/fleet_cosim_check.py", (
+        "nelssa/experiments/fleet_cosim_check.py", "nelssa/cli_gpu_nodes.py", "nelssa/cosim.py",
+        "host/gpu", "host/pnm_node", "emu/serving/pnm_nodes.py", "emu/serving/replay.py")),
+    "fleet_scale.md": Measured("scripts/fleet_scale.py", (
+        "nelssa/experiments/fleet_scale.py", "emu/serving", "emu/policy")),
     "link_faults.md": Measured("scripts/link_faults.py", (
         "nelssa/experiments/link_faults.py", "emu/link")),
     "node.md": Measured("scripts/bench_node.py", ("emu/link", "host/pnm_node")),
+    "node_sharing.md": Measured("scripts/node_sharing.py", (
+        "nelssa/experiments/node_sharing.py", "emu/link", "host/pnm_node")),
     "partitioning.md": Measured("scripts/partition_study.py", (
         "nelssa/experiments/partition_study.py", "nelssa/experiments/partition_jobs.py",
         "host/pnm_node/partition.py")),
