@@ -1,6 +1,9 @@
 """The register map (driver/regs.py) as SystemRDL, and what PeakRDL makes of it: the register
 block (PeakRDL-regblock, ``rtl/top/nelssa_csr_reg*.sv``), its reference page
-(PeakRDL-markdown, ``docs/csr.md``) and a C header (PeakRDL-cheader, ``include/nelssa_csr.h``).
+(PeakRDL-markdown, ``docs/csr.md``), a C header (PeakRDL-cheader, ``include/nelssa_csr.h``)
+and, built where a testbench needs it, a register model for cocotb (PeakRDL-python's async
+register access layer, ``python_ral``: tests/rtl/test_regs.py reads and writes the block's
+registers through it).
 
 The Python map stays the one source of truth (the driver and the model device read it); this
 module writes it as ``rtl/top/nelssa_csr.rdl`` with per-field access: software's side from the
@@ -100,24 +103,43 @@ def render_rdl() -> str:
     return "\n".join([*lines, "};"]) + "\n"
 
 
+def _elaborated(folder: Path):
+    """The SystemRDL text compiled and elaborated (PeakRDL-regblock's properties known)."""
+    from peakrdl_regblock.udps import ALL_UDPS
+    from systemrdl import RDLCompiler
+
+    src = folder / RDL_PATH.name
+    src.write_text(render_rdl())
+    compiler = RDLCompiler()
+    for udp in ALL_UDPS:  # regblock's own properties, as its command line registers them
+        compiler.register_udp(udp)
+    compiler.compile_file(str(src))
+    return compiler.elaborate(top_def_name=ADDRMAP)
+
+
+def python_ral(folder: str | Path) -> str:
+    """PeakRDL-python's register model of the map (async callbacks, for cocotb) as a package
+    in ``folder``; its name (import ``<name>.reg_model.nelssa_csr`` with ``folder`` on the
+    path). Built on demand, not checked in: it is PeakRDL-python's output and library."""
+    from peakrdl_python import PythonExporter
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    PythonExporter().export(_elaborated(out).top, str(out), asyncoutput=True,
+                            skip_test_case_generation=True)
+    return ADDRMAP
+
+
 def render_peakrdl() -> dict[Path, str]:
     """Every file PeakRDL makes from the SystemRDL text, by where it is checked in."""
     from peakrdl_cheader.exporter import CHeaderExporter
     from peakrdl_markdown import MarkdownExporter
     from peakrdl_regblock import RegblockExporter
     from peakrdl_regblock.cpuif.passthrough import PassthroughCpuif
-    from peakrdl_regblock.udps import ALL_UDPS
-    from systemrdl import RDLCompiler
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        src = out / RDL_PATH.name
-        src.write_text(render_rdl())
-        compiler = RDLCompiler()
-        for udp in ALL_UDPS:  # regblock's own properties, as its command line registers them
-            compiler.register_udp(udp)
-        compiler.compile_file(str(src))
-        root = compiler.elaborate(top_def_name=ADDRMAP)
+        root = _elaborated(out)
         # passthrough: a request is answered in its own cycle, so nelssa_regs' MMIO channel
         # keeps its one cycle of read latency
         RegblockExporter().export(root, str(out), cpuif_cls=PassthroughCpuif, module_name=MODULE,
