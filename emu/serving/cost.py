@@ -151,6 +151,16 @@ class CostModel:
         return (pnm_ctx * self._pnm_s_per_token * slowdown
                 + (self._t_comm if pnm_n else 0.0))
 
+    @property
+    def pnm_s_per_token(self) -> float:
+        """The devices' sparse attention per token of context (``pnm_s``'s slope)."""
+        return self._pnm_s_per_token
+
+    @property
+    def t_comm_s(self) -> float:
+        """T_comm of a step with PNM-tier requests (``pnm_s``'s constant)."""
+        return self._t_comm
+
     def pnm_attn_s(self, pnm_ctx: int) -> float:
         """The devices' sparse attention over ``pnm_ctx`` tokens of context, alone."""
         return pnm_ctx * self._pnm_s_per_token

@@ -22,11 +22,12 @@ switch.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,6 +41,7 @@ from nelssa.emu.serving.pnm_nodes import PnmNode
 from nelssa.emu.serving.replay import Replay
 from nelssa.emu.serving.results import RunResult, Sample
 from nelssa.emu.serving.sim import ServingSim
+from nelssa.emu.serving.stream import RecordSink
 from nelssa.emu.serving.workload import TraceRequest
 
 __all__ = ["FleetResult", "FleetSim", "NodeResult", "tp_group"]
@@ -187,49 +189,85 @@ class FleetSim:
             x.replay.lazy = True
         return out
 
-    def check(self, requests: list[TraceRequest]) -> None:
-        """Refuse, by trace line, a request no instance could ever hold."""
-        insts = self._instances()
-        for r in requests:
-            errors = []
-            for inst in insts:
-                try:
-                    inst.replay.sim.check([r])
-                    break
-                except ValueError as e:
-                    errors.append(str(e))
-            else:
-                raise ValueError(errors[0])
+    def _sims(self) -> list[ServingSim]:
+        """One serving configuration per instance group (what a request is checked against)."""
+        sims = []
+        for inst in self._instances():
+            if all(inst.replay.sim.cfg != s.cfg or inst.replay.sim.lm != s.lm for s in sims):
+                sims.append(inst.replay.sim)
+        return sims
 
-    def run(self, requests: list[TraceRequest],
-            progress: Callable[[float], None] | None = None) -> FleetResult:
+    @staticmethod
+    def _check_one(r: TraceRequest, sims: list[ServingSim]) -> None:
+        errors = []
+        for sim in sims:
+            try:
+                sim.check([r])
+                return
+            except ValueError as e:
+                errors.append(str(e))
+        raise ValueError(errors[0])
+
+    def check(self, requests: Iterable[TraceRequest]) -> None:
+        """Refuse, by trace line, a request no instance could ever hold."""
+        sims = self._sims()
+        for r in requests:
+            self._check_one(r, sims)
+
+    def run(self, requests: Iterable[TraceRequest],
+            progress: Callable[[float], None] | None = None,
+            sink: RecordSink | None = None, total: int | None = None) -> FleetResult:
+        """Every request through the fleet. A list is checked whole first and taken in
+        arrival order; any other iterable is streamed (taken as it is read, each request
+        checked when it comes, in arrival order or refused by its line), which with ``sink``
+        (finished requests and samples written out, not kept) keeps the run's memory to the
+        requests in flight. ``total`` (the requests to come) drives ``progress``."""
         t0, c0 = time.perf_counter(), time.process_time()
-        self.check(requests)
+        sims: list[ServingSim] | None = None
+        if isinstance(requests, list):
+            self.check(requests)
+            total = len(requests)
+            stream: Iterator[TraceRequest] = iter(sorted(requests,
+                                                         key=lambda r: (r.arrival_s, r.rid)))
+        else:
+            sims = self._sims()
+            stream = iter(requests)
         self._build_nodes()
         insts = self._instances()
+        if sink is not None:
+            for inst in insts:
+                rep = inst.replay
+                rep.record = functools.partial(sink.request, inst.name)
+                rep.record_sample = functools.partial(sink.sample, inst.name)
         dispatcher = make_dispatcher(self.spec.dispatch)
         pool = [0.0] * self.pool_gpus
-        arrivals = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
         ready: list[tuple[float, int]] = []
         """Instances with work, by their clocks (a heap; each at most once)."""
         queued: set[int] = set()
         waiting: set[int] = set()
         """Instances blocked on PNM node room, by index."""
-        freed = [n.freed_at for n in self.nodes]
+        releases = 0
+        """The nodes' reservations given back, as of the step before."""
         node_samples: list[tuple[float, list[float], list[float]]] = []
         next_sample = self.cfg.sample_s
         done = 0
         for inst in insts:
             inst.replay.next_sample = self.cfg.sample_s
-        a = 0
+        r = next(stream, None)
+        last = -math.inf
         while True:
-            horizon = arrivals[a].arrival_s if a < len(arrivals) else math.inf
+            horizon = r.arrival_s if r is not None else math.inf
             if not ready or ready[0][0] >= horizon:
-                if horizon == math.inf:
+                if r is None:
                     break
-                r = arrivals[a]
-                a += 1
-                t = r.arrival_s
+                if sims is not None:  # streamed: checked as it comes
+                    if r.arrival_s < last:
+                        raise ValueError(
+                            f"request {r.rid} (trace line {r.line}) arrives at "
+                            f"{r.arrival_s:g} s, before the one before it ({last:g} s): a "
+                            "streamed trace must be in arrival order")
+                    self._check_one(r, sims)
+                last = t = r.arrival_s
                 i = dispatcher.choose(len(insts), lambda j, r=r, t=t: InstanceLoad(
                     insts[j].replay.outstanding_at(t),
                     max((n.free for n in insts[j].replay.nodes), default=0),
@@ -247,35 +285,37 @@ class FleetSim:
                     waiting.discard(i)
                     queued.add(i)
                     heapq.heappush(ready, (inst.replay.now, i))
+                r = next(stream, None)
                 continue
             _, i = heapq.heappop(ready)
             queued.discard(i)
             rep = insts[i].replay
-            before = len(rep.out.results)
+            before = rep.finished
             rep.advance(horizon, steps=1)
-            done += len(rep.out.results) - before
+            done += rep.finished - before
             if rep.blocked():
                 waiting.add(i)
             elif rep.busy():
                 queued.add(i)
                 heapq.heappush(ready, (rep.now, i))
             # a node given back room: the instances waiting for it try again from then
-            now_freed = [n.freed_at for n in self.nodes]
-            if waiting and now_freed != freed:
-                t_free = max(now_freed)
+            now_released = sum(n.releases for n in self.nodes)
+            if waiting and now_released != releases:
+                t_free = max(n.freed_at for n in self.nodes)
                 for j in sorted(waiting):
                     insts[j].replay.now = max(insts[j].replay.now, t_free)
                     queued.add(j)
                     heapq.heappush(ready, (insts[j].replay.now, j))
                 waiting.clear()
-            freed = now_freed
+            releases = now_released
             t_min = ready[0][0] if ready else horizon
-            while self.nodes and t_min >= next_sample and t_min < math.inf:
-                node_samples.append((next_sample, [n.used_share for n in self.nodes],
-                                     [n.load_sum for n in self.nodes]))
-                next_sample += self.cfg.sample_s
-            if progress is not None and requests:
-                progress(done / len(requests))
+            if self.nodes and next_sample <= t_min < math.inf:
+                while t_min >= next_sample:
+                    node_samples.append((next_sample, [n.used_share for n in self.nodes],
+                                         [n.load_sum for n in self.nodes]))
+                    next_sample += self.cfg.sample_s
+            if progress is not None and total:
+                progress(done / total)
         if waiting:
             raise RuntimeError("the PNM tier cannot hold the request at a queue's head")
         for inst in insts:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Req:
     req: TraceRequest
     tier: Tier
@@ -64,7 +64,7 @@ class _Req:
     migrating_until: float | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Job:
     rq: _Req
     kind: JobKind
@@ -168,6 +168,12 @@ class Replay:
         self.next_sample = self.cfg.sample_s
         self.tokens_since = 0
         """Decode tokens since the last sample."""
+        self.finished = 0
+        """Requests finished."""
+        self.record: Callable[[RequestResult], None] | None = None
+        """Where finished requests go instead of ``out.results`` (a streamed run)."""
+        self.record_sample: Callable[[Sample], None] | None = None
+        """Where samples go instead of ``out.samples`` (a streamed run)."""
 
     def offer(self, t: float, r: TraceRequest) -> None:
         """``r`` reaches this instance at ``t`` (its arrival, or its KV from a prefill GPU)."""
@@ -253,9 +259,13 @@ class Replay:
         self.work_left -= rq.req.output_len - rq.generated
         assert rq.first_token_s is not None
         r = rq.req
-        self.out.results.append(RequestResult(
-            r.rid, r.input_len, r.output_len, rq.tier.value, r.arrival_s, rq.first_token_s, now,
-            rq.preemptions, rq.migrated))
+        res = RequestResult(r.rid, r.input_len, r.output_len, rq.tier.value, r.arrival_s,
+                            rq.first_token_s, now, rq.preemptions, rq.migrated)
+        self.finished += 1
+        if self.record is None:
+            self.out.results.append(res)
+        else:
+            self.record(res)
 
     # -- one step ------------------------------------------------------------------------------
     def _step_cost(self, plan: Any) -> float:
@@ -269,10 +279,11 @@ class Replay:
         chunks: list[Chunk] = []
         jobs = self.jobs
         decodes = 0
+        resident = JobKind.PNM_RESIDENT
         for jid in plan.decodes:
             job = jobs[jid]
             rq = job.rq
-            if job.kind is JobKind.PNM_RESIDENT:
+            if job.kind is resident:
                 pnm_ctxs.append(rq.req.input_len + rq.generated)
                 if by_node:
                     on.append(rq.node)
@@ -282,7 +293,7 @@ class Replay:
             job.outputs += 1
             job.decoding = True  # (a preempted job recomputed up to its last token)
             rq.generated += 1
-            self.work_left -= 1
+        self.work_left -= len(plan.decodes)
         for p in plan.scheduled:
             job = self.jobs[p.jid]
             end = p.start + p.tokens
@@ -444,6 +455,7 @@ class Replay:
         now = self.now
         k = 0
         key = id(self) if self.contended else None
+        terms = None if placed is None else _pnm_terms(placed, key)
         step = 0.0
         for i in range(1, k_max + 1):
             if i > 1:
@@ -451,7 +463,9 @@ class Replay:
                 growing -= stops.get(i, 0)
             step = self.cost.step_agg_s(
                 tokens, gpu_ctx0 + i * gpu_n, pnm_ctx0 + (i - 1) * pnm_n, pnm_n, window,
-                t_pnm=None if placed is None else _pnm_time(placed, i - 1, key))
+                t_pnm=None if terms is None else max(
+                    ((c + (i - 1) * k) * per_token * f + comm
+                     for c, k, per_token, f, comm in terms), default=0.0))
             now += step
             k = i
             if times is not None:
@@ -521,13 +535,17 @@ class Replay:
                 self.budget.observe(self.now, self.gpu_wait_s)
             if self.adaptive is not None:
                 self._adapt(kv_used, pnm_used)
-            out.samples.append(Sample(
+            sample = Sample(
                 self.now, running, waiting + len(self.pnm_queue), kv_used, self.tokens_since,
-                self.resident_jobs, self.router.t_input, len(self.pnm_queue), pnm_used))
+                self.resident_jobs, self.router.t_input, len(self.pnm_queue), pnm_used)
+            if self.record_sample is None:
+                out.samples.append(sample)
+            else:
+                self.record_sample(sample)
             self.tokens_since = 0
             self.next_sample = self.now + cfg.sample_s
             if self.progress is not None:
-                self.progress((len(out.results) + out.shed) / self.total)
+                self.progress((self.finished + out.shed) / self.total)
 
     def _shed(self) -> None:
         """Drop the requests the shedding policy finds past their TTFT SLO: their jobs
@@ -665,6 +683,16 @@ def _node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNo
         s[0] += ctx
         s[1] += 1
     return [(n, c, k) for n, (c, k) in sums.items()]
+
+
+def _pnm_terms(sums: list[tuple[PnmNode, int, int]],
+               key: int | None) -> list[tuple[int, int, float, float, float]]:
+    """``_pnm_time``'s terms for a run of steps, node by node (the nodes' loads do not move
+    while a run is planned): (context, requests, seconds per token, slowdown, T_comm); the
+    step ``ahead`` on costs ``max((c + ahead * k) * per_token * f + comm)``, as
+    ``CostModel.pnm_s`` computes it."""
+    return [(c, k, n.cost.pnm_s_per_token, 1.0 if key is None else n.slowdown(key),
+             n.cost.t_comm_s if k else 0.0) for n, c, k in sums]
 
 
 def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,

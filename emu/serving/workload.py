@@ -6,7 +6,9 @@ any bytes give requests the replay can use or a TraceError naming the file and l
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from nelssa.emu.latency.fields import FieldError, Num, load_json
 from nelssa.emu.policy.prefix import HASH_BLOCK_TOKENS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceRequest:
     rid: int
     arrival_s: float
@@ -92,6 +94,22 @@ def _request(text: bytes, where: str, rid: int, line: int, last_ms: float,
                    _hash_ids(obj, int(inp), where) if hash_ids else None), ts
 
 
+def iter_trace(path: str | Path, hash_ids: bool = False) -> Iterator[TraceRequest]:
+    """The trace's requests as they are read (a trace of any length in bounded memory), each
+    line checked whole; a bad one raises TraceError naming it."""
+    p = Path(path)
+    last, rid = 0.0, 0
+    try:
+        for n, text in read_lines(p, "trace"):
+            if not text.strip():
+                continue
+            req, last = _request(text, f"{p}:{n}", rid, n, last, hash_ids)
+            rid += 1
+            yield req
+    except InputFileError as e:
+        raise TraceError(str(e)) from None
+
+
 def load_trace(path: str | Path, limit: int | None = None,
                hash_ids: bool = False) -> list[TraceRequest]:
     """Read a trace; every line is checked and a bad one raises TraceError naming it. With
@@ -99,22 +117,36 @@ def load_trace(path: str | Path, limit: int | None = None,
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
                               or limit < 1):
         raise TraceError(f"limit must be an integer >= 1, got {limit!r}")
-    p = Path(path)
-    out: list[TraceRequest] = []
-    last = 0.0
-    try:
-        for n, text in read_lines(p, "trace"):
-            if not text.strip():
-                continue
-            req, last = _request(text, f"{p}:{n}", len(out), n, last, hash_ids)
-            out.append(req)
-            if limit is not None and len(out) >= limit:
-                break
-    except InputFileError as e:
-        raise TraceError(str(e)) from None
+    out = list(itertools.islice(iter_trace(path, hash_ids), limit))
     if not out:
-        raise TraceError(f"trace {p} has no requests")
+        raise TraceError(f"trace {path} has no requests")
     return out
+
+
+def resample(source: Sequence[TraceRequest], count: int, rate: float,
+             seed: int = 0) -> Iterator[TraceRequest]:
+    """``count`` requests arriving as a Poisson process of ``rate``/s, each a draw (with
+    replacement) of one of ``source``'s requests (its lengths, prefix blocks and trace line),
+    made as they are taken: a million-request workload in the memory of its source."""
+    RATE.check(rate, "rate")
+    if not source:
+        raise ValueError("resampling needs at least one request to draw from")
+    if (count - 1) / rate > MAX_TIME_S:
+        raise ValueError(f"at {rate:g} requests/s the {count} requests arrive over "
+                         f"{(count - 1) / rate:.3g} s, past the {MAX_TIME_S:g} s the "
+                         "replay's clock covers")
+    rng = np.random.default_rng(seed)
+    t, rid, chunk = 0.0, 0, 65536
+    while rid < count:
+        n = min(chunk, count - rid)
+        gaps = rng.exponential(1.0 / rate, n)
+        picks = rng.integers(0, len(source), n)
+        for gap, k in zip(gaps.tolist(), picks.tolist(), strict=True):
+            if rid:
+                t += gap
+            r = source[k]
+            yield TraceRequest(rid, t, r.input_len, r.output_len, r.line, r.hash_ids)
+            rid += 1
 
 
 def poisson(requests: list[TraceRequest], rate: float, seed: int = 0) -> list[TraceRequest]:
