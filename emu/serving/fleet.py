@@ -36,6 +36,7 @@ from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.cost import CostModel
+from nelssa.emu.serving.orchestration import FleetOrchestration
 from nelssa.emu.serving.pnm_nodes import PnmNode
 from nelssa.emu.serving.replay import Replay
 from nelssa.emu.serving.results import RunResult, Sample
@@ -79,6 +80,9 @@ class FleetResult:
     """(emulated time, each node's share of memory held, each node's device load: the
     instances' offered loads added up, 1 = its devices always busy) every sample interval."""
     dispatch: str = "round-robin"
+    orchestrator: str = "static"
+    t_inputs: list[tuple[float, tuple[int | None, ...]]] = field(default_factory=list)
+    """With an orchestrator: each instance's T_input after each of its looks."""
     wall_s: float = 0.0
     cpu_s: float = 0.0
 
@@ -171,6 +175,7 @@ class FleetSim:
             lm = replace(self.lm, gpu=gpu, link=self._link,
                          pnm=(self.lm if home is None else home.cost.lm).pnm)
             cfg = replace(self.cfg, mode="nelssa" if nelssa and reach else "gpu",
+                          adaptive=self.cfg.adaptive and self.spec.orchestrator == "static",
                           migration=self.cfg.migration and nelssa and bool(reach),
                           devices=home.devices if home is not None else self.cfg.devices,
                           prefill="disaggregated" if g.prefill == "pool" else "colocated",
@@ -208,6 +213,8 @@ class FleetSim:
         self._build_nodes()
         insts = self._instances()
         dispatcher = make_dispatcher(self.spec.dispatch)
+        orch = (FleetOrchestration(self.spec.orchestrator, [x.replay for x in insts], self.nodes)
+                if self.spec.orchestrator != "static" and self.nodes else None)
         pool = [0.0] * self.pool_gpus
         arrivals = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
         ready: list[tuple[float, int]] = []
@@ -273,6 +280,8 @@ class FleetSim:
             while self.nodes and t_min >= next_sample and t_min < math.inf:
                 node_samples.append((next_sample, [n.used_share for n in self.nodes],
                                      [n.load_sum for n in self.nodes]))
+                if orch is not None:  # the orchestrator's look (paper 10)
+                    orch.tick(next_sample)
                 next_sample += self.cfg.sample_s
             if progress is not None and requests:
                 progress(done / len(requests))
@@ -286,7 +295,8 @@ class FleetSim:
             [NodeResult(n.name, self._group_of[id(n)], n.devices, n.tokens, n.peak_used,
                         n.placed, sum(x[k] for _, _, x in node_samples) / len(node_samples)
                         if node_samples else 0.0) for k, n in enumerate(self.nodes)],
-            node_samples, self.spec.dispatch)
+            node_samples, self.spec.dispatch, self.spec.orchestrator,
+            orch.looks if orch is not None else [])
         out.wall_s, out.cpu_s = time.perf_counter() - t0, time.process_time() - c0
         return out
 
