@@ -306,6 +306,7 @@ def fleet_json(result: FleetResult, summarize: Callable[[RunResult], dict[str, A
     """The run as JSON: the fleet's summary, each instance's summary and series, each node."""
     return {
         "dispatch": result.dispatch,
+        "orchestrator": result.orchestrator,
         "fleet": summarize(result.merged()),
         "instances": {name: {"summary": summarize(run), "series": series(run)}
                       for name, run in result.instances},
