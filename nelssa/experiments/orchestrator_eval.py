@@ -205,6 +205,8 @@ def plot(rows: list[dict[str, Any]], summary_png: Path, runs_png: Path) -> None:
     ax.bar([i - 0.2 for i in x], ch, 0.4, color=colour, label="requests meeting the SLO")
     ax.bar([i + 0.2 for i in x], [max(-100.0, v) for v in tp], 0.4, color="tab:blue",
            alpha=0.5, label="P99 TPOT")
+    for i, v in enumerate(ch):
+        ax.text(i - 0.2, max(v, 0.0) + 0.5, f"{v:+.1f}%", ha="center", fontsize=7)
     ax.axhspan(-1, 1, color="green", alpha=0.15, label="within 1 %")
     ax.axhline(0, color="black", lw=0.6)
     ax.set_xticks(list(x), labels)
