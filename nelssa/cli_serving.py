@@ -60,6 +60,9 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     if args.fleet and cat.fleet is None:
         raise UsageError(f"--fleet {args.fleet}: the file has no 'fleet' section "
                          "(docs/serving.md, 'A fleet')")
+    if args.fleet and args.adaptive and cat.fleet.orchestrator != "static":
+        raise UsageError(f"--adaptive: the fleet's orchestrator ({cat.fleet.orchestrator}, "
+                         f"{args.fleet}) moves each instance's T_input; drop --adaptive")
     lm = LatencyModel(hw["gpus"], hw["pnm"], hw["models"],
                       Sparsity(**config_values(args, Sparsity, SPARSITY_OPTIONS)), hw["links"])
     try:
@@ -177,7 +180,8 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
     doc["summary"] = doc["fleet"]
     doc["series"] = series(res.merged())
     print(f"  {cfg.mode:>6} fleet ({len(res.instances)} instances, {len(res.nodes)} PNM nodes, "
-          f"dispatch {res.dispatch}): {run_line(doc['fleet'], res.wall_s)}")
+          f"dispatch {res.dispatch}, orchestrator {res.orchestrator}): "
+          f"{run_line(doc['fleet'], res.wall_s)}")
     for name, d in doc["instances"].items():
         s = d["summary"]
         print(f"    {name}: {s['requests']} requests ({s['pnm_requests']} PNM), decode "

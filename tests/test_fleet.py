@@ -176,7 +176,8 @@ def test_serve_sim_fleet_reports_instances_and_nodes(tmp_path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
-    assert "nelssa fleet (6 instances, 3 PNM nodes, dispatch length-aware)" in out
+    assert ("nelssa fleet (6 instances, 3 PNM nodes, dispatch length-aware, orchestrator "
+            "static)") in out
     assert out.count("node big:") == 2 and "g1-1:" in out
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["nelssa"]["fleet"]["requests"] == 120 == sum(

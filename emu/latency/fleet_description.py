@@ -6,6 +6,7 @@ what ``serve-sim``'s options describe without a fleet.
 
     fleet:
       dispatch: length-aware        # round-robin, least-work, length-aware
+      orchestrator: fleet-adaptive  # static (default), fleet-adaptive
       instances:
         - {count: 4, gpu: h100-nvl, tp: 1}
         - {count: 2, gpu: h100-nvl, tp: 2, prefill: pool}
@@ -23,6 +24,7 @@ from pydantic import Field, field_validator, model_validator
 
 from nelssa.emu.latency.description import DescriptionError, Strict, validated
 from nelssa.emu.policy.dispatch import DISPATCHERS
+from nelssa.emu.policy.orchestrator import ORCHESTRATORS, OrchestratorKind
 
 __all__ = ["Fabric", "FleetSpec", "InstanceGroup", "NodeGroup", "PrefillPool", "fleet_spec"]
 
@@ -84,11 +86,25 @@ class FleetSpec(Strict):
     dispatch: str = Field("round-robin", description="the global dispatcher: "
                           + ", ".join(DISPATCHERS))
 
+    orchestrator: str = Field(
+        OrchestratorKind.STATIC.value, description="the fleet's orchestrator (paper 10, "
+        "emu/policy/orchestrator.py): static keeps each instance's T_input and places new KV "
+        "on the node with the most room; fleet-adaptive moves each instance's T_input and its "
+        "node preference with the fleet's signals (PNM node memory, device load and queues, "
+        "instance KV use, queues and decode steps). Known: " + ", ".join(ORCHESTRATORS))
+
     @field_validator("dispatch")
     @classmethod
     def _dispatch(cls, v: str) -> str:
         if v not in DISPATCHERS:
             raise ValueError(f"unknown dispatch policy {v!r} (known: {', '.join(DISPATCHERS)})")
+        return v
+
+    @field_validator("orchestrator")
+    @classmethod
+    def _orchestrator(cls, v: str) -> str:
+        if v not in ORCHESTRATORS:
+            raise ValueError(f"unknown orchestrator {v!r} (known: {', '.join(ORCHESTRATORS)})")
         return v
 
     @model_validator(mode="after")

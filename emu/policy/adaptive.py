@@ -86,6 +86,12 @@ class AdaptiveConfig:
     wait_cool_s: float = 0.5
     """Wait of the oldest request queued for the PNM tier's memory: short at or above, room at
     or below. The GPU's compute queue at or above ``wait_hot_s``: no room to take more."""
+    pnm_load_hot: float = 1.0
+    pnm_load_cool: float = 0.7
+    """The PNM tier's device load (``TierLoad.pnm_load``: the offered loads of the instances
+    sharing its devices added up, 1 = always busy; a fleet's orchestrator reports it, a single
+    instance reports 0): full at or above (its attention queues behind the others' work), room
+    at or below."""
     raise_on_pnm_memory: bool = True
     """Raise the threshold when the PNM tier's memory is full, guarded (module doc): only while
     the GPU has clear room, by ``raise_step``, and back toward the crossover at the first sign
@@ -129,7 +135,8 @@ class AdaptiveConfig:
         if not 0 < self.raise_kv_room <= self.gpu_kv_cool:
             raise ValueError(f"need 0 < raise_kv_room <= gpu_kv_cool, got {self.raise_kv_room}")
         for cool, hot in (("gpu_kv_cool", "gpu_kv_hot"), ("wait_cool_s", "wait_hot_s"),
-                          ("pnm_mem_cool", "pnm_mem_hot"), ("step_cool", "step_hot")):
+                          ("pnm_mem_cool", "pnm_mem_hot"), ("step_cool", "step_hot"),
+                          ("pnm_load_cool", "pnm_load_hot")):
             if not 0 <= getattr(self, cool) < getattr(self, hot):
                 raise ValueError(f"need 0 <= {cool} < {hot}, got {getattr(self, cool)}, "
                                  f"{getattr(self, hot)}")
@@ -168,6 +175,9 @@ class TierLoad:
     step_s: float = 0.0
     """A step as the decoding requests see it (the mean since the last observation, prefill
     chunks included: their TPOT); 0: nothing decodes."""
+    pnm_load: float = 0.0
+    """The PNM tier's device load where several instances share its devices (1 = always busy;
+    ``emu/policy/orchestrator.py``); 0 where nobody else loads them (a single instance)."""
 
 
 class Move(enum.IntEnum):
@@ -210,8 +220,9 @@ class Pressure:
                       and load.gpu_wait_s < c.wait_hot_s and (calm or pnm_sets)),
             pnm_short=slow and pnm_sets,
             pnm_room=(load.pnm_mem_used <= c.pnm_mem_cool and load.pnm_wait_s <= c.wait_cool_s
-                      and (calm or not pnm_sets)),
-            pnm_full=load.pnm_mem_used >= c.pnm_mem_hot or load.pnm_wait_s >= c.wait_hot_s,
+                      and load.pnm_load <= c.pnm_load_cool and (calm or not pnm_sets)),
+            pnm_full=(load.pnm_mem_used >= c.pnm_mem_hot or load.pnm_wait_s >= c.wait_hot_s
+                      or load.pnm_load >= c.pnm_load_hot),
             gpu_clear=(load.gpu_kv_used <= c.raise_kv_room and not preempts and calm
                        and load.gpu_wait_s < c.wait_hot_s),
             gpu_strain=(load.gpu_kv_used >= c.gpu_kv_hot or preempts or slow

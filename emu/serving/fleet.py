@@ -37,6 +37,7 @@ from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.cost import CostModel
+from nelssa.emu.serving.orchestration import FleetOrchestration
 from nelssa.emu.serving.pnm_nodes import PnmNode
 from nelssa.emu.serving.replay import Replay
 from nelssa.emu.serving.results import RunResult, Sample
@@ -81,6 +82,9 @@ class FleetResult:
     """(emulated time, each node's share of memory held, each node's device load: the
     instances' offered loads added up, 1 = its devices always busy) every sample interval."""
     dispatch: str = "round-robin"
+    orchestrator: str = "static"
+    t_inputs: list[tuple[float, tuple[int | None, ...]]] = field(default_factory=list)
+    """With an orchestrator: each instance's T_input after each of its looks."""
     wall_s: float = 0.0
     cpu_s: float = 0.0
 
@@ -173,6 +177,7 @@ class FleetSim:
             lm = replace(self.lm, gpu=gpu, link=self._link,
                          pnm=(self.lm if home is None else home.cost.lm).pnm)
             cfg = replace(self.cfg, mode="nelssa" if nelssa and reach else "gpu",
+                          adaptive=self.cfg.adaptive and self.spec.orchestrator == "static",
                           migration=self.cfg.migration and nelssa and bool(reach),
                           devices=home.devices if home is not None else self.cfg.devices,
                           prefill="disaggregated" if g.prefill == "pool" else "colocated",
@@ -240,6 +245,8 @@ class FleetSim:
                 rep.record = functools.partial(sink.request, inst.name)
                 rep.record_sample = functools.partial(sink.sample, inst.name)
         dispatcher = make_dispatcher(self.spec.dispatch)
+        orch = (FleetOrchestration(self.spec.orchestrator, [x.replay for x in insts], self.nodes)
+                if self.spec.orchestrator != "static" and self.nodes else None)
         pool = [0.0] * self.pool_gpus
         ready: list[tuple[float, int]] = []
         """Instances with work, by their clocks (a heap; each at most once)."""
@@ -313,6 +320,8 @@ class FleetSim:
                 while t_min >= next_sample:
                     node_samples.append((next_sample, [n.used_share for n in self.nodes],
                                          [n.load_sum for n in self.nodes]))
+                    if orch is not None:  # the orchestrator's look (paper 10)
+                        orch.tick(next_sample)
                     next_sample += self.cfg.sample_s
             if progress is not None and total:
                 progress(done / total)
@@ -326,7 +335,8 @@ class FleetSim:
             [NodeResult(n.name, self._group_of[id(n)], n.devices, n.tokens, n.peak_used,
                         n.placed, sum(x[k] for _, _, x in node_samples) / len(node_samples)
                         if node_samples else 0.0) for k, n in enumerate(self.nodes)],
-            node_samples, self.spec.dispatch)
+            node_samples, self.spec.dispatch, self.spec.orchestrator,
+            orch.looks if orch is not None else [])
         out.wall_s, out.cpu_s = time.perf_counter() - t0, time.process_time() - c0
         return out
 
@@ -336,6 +346,7 @@ def fleet_json(result: FleetResult, summarize: Callable[[RunResult], dict[str, A
     """The run as JSON: the fleet's summary, each instance's summary and series, each node."""
     return {
         "dispatch": result.dispatch,
+        "orchestrator": result.orchestrator,
         "fleet": summarize(result.merged()),
         "instances": {name: {"summary": summarize(run), "series": series(run)}
                       for name, run in result.instances},

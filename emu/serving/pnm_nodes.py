@@ -94,16 +94,19 @@ class PnmNode:
         return 1 - self.free / self.tokens if self.tokens else 0.0
 
 
-def place(need: int, nodes: Sequence[PnmNode]) -> PnmNode | None:
+def place(need: int, nodes: Sequence[PnmNode],
+          weights: Sequence[float] | None = None) -> PnmNode | None:
     """Of the nodes that can hold ``need`` tokens, the one with the largest share of its
     memory free (then the most tokens free, then the first): nodes fill in proportion to
-    their size, so a node of twice the devices takes twice the requests. None if none can."""
+    their size, so a node of twice the devices takes twice the requests. With ``weights`` (an
+    orchestrator's preference, one per node, ``emu/policy/orchestrator.py``) the share free
+    counts times its node's weight. None if none can."""
     if len(nodes) == 1:
         return nodes[0] if nodes[0].free >= need else None
     best, key = None, (-1.0, -1)
-    for n in nodes:
+    for i, n in enumerate(nodes):
         if n.free >= need:
-            k = (n.free / n.tokens, n.free)
+            k = (n.free / n.tokens * (weights[i] if weights is not None else 1.0), n.free)
             if k > key:
                 best, key = n, k
     return best

@@ -112,6 +112,8 @@ class Replay:
         """Price the PNM tier node by node (the slowest node's time), not on ``sim``'s."""
         self.contended = False
         """Other instances share its nodes' devices (a fleet sets it)."""
+        self.node_weights: tuple[float, ...] | None = None
+        """A fleet orchestrator's preference over ``nodes`` for new KV (None: ``place``'s)."""
         self._loaded: set[PnmNode] = set()
         """The nodes its latest step put load on."""
         self.pnm_held = 0
@@ -232,7 +234,7 @@ class Replay:
     def _reserve(self, rq: _Req, need: int) -> bool:
         """Reserve ``need`` tokens for ``rq`` on the node with the most room; False if none
         has it."""
-        node = place(need, self.nodes)
+        node = place(need, self.nodes, self.node_weights)
         if node is None:
             return False
         node.reserve(need)

@@ -78,6 +78,9 @@ PAGES: dict[str, Measured | None] = {
     "node.md": Measured("scripts/bench_node.py", ("emu/link", "host/pnm_node")),
     "node_sharing.md": Measured("scripts/node_sharing.py", (
         "nelssa/experiments/node_sharing.py", "emu/link", "host/pnm_node")),
+    "orchestrator.md": Measured("scripts/orchestrator_eval.py", (
+        "nelssa/experiments/orchestrator_eval.py", "emu/policy/orchestrator.py",
+        "emu/policy/adaptive.py", "emu/serving")),
     "partitioning.md": Measured("scripts/partition_study.py", (
         "nelssa/experiments/partition_study.py", "nelssa/experiments/partition_jobs.py",
         "host/pnm_node/partition.py")),
