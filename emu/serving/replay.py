@@ -457,17 +457,29 @@ class Replay:
         now = self.now
         k = 0
         key = id(self) if self.contended else None
-        terms = None if placed is None else _pnm_terms(placed, key)
+        terms = None if placed is None else _pnm_terms(placed, key, k_max)
+        one = terms is not None and len(terms) == 1  # the common case, priced inline
+        if one:
+            assert terms is not None
+            c1, k1, p1, f1, t1 = terms[0]
+        step_agg_s = self.cost.step_agg_s
+        order = sorted(stops)
+        si, nxt = 0, order[0] if order else 0
+        t_pnm: float | None = None
         step = 0.0
         for i in range(1, k_max + 1):
             if i > 1:
                 window += growing
-                growing -= stops.get(i, 0)
-            step = self.cost.step_agg_s(
-                tokens, gpu_ctx0 + i * gpu_n, pnm_ctx0 + (i - 1) * pnm_n, pnm_n, window,
-                t_pnm=None if terms is None else max(
-                    ((c + (i - 1) * k) * per_token * f + comm
-                     for c, k, per_token, f, comm in terms), default=0.0))
+                if i == nxt:
+                    growing -= stops[i]
+                    si += 1
+                    nxt = order[si] if si < len(order) else 0
+            if one:
+                t_pnm = (c1 + (i - 1) * k1) * p1 * f1 + t1
+            elif terms is not None:
+                t_pnm = _terms_max(terms, i - 1)
+            step = step_agg_s(tokens, gpu_ctx0 + i * gpu_n, pnm_ctx0 + (i - 1) * pnm_n, pnm_n,
+                              window, t_pnm=t_pnm)
             now += step
             k = i
             if times is not None:
@@ -687,14 +699,35 @@ def _node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNo
     return [(n, c, k) for n, (c, k) in sums.items()]
 
 
-def _pnm_terms(sums: list[tuple[PnmNode, int, int]],
-               key: int | None) -> list[tuple[int, int, float, float, float]]:
-    """``_pnm_time``'s terms for a run of steps, node by node (the nodes' loads do not move
-    while a run is planned): (context, requests, seconds per token, slowdown, T_comm); the
-    step ``ahead`` on costs ``max((c + ahead * k) * per_token * f + comm)``, as
-    ``CostModel.pnm_s`` computes it."""
-    return [(c, k, n.cost.pnm_s_per_token, 1.0 if key is None else n.slowdown(key),
-             n.cost.t_comm_s if k else 0.0) for n, c, k in sums]
+def _pnm_terms(sums: list[tuple[PnmNode, int, int]], key: int | None,
+               steps: int) -> list[tuple[int, int, float, float, float]]:
+    """``_pnm_time``'s terms for a run of up to ``steps`` steps, node by node (the nodes'
+    loads do not move while a run is planned): (context, requests, seconds per token,
+    slowdown, T_comm); the step ``ahead`` on costs ``max((c + ahead * k) * per_token * f +
+    comm)``, as ``CostModel.pnm_s`` computes it. Each term is a line in ``ahead``: those that
+    the line highest at the run's start or at its end stays above over the whole run (by
+    more than rounding) can never be the slowest node's, and are left out."""
+    terms = [(c, k, n.cost.pnm_s_per_token, 1.0 if key is None else n.slowdown(key),
+              n.cost.t_comm_s if k else 0.0) for n, c, k in sums]
+    if len(terms) < 2:
+        return terms
+    last = steps - 1
+    start = [c * p * f + t for c, k, p, f, t in terms]
+    end = [(c + last * k) * p * f + t for c, k, p, f, t in terms]
+    top_end = max(end)
+    tol = 1e-9 * top_end
+    j0, j1 = start.index(max(start)), end.index(top_end)
+    a0, a1, b0, b1 = start[j0], end[j0], start[j1], end[j1]
+    return [x for x, s, e in zip(terms, start, end, strict=True)
+            if not ((a0 > s + tol and a1 > e + tol) or (b0 > s + tol and b1 > e + tol))]
+
+
+def _terms_max(terms: list[tuple[int, int, float, float, float]], ahead: int) -> float:
+    """The slowest node's PNM time ``ahead`` steps on (``_pnm_terms``)."""
+    if len(terms) == 1:
+        c, k, p, f, t = terms[0]
+        return (c + ahead * k) * p * f + t
+    return max(((c + ahead * k) * p * f + t for c, k, p, f, t in terms), default=0.0)
 
 
 def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,
