@@ -87,6 +87,7 @@ def int_range(lo: int, hi: int) -> Callable[[str], int | float]:
 
 
 POSITIVE_INT = number(Num("a positive integer", integer=True, lo=1, most=(1 << 31) - 1))
+NON_NEGATIVE_INT = number(Num("an integer >= 0", integer=True, lo=0, most=(1 << 31) - 1))
 SEED = number(Num("an integer >= 0", integer=True, lo=0, most=(1 << 63) - 1))
 SHARE = number(Num("in (0, 1]", lo=0, lo_open=True, hi=1))
 PROBABILITY = number(Num("in [0, 1]", lo=0, hi=1))

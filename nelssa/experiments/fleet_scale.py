@@ -1,16 +1,20 @@
 """The fleet emulator's speed against the single-instance emulator (issue 42 item 7): the
 conversation trace at a multiple of its rate on a fleet, against single-instance runs over each
-instance's share; writes docs/results/fleet_scale.md (``scripts/fleet_scale.py`` is the
-command line)."""
+instance's share; then a million-request resampling streamed through a large fleet, its
+finished requests written out as they finish, with its CPU time and peak memory beside a run of
+a tenth of the requests (bounded memory: the two peaks alike). Writes
+docs/results/fleet_scale.md (``scripts/fleet_scale.py`` is the command line)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import platform
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,9 +29,10 @@ from nelssa.emu.serving.fleet import FleetSim
 from nelssa.emu.serving.metrics import goodput
 from nelssa.emu.serving.results import RunResult
 from nelssa.emu.serving.sim import ServingSim
-from nelssa.emu.serving.workload import TraceRequest, load_trace
+from nelssa.emu.serving.stream import RecordSink
+from nelssa.emu.serving.workload import TraceRequest, load_trace, resample
 from nelssa.experiments.pages import render
-from nelssa.options import POSITIVE_INT, input_file
+from nelssa.options import NON_NEGATIVE_INT, POSITIVE_INT, input_file
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1].parent
@@ -89,6 +94,59 @@ def study(reqs: list[TraceRequest], factor: float, instances: int, nodes: int, d
             "shared": last["shared"], "requests": len(reqs)}
 
 
+def _peak_mib() -> float:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def million(src: list[TraceRequest], args: argparse.Namespace,
+            records: Path) -> dict[str, Any]:
+    """The resampled trace streamed through a fleet of ``args.big_instances`` instances
+    (prefill pool, shared PNM nodes): a tenth of the requests, then all of them; each run's
+    CPU time, requests, steps, emulated time, SLO attainment, latency percentiles (from the
+    sketches) and this process's peak memory after it."""
+    cat = HardwareCatalog.load()
+    lm = LatencyModel(cat.get("gpus", "h100-nvl"), cat.get("pnm", "prototype"),
+                      cat.get("models", "llama-3-8b"), link=cat.get("links", "roce-400g"))
+    cfg = ServingConfig(mode="nelssa", devices=args.big_devices)
+    inst: dict[str, Any] = {"count": args.big_instances}
+    pool = None
+    if args.big_pool:
+        inst["prefill"] = "pool"
+        pool = {"gpus": args.big_pool}
+    spec = FleetSpec(instances=[inst], prefill_pool=pool,
+                     pnm_nodes=[{"name": "n", "count": args.big_nodes,
+                                 "devices": args.big_devices}], dispatch="round-robin")
+    rate = len(src) / src[-1].arrival_s * args.big_instances
+    out: dict[str, Any] = {"rate": rate, "baseline_mib": _peak_mib(), "runs": []}
+    for n in (max(1, args.million // 10), args.million):
+        with RecordSink(records / f"{n}") as sink:
+            c0, w0 = time.process_time(), time.perf_counter()
+            res = FleetSim(spec, cat, lm, cfg).run(resample(src, n, rate, seed=1), sink=sink,
+                                                   total=n)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        merged = res.merged()
+        out["runs"].append({
+            "requests": n, "finished": sink.requests, "cpu_s": cpu, "wall_s": wall,
+            "steps": merged.steps, "end_s": merged.end_s, "attainment": sink.met / n,
+            "ttft": sink.ttft.stats(), "tpot": sink.tpot.stats(), "peak_mib": _peak_mib(),
+            "csv_mib": (records / f"{n}" / "requests.csv").stat().st_size / 2**20})
+        log.info("%d requests: %.1f s CPU, peak %.0f MiB", n, cpu, _peak_mib())
+    return out
+
+
+def _million_rows(big: dict[str, Any]) -> str:
+    rows = []
+    for r in big["runs"]:
+        rows.append(
+            f"| {r['requests']:,} | {r['finished']:,} | {r['cpu_s']:,.0f} | "
+            f"{r['cpu_s'] / r['requests'] * 1e3:.3f} | {r['steps']:,} | {r['end_s']:,.0f} | "
+            f"{r['attainment']:.1%} | {r['ttft']['p50']:.2f} / {r['ttft']['p99']:.2f} | "
+            f"{r['tpot']['p50'] * 1e3:.1f} / {r['tpot']['p99'] * 1e3:.1f} | "
+            f"{r['peak_mib']:,.0f} | {r['csv_mib']:,.0f} |")
+    return "\n".join(rows)
+
+
 def page(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
     rows, per = [], {}
     labels = {"single": f"single instance x {args.instances} (each its share)",
@@ -112,7 +170,19 @@ def page(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
                   ratio=f"{ratio:.2f}",
                   why=render("fleet_scale.md", "why_private")
                   + f" Fleet with a node per instance: {per['private'] / per['single']:.2f} x.",
-                  node_line=node_line) + "\n"
+                  node_line=node_line) + "\n" + _million_page(res.get("million"), args)
+
+
+def _million_page(big: dict[str, Any] | None, args: argparse.Namespace) -> str:
+    if big is None:
+        return ""
+    small, full = big["runs"]
+    return "\n" + render(
+        "fleet_scale.md", "million", requests=f"{args.million:,}",
+        instances=args.big_instances, nodes=args.big_nodes, devices=args.big_devices,
+        pool=args.big_pool, rate=f"{big['rate']:,.0f}", rows=_million_rows(big),
+        minutes=f"{full['cpu_s'] / 60:.1f}", baseline=f"{big['baseline_mib']:,.0f}",
+        growth=f"{full['peak_mib'] - small['peak_mib']:+,.0f}") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,11 +194,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=POSITIVE_INT, default=4)
     p.add_argument("--devices", type=POSITIVE_INT, default=4)
     p.add_argument("--repeats", type=POSITIVE_INT, default=3)
+    p.add_argument("--million", type=NON_NEGATIVE_INT, default=1_000_000,
+                   help="requests of the streamed run on the large fleet (0: none)")
+    p.add_argument("--big-instances", type=POSITIVE_INT, default=64,
+                   help="decode instances of the large fleet")
+    p.add_argument("--big-nodes", type=POSITIVE_INT, default=16,
+                   help="PNM nodes of the large fleet")
+    p.add_argument("--big-devices", type=POSITIVE_INT, default=4,
+                   help="devices per PNM node of the large fleet")
+    p.add_argument("--big-pool", type=NON_NEGATIVE_INT, default=128,
+                   help="prefill GPUs the large fleet's instances share (0: colocated prefill)")
+    p.add_argument("--records", type=Path,
+                   help="keep the streamed runs' requests.csv and samples.csv here")
     p.add_argument("--write", action="store_true", help=f"write {PAGE.relative_to(ROOT)}")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     reqs = load_trace(args.trace, args.limit, hash_ids=True)
     res = study(reqs, args.factor, args.instances, args.nodes, args.devices, args.repeats)
+    if args.million:
+        src = reqs if args.limit is None else load_trace(args.trace, hash_ids=True)
+        if args.records is not None:
+            res["million"] = million(src, args, args.records)
+        else:
+            with tempfile.TemporaryDirectory(prefix="fleet-scale-") as tmp:
+                res["million"] = million(src, args, Path(tmp))
     argv_shown = sys.argv[1:] if argv is None else argv
     text = page(res, args, " ".join(["python scripts/fleet_scale.py", *argv_shown]))
     sys.stdout.write(text)
