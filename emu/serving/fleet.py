@@ -36,10 +36,11 @@ from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.cost import CostModel
+from nelssa.emu.serving.itl import TimedReplay
 from nelssa.emu.serving.pnm_nodes import PnmNode
 from nelssa.emu.serving.replay import Replay
 from nelssa.emu.serving.results import RunResult, Sample
-from nelssa.emu.serving.sim import ServingSim
+from nelssa.emu.serving.sim import Rejection, ServingSim, admit
 from nelssa.emu.serving.workload import TraceRequest
 
 __all__ = ["FleetResult", "FleetSim", "NodeResult", "tp_group"]
@@ -178,7 +179,7 @@ class FleetSim:
             for k in range(g.count):
                 sim = ServingSim(lm, cfg)
                 name = f"g{gi}-{k}" if len(self.spec.instances) > 1 else f"i{k}"
-                out.append(_Instance(name, Replay(sim, [], nodes=reach or None),
+                out.append(_Instance(name, TimedReplay(sim, [], nodes=reach or None),
                                      g.prefill == "pool"))
                 for n in reach:
                     n.users += 1
@@ -200,6 +201,13 @@ class FleetSim:
                     errors.append(str(e))
             else:
                 raise ValueError(errors[0])
+
+    def admit(self, requests: list[TraceRequest]
+              ) -> tuple[list[TraceRequest], list[Rejection]]:
+        """The requests some instance can hold, and the others rejected (``sim.admit``)."""
+        sims = [inst.replay.sim for inst in self._instances()]
+        self._build_nodes()  # (making the instances counted their users)
+        return admit(requests, sims)
 
     def run(self, requests: list[TraceRequest],
             progress: Callable[[float], None] | None = None) -> FleetResult:

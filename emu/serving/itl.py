@@ -1,0 +1,129 @@
+"""Inter-token latency: when each request's output tokens are made, as ``vllm bench serve``
+measures it (ITL, the gaps between a request's successive tokens).
+
+``TimedReplay`` is the replay (``replay.Replay``) watching where tokens are credited: a step's
+decodes (its end), the scheduler's token events (first tokens, prefill chunks that sample,
+requests that finish) and runs of pure decode steps taken many at a time (``fastpath.py``).
+A run's steps are taken as equally long (they differ by one token of context each, a few
+nanoseconds of a step of milliseconds), so each request in it gets ``k`` gaps of the run's
+time over ``k``; a gap that spans a preemption or a migration is one long gap, as a client
+streaming the request sees it. The gaps of a request add up to its time from first token to
+last: their mean is its TPOT.
+
+Per request they are kept as runs of equal gaps (two arrays: seconds and counts), not a list
+of every token's time.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nelssa.emu.serving.replay import Replay
+from nelssa.emu.serving.results import RunResult
+
+if TYPE_CHECKING:
+    from nelssa.emu.serving.sim import ServingSim
+    from nelssa.emu.serving.workload import TraceRequest
+
+
+class TimedReplay(Replay):
+    """A replay that records each request's gaps between its output tokens (``token_gaps``
+    of its RunResult)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._last: dict[int, float] = {}
+        """Each request's latest token time, by rid."""
+        self._gaps: dict[int, tuple[array, array]] = {}
+        self._run_start = 0.0
+        super().__init__(*args, **kwargs)
+        self.out.token_gaps = self._gaps  # type: ignore[assignment]
+
+    def _gap(self, rq: Any, t: float, n: int = 1, start: float | None = None) -> None:
+        """``n`` tokens of ``rq`` made evenly over (``start``, ``t``] (one token at ``t``
+        without ``start``), after its first token."""
+        rid = rq.req.rid
+        last = self._last.get(rid, rq.first_token_s)
+        gaps = self._gaps.get(rid)
+        if gaps is None:
+            gaps = self._gaps[rid] = (array("d"), array("q"))
+        if start is None or n == 1:
+            gaps[0].append(t - last)
+            gaps[1].append(1)
+        else:
+            d = (t - start) / n
+            gaps[0].append(start + d - last)
+            gaps[1].append(1)
+            gaps[0].append(d)
+            gaps[1].append(n - 1)
+        self._last[rid] = t
+
+    def _step_cost(self, plan: Any) -> float:
+        cost = super()._step_cost(plan)
+        t = self.now + cost  # the step's decodes sample at its end
+        jobs = self.jobs
+        for jid in plan.decodes:
+            self._gap(jobs[jid].rq, t)
+        return cost
+
+    def _on_tokens(self, events: list[tuple[str, bool]], now: float) -> int:
+        jobs = self.jobs
+        for jid, _ in events:
+            rq = jobs[jid].rq
+            if rq.first_token_s is None:  # its first token: the gaps start from it
+                self._last[rq.req.rid] = now
+            else:
+                self._gap(rq, now)
+        return super()._on_tokens(events, now)
+
+    def _decode_run(self, next_sample: float) -> int:
+        self._run_start = self.now
+        return super()._decode_run(next_sample)
+
+    def _take_run(self, k: int, now: float, placed: Any, key: int | None,
+                  step: float) -> None:
+        sched = self.fast
+        assert sched is not None
+        jobs = self.jobs
+        for j in sched.running:
+            self._gap(jobs[j.spec.jid].rq, now, k, self._run_start)
+        super()._take_run(k, now, placed, key, step)
+
+
+def timed_replay(sim: ServingSim, requests: list[TraceRequest],
+                 progress: Callable[[float], None] | None = None, fast: bool = True
+                 ) -> RunResult:
+    """``replay.replay`` recording inter-token gaps."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    run = TimedReplay(sim, requests, fast).run(progress)
+    run.wall_s, run.cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    return run
+
+
+def request_itl(gaps: tuple[Any, Any] | None, percentiles: tuple[float, ...]
+                ) -> dict[str, float]:
+    """One request's ITL: mean, max and ``percentiles`` of its gaps (empty with none)."""
+    values = expand([gaps] if gaps is not None else [])
+    if not values.size:
+        return {}
+    out = {"mean": float(values.mean()), "max": float(values.max())}
+    for p, v in zip(percentiles, np.percentile(values, percentiles), strict=True):
+        out[pkey(p)] = float(v)
+    return out
+
+
+def expand(gaps: list[tuple[Any, Any]]) -> np.ndarray:
+    """Every gap of ``gaps`` (runs of equal gaps) as one array."""
+    if not gaps:
+        return np.empty(0)
+    return np.concatenate([np.repeat(np.asarray(g, dtype=float), np.asarray(n, dtype=np.int64))
+                           for g, n in gaps])
+
+
+def pkey(p: float) -> str:
+    """A percentile's key in a summary: ``p50``, ``p99.9``."""
+    return f"p{p:g}"
