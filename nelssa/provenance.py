@@ -178,3 +178,27 @@ def _describe(path: Path) -> str:
 def _outputs(path: Path) -> list[str]:
     outs = _read_doc(path).get("outputs", [])
     return [o for o in outs if isinstance(o, str) and "/" not in o and o not in ("", ".", "..")]
+
+
+def config_beside(*results: str | None) -> Path | None:
+    """Where a run whose results are the files ``results`` writes its configuration: beside
+    the first that is a file path (``NAME.config.json`` for ``NAME.json`` or ``NAME.png``);
+    None when each is discarded (``/dev/null``) or not given."""
+    for r in results:
+        if r is None:
+            continue
+        p = Path(r)
+        if p.exists() and not p.is_file():  # a device such as /dev/null: kept nowhere
+            continue
+        return p.with_name(p.stem + ".config.json")
+    return None
+
+
+def check_fresh_files(config: Path | None, overwrite: bool, options: str) -> None:
+    """Refuse (UsageError) a run whose configuration file exists already, an earlier run's
+    beside its results, unless ``overwrite``."""
+    if config is None or overwrite or not config.exists():
+        return
+    raise UsageError(f"{config} holds an earlier run's configuration{_describe(config)}, its "
+                     f"results beside it: give other {options} paths, or --overwrite to "
+                     "replace them")

@@ -4,18 +4,20 @@ measures it (ITL, the gaps between a request's successive tokens).
 ``TimedReplay`` is the replay (``replay.Replay``) watching where tokens are credited: a step's
 decodes (its end), the scheduler's token events (first tokens, prefill chunks that sample,
 requests that finish) and runs of pure decode steps taken many at a time (``fastpath.py``).
-A run's steps are taken as equally long (they differ by one token of context each, a few
-nanoseconds of a step of milliseconds), so each request in it gets ``k`` gaps of the run's
-time over ``k``; a gap that spans a preemption or a migration is one long gap, as a client
-streaming the request sees it. The gaps of a request add up to its time from first token to
+A run's steps grow by the same amount each (every request's context grows by a token a step,
+so the step's cost by the same amount): from the run's time and its last step's, each step's
+length follows (a fleet's planned run has each step's end time, and the two agree to 1e-14 s,
+tests/test_fleet.py). A gap that spans a preemption or a migration is one long gap, as a
+client streaming the request sees it. The gaps of a request add up to its time from first token to
 last: their mean is its TPOT.
 
-Per request they are kept as runs of equal gaps (two arrays: seconds and counts), not a list
-of every token's time.
+Per request they are kept as two arrays (seconds, and how many such gaps in a row: 1 where
+the replay recorded them one by one), 16 bytes a token.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from array import array
 from collections.abc import Callable
@@ -40,27 +42,34 @@ class TimedReplay(Replay):
         """Each request's latest token time, by rid."""
         self._gaps: dict[int, tuple[array, array]] = {}
         self._run_start = 0.0
+        """When the run of pure decode steps being planned started."""
+        self._planned: list[float] | None = None
+        """The end of each step of the planned run being settled (a fleet's instance)."""
+        self._ones = array("q", [1]) * 64
         super().__init__(*args, **kwargs)
         self.out.token_gaps = self._gaps  # type: ignore[assignment]
 
-    def _gap(self, rq: Any, t: float, n: int = 1, start: float | None = None) -> None:
-        """``n`` tokens of ``rq`` made evenly over (``start``, ``t``] (one token at ``t``
-        without ``start``), after its first token."""
+    def _gap(self, rq: Any, t: float) -> None:
+        """A token of ``rq`` at ``t``, after its first."""
         rid = rq.req.rid
-        last = self._last.get(rid, rq.first_token_s)
         gaps = self._gaps.get(rid)
         if gaps is None:
             gaps = self._gaps[rid] = (array("d"), array("q"))
-        if start is None or n == 1:
-            gaps[0].append(t - last)
-            gaps[1].append(1)
-        else:
-            d = (t - start) / n
-            gaps[0].append(start + d - last)
-            gaps[1].append(1)
-            gaps[0].append(d)
-            gaps[1].append(n - 1)
+        gaps[0].append(t - self._last.get(rid, rq.first_token_s))
+        gaps[1].append(1)
         self._last[rid] = t
+
+    def _gaps_of_run(self, rq: Any, start: float, steps: array, end: float) -> None:
+        """A token of ``rq`` at the end of each step of a run from ``start`` to ``end`` that
+        took ``steps`` (seconds each)."""
+        rid = rq.req.rid
+        gaps = self._gaps.get(rid)
+        if gaps is None:
+            gaps = self._gaps[rid] = (array("d"), array("q"))
+        gaps[0].append(start + steps[0] - self._last.get(rid, rq.first_token_s))
+        gaps[0].extend(steps[1:])
+        gaps[1].extend(self._ones[:len(steps)])
+        self._last[rid] = end
 
     def _step_cost(self, plan: Any) -> float:
         cost = super()._step_cost(plan)
@@ -84,14 +93,41 @@ class TimedReplay(Replay):
         self._run_start = self.now
         return super()._decode_run(next_sample)
 
+    def settle(self, t: float = math.inf) -> None:
+        if self._pending is not None:  # a fleet's planned run: each step's end time is known
+            self._planned = self._pending[0]
+        super().settle(t)
+        self._planned = None
+
     def _take_run(self, k: int, now: float, placed: Any, key: int | None,
                   step: float) -> None:
         sched = self.fast
         assert sched is not None
+        start = self._run_start
+        if self._planned is not None:
+            ends = self._planned[:k]
+            steps = array("d", [b - a for a, b in zip([start, *ends], ends, strict=False)])
+        else:
+            steps = _steps(now - start, k, step)
+        if len(self._ones) < k:
+            self._ones = array("q", [1]) * (2 * k)
         jobs = self.jobs
         for j in sched.running:
-            self._gap(jobs[j.spec.jid].rq, now, k, self._run_start)
+            self._gaps_of_run(jobs[j.spec.jid].rq, start, steps, now)
         super()._take_run(k, now, placed, key, step)
+
+
+def _steps(total: float, k: int, last: float) -> array:
+    """The durations of ``k`` steps that took ``total`` seconds, the last ``last``, their
+    lengths growing by the same amount each step (each request's context grows by a token a
+    step, so the step's cost by the same amount): the first is ``2 total / k - last``."""
+    if k == 1 or not 0 < last < total:
+        return array("d", [total / k]) * k
+    first = 2 * total / k - last
+    if first <= 0:
+        return array("d", [total / k]) * k
+    grow = (last - first) / (k - 1)
+    return array("d", [first + i * grow for i in range(k)])
 
 
 def timed_replay(sim: ServingSim, requests: list[TraceRequest],
