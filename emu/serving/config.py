@@ -136,11 +136,11 @@ class MetricsConfig:
     """Percentiles of TTFT, TPOT, ITL and end-to-end latency in the summary (vLLM's
     --metric-percentiles), comma-separated; P50, P95 and P99 are always kept as well (the
     comparison and the plots read them)."""
-    goodput_ttft_s: float = MLPERF_SLO.ttft_s
+    goodput_ttft_s: float | None = MLPERF_SLO.ttft_s
     """Goodput's TTFT SLO (vLLM's --goodput ttft:MS): MLPerf's Llama 3.1 405B server scenario
-    by default (emu/policy/slo.py)."""
-    goodput_tpot_s: float = MLPERF_SLO.tpot_s
-    """Goodput's TPOT SLO (vLLM's --goodput tpot:MS)."""
+    by default (emu/policy/slo.py); none: not part of it."""
+    goodput_tpot_s: float | None = MLPERF_SLO.tpot_s
+    """Goodput's TPOT SLO (vLLM's --goodput tpot:MS); none: not part of it."""
     goodput_e2el_s: float | None = None
     """Goodput's end-to-end latency SLO (vLLM's --goodput e2el:MS); none: not part of it."""
 

@@ -105,17 +105,18 @@ def series(run: RunResult) -> dict[str, list[float]]:
             "pnm_running": [x.pnm_running for x in s[1:]]}
 
 
-def goodput(run: RunResult, ttft_s: float = MLPERF_SLO.ttft_s,
-            tpot_s: float = MLPERF_SLO.tpot_s, e2el_s: float | None = None
+def goodput(run: RunResult, ttft_s: float | None = MLPERF_SLO.ttft_s,
+            tpot_s: float | None = MLPERF_SLO.tpot_s, e2el_s: float | None = None
             ) -> dict[str, Any]:
     """Requests that met the SLO (TTFT <= ``ttft_s``, their own TPOT <= ``tpot_s`` (one of a
-    single output token meets the TPOT part) and, if given, end-to-end latency <= ``e2el_s``):
+    single output token meets the TPOT part), end-to-end latency <= ``e2el_s``; a part that is
+    None is not checked):
     how many, as a share of all (a request shed or rejected counts as a miss) and per second
     of the run: goodput as DistServe and ``vllm bench serve --goodput`` define it. With
     shedding the run ends sooner, so compare counts between runs of the same arrivals."""
     res = run.results
-    met = sum(1 for r in res if r.ttft_s <= ttft_s
-              and (r.tpot_s is None or r.tpot_s <= tpot_s)
+    met = sum(1 for r in res if (ttft_s is None or r.ttft_s <= ttft_s)
+              and (tpot_s is None or r.tpot_s is None or r.tpot_s <= tpot_s)
               and (e2el_s is None or r.finish_s - r.arrival_s <= e2el_s))
     n = len(res) + run.shed + run.rejected  # a request dropped or refused missed it
     return {"met": met, "attainment": met / n if n else float("nan"),

@@ -47,8 +47,8 @@ def run_line(s: dict[str, Any], wall_s: float) -> str:
     slo = g.get("slo") or {"ttft_s": MLPERF_SLO.ttft_s, "tpot_s": MLPERF_SLO.tpot_s}
     where = ("GPU only" if s["t_input"] is None else
              f"{s['pnm_requests']} on the PNM tier, T_input {s['t_input']:,} tokens")
-    slo_text = (f"TTFT <= {slo['ttft_s'] * 1e3:g} ms and TPOT <= {slo['tpot_s'] * 1e3:g} ms"
-                + (f" and E2EL <= {slo['e2el_s'] * 1e3:g} ms" if slo.get("e2el_s") else ""))
+    slo_text = " and ".join(f"{name} <= {slo[key] * 1e3:g} ms" for name, key in (
+        ("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2EL", "e2el_s")) if slo.get(key)) or "no SLO"
     lines = [
         f"{s['requests']} requests ({where}"
         + (f"; {s['rejected']} rejected before the run" if s.get("rejected") else "")
