@@ -119,6 +119,7 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
                      "pnm": lm.pnm, "model": lm.model, "link": lm.link,
                      "sparsity": lm.sparsity},
         "fleet": cat.fleet if args.fleet else None,
+        "fleet_hardware": fleet_hardware(cat) if args.fleet else None,
         "serving": configs, "metrics": metrics, "sweeps": args.sweeps})
     out.mkdir(parents=True, exist_ok=True)
     outputs += write_records(rows, metrics.all_percentiles, out)
@@ -134,6 +135,16 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
           f"{doc['config_hash'][:12]}, nelssa {doc['nelssa']['version']} at commit "
           f"{doc['nelssa']['commit'][:12]})")
     return 0
+
+
+def fleet_hardware(cat: Any) -> dict[str, Any]:
+    """The values of the hardware entries a fleet's instances, pool, nodes and fabric name."""
+    f = cat.fleet
+    named = {"gpus": [g.gpu for g in f.instances] + [f.prefill_pool.gpu if f.prefill_pool
+                                                      else None],
+             "pnm": [n.pnm for n in f.pnm_nodes], "links": [f.fabric.link]}
+    return {section: {n: cat.get(section, n) for n in dict.fromkeys(names) if n}
+            for section, names in named.items()}
 
 
 def _named(trace: str, text: str) -> str:

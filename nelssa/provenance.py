@@ -104,7 +104,10 @@ def _git(*args: str) -> str | None:
 def code_version() -> dict[str, Any]:
     """The project's version, and its git commit and whether tracked files differ from it
     (``unknown`` where the code is not in a git checkout)."""
-    commit = _git("rev-parse", "HEAD")
+    top = _git("rev-parse", "--show-toplevel")
+    here = Path(__file__).resolve().parent / "__init__.py"
+    ours = top is not None and (Path(top) / "nelssa" / "__init__.py").resolve() == here
+    commit = _git("rev-parse", "HEAD") if ours else None  # not another repository's
     if not commit:
         return {"version": __version__, "commit": UNKNOWN, "modified": UNKNOWN}
     status = _git("status", "--porcelain", "--untracked-files=no")

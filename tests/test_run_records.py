@@ -27,6 +27,7 @@ from nelssa.sweep.run import point_keys, run_sweep
 from nelssa.sweep.spec import load_spec
 
 TRACE = Path(__file__).resolve().parent / "data/mooncake_conversation_head.jsonl"
+LINE = '{"timestamp": %s, "input_length": %s, "output_length": %s}'
 
 
 def _pnm(bw: float) -> str:
@@ -280,3 +281,16 @@ def test_decode_writes_its_configuration_and_keeps_an_earlier_run(tmp_path: Path
     assert again.returncode == 2 and "earlier run" in again.stderr
     assert "--overwrite" in again.stderr and "Traceback" not in again.stderr
 
+
+
+def test_requests_parquet_where_pyarrow_is_installed(tmp_path: Path, capsys) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(LINE % (t, n, 5) + "\n" for t, n in ((0, 100), (1, 9_000_000),
+                                                                   (2, 300))))
+    assert _main(["serve-sim", "--trace", str(trace), "--prefix-caching", "off", "--mode",
+                  "gpu", "--out", str(tmp_path / "o")]) == 0
+    table = pq.read_table(tmp_path / "o/requests.parquet").to_pylist()
+    assert [(r["trace_line"], r["status"]) for r in table] == [
+        (1, "finished"), (2, "rejected"), (3, "finished")]
+    assert table[1]["ttft_s"] is None and table[0]["ttft_s"] > 0
