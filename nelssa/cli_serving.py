@@ -375,7 +375,8 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
                    "e2el:MS, each a request must meet (those not given are not checked) "
                    f"[default: ttft:{MetricsConfig.goodput_ttft_s * 1e3:g} "
                    f"tpot:{MetricsConfig.goodput_tpot_s * 1e3:g}, "
-                   + docs["goodput_ttft_s"].split(": ", 1)[1].rstrip(".") + "]")
+                   + docs["goodput_ttft_s"].split(": ", 1)[1].split(" by default")[0]
+                   + ", emu/policy/slo.py]")
     p.add_argument("--out", type=output_dir, default="serve-sim",
                    help="folder for config.json (the resolved configuration), results.json, "
                    "requests.csv (per-request records; requests.parquet too with pyarrow) and "
