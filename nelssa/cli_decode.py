@@ -93,6 +93,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
     if args.gpu_nodes > 1:
         from nelssa.cli_gpu_nodes import run_gpu_nodes
 
+        trace = Path(args.trace)
+        for i in range(args.gpu_nodes):  # each node's run writes its configuration beside it
+            node = trace.with_name(f"{trace.stem}.node{i}{trace.suffix}")
+            check_fresh_files(config_beside(str(node)), args.overwrite, "--trace/--plot")
         return run_gpu_nodes(args)
     import numpy as np
 
