@@ -32,9 +32,10 @@ $(VLLM_STAMP): requirements-vllm.txt pyproject.toml
 vllm: $(VLLM_STAMP)
 
 # the demo's small model and 4K-token prompts are below its crossover (the GPU alone is faster
-# there): --t-input sends its long requests to the PNM devices all the same
+# there): --t-input sends its long requests to the PNM devices all the same; each run replaces
+# the last one's decode-trace.json, decode.png and their configuration
 demo: venv
-	$(VENV)/bin/nelssa decode --t-input 1024
+	$(VENV)/bin/nelssa decode --t-input 1024 --overwrite
 
 # pytest and synthesis side by side (synthesis is one single-threaded yosys): each target's
 # output is printed whole when it ends

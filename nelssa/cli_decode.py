@@ -39,6 +39,13 @@ from nelssa.options import (
     number,
     output_file,
 )
+from nelssa.provenance import (
+    check_fresh_files,
+    config_beside,
+    file_record,
+    run_config,
+    write_config,
+)
 
 PREFILL_OPTIONS = ("prefill_chunk", "prefill_limit_s", "prefill", "emulate_above_s")
 """PrefillConfig fields `decode` takes as options."""
@@ -86,6 +93,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
     if args.gpu_nodes > 1:
         from nelssa.cli_gpu_nodes import run_gpu_nodes
 
+        trace = Path(args.trace)
+        for i in range(args.gpu_nodes):  # each node's run writes its configuration beside it
+            node = trace.with_name(f"{trace.stem}.node{i}{trace.suffix}")
+            check_fresh_files(config_beside(str(node)), args.overwrite, "--trace/--plot")
         return run_gpu_nodes(args)
     import numpy as np
 
@@ -99,6 +110,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from nelssa.host.gpu.routing import crossover_router
     from nelssa.progress import Progress
 
+    config_path = config_beside(args.trace, args.json, args.plot)
+    check_fresh_files(config_path, args.overwrite, "--trace/--plot/--json")
     cat, gpu_name, pnm, link = gpu_pnm_link(args)
     args.link = link
     cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=gpu_name,
@@ -284,12 +297,37 @@ def cmd_decode(args: argparse.Namespace) -> int:
     dec.trace.write(trace)
     plot_steps(reports, args.plot, f"NELSSA decode: {args.short} short + {args.long} long "
                                    f"requests, {args.backend} devices")
+    doc = decode_config(args, cat, gpu_name, pnm, c, cfg, devices, lens)
     if args.json:
-        Path(args.json).write_text(json.dumps(run_json(reports, dec.requests, walls, sampling),
-                                              indent=2, allow_nan=False))
+        Path(args.json).write_text(json.dumps(
+            {**run_json(reports, dec.requests, walls, sampling), "config": doc}, indent=2,
+            allow_nan=False))
+    if config_path is not None:
+        write_config(config_path, doc, [str(x) for x in (args.trace, args.plot, args.json)
+                                        if x is not None])
     print(f"\nwrote {trace} (open in ui.perfetto.dev) and {args.plot}"
-          + (f" and {args.json}" if args.json else ""))
+          + (f" and {args.json}" if args.json else "")
+          + (f"; the run's configuration in {config_path}" if config_path else ""))
     return 1 if failed else 0
+
+
+def decode_config(args: argparse.Namespace, cat: Any, gpu_name: str, pnm: Any, c: Any,
+                  cfg: Any, devices: int, lens: list[tuple[str, int]]) -> dict[str, Any]:
+    """The run's resolved configuration (provenance.run_config): hardware values, the model's
+    shape, the decode and prefill settings, the requests' lengths and seed."""
+    return run_config("decode", getattr(args, "argv", None), {
+        "hardware": {"files": [file_record(f) for f in args.hardware],
+                     "gpu": cat.get("gpus", gpu_name), "pnm": pnm,
+                     "link": cat.get("links", args.link)},
+        "model": {"name": model_name(args), "weights": weights_folder(args), "shape": c,
+                  "weight_sets": args.weight_sets},
+        "decode": cfg, "prefill": _prefill_config(args),
+        "node": {"devices": devices, "backend": args.backend, "endpoint": args.node,
+                 "rtl_layers": args.rtl_layers, "device_memory": args.device_memory},
+        "requests": {"seed": args.seed, "short": args.short, "long": args.long,
+                     "prompt_tokens": [n for _, n in lens], "grow": args.grow,
+                     "steps": args.steps},
+        "scheduler": args.scheduler})
 
 
 def domain_ticket(args: argparse.Namespace) -> bytes | None:
@@ -400,6 +438,10 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", type=output_file,
                    help="also write the run as JSON here: each step's report, each request's "
                         "tier and outcome, the totals")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier run's --trace, --plot and --json (a run writes its "
+                   "resolved configuration beside them, NAME.config.json, and refuses paths "
+                   "that hold one)")
     p.add_argument("--grow", action="store_true",
                    help="add a request that grows past T_input and migrates to the PNM tier")
     p.add_argument("--scheduler", choices=sorted(SCHEDULERS), default="ours",

@@ -1,5 +1,6 @@
 """`nelssa sweep SPEC`: a grid or random search over hardware and policy parameters, each point a
-serving-emulator replay; results.csv and pareto.png in --out, resumable."""
+serving-emulator replay; in --out results.csv (every spec's rows, by key; resumable),
+configs.jsonl (each key's resolved configuration) and pareto_SPEC.png."""
 
 from __future__ import annotations
 
@@ -42,11 +43,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     bar.close()
-    on_front = pareto_plot(done.rows, args.metric, out / "pareto.png")
+    plot = out / f"pareto_{spec.path.stem}.png"  # each spec's own: another spec's stays
+    on_front = pareto_plot(done.rows, args.metric, plot)
     rate = done.ran / done.wall_s * 60 if done.ran and done.wall_s else float("nan")
     print(f"  {done.ran} points run ({len(spec.points) - done.ran} already done), "
           f"{done.failed} failed, in {done.wall_s:.1f} s: {rate:.1f} points/min; "
-          f"{on_front} on the Pareto frontier of {args.metric}; wrote {out / 'pareto.png'}")
+          f"{on_front} on the Pareto frontier of {args.metric}; wrote {plot}")
     for row in done.rows:
         if row["status"] != "ok":
             print(f"  failed: {row['key']}: {row['error']}")
@@ -60,7 +62,9 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
                        + "; ".join(f"{section}: {names(section)}" for section in OPTIONS))
     p.add_argument("spec", type=input_file, help="the sweep's TOML file (docs/serving.md)")
     p.add_argument("--out", type=output_dir, default="sweep-out",
-                   help="folder of results.csv (resumed if there) and pareto.png")
+                   help="folder of results.csv (every spec run into it, a row per point by "
+                   "its configuration's hash; resumed if there), configs.jsonl (each point's "
+                   "resolved configuration) and pareto_SPEC.png")
     p.add_argument("--workers", type=POSITIVE_INT, default=2,
                    help="points run at once (local processes, or Ray CPUs with --ray local)")
     p.add_argument("--ray", metavar="ADDRESS",

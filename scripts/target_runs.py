@@ -86,6 +86,7 @@ class Target:
 def targets(steps: int, iterations: int) -> list[Target]:
     base = ("decode", "--model", "llama-3-8b", "--prefill", "emulated", "--short", "4",
             "--short-len", "1024", "--t-input", "8192", "--steps", str(steps), "--no-accuracy",
+            "--overwrite",  # each point replaces the last one's decode-trace.json and plot
             "--devices", "4", "--kmeans-iterations", str(iterations))
     two = ("--long", "2", "--long-len", str(BIG))
     return [

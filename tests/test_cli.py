@@ -122,7 +122,8 @@ def test_serve_sim_command(tmp_path):
     assert res["gpu"]["summary"]["requests"] == 300 == res["nelssa"]["summary"]["requests"]
     assert res["nelssa"]["summary"]["pnm_requests"] == sum(
         json.loads(x)["input_length"] >= 32000 for x in lines)
-    assert "NELSSA / GPU-only: throughput x" in proc.stdout
+    assert "NELSSA against GPU-only: NELSSA's decode throughput is" in proc.stdout
+    assert "(higher is better)" in proc.stdout and "(lower is better)" in proc.stdout
     for png in ("throughput_queue.png", "tpot.png", "fig10_context_batch.png",
                 "fig16_long_fraction.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"

@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nelssa.emu.latency.fleet_description import FleetSpec
@@ -41,11 +42,22 @@ def _reqs(n: int, rate: float):
 
 
 def _figures(run: RunResult) -> dict:
-    """Everything a run reports but its wall and CPU times and its configuration."""
+    """Everything a run reports but its wall and CPU times, its configuration and its
+    inter-token gaps (``_same_gaps``)."""
     d = run.to_json()
-    for k in ("wall_s", "cpu_s"):
+    for k in ("wall_s", "cpu_s", "token_gaps"):
         d.pop(k)
     return d
+
+
+def _same_gaps(a: RunResult, b: RunResult) -> bool:
+    """The same inter-token gaps to a nanosecond: a fleet's instance may take a run of decode
+    steps in two parts (cut where a request reached the fleet), each spread evenly (itl.py)."""
+    from nelssa.emu.serving.itl import expand
+
+    ga, gb = a.token_gaps or {}, b.token_gaps or {}
+    return set(ga) == set(gb) and all(
+        np.allclose(expand([ga[k]]), expand([gb[k]]), rtol=0, atol=1e-9) for k in ga)
 
 
 CONFIGS = {
@@ -72,6 +84,7 @@ def test_one_instance_one_node_is_serve_sim_bit_for_bit(cat, lm, name: str) -> N
     fleet = FleetSim(spec, cat, lm, cfg).run(reqs)
     (_, run), = fleet.instances
     assert single.results and _figures(run) == _figures(single)
+    assert _same_gaps(run, single)
     assert fleet.nodes[0].peak_used_tokens == single.peak_pnm_tokens
 
 
@@ -90,7 +103,7 @@ def test_round_robin_without_a_shared_node_is_n_single_runs(cat, lm, private_nod
     ordered = sorted(reqs, key=lambda r: (r.arrival_s, r.rid))
     for k, (_, run) in enumerate(fleet.instances):
         single = ServingSim(lm, cfg).run(ordered[k::n])
-        assert run.results and _figures(run) == _figures(single)
+        assert run.results and _figures(run) == _figures(single) and _same_gaps(run, single)
 
 
 def test_instances_sharing_a_node_never_hold_more_than_it_has(cat, lm) -> None:

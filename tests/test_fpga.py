@@ -382,7 +382,8 @@ def test_decode_on_fake_boards_equals_decode_on_model_devices(tmp_path):
                 break
         common = ["--short", "1", "--long", "1", "--long-len", "1100..1300", "--t-input", "1024",
                   "--steps", "2",
-                  "--trace", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png")]
+                  "--trace", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png"),
+                  "--overwrite"]  # the second backend's run replaces the first's files
         boards = [x for i in range(2) for x in ("--bar", str(tmp_path / "boards" / f"board{i}"))]
         runs = {}
         for backend, extra in (("fpga", boards), ("model", ["--devices", "2"])):

@@ -5,6 +5,7 @@ refuse them or give values the emulator can compute with."""
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import math
@@ -154,8 +155,9 @@ def test_one_token_outputs_give_undefined_tpot(capsys: pytest.CaptureFixture[str
     rc = _main(["serve-sim", "--prefix-caching", "off", "--out", "out", "--trace", str(trace)])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert "TPOT p50/p95/p99 undefined (no request has a second output token)" in out
-    assert "throughput undefined" in out and "Traceback" not in err
+    assert "TPOT undefined (no request has a second output token)" in out
+    assert "ITL undefined (no request has a second output token)" in out
+    assert "decode throughput is undefined GPU-only's" in out and "Traceback" not in err
 
     def refuse(name: str) -> None:
         raise AssertionError(f"{name} in results.json")
@@ -168,9 +170,36 @@ def test_one_token_outputs_give_undefined_tpot(capsys: pytest.CaptureFixture[str
 
 def test_serve_sim_leaves_no_output_folder_when_the_run_is_refused(
         capsys: pytest.CaptureFixture[str], work: Path) -> None:
-    trace = _trace(work, OK, LINE % (5, 3_000_000, 10))
-    _refused(capsys, work, [*SERVE, "--trace", str(trace)], "t.jsonl:2", "KV capacity")
+    trace = _trace(work, LINE % (5, 3_000_000, 10))  # its only request: nothing left to run
+    _refused(capsys, work, [*SERVE, "--trace", str(trace)], "t.jsonl:1", "KV capacity")
     assert not (work / "out").exists()
+
+
+def test_one_oversized_request_is_rejected_and_the_run_goes_on(
+        capsys: pytest.CaptureFixture[str], work: Path) -> None:
+    """Issue 44, item 4: a request no tier can hold is rejected and counted, as vLLM rejects
+    it, and the others run (it used to end the run with an error); --max-model-len rejects
+    what is longer, as vLLM's option does."""
+    trace = _trace(work, OK, LINE % (5, 3_000_000, 10), LINE % (6, 2000, 10),
+                   LINE % (7, 100, 10))
+    rc = _main([*SERVE, "--trace", str(trace)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "1 requests rejected before the run" in out
+    assert "t.jsonl:2: 3000010 tokens exceed the GPU's KV capacity" in out
+    summary = json.loads((work / "out/results.json").read_text())["gpu"]["summary"]
+    assert summary["requests"] == 3 and summary["rejected"] == 1
+    assert summary["goodput"]["attainment"] <= 0.75  # the rejected request missed the SLO
+    rc = _main([*SERVE, "--trace", str(trace), "--max-model-len", "1000", "--out", "capped"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "t.jsonl:3: 2010 tokens (prompt 2000 + output 10) exceed --max-model-len 1000" in out
+    with (work / "capped/requests.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["trace_line"], r["status"]) for r in rows] == [
+        ("1", "finished"), ("2", "rejected"), ("3", "rejected"), ("4", "finished")]
+    assert "exceed --max-model-len 1000" in rows[1]["error"]
+    assert float(rows[0]["e2el_s"]) > float(rows[0]["ttft_s"]) > 0
 
 
 # -- hardware files ---------------------------------------------------------------------------

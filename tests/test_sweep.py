@@ -105,7 +105,7 @@ def test_an_interrupted_sweep_resumes_and_a_failed_point_is_kept(tmp_path: Path,
     lines = (tmp_path / "whole" / "results.csv").read_text().splitlines(keepends=True)
     (cut / "results.csv").write_text("".join(lines[:4]) + lines[4][:20])
     assert len(read_rows(cut / "results.csv")) == 3
-    failing = spec.key(spec.points[5])
+    failing = sweep_run.point_keys(spec)[5]
     real = sweep_run._measure
 
     def measure(job):

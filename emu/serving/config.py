@@ -10,6 +10,11 @@ from nelssa.emu.latency.fields import Num
 from nelssa.emu.latency.hardware import SHARE
 from nelssa.emu.latency.model import DEVICE_COUNT, Sparsity
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, link_preset
+from nelssa.emu.policy.slo import MLPERF_SLO
+
+MODEL_LEN = Num("a positive integer (tokens)", integer=True, lo=1, most=1 << 40)
+"""A cap on a request's prompt and output tokens."""
+PERCENTILE = Num("a percentile in (0, 100]", lo=0, lo_open=True, hi=100)
 
 
 class SchedulerKind(enum.Enum):
@@ -81,6 +86,11 @@ class ServingConfig:
     without them (made up, not from a trace) shares no prefix."""
     scheduler: SchedulerKind = SchedulerKind.OURS
     """Whose scheduler replays the trace."""
+    max_model_len: int | None = field(default=None, metadata={"num": MODEL_LEN})
+    """Longest request taken, prompt and output tokens together (vLLM's --max-model-len): a
+    longer one is rejected and counted, as vLLM answers it with an error, and the run goes on
+    (so is one that neither tier could ever hold); none: no cap but the tiers' memory (the
+    PNM tier serves contexts past the model's trained length, as the paper's Figure 10)."""
 
     def __post_init__(self) -> None:
         if self.prefill not in ("colocated", "disaggregated"):
@@ -111,5 +121,40 @@ class ServingConfig:
                              f"{self.migrate_at}, {self.link_gbs}")
         if self.migration and self.mode != "nelssa":
             raise ValueError("migration needs mode 'nelssa' (there is no PNM tier otherwise)")
+        if self.max_model_len is not None:
+            MODEL_LEN.check(self.max_model_len, "max_model_len")
         if not 0 < self.gpu_mem_util <= 1:
             raise ValueError(f"gpu_mem_util must be in (0, 1], got {self.gpu_mem_util}")
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """What a run's summary reports, as ``vllm bench serve`` does: its percentiles and the SLO
+    its goodput counts requests against."""
+
+    percentiles: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
+    """Percentiles of TTFT, TPOT, ITL and end-to-end latency in the summary (vLLM's
+    --metric-percentiles), comma-separated; P50, P95 and P99 are always kept as well (the
+    comparison and the plots read them)."""
+    goodput_ttft_s: float | None = MLPERF_SLO.ttft_s
+    """Goodput's TTFT SLO (vLLM's --goodput ttft:MS): MLPerf's Llama 3.1 405B server scenario
+    by default (emu/policy/slo.py); none: not part of it."""
+    goodput_tpot_s: float | None = MLPERF_SLO.tpot_s
+    """Goodput's TPOT SLO (vLLM's --goodput tpot:MS); none: not part of it."""
+    goodput_e2el_s: float | None = None
+    """Goodput's end-to-end latency SLO (vLLM's --goodput e2el:MS); none: not part of it."""
+
+    def __post_init__(self) -> None:
+        if not self.percentiles:
+            raise ValueError("percentiles: give at least one")
+        for p in self.percentiles:
+            PERCENTILE.check(p, "percentile")
+        for name in ("goodput_ttft_s", "goodput_tpot_s", "goodput_e2el_s"):
+            v = getattr(self, name)
+            if v is not None and not (0 < v < float("inf")):
+                raise ValueError(f"{name} must be a finite number of seconds > 0, got {v!r}")
+
+    @property
+    def all_percentiles(self) -> tuple[float, ...]:
+        """The chosen percentiles with P50, P95 and P99, in order."""
+        return tuple(sorted({*self.percentiles, 50.0, 95.0, 99.0}))

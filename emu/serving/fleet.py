@@ -37,11 +37,12 @@ from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.cost import CostModel
+from nelssa.emu.serving.itl import TimedReplay
 from nelssa.emu.serving.orchestration import FleetOrchestration
 from nelssa.emu.serving.pnm_nodes import PnmNode
 from nelssa.emu.serving.replay import Replay
 from nelssa.emu.serving.results import RunResult, Sample
-from nelssa.emu.serving.sim import ServingSim
+from nelssa.emu.serving.sim import Rejection, ServingSim, admit
 from nelssa.emu.serving.stream import RecordSink
 from nelssa.emu.serving.workload import TraceRequest
 
@@ -87,6 +88,8 @@ class FleetResult:
     """With an orchestrator: each instance's T_input after each of its looks."""
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    rejected: int = 0
+    """Requests of a streamed run refused as they came (no instance could hold them)."""
 
     def merged(self) -> RunResult:
         """The fleet as one run: every request's result, the sums of the counters, the
@@ -185,7 +188,7 @@ class FleetSim:
             for k in range(g.count):
                 sim = ServingSim(lm, cfg)
                 name = f"g{gi}-{k}" if len(self.spec.instances) > 1 else f"i{k}"
-                out.append(_Instance(name, Replay(sim, [], nodes=reach or None),
+                out.append(_Instance(name, TimedReplay(sim, [], nodes=reach or None),
                                      g.prefill == "pool"))
                 for n in reach:
                     n.users += 1
@@ -201,6 +204,11 @@ class FleetSim:
             if all(inst.replay.sim.cfg != s.cfg or inst.replay.sim.lm != s.lm for s in sims):
                 sims.append(inst.replay.sim)
         return sims
+
+    def admit(self, requests: list[TraceRequest]
+              ) -> tuple[list[TraceRequest], list[Rejection]]:
+        """The requests some instance can hold, and the others rejected (``sim.admit``)."""
+        return admit(requests, self._sims())
 
     @staticmethod
     def _check_one(r: TraceRequest, sims: list[ServingSim]) -> None:
@@ -242,8 +250,9 @@ class FleetSim:
         if sink is not None:
             for inst in insts:
                 rep = inst.replay
-                rep.record = functools.partial(sink.request, inst.name)
+                rep.record = functools.partial(_record, sink, inst.name, rep)
                 rep.record_sample = functools.partial(sink.sample, inst.name)
+        rejected = 0
         dispatcher = make_dispatcher(self.spec.dispatch)
         orch = (FleetOrchestration(self.spec.orchestrator, [x.replay for x in insts], self.nodes)
                 if self.spec.orchestrator != "static" and self.nodes else None)
@@ -273,7 +282,14 @@ class FleetSim:
                             f"request {r.rid} (trace line {r.line}) arrives at "
                             f"{r.arrival_s:g} s, before the one before it ({last:g} s): a "
                             "streamed trace must be in arrival order")
-                    self._check_one(r, sims)
+                    last = r.arrival_s
+                    _, refused = admit([r], sims)
+                    if refused:  # rejected, as vLLM answers it; the run goes on
+                        rejected += 1
+                        if sink is not None:
+                            sink.reject(refused[0])
+                        r = next(stream, None)
+                        continue
                 last = t = r.arrival_s
                 i = dispatcher.choose(len(insts), lambda j, r=r, t=t: InstanceLoad(
                     insts[j].replay.outstanding_at(t),
@@ -338,7 +354,14 @@ class FleetSim:
             node_samples, self.spec.dispatch, self.spec.orchestrator,
             orch.looks if orch is not None else [])
         out.wall_s, out.cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        out.rejected = rejected
         return out
+
+
+def _record(sink: RecordSink, name: str, rep: Replay, res: Any) -> None:
+    """A streamed run's finished request to its sink, with its gaps (no longer kept)."""
+    gaps = rep.pop_gaps(res.rid) if isinstance(rep, TimedReplay) else None
+    sink.request(name, res, "", gaps)
 
 
 def fleet_json(result: FleetResult, summarize: Callable[[RunResult], dict[str, Any]],

@@ -1,6 +1,10 @@
-"""Metrics of a run, as vLLM's benchmark defines them: decode throughput (output tokens per
-second of the run), TTFT (arrival to first token), TPOT (per output token after the first),
-their mean and percentiles; and the time series (running batch, GPU KV use, pending queue)."""
+"""Metrics of a run, as ``vllm bench serve`` defines them: TTFT (arrival to first token), TPOT
+(per output token after the first, each request's own mean), ITL (the gaps between a request's
+successive tokens, over every token of the run), end-to-end latency (arrival to last token),
+their mean and chosen percentiles; request, input, output and total token throughput over the
+run's duration; decode throughput (output tokens after the first, per second); goodput under an
+SLO; whether the run was overloaded; and the time series (running batch, GPU KV use, pending
+queue)."""
 
 from __future__ import annotations
 
@@ -9,33 +13,63 @@ from typing import Any
 
 import numpy as np
 
-from nelssa.emu.policy.slo import MLPERF_SLO, Slo
+from nelssa.emu.policy.slo import MLPERF_SLO
+from nelssa.emu.serving.config import MetricsConfig
+from nelssa.emu.serving.itl import expand, pkey
 from nelssa.emu.serving.sim import RunResult
 
+OVERLOAD_BACKLOG = 0.1
+"""An overloaded run's queue grows, over the second half of the arrivals, by more than this
+share of the requests that arrived in it."""
+OVERLOAD_KEEP_UP = 0.9
+"""...and completes fewer than this share of them in that time."""
+OVERLOAD_MIN_REQUESTS = 20
+"""Fewer finished requests than this say too little to call a run overloaded."""
 
-def _stats(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"mean": float("nan"), "p50": float("nan"), "p95": float("nan"),
-                "p99": float("nan")}
-    a = np.asarray(values)
-    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
-            "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99))}
+
+def _stats(values: Any, percentiles: tuple[float, ...] = (50.0, 95.0, 99.0)
+           ) -> dict[str, float]:
+    keys = ["mean", *map(pkey, percentiles)]
+    a = np.asarray(values, dtype=float)
+    if not a.size:
+        return dict.fromkeys(keys, float("nan"))
+    out = {"mean": float(a.mean())}
+    for p, v in zip(percentiles, np.percentile(a, percentiles), strict=True):
+        out[pkey(p)] = float(v)
+    return out
 
 
-def summarize(run: RunResult) -> dict[str, Any]:
+def summarize(run: RunResult, metrics: MetricsConfig | None = None) -> dict[str, Any]:
+    m = metrics or MetricsConfig()
+    pct = m.all_percentiles
     res = run.results
     tpot = [r.tpot_s for r in res if r.tpot_s is not None]
+    dur = run.end_s
+    inp = sum(r.input_len for r in res)
+    outp = sum(r.output_len for r in res)
+    gaps = run.token_gaps
     return {
         "mode": run.config.mode,
         "t_input": run.t_input,
         "requests": len(res),
+        "rejected": run.rejected,
         "shed": run.shed,
         "pnm_requests": sum(1 for r in res if r.tier == "pnm"),
-        "duration_s": run.end_s,
+        "duration_s": dur,
         "decode_tokens": run.decode_tokens,
-        "decode_throughput_tps": run.decode_tokens / run.end_s if run.end_s else 0.0,
-        "ttft_s": _stats([r.ttft_s for r in res]),
-        "tpot_s": _stats(tpot),
+        "decode_throughput_tps": run.decode_tokens / dur if dur else 0.0,
+        "input_tokens": inp,
+        "output_tokens": outp,
+        "request_throughput_rps": len(res) / dur if dur else 0.0,
+        "input_throughput_tps": inp / dur if dur else 0.0,
+        "output_throughput_tps": outp / dur if dur else 0.0,
+        "total_token_throughput_tps": (inp + outp) / dur if dur else 0.0,
+        "ttft_s": _stats([r.ttft_s for r in res], pct),
+        "tpot_s": _stats(tpot, pct),
+        "itl_s": (_stats(expand([gaps[r.rid] for r in res if r.rid in gaps]), pct)
+                  if gaps is not None else None),
+        "e2el_s": _stats([r.finish_s - r.arrival_s for r in res], pct),
+        "percentiles": list(m.percentiles),
         "preemptions": run.preemptions,
         "recompute_tokens": run.recompute_tokens,
         "migrations": run.migrations,
@@ -44,7 +78,8 @@ def summarize(run: RunResult) -> dict[str, Any]:
         "mean_running": (float(np.mean([s.running for s in run.samples]))
                          if run.samples else 0.0),
         "max_waiting": max((s.waiting for s in run.samples), default=0),
-        "goodput": goodput(run),
+        "goodput": goodput(run, m.goodput_ttft_s, m.goodput_tpot_s, m.goodput_e2el_s),
+        "overload": overload(run),
         "t_input_moves": sum(1 for a, b in itertools.pairwise(run.samples)
                              if a.t_input != b.t_input),
         "t_input_range": _t_input_range(run),
@@ -70,15 +105,53 @@ def series(run: RunResult) -> dict[str, list[float]]:
             "pnm_running": [x.pnm_running for x in s[1:]]}
 
 
-def goodput(run: RunResult, ttft_s: float = MLPERF_SLO.ttft_s,
-            tpot_s: float = MLPERF_SLO.tpot_s) -> dict[str, float]:
-    """Requests that met the SLO (TTFT <= ``ttft_s`` and their own TPOT <= ``tpot_s``; one
-    of a single output token meets the TPOT part): how many, as a share of all (a request
-    shed counts as a miss) and per second of the run: goodput as DistServe defines it. With
+def goodput(run: RunResult, ttft_s: float | None = MLPERF_SLO.ttft_s,
+            tpot_s: float | None = MLPERF_SLO.tpot_s, e2el_s: float | None = None
+            ) -> dict[str, Any]:
+    """Requests that met the SLO (TTFT <= ``ttft_s``, their own TPOT <= ``tpot_s`` (one of a
+    single output token meets the TPOT part), end-to-end latency <= ``e2el_s``; a part that is
+    None is not checked):
+    how many, as a share of all (a request shed or rejected counts as a miss) and per second
+    of the run: goodput as DistServe and ``vllm bench serve --goodput`` define it. With
     shedding the run ends sooner, so compare counts between runs of the same arrivals."""
     res = run.results
-    slo = Slo(ttft_s, tpot_s)
-    met = sum(1 for r in res if slo.meets(r.ttft_s, r.tpot_s))
-    n = len(res) + run.shed  # a request dropped missed it
+    met = sum(1 for r in res if (ttft_s is None or r.ttft_s <= ttft_s)
+              and (tpot_s is None or r.tpot_s is None or r.tpot_s <= tpot_s)
+              and (e2el_s is None or r.finish_s - r.arrival_s <= e2el_s))
+    n = len(res) + run.shed + run.rejected  # a request dropped or refused missed it
     return {"met": met, "attainment": met / n if n else float("nan"),
-            "goodput_rps": met / run.end_s if run.end_s else 0.0}
+            "goodput_rps": met / run.end_s if run.end_s else 0.0,
+            "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s, "e2el_s": e2el_s}}
+
+
+def overload(run: RunResult) -> dict[str, Any]:
+    """Whether the run's queue grew without bound: over the second half of its arrivals, the
+    waiting queue's least-squares trend grew by more than ``OVERLOAD_BACKLOG`` of the requests
+    that arrived then, and fewer than ``OVERLOAD_KEEP_UP`` of that many completed. A stable
+    system completes about what arrives and its queue has no trend; an overloaded one's queue
+    grows by (arrival rate - service rate) x time, so its latencies grow with the trace's
+    length and say nothing of the system. ``overloaded`` is None where the run cannot tell
+    (too few requests, or all arriving at once)."""
+    res = run.results
+    arrivals = sorted(r.arrival_s for r in res)
+    out: dict[str, Any] = {"overloaded": None}
+    if len(arrivals) < OVERLOAD_MIN_REQUESTS or arrivals[-1] <= arrivals[0]:
+        return out
+    t0, t1 = arrivals[0], arrivals[-1]
+    mid = (t0 + t1) / 2
+    window = t1 - mid
+    came = sum(1 for t in arrivals if mid < t <= t1)
+    done = sum(1 for r in res if mid < r.finish_s <= t1)
+    pts = [(s.t_s, s.waiting) for s in run.samples if mid <= s.t_s <= t1]
+    if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
+        t, q = np.asarray(pts, dtype=float).T
+        slope = float(np.polyfit(t, q, 1)[0])
+    else:
+        slope = 0.0
+    growth = slope * window
+    out.update(overloaded=bool(came and growth > OVERLOAD_BACKLOG * came
+                               and done < OVERLOAD_KEEP_UP * came),
+               window_s=[mid, t1], arrived=came, completed=done,
+               arrival_rps=came / window, completion_rps=done / window,
+               queue_growth=growth, queue_slope_per_s=slope)
+    return out

@@ -12,44 +12,83 @@ from typing import Any
 from nelssa.emu.policy.slo import MLPERF_SLO
 
 
-def ratio(a: float, b: float) -> str:
-    """``a / b`` as ``x1.23``, or ``undefined`` where either is missing or ``b`` is 0."""
-    if not (math.isfinite(a) and math.isfinite(b)) or b == 0:
+def times(a: float | None, b: float | None) -> str:
+    """``a / b`` as ``1.23x``, or ``undefined`` where either is missing or ``b`` is 0."""
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or b == 0:
         return "undefined"
-    return f"x{a / b:.2f}"
+    return f"{a / b:.2f}x"
 
 
-def tpot_ms(stats: dict[str, float], keys: tuple[str, ...]) -> str:
-    """Percentiles ``keys`` of a TPOT summary as ``a/b/c ms``."""
-    vals = [stats[k] for k in keys]
-    if not all(math.isfinite(v) for v in vals):
-        return "undefined (no request has a second output token)"
-    return "/".join(f"{v * 1e3:.1f}" for v in vals) + " ms"
+def _ms(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v * 1e3:,.1f}"
+
+
+def latency_ms(stats: dict[str, float] | None, keys: list[str], what: str = "TPOT") -> str:
+    """Percentiles ``keys`` of a latency summary as ``a/b/c ms``."""
+    if stats is None:
+        return "not recorded"
+    vals = [stats.get(k, float("nan")) for k in keys]
+    if not all(v is not None and math.isfinite(v) for v in vals):
+        return ("undefined (no request has a second output token)" if what in ("TPOT", "ITL")
+                else "undefined")
+    return "/".join(_ms(v) for v in vals) + " ms"
+
+
+def _keys(s: dict[str, Any]) -> tuple[list[str], str]:
+    pct = s.get("percentiles") or [50, 95, 99]
+    keys = [f"p{p:g}" for p in pct]
+    return keys, "/".join(keys)
 
 
 def run_line(s: dict[str, Any], wall_s: float) -> str:
-    """One run's summary (``metrics.summarize``) in a line."""
-    return (f"{s['requests']} requests ({s['pnm_requests']} on the PNM tier, "
-            + (f"{s['shed']} more dropped past the TTFT SLO, " if s.get("shed") else "") +
-            f"T_input {s['t_input']}) in {s['duration_s']:.0f} s emulated, {wall_s:.1f} s wall; "
-            f"decode {s['decode_throughput_tps']:,.0f} tokens/s; TPOT p50/p95/p99 "
-            f"{tpot_ms(s['tpot_s'], ('p50', 'p95', 'p99'))}; TTFT p50/p99 "
-            f"{s['ttft_s']['p50']:.2f}/{s['ttft_s']['p99']:.2f} s; preemptions "
-            f"{s['preemptions']} (recomputing "
-            f"{s['recompute_tokens']:,} tokens); migrations {s['migrations']} "
-            f"({s['migrated_tokens']:,} tokens); mean batch {s['mean_running']:.1f}; goodput "
-            f"{s['goodput']['goodput_rps']:.3f}/s ({s['goodput']['attainment']:.1%} meet TTFT <= "
-            f"{MLPERF_SLO.ttft_s:g} s and TPOT <= {MLPERF_SLO.tpot_s * 1e3:g} ms)"
-            + (f"; T_input moved {s['t_input_moves']} times within "
-               f"{s['t_input_range'][0]:,}..{s['t_input_range'][1]:,}"
-               if s['t_input_moves'] else ""))
+    """One run's summary (``metrics.summarize``) in a few lines."""
+    keys, names = _keys(s)
+    g = s["goodput"]
+    slo = g.get("slo") or {"ttft_s": MLPERF_SLO.ttft_s, "tpot_s": MLPERF_SLO.tpot_s}
+    where = ("GPU only" if s["t_input"] is None else
+             f"{s['pnm_requests']} on the PNM tier, T_input {s['t_input']:,} tokens")
+    slo_text = " and ".join(f"{name} <= {slo[key] * 1e3:g} ms" for name, key in (
+        ("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2EL", "e2el_s")) if slo.get(key)) or "no SLO"
+    lines = [
+        f"{s['requests']} requests ({where}"
+        + (f"; {s['rejected']} rejected before the run" if s.get("rejected") else "")
+        + (f"; {s['shed']} more dropped past the TTFT SLO" if s.get("shed") else "")
+        + f") in {s['duration_s']:.0f} s emulated, {wall_s:.1f} s wall",
+        f"throughput: {s.get('request_throughput_rps', 0.0):.3f} requests/s, output "
+        f"{s.get('output_throughput_tps', 0.0):,.0f} tokens/s (decode "
+        f"{s['decode_throughput_tps']:,.0f}), input {s.get('input_throughput_tps', 0.0):,.0f}"
+        f" tokens/s",
+        f"latency {names}: TTFT {latency_ms(s['ttft_s'], keys, 'TTFT')}; TPOT "
+        f"{latency_ms(s['tpot_s'], keys)}; ITL {latency_ms(s.get('itl_s'), keys, 'ITL')}; "
+        f"E2EL {latency_ms(s.get('e2el_s'), keys, 'E2EL')}",
+        f"preemptions {s['preemptions']} (recomputing {s['recompute_tokens']:,} tokens); "
+        f"migrations {s['migrations']} ({s['migrated_tokens']:,} tokens); mean batch "
+        f"{s['mean_running']:.1f}; goodput {g['goodput_rps']:.3f} requests/s "
+        f"({g['attainment']:.1%} meet {slo_text})"
+        + (f"; T_input moved {s['t_input_moves']} times within "
+           f"{s['t_input_range'][0]:,}..{s['t_input_range'][1]:,}"
+           if s['t_input_moves'] else ""),
+    ]
+    o = s.get("overload") or {}
+    if o.get("overloaded"):
+        lines.append(
+            f"OVERLOADED: over the second half of the arrivals ({o['window_s'][0]:,.0f}.."
+            f"{o['window_s'][1]:,.0f} s) {o['arrived']} requests arrived "
+            f"({o['arrival_rps']:.2f}/s) and {o['completed']} completed "
+            f"({o['completion_rps']:.2f}/s); the waiting queue grew by {o['queue_growth']:,.0f}"
+            ": its latencies grow with the trace's length (lower --rate, or add capacity)")
+    return "\n          ".join(lines)
 
 
 def comparison_line(gpu: dict[str, Any], nelssa: dict[str, Any]) -> str:
-    """NELSSA against GPU-only from the two summaries: above 1 is NELSSA better."""
-    return (f"throughput {ratio(nelssa['decode_throughput_tps'], gpu['decode_throughput_tps'])}"
-            f"; TPOT P95 {ratio(gpu['tpot_s']['p95'], nelssa['tpot_s']['p95'])}, P99 "
-            f"{ratio(gpu['tpot_s']['p99'], nelssa['tpot_s']['p99'])} (above 1: NELSSA better)")
+    """NELSSA against GPU-only from the two summaries, each ratio with its direction."""
+    tg, tn = gpu["tpot_s"], nelssa["tpot_s"]
+    return (f"NELSSA's decode throughput is "
+            f"{times(nelssa['decode_throughput_tps'], gpu['decode_throughput_tps'])} GPU-only's "
+            f"(higher is better); its TPOT P95 is {times(tn['p95'], tg['p95'])} GPU-only's and "
+            f"P99 {times(tn['p99'], tg['p99'])} (lower is better); goodput "
+            f"{times(nelssa['goodput']['goodput_rps'], gpu['goodput']['goodput_rps'])} "
+            "(higher is better)")
 
 
 def strict_json(obj: Any) -> Any:

@@ -3,6 +3,7 @@ counters, with a JSON form (the vLLM-driven replay runs in another process and r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -83,15 +84,29 @@ class RunResult:
     """Wall time of the replay itself (for vLLM: in its process, without its start)."""
     cpu_s: float = 0.0
     """CPU time of the replay's process during it (less disturbed by a busy machine)."""
+    rejected: int = 0
+    """Requests refused before the run (longer than ``max_model_len``, or more than a tier
+    can hold: ``sim.admit``); they have no result."""
+    token_gaps: dict[int, tuple[Sequence[float], Sequence[int]]] | None = None
+    """Each request's gaps between its output tokens, by ``rid``: runs of equal gaps, as their
+    seconds and how many in a row, in order (``itl.py``); None where they were not
+    recorded."""
 
     def to_json(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("config", "results", "samples")}
+        d = {k: v for k, v in self.__dict__.items()
+             if k not in ("config", "results", "samples", "token_gaps")}
+        d["token_gaps"] = None if self.token_gaps is None else {
+            str(k): [list(g), list(n)] for k, (g, n) in self.token_gaps.items()}
         d["results"] = [asdict(r) for r in self.results]
         d["samples"] = [asdict(s) for s in self.samples]
         return d
 
     @classmethod
     def from_json(cls, config: Any, d: dict[str, Any]) -> RunResult:
-        rest = {k: v for k, v in d.items() if k not in ("results", "samples")}
+        rest = {k: v for k, v in d.items() if k not in ("results", "samples", "token_gaps")}
+        gaps = d.get("token_gaps")
         return cls(config=config, results=[RequestResult(**r) for r in d["results"]],
-                   samples=[Sample(**s) for s in d["samples"]], **rest)
+                   samples=[Sample(**s) for s in d["samples"]],
+                   token_gaps=None if gaps is None else {
+                       int(k): (list(g), list(n)) for k, (g, n) in gaps.items()},
+                   **rest)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.adaptive import AdaptiveThreshold
@@ -23,14 +24,57 @@ from nelssa.emu.serving.cost import Chunk, CostModel, Tier
 from nelssa.emu.serving.results import RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
 
-__all__ = ["CapacityError", "RequestResult", "RunResult", "Sample", "SchedulerKind",
-           "ServingConfig", "ServingSim"]
+__all__ = ["CapacityError", "Rejection", "RequestResult", "RunResult", "Sample",
+           "SchedulerKind", "ServingConfig", "ServingSim", "admit"]
 
 log = logging.getLogger(__name__)
 
 
 class CapacityError(ValueError):
     """A request no tier can ever hold."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A request refused before the run, as vLLM answers one it cannot serve with an error."""
+
+    request: TraceRequest
+    reason: str
+    """Why, naming its trace line."""
+
+
+def admit(requests: list[TraceRequest], sims: list[ServingSim]
+          ) -> tuple[list[TraceRequest], list[Rejection]]:
+    """The requests one of ``sims`` (a run's configuration, or a fleet's instances) can hold,
+    in order, and the others rejected with why: longer than ``max_model_len``, or more than
+    any tier of any of them could ever hold."""
+    ok: list[TraceRequest] = []
+    out: list[Rejection] = []
+    cap = sims[0].cfg.max_model_len
+    for r in requests:
+        total = r.input_len + r.output_len
+        if cap is not None and total > cap:
+            out.append(Rejection(r, f"{_where(r)}: {total} tokens (prompt {r.input_len} + "
+                                    f"output {r.output_len}) exceed --max-model-len {cap}"))
+            continue
+        why = None
+        for sim in sims:
+            try:
+                sim.check([r])
+            except CapacityError as e:
+                why = why or str(e)
+                continue
+            why = None
+            break
+        if why is None:
+            ok.append(r)
+        else:
+            out.append(Rejection(r, why))
+    return ok, out
+
+
+def _where(r: TraceRequest) -> str:
+    return f"trace line {r.line}" if r.line else f"request {r.rid}"
 
 
 class ServingSim:
@@ -76,7 +120,7 @@ class ServingSim:
     def _check(self, r: TraceRequest, tier: Tier) -> None:
         colocated = self.cfg.prefill == "colocated"
         total = r.input_len + r.output_len
-        where = f"trace line {r.line}" if r.line else f"request {r.rid}"
+        where = _where(r)
         if tier is Tier.GPU:
             if self._blocks(total) > self.gpu_blocks:
                 raise CapacityError(
@@ -106,9 +150,23 @@ class ServingSim:
             from nelssa.emu.serving.vllm_env import run_in_vllm_env
 
             return run_in_vllm_env(self, requests, progress)
-        from nelssa.emu.serving.replay import replay
+        from nelssa.emu.serving.itl import timed_replay
 
-        return replay(self, requests, progress)
+        return timed_replay(self, requests, progress)
+
+    def run_admitted(self, requests: list[TraceRequest],
+                     progress: Callable[[float], None] | None = None
+                     ) -> tuple[RunResult, list[Rejection]]:
+        """Run the requests this configuration can take (``admit``), the others rejected and
+        counted (``RunResult.rejected``) as vLLM rejects them; CapacityError if none is left."""
+        ok, rejected = admit(requests, [self])
+        if not ok:
+            raise CapacityError(f"{rejected[0].reason}" + (
+                f" (and the {len(rejected) - 1} other requests are rejected too)"
+                if len(rejected) > 1 else ""))
+        run = self.run(ok, progress)
+        run.rejected = len(rejected)
+        return run, rejected
 
     def prefill_s(self, tokens: int) -> float:
         """Seconds to prefill ``tokens`` alone, in chunks of ``max_batched_tokens``."""

@@ -5,27 +5,29 @@ kept as sketches of bounded size, so a run's memory is bounded by the requests i
 ``QuantileSketch`` is a log-bucketed histogram (DDSketch's scheme: bucket ``i`` holds the values
 in (gamma^(i-1), gamma^i]): every quantile it returns is within ``rel`` of the true one, in
 memory that grows with the logarithm of the values' range, not with their count.
-``RecordSink`` writes each finished request as a CSV row (the columns of Vidur's
-request_metrics.csv and vLLM's saved results) and each time-series sample to a second CSV.
+``RecordSink`` writes each finished or rejected request as a row of ``requests.csv`` (the
+columns of ``records.py``, as a whole run writes them) and each time-series sample to
+``samples.csv``.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from array import array
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from nelssa.emu.policy.slo import MLPERF_SLO, Slo
+from nelssa.emu.serving.itl import expand, request_itl
+from nelssa.emu.serving.records import columns, csv_cells, finished_row, rejected_row
 from nelssa.emu.serving.results import RequestResult, Sample
+from nelssa.emu.serving.sim import Rejection
 
-__all__ = ["REQUEST_COLUMNS", "QuantileSketch", "RecordSink"]
-
-REQUEST_COLUMNS = ("rid", "instance", "tier", "input_len", "output_len", "arrival_s",
-                   "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "preemptions",
-                   "migrated")
-"""The per-request CSV's columns (times in seconds of emulated time)."""
+__all__ = ["QuantileSketch", "RecordSink"]
 
 
 @dataclass
@@ -58,6 +60,23 @@ class QuantileSketch:
         i = math.ceil(math.log(x) / self._log_gamma)
         self.buckets[i] = self.buckets.get(i, 0) + 1
 
+    def add_many(self, values: np.ndarray) -> None:
+        """Every value of ``values`` (finite, >= 0), in one pass."""
+        if not values.size:
+            return
+        if not (np.isfinite(values).all() and (values >= 0).all()):
+            raise ValueError("a sketch takes finite values >= 0")
+        self.count += int(values.size)
+        self.total += float(values.sum())
+        self.lo, self.hi = min(self.lo, float(values.min())), max(self.hi, float(values.max()))
+        pos = values[values > 0]
+        self.zeros += int(values.size - pos.size)
+        idx, n = np.unique(np.ceil(np.log(pos) / self._log_gamma).astype(np.int64),
+                           return_counts=True)
+        b = self.buckets
+        for i, c in zip(idx.tolist(), n.tolist(), strict=True):
+            b[i] = b.get(i, 0) + c
+
     def quantile(self, q: float) -> float:
         """The value at quantile ``q`` (0..1); NaN when empty."""
         if not self.count:
@@ -82,22 +101,27 @@ class QuantileSketch:
 
 
 class RecordSink:
-    """Where a streamed run's finished requests and samples go: CSV files in ``folder``
-    (``requests.csv``, ``samples.csv``), and sketches of TTFT, TPOT and end-to-end latency."""
+    """Where a streamed run's requests and samples go: ``requests.csv`` and ``samples.csv`` in
+    ``folder``, and sketches of TTFT, TPOT, end-to-end latency and inter-token latency (every
+    gap of every request, as ``vllm bench serve`` takes ITL)."""
 
-    def __init__(self, folder: str | Path, slo: Slo = MLPERF_SLO, rel: float = 0.005) -> None:
+    def __init__(self, folder: str | Path, slo: Slo = MLPERF_SLO, rel: float = 0.005,
+                 percentiles: tuple[float, ...] = (50.0, 90.0, 99.0), mode: str = "nelssa"
+                 ) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.slo = slo
-        self.ttft, self.tpot, self.e2e = (QuantileSketch(rel), QuantileSketch(rel),
-                                          QuantileSketch(rel))
+        self.slo, self.percentiles, self.mode = slo, percentiles, mode
+        self.ttft, self.tpot, self.e2e, self.itl = (QuantileSketch(rel) for _ in range(4))
         self.requests = 0
+        """Requests finished."""
+        self.rejected = 0
         self.pnm_requests = 0
         self.met = 0
         self.input_tokens = 0
         self.output_tokens = 0
         self._files: list[IO[str]] = []
-        self._req = self._writer("requests.csv", REQUEST_COLUMNS)
+        self._cols = columns(percentiles)
+        self._req = self._writer("requests.csv", tuple(self._cols))
         self._smp = self._writer("samples.csv",
                                  ("instance", *(f.name for f in fields(Sample))))
 
@@ -108,25 +132,39 @@ class RecordSink:
         w.writerow(header)
         return w
 
-    def request(self, instance: str, r: RequestResult) -> None:
-        """One finished request: a row, and its figures into the sketches."""
-        ttft, tpot, e2e = r.ttft_s, r.tpot_s, r.finish_s - r.arrival_s
-        self._req.writerow((r.rid, instance, r.tier, r.input_len, r.output_len,
-                            repr(r.arrival_s), repr(r.first_token_s), repr(r.finish_s),
-                            repr(ttft), "" if tpot is None else repr(tpot), repr(e2e),
-                            r.preemptions, int(r.migrated)))
+    def request(self, instance: str, r: RequestResult, line: int | str = "",
+                gaps: tuple[array, array] | None = None) -> None:
+        """One finished request (``gaps``: its inter-token gaps, if they were recorded): a
+        row, and its figures into the sketches."""
+        itl = request_itl(gaps, self.percentiles) if gaps is not None else {}
+        self._req.writerow(csv_cells(finished_row(self.mode, instance, r, line, itl,
+                                                  self.percentiles), self._cols))
+        ttft, tpot = r.ttft_s, r.tpot_s
         self.requests += 1
         self.pnm_requests += r.tier == "pnm"
         self.input_tokens += r.input_len
         self.output_tokens += r.output_len
         self.ttft.add(max(ttft, 0.0))
-        self.e2e.add(max(e2e, 0.0))
+        self.e2e.add(max(r.finish_s - r.arrival_s, 0.0))
         if tpot is not None:
             self.tpot.add(max(tpot, 0.0))
+        if gaps is not None:
+            self.itl.add_many(np.maximum(expand([gaps]), 0.0))
         self.met += self.slo.meets(ttft, tpot)
+
+    def reject(self, x: Rejection) -> None:
+        """A request refused before it ran (it misses the SLO)."""
+        self._req.writerow(csv_cells(rejected_row(self.mode, x), self._cols))
+        self.rejected += 1
 
     def sample(self, instance: str, s: Sample) -> None:
         self._smp.writerow((instance, *astuple(s)))
+
+    @property
+    def attainment(self) -> float:
+        """Share of the requests (finished and rejected) that met the SLO."""
+        n = self.requests + self.rejected
+        return self.met / n if n else math.nan
 
     def close(self) -> None:
         for fh in self._files:

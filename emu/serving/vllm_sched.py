@@ -15,13 +15,14 @@ def main() -> int:
     """Read replay jobs (``{"jobs": [...]}``) on stdin, replay each through vLLM, write
     ``{"runs": [...]}`` with their results and wall and CPU times (``replay`` measures them, as
     for ours) on stdout."""
-    from nelssa.emu.serving.replay import job_from_json, replay
+    from nelssa.emu.serving.itl import timed_replay
+    from nelssa.emu.serving.replay import job_from_json
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     runs = []
     for job in json.load(sys.stdin)["jobs"]:
         sim, requests = job_from_json(job)
-        runs.append(replay(sim, requests).to_json())
+        runs.append(timed_replay(sim, requests).to_json())
     json.dump({"runs": runs}, sys.stdout)
     return 0
 

@@ -2,6 +2,12 @@
 cluster, results appended to a CSV as they come (so an interrupted sweep resumes where it
 stopped), a point that fails recorded with its error while the sweep goes on.
 
+A point's key is a hash of its resolved configuration (``Spec.key``: the shared settings with
+the trace's SHA-256, the point, the values of the hardware entries it names), so a point
+resumes only when nothing it depends on changed. ``results.csv`` holds the rows of every spec
+run into the folder (a second spec adds its rows, by key), and ``configs.jsonl`` each key's
+resolved configuration and the code (version, commit) that ran it.
+
 A point's result depends only on the point and the spec's shared settings (the replay is
 deterministic), never on where it ran: a pool and Ray give the same rows but ``wall_s``.
 """
@@ -10,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import os
 import time
@@ -28,7 +35,13 @@ log = logging.getLogger(__name__)
 
 METRICS = ("requests", "pnm_requests", "t_input_tokens", "duration_s", "decode_throughput_tps",
            "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "slo_attainment",
-           "slo_met", "goodput_rps", "shed", "preemptions", "migrations", "cost_devices")
+           "slo_met", "goodput_rps", "shed", "preemptions", "migrations", "cost_devices",
+           "rejected", "request_throughput_rps", "output_throughput_tps", "itl_p50_s",
+           "itl_p99_s", "e2el_p50_s", "e2el_p99_s", "overloaded")
+CONFIGS = "configs.jsonl"
+"""Each key's resolved configuration, a JSON object a line."""
+HARDWARE = {"gpu": "gpus", "pnm": "pnm", "model": "models", "link": "links"}
+"""The point parameters that name hardware entries, and their catalog sections."""
 COLUMNS = ("key", "status", *PARAMS, *METRICS, "wall_s", "error")
 
 
@@ -74,8 +87,8 @@ def run_point(job: SweepJob) -> dict[str, Any]:
 
 def _measure(job: SweepJob) -> dict[str, Any]:
     from nelssa.emu.latency.model import LatencyModel, Sparsity
-    from nelssa.emu.serving.config import SchedulerKind, ServingConfig
-    from nelssa.emu.serving.metrics import goodput, summarize
+    from nelssa.emu.serving.config import MetricsConfig, SchedulerKind, ServingConfig
+    from nelssa.emu.serving.metrics import summarize
     from nelssa.emu.serving.sim import ServingSim
     from nelssa.emu.serving.workload import poisson
 
@@ -93,9 +106,10 @@ def _measure(job: SweepJob) -> dict[str, Any]:
                         adaptive=p["t_input"] == "adaptive",
                         tpot_budget=p["tpot_budget"], shed_late=p["shed_late"],
                         scheduler=SchedulerKind(st["scheduler"]))
-    run = ServingSim(lm, cfg).run(reqs)
-    s = summarize(run)
-    g = goodput(run, st["slo"]["ttft_s"], st["slo"]["tpot_s"])
+    run, _ = ServingSim(lm, cfg).run_admitted(reqs)
+    s = summarize(run, MetricsConfig(goodput_ttft_s=st["slo"]["ttft_s"],
+                                     goodput_tpot_s=st["slo"]["tpot_s"]))
+    g, itl = s["goodput"], s["itl_s"] or {}
     return {"requests": s["requests"], "pnm_requests": s["pnm_requests"],
             "t_input_tokens": s["t_input"], "duration_s": s["duration_s"],
             "decode_throughput_tps": s["decode_throughput_tps"],
@@ -104,7 +118,12 @@ def _measure(job: SweepJob) -> dict[str, Any]:
             "slo_attainment": g["attainment"], "slo_met": g["met"],
             "goodput_rps": g["goodput_rps"], "shed": s["shed"],
             "preemptions": s["preemptions"], "migrations": s["migrations"],
-            "cost_devices": p["devices"] if p["mode"] == "nelssa" else 0}
+            "cost_devices": p["devices"] if p["mode"] == "nelssa" else 0,
+            "rejected": s["rejected"], "request_throughput_rps": s["request_throughput_rps"],
+            "output_throughput_tps": s["output_throughput_tps"],
+            "itl_p50_s": itl.get("p50"), "itl_p99_s": itl.get("p99"),
+            "e2el_p50_s": s["e2el_s"]["p50"], "e2el_p99_s": s["e2el_s"]["p99"],
+            "overloaded": s["overload"]["overloaded"]}
 
 
 # -- where the points run -------------------------------------------------------------------------
@@ -196,22 +215,70 @@ class SweepOutcome:
     wall_s: float
 
 
+def hardware_values(point: dict[str, Any], hardware: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The values of the hardware entries ``point`` names (from the presets and the
+    ``hardware`` files), not only their names."""
+    from nelssa.provenance import jsonable
+
+    cat = _catalog(hardware)
+    return {name: jsonable(cat.get(section, point[name])) for name, section in HARDWARE.items()}
+
+
+def point_keys(spec: Spec, hardware: tuple[str, ...] = ()) -> list[str]:
+    """Each point's key, in the spec's order (``Spec.key`` over its resolved hardware)."""
+    return [spec.key(p, hardware_values(p, hardware)) for p in spec.points]
+
+
+def _config_line(spec: Spec, key: str, point: dict[str, Any],
+                 hardware: tuple[str, ...]) -> str:
+    from nelssa.provenance import code_version, file_record, jsonable
+
+    return json.dumps(jsonable({
+        "key": key, "spec": str(spec.path), "settings": spec.settings(), "point": point,
+        "hardware": hardware_values(point, hardware),
+        "hardware_files": [file_record(f) for f in hardware], "nelssa": code_version()}),
+        sort_keys=True) + "\n"
+
+
+def known_configs(path: Path) -> set[str]:
+    """Keys whose configuration ``configs.jsonl`` holds already."""
+    if not path.exists():
+        return set()
+    keys = set()
+    with open_bounded(path, "configs file", TRACE_BYTES) as raw:
+        for line in io.TextIOWrapper(raw, encoding="utf-8"):
+            try:
+                keys.add(json.loads(line)["key"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line
+    return keys
+
+
 def run_sweep(spec: Spec, out: Path, workers: int = 1, ray_address: str | None = None,
               hardware: tuple[str, ...] = (),
               progress: Callable[[int, int], None] | None = None) -> SweepOutcome:
     """Run the points of ``spec`` not yet in ``out``/results.csv (a point that failed there is
     run again); the file holds every point's row when this returns, and after each point
-    while it runs."""
+    while it runs, beside the rows of other specs run into ``out`` before."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.csv"
-    have = {k: r for k, r in read_rows(path).items() if r["status"] == "ok"}
-    keyed = [(spec.key(p), p) for p in spec.points]
+    before = read_rows(path)
+    keyed = list(zip(point_keys(spec, hardware), spec.points, strict=True))
+    mine = {k for k, _ in keyed}
+    others = [r for k, r in before.items() if k not in mine]  # other specs' rows stay
+    have = {k: r for k, r in before.items() if k in mine and r["status"] == "ok"}
     todo = {k: p for k, p in keyed if k not in have}  # a point given twice runs once
     jobs = [SweepJob(k, p, spec.settings(), hardware) for k, p in todo.items()]
     results = dict(have)
     start = time.perf_counter()
-    rows_in_file = list(have.values())
-    write_rows(path, rows_in_file)
+    write_rows(path, others + list(have.values()))
+    configs = out / CONFIGS
+    logged = known_configs(configs)
+    with configs.open("a") as f:
+        for k, p in keyed:
+            if k not in logged:
+                f.write(_config_line(spec, k, p, hardware))
+                logged.add(k)
     source = _ray(jobs, ray_address, workers) if ray_address else _pool(jobs, workers)
     failed = 0
     with path.open("a", newline="") as f:
@@ -224,6 +291,6 @@ def run_sweep(spec: Spec, out: Path, workers: int = 1, ray_address: str | None =
             failed += row["status"] != "ok"
             if progress is not None:
                 progress(i, len(jobs))
-    ordered = [results[k] for k, _ in keyed if k in results]
-    write_rows(path, ordered)
+    ordered = [results[k] for k, _ in dict(keyed).items() if k in results]
+    write_rows(path, others + ordered)
     return SweepOutcome(ordered, len(jobs), failed, time.perf_counter() - start)

@@ -151,15 +151,22 @@ class Spec:
     fixed: dict[str, Any]
     points: list[dict[str, Any]] = field(repr=False)
     """Every point's full parameter set, in the order the sweep runs them."""
+    trace_sha256: str = ""
+    """The trace file's SHA-256 (part of every key: an edited trace is new points)."""
 
     def settings(self) -> dict[str, Any]:
-        """What every point shares (part of each point's key: a changed trace or SLO is a
-        new point)."""
-        return {"trace": str(self.trace), "limit": self.limit, "seed": self.seed,
-                "scheduler": self.scheduler, "slo": self.slo}
+        """What every point shares (part of each point's key: a changed trace file, limit or
+        SLO is a new point)."""
+        return {"trace": str(self.trace), "trace_sha256": self.trace_sha256,
+                "limit": self.limit, "seed": self.seed, "scheduler": self.scheduler,
+                "slo": self.slo}
 
-    def key(self, point: dict[str, Any]) -> str:
-        text = json.dumps({"settings": self.settings(), "point": point}, sort_keys=True)
+    def key(self, point: dict[str, Any], hardware: dict[str, Any] | None = None) -> str:
+        """The point's key: a hash of its resolved configuration, the shared settings, the
+        point and (``hardware``) the values of the hardware entries it names, so a hardware
+        file that changes an entry's values under the same name makes a new point."""
+        text = json.dumps({"settings": self.settings(), "point": point,
+                           "hardware": hardware}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -280,7 +287,10 @@ def load_spec(path: str | Path, defaults: dict[str, Any] | None = None) -> Spec:
                     f"than a sweep takes ({MAX_POINTS:,})")
     base = {name: p.default for name, p in PARAMS.items()} | (defaults or {})
     points = [{**base, **fixed, **g, **d} for g in grid for d in drawn]
-    return Spec(path, trace, limit, seed, scheduler, slo, fixed, points)
+    from nelssa.provenance import file_sha256
+
+    return Spec(path, trace, limit, seed, scheduler, slo, fixed, points,
+                file_sha256(str(trace)))
 
 
 def check_catalog(spec: Spec, catalog: Any) -> None:

@@ -1,0 +1,170 @@
+"""Inter-token latency: when each request's output tokens are made, as ``vllm bench serve``
+measures it (ITL, the gaps between a request's successive tokens).
+
+``TimedReplay`` is the replay (``replay.Replay``) watching where tokens are credited: a step's
+decodes (its end), the scheduler's token events (first tokens, prefill chunks that sample,
+requests that finish) and runs of pure decode steps taken many at a time (``fastpath.py``).
+A run's steps grow by the same amount each (every request's context grows by a token a step,
+so the step's cost by the same amount): from the run's time and its last step's, each step's
+length follows (a fleet's planned run has each step's end time, and the two agree to 1e-14 s,
+tests/test_fleet.py). A gap that spans a preemption or a migration is one long gap, as a
+client streaming the request sees it. The gaps of a request add up to its time from first token to
+last: their mean is its TPOT.
+
+Per request they are kept as two arrays (seconds, and how many such gaps in a row: 1 where
+the replay recorded them one by one), 16 bytes a token.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nelssa.emu.serving.replay import Replay
+from nelssa.emu.serving.results import RunResult
+
+if TYPE_CHECKING:
+    from nelssa.emu.serving.sim import ServingSim
+    from nelssa.emu.serving.workload import TraceRequest
+
+
+class TimedReplay(Replay):
+    """A replay that records each request's gaps between its output tokens (``token_gaps``
+    of its RunResult)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._last: dict[int, float] = {}
+        """Each request's latest token time, by rid."""
+        self._gaps: dict[int, tuple[array, array]] = {}
+        self._run_start = 0.0
+        """When the run of pure decode steps being planned started."""
+        self._planned: list[float] | None = None
+        """The end of each step of the planned run being settled (a fleet's instance)."""
+        self._ones = array("q", [1]) * 64
+        super().__init__(*args, **kwargs)
+        self.out.token_gaps = self._gaps  # type: ignore[assignment]
+
+    def pop_gaps(self, rid: int) -> tuple[array, array] | None:
+        """A finished request's gaps, no longer kept (a streamed run writes them out)."""
+        self._last.pop(rid, None)
+        return self._gaps.pop(rid, None)
+
+    def _gap(self, rq: Any, t: float) -> None:
+        """A token of ``rq`` at ``t``, after its first."""
+        rid = rq.req.rid
+        gaps = self._gaps.get(rid)
+        if gaps is None:
+            gaps = self._gaps[rid] = (array("d"), array("q"))
+        gaps[0].append(t - self._last.get(rid, rq.first_token_s))
+        gaps[1].append(1)
+        self._last[rid] = t
+
+    def _gaps_of_run(self, rq: Any, start: float, steps: array, end: float) -> None:
+        """A token of ``rq`` at the end of each step of a run from ``start`` to ``end`` that
+        took ``steps`` (seconds each)."""
+        rid = rq.req.rid
+        gaps = self._gaps.get(rid)
+        if gaps is None:
+            gaps = self._gaps[rid] = (array("d"), array("q"))
+        gaps[0].append(start + steps[0] - self._last.get(rid, rq.first_token_s))
+        gaps[0].extend(steps[1:])
+        gaps[1].extend(self._ones[:len(steps)])
+        self._last[rid] = end
+
+    def _step_cost(self, plan: Any) -> float:
+        cost = super()._step_cost(plan)
+        t = self.now + cost  # the step's decodes sample at its end
+        jobs = self.jobs
+        for jid in plan.decodes:
+            self._gap(jobs[jid].rq, t)
+        return cost
+
+    def _on_tokens(self, events: list[tuple[str, bool]], now: float) -> int:
+        jobs = self.jobs
+        for jid, _ in events:
+            rq = jobs[jid].rq
+            if rq.first_token_s is None:  # its first token: the gaps start from it
+                self._last[rq.req.rid] = now
+            else:
+                self._gap(rq, now)
+        return super()._on_tokens(events, now)
+
+    def _decode_run(self, next_sample: float) -> int:
+        self._run_start = self.now
+        return super()._decode_run(next_sample)
+
+    def settle(self, t: float = math.inf) -> None:
+        if self._pending is not None:  # a fleet's planned run: each step's end time is known
+            self._planned = self._pending[0]
+        super().settle(t)
+        self._planned = None
+
+    def _take_run(self, k: int, now: float, placed: Any, key: int | None,
+                  step: float) -> None:
+        sched = self.fast
+        assert sched is not None
+        start = self._run_start
+        if self._planned is not None:
+            ends = self._planned[:k]
+            steps = array("d", [b - a for a, b in zip([start, *ends], ends, strict=False)])
+        else:
+            steps = _steps(now - start, k, step)
+        if len(self._ones) < k:
+            self._ones = array("q", [1]) * (2 * k)
+        jobs = self.jobs
+        for j in sched.running:
+            self._gaps_of_run(jobs[j.spec.jid].rq, start, steps, now)
+        super()._take_run(k, now, placed, key, step)
+
+
+def _steps(total: float, k: int, last: float) -> array:
+    """The durations of ``k`` steps that took ``total`` seconds, the last ``last``, their
+    lengths growing by the same amount each step (each request's context grows by a token a
+    step, so the step's cost by the same amount): the first is ``2 total / k - last``."""
+    if k == 1 or not 0 < last < total:
+        return array("d", [total / k]) * k
+    first = 2 * total / k - last
+    if first <= 0:
+        return array("d", [total / k]) * k
+    grow = (last - first) / (k - 1)
+    return array("d", [first + i * grow for i in range(k)])
+
+
+def timed_replay(sim: ServingSim, requests: list[TraceRequest],
+                 progress: Callable[[float], None] | None = None, fast: bool = True
+                 ) -> RunResult:
+    """``replay.replay`` recording inter-token gaps."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    run = TimedReplay(sim, requests, fast).run(progress)
+    run.wall_s, run.cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    return run
+
+
+def request_itl(gaps: tuple[Any, Any] | None, percentiles: tuple[float, ...]
+                ) -> dict[str, float]:
+    """One request's ITL: mean, max and ``percentiles`` of its gaps (empty with none)."""
+    values = expand([gaps] if gaps is not None else [])
+    if not values.size:
+        return {}
+    out = {"mean": float(values.mean()), "max": float(values.max())}
+    for p, v in zip(percentiles, np.percentile(values, percentiles), strict=True):
+        out[pkey(p)] = float(v)
+    return out
+
+
+def expand(gaps: list[tuple[Any, Any]]) -> np.ndarray:
+    """Every gap of ``gaps`` (runs of equal gaps) as one array."""
+    if not gaps:
+        return np.empty(0)
+    return np.concatenate([np.repeat(np.asarray(g, dtype=float), np.asarray(n, dtype=np.int64))
+                           for g, n in gaps])
+
+
+def pkey(p: float) -> str:
+    """A percentile's key in a summary: ``p50``, ``p99.9``."""
+    return f"p{p:g}"
