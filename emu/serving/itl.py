@@ -4,12 +4,10 @@ measures it (ITL, the gaps between a request's successive tokens).
 ``TimedReplay`` is the replay (``replay.Replay``) watching where tokens are credited: a step's
 decodes (its end), the scheduler's token events (first tokens, prefill chunks that sample,
 requests that finish) and runs of pure decode steps taken many at a time (``fastpath.py``).
-A run's steps grow by the same amount each (every request's context grows by a token a step,
-so the step's cost by the same amount): from the run's time and its last step's, each step's
-length follows (a fleet's planned run has each step's end time, and the two agree to 1e-14 s,
-tests/test_fleet.py). A gap that spans a preemption or a migration is one long gap, as a
-client streaming the request sees it. The gaps of a request add up to its time from first token to
-last: their mean is its TPOT.
+A run's steps end where the replay priced them (``Replay.run_times``; a fleet's planned
+run, ``_pending``), so every gap is the replay's own step time. A gap that spans a preemption
+or a migration is one long gap, as a client streaming the request sees it. The gaps of a
+request add up to its time from first token to last: their mean is its TPOT.
 
 Per request they are kept as two arrays (seconds, and how many such gaps in a row: 1 where
 the replay recorded them one by one), 16 bytes a token.
@@ -45,7 +43,6 @@ class TimedReplay(Replay):
         """When the run of pure decode steps being planned started."""
         self._planned: list[float] | None = None
         """The end of each step of the planned run being settled (a fleet's instance)."""
-        self._ones = array("q", [1]) * 64
         super().__init__(*args, **kwargs)
         self.out.token_gaps = self._gaps  # type: ignore[assignment]
 
@@ -79,9 +76,16 @@ class TimedReplay(Replay):
     def _step_cost(self, plan: Any) -> float:
         cost = super()._step_cost(plan)
         t = self.now + cost  # the step's decodes sample at its end
-        jobs = self.jobs
-        for jid in plan.decodes:
-            self._gap(jobs[jid].rq, t)
+        jobs, all_gaps, last = self.jobs, self._gaps, self._last
+        for jid in plan.decodes:  # (_gap, inlined: every step of a busy replay comes here)
+            rq = jobs[jid].rq
+            rid = rq.req.rid
+            gaps = all_gaps.get(rid)
+            if gaps is None:
+                gaps = all_gaps[rid] = (array("d"), array("q"))
+            gaps[0].append(t - last.get(rid, rq.first_token_s))
+            gaps[1].append(1)
+            last[rid] = t
         return cost
 
     def _on_tokens(self, events: list[tuple[str, bool]], now: float) -> int:
@@ -109,30 +113,22 @@ class TimedReplay(Replay):
         sched = self.fast
         assert sched is not None
         start = self._run_start
-        if self._planned is not None:
-            ends = self._planned[:k]
-            steps = array("d", [b - a for a, b in zip([start, *ends], ends, strict=False)])
-        else:
-            steps = _steps(now - start, k, step)
-        if len(self._ones) < k:
-            self._ones = array("q", [1]) * (2 * k)
-        jobs = self.jobs
+        ends = (self._planned if self._planned is not None else self.run_times)[:k]
+        steps = array("d", [b - a for a, b in zip([start, *ends], ends, strict=False)])
+        # (_gaps_of_run, inlined: the run's gaps after each request's first are the same)
+        first_end, tail, ones = start + steps[0], steps[1:], array("q", [1]) * k
+        jobs, all_gaps, last = self.jobs, self._gaps, self._last
         for j in sched.running:
-            self._gaps_of_run(jobs[j.spec.jid].rq, start, steps, now)
+            rq = jobs[j.spec.jid].rq
+            rid = rq.req.rid
+            gaps = all_gaps.get(rid)
+            if gaps is None:
+                gaps = all_gaps[rid] = (array("d"), array("q"))
+            gaps[0].append(first_end - last.get(rid, rq.first_token_s))
+            gaps[0].extend(tail)
+            gaps[1].extend(ones)
+            last[rid] = now
         super()._take_run(k, now, placed, key, step)
-
-
-def _steps(total: float, k: int, last: float) -> array:
-    """The durations of ``k`` steps that took ``total`` seconds, the last ``last``, their
-    lengths growing by the same amount each step (each request's context grows by a token a
-    step, so the step's cost by the same amount): the first is ``2 total / k - last``."""
-    if k == 1 or not 0 < last < total:
-        return array("d", [total / k]) * k
-    first = 2 * total / k - last
-    if first <= 0:
-        return array("d", [total / k]) * k
-    grow = (last - first) / (k - 1)
-    return array("d", [first + i * grow for i in range(k)])
 
 
 def timed_replay(sim: ServingSim, requests: list[TraceRequest],
@@ -147,13 +143,22 @@ def timed_replay(sim: ServingSim, requests: list[TraceRequest],
 
 def request_itl(gaps: tuple[Any, Any] | None, percentiles: tuple[float, ...]
                 ) -> dict[str, float]:
-    """One request's ITL: mean, max and ``percentiles`` of its gaps (empty with none)."""
-    values = expand([gaps] if gaps is not None else [])
-    if not values.size:
+    """One request's ITL: mean, max and ``percentiles`` of its gaps (linear interpolation
+    between the closest ranks, numpy's default; empty with none). Sorted in Python: a
+    request's few hundred gaps take less than numpy's call costs."""
+    if gaps is None:
         return {}
-    out = {"mean": float(values.mean()), "max": float(values.max())}
-    for p, v in zip(percentiles, np.percentile(values, percentiles), strict=True):
-        out[pkey(p)] = float(v)
+    g, n = gaps
+    values = sorted(g) if n.count(1) == len(n) else sorted(expand([gaps]).tolist())
+    if not values:
+        return {}
+    last = len(values) - 1
+    out = {"mean": math.fsum(values) / len(values), "max": values[-1]}
+    for p in percentiles:
+        at = p / 100 * last
+        lo = math.floor(at)
+        hi = min(lo + 1, last)
+        out[pkey(p)] = values[lo] + (values[hi] - values[lo]) * (at - lo)
     return out
 
 

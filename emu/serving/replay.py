@@ -124,6 +124,8 @@ class Replay:
         self.lazy = False
         """A fleet's instance: a run of pure decode steps is planned, not taken, until the
         fleet settles it (``settle``): whole, or cut at an arrival dispatched to it."""
+        self.run_times: list[float] = []
+        """The end of each step of the run of pure decode steps taken last."""
         self._pending: tuple[list[float], int] | None = None
         """A planned run: each step's end time, and the tokens a step makes."""
         self.sched = make_replay_scheduler(sim, aggregate=fast)
@@ -453,7 +455,8 @@ class Replay:
         arrival = self.arrivals[0][0] if self.arrivals else math.inf
         if not self.lazy:  # a lazy run may pass the horizon: the fleet cuts it (settle)
             arrival = min(arrival, self.horizon)
-        times: list[float] | None = [] if self.lazy else None
+        times: list[float] = []
+        """Each step's end (a lazy run is settled from them; ``run_times`` otherwise)."""
         now = self.now
         k = 0
         key = id(self) if self.contended else None
@@ -482,8 +485,7 @@ class Replay:
                               window, t_pnm=t_pnm)
             now += step
             k = i
-            if times is not None:
-                times.append(now)
+            times.append(now)
             if now >= arrival or now >= next_sample:
                 break
             if watch:
@@ -493,12 +495,13 @@ class Replay:
                 if (can_start and best is not None and policy.pressure(used, capacity)
                         and router.past(best[0] + i)):
                     break
-        if times is not None:
+        if self.lazy:
             if key is not None and placed is not None:  # its load while the run lasts
                 self._book(placed, k - 1, step)
             self._pending = (times, len(sched.running))
             self.now = now  # tentative: settle may cut it
             return k
+        self.run_times = times
         self._take_run(k, now, placed, key, step)
         return k
 

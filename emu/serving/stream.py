@@ -119,6 +119,9 @@ class RecordSink:
         self.met = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self._itl_buf: list[tuple[array, array]] = []
+        self._itl_held = 0
+        """Gaps not yet in the ITL sketch."""
         self._files: list[IO[str]] = []
         self._cols = columns(percentiles)
         self._req = self._writer("requests.csv", tuple(self._cols))
@@ -148,9 +151,22 @@ class RecordSink:
         self.e2e.add(max(r.finish_s - r.arrival_s, 0.0))
         if tpot is not None:
             self.tpot.add(max(tpot, 0.0))
-        if gaps is not None:
-            self.itl.add_many(np.maximum(expand([gaps]), 0.0))
+        if gaps is not None:  # into the sketch a batch at a time (its cost is per call)
+            self._itl_buf.append(gaps)
+            self._itl_held += len(gaps[0])
+            if self._itl_held >= 1 << 18:
+                self._flush_itl()
         self.met += self.slo.meets(ttft, tpot)
+
+    def _flush_itl(self) -> None:
+        if self._itl_buf:
+            self.itl.add_many(np.maximum(expand(self._itl_buf), 0.0))
+        self._itl_buf, self._itl_held = [], 0
+
+    def itl_stats(self) -> dict[str, float]:
+        """ITL over every gap of every request so far."""
+        self._flush_itl()
+        return self.itl.stats()
 
     def reject(self, x: Rejection) -> None:
         """A request refused before it ran (it misses the SLO)."""
@@ -167,6 +183,7 @@ class RecordSink:
         return self.met / n if n else math.nan
 
     def close(self) -> None:
+        self._flush_itl()
         for fh in self._files:
             fh.close()
         self._files = []
