@@ -98,6 +98,10 @@ class NodeConfig:
     than it has units otherwise leaves bandwidth unused."""
     max_domain_members: int = field(default=64, metadata={"num": LIMIT})
     """Members one clock domain may have (host/pnm_node/domains.py)."""
+    max_client_domains: int = field(default=4, metadata={"num": LIMIT})
+    """Clock domains one client may have open (those it opened and that have not ended), so
+    no client takes the node's ``max_clients`` domains from the others (a co-simulation opens
+    one)."""
     domain_stall_s: float = field(default=600.0, metadata={"num": TIMEOUT_S})
     """A clock-domain member nothing is heard from for this long while another member's
     ATTEND waits on it is removed from the domain, and the others go on."""
