@@ -705,3 +705,4 @@ def test_many_clients_with_tickets_do_not_evict_a_waiting_ticket() -> None:
         table.ticket(b"sybil-late")
     table.join(b"victim-qp", victim)
     assert table.client_id(b"victim-qp") == b"victim"
+

@@ -48,6 +48,10 @@ class NodeConfig:
     core_clock_mhz: float | None = field(default=None, metadata={"num": CLOCK_MHZ})
     """Device core clock: device cycles to emulated time. None: the devices' own (each port's
     ``clock_hz``: a simulated device's preset, a board's manifest), which must agree."""
+    device_token_file: str | None = None
+    """The token file the node presents to its device processes (emu/link/tokens.py; a node
+    that starts its devices draws one); None: each device's own, written for its endpoint on
+    this host (`device serve` without --token-file)."""
     fpga_manifest: str | None = None
     """Bitstream manifest of ``fpga:`` devices (default: manifest.json in each board folder)."""
     max_sessions: int = field(default=4096, metadata={"num": LIMIT})
