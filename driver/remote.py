@@ -244,7 +244,8 @@ class RemotePort(DevicePort):
         self._abort = threading.Event()
         self._abort_reason = ""
         self.link = LinkClient(endpoint, link_preset(CXL_LINK), timeout_ms / 1000, faults,
-                               curve, context, self._error, retry, MAX_RPC_REPLY)
+                               curve, context, self._error, retry, MAX_RPC_REPLY,
+                               max_request=MAX_RPC_PAYLOAD)  # a device's limit: no hello
         self._timeout_ms = timeout_ms
         self._pending: list[bytes] = []
 

@@ -11,6 +11,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from node_helpers import GROUP, HEAD_DIM, InProcessNode, Workload, single_device_reference
 
-from nelssa.emu.link.frame import HEADER_BYTES, MAX_EMU_TIME_PS
+from nelssa.emu.link.frame import HEADER_BYTES, MAX_EMU_TIME_PS, LinkErrorCode
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.transport import RemoteError, ServiceError
 from nelssa.host.pnm_node import protocol as p
@@ -706,3 +707,32 @@ def test_many_clients_with_tickets_do_not_evict_a_waiting_ticket() -> None:
     table.join(b"victim-qp", victim)
     assert table.client_id(b"victim-qp") == b"victim"
 
+
+# -- issue 44, defect 15: a message over the node's limit is answered ---------------------------
+def test_a_write_over_the_links_limit_is_answered_not_dropped(tmp_path: Path) -> None:
+    """A WRITE_KV larger than the node's link takes was dropped by ZeroMQ with its connection,
+    unanswered: the client retransmitted until LinkTimeoutError. The node tells each
+    connection its limits (the link's hello): the client splits a write to the node's
+    max_write_kv_bytes, and refuses at once a message the link would drop, naming the limit."""
+    node = InProcessNode(f"ipc://{tmp_path}/node", 1, max_write_kv_bytes=64 << 10,
+                         max_request_heads=1)
+    rng = np.random.default_rng(15)
+    keys = [rng.integers(0, 1 << 15, (16, HEAD_DIM), dtype=np.uint16) for _ in range(128)]
+    values = [k[::-1].copy() for k in keys]
+    try:
+        link_max = node.service.server.limits.max_payload
+        assert link_max < 1 << 20  # a 1 MiB write is beyond what the link takes
+        with NodeClient(node.endpoint, timeout_s=5) as c:  # its own limit: the default 64 MiB
+            s = c.open_session(HEAD_DIM, GROUP, "head")
+            c.alloc_kv(s, 0, [0], len(keys), 16 * len(keys))
+            t0 = time.monotonic()
+            assert c.write_kv(s, 0, 0, keys, values).cluster_ids == range(len(keys))
+            raw = _write_payload(s, 0, keys, values)
+            assert len(raw) > link_max
+            with pytest.raises(NodeLimitError, match=f"at most {link_max} bytes") as e:
+                c.link.call(NodeOp.WRITE_KV, raw)
+            assert e.value.code == LinkErrorCode.TOO_LARGE
+            assert time.monotonic() - t0 < 4.0
+            c.close_session(s)
+    finally:
+        node.stop()

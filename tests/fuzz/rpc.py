@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from nelssa.driver import remote
 from nelssa.driver.remote import RpcErrorCode, RpcOp, RpcStatus
-from nelssa.emu.link.frame import LinkErrorCode
+from nelssa.emu.link.frame import LINK_HELLO_OP, LinkErrorCode
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.service import LinkTimeoutError, RemoteError
 from nelssa.emu.link.tokens import read_token, token_path
@@ -105,12 +105,14 @@ def rpc_cases(draw, max_calls: int = 6) -> RpcCase:
     calls = []
     for _ in range(draw(st.integers(1, max_calls))):
         if draw(st.integers(0, 4)) == 0:  # a stranger: any operation, SHUTDOWN included
-            calls.append(Call(draw(st.one_of(st.sampled_from(list(RpcOp)), uint(16))), 0, (),
+            calls.append(Call(draw(st.one_of(st.sampled_from(list(RpcOp)), uint(16).filter(
+                lambda o: o != LINK_HELLO_OP))), 0, (),
                               body=draw(_STRANGER_PAYLOADS), stranger=True))
             continue
         op = draw(st.one_of(st.sampled_from(CALL_OPS), st.sampled_from(CALL_OPS),
-                            st.just(RpcOp.WAIT), uint(16).filter(
-                                lambda o: o not in RpcOp.__members__.values())))
+                            st.just(RpcOp.WAIT), uint(16).filter(  # the link's own aside
+                                lambda o: o not in RpcOp.__members__.values()
+                                and o != LINK_HELLO_OP)))
         spoil = draw(st.one_of(st.just(()), st.just(()), st.just(()),
                                st.tuples(st.just("cut"), st.integers(0, 12)),
                                st.tuples(st.just("extend"), st.binary(min_size=1, max_size=6))))
