@@ -1,5 +1,6 @@
-"""A device port in another process, over ZeroMQ: ``RemotePort`` (client, a DevicePort) and
-``serve_port`` (the server loop of ``nelssa device serve``).
+"""A device port in another process, over ZeroMQ: ``RemotePort`` (client, a DevicePort), and
+the calls both ends share (``serve_port``, the server loop of ``nelssa device serve``, is in
+driver/remote_server.py).
 
 The calls travel as link frames (emu/link/frame.py: sequence numbers, CRC-32) between a
 ``LinkClient`` and a ``LinkServer`` (emu/link/transport.py): a lost or damaged call is sent
@@ -7,36 +8,38 @@ again, and a call the device already ran is answered from the reply it gave, nev
 The frame's ``op`` is an ``RpcOp``; the payloads are ``RPC_REQUEST`` and ``RPC_REPLY`` below.
 Messages the driver sends (CXL.mem and MMIO requests) are buffered and travel in order with the
 next call, so a burst of line writes costs one round trip, not one per line.
+
+A device server takes calls only from a connection that presented its token first (AUTH, the
+token compared in constant time; emu/link/tokens.py says where tokens live): any other call
+is refused UNAUTHORIZED before it is parsed, and changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import struct
 import threading
 import time
-from collections.abc import Callable
 from enum import IntEnum
+from pathlib import Path
 
 import zmq
 from construct import Enum, GreedyBytes, GreedyRange, Int8ul, Int32ul, Int64ul, Prefixed, Struct
 
 from nelssa.driver import cxl
 from nelssa.driver.port import DevicePort
-from nelssa.emu.link.frame import LinkErrorCode
 from nelssa.emu.link.model import LinkFaults, link_preset
-from nelssa.emu.link.security import CurveClientKeys, CurveServerKeys
+from nelssa.emu.link.security import CurveClientKeys
+from nelssa.emu.link.tokens import (
+    AdminTokenError,
+    read_token,
+    read_token_file,
+)
 from nelssa.emu.link.transport import (
     LinkClient,
-    LinkLimits,
-    LinkServer,
     LinkTimeoutError,
-    Reply,
     RetryPolicy,
-    ServiceError,
-    ServiceRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -67,6 +70,9 @@ class RpcOp(IntEnum):
     message."""
     CLOCK = 9
     """Deliver, then reply with the device's core clock in Hz."""
+    AUTH = 10
+    """Present the device's token (the payload, ``ADMIN_TOKEN_BYTES``): the connection's later
+    calls are served. Every other call needs it first."""
 
 
 class RpcStatus(IntEnum):
@@ -88,6 +94,9 @@ class RpcErrorCode(IntEnum):
     """The device refused or failed the call."""
     DEVICE_BUSY = 102
     """The device ran the cycles it was given and is still busy."""
+    UNAUTHORIZED = 103
+    """The connection has not presented the device's token (AUTH), or presented a wrong one;
+    nothing was run."""
 
 
 HEARTBEAT_S = 0.1
@@ -121,6 +130,9 @@ MAX_DMA_BYTES = 1 << 22
 MAX_CALL_CYCLES = 1 << 24
 """Most cycles one ADVANCE or RUN_UNTIL_IDLE may ask for (21 ms at 800 MHz; about 17 s of
 ``rtl``), so no call holds a device for long or carries its clock anywhere near overflow."""
+MAX_AUTHORIZED = 256
+"""Connections a device server remembers as authorized (the least recently heard from is
+forgotten first, and must present the token again)."""
 MAX_BATCH_MESSAGES = 4096
 """Messages one call carries; a port sends a fuller buffer on its own first."""
 MAX_PORT_MESSAGE = 1 + max(s.sizeof() for s in (cxl.M2S_REQ, cxl.M2S_RWD, cxl.S2M_NDR,
@@ -211,25 +223,37 @@ class DeviceBusyError(TimeoutError):
     """The device ran the cycles it was given and is still busy (it answered: it is alive)."""
 
 
+class DeviceAuthError(PermissionError):
+    """The device refused this port's token (or it had none to present)."""
+
+
 class RemotePort(DevicePort):
     """A device served by ``nelssa device serve`` at ``endpoint``; ``faults`` are injected at
-    this end of the link, both directions (for tests)."""
+    this end of the link, both directions (for tests). Before its first call the port presents
+    the device's token: the one in ``token_file``, else the one the device wrote for its
+    endpoint on this host (admin.read_token)."""
 
     def __init__(self, endpoint: str, timeout_ms: int = 60_000,
                  context: zmq.Context | None = None, curve: CurveClientKeys | None = None,
-                 faults: LinkFaults | None = None, retry: RetryPolicy = RPC_RETRY) -> None:
+                 faults: LinkFaults | None = None, retry: RetryPolicy = RPC_RETRY,
+                 token_file: str | os.PathLike[str] | None = None) -> None:
         self.endpoint = endpoint
+        self._token_file = token_file
+        self._authorized = False
         self._broken = False
         self._abort = threading.Event()
         self._abort_reason = ""
         self.link = LinkClient(endpoint, link_preset(CXL_LINK), timeout_ms / 1000, faults,
-                               curve, context, self._error, retry, MAX_RPC_REPLY)
+                               curve, context, self._error, retry, MAX_RPC_REPLY,
+                               max_request=MAX_RPC_PAYLOAD)  # a device's limit: no hello
         self._timeout_ms = timeout_ms
         self._pending: list[bytes] = []
 
     def _error(self, code: int, text: str) -> Exception:
         if code == RpcErrorCode.DEVICE_BUSY:
             return DeviceBusyError(text)
+        if code == RpcErrorCode.UNAUTHORIZED:
+            return DeviceAuthError(f"device at {self.endpoint}: {text}")
         return RuntimeError(f"device at {self.endpoint}: {text}")
 
     def set_timeout(self, timeout_ms: int) -> None:
@@ -281,7 +305,28 @@ class RemotePort(DevicePort):
             raise PortTimeoutError(f"device at {self.endpoint} stopped answering earlier; the "
                                    "port is closed")
 
+    def _authorize(self, op: RpcOp) -> None:
+        """Present the device's token, once per connection (before ``op``, the first call).
+        A device still starting may not have written its token yet: it has the port's
+        timeout to; one that never does is as good as not there."""
+        wait_s = self._timeout_ms / 1000
+        try:
+            if self._token_file is not None:
+                token = read_token_file(Path(self._token_file), wait_s)
+            else:
+                token = read_token(self.endpoint, wait_s)
+        except AdminTokenError as e:
+            if self._token_file is not None:
+                raise DeviceAuthError(f"device at {self.endpoint}: {e}") from None
+            self._broken = True
+            raise PortTimeoutError(f"device at {self.endpoint} did not answer {op.name} within "
+                                   f"{wait_s:g} s ({e}; give the device's token file)") from None
+        self._exchange(RpcOp.AUTH, op, token)
+        self._authorized = True
+
     def _call_payload(self, op: RpcOp, payload: bytes) -> tuple[int, list[bytes]]:
+        if not self._authorized:
+            self._authorize(op)
         status, value, out = self._exchange(op, op, payload)
         cpu_ns, since = -1, time.monotonic()
         while status == RpcStatus.PENDING:  # a heartbeat: alive; stuck unless the CPU time grows
@@ -358,205 +403,3 @@ class RemotePort(DevicePort):
         if self._pending and not self._broken and not self._abort.is_set():
             self._call(RpcOp.SEND)
         self.link.close()
-
-
-def _check_dma(op: RpcOp, payload: bytes) -> tuple[int, list[bytes]]:
-    """A backdoor call's (address, [data]) or (address, [length as 8 bytes])."""
-    if len(payload) < _ARG.size:
-        raise ValueError(f"call of {len(payload)} bytes is shorter than its {_ARG.size}-byte "
-                         "address")
-    (addr,) = _ARG.unpack_from(payload)
-    if op == RpcOp.DMA_WRITE:
-        data = payload[_ARG.size:]
-        if len(data) > MAX_DMA_BYTES:
-            raise ValueError(f"backdoor write of {len(data)} bytes; one call carries at most "
-                             f"{MAX_DMA_BYTES}")
-        return addr, [data]
-    if len(payload) != DMA_READ_REQ.sizeof():
-        raise ValueError(f"backdoor read of {len(payload)} bytes; it is "
-                         f"{DMA_READ_REQ.sizeof()} (address, length)")
-    length = DMA_READ_REQ.parse(payload).length
-    if length > MAX_DMA_BYTES:
-        raise ValueError(f"backdoor read of {length} bytes; one call reads at most "
-                         f"{MAX_DMA_BYTES}")
-    return addr, [payload[_ARG.size:]]
-
-
-def _check_call(op: RpcOp, payload: bytes) -> tuple[int, list[bytes]]:
-    """A call's (arg, messages), checked whole before the device sees any of it."""
-    try:
-        if op in (RpcOp.DMA_WRITE, RpcOp.DMA_READ):
-            return _check_dma(op, payload)
-        if len(payload) > MAX_BATCH_PAYLOAD:
-            raise ValueError(f"call of {len(payload)} bytes; one carrying messages has at most "
-                             f"{MAX_BATCH_PAYLOAD}")
-        arg, messages = decode_request(payload)
-        if op in (RpcOp.ADVANCE, RpcOp.RUN_UNTIL_IDLE) and arg > MAX_CALL_CYCLES:
-            raise ValueError(f"{op.name} of {arg} cycles: one call runs at most "
-                             f"{MAX_CALL_CYCLES}")
-        for i, m in enumerate(messages):
-            try:
-                cxl.parse_message(m)
-            except Exception as e:
-                raise ValueError(f"message {i}: {e}") from None
-    except ValueError as e:
-        raise ServiceError(RpcErrorCode.BAD_REQUEST, f"{op.name}: {e}") from None
-    return arg, messages
-
-
-def _execute(port: DevicePort, op: RpcOp, arg: int, messages: list[bytes]) -> bytes:
-    """Deliver a call's messages and carry out its operation: the reply payload, or
-    ServiceError naming what failed."""
-    value, out = 0, []
-    if op in (RpcOp.DMA_WRITE, RpcOp.DMA_READ):
-        return _execute_dma(port, op, arg, messages[0])
-    try:
-        for m in messages:
-            port.send(m)
-        if op == RpcOp.RECEIVE:
-            out = port.receive()
-        elif op == RpcOp.ADVANCE:
-            port.advance(arg)
-        elif op == RpcOp.RUN_UNTIL_IDLE:
-            value = port.run_until_idle(arg)
-        elif op == RpcOp.CYCLE:
-            value = port.cycle
-        elif op == RpcOp.CLOCK:
-            value = port.clock_hz
-    except TimeoutError as e:
-        raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
-    except Exception as e:
-        log.warning("%s failed: %s", op.name, e)
-        raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}") from None
-    return encode_reply(value, out)
-
-
-def _execute_dma(port: DevicePort, op: RpcOp, addr: int, body: bytes) -> bytes:
-    """A backdoor call; an address range outside the device is a bad request (the port
-    checks it before it touches memory)."""
-    try:
-        if op == RpcOp.DMA_WRITE:
-            ok, out = port.dma_write(addr, body), []
-        else:
-            data = port.dma_read(addr, _ARG.unpack(body)[0])
-            ok, out = data is not None, [data or b""]
-    except ValueError as e:
-        raise ServiceError(RpcErrorCode.BAD_REQUEST, f"{op.name}: {e}") from None
-    except TimeoutError as e:
-        raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
-    except Exception as e:
-        log.warning("%s failed: %s", op.name, e)
-        raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}") from None
-    if not ok:
-        raise ServiceError(RpcErrorCode.DEVICE_ERROR, f"{op.name}: this device has no backdoor")
-    return encode_reply(0, out)
-
-
-class _Calls:
-    """The port's calls, one at a time on a thread of their own, so the server answers
-    (PENDING, with the thread's CPU time as progress) while a long one runs."""
-
-    def __init__(self, port: DevicePort) -> None:
-        self._port = port
-        self._jobs: queue.SimpleQueue[tuple[RpcOp, int, list[bytes]]] = queue.SimpleQueue()
-        self._done = threading.Event()
-        self._result: bytes | ServiceError = b""
-        self.running = False
-        thread = threading.Thread(target=self._work, name="device-calls", daemon=True)
-        thread.start()  # a daemon: a call stuck in the device does not keep the process
-        assert thread.ident is not None
-        self._clock = time.pthread_getcpuclockid(thread.ident)
-        self._cpu0 = 0
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            try:
-                self._result = _execute(self._port, *job)
-            except ServiceError as e:
-                self._result = e
-            except Exception as e:  # _execute classifies; this keeps the worker alive
-                self._result = ServiceError(RpcErrorCode.DEVICE_ERROR, f"{type(e).__name__}: {e}")
-            self._done.set()
-
-    def start(self, op: RpcOp, arg: int, messages: list[bytes]) -> bytes:
-        self.running = True
-        self._done.clear()
-        self._cpu0 = time.clock_gettime_ns(self._clock)
-        self._jobs.put((op, arg, messages))
-        return self.wait()
-
-    def wait(self) -> bytes:
-        """The running call's reply (or its ServiceError), or PENDING if it is still running
-        after HEARTBEAT_S."""
-        if not self._done.wait(HEARTBEAT_S):
-            cpu = time.clock_gettime_ns(self._clock) - self._cpu0
-            return encode_reply(max(0, cpu), [], RpcStatus.PENDING)
-        self.running = False
-        if isinstance(self._result, ServiceError):
-            raise self._result
-        return self._result
-
-
-class _Served:
-    """The handler of ``serve_port``."""
-
-    def __init__(self, port: DevicePort, on_shutdown: Callable[[], None]) -> None:
-        self.port = port
-        self.calls = _Calls(port)
-        self._on_shutdown = on_shutdown
-
-    def __call__(self, request: ServiceRequest) -> Reply:
-        try:
-            op = RpcOp(request.op)
-        except ValueError:
-            raise ServiceError(LinkErrorCode.UNKNOWN_OP, f"operation {request.op} is not a device "
-                               f"call ({', '.join(o.name for o in RpcOp)})") from None
-        arg, messages = _check_call(op, request.payload)
-        if op == RpcOp.WAIT:
-            if not self.calls.running:
-                raise ServiceError(RpcErrorCode.BAD_REQUEST, "WAIT with no call in progress")
-            body = self.calls.wait()
-        elif op == RpcOp.SHUTDOWN:
-            if self.calls.running:  # a call stuck in the device does not stop a shutdown
-                log.warning("shutting down with a call still running in the device")
-                body = encode_reply(0, [])
-            else:
-                body = _execute(self.port, op, arg, messages)
-            self._on_shutdown()  # the server stops after this reply
-        elif self.calls.running:
-            raise ServiceError(RpcErrorCode.BAD_REQUEST, f"{op.name} while an earlier call is "
-                               "still running; WAIT for it")
-        else:
-            body = self.calls.start(op, arg, messages)
-        return Reply(op, body, request.arrive_ps)
-
-
-def serve_port(port: DevicePort, endpoint: str, context: zmq.Context | None = None,
-               curve: CurveServerKeys | None = None, parent_pid: int | None = None,
-               faults: LinkFaults | None = None) -> dict[str, int]:
-    """Serve ``port`` at ``endpoint`` until a SHUTDOWN request (or, with ``parent_pid``, until
-    that process is gone, so a node that crashes leaves no device behind). A failing or
-    malformed call answers with an error naming the problem; the server goes on. A call still
-    running after HEARTBEAT_S is answered PENDING until it is done. Binds to
-    loopback only, unless CURVE keys are given (emu/link/security.py); ``faults`` are injected
-    at this end of the link, both directions (for tests). Returns the link's counters
-    (LinkServer.counters)."""
-    handler = _Served(port, lambda: server.stop())
-    server = LinkServer(endpoint, handler, link_preset(CXL_LINK), curve, context,
-                        LinkLimits(max_payload=MAX_RPC_PAYLOAD), faults)
-
-    def idle() -> bool:
-        if parent_pid is not None and os.getppid() != parent_pid:
-            log.warning("parent process %d is gone; device exits", parent_pid)
-            return True
-        return False
-
-    log.info("device serving at %s", endpoint)
-    try:
-        server.serve(1000, idle)
-    finally:
-        server.close()
-        if not handler.calls.running:  # else the device is still inside a call; exit ends it
-            port.close()
-    return server.counters()

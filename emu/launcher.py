@@ -167,18 +167,27 @@ def private_folder(prefix: str) -> Path:
 
 
 class DeviceProcesses:
-    """``count`` device processes serving at ipc:// endpoints in a private folder."""
+    """``count`` device processes serving at ipc:// endpoints in a private folder, each taking
+    calls only from who presents the token in ``token_file`` (emu/link/tokens.py)."""
 
     def __init__(self, count: int, backend: str, engines: int | None = None,
                  preset: str = "ddr5-6400", verbose: bool = False,
-                 file_memory: bool = False, device_args: tuple[str, ...] = ()) -> None:
+                 file_memory: bool = False, device_args: tuple[str, ...] = (),
+                 token_file: Path | None = None) -> None:
         """``engines``: attention units per device (None: `device serve`'s default, the
         device's own); ``file_memory``: model devices hold their memory in sparse files in
         the private folder (`device serve --memory-file`), removed with it; ``device_args``:
-        more `device serve` options (the DDR5 overrides and sub-channels)."""
+        more `device serve` options (the DDR5 overrides and sub-channels); ``token_file``: the
+        devices' token (default: a new one in the private folder, never on a command line)."""
+        from nelssa.emu.link.tokens import new_token, write_token_file
+
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         self.folder = private_folder("nelssa-node-")
+        if token_file is None:
+            token_file = self.folder / "device.token"
+            write_token_file(token_file, new_token())
+        self.token_file = token_file
         self.endpoints = [f"ipc://{self.folder}/device-{i}" for i in range(count)]
         self.procs: list[subprocess.Popen[bytes]] = []
         try:
@@ -188,7 +197,7 @@ class DeviceProcesses:
                 cmd = [sys.executable, "-m", "nelssa.cli", *(["-v"] if verbose else []),
                        "device", "serve", "--backend", backend, "--endpoint", ep, *mem,
                        *(["--engines", str(engines)] if engines is not None else []),
-                       "--preset", preset, *device_args,
+                       "--preset", preset, *device_args, "--token-file", str(token_file),
                        "--parent-pid", str(os.getpid())]
                 self.procs.append(subprocess.Popen(cmd, start_new_session=True,
                                                    stdin=subprocess.DEVNULL))

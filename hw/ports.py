@@ -51,6 +51,9 @@ class PortOptions:
     connect_timeout_s: float = 60.0
     """``tcp``, ``ipc``: how long a call waits for the device's answer (a served ``rtl``
     device may still be building when it is first called)."""
+    token_file: str | None = None
+    """``tcp``, ``ipc``: the device's token file (None: the one the device wrote for its
+    endpoint on this host; driver/remote.py)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,8 @@ def _open_fpga(board: str, o: PortOptions) -> DevicePort:
 def _open_remote(endpoint: str, o: PortOptions) -> DevicePort:
     from nelssa.driver.remote import RemotePort
 
-    return RemotePort(endpoint, timeout_ms=int(o.connect_timeout_s * 1000))
+    return RemotePort(endpoint, timeout_ms=int(o.connect_timeout_s * 1000),
+                      token_file=o.token_file)
 
 
 OPENERS: dict[str, PortKind] = {

@@ -113,13 +113,20 @@ def served_device(text: str) -> str:
 
 def cmd_device_serve(args: argparse.Namespace) -> int:
     """Serve one device's port over ZeroMQ until a client asks it to shut down."""
-    from nelssa.driver.remote import serve_port
+    from nelssa.driver.remote_server import serve_port
     from nelssa.emu.launcher import remove_socket_file
     from nelssa.emu.link.security import CurveServerKeys
+    from nelssa.emu.link.tokens import AdminTokenError, token_from_file, token_path
     from nelssa.hw.fpga.errors import FpgaError
 
     check_bind(args.endpoint, args.curve_secret)  # before the device is made (rtl: built)
     curve = CurveServerKeys(args.curve_secret) if args.curve_secret else None
+    token = None
+    if args.token_file is not None:
+        try:
+            token = token_from_file(args.token_file)
+        except AdminTokenError as e:
+            raise UsageError(f"--token-file {e}") from None
     spec = args.backend
     if spec == "fpga":  # the long form: the board from --bar
         if not args.bar:
@@ -142,8 +149,11 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
         print(f"error: --memory-file {args.memory_file}: {e}", file=sys.stderr)
         return 2
     log.info("serving a %s device at %s", args.backend, args.endpoint)
+    if token is None:
+        print(f"device token: {token_path(args.endpoint)} (read by `node up --attach` of this "
+              "user on this host; elsewhere give a copy with --device-token)", flush=True)
     try:
-        serve_port(port, args.endpoint, curve=curve, parent_pid=args.parent_pid)
+        serve_port(port, args.endpoint, curve=curve, parent_pid=args.parent_pid, token=token)
     except ValueError as e:  # a refused bind, a bad key file
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -219,6 +229,11 @@ def build_parser() -> Parser:
     serve.add_argument("--memory-file", type=Path, metavar="PATH",
                        help="--backend model: hold device memory in a new sparse file at PATH "
                             "(removed on exit) instead of RAM, for KV beyond the host's memory")
+    serve.add_argument("--token-file", type=Path, metavar="FILE",
+                       help="the token a client must present before any call: read from FILE "
+                            "(mode 0600), or made there if FILE does not exist [default: a new "
+                            "token, written for the endpoint where `node up --attach` of this "
+                            "user on this host finds it]")
     serve.set_defaults(func=cmd_device_serve)
     ddemo = device_sub.add_parser("demo", help="attention descriptors on the rtl and model device")
     _ranged(ddemo, "--kv-heads", 8, 2, "KV heads")

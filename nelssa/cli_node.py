@@ -105,6 +105,7 @@ def _check_reachable(option: str, endpoints: list[str], timeout_s: float,
 def cmd_node_up(args: argparse.Namespace) -> int:
     import zmq
 
+    from nelssa.driver.remote import DeviceAuthError
     from nelssa.emu.launcher import DeviceProcesses
     from nelssa.emu.link.model import link_preset
     from nelssa.host.pnm_node.devices import DeviceUnreachableError
@@ -119,6 +120,7 @@ def cmd_node_up(args: argparse.Namespace) -> int:
                     args.curve_clients)
     _check_reachable("--attach", args.attach or [], min(args.device_timeout_s, 2.0),
                      wait_s=args.device_timeout_s)  # devices started just before may be booting
+    token_file = _device_token(args)
     if args.attach:
         endpoints = list(args.attach)
         backend = "remote"
@@ -144,17 +146,19 @@ def cmd_node_up(args: argparse.Namespace) -> int:
                                 file_memory=args.device_memory == "file",
                                 device_args=_device_args(args))
         endpoints = procs.endpoints
+        token_file = str(procs.token_file)
     twins = None
     if args.rtl_layers:  # sampled simulation: a Verilated twin beside each model device
         from nelssa.hw.sim.device import build_library
 
         print("building the Verilated device (cached after the first run) ...", flush=True)
         build_library(args.preset, args.engines)
-        twins = DeviceProcesses(args.devices, "rtl", args.engines, args.preset, args.verbose)
+        twins = DeviceProcesses(args.devices, "rtl", args.engines, args.preset, args.verbose,
+                                token_file=procs.token_file if procs else None)
     try:
         config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
                             twins=tuple(twins.endpoints) if twins else (),
-                            fpga_manifest=args.manifest,
+                            fpga_manifest=args.manifest, device_token_file=token_file,
                             **config_values(args, NodeConfig, NODE_OPTIONS))
         try:
             service = NodeService(config, args.endpoint, _curve_server(args))
@@ -164,6 +168,9 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         except DeviceUnreachableError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        except DeviceAuthError as e:  # an attached device refused the token presented
+            print(f"error: {e} (--device-token: that device's token file)", file=sys.stderr)
+            return 2
         except FpgaError as e:  # a board refused
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -193,6 +200,28 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         for started in (procs, twins):
             if started is not None:
                 started.stop()
+
+
+def _device_token(args: argparse.Namespace) -> str | None:
+    """The token file presented to --attach devices: --device-token, checked now; else each
+    device's own, written for its endpoint on this host (a device still starting has a moment
+    to write it). UsageError naming the device that has none."""
+    from nelssa.emu.link.tokens import AdminTokenError, read_token, read_token_file
+
+    try:
+        if args.device_token is not None:
+            read_token_file(Path(args.device_token))
+        else:
+            for ep in args.attach or []:
+                try:
+                    read_token(ep, wait_s=2.0)
+                except AdminTokenError as e:
+                    raise UsageError(f"--attach {ep}: {e}; give that device's token file "
+                                     "(`device serve --token-file`) with --device-token "
+                                     "FILE") from None
+    except AdminTokenError as e:
+        raise UsageError(f"--device-token {e}") from None
+    return args.device_token
 
 
 def _device_config(args: argparse.Namespace):
@@ -332,6 +361,10 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--attach", action="append", metavar="ENDPOINT", type=endpoint,
                     help="use a running device (`nelssa device serve`) instead of starting one; "
                          "repeat for each")
+    up.add_argument("--device-token", metavar="FILE", type=input_file,
+                    help="--attach: the token file the devices take calls with (`device serve "
+                         "--token-file`; mode 0600) [default: each device's own, which a "
+                         "device of this user on this host writes for its endpoint]")
     add_config_options(up, NodeConfig, NODE_OPTIONS)
     up.add_argument("--device-memory", choices=("ram", "file"), default="ram",
                     help="where model devices hold their memory: RAM, or a sparse file each "
@@ -369,6 +402,9 @@ def check_node_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         if args.backend == "rtl" and (args.ddr5_override or (args.subchannels or 8) != 8):
             parser.error("--ddr5-override and --subchannels: the rtl device takes a preset and "
                          "has 8 sub-channels (--backend model)")
+        if args.device_token and not args.attach:
+            parser.error("--device-token goes with --attach (the devices a node starts get a "
+                         "token of its own)")
         if args.attach and len(args.attach) > 32:
             parser.error(f"--attach given {len(args.attach)} times; a node has at most 32")
         if args.curve_clients and not args.curve_secret:

@@ -9,6 +9,7 @@ import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -151,18 +152,19 @@ class InProcessNode:
     real processes: for tests that set NodeConfig fields `nelssa node up` does not expose."""
 
     def __init__(self, endpoint: str, devices: int = 2, backend: str = "model",
-                 **config: object) -> None:
+                 token_file: Path | None = None, **config: object) -> None:
         import threading
 
         from nelssa.emu.launcher import DeviceProcesses
         from nelssa.host.pnm_node.config import NodeConfig
         from nelssa.host.pnm_node.node import NodeService
 
-        self.procs = DeviceProcesses(devices, backend)
+        self.procs = DeviceProcesses(devices, backend, token_file=token_file)
         try:
-            self.service = NodeService(NodeConfig(tuple(self.procs.endpoints), backend=backend,
-                                                  device_timeout_s=10.0, connect_timeout_s=60.0,
-                                                  **config), endpoint)
+            self.service = NodeService(NodeConfig(
+                tuple(self.procs.endpoints), backend=backend, device_timeout_s=10.0,
+                connect_timeout_s=60.0, device_token_file=str(self.procs.token_file),
+                **config), endpoint)
         except Exception:
             self.procs.stop()
             raise

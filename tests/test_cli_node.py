@@ -184,6 +184,36 @@ def test_node_over_devices_started_apart(tmp_path: Path) -> None:
             d.wait()
 
 
+def test_attached_devices_take_the_node_only_with_their_token(tmp_path: Path) -> None:
+    """Issue 44, defect 14: a device started with --token-file takes a node that presents that
+    token (--device-token); without it, or with another, `node up` ends with one line naming
+    --device-token, exit 2."""
+    from nelssa.emu.link.tokens import new_token, write_token_file
+
+    token, wrong = tmp_path / "dev.token", tmp_path / "wrong.token"
+    write_token_file(token, new_token())
+    write_token_file(wrong, new_token())
+    ep = f"tcp://127.0.0.1:{_free_port()}"
+    device = subprocess.Popen([*CLI, "device", "serve", "--endpoint", ep, "--token-file",
+                               str(token)], stdout=subprocess.DEVNULL)
+    node_ep = f"ipc://{tmp_path}/node"
+    try:
+        for extra, words in (([], "--device-token FILE"), (["--device-token", str(wrong)],
+                                                             "wrong token")):
+            out = _run("node", "up", "--endpoint", node_ep, "--attach", ep, *extra)
+            assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+            assert words in out.stderr and "Traceback" not in out.stderr
+        node = subprocess.Popen([*CLI, "node", "up", "--endpoint", node_ep, "--attach", ep,
+                                 "--device-token", str(token)], stdout=subprocess.PIPE, text=True)
+        assert node.stdout is not None
+        assert [node.stdout.readline() for _ in range(3)][-1].startswith("listening at")
+        assert _run("node", "stop", "--endpoint", node_ep).returncode == 0
+        assert node.wait(30) == 0 and device.poll() is None
+    finally:
+        device.kill()
+        device.wait()
+
+
 def test_binding_beyond_loopback_needs_keys(tmp_path: Path) -> None:
     out = _run("node", "up", "--devices", "1", "--endpoint", f"tcp://0.0.0.0:{_free_port()}")
     assert out.returncode == 2

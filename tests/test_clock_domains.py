@@ -178,3 +178,24 @@ def test_a_strangers_times_do_not_move_with_a_domains_load(tmp_path: Path) -> No
             b.domain_leave()
     finally:
         node.stop()
+
+
+def test_no_client_takes_every_clock_domain() -> None:
+    """Issue 44, defect 18: the node's clock domains were bounded for all clients together, so
+    one client opening max_clients of them left none for anyone else. Each client may have
+    max_client_domains open; others still open theirs."""
+    slot = FakeSlot(0)
+    cfg = NodeConfig(devices=("x",), max_clients=8)
+    table = DomainTable(cfg, LOOKAHEAD, DeviceQueues([slot], 1 << 30))  # type: ignore[list-item]
+    mine = []
+    with pytest.raises(ServiceError, match="max_client") as e:
+        for _ in range(cfg.max_clients + 1):  # as many as the node lets one client open
+            mine.append(table.open(b"flood", 1))
+    assert e.value.code == NodeErrorCode.LIMIT_EXCEEDED
+    theirs = table.open(b"other", 1)  # another client still opens one, and joins it
+    table.join(b"other", theirs)
+    assert "max_client_domains" in str(e.value) and len(mine) < cfg.max_clients
+    # a domain whose members have all left is closed: its opener may open another
+    table.join(b"m", mine[0])
+    table.leave(b"m")
+    table.open(b"flood", 1)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from nelssa.driver.port import DevicePort
-from nelssa.driver.remote import PortAbortedError, PortTimeoutError, RemotePort, serve_port
+from nelssa.driver.remote import PortAbortedError, PortTimeoutError, RemotePort
+from nelssa.driver.remote_server import serve_port
 from nelssa.hw.model.device import ModelDevice
 
 

@@ -431,3 +431,42 @@ def test_no_frame_stops_the_server(served: _Served) -> None:
         assert client.call(1, b"xyz").payload == b"zyx"
     finally:
         client.close()
+
+
+def test_a_request_over_the_servers_limit_is_refused_at_once(tmp_path: Path) -> None:
+    """Issue 44, defect 15: ZeroMQ drops a message part over the server's ZMQ_MAXMSGSIZE, and
+    the connection with it, without a word: the client sent it again until its timeout. A
+    client now learns the server's limit (a hello the link server answers itself, once per
+    connection, before the first request that could be over it) and refuses a larger request
+    at once, naming the limit; the connection goes on, and the hello moves no emulated clock."""
+    from nelssa.emu.link.service import LinkLimits
+
+    limit = 64 << 10
+    server = LinkServer(f"ipc://{tmp_path}/small", _echo, link_preset("roce-100g"),
+                        limits=LinkLimits(max_payload=limit))
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    client = LinkClient(f"ipc://{tmp_path}/small", link_preset("roce-100g"), timeout_s=5)
+    told = LinkClient(f"ipc://{tmp_path}/small", link_preset("roce-100g"), timeout_s=5,
+                      max_request=limit)  # told the limit: no hello
+    try:
+        big = bytes(range(256)) * (limit // 256)
+        info = client.call(1, big)  # at the limit: served
+        assert info.payload == big[::-1]
+        assert told.call(1, big).arrive_ps == info.arrive_ps  # the same emulated times
+        clock = client.clock_ps
+        for size in (limit + 1, 130 << 20):
+            t0 = time.monotonic()
+            with pytest.raises(RemoteError, match=f"at most {limit} bytes") as e:
+                client.call(1, bytes(size))
+            assert time.monotonic() - t0 < 1.0
+            assert e.value.code == LinkErrorCode.TOO_LARGE and str(size) in str(e.value)
+        assert client.clock_ps == clock  # nothing was sent
+        assert client.call(1, b"abc").payload == b"cba"
+        assert server.frames_bad == 0
+    finally:
+        client.close()
+        told.close()
+        server.stop()
+        thread.join(5)
+        server.close()

@@ -21,7 +21,8 @@ import pytest
 import zmq
 from test_remote_device import _peak_rss, _raw, _run
 
-from nelssa.driver.remote import RemotePort, serve_port
+from nelssa.driver.remote import RemotePort
+from nelssa.driver.remote_server import serve_port
 from nelssa.emu.link.frame import (
     Frame,
     FrameKind,

@@ -11,6 +11,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from node_helpers import GROUP, HEAD_DIM, InProcessNode, Workload, single_device_reference
 
-from nelssa.emu.link.frame import HEADER_BYTES, MAX_EMU_TIME_PS
+from nelssa.emu.link.frame import HEADER_BYTES, MAX_EMU_TIME_PS, LinkErrorCode
 from nelssa.emu.link.model import link_preset
-from nelssa.emu.link.transport import RemoteError
+from nelssa.emu.link.transport import RemoteError, ServiceError
 from nelssa.host.pnm_node import protocol as p
+from nelssa.host.pnm_node.access import ClientTable
 from nelssa.host.pnm_node.admin import ADMIN_TOKEN_BYTES, read_token, token_path
 from nelssa.host.pnm_node.client import AttendResult, NodeClient
+from nelssa.host.pnm_node.config import NodeConfig
 from nelssa.host.pnm_node.errors import (
     BadRequestError,
     NodeError,
@@ -670,3 +673,66 @@ def test_a_busy_node_refuses_with_busy_and_serves_its_operator(tmp_path: Path) -
         node.stop()
     assert served >= 2 and busy >= 12 and served + busy == 24, (served, busy)
     assert st.sessions == 1
+
+
+# -- issue 44, defect 18: join tickets bounded per client -----------------------------------------
+def test_no_client_evicts_another_clients_join_ticket() -> None:
+    """One table of join tickets bounded for all clients let any client push another's ticket
+    out with max_clients JOIN_TICKET calls. A client's tickets are bounded per client: its own
+    newest push out its own oldest, never someone else's."""
+    table = ClientTable(NodeConfig(devices=("x",), max_clients=8, max_queue_pairs=2))
+    victim = table.ticket(b"victim")
+    for _ in range(1024):  # a flood of tickets from another client
+        table.ticket(b"flood")
+    table.join(b"victim-qp", victim)
+    assert table.client_id(b"victim-qp") == b"victim"
+    # the flooder kept only its newest max_queue_pairs tickets: the older ones are refused
+    mine = [table.ticket(b"flood") for _ in range(3)]
+    with pytest.raises(ServiceError, match="join ticket"):
+        table.join(b"flood-qp0", mine[0])
+    table.join(b"flood-qp1", mine[1])
+    table.join(b"flood-qp2", mine[2])
+    assert {table.client_id(q) for q in (b"flood-qp1", b"flood-qp2")} == {b"flood"}
+
+
+def test_many_clients_with_tickets_do_not_evict_a_waiting_ticket() -> None:
+    """Clients that each ask for a ticket fill the client table: a client whose ticket is still
+    live is not forgotten for them (the newcomer is refused, naming max_clients)."""
+    table = ClientTable(NodeConfig(devices=("x",), max_clients=4))
+    victim = table.ticket(b"victim")
+    for i in range(3):
+        table.ticket(b"sybil%d" % i)
+    with pytest.raises(ServiceError, match="max_clients = 4"):
+        table.ticket(b"sybil-late")
+    table.join(b"victim-qp", victim)
+    assert table.client_id(b"victim-qp") == b"victim"
+
+
+# -- issue 44, defect 15: a message over the node's limit is answered ---------------------------
+def test_a_write_over_the_links_limit_is_answered_not_dropped(tmp_path: Path) -> None:
+    """A WRITE_KV larger than the node's link takes was dropped by ZeroMQ with its connection,
+    unanswered: the client retransmitted until LinkTimeoutError. The node tells each
+    connection its limits (the link's hello): the client splits a write to the node's
+    max_write_kv_bytes, and refuses at once a message the link would drop, naming the limit."""
+    node = InProcessNode(f"ipc://{tmp_path}/node", 1, max_write_kv_bytes=64 << 10,
+                         max_request_heads=1)
+    rng = np.random.default_rng(15)
+    keys = [rng.integers(0, 1 << 15, (16, HEAD_DIM), dtype=np.uint16) for _ in range(128)]
+    values = [k[::-1].copy() for k in keys]
+    try:
+        link_max = node.service.server.limits.max_payload
+        assert link_max < 1 << 20  # a 1 MiB write is beyond what the link takes
+        with NodeClient(node.endpoint, timeout_s=5) as c:  # its own limit: the default 64 MiB
+            s = c.open_session(HEAD_DIM, GROUP, "head")
+            c.alloc_kv(s, 0, [0], len(keys), 16 * len(keys))
+            t0 = time.monotonic()
+            assert c.write_kv(s, 0, 0, keys, values).cluster_ids == range(len(keys))
+            raw = _write_payload(s, 0, keys, values)
+            assert len(raw) > link_max
+            with pytest.raises(NodeLimitError, match=f"at most {link_max} bytes") as e:
+                c.link.call(NodeOp.WRITE_KV, raw)
+            assert e.value.code == LinkErrorCode.TOO_LARGE
+            assert time.monotonic() - t0 < 4.0
+            c.close_session(s)
+    finally:
+        node.stop()

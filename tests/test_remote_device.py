@@ -42,6 +42,7 @@ from nelssa.emu.link.frame import (
     encode_frame,
     parse_error,
 )
+from nelssa.emu.link.tokens import read_token
 from nelssa.hw.model.device import ModelDevice
 
 
@@ -151,6 +152,15 @@ def _raw(endpoint: str, kind: int) -> zmq.Socket:
     return sock
 
 
+def _authorized(endpoint: str) -> zmq.Socket:
+    """A raw DEALER that presented the device's token (frame 1): its next frame is 2."""
+    dealer = _raw(endpoint, zmq.DEALER)
+    dealer.send_multipart(encode_frame(Frame(FrameKind.REQUEST, RpcOp.AUTH, 1, 0, 0,
+                                             read_token(endpoint))))
+    assert decode_frame(dealer.recv_multipart()).kind == FrameKind.REPLY
+    return dealer
+
+
 def test_malformed_messages_do_not_stop_the_server(device):
     """Defect 4 of issue 20: a two-part message made the REP server raise EFSM inside its own
     error handler, and the device process exited."""
@@ -178,10 +188,10 @@ def test_huge_advance_is_refused(device):
     with pytest.raises(ValueError, match=r"cycles must be in 0\.\.16777216"):
         port.advance(2**64 - 1)
     # the server refuses it too, whoever sends it
-    dealer = _raw(endpoint, zmq.DEALER)
+    dealer = _authorized(endpoint)
     try:
         for op in (RpcOp.ADVANCE, RpcOp.RUN_UNTIL_IDLE):
-            dealer.send_multipart(encode_frame(Frame(FrameKind.REQUEST, op, 1 + op, 0, 0,
+            dealer.send_multipart(encode_frame(Frame(FrameKind.REQUEST, op, op, 0, 0,
                                                      encode_request(2**64 - 1, []))))
             frame = decode_frame(dealer.recv_multipart())
             code, text = parse_error(frame.payload)
@@ -229,7 +239,7 @@ def test_backdoor_over_the_link(device):
     assert port.dma_write(addr, data)
     assert port.dma_read(addr, len(data)) == data
     mem_bytes = Device(port).mem_bytes
-    dealer = _raw(endpoint, zmq.DEALER)
+    dealer = _authorized(endpoint)
     bad = [
         (RpcOp.DMA_WRITE, b"\x01\x02", "shorter than its 8-byte address"),
         (RpcOp.DMA_WRITE, (mem_bytes - 8).to_bytes(8, "little") + bytes(16),
@@ -241,7 +251,7 @@ def test_backdoor_over_the_link(device):
         (RpcOp.DMA_READ, bytes(9), "it is 16 (address, length)"),
     ]
     try:
-        for seq, (op, payload, why) in enumerate(bad, start=100):
+        for seq, (op, payload, why) in enumerate(bad, start=2):
             dealer.send_multipart(encode_frame(Frame(FrameKind.REQUEST, op, seq, 0, 0, payload)))
             frame = decode_frame(dealer.recv_multipart())
             code, text = parse_error(frame.payload)

@@ -64,7 +64,7 @@ def test_sampled_layers_run_on_the_twins_too(tmp_path):
     node = None
     try:
         node = InProcessNode(f"ipc://{tmp_path}/node", 2, rtl_layers=1,
-                             twins=tuple(twins.endpoints))
+                             twins=tuple(twins.endpoints), token_file=twins.token_file)
         with NodeClient(node.endpoint) as client:
             _run(client, 2)
             st = client.status().sampling

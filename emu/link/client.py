@@ -11,9 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import zmq
+from construct import ConstructError
 
 from nelssa.emu.link.frame import (
     HEADER_BYTES,
+    HELLO_REP,
+    LINK_HELLO_OP,
     MAX_EMU_TIME_PS,
     Frame,
     FrameError,
@@ -27,6 +30,7 @@ from nelssa.emu.link.model import FaultInjector, LinkDirection, LinkFaults, Link
 from nelssa.emu.link.security import CurveClientKeys, secure_client
 from nelssa.emu.link.service import (
     DAMAGE,
+    SMALL_PAYLOAD,
     WINDOW,
     ZERO_COPY_BYTES,
     LinkTimeoutError,
@@ -69,9 +73,11 @@ class PendingReply:
     """A request in flight; ``result`` waits for its reply (or raises its error)."""
 
     def __init__(self, client: LinkClient, seq: int, op: int, sent_ps: int, parts: list[bytes],
-                 deadline: float, quiet: bool = False) -> None:
+                 deadline: float, quiet: bool = False, timeless: bool = False) -> None:
         self._client, self.seq, self.op, self.sent_ps = client, seq, op, sent_ps
         self._parts, self._deadline, self._quiet = parts, deadline, quiet
+        self._timeless = timeless
+        """The link's own hello: its reply moves no emulated clock."""
         self._rto = client.rto_s
         self._first_at = self._next_at = 0.0
         self.retransmits = self.refusals = 0
@@ -134,14 +140,19 @@ class LinkClient:
     at once reconnects under the same id may be ignored until the server has seen the old
     connection go. A server that authenticates CURVE clients knows a peer by id and public key
     (LinkServer._peer_key), so an id presented under another key reaches nothing of this
-    one's."""
+    one's.
+
+    A request larger than ``SMALL_PAYLOAD`` is sent only if the server takes it: the client
+    learns the server's limit (``max_request``, else a hello the server answers itself, once
+    per connection, outside emulated time) and refuses a larger request at once with
+    ``LinkErrorCode.TOO_LARGE`` (ZeroMQ would drop it and the connection, unanswered)."""
 
     def __init__(self, endpoint: str, spec: LinkSpec, timeout_s: float = 30.0,
                  faults: LinkFaults | None = None, curve: CurveClientKeys | None = None,
                  context: zmq.Context | None = None,
                  error_factory: Callable[[int, str], BaseException] = RemoteError,
                  retry: RetryPolicy | None = None, max_reply: int | None = None,
-                 routing_id: bytes | None = None) -> None:
+                 routing_id: bytes | None = None, max_request: int | None = None) -> None:
         self.endpoint, self.spec = endpoint, spec
         self.routing_id = new_routing_id() if routing_id is None else routing_id
         if not 1 <= len(self.routing_id) <= 255 or self.routing_id[0] == 0:
@@ -164,6 +175,8 @@ class LinkClient:
             (f"{way}_{name}" for way in ("out", "in") for name in FaultInjector.COUNTS), 0)
         self.set_faults(faults)
         self._error_factory = error_factory
+        self._hello: tuple[int, bytes] | None = None if max_request is None else (max_request,
+                                                                                  b"")
         self._seq = 0
         self._pending: dict[int, PendingReply] = {}
         self.rto_s = self.retry.rto_s
@@ -194,11 +207,42 @@ class LinkClient:
         """One-sided: the caller waits for nothing (the link still sees it delivered)."""
         self._submit(FrameKind.DATA, op, payload, send_ps)
 
+    def hello(self) -> tuple[int, bytes]:
+        """(the largest payload the server takes, what its layer above tells clients), asked
+        once per connection. A server that does not answer it (not a LinkServer) is taken to
+        take anything: its limit is then its own to enforce."""
+        if self._hello is None:
+            with self._lock:
+                pending = self._submit(FrameKind.REQUEST, LINK_HELLO_OP, b"", None,
+                                       timeless=True)
+                try:
+                    rep = HELLO_REP.parse(pending.result().payload)
+                    self._hello = (rep.max_payload, bytes(rep.info))
+                except (RemoteError, ConstructError) as e:
+                    log.info("%s answered no hello (%s): its limit is not known here",
+                             self.endpoint, e)
+                    self._hello = (1 << 32, b"")
+        return self._hello
+
+    def _too_large(self, op: int, size: int) -> BaseException | None:
+        """The refusal of a request of ``size`` bytes the server would not take, else None."""
+        if size <= SMALL_PAYLOAD:
+            return None
+        limit = self.hello()[0]
+        if size <= limit:
+            return None
+        return self._error_factory(LinkErrorCode.TOO_LARGE, f"request op {op} of {size} bytes: "
+                                   f"the server at {self.endpoint} takes at most {limit} bytes "
+                                   "(its max_payload); not sent")
+
     def _submit(self, kind: FrameKind, op: int, payload: bytes,
-                send_ps: int | None) -> PendingReply:
+                send_ps: int | None, timeless: bool = False) -> PendingReply:
         sent = self.clock_ps if send_ps is None else send_ps
         if not 0 <= sent + self._delay_ps <= MAX_EMU_TIME_PS:
             raise ValueError(f"send time {sent} ps is outside 0..{MAX_EMU_TIME_PS} ps")
+        refusal = self._too_large(op, len(payload))
+        if refusal is not None:
+            raise refusal
         with self._lock:
             deadline = time.monotonic() + self.timeout_s
             # a sliding window: nothing beyond window of the oldest unanswered request, so
@@ -216,7 +260,7 @@ class LinkClient:
             parts = encode_frame(Frame(kind, op, self._seq, floor, sent + self._delay_ps,
                                        payload))
             pending = PendingReply(self, self._seq, op, sent, parts, deadline,
-                                   kind == FrameKind.DATA)
+                                   kind == FrameKind.DATA, timeless)
             self._pending[self._seq] = pending
             self._transmit(pending)
         return pending
@@ -341,6 +385,9 @@ class LinkClient:
             if pending._quiet:
                 log.warning("one-sided op %d to %s failed: %s", pending.op, self.endpoint,
                             error[1])
+            return
+        if pending._timeless:
+            pending._value = ReplyInfo(frame.op, frame.payload, pending.sent_ps, 0, 0)
             return
         arrive = self._inbound.deliver(frame.emu_time_ps + self._delay_ps,
                                        HEADER_BYTES + len(frame.payload))

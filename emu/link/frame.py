@@ -20,6 +20,7 @@ from construct import (
     Const,
     ConstructError,
     Enum,
+    GreedyBytes,
     Int8ul,
     Int16ul,
     Int32ul,
@@ -68,6 +69,19 @@ class LinkErrorCode(IntEnum):
     BUSY = 9
     """The server's queue is full (its client's share of it taken): the request was not run,
     and may be sent again later (LinkLimits.max_queued)."""
+    TOO_LARGE = 10
+    """A request larger than the server takes (its ``LinkLimits.max_payload``, learned by the
+    client's hello): refused by the client before it is sent (ZeroMQ would drop it, and the
+    connection, without an answer)."""
+
+
+LINK_HELLO_OP = 0xFFFF
+"""The link's own operation (layers above number theirs below it): a REQUEST with it is
+answered by the server itself with ``HELLO_REP``, its handler never sees it, and no emulated
+clock moves."""
+HELLO_REP = Struct("max_payload" / Int64ul, "info" / GreedyBytes)
+"""The answer to a hello: the largest payload the server takes, and what the layer above tells
+its clients (LinkServer's ``hello_info``)."""
 
 
 MAX_EMU_TIME_PS = (1 << 62) - 1

@@ -34,6 +34,8 @@ import zmq
 
 from nelssa.emu.link.frame import (
     HEADER_BYTES,
+    HELLO_REP,
+    LINK_HELLO_OP,
     MAX_EMU_TIME_PS,
     Frame,
     FrameError,
@@ -103,15 +105,19 @@ class LinkServer:
                  curve: CurveServerKeys | None = None, context: zmq.Context | None = None,
                  limits: LinkLimits | None = None, faults: LinkFaults | None = None,
                  admission_group: Callable[[bytes], bytes] | None = None,
-                 always_admitted: Collection[int] = ()) -> None:
+                 always_admitted: Collection[int] = (), hello_info: bytes = b"") -> None:
         self.spec = spec
         self.handler = handler
         self.limits = limits or LinkLimits()
         self.admission_group = admission_group or (lambda peer_id: peer_id)
         """Whose share of the queue a peer's request takes (module doc)."""
-        self.always_admitted = frozenset(always_admitted)
+        self.always_admitted = frozenset(always_admitted) | {LINK_HELLO_OP}
         """Operations queued even when the queue is full (cheap ones that relieve the server,
         or that its operator needs under load: freeing, closing, status, shutdown)."""
+        self._hello = HELLO_REP.build({"max_payload": self.limits.max_payload,
+                                       "info": hello_info})
+        """The answer to a client's hello (frame.LINK_HELLO_OP): this server's limit, and
+        ``hello_info`` from the layer above."""
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         # a connection presenting a routing id in use is ignored, never handed the id: no one
@@ -485,6 +491,10 @@ class LinkServer:
         """Run a request; True if its handler answers it later."""
         # the arrival, committed to the link only if the handler accepts the request: a
         # refused request changes nothing, the link's queue included
+        if frame.op == LINK_HELLO_OP and frame.kind == FrameKind.REQUEST:  # the link's own:
+            self._answer(peer_id, peer, frame.seq, encode_frame(Frame(  # no time, no handler
+                FrameKind.REPLY, LINK_HELLO_OP, 0, frame.seq, frame.emu_time_ps, self._hello)))
+            return False
         nbytes = HEADER_BYTES + len(frame.payload)
         arrive, busy = peer.inbound.arrival(frame.emu_time_ps + self._delay_ps, nbytes)
         request = ServiceRequest(frame.op, frame.payload, arrive, frame.emu_time_ps, peer_id)

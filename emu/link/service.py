@@ -14,6 +14,9 @@ from nelssa.emu.link.frame import HEADER_BYTES, LinkErrorCode
 ZERO_COPY_BYTES = 65536
 """Payloads from this size are handed to ZeroMQ without a copy (smaller ones are cheaper to
 copy than to track)."""
+SMALL_PAYLOAD = 4096
+"""Payloads every server takes (``LinkLimits.max_payload`` is at least this): a client sends
+them without first asking the server's limit."""
 WINDOW = 64
 """Requests a client may have unanswered at once; a server holds as many per client out of
 order."""
@@ -27,9 +30,10 @@ class LinkLimits:
     bound."""
 
     max_payload: int = 64 << 20
-    """Largest payload part accepted. A larger message part is refused by ZeroMQ from its
-    announced size, before it is read (ZMQ_MAXMSGSIZE: the sender is disconnected). The layer
-    above passes its largest legal message."""
+    """Largest payload part accepted (at least ``SMALL_PAYLOAD``). A larger message part is
+    refused by ZeroMQ from its announced size, before it is read (ZMQ_MAXMSGSIZE: the sender is
+    disconnected, unanswered), so a client learns it first (the hello, frame.LINK_HELLO_OP)
+    and refuses a larger request itself. The layer above passes its largest legal message."""
     window: int = WINDOW
     """Requests held per client while they wait for an earlier, lost one; and replies held per
     client for replay."""
@@ -61,6 +65,9 @@ class LinkLimits:
                      "receive_queue", "send_queue", "max_queued"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_payload < SMALL_PAYLOAD:
+            raise ValueError(f"max_payload must be >= {SMALL_PAYLOAD} (what a client sends "
+                             f"without asking), got {self.max_payload}")
         if not 0 <= self.linger_s < float("inf"):
             raise ValueError(f"linger_s must be >= 0 and finite, got {self.linger_s}")
 

@@ -9,7 +9,10 @@ random bits, single use, short-lived) and its new connection presents it (the GP
 bulk KV over a queue pair of its own). A session handle is 64 random bits from ``secrets``;
 sessions are looked up by (client, handle), so a session of another client and a handle that
 was never given out fail alike: the same code, the same message, the same path through the
-code. Every table here is bounded by the limits of NodeConfig.
+code. Every table here is bounded by the limits of NodeConfig, and per client where a client
+could otherwise push out another's entries: a client holds at most ``max_queue_pairs`` live
+join tickets (its newest push out its own oldest), and a client with a live ticket is not
+forgotten to make room for another.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class Client:
     """Device memory held by the KV regions of its sessions."""
     busy_until_ps: dict[int, int] = field(default_factory=dict)
     """Emulated time each device finishes this client's latest request on it."""
+    tickets: OrderedDict[bytes, float] = field(default_factory=OrderedDict)
+    """Its join tickets not yet used, oldest first, with the time each expires."""
 
 
 def _limit(name: str, value: int, what: str) -> ServiceError:
@@ -60,7 +65,7 @@ class ClientTable:
         self._joined: dict[bytes, bytes] = {}  # queue pair routing id -> client id
         self._sessions: dict[tuple[bytes, int], Session] = {}
         self._handles: set[int] = set()  # every live handle, so no two sessions share one
-        self._tickets: OrderedDict[bytes, tuple[bytes, float]] = OrderedDict()
+        self._tickets: dict[bytes, bytes] = {}  # join ticket -> client id (Client.tickets)
 
     @property
     def session_count(self) -> int:
@@ -77,10 +82,11 @@ class ClientTable:
             self._clients.move_to_end(cid)
             return c
         if len(self._clients) >= self.config.max_clients:
-            idle = next((x for x in self._clients.values() if not x.sessions), None)
+            idle = next((x for x in self._clients.values()
+                         if not x.sessions and not self._live_tickets(x)), None)
             if idle is None:
                 raise _limit("max_clients", self.config.max_clients,
-                             f"{len(self._clients)} clients hold sessions")
+                             f"{len(self._clients)} clients hold sessions or join tickets")
             self._forget(idle)
         c = self._clients[cid] = Client(cid)
         return c
@@ -88,11 +94,20 @@ class ClientTable:
     def _forget(self, c: Client) -> None:
         for qp in c.queue_pairs:
             self._joined.pop(qp, None)
+        for t in c.tickets:
+            self._tickets.pop(t, None)
         del self._clients[c.id]
 
     def _drop_if_idle(self, c: Client) -> None:
-        if not c.sessions and not c.queue_pairs:
+        if not c.sessions and not c.queue_pairs and not self._live_tickets(c):
             self._forget(c)
+
+    def _live_tickets(self, c: Client) -> int:
+        """How many join tickets ``c`` holds, its expired ones dropped first."""
+        now = time.monotonic()
+        while c.tickets and next(iter(c.tickets.values())) < now:
+            self._tickets.pop(c.tickets.popitem(last=False)[0], None)
+        return len(c.tickets)
 
     # -- sessions ---------------------------------------------------------------------------------
     def open(self, peer: bytes, partition: Partition, head_dim: int, group: int) -> Session:
@@ -146,28 +161,35 @@ class ClientTable:
 
     # -- queue pairs ------------------------------------------------------------------------------
     def ticket(self, peer: bytes) -> bytes:
-        """A single-use ticket that joins another connection to the caller's client."""
-        cid = self.client_id(peer)
-        now = time.monotonic()
-        while self._tickets and (len(self._tickets) >= self.config.max_clients
-                                 or next(iter(self._tickets.values()))[1] < now):
-            self._tickets.popitem(last=False)  # the oldest goes first: the table stays bounded
+        """A single-use ticket that joins another connection to the caller's client. A client
+        holds at most ``max_queue_pairs`` (as many as could join it): a new one beyond them
+        replaces its own oldest, so no client's tickets push out another's."""
+        c = self._client(self.client_id(peer))
+        while self._live_tickets(c) >= self.config.max_queue_pairs:
+            self._tickets.pop(c.tickets.popitem(last=False)[0], None)
         t = secrets.token_bytes(TICKET_BYTES)
-        self._tickets[t] = (cid, now + TICKET_LIFETIME_S)
+        c.tickets[t] = time.monotonic() + TICKET_LIFETIME_S
+        self._tickets[t] = c.id
         return t
 
     def join(self, peer: bytes, ticket: bytes) -> None:
-        entry = self._tickets.pop(ticket, None)
-        if entry is None or entry[1] < time.monotonic():
+        """Join ``peer`` to the client that asked for ``ticket``; the ticket is used only by
+        a join that succeeds (checked whole first)."""
+        cid = self._tickets.get(ticket)
+        owner = self._clients.get(cid) if cid is not None else None
+        if owner is not None:
+            self._live_tickets(owner)  # its expired tickets dropped
+        if owner is None or ticket not in owner.tickets:
             raise ServiceError(NodeErrorCode.BAD_REQUEST, "unknown, used or expired join "
                                "ticket")
         if peer in self._joined or peer in self._clients:
             raise ServiceError(NodeErrorCode.BAD_REQUEST, "this connection already has a "
                                "client of its own or joined one; a join ticket is for a new "
                                "connection")
-        c = self._client(entry[0])
-        if len(c.queue_pairs) >= self.config.max_queue_pairs:
+        if len(owner.queue_pairs) >= self.config.max_queue_pairs:
             raise _limit("max_queue_pairs", self.config.max_queue_pairs,
-                         f"this client has {len(c.queue_pairs)} queue pairs")
+                         f"this client has {len(owner.queue_pairs)} queue pairs")
+        del self._tickets[ticket], owner.tickets[ticket]
+        c = self._client(owner.id)  # the most recently used now
         c.queue_pairs.add(peer)
         self._joined[peer] = c.id

@@ -172,8 +172,9 @@ class NodeClient:
                  faults: LinkFaults | None = None, curve: CurveClientKeys | None = None,
                  max_write_bytes: int = p.MAX_WRITE_KV_BYTES,
                  routing_id: bytes | None = None) -> None:
-        """``max_write_bytes``: WRITE_KV messages are kept to this size (the node's
-        max_write_kv_bytes), a larger write is sent as several. ``routing_id``: what the node
+        """``max_write_bytes``: WRITE_KV messages are kept to this size and to the node's
+        max_write_kv_bytes (which the node tells each connection: the link's hello), a larger
+        write is sent as several. ``routing_id``: what the node
         knows this connection by, and binds its sessions to (default: 128 random bits; a
         connection ZeroMQ re-establishes keeps it, and with it the sessions: LinkClient)."""
         if max_write_bytes < 1:
@@ -181,7 +182,18 @@ class NodeClient:
         self.link = LinkClient(endpoint, link_preset(link), timeout_s, faults, curve,
                                error_factory=error_for, routing_id=routing_id)
         self._curve, self.max_write_bytes = curve, max_write_bytes
+        self._node_write_bytes: int | None = None
+        """The node's max_write_kv_bytes (0: it did not say), once asked."""
         self._join_through: NodeClient | None = None
+
+    def _write_limit(self) -> int:
+        """The largest WRITE_KV message: ``max_write_bytes`` and the node's limit, which the
+        node tells this connection (asked once, outside emulated time)."""
+        if self._node_write_bytes is None:
+            info = self._link().hello()[1]
+            self._node_write_bytes = (p.NODE_HELLO.parse(info).max_write_kv_bytes
+                                      if len(info) >= p.NODE_HELLO.sizeof() else 0)
+        return min(self.max_write_bytes, self._node_write_bytes or self.max_write_bytes)
 
     def queue_pair(self) -> NodeClient:
         """Another connection of this client, reaching the same sessions (its requests do not
@@ -297,16 +309,18 @@ class NodeClient:
         parts = [np.asarray(a, dtype="<u2").reshape(-1) for kv in zip(keys, values, strict=True)
                  for a in kv]
         sizes = [2 * parts[2 * i].nbytes for i in range(len(keys))]
-        # consecutive clusters per message, each message within max_write_bytes
+        # consecutive clusters per message, each message within what both ends allow
         head_b = p.WRITE_KV_HEAD.sizeof()
-        room = self.max_write_bytes - head_b
+        most = self._write_limit()
+        room = most - head_b
         chunks: list[list[int]] = [[]]
         size = 0
         for i, b in enumerate(sizes):
             if 4 + b > room:
                 raise ValueError(f"cluster {i} of {np.shape(keys[i])[0]} tokens takes "
                                  f"{4 + b} bytes; a WRITE_KV message holds at most "
-                                 f"{room} (max_write_bytes {self.max_write_bytes})")
+                                 f"{room} (max_write_bytes {self.max_write_bytes}, the node's "
+                                 f"max_write_kv_bytes {self._node_write_bytes or 'unknown'})")
             if size + 4 + b > room and chunks[-1]:
                 chunks.append([])
                 size = 0

@@ -48,6 +48,10 @@ class NodeConfig:
     core_clock_mhz: float | None = field(default=None, metadata={"num": CLOCK_MHZ})
     """Device core clock: device cycles to emulated time. None: the devices' own (each port's
     ``clock_hz``: a simulated device's preset, a board's manifest), which must agree."""
+    device_token_file: str | None = None
+    """The token file the node presents to its device processes (emu/link/tokens.py; a node
+    that starts its devices draws one); None: each device's own, written for its endpoint on
+    this host (`device serve` without --token-file)."""
     fpga_manifest: str | None = None
     """Bitstream manifest of ``fpga:`` devices (default: manifest.json in each board folder)."""
     max_sessions: int = field(default=4096, metadata={"num": LIMIT})
@@ -98,6 +102,10 @@ class NodeConfig:
     than it has units otherwise leaves bandwidth unused."""
     max_domain_members: int = field(default=64, metadata={"num": LIMIT})
     """Members one clock domain may have (host/pnm_node/domains.py)."""
+    max_client_domains: int = field(default=4, metadata={"num": LIMIT})
+    """Clock domains one client may have open (those it opened and that have not ended), so
+    no client takes the node's ``max_clients`` domains from the others (a co-simulation opens
+    one)."""
     domain_stall_s: float = field(default=600.0, metadata={"num": TIMEOUT_S})
     """A clock-domain member nothing is heard from for this long while another member's
     ATTEND waits on it is removed from the domain, and the others go on."""

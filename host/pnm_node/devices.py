@@ -136,13 +136,15 @@ class DeviceSlot:
     def __init__(self, index: int, endpoint: str, cxl: LinkSpec, backend: str = "remote",
                  connect_timeout_s: float = 300.0, timeout_s: float = 30.0,
                  ring_entries: int = 256, fpga_manifest: str | None = None,
-                 bulk: bool = True) -> None:
+                 bulk: bool = True, token_file: str | None = None) -> None:
         """``endpoint``: the device's spec (hw/ports.py): a device process's ZeroMQ endpoint,
         or ``fpga:BOARD`` for a board reached from this process (a PCI device folder,
         optionally ``,H2C,C2H`` DMA devices), checked against ``fpga_manifest``. ``bulk``: KV
         goes by DMA (a board) or backdoor (a simulated device), metered as the CXL.mem lines it
-        replaces; False writes every line over CXL.mem."""
+        replaces; False writes every line over CXL.mem. ``token_file``: what a device process
+        is presented (hw/ports.py PortOptions)."""
         self.bulk = bulk
+        self.token_file = token_file
         self.fpga_manifest = fpga_manifest
         self.index, self.endpoint, self.backend = index, endpoint, backend
         self.cxl = cxl
@@ -163,10 +165,10 @@ class DeviceSlot:
     def _open(self, connect_timeout_s: float) -> None:
         self.remote = open_port(self.endpoint, PortOptions(
             manifest=self.fpga_manifest, timeout_s=self.timeout_s,
-            connect_timeout_s=connect_timeout_s))
+            connect_timeout_s=connect_timeout_s, token_file=self.token_file))
         try:
             self._use(self.remote, *self._stack(self.remote, connect_timeout_s))
-        except DeviceUnreachableError:
+        except Exception:  # unreachable, or its token refused
             self.remote.close()
             raise
         self.clock_hz = self.port.clock_hz
@@ -208,7 +210,8 @@ class DeviceSlot:
     def _probe(self, timeout_s: float) -> None:
         try:
             remote = open_port(self.endpoint, PortOptions(
-                manifest=self.fpga_manifest, timeout_s=timeout_s, connect_timeout_s=timeout_s))
+                manifest=self.fpga_manifest, timeout_s=timeout_s, connect_timeout_s=timeout_s,
+                token_file=self.token_file))
         except Exception as e:  # still down: the next probe tries again
             log.debug("device %d probe: %s", self.index, e)
             self._probing.clear()

@@ -200,7 +200,8 @@ class ClockDomain:
 
 class DomainTable:
     """The node's clock domains, on the node's thread (bounded: ``max_clients`` domains of
-    ``max_domain_members`` members)."""
+    ``max_domain_members`` members, and ``max_client_domains`` of them opened by one client,
+    so no client takes them all)."""
 
     def __init__(self, config: NodeConfig, lookahead_ps: int, dispatcher: DeviceQueues) -> None:
         self.config = config
@@ -218,6 +219,12 @@ class DomainTable:
         if not 1 <= expected <= cap:
             raise _refuse(f"a clock domain of {expected} members: the node takes 1..{cap} "
                           "(max_domain_members)")
+        mine = sum(d.owner == client for d in self._by_ticket.values())
+        if mine >= self.config.max_client_domains:
+            raise ServiceError(NodeErrorCode.LIMIT_EXCEEDED, f"this client has {mine} clock "
+                               f"domains open: over the node's limit max_client_domains = "
+                               f"{self.config.max_client_domains} (a domain ends when its "
+                               "members have left)")
         if len(self._by_ticket) >= self.config.max_clients:
             raise ServiceError(NodeErrorCode.LIMIT_EXCEEDED, f"{len(self._by_ticket)} clock "
                                f"domains open: over the node's limit max_clients = "

@@ -80,6 +80,7 @@ _BY_CODE: dict[int, type[NodeError]] = {
     LinkErrorCode.MALFORMED_FRAME: LinkError,
     LinkErrorCode.UNKNOWN_OP: LinkError,
     LinkErrorCode.BUSY: NodeBusyError,
+    LinkErrorCode.TOO_LARGE: NodeLimitError,
 }
 
 

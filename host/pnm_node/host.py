@@ -110,10 +110,11 @@ class NelssaHost:
         self.cxl = link_preset(config.cxl)
         self.slots = [DeviceSlot(i, ep, self.cxl, config.backend, config.connect_timeout_s,
                                  config.device_timeout_s, fpga_manifest=config.fpga_manifest,
-                                 bulk=config.kv_backdoor)
+                                 bulk=config.kv_backdoor, token_file=config.device_token_file)
                       for i, ep in enumerate(config.devices)]
         self.twins = [DeviceSlot(i, ep, self.cxl, "rtl", config.connect_timeout_s,
-                                 config.device_timeout_s, bulk=config.kv_backdoor)
+                                 config.device_timeout_s, bulk=config.kv_backdoor,
+                                 token_file=config.device_token_file)
                       for i, ep in enumerate(config.twins)]
         self.sampling = SampleStats()
         self.clients = ClientTable(config)

@@ -13,6 +13,7 @@ from nelssa.emu.link.security import CurveServerKeys
 from nelssa.emu.link.transport import LinkLimits, LinkServer, Reply, ServiceRequest
 from nelssa.host.pnm_node.admin import AdminTokenError, remove_token, write_token
 from nelssa.host.pnm_node.host import ALWAYS_ADMITTED, NelssaHost, NodeConfig
+from nelssa.host.pnm_node.protocol import NODE_HELLO
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +27,14 @@ class NodeService:
         self.host = NelssaHost(config)
         try:
             # twice the largest legal request: one somewhat over a limit gets the node's
-            # refusal naming it; only one far beyond is cut off by the link (ZMQ_MAXMSGSIZE)
+            # refusal naming it; one far beyond, the client's own (it learns the limit)
             limits = LinkLimits(max_payload=2 * self.host.max_request_bytes(),
                                 max_queued=config.max_queued)
             # a client's queue pairs share its part of the queue
             self.server = LinkServer(endpoint, self._handle, link_preset(config.link), curve,
                                      limits=limits, admission_group=self.host.clients.client_id,
-                                     always_admitted=ALWAYS_ADMITTED)
+                                     always_admitted=ALWAYS_ADMITTED, hello_info=NODE_HELLO.build(
+                                         {"max_write_kv_bytes": config.max_write_kv_bytes}))
         except Exception:
             self.host.close()
             raise

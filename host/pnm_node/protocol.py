@@ -209,3 +209,6 @@ DOMAIN_OPEN_REQ = Struct("members" / Int16ul, Terminated)
 """How many members the domain waits for before any of their ATTENDs starts."""
 DOMAIN_OPEN_REP = Struct("ticket" / Bytes(TICKET_BYTES))
 DOMAIN_JOIN_REQ = Struct("ticket" / Bytes(TICKET_BYTES), Terminated)
+NODE_HELLO = Struct("max_write_kv_bytes" / Int64ul)
+"""What the node tells each connection in the link's hello (emu/link/frame.LINK_HELLO_OP): its
+WRITE_KV limit, so a client splits its writes to fit (and never sends one the link drops)."""

@@ -45,7 +45,7 @@ def _faults(rate: float, seed: int, delay_ns: float = 0.0):
 
 # -- the processes ---------------------------------------------------------------------------------
 def cmd_device(args: argparse.Namespace) -> int:
-    from nelssa.driver.remote import serve_port
+    from nelssa.driver.remote_server import serve_port
     from nelssa.hw.model.device import DeviceConfig, ModelDevice
 
     counters = serve_port(ModelDevice(DeviceConfig()), args.endpoint, parent_pid=args.parent_pid)

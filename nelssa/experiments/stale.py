@@ -65,7 +65,8 @@ PAGES: dict[str, Measured | None] = {
     "fuzz.md": Measured("scripts/fuzz.py", ("tests/fuzz",)),
     "fuzz_before_fixes.md": HAND_WRITTEN,
     "ingest.md": Measured("scripts/bench_ingest.py", (
-        "driver/memory.py", "driver/remote.py", "host/pnm_node/devices.py")),
+        "driver/memory.py", "driver/remote.py", "driver/remote_server.py",
+        "host/pnm_node/devices.py")),
     "largest_attend.md": Measured("scripts/largest_attend.py", (
         "host/pnm_node", "driver/formats.py")),
     "fleet_cosim.md": Measured("scripts/fleet_cosim_check.py", (

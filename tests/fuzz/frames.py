@@ -7,7 +7,8 @@ Reference: the frame checks of emu/link/frame.py in their documented order, then
 of emu/link/transport.py (a server takes REQUEST and DATA; each client's requests run once and
 in order from the floor its first frame names; a duplicate gets the kept reply again; a frame
 ahead of the next is held, answered when the gap closes or dropped when the floor passes it).
-The handler echoes the payload reversed (op 9: a ServiceError, op 8: an exception).
+The handler echoes the payload reversed (op 9: a ServiceError, op 8: an exception); a REQUEST
+of the link's own op (LINK_HELLO_OP) is answered by the server with its limit, never run.
 
 Oracles: each frame answered as the reference says, the handler run exactly as often
 (wrong result); the server thread alive and its ``internal_errors`` (failures no check
@@ -32,6 +33,8 @@ from hypothesis import strategies as st
 from nelssa.emu.link.frame import (
     FRAME_MAGIC,
     FRAME_VERSION,
+    HELLO_REP,
+    LINK_HELLO_OP,
     MAX_EMU_TIME_PS,
     FrameKind,
     LinkErrorCode,
@@ -240,9 +243,16 @@ class Reference:
     def _run(self, f: RawFrame) -> _Expect:
         assert self.peer is not None
         self.peer.next_seq = f.seq + 1
-        self.runs += 1
         self.peer.latest = max(self.peer.latest, f.emu_time_ps)
         near = self.peer.latest + MARGIN_PS > MAX_EMU_TIME_PS
+        if f.op == LINK_HELLO_OP and f.kind == FrameKind.REQUEST:  # the server's own answer
+            e = _Expect(FrameKind.REPLY, f.seq, payload=HELLO_REP.build(
+                {"max_payload": MAX_PAYLOAD, "info": b""}))
+            self.peer.answers[f.seq] = e
+            if len(self.peer.answers) > WINDOW:
+                del self.peer.answers[min(self.peer.answers)]
+            return e
+        self.runs += 1
         if f.op == 9:
             e = _Expect(FrameKind.ERROR, f.seq, 150)
         elif f.op == 8:

@@ -29,7 +29,7 @@ import numpy as np
 from construct import ConstructError
 from hypothesis import strategies as st
 
-from nelssa.emu.link.frame import LinkErrorCode
+from nelssa.emu.link.frame import LINK_HELLO_OP, LinkErrorCode
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK
 from nelssa.emu.link.service import LinkTimeoutError, RemoteError
 from nelssa.host.pnm_node import protocol as p
@@ -130,8 +130,8 @@ _FIELD_VALUES: dict[str, st.SearchStrategy] = {
 @st.composite
 def _action(draw) -> Action:
     who = draw(st.sampled_from(["owner", "stranger", "stranger"]))
-    op = draw(st.one_of(st.sampled_from(FUZZED_OPS), uint(16).filter(
-        lambda o: o not in NodeOp.__members__.values())))
+    op = draw(st.one_of(st.sampled_from(FUZZED_OPS), uint(16).filter(  # the link's own aside
+        lambda o: o not in NodeOp.__members__.values() and o != LINK_HELLO_OP)))
     target = draw(st.sampled_from(["own", "victim", "any"] if who == "stranger"
                                   else ["own", "any"]))
     names = draw(st.lists(st.sampled_from(sorted(_FIELD_VALUES)), max_size=3, unique=True))

@@ -1,13 +1,15 @@
 """Fuzzer of device calls against a real device server (`nelssa device serve --backend model`
-in its own process): calls of any operation (SHUTDOWN aside), any argument, and payloads of
-port messages good and bad, or spoiled bytes, sent over a link client.
+in its own process): calls of any operation (SHUTDOWN and AUTH aside), any argument, payloads of
+port messages good and bad, or spoiled bytes, sent over a link client that presented the
+device's token; and calls of a stranger that did not (any operation, SHUTDOWN and AUTH with a
+guessed token included, random payloads: issue 44, defect 14).
 
 Reference: driver/remote.py as documented (a call is checked whole before the device sees any
 of it: a payload that does not parse, a message that is not a port message, an ADVANCE or
 RUN_UNTIL_IDLE beyond MAX_CALL_CYCLES, a backdoor call shorter than its address, a read not
 16 bytes or beyond MAX_DMA_BYTES, an access outside device memory is BAD_REQUEST; an unknown
-operation UNKNOWN_OP), and a
-model device in this process that gets every call the server accepts, in the same order.
+operation UNKNOWN_OP; a stranger's call UNAUTHORIZED, whatever it is), and a model device in
+this process that gets every call the server accepts, in the same order.
 
 Oracles: every call answered within a bound (hang); no INTERNAL answer, the server process
 alive and answering (crash); each answer as the reference says, the accepted calls' results
@@ -29,16 +31,17 @@ from hypothesis import strategies as st
 
 from nelssa.driver import remote
 from nelssa.driver.remote import RpcErrorCode, RpcOp, RpcStatus
-from nelssa.emu.link.frame import LinkErrorCode
+from nelssa.emu.link.frame import LINK_HELLO_OP, LinkErrorCode
 from nelssa.emu.link.model import link_preset
 from nelssa.emu.link.service import LinkTimeoutError, RemoteError
+from nelssa.emu.link.tokens import read_token, token_path
 from nelssa.hw.model.device import ModelDevice
 from tests.fuzz import cxl_mem
 from tests.fuzz.oracle import Finding, Kind
 from tests.fuzz.values import uint
 
 ANSWER_S = 20.0
-CALL_OPS = tuple(op for op in RpcOp if op not in (RpcOp.SHUTDOWN, RpcOp.WAIT))
+CALL_OPS = tuple(op for op in RpcOp if op not in (RpcOp.SHUTDOWN, RpcOp.WAIT, RpcOp.AUTH))
 DMA_OPS = (RpcOp.DMA_WRITE, RpcOp.DMA_READ)
 MEM_BYTES = ModelDevice().config.mem_bytes
 
@@ -50,9 +53,14 @@ class Call:
     messages: tuple[bytes, ...]
     spoil: tuple = ()
     body: bytes = b""
-    """A backdoor call's bytes after its address (the data, or the length to read)."""
+    """A backdoor call's bytes after its address (the data, or the length to read); a
+    stranger's whole payload."""
+    stranger: bool = False
+    """Sent over a connection that never presented the device's token."""
 
     def payload(self) -> bytes:
+        if self.stranger:
+            return self.body
         if self.op in DMA_OPS:
             raw = (self.arg & (1 << 64) - 1).to_bytes(8, "little") + self.body
         else:
@@ -85,13 +93,26 @@ _BODIES = st.one_of(st.binary(max_size=300),  # data to write
 _MESSAGES = st.lists(st.one_of(cxl_mem.GOOD, cxl_mem.GOOD, cxl_mem.MALFORMED), max_size=6)
 
 
+_STRANGER_PAYLOADS = st.one_of(
+    st.binary(max_size=40), st.binary(min_size=8, max_size=8),  # a random 8 bytes stopped it
+    st.binary(min_size=32, max_size=32),  # a guessed token
+    _ARGS.map(lambda a: remote.encode_request(a, [])),
+    st.tuples(_ADDRS, st.binary(max_size=64)).map(lambda t: t[0].to_bytes(8, "little") + t[1]))
+
+
 @st.composite
 def rpc_cases(draw, max_calls: int = 6) -> RpcCase:
     calls = []
     for _ in range(draw(st.integers(1, max_calls))):
+        if draw(st.integers(0, 4)) == 0:  # a stranger: any operation, SHUTDOWN included
+            calls.append(Call(draw(st.one_of(st.sampled_from(list(RpcOp)), uint(16).filter(
+                lambda o: o != LINK_HELLO_OP))), 0, (),
+                              body=draw(_STRANGER_PAYLOADS), stranger=True))
+            continue
         op = draw(st.one_of(st.sampled_from(CALL_OPS), st.sampled_from(CALL_OPS),
-                            st.just(RpcOp.WAIT), uint(16).filter(
-                                lambda o: o not in RpcOp.__members__.values())))
+                            st.just(RpcOp.WAIT), uint(16).filter(  # the link's own aside
+                                lambda o: o not in RpcOp.__members__.values()
+                                and o != LINK_HELLO_OP)))
         spoil = draw(st.one_of(st.just(()), st.just(()), st.just(()),
                                st.tuples(st.just("cut"), st.integers(0, 12)),
                                st.tuples(st.just("extend"), st.binary(min_size=1, max_size=6))))
@@ -104,6 +125,8 @@ def rpc_cases(draw, max_calls: int = 6) -> RpcCase:
 
 def _accepts(call: Call) -> tuple[bool, int | None]:
     """(accepted, error code if refused) by the documented checks."""
+    if call.stranger:  # refused before anything is parsed
+        return False, RpcErrorCode.UNAUTHORIZED
     if call.op not in RpcOp.__members__.values():
         return False, LinkErrorCode.UNKNOWN_OP
     if call.op in DMA_OPS:
@@ -145,17 +168,21 @@ class DeviceServer:
                                       "--backend", "model", "--endpoint", self.endpoint],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      stdin=subprocess.DEVNULL)
-        self.link = LinkClient(self.endpoint, link_preset(remote.CXL_LINK), ANSWER_S,
-                               retry=remote.RPC_RETRY, max_reply=remote.MAX_RPC_REPLY)
+        self.link, self.stranger = (
+            LinkClient(self.endpoint, link_preset(remote.CXL_LINK), ANSWER_S,
+                       retry=remote.RPC_RETRY, max_reply=remote.MAX_RPC_REPLY) for _ in range(2))
         self.model = ModelDevice()
-        self.call(RpcOp.CYCLE, remote.encode_request(0, []))  # up (waits for it to bind)
+        # the device's token, written for its endpoint as it starts (waits for it to bind)
+        self.link.call(RpcOp.AUTH, read_token(self.endpoint, wait_s=ANSWER_S))
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def call(self, op: int, payload: bytes) -> tuple[RpcStatus, int, list[bytes]]:
-        status, value, out = remote.decode_reply(self.link.call(op, payload).payload)
+    def call(self, op: int, payload: bytes, stranger: bool = False
+             ) -> tuple[RpcStatus, int, list[bytes]]:
+        link = self.stranger if stranger else self.link
+        status, value, out = remote.decode_reply(link.call(op, payload).payload)
         while status == RpcStatus.PENDING:
             status, value, out = remote.decode_reply(
                 self.link.call(RpcOp.WAIT, remote.encode_request(0, [])).payload)
@@ -168,6 +195,7 @@ class DeviceServer:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.link.close()
+            self.stranger.close()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -175,6 +203,8 @@ class DeviceServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # a server killed leaves its token file: the next one's must not be read for it
+        token_path(self.endpoint).unlink(missing_ok=True)
 
     def close(self) -> None:
         self.stop()
@@ -219,10 +249,11 @@ def run_rpc_case(case: RpcCase, server: DeviceServer) -> list[Finding]:
     for i, call in enumerate(case.calls):
         accepted, code = _accepts(call)
         want = _local(server.model, call) if accepted else None
-        what = f"call {i} ({call.op}, arg {call.arg}, {len(call.messages)} messages)"
+        what = (f"call {i} ({call.op}, arg {call.arg}, {len(call.messages)} messages"
+                f"{', a stranger' if call.stranger else ''})")
         t0 = time.monotonic()
         try:
-            _, value, out = server.call(call.op, call.payload())
+            _, value, out = server.call(call.op, call.payload(), call.stranger)
             got: object = (value, out)
         except RemoteError as e:
             got = ("error", e.code)
