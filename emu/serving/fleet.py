@@ -248,9 +248,20 @@ class FleetSim:
         orch = (FleetOrchestration(self.spec.orchestrator, [x.replay for x in insts], self.nodes)
                 if self.spec.orchestrator != "static" and self.nodes else None)
         pool = [0.0] * self.pool_gpus
-        ready: list[tuple[float, int]] = []
-        """Instances with work, by their clocks (a heap; each at most once)."""
+        ready: list[tuple[float, int, int]] = []
+        """Instances with work, by their clocks (a heap of (clock, index, version): an entry
+        whose version is not its instance's latest is stale, dropped when it surfaces)."""
+        version = [0] * len(insts)
         queued: set[int] = set()
+
+        def push(j: int) -> None:
+            version[j] += 1
+            heapq.heappush(ready, (insts[j].replay.now, j, version[j]))
+
+        def top() -> float:
+            while ready and ready[0][2] != version[ready[0][1]]:
+                heapq.heappop(ready)
+            return ready[0][0] if ready else math.inf
         waiting: set[int] = set()
         """Instances blocked on PNM node room, by index."""
         releases = 0
@@ -264,7 +275,7 @@ class FleetSim:
         last = -math.inf
         while True:
             horizon = r.arrival_s if r is not None else math.inf
-            if not ready or ready[0][0] >= horizon:
+            if top() >= horizon:
                 if r is None:
                     break
                 if sims is not None:  # streamed: checked as it comes
@@ -280,6 +291,7 @@ class FleetSim:
                     max((n.free for n in insts[j].replay.nodes), default=0),
                     insts[j].replay.router.past(r.input_len)))
                 inst = insts[i]
+                planned = inst.replay.now
                 inst.replay.settle(t)  # a run planned past t stops where t finds it
                 if inst.pool:
                     assert self.pool_cost is not None
@@ -291,10 +303,12 @@ class FleetSim:
                 if i not in queued:
                     waiting.discard(i)
                     queued.add(i)
-                    heapq.heappush(ready, (inst.replay.now, i))
+                    push(i)
+                elif inst.replay.now != planned:  # its run cut at t: it steps from there
+                    push(i)
                 r = next(stream, None)
                 continue
-            _, i = heapq.heappop(ready)
+            _, i, _ = heapq.heappop(ready)
             queued.discard(i)
             rep = insts[i].replay
             before = rep.finished
@@ -304,7 +318,7 @@ class FleetSim:
                 waiting.add(i)
             elif rep.busy():
                 queued.add(i)
-                heapq.heappush(ready, (rep.now, i))
+                push(i)
             # a node given back room: the instances waiting for it try again from then
             now_released = sum(n.releases for n in self.nodes)
             if waiting and now_released != releases:
@@ -312,10 +326,12 @@ class FleetSim:
                 for j in sorted(waiting):
                     insts[j].replay.now = max(insts[j].replay.now, t_free)
                     queued.add(j)
-                    heapq.heappush(ready, (insts[j].replay.now, j))
+                    push(j)
                 waiting.clear()
             releases = now_released
-            t_min = ready[0][0] if ready else horizon
+            t_min = top()
+            if not ready:
+                t_min = horizon
             if self.nodes and next_sample <= t_min < math.inf:
                 while t_min >= next_sample:
                     node_samples.append((next_sample, [n.used_share for n in self.nodes],
