@@ -50,8 +50,6 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
             return 2
 
     if args.fleet:
-        if scheduler is SchedulerKind.VLLM:
-            raise UsageError("--fleet: the fleet runs our scheduler for now (--scheduler ours)")
         if args.sweeps:
             raise UsageError("--fleet: --sweeps describe one instance; run them without --fleet")
         args.hardware = [*args.hardware, args.fleet]
@@ -163,14 +161,18 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
               out: Path) -> dict[str, Any]:
     """One mode of ``serve-sim --fleet``: the fleet run, its lines printed, its plot written;
     the JSON of its results."""
+    from nelssa.emu.policy.vllm_scheduler import VllmEnvError
     from nelssa.emu.serving.fleet import FleetSim, fleet_json, plot_fleet
+    from nelssa.emu.serving.fleet_vllm import run_fleet as run_with
     from nelssa.emu.serving.metrics import series, summarize
     from nelssa.progress import Progress
 
     fleet = FleetSim(cat.fleet, cat, lm, cfg)
     bar = Progress(1000, f"{cfg.mode:>6}")
     try:
-        res = fleet.run(reqs, progress=lambda f: bar.advance(int(f * 1000) - bar.done))
+        res = run_with(fleet, reqs, progress=lambda f: bar.advance(int(f * 1000) - bar.done))
+    except VllmEnvError as e:
+        raise UsageError(str(e)) from None
     except ValueError as e:  # a request no instance can hold: named by the trace's file:line
         raise UsageError(re.sub(r"^trace line (\d+)", lambda m: f"{trace}:{m[1]}",
                                 str(e))) from None
