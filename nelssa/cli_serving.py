@@ -193,6 +193,10 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
         print(f"    node {n.name}: {n.devices} devices, {n.placed} requests placed, peak "
               f"{n.peak_used_tokens / n.tokens:.1%} of {n.tokens:,} tokens, mean device load "
               f"{n.mean_device_load:.2f}")
+    if res.switch_peak_load is not None:
+        print(f"    switch {cat.fleet.fabric.switch_gbs:g} GB/s: peak offered load "
+              f"{res.switch_peak_load:.2f} of its bandwidth (above 1, transfers stretched by "
+              "it)")
     out.mkdir(parents=True, exist_ok=True)
     plot_fleet(res, out / f"fleet_{cfg.mode}.png")
     return doc

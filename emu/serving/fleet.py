@@ -16,8 +16,9 @@ sees each instance at the end of the step it is in. One instance and one node gi
 ``serve-sim`` run's figures bit for bit (``tests/test_fleet.py``).
 
 Instances sharing a node share its devices' bandwidth (``pnm_nodes.py``: each step's attention
-there stretched by the other instances' offered load). Not modelled yet: the fabric's shared
-switch.
+there stretched by the other instances' offered load), and with ``fabric.switch_gbs`` they share
+the fabric's switch (``fabric.py``: past its bandwidth every transfer's link part stretched by
+the offered load over it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.cost import CostModel
+from nelssa.emu.serving.fabric import Switch, SwitchPort
 from nelssa.emu.serving.orchestration import FleetOrchestration
 from nelssa.emu.serving.pnm_nodes import PnmNode
 from nelssa.emu.serving.replay import Replay
@@ -87,6 +89,9 @@ class FleetResult:
     """With an orchestrator: each instance's T_input after each of its looks."""
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    switch_peak_load: float | None = None
+    """With a shared switch: the highest offered load a transfer through it saw, over its
+    bandwidth (above 1: the stretch of that transfer's link part); None without one."""
 
     def merged(self) -> RunResult:
         """The fleet as one run: every request's result, the sums of the counters, the
@@ -139,6 +144,7 @@ class FleetSim:
         self.spec, self.cfg, self.lm = spec, config, latency
         link = catalog.get("links", spec.fabric.link) if spec.fabric.link else latency.link
         self._catalog, self._link = catalog, link
+        self.switch: Switch | None = None
         self.nodes: list[PnmNode] = []
         self.node_groups: dict[str, list[PnmNode]] = {}
         self._build_nodes()
@@ -165,6 +171,11 @@ class FleetSim:
             self.node_groups[g.name] = group
             self.nodes.extend(group)
         self._group_of = {id(n): name for name, ns in self.node_groups.items() for n in ns}
+        gbs = self.spec.fabric.switch_gbs
+        self.switch = Switch(gbs) if gbs is not None else None
+        self._s_per_byte = (8 / (self._link.gbps * 1e9) if self._link is not None
+                            else 1 / (cfg.link_gbs * 1e9))
+        """The fabric's link: seconds a byte (the pool's KV, the decode steps' queries)."""
 
     def _instances(self) -> list[_Instance]:
         out = []
@@ -192,6 +203,10 @@ class FleetSim:
         for x in out:
             x.replay.contended = any(n.users > 1 for n in x.replay.nodes)
             x.replay.lazy = True
+            if self.switch is not None:
+                lm = x.replay.sim.lm
+                x.replay.port = SwitchPort(self.switch, id(x.replay),
+                                           lm.link_bytes * lm.model.layers, self._s_per_byte)
         return out
 
     def _sims(self) -> list[ServingSim]:
@@ -295,9 +310,14 @@ class FleetSim:
                 inst.replay.settle(t)  # a run planned past t stops where t finds it
                 if inst.pool:
                     assert self.pool_cost is not None
-                    t = max(heapq.heappop(pool), t) + self.pool_cost.prefill_s(
-                        r.input_len, self.cfg.max_batched_tokens)
+                    start = max(heapq.heappop(pool), t)
+                    t = start + self.pool_cost.prefill_s(r.input_len, self.cfg.max_batched_tokens)
                     heapq.heappush(pool, t)
+                    if self.switch is not None and inst.replay.router.past(r.input_len):
+                        # a PNM-tier request's KV to its node, streamed as it is made
+                        nbytes = r.input_len * self.lm.model.kv_bytes_per_token
+                        t += self.switch.bulk_wait_s(nbytes, nbytes * self._s_per_byte,
+                                                     start, t)
                 inst.replay.offer(t, r)
                 inst.replay.total += 1
                 if i not in queued:
@@ -354,6 +374,8 @@ class FleetSim:
             node_samples, self.spec.dispatch, self.spec.orchestrator,
             orch.looks if orch is not None else [])
         out.wall_s, out.cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        if self.switch is not None:
+            out.switch_peak_load = self.switch.peak_load
         return out
 
 
@@ -370,6 +392,7 @@ def fleet_json(result: FleetResult, summarize: Callable[[RunResult], dict[str, A
         "node_samples": {"t_s": [t for t, _, _ in result.node_samples],
                          "memory_used": [u for _, u, _ in result.node_samples],
                          "device_load": [x for _, _, x in result.node_samples]},
+        "switch_peak_load": result.switch_peak_load,
         "wall_s": result.wall_s, "cpu_s": result.cpu_s,
     }
 

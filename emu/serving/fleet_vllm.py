@@ -112,6 +112,7 @@ def result_to_json(res: FleetResult) -> dict[str, Any]:
             "node_samples": [list(s) for s in res.node_samples],
             "dispatch": res.dispatch, "orchestrator": res.orchestrator,
             "t_inputs": [[t, list(x)] for t, x in res.t_inputs],
+            "switch_peak_load": res.switch_peak_load,
             "wall_s": res.wall_s, "cpu_s": res.cpu_s}
 
 
@@ -123,6 +124,7 @@ def result_from_json(d: dict[str, Any]) -> FleetResult:
                       d["dispatch"], d["orchestrator"],
                       [(t, tuple(x)) for t, x in d["t_inputs"]])
     out.wall_s, out.cpu_s = d["wall_s"], d["cpu_s"]
+    out.switch_peak_load = d["switch_peak_load"]
     return out
 
 
