@@ -54,8 +54,6 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
             return 2
 
     if args.fleet:
-        if scheduler is SchedulerKind.VLLM:
-            raise UsageError("--fleet: the fleet runs our scheduler for now (--scheduler ours)")
         if args.sweeps:
             raise UsageError("--fleet: --sweeps describe one instance; run them without --fleet")
         args.hardware = [*args.hardware, args.fleet]
@@ -242,7 +240,9 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One mode of ``serve-sim --fleet``: the fleet run, its lines printed, its plot written;
     the JSON of its results and its per-request rows."""
+    from nelssa.emu.policy.vllm_scheduler import VllmEnvError
     from nelssa.emu.serving.fleet import FleetSim, fleet_json, plot_fleet
+    from nelssa.emu.serving.fleet_vllm import run_fleet as run_with
     from nelssa.emu.serving.metrics import series, summarize
     from nelssa.progress import Progress
 
@@ -251,7 +251,10 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
     _admitted(admitted, rejected, trace)
     bar = Progress(1000, f"{cfg.mode:>6}")
     try:
-        res = fleet.run(admitted, progress=lambda f: bar.advance(int(f * 1000) - bar.done))
+        res = run_with(fleet, admitted,
+                       progress=lambda f: bar.advance(int(f * 1000) - bar.done))
+    except VllmEnvError as e:
+        raise UsageError(str(e)) from None
     except ValueError as e:  # a trace that cannot be replayed: named by the trace's file:line
         raise UsageError(_named(trace, str(e))) from None
     finally:
@@ -280,6 +283,10 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
         print(f"    node {n.name}: {n.devices} devices, {n.placed} requests placed, peak "
               f"{n.peak_used_tokens / n.tokens:.1%} of {n.tokens:,} tokens, mean device load "
               f"{n.mean_device_load:.2f}")
+    if res.switch_peak_load is not None:
+        print(f"    switch {cat.fleet.fabric.switch_gbs:g} GB/s: peak offered load "
+              f"{res.switch_peak_load:.2f} of its bandwidth (above 1, transfers stretched by "
+              "it)")
     out.mkdir(parents=True, exist_ok=True)
     plot_fleet(res, out / f"fleet_{cfg.mode}.png")
     return doc, request_rows(cfg.mode, res.instances, admitted, rejected,

@@ -232,3 +232,65 @@ def test_instances_sharing_a_node_share_its_devices(cat, lm) -> None:
     assert contention_s(0.6, 1.0, 0.6) == pytest.approx(0.2)
     assert node.cost.pnm_s(1000, 1, 1.5) - node.cost.pnm_s(0, 1) == pytest.approx(
         1.5 * node.cost.pnm_attn_s(1000))
+
+
+def _pnm_decode_s(res) -> float:
+    """The PNM-tier requests' decode time in all (first token to finish)."""
+    rs = [r for r in res.merged().results if r.tier == "pnm"]
+    assert rs
+    return sum(r.finish_s - r.first_token_s for r in rs)
+
+
+def test_shared_switch_slows_a_fleet_past_its_bandwidth_only(cat, lm) -> None:
+    """The fabric's switch (fabric.py): with none, or one wider than the offered load, every
+    figure is today's; three instances past a switch one alone stays below decode their
+    PNM-tier requests slower, the more the narrower it is; the instance alone on it does not
+    move (its peak load under 1)."""
+    reqs = _reqs(150, 8.0)
+    cfg = ServingConfig(mode="nelssa", t_input=3000)
+
+    def run(count: int, switch: float | None, reqs=reqs):
+        spec = FleetSpec(instances=[{"count": count}], pnm_nodes=[{"name": "n", "devices": 4}],
+                         fabric={"link": "roce-400g", "switch_gbs": switch})
+        return FleetSim(spec, cat, lm, cfg).run(reqs)
+
+    three = {sw: run(3, sw) for sw in (None, 1e6, 3.0, 0.3)}
+    assert three[None].switch_peak_load is None
+    assert three[1e6].switch_peak_load < 1
+    assert [_figures(r) for _, r in three[1e6].instances] == [
+        _figures(r) for _, r in three[None].instances]
+    assert 1 < three[3.0].switch_peak_load < three[0.3].switch_peak_load
+    slower = [_pnm_decode_s(three[sw]) for sw in (None, 3.0, 0.3)]
+    assert slower[0] < slower[1] < slower[2], slower
+    alone, alone_switched = run(1, None, reqs[::3]), run(1, 3.0, reqs[::3])
+    assert alone_switched.switch_peak_load < 1
+    assert _figures(alone_switched.instances[0][1]) == _figures(alone.instances[0][1])
+
+
+def test_shared_switch_delays_bulk_kv(cat, lm) -> None:
+    """A pool-prefilled PNM-tier request's KV to its node and a migration's KV cross the
+    switch: a switch narrower than the link delays the pooled requests' first tokens, none
+    earlier (migrations run beside them, their KV through the same switch)."""
+    reqs = _reqs(150, 8.0)
+    cfg = ServingConfig(mode="nelssa", t_input=3000, migration=True, migrate_at=0.05)
+    spec = {"instances": [{"count": 2}, {"prefill": "pool"}], "prefill_pool": {"gpus": 1},
+            "pnm_nodes": [{"name": "n", "devices": 4}]}
+    runs = {sw: FleetSim(FleetSpec(**spec, fabric={"switch_gbs": sw}), cat, lm, cfg).run(reqs)
+            for sw in (None, 5.0)}
+    pooled = {sw: {r.rid: r.ttft_s for r in dict(res.instances)["g1-0"].results
+                   if r.tier == "pnm"} for sw, res in runs.items()}
+    assert pooled[None] and all(pooled[5.0][k] >= v for k, v in pooled[None].items())
+    assert sum(pooled[5.0].values()) > sum(pooled[None].values())
+    assert runs[5.0].switch_peak_load > 1
+    assert sum(r.migrations for _, r in runs[None].instances) > 0
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", ".inf", ".nan", "fast", "2000000"])
+def test_bad_switch_bandwidth_is_refused_by_field(tmp_path, bad: str) -> None:
+    f = tmp_path / "fleet.yaml"
+    f.write_text(f"fleet: {{instances: [{{}}], fabric: {{switch_gbs: {bad}}}}}\n")
+    done = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
+                           str(TRACE), "--limit", "5", "--fleet", str(f), "--out",
+                           str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "fabric.switch_gbs" in done.stderr and "Traceback" not in done.stderr

@@ -13,7 +13,7 @@ what ``serve-sim``'s options describe without a fleet.
       prefill_pool: {gpu: h100-nvl, gpus: 2}
       pnm_nodes:
         - {name: pnm-a, count: 2, devices: 4, pnm: prototype}
-      fabric: {link: roce-400g}
+      fabric: {link: roce-400g, switch_gbs: 100}
 """
 
 from __future__ import annotations
@@ -71,6 +71,12 @@ class Fabric(Strict):
 
     link: str | None = Field(None, description="a link entry, instance to node (default: the "
                              "command's --link or the file's use.link)")
+    switch_gbs: float | None = Field(
+        None, gt=0, le=1e6, allow_inf_nan=False, description="the switch every instance's "
+        "traffic to and from the PNM nodes crosses, GB/s (default: none, unlimited): decode "
+        "steps' queries and outputs, migrations' KV, pool-prefilled PNM-tier requests' KV; "
+        "past its bandwidth each transfer's link part is stretched by the offered load over "
+        "the bandwidth (emu/serving/fabric.py)")
 
 
 class FleetSpec(Strict):

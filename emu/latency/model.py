@@ -89,9 +89,14 @@ class LatencyModel:
         and the output (fp32 O and LSE per query head) down."""
         if self.link is None:
             return 0.0
+        return 2 * self.link.latency_us * 1e-6 + self.link_bytes * 8 / (self.link.gbps * 1e9)
+
+    @property
+    def link_bytes(self) -> int:
+        """Bytes one query moves on the link in one layer: the query (bf16) up, the output
+        (fp32 O and LSE per query head) down."""
         m = self.model
-        nbytes = m.q_heads * m.head_dim * 2 + m.q_heads * (m.head_dim * 4 + 4)
-        return 2 * self.link.latency_us * 1e-6 + nbytes * 8 / (self.link.gbps * 1e9)
+        return m.q_heads * m.head_dim * 2 + m.q_heads * (m.head_dim * 4 + 4)
 
     @property
     def _bw_gpu(self) -> float:

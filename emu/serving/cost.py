@@ -194,6 +194,10 @@ class CostModel:
         passes = self.lm.sparsity.kmeans_iterations
         return tokens * (passes * self._s_per_key_pass + self._s_per_link_token)
 
+    def migration_link_s(self, tokens: int) -> float:
+        """``migration_s``'s link part: the KV of ``tokens`` over the link."""
+        return tokens * self._s_per_link_token
+
     def pnm_resident_tokens(self, context: int) -> int:
         """GPU-resident KV of a PNM-tier request of ``context`` tokens, in token-equivalents:
         sink and recent tokens, and one centroid (keys only) per cluster."""

@@ -16,8 +16,9 @@ sees each instance at the end of the step it is in. One instance and one node gi
 ``serve-sim`` run's figures bit for bit (``tests/test_fleet.py``).
 
 Instances sharing a node share its devices' bandwidth (``pnm_nodes.py``: each step's attention
-there stretched by the other instances' offered load). Not modelled yet: the fabric's shared
-switch.
+there stretched by the other instances' offered load), and with ``fabric.switch_gbs`` they share
+the fabric's switch (``fabric.py``: past its bandwidth every transfer's link part stretched by
+the offered load over it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.cost import CostModel
+from nelssa.emu.serving.fabric import Switch, SwitchPort
 from nelssa.emu.serving.itl import TimedReplay
 from nelssa.emu.serving.orchestration import FleetOrchestration
 from nelssa.emu.serving.pnm_nodes import PnmNode
@@ -90,6 +92,9 @@ class FleetResult:
     cpu_s: float = 0.0
     rejected: int = 0
     """Requests of a streamed run refused as they came (no instance could hold them)."""
+    switch_peak_load: float | None = None
+    """With a shared switch: the highest offered load a transfer through it saw, over its
+    bandwidth (above 1: the stretch of that transfer's link part); None without one."""
 
     def merged(self) -> RunResult:
         """The fleet as one run: every request's result, the sums of the counters, the
@@ -142,6 +147,7 @@ class FleetSim:
         self.spec, self.cfg, self.lm = spec, config, latency
         link = catalog.get("links", spec.fabric.link) if spec.fabric.link else latency.link
         self._catalog, self._link = catalog, link
+        self.switch: Switch | None = None
         self.nodes: list[PnmNode] = []
         self.node_groups: dict[str, list[PnmNode]] = {}
         self._build_nodes()
@@ -168,9 +174,15 @@ class FleetSim:
             self.node_groups[g.name] = group
             self.nodes.extend(group)
         self._group_of = {id(n): name for name, ns in self.node_groups.items() for n in ns}
+        gbs = self.spec.fabric.switch_gbs
+        self.switch = Switch(gbs) if gbs is not None else None
+        self._s_per_byte = (8 / (self._link.gbps * 1e9) if self._link is not None
+                            else 1 / (cfg.link_gbs * 1e9))
+        """The fabric's link: seconds a byte (the pool's KV, the decode steps' queries)."""
 
-    def _instances(self) -> list[_Instance]:
-        out = []
+    def _groups(self) -> Iterator[tuple[str, ServingSim, list[PnmNode], bool]]:
+        """Each instance's name, configuration, the nodes it reaches and whether the pool
+        prefills for it (no replay made: its scheduler may live in another environment)."""
         nelssa = self.cfg.mode == "nelssa" and bool(self.nodes)
         for gi, g in enumerate(self.spec.instances):
             gpu = tp_group(self._catalog.get("gpus", g.gpu) if g.gpu else self.lm.gpu, g.tp)
@@ -186,23 +198,30 @@ class FleetSim:
                           prefill="disaggregated" if g.prefill == "pool" else "colocated",
                           prefill_gpus=max(1, self.pool_gpus))
             for k in range(g.count):
-                sim = ServingSim(lm, cfg)
                 name = f"g{gi}-{k}" if len(self.spec.instances) > 1 else f"i{k}"
-                out.append(_Instance(name, TimedReplay(sim, [], nodes=reach or None),
-                                     g.prefill == "pool"))
-                for n in reach:
-                    n.users += 1
+                yield name, ServingSim(lm, cfg), reach, g.prefill == "pool"
+
+    def _instances(self) -> list[_Instance]:
+        out = []
+        for name, sim, reach, pool in self._groups():
+            out.append(_Instance(name, TimedReplay(sim, [], nodes=reach or None), pool))
+            for n in reach:
+                n.users += 1
         for x in out:
             x.replay.contended = any(n.users > 1 for n in x.replay.nodes)
             x.replay.lazy = True
+            if self.switch is not None:
+                lm = x.replay.sim.lm
+                x.replay.port = SwitchPort(self.switch, id(x.replay),
+                                           lm.link_bytes * lm.model.layers, self._s_per_byte)
         return out
 
     def _sims(self) -> list[ServingSim]:
         """One serving configuration per instance group (what a request is checked against)."""
-        sims = []
-        for inst in self._instances():
-            if all(inst.replay.sim.cfg != s.cfg or inst.replay.sim.lm != s.lm for s in sims):
-                sims.append(inst.replay.sim)
+        sims: list[ServingSim] = []
+        for _, sim, _, _ in self._groups():
+            if all(sim.cfg != s.cfg or sim.lm != s.lm for s in sims):
+                sims.append(sim)
         return sims
 
     def admit(self, requests: list[TraceRequest]
@@ -257,9 +276,20 @@ class FleetSim:
         orch = (FleetOrchestration(self.spec.orchestrator, [x.replay for x in insts], self.nodes)
                 if self.spec.orchestrator != "static" and self.nodes else None)
         pool = [0.0] * self.pool_gpus
-        ready: list[tuple[float, int]] = []
-        """Instances with work, by their clocks (a heap; each at most once)."""
+        ready: list[tuple[float, int, int]] = []
+        """Instances with work, by their clocks (a heap of (clock, index, version): an entry
+        whose version is not its instance's latest is stale, dropped when it surfaces)."""
+        version = [0] * len(insts)
         queued: set[int] = set()
+
+        def push(j: int) -> None:
+            version[j] += 1
+            heapq.heappush(ready, (insts[j].replay.now, j, version[j]))
+
+        def top() -> float:
+            while ready and ready[0][2] != version[ready[0][1]]:
+                heapq.heappop(ready)
+            return ready[0][0] if ready else math.inf
         waiting: set[int] = set()
         """Instances blocked on PNM node room, by index."""
         releases = 0
@@ -273,7 +303,7 @@ class FleetSim:
         last = -math.inf
         while True:
             horizon = r.arrival_s if r is not None else math.inf
-            if not ready or ready[0][0] >= horizon:
+            if top() >= horizon:
                 if r is None:
                     break
                 if sims is not None:  # streamed: checked as it comes
@@ -296,21 +326,29 @@ class FleetSim:
                     max((n.free for n in insts[j].replay.nodes), default=0),
                     insts[j].replay.router.past(r.input_len)))
                 inst = insts[i]
+                planned = inst.replay.now
                 inst.replay.settle(t)  # a run planned past t stops where t finds it
                 if inst.pool:
                     assert self.pool_cost is not None
-                    t = max(heapq.heappop(pool), t) + self.pool_cost.prefill_s(
-                        r.input_len, self.cfg.max_batched_tokens)
+                    start = max(heapq.heappop(pool), t)
+                    t = start + self.pool_cost.prefill_s(r.input_len, self.cfg.max_batched_tokens)
                     heapq.heappush(pool, t)
+                    if self.switch is not None and inst.replay.router.past(r.input_len):
+                        # a PNM-tier request's KV to its node, streamed as it is made
+                        nbytes = r.input_len * self.lm.model.kv_bytes_per_token
+                        t += self.switch.bulk_wait_s(nbytes, nbytes * self._s_per_byte,
+                                                     start, t)
                 inst.replay.offer(t, r)
                 inst.replay.total += 1
                 if i not in queued:
                     waiting.discard(i)
                     queued.add(i)
-                    heapq.heappush(ready, (inst.replay.now, i))
+                    push(i)
+                elif inst.replay.now != planned:  # its run cut at t: it steps from there
+                    push(i)
                 r = next(stream, None)
                 continue
-            _, i = heapq.heappop(ready)
+            _, i, _ = heapq.heappop(ready)
             queued.discard(i)
             rep = insts[i].replay
             before = rep.finished
@@ -320,7 +358,7 @@ class FleetSim:
                 waiting.add(i)
             elif rep.busy():
                 queued.add(i)
-                heapq.heappush(ready, (rep.now, i))
+                push(i)
             # a node given back room: the instances waiting for it try again from then
             now_released = sum(n.releases for n in self.nodes)
             if waiting and now_released != releases:
@@ -328,10 +366,12 @@ class FleetSim:
                 for j in sorted(waiting):
                     insts[j].replay.now = max(insts[j].replay.now, t_free)
                     queued.add(j)
-                    heapq.heappush(ready, (insts[j].replay.now, j))
+                    push(j)
                 waiting.clear()
             releases = now_released
-            t_min = ready[0][0] if ready else horizon
+            t_min = top()
+            if not ready:
+                t_min = horizon
             if self.nodes and next_sample <= t_min < math.inf:
                 while t_min >= next_sample:
                     node_samples.append((next_sample, [n.used_share for n in self.nodes],
@@ -355,6 +395,8 @@ class FleetSim:
             orch.looks if orch is not None else [])
         out.wall_s, out.cpu_s = time.perf_counter() - t0, time.process_time() - c0
         out.rejected = rejected
+        if self.switch is not None:
+            out.switch_peak_load = self.switch.peak_load
         return out
 
 
@@ -377,6 +419,7 @@ def fleet_json(result: FleetResult, summarize: Callable[[RunResult], dict[str, A
         "node_samples": {"t_s": [t for t, _, _ in result.node_samples],
                          "memory_used": [u for _, u, _ in result.node_samples],
                          "device_load": [x for _, _, x in result.node_samples]},
+        "switch_peak_load": result.switch_peak_load,
         "wall_s": result.wall_s, "cpu_s": result.cpu_s,
     }
 

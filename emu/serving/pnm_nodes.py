@@ -11,7 +11,8 @@ GPU work leaves the devices idle; only what does not fit queues ahead of the ste
 their steps fall into place (what the co-simulation of K GPU decode nodes shows:
 docs/results/fleet_cosim.md); past it the devices set the pace. The loads are rates, so
 instances stepped out of order (a run of pure decode steps is taken at once) see the same
-figure. T_comm (host software, the link) is not shared.
+figure. T_comm (host software, the link) is not shared here; the fabric's switch, where a
+fleet has one, is (``fabric.py``).
 
 A PNM-tier request's KV lives on one node, head-wise over its devices (as the PNM node
 partitions it, ``host/pnm_node/partition.py``); a request is placed on the node with the most

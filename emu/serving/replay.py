@@ -40,6 +40,7 @@ from nelssa.emu.policy.shed import Shedder
 from nelssa.emu.policy.v1_scheduler import V1Scheduler
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
+from nelssa.emu.serving.fabric import SwitchPort
 from nelssa.emu.serving.pnm_nodes import PnmNode, place
 from nelssa.emu.serving.results import RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
@@ -112,6 +113,8 @@ class Replay:
         """Price the PNM tier node by node (the slowest node's time), not on ``sim``'s."""
         self.contended = False
         """Other instances share its nodes' devices (a fleet sets it)."""
+        self.port: SwitchPort | None = None
+        """Its way through its fleet's shared switch (``fabric.py``; None: no switch)."""
         self.node_weights: tuple[float, ...] | None = None
         """A fleet orchestrator's preference over ``nodes`` for new KV (None: ``place``'s)."""
         self._loaded: set[PnmNode] = set()
@@ -322,10 +325,14 @@ class Replay:
             return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes)
         sums = _node_sums(zip(on, pnm_ctxs, strict=True))
         key = id(self) if self.contended else None
-        step = self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes,
-                                _pnm_time(sums, 0, key))
+        t_pnm = _pnm_time(sums, 0, key)
+        if self.port is not None:  # the shared switch's wait for the step's queries
+            t_pnm += self.port.wait_s(len(pnm_ctxs), self.now)
+        step = self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes, t_pnm)
         if key is not None:
             self._book(sums, 0, step)
+        if self.port is not None:
+            self.port.book(len(pnm_ctxs), step)
         return step
 
     def _book(self, sums: list[tuple[PnmNode, int, int]], ahead: int, step_s: float) -> None:
@@ -398,7 +405,11 @@ class Replay:
         ctx, rq = chosen
         if not self._reserve(rq, rq.req.input_len + rq.req.output_len):
             return
-        rq.migrating_until = now + self.cost.migration_s(ctx)
+        took = self.cost.migration_s(ctx)
+        if self.port is not None:  # its KV through the shared switch
+            took += self.port.switch.bulk_wait_s(ctx * self.cost.kv_bytes,
+                                                 self.cost.migration_link_s(ctx), now, now + took)
+        rq.migrating_until = now + took
         self.out.migrated_tokens += ctx
 
     def _decoding_gpu_requests(self) -> Iterator[tuple[int, _Req]]:
@@ -461,6 +472,10 @@ class Replay:
         k = 0
         key = id(self) if self.contended else None
         terms = None if placed is None else _pnm_terms(placed, key, k_max)
+        if self.port is not None and terms:  # the shared switch's wait, the same each step
+            wait = self.port.wait_s(pnm_n, now)
+            if wait:
+                terms = [(c, n, p, f, t + wait) for c, n, p, f, t in terms]
         one = terms is not None and len(terms) == 1  # the common case, priced inline
         if one:
             assert terms is not None
@@ -495,6 +510,8 @@ class Replay:
                 if (can_start and best is not None and policy.pressure(used, capacity)
                         and router.past(best[0] + i)):
                     break
+        if self.port is not None:
+            self.port.book(pnm_n, step)
         if self.lazy:
             if key is not None and placed is not None:  # its load while the run lasts
                 self._book(placed, k - 1, step)
