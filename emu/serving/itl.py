@@ -9,8 +9,7 @@ run, ``_pending``), so every gap is the replay's own step time. A gap that spans
 or a migration is one long gap, as a client streaming the request sees it. The gaps of a
 request add up to its time from first token to last: their mean is its TPOT.
 
-Per request they are kept as two arrays (seconds, and how many such gaps in a row: 1 where
-the replay recorded them one by one), 16 bytes a token.
+Per request they are kept as one array of seconds, 8 bytes a token.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,7 +37,7 @@ class TimedReplay(Replay):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._last: dict[int, float] = {}
         """Each request's latest token time, by rid."""
-        self._gaps: dict[int, tuple[array, array]] = {}
+        self._gaps: dict[int, array] = {}
         self._run_start = 0.0
         """When the run of pure decode steps being planned started."""
         self._planned: list[float] | None = None
@@ -46,7 +45,7 @@ class TimedReplay(Replay):
         super().__init__(*args, **kwargs)
         self.out.token_gaps = self._gaps  # type: ignore[assignment]
 
-    def pop_gaps(self, rid: int) -> tuple[array, array] | None:
+    def pop_gaps(self, rid: int) -> array | None:
         """A finished request's gaps, no longer kept (a streamed run writes them out)."""
         self._last.pop(rid, None)
         return self._gaps.pop(rid, None)
@@ -56,22 +55,9 @@ class TimedReplay(Replay):
         rid = rq.req.rid
         gaps = self._gaps.get(rid)
         if gaps is None:
-            gaps = self._gaps[rid] = (array("d"), array("q"))
-        gaps[0].append(t - self._last.get(rid, rq.first_token_s))
-        gaps[1].append(1)
+            gaps = self._gaps[rid] = array("d")
+        gaps.append(t - self._last.get(rid, rq.first_token_s))
         self._last[rid] = t
-
-    def _gaps_of_run(self, rq: Any, start: float, steps: array, end: float) -> None:
-        """A token of ``rq`` at the end of each step of a run from ``start`` to ``end`` that
-        took ``steps`` (seconds each)."""
-        rid = rq.req.rid
-        gaps = self._gaps.get(rid)
-        if gaps is None:
-            gaps = self._gaps[rid] = (array("d"), array("q"))
-        gaps[0].append(start + steps[0] - self._last.get(rid, rq.first_token_s))
-        gaps[0].extend(steps[1:])
-        gaps[1].extend(self._ones[:len(steps)])
-        self._last[rid] = end
 
     def _step_cost(self, plan: Any) -> float:
         cost = super()._step_cost(plan)
@@ -82,9 +68,8 @@ class TimedReplay(Replay):
             rid = rq.req.rid
             gaps = all_gaps.get(rid)
             if gaps is None:
-                gaps = all_gaps[rid] = (array("d"), array("q"))
-            gaps[0].append(t - last.get(rid, rq.first_token_s))
-            gaps[1].append(1)
+                gaps = all_gaps[rid] = array("d")
+            gaps.append(t - last.get(rid, rq.first_token_s))
             last[rid] = t
         return cost
 
@@ -116,17 +101,16 @@ class TimedReplay(Replay):
         ends = (self._planned if self._planned is not None else self.run_times)[:k]
         steps = array("d", [b - a for a, b in zip([start, *ends], ends, strict=False)])
         # (_gaps_of_run, inlined: the run's gaps after each request's first are the same)
-        first_end, tail, ones = start + steps[0], steps[1:], array("q", [1]) * k
+        first_end, tail = start + steps[0], steps[1:]
         jobs, all_gaps, last = self.jobs, self._gaps, self._last
         for j in sched.running:
             rq = jobs[j.spec.jid].rq
             rid = rq.req.rid
             gaps = all_gaps.get(rid)
             if gaps is None:
-                gaps = all_gaps[rid] = (array("d"), array("q"))
-            gaps[0].append(first_end - last.get(rid, rq.first_token_s))
-            gaps[0].extend(tail)
-            gaps[1].extend(ones)
+                gaps = all_gaps[rid] = array("d")
+            gaps.append(first_end - last.get(rid, rq.first_token_s))
+            gaps.extend(tail)
             last[rid] = now
         super()._take_run(k, now, placed, key, step)
 
@@ -141,15 +125,14 @@ def timed_replay(sim: ServingSim, requests: list[TraceRequest],
     return run
 
 
-def request_itl(gaps: tuple[Any, Any] | None, percentiles: tuple[float, ...]
+def request_itl(gaps: Sequence[float] | None, percentiles: tuple[float, ...]
                 ) -> dict[str, float]:
     """One request's ITL: mean, max and ``percentiles`` of its gaps (linear interpolation
     between the closest ranks, numpy's default; empty with none). Sorted in Python: a
     request's few hundred gaps take less than numpy's call costs."""
     if gaps is None:
         return {}
-    g, n = gaps
-    values = sorted(g) if n.count(1) == len(n) else sorted(expand([gaps]).tolist())
+    values = sorted(gaps)
     if not values:
         return {}
     last = len(values) - 1
@@ -162,12 +145,11 @@ def request_itl(gaps: tuple[Any, Any] | None, percentiles: tuple[float, ...]
     return out
 
 
-def expand(gaps: list[tuple[Any, Any]]) -> np.ndarray:
-    """Every gap of ``gaps`` (runs of equal gaps) as one array."""
+def expand(gaps: list[Sequence[float]]) -> np.ndarray:
+    """Every gap of ``gaps`` (requests' gap arrays) as one array."""
     if not gaps:
         return np.empty(0)
-    return np.concatenate([np.repeat(np.asarray(g, dtype=float), np.asarray(n, dtype=np.int64))
-                           for g, n in gaps])
+    return np.concatenate([np.asarray(g, dtype=float) for g in gaps])
 
 
 def pkey(p: float) -> str:

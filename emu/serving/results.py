@@ -87,16 +87,15 @@ class RunResult:
     rejected: int = 0
     """Requests refused before the run (longer than ``max_model_len``, or more than a tier
     can hold: ``sim.admit``); they have no result."""
-    token_gaps: dict[int, tuple[Sequence[float], Sequence[int]]] | None = None
-    """Each request's gaps between its output tokens, by ``rid``: runs of equal gaps, as their
-    seconds and how many in a row, in order (``itl.py``); None where they were not
-    recorded."""
+    token_gaps: dict[int, Sequence[float]] | None = None
+    """Each request's gaps between its output tokens, by ``rid``, in seconds, in order
+    (``itl.py``); None where they were not recorded."""
 
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items()
              if k not in ("config", "results", "samples", "token_gaps")}
         d["token_gaps"] = None if self.token_gaps is None else {
-            str(k): [list(g), list(n)] for k, (g, n) in self.token_gaps.items()}
+            str(k): list(g) for k, g in self.token_gaps.items()}
         d["results"] = [asdict(r) for r in self.results]
         d["samples"] = [asdict(s) for s in self.samples]
         return d
@@ -108,5 +107,5 @@ class RunResult:
         return cls(config=config, results=[RequestResult(**r) for r in d["results"]],
                    samples=[Sample(**s) for s in d["samples"]],
                    token_gaps=None if gaps is None else {
-                       int(k): (list(g), list(n)) for k, (g, n) in gaps.items()},
+                       int(k): list(g) for k, g in gaps.items()},
                    **rest)

@@ -119,7 +119,7 @@ class RecordSink:
         self.met = 0
         self.input_tokens = 0
         self.output_tokens = 0
-        self._itl_buf: list[tuple[array, array]] = []
+        self._itl_buf: list[array] = []
         self._itl_held = 0
         """Gaps not yet in the ITL sketch."""
         self._files: list[IO[str]] = []
@@ -136,7 +136,7 @@ class RecordSink:
         return w
 
     def request(self, instance: str, r: RequestResult, line: int | str = "",
-                gaps: tuple[array, array] | None = None) -> None:
+                gaps: array | None = None) -> None:
         """One finished request (``gaps``: its inter-token gaps, if they were recorded): a
         row, and its figures into the sketches."""
         itl = request_itl(gaps, self.percentiles) if gaps is not None else {}
@@ -153,7 +153,7 @@ class RecordSink:
             self.tpot.add(max(tpot, 0.0))
         if gaps is not None:  # into the sketch a batch at a time (its cost is per call)
             self._itl_buf.append(gaps)
-            self._itl_held += len(gaps[0])
+            self._itl_held += len(gaps)
             if self._itl_held >= 1 << 18:
                 self._flush_itl()
         self.met += self.slo.meets(ttft, tpot)

@@ -159,8 +159,7 @@ def page(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
     nodes = res["shared"].nodes
     node_line = "; ".join(f"{n.name}: {n.placed} requests, peak {n.peak_used_tokens / n.tokens:.0%}"
                           for n in nodes)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT, check=False).stdout.strip() or "?"
+    commit = res["commit"]
     ratio = per["shared"] / per["single"]
     return render("fleet_scale.md", "page", command=command, commit=commit,
                   machine=f"{platform.machine()}, Python {platform.python_version()}",
@@ -209,8 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help=f"write {PAGE.relative_to(ROOT)}")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT, check=False).stdout.strip() or "?"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "emu", "nelssa"],
+                           capture_output=True, text=True, cwd=ROOT, check=False).stdout.strip()
     reqs = load_trace(args.trace, args.limit, hash_ids=True)
     res = study(reqs, args.factor, args.instances, args.nodes, args.devices, args.repeats)
+    res["commit"] = commit + (" (modified)" if dirty else "")  # the code as it started
     if args.million:
         src = reqs if args.limit is None else load_trace(args.trace, hash_ids=True)
         if args.records is not None:
