@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | c
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements-vllm.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: all venv vllm demo test pytest lint lint-py lint-rtl gen-check synth synth-engine synth-ddr5 bench \
+.PHONY: all venv vllm demo test pytest lint lint-py lint-rtl gen-check synth synth-check synth-engine \
+        synth-ddr5 bench \
         bench-ddr5 calibrate-ddr5 bench-device calibrate-device bench-node clean
 
 all: test
@@ -37,10 +38,10 @@ vllm: $(VLLM_STAMP)
 demo: venv
 	$(VENV)/bin/nelssa decode --t-input 1024 --overwrite
 
-# pytest and synthesis side by side (synthesis is one single-threaded yosys): each target's
-# output is printed whole when it ends
+# pytest and the synthesis check side by side (one single-threaded yosys at a time): each
+# target's output is printed whole when it ends
 test: lint gen-check
-	$(MAKE) --no-print-directory -j2 --output-sync=target pytest synth
+	$(MAKE) --no-print-directory -j2 --output-sync=target pytest synth-check
 
 # pytest-xdist workers, a test file per worker at a time (builds are shared through a lock per
 # build folder), the files with RTL tests first (tests/conftest.py); PYTEST_WORKERS=0 runs in
@@ -62,9 +63,17 @@ lint-rtl: venv
 gen-check: venv
 	$(VPY) -m nelssa.gen --check
 
+# the FPGA top at its size, block by block, and the arithmetic units: the resource table
+# (about 12 minutes; `scripts/synth_fpga.py --write-page` writes docs/results/synthesis.md)
 synth: venv
 	$(VPY) scripts/synth_units.py
 	$(VPY) scripts/synth_fpga.py
+
+# part of `test`: every module outside rtl/sim/ (the FPGA top's blocks, the arithmetic units,
+# the DDR5 memory system) mapped by synth_xilinx at its smallest legal parameters, so that all
+# of it is proven synthesizable in a fraction of `synth`'s time; no table, no page
+synth-check: venv
+	$(VPY) scripts/synth_fpga.py --check
 
 # the attention engine alone, with its arithmetic units (also part of `synth`)
 synth-engine: venv

@@ -139,7 +139,10 @@ def strip_box_parameters(netlist: Path, boxes: set[str]) -> None:
     netlist.write_text("".join(out))
 
 
-def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, int]:
+def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, dict[str, int]]:
+    """Cells by type of ``top``, or with --together (``top`` is then the tops joined by ``+``)
+    of each of the tops, by module."""
+    tops = top.split("+") if args.together else [top]
     sources = [Path(f).resolve() for f in args.files]
     incdirs = [Path(d).resolve() for d in args.incdir]
     root = Path(os.path.commonpath([p.parent for p in sources] + incdirs))
@@ -147,7 +150,7 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
     synth = Yosys(args.synth_yosys, workdir, root) if args.synth_yosys else elab
     same = synth is elab
 
-    slang = ["read_slang", "--threads", "1", "--ignore-assertions", "--top", top]
+    slang = ["read_slang", "--threads", "1", "--ignore-assertions", *(f"--top {t}" for t in tops)]
     slang += [f"-G{p}" for p in args.param]
     slang += [f"-D{d}" for d in args.define]
     slang += [f"--blackboxed-module {m}" for m in args.blackbox]
@@ -159,11 +162,21 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
         if same
         else f"opt\nwrite_verilog -noattr {elab.out(handoff)}"
     )
-    elab.run("elaborate", [" ".join(slang), f"hierarchy -check -top {top}", write])
+    # together: read_slang marks each top as the top, and `hierarchy` would keep the last one
+    # and remove the others; unmarked, it only checks
+    hierarchy = (["setattr -mod -unset top", "hierarchy -check"] if args.together
+                 else [f"hierarchy -check -top {top}"])
+    elab.run("elaborate", [" ".join(slang), *hierarchy, write])
     if args.blackbox:
         strip_box_parameters(workdir / handoff, set(args.blackbox))
 
-    flags = f"-family {args.family} -top {top} -flatten"
+    # --together: no top and no flattening; each module is mapped on its own in one run, and
+    # synth_xilinx starts after its `begin`, whose `hierarchy -auto-top` would keep only one of
+    # the tops: its cell libraries are read here instead
+    flags = f"-family {args.family}" + ("" if args.together else f" -top {top} -flatten")
+    libraries = (["read_verilog -lib -specify +/xilinx/cells_sim.v",
+                  "read_verilog -lib +/xilinx/cells_xtra.v"] if args.together else [])
+    start = "prepare" if args.together else ""
     if not args.io:
         flags += " -noiopad -noclkbuf"
     read = "read_rtlil" if same else "read_verilog -sv"
@@ -174,7 +187,7 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
             # synth_xilinx's coarse step minus `share`, whose SAT search does not finish on
             # datapaths of hundreds of floating-point units; the result is an upper bound.
             steps = [
-                f"{full} -run :coarse",
+                f"{full} -run {start}:coarse",
                 "techmap -map +/cmp2lut.v -map +/cmp2lcu.v -D LUT_WIDTH=6",
                 "alumacc",
                 "opt",
@@ -184,7 +197,9 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
             first = "map_memory"
         else:
             steps = []
-            first = ""
+            first = start
+        if args.no_lut_map:
+            return [*steps, f"{full} -run {first}:map_luts"]
         if not classic_abc:
             return [*steps, f"{full} -run {first}:" if first else full]
         # LUT mapping with the classic ABC instead of ABC9 (whose wasm build traps on some
@@ -196,7 +211,7 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
                 "xilinx_dffopt", "opt_lut_ins -tech xilinx", f"{full} -run finalize:"]
 
     def run(classic_abc: bool) -> None:
-        synth.run("synthesize", [f"{read} {synth.out(handoff)}", *script(classic_abc),
+        synth.run("synthesize", [f"{read} {synth.out(handoff)}", *libraries, *script(classic_abc),
                                  f"tee -q -o {synth.out('stat.json')} stat -json"])
 
     try:
@@ -212,12 +227,15 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, i
         run(classic_abc=True)
 
     modules = json.loads((workdir / "stat.json").read_text())["modules"]
-    module = modules.get("\\" + top)
-    if module is None and len(modules) == 1:
-        (module,) = modules.values()
-    if module is None:
-        raise StageError(f"stage 'stat': top {top} not in stat output ({', '.join(modules)})")
-    return dict(sorted(module["num_cells_by_type"].items()))
+    cells = {}
+    for name in tops:
+        module = modules.get("\\" + name)
+        if module is None and len(modules) == 1 and not args.together:
+            (module,) = modules.values()
+        if module is None:
+            raise StageError(f"stage 'stat': top {name} not in stat output ({', '.join(modules)})")
+        cells[name] = dict(sorted(module["num_cells_by_type"].items()))
+    return cells
 
 
 def group_counts(cells: dict[str, int]) -> dict[str, int]:
@@ -248,6 +266,7 @@ def cache_key(top: str, args: argparse.Namespace) -> str:
     for f in [*args.files, *sorted(str(p) for d in args.incdir for p in Path(d).rglob("*"))]:
         h.update(Path(f).read_bytes() + b"\0")
     options = [top, args.family, args.io, args.synth_args, args.no_share, args.classic_abc,
+               args.together, args.no_lut_map,
                sorted(args.param), sorted(args.define), sorted(args.blackbox)]
     h.update(json.dumps(options).encode())
     return h.hexdigest()[:24]
@@ -306,6 +325,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="map LUTs with the classic ABC rather than ABC9")
     parser.add_argument("--blackbox", action="append", default=[], metavar="MODULE",
                         help="keep MODULE out of the count (synthesized on its own elsewhere)")
+    parser.add_argument("--no-lut-map", action="store_true",
+                        help="stop synth_xilinx before its LUT mapping (map_luts: ABC9, which "
+                             "rejects no netlist that reaches it): every step that can reject a "
+                             "design runs, the counts are of gates rather than LUTs")
+    parser.add_argument("--together", action="store_true",
+                        help="map all the --top modules in one yosys run, each on its own (not "
+                             "flattened; what they instantiate is mapped as modules of its own)")
     parser.add_argument("--json", type=Path, help="also write the counts to this JSON file")
     parser.add_argument("--cache", type=Path, metavar="DIR",
                         help="reuse a result from DIR when nothing it depends on changed "
@@ -329,11 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO, format="synth: %(message)s"
     )
     results = {}
-    for top in args.top:
+    for top in ["+".join(args.top)] if args.together else args.top:
         cached = args.cache / f"{top}-{cache_key(top, args)}.json" if args.cache else None
         if cached is not None and cached.exists():
             stored = json.loads(cached.read_text())
-            cells = stored["cells"]
+            by_top = stored["cells"]
             log.info("%s: unchanged since %s, reusing its result", top, cached)
             if stored["fell_back"]:
                 log.warning("%s: ABC9 failed on it; the classic ABC mapped its LUTs", top)
@@ -343,23 +369,23 @@ def main(argv: list[str] | None = None) -> int:
                 workdir = args.workdir / top if args.workdir else Path(tmp)
                 workdir.mkdir(parents=True, exist_ok=True)
                 try:
-                    cells = synthesize(top, args, workdir.resolve())
+                    by_top = synthesize(top, args, workdir.resolve())
                 except StageError as exc:
                     log.error("%s: %s", top, exc)
                     return 1
             if cached is not None:
                 cached.parent.mkdir(parents=True, exist_ok=True)
-                cached.write_text(json.dumps({"cells": cells,
+                cached.write_text(json.dumps({"cells": by_top,
                                               "fell_back": top in FELL_BACK}) + "\n")
-        results[top] = {
-            "family": args.family,
-            "params": args.param,
-            "groups": group_counts(cells),
-            "cells": cells,
-        }
-        print(
-            ("\n" if len(results) > 1 else "") + format_table(top, args.family, cells), flush=True
-        )
+        for name, cells in by_top.items():
+            results[name] = {
+                "family": args.family,
+                "params": args.param,
+                "groups": group_counts(cells),
+                "cells": cells,
+            }
+            print(("\n" if len(results) > 1 else "") + format_table(name, args.family, cells),
+                  flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
         log.info("wrote %s", args.json)

