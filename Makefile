@@ -50,7 +50,7 @@ PYTEST_WORKERS ?= 2
 # the vLLM environment is built here, beside synthesis, for the tests that hold our scheduler to
 # vLLM's
 pytest: venv vllm
-	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 lint: lint-py lint-rtl
 

@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         f"Code: {rev}, {time.strftime('%Y-%m-%d')}. Machine: {os.cpu_count()} cores, load "
         f"average {load0[0]:.1f} before and {load1[0]:.1f} after (other work on the machine "
         "slows the run; CI runs it alone).", "",
-        f"- `make test`: **{wall / 60:.0f} min {wall % 60:02.0f} s** "
+        f"- `make test`: **{int(wall // 60)} min {int(wall % 60):02d} s** "
         f"(exit status {rc}; the budget is {BUDGET_S // 60} minutes)",
-        f"- pytest: {result}, {pytest_s / 60:.0f} min {pytest_s % 60:02.0f} s", "",
+        f"- pytest: {result}, {int(pytest_s // 60)} min {int(pytest_s % 60):02d} s", "",
         "Slowest (pytest --durations):", "",
         "| seconds | phase | test |", "|---:|---|---|",
-        *[f"| {s} | {phase} | `{name}` |" for s, phase, name in slow[:15]], ""]
+        *[f"| {s} | {phase} | `{name}` |" for s, phase, name in slow[:30]], ""]
     Path(args.out).write_text("\n".join(lines))
     print("\n".join(lines))
     if args.keep:
