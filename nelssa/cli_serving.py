@@ -87,6 +87,13 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
                for mode in modes}
     out = Path(args.out)  # made when there is something to write in it
     check_fresh(out, args.overwrite)  # before the run: an earlier run is not replaced silently
+    if args.requests is not None:
+        if not args.fleet or args.burst:
+            raise UsageError("--requests: streams a resampling through a fleet; give --fleet "
+                             "FILE (and no --burst)")
+        from nelssa.cli_fleet_stream import run_streamed
+
+        return run_streamed(args, cat, lm, configs, metrics, out)
     print(f"serve-sim: {len(reqs)} requests from {args.trace}"
           f"{f' at {args.rate:g}/s (Poisson)' if args.rate else ' by timestamp'}; "
           f"{lm.model.name} on {lm.gpu.name}; PNM: {args.devices} x {lm.pnm.name}; "
@@ -361,6 +368,11 @@ def add_serving_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=number(RATE),
                    help="resample arrivals as Poisson at this rate (/s)")
     p.add_argument("--limit", type=POSITIVE_INT, help="only the first N requests")
+    p.add_argument("--requests", type=POSITIVE_INT,
+                   help="with --fleet: N requests drawn from the trace (Poisson at --rate, "
+                   "default the trace's mean rate) and streamed through the fleet, each "
+                   "written to requests.csv as it finishes (memory bounded by the requests in "
+                   "flight; latency percentiles within 0.5 %%)")
     p.add_argument("--preemption", choices=("recompute", "swap"),
                    default=ServingConfig.preemption)
     p.add_argument("--prefill", choices=("colocated", "disaggregated"),

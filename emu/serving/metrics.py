@@ -16,7 +16,7 @@ import numpy as np
 from nelssa.emu.policy.slo import MLPERF_SLO
 from nelssa.emu.serving.config import MetricsConfig
 from nelssa.emu.serving.itl import expand, pkey
-from nelssa.emu.serving.sim import RunResult
+from nelssa.emu.serving.sim import RequestResult, RunResult
 
 OVERLOAD_BACKLOG = 0.1
 """An overloaded run's queue grows, over the second half of the arrivals, by more than this
@@ -105,6 +105,14 @@ def series(run: RunResult) -> dict[str, list[float]]:
             "pnm_running": [x.pnm_running for x in s[1:]]}
 
 
+def slo_met(r: RequestResult, ttft_s: float | None, tpot_s: float | None,
+            e2el_s: float | None) -> bool:
+    """Whether request ``r`` met the SLO's parts given (``goodput``'s test)."""
+    return ((ttft_s is None or r.ttft_s <= ttft_s)
+            and (tpot_s is None or r.tpot_s is None or r.tpot_s <= tpot_s)
+            and (e2el_s is None or r.finish_s - r.arrival_s <= e2el_s))
+
+
 def goodput(run: RunResult, ttft_s: float | None = MLPERF_SLO.ttft_s,
             tpot_s: float | None = MLPERF_SLO.tpot_s, e2el_s: float | None = None
             ) -> dict[str, Any]:
@@ -115,9 +123,7 @@ def goodput(run: RunResult, ttft_s: float | None = MLPERF_SLO.ttft_s,
     of the run: goodput as DistServe and ``vllm bench serve --goodput`` define it. With
     shedding the run ends sooner, so compare counts between runs of the same arrivals."""
     res = run.results
-    met = sum(1 for r in res if (ttft_s is None or r.ttft_s <= ttft_s)
-              and (tpot_s is None or r.tpot_s is None or r.tpot_s <= tpot_s)
-              and (e2el_s is None or r.finish_s - r.arrival_s <= e2el_s))
+    met = sum(1 for r in res if slo_met(r, ttft_s, tpot_s, e2el_s))
     n = len(res) + run.shed + run.rejected  # a request dropped or refused missed it
     return {"met": met, "attainment": met / n if n else float("nan"),
             "goodput_rps": met / run.end_s if run.end_s else 0.0,

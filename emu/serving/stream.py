@@ -21,8 +21,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from nelssa.emu.policy.slo import MLPERF_SLO, Slo
+from nelssa.emu.serving.config import MetricsConfig
 from nelssa.emu.serving.itl import expand, request_itl
+from nelssa.emu.serving.metrics import slo_met
 from nelssa.emu.serving.records import columns, csv_cells, finished_row, rejected_row
 from nelssa.emu.serving.results import RequestResult, Sample
 from nelssa.emu.serving.sim import Rejection
@@ -105,12 +106,13 @@ class RecordSink:
     ``folder``, and sketches of TTFT, TPOT, end-to-end latency and inter-token latency (every
     gap of every request, as ``vllm bench serve`` takes ITL)."""
 
-    def __init__(self, folder: str | Path, slo: Slo = MLPERF_SLO, rel: float = 0.005,
-                 percentiles: tuple[float, ...] = (50.0, 90.0, 99.0), mode: str = "nelssa"
-                 ) -> None:
+    def __init__(self, folder: str | Path, metrics: MetricsConfig | None = None,
+                 rel: float = 0.005, mode: str = "nelssa") -> None:
+        metrics = metrics or MetricsConfig()
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.slo, self.percentiles, self.mode = slo, percentiles, mode
+        self.metrics, self.percentiles, self.mode = metrics, metrics.all_percentiles, mode
+        self._slo = (metrics.goodput_ttft_s, metrics.goodput_tpot_s, metrics.goodput_e2el_s)
         self.ttft, self.tpot, self.e2e, self.itl = (QuantileSketch(rel) for _ in range(4))
         self.requests = 0
         """Requests finished."""
@@ -123,7 +125,7 @@ class RecordSink:
         self._itl_held = 0
         """Gaps not yet in the ITL sketch."""
         self._files: list[IO[str]] = []
-        self._cols = columns(percentiles)
+        self._cols = columns(self.percentiles)
         self._req = self._writer("requests.csv", tuple(self._cols))
         self._smp = self._writer("samples.csv",
                                  ("instance", *(f.name for f in fields(Sample))))
@@ -156,7 +158,7 @@ class RecordSink:
             self._itl_held += len(gaps)
             if self._itl_held >= 1 << 18:
                 self._flush_itl()
-        self.met += self.slo.meets(ttft, tpot)
+        self.met += slo_met(r, *self._slo)
 
     def _flush_itl(self) -> None:
         if self._itl_buf:

@@ -1,0 +1,122 @@
+"""Streamed fleet runs (issue 42 item 7): the resampler, the quantile sketch's bound, a streamed
+run's figures equal to the same requests run as a list, its records written as requests
+finish, an out-of-order stream refused, `serve-sim --fleet F --requests N`."""
+
+from __future__ import annotations
+
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nelssa.emu.latency.fleet_description import FleetSpec
+from nelssa.emu.latency.hardware import HardwareCatalog
+from nelssa.emu.latency.model import LatencyModel
+from nelssa.emu.serving.config import ServingConfig
+from nelssa.emu.serving.fleet import FleetSim
+from nelssa.emu.serving.stream import QuantileSketch, RecordSink
+from nelssa.emu.serving.workload import TraceRequest, load_trace, resample
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "tests/data/mooncake_conversation_head.jsonl"
+SPEC = FleetSpec(instances=[{"count": 3}], pnm_nodes=[{"name": "n", "count": 2, "devices": 2}],
+                 dispatch="least-work")
+
+
+@pytest.fixture(scope="module")
+def cat() -> HardwareCatalog:
+    return HardwareCatalog.load()
+
+
+@pytest.fixture(scope="module")
+def lm(cat: HardwareCatalog) -> LatencyModel:
+    return LatencyModel(cat.get("gpus", "h100-nvl"), cat.get("pnm", "prototype"),
+                        cat.get("models", "llama-3-8b"), link=cat.get("links", "roce-400g"))
+
+
+def test_resample_draws_requests_from_the_trace_as_a_poisson_process() -> None:
+    src = load_trace(TRACE, hash_ids=True)
+    reqs = list(resample(src, 5000, 50.0, seed=3))
+    assert [r.rid for r in reqs] == list(range(5000))
+    t = np.array([r.arrival_s for r in reqs])
+    assert t[0] == 0 and np.all(np.diff(t) >= 0)
+    assert abs(4999 / t[-1] - 50.0) < 3.0  # the rate, within sampling error
+    shapes = {(r.input_len, r.output_len, r.hash_ids) for r in src}
+    assert all((r.input_len, r.output_len, r.hash_ids) in shapes for r in reqs)
+    assert len({r.line for r in reqs}) > 150  # draws over the whole source
+    assert [r.arrival_s for r in resample(src, 10, 50.0, 3)] == list(t[:10])  # seeded
+    with pytest.raises(ValueError, match="rate"):
+        next(resample(src, 10, 0.0))
+
+
+def test_sketch_quantiles_are_within_their_relative_accuracy() -> None:
+    rng = np.random.default_rng(7)
+    values = np.concatenate([rng.lognormal(-3, 1.5, 20_000), np.zeros(50)])
+    one, many = QuantileSketch(0.005), QuantileSketch(0.005)
+    for v in values[:5000]:
+        one.add(float(v))
+    one.add_many(values[5000:])
+    many.add_many(values)
+    s = np.sort(values)
+    for q in (0.0, 0.01, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0):
+        rank = q * (len(s) - 1)
+        lo, hi = s[math.floor(rank)], s[math.ceil(rank)]
+        for sk in (one, many):
+            x = sk.quantile(q)
+            assert lo * (1 - 0.005) - 1e-300 <= x <= hi * (1 + 0.005), (q, x, lo, hi)
+    assert one.count == many.count == len(values)
+    assert math.isclose(one.stats()["mean"], float(values.mean()), rel_tol=1e-9)
+    assert len(many.buckets) < 2000  # bounded by the values' range, not their count
+    with pytest.raises(ValueError, match="finite"):
+        many.add(float("nan"))
+
+
+def test_a_streamed_run_gives_the_list_runs_figures(tmp_path, cat, lm) -> None:
+    src = load_trace(TRACE, hash_ids=True)
+    reqs = list(resample(src, 400, 12.0, seed=5))
+    cfg = ServingConfig(mode="nelssa", devices=2)
+    whole = FleetSim(SPEC, cat, lm, cfg).run(list(reqs)).merged()
+    with RecordSink(tmp_path) as sink:
+        streamed = FleetSim(SPEC, cat, lm, cfg).run(iter(reqs), sink=sink, total=len(reqs))
+    assert all(not run.results and not run.samples for _, run in streamed.instances)  # dropped
+    rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
+    assert len(rows) == sink.requests == len(whole.results) == len(reqs)
+    by_id = {int(r["request_id"]): r for r in rows}
+    for r in whole.results:
+        row = by_id[r.rid]
+        assert row["status"] == "finished" and row["tier"] == r.tier
+        assert float(row["first_token_s"]) == pytest.approx(r.first_token_s, abs=1e-9)
+        assert float(row["finish_s"]) == pytest.approx(r.finish_s, abs=1e-9)
+    assert streamed.merged().steps == whole.steps
+    ttft = np.sort([r.ttft_s for r in whole.results])
+    p99 = ttft[math.floor(0.99 * (len(ttft) - 1))], ttft[math.ceil(0.99 * (len(ttft) - 1))]
+    assert p99[0] * 0.995 <= sink.ttft.quantile(0.99) <= p99[1] * 1.005
+    samples = list(csv.DictReader((tmp_path / "samples.csv").open()))
+    assert samples and {s["instance"] for s in samples} == {"i0", "i1", "i2"}
+
+
+def test_a_stream_out_of_arrival_order_is_refused(cat, lm) -> None:
+    reqs = [TraceRequest(0, 1.0, 100, 10, 1), TraceRequest(1, 0.5, 100, 10, 2)]
+    with pytest.raises(ValueError, match=r"trace line 2\) arrives at 0.5 s, before"):
+        FleetSim(SPEC, cat, lm, ServingConfig(mode="nelssa")).run(iter(reqs))
+
+
+def test_serve_sim_streams_a_resampling_through_a_fleet(tmp_path) -> None:
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace", str(TRACE), "--mode",
+           "nelssa", "--fleet", str(ROOT / "docs/examples/fleet.yaml"), "--requests", "600",
+           "--rate", "10", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "600 requests (0 rejected)" in proc.stdout
+    rows = list(csv.DictReader((out / "requests.csv").open()))
+    assert len(rows) == 600 and {r["status"] for r in rows} == {"finished"}
+    assert (out / "results.json").exists() and (out / "config.json").exists()
+    bad = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
+                          str(TRACE), "--requests", "10", "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--requests" in bad.stderr and "Traceback" not in bad.stderr
