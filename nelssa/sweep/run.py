@@ -29,15 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.emu.files import TRACE_BYTES, open_bounded
+from nelssa.sweep.metrics import METRICS
 from nelssa.sweep.spec import PARAMS, Spec
 
 log = logging.getLogger(__name__)
 
-METRICS = ("requests", "pnm_requests", "t_input_tokens", "duration_s", "decode_throughput_tps",
-           "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "slo_attainment",
-           "slo_met", "goodput_rps", "shed", "preemptions", "migrations", "cost_devices",
-           "rejected", "request_throughput_rps", "output_throughput_tps", "itl_p50_s",
-           "itl_p99_s", "e2el_p50_s", "e2el_p99_s", "overloaded")
 CONFIGS = "configs.jsonl"
 """Each key's resolved configuration, a JSON object a line."""
 HARDWARE = {"gpu": "gpus", "pnm": "pnm", "model": "models", "link": "links"}
