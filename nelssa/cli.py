@@ -27,6 +27,7 @@ from nelssa.cli_serving import add_serving_parser
 from nelssa.cli_sweep import add_sweep_parser
 from nelssa.driver.formats import MAX_IDS
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
+from nelssa.emu.link.tokens import default_endpoint
 from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig
 from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.ports import (
@@ -217,7 +218,7 @@ def build_parser() -> Parser:
     serve.add_argument("--backend", type=served_device, default="model", metavar="SPEC",
                        help=f"the device: {known_forms(SERVED)} (or fpga with --bar)")
     add_board_args(serve, several=False)
-    serve.add_argument("--endpoint", type=endpoint, default="ipc:///tmp/nelssa-device-0",
+    serve.add_argument("--endpoint", type=endpoint, default=default_endpoint("device-0"),
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     add_engines(serve)
     add_ddr5_args(serve, DeviceConfig.preset)

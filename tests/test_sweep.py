@@ -194,3 +194,14 @@ def test_a_resume_with_nothing_left_says_so() -> None:
 
     assert pace(0, 0.0) == " (nothing left to run)" and "nan" not in pace(0, 0.01)
     assert pace(6, 30.0) == ", in 30.0 s: 12.0 points/min"
+
+
+def test_ray_is_told_its_auth_mode_so_it_prints_no_token_notice(tmp_path: Path) -> None:
+    from nelssa.sweep.run import ray_auth_mode
+
+    assert ray_auth_mode("local", {}, tmp_path) == "token"  # what Ray would pick, stated
+    assert ray_auth_mode("local", {"RAY_AUTH_MODE": "disabled"}, tmp_path) == "disabled"
+    assert ray_auth_mode("10.0.0.1:6379", {}, tmp_path) is None
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t")
+    assert ray_auth_mode("10.0.0.1:6379", {}, tmp_path) == "token"

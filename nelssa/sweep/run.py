@@ -141,11 +141,32 @@ def _pool(jobs: list[SweepJob], workers: int) -> Iterator[dict[str, Any]]:
                 yield f.result()
 
 
+RAY_AUTH = "RAY_AUTH_MODE"
+"""Ray's own setting of its token authentication: when it is unset Ray picks a mode and prints
+a notice about it at every start; set, it says nothing."""
+
+
+def ray_auth_mode(address: str, environ: dict[str, str] | os._Environ[str],
+                  home: Path) -> str | None:
+    """The ``RAY_AUTH_MODE`` a sweep gives Ray: the user's own if set; else what Ray would pick
+    by itself, stated, so that it prints no notice: ``token`` for a cluster started here (Ray
+    makes the token), or for a cluster joined with a token of this user's; None (Ray's
+    default, no notice) for one joined without."""
+    if RAY_AUTH in environ:
+        return environ[RAY_AUTH]
+    if address == "local" or (home / ".ray" / "auth_token").exists() or any(
+            k in environ for k in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return "token"
+    return None
+
+
 def _ray(jobs: list[SweepJob], address: str, workers: int) -> Iterator[dict[str, Any]]:
     try:
         import ray
     except ImportError:
         raise RuntimeError("--ray needs Ray (pip install ray; make venv installs it)") from None
+    if (mode := ray_auth_mode(address, os.environ, Path.home())) is not None:
+        os.environ[RAY_AUTH] = mode  # Ray's setting: its token notice not printed
     local = address == "local"
     if local:
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
