@@ -38,6 +38,7 @@ from nelssa.hw.ports import (
     open_port,
     parse_spec,
 )
+from nelssa.hw.sim.verilator import log as verilator_log
 from nelssa.options import (
     PID,
     SEED,
@@ -263,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     check_decode_args(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # what a Verilator build is building, and for how long, on stderr
+        logging.getLogger(verilator_log.name).setLevel(logging.INFO)
     if args.command == "device" and args.device_command == "demo" \
             and args.selected > args.clusters:
         parser.error(f"--selected must be in 1..{args.clusters}, got {args.selected}")
