@@ -39,9 +39,10 @@ PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
 LZ4_HEADER = Path("/usr/include/lz4.h")
 
 
+@functools.cache
 def fst_available() -> bool:
     """Verilator's FST writer needs the lz4 headers (`apt-get install liblz4-dev`); without
-    them a waveform has to be VCD."""
+    them a waveform has to be VCD (said once a process)."""
     if LZ4_HEADER.exists():
         return True
     log.warning("no %s: waveforms will be VCD, not FST (apt-get install liblz4-dev)", LZ4_HEADER)

@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -161,12 +162,13 @@ def ray_auth_mode(address: str, environ: dict[str, str] | os._Environ[str],
 
 
 def _ray(jobs: list[SweepJob], address: str, workers: int) -> Iterator[dict[str, Any]]:
+    mode = ray_auth_mode(address, os.environ, Path.home())
+    if mode is not None and "ray" not in sys.modules:  # Ray reads it once, when imported
+        os.environ[RAY_AUTH] = mode  # Ray's setting: its token notice not printed
     try:
         import ray
     except ImportError:
         raise RuntimeError("--ray needs Ray (pip install ray; make venv installs it)") from None
-    if (mode := ray_auth_mode(address, os.environ, Path.home())) is not None:
-        os.environ[RAY_AUTH] = mode  # Ray's setting: its token notice not printed
     local = address == "local"
     if local:
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
