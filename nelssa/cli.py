@@ -27,6 +27,7 @@ from nelssa.cli_serving import add_serving_parser
 from nelssa.cli_sweep import add_sweep_parser
 from nelssa.driver.formats import MAX_IDS
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
+from nelssa.emu.link.tokens import default_endpoint
 from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig
 from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.ports import (
@@ -37,6 +38,7 @@ from nelssa.hw.ports import (
     open_port,
     parse_spec,
 )
+from nelssa.hw.sim.verilator import log as verilator_log
 from nelssa.options import (
     PID,
     SEED,
@@ -217,7 +219,7 @@ def build_parser() -> Parser:
     serve.add_argument("--backend", type=served_device, default="model", metavar="SPEC",
                        help=f"the device: {known_forms(SERVED)} (or fpga with --bar)")
     add_board_args(serve, several=False)
-    serve.add_argument("--endpoint", type=endpoint, default="ipc:///tmp/nelssa-device-0",
+    serve.add_argument("--endpoint", type=endpoint, default=default_endpoint("device-0"),
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     add_engines(serve)
     add_ddr5_args(serve, DeviceConfig.preset)
@@ -262,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     check_decode_args(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # what a Verilator build is building, and for how long, on stderr
+        logging.getLogger(verilator_log.name).setLevel(logging.INFO)
     if args.command == "device" and args.device_command == "demo" \
             and args.selected > args.clusters:
         parser.error(f"--selected must be in 1..{args.clusters}, got {args.selected}")

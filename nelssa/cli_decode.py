@@ -239,7 +239,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
         wall = time.perf_counter() - wall
         session.leave_domain()  # nothing more to attend: the other members go on
         failed = [r for r in dec.requests if r.status is SeqState.FAILED]
-        sampling = client.probe_status().sampling if args.rtl_layers else None
+        status = client.probe_status()
+        sampling = status.sampling if args.rtl_layers else None
+        backends = sorted({d.backend for d in status.devices}) or [args.backend]
     if not reports:
         print("no decode step ran")
         return 1
@@ -295,8 +297,12 @@ def cmd_decode(args: argparse.Namespace) -> int:
         write_steps(Path(args.steps_json), reports)
     trace = Path(args.trace)
     dec.trace.write(trace)
-    plot_steps(reports, args.plot, f"NELSSA decode: {args.short} short + {args.long} long "
-                                   f"requests, {args.backend} devices")
+    migrated = sum(1 for r in dec.requests if r.migrated)
+    plot_steps(reports, args.plot, f"NELSSA decode: {c.model_type} {c.num_hidden_layers} "
+               f"layers, {args.short} short + {args.long} long requests, T_input "
+               f"{router.describe()}, selection {cfg.selection:.0%}\n{devices} "
+               f"{'/'.join(backends)} devices ({pnm.name}), link {args.link}"
+               + (f", {migrated} migrated" if migrated else ""))
     doc = decode_config(args, cat, gpu_name, pnm, c, cfg, devices, lens)
     if args.json:
         Path(args.json).write_text(json.dumps(

@@ -1,5 +1,5 @@
-"""`nelssa crossover`: the hardware-derived routing threshold T_input for 1..8 PNM devices
-(paper 4.1, Figure 3), printed and plotted."""
+"""`nelssa crossover`: the hardware-derived routing threshold T_input for 1..--max-devices PNM
+devices (paper 4.1, Figure 3), printed and plotted."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ SPARSITY_OPTIONS = ("selection", "compression")
 
 def cmd_crossover(args: argparse.Namespace) -> int:
     from nelssa.emu.latency.model import LatencyModel
-    from nelssa.emu.latency.plot import crossover_rows, plot_crossover
+    from nelssa.emu.latency.plot import crossover_rows, no_crossover, plot_crossover
 
     hw = load_hardware(args)
     gpu, pnm, model, link = hw["gpus"], hw["pnm"], hw["models"], hw["links"]
@@ -38,6 +38,10 @@ def cmd_crossover(args: argparse.Namespace) -> int:
         at = f"{lm.t_gpu(x) * 1e6:24.2f}" if x is not None else f"{'-':>24}"
         print(f"  {r['devices']:>2} {r['t_comm_us']:>9.2f} {x if x is not None else 'none':>12}"
               f"  {at}")
+    if missing := no_crossover(rows):
+        print(f"  no crossover for {len(missing)} of {len(rows)} device counts (N = "
+              f"{', '.join(map(str, missing))}): the GPU is faster at every length; the plot "
+              "names them")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     plot_crossover(lm, rows, args.plot)
@@ -46,7 +50,8 @@ def cmd_crossover(args: argparse.Namespace) -> int:
 
 
 def add_latency_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("crossover", help="the routing threshold T_input for 1..8 PNM devices")
+    p = sub.add_parser("crossover", help="the routing threshold T_input for 1..--max-devices "
+                       "PNM devices")
     add_hardware_args(p)
     add_config_options(p, Sparsity, SPARSITY_OPTIONS)
     p.add_argument("--max-devices", type=DEVICES, default=8, help="1..1024")

@@ -14,6 +14,7 @@ from pathlib import Path
 from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
+from nelssa.emu.link.tokens import default_endpoint
 from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg
 from nelssa.host.pnm_node.config import NodeConfig
 from nelssa.options import (
@@ -32,7 +33,8 @@ from nelssa.options import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ENDPOINT = "ipc:///tmp/nelssa-node"
+DEFAULT_ENDPOINT = default_endpoint("node")
+"""Per user: ipc://$TMPDIR/nelssa-UID/node (a folder of this user alone)."""
 NODE_OPTIONS = ("device_timeout_s", "max_queued", "max_sessions", "max_sessions_per_client",
                 "max_client_bytes", "max_clients", "max_queue_pairs", "max_request_heads",
                 "max_write_kv_bytes", "max_request_tokens", "max_client_queued_tokens",
@@ -67,7 +69,12 @@ def check_bind(endpoint: str, curve_secret: str | None) -> None:
 
     from nelssa.emu.launcher import EndpointError, check_bindable
     from nelssa.emu.link.security import CurveServerKeys, secure_server
+    from nelssa.emu.link.tokens import AdminTokenError, prepare_endpoint
 
+    try:
+        prepare_endpoint(endpoint)
+    except AdminTokenError as e:
+        raise UsageError(f"--endpoint {endpoint}: {e}") from None
     sock = zmq.Context.instance().socket(zmq.ROUTER)
     try:  # the bind's own checks of address and keys, on a socket never bound
         secure_server(sock, endpoint, CurveServerKeys(Path(curve_secret)) if curve_secret

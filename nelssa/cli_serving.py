@@ -17,7 +17,14 @@ from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.serving.config import PERCENTILE, MetricsConfig, ServingConfig
 from nelssa.emu.serving.records import request_rows, write_records
-from nelssa.emu.serving.report import comparison_line, plot_runs, run_line, times, write_results
+from nelssa.emu.serving.report import (
+    PLOTS,
+    comparison_line,
+    plot_runs,
+    run_line,
+    times,
+    write_results,
+)
 from nelssa.emu.serving.workload import RATE
 from nelssa.hardware_options import add_hardware_args, load_hardware
 from nelssa.options import (
@@ -136,8 +143,11 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
     if args.fleet:
         outputs += [f"fleet_{m}.png" for m in modes]
     else:
-        plot_runs({k: v for k, v in results.items() if k in modes}, out)
-        outputs += ["throughput_queue.png", "tpot.png"]
+        ttft = {m: [r["ttft_s"] for r in rows if r["mode"] == m and r.get("ttft_s") is not None]
+                for m in modes}
+        plot_runs({k: v for k, v in results.items() if k in modes}, out,
+                  run_title(args, lm, len(reqs), configs[modes[-1]]), ttft)
+        outputs += list(PLOTS)
     write_config(out / CONFIG_FILE, doc, outputs)
     print(f"wrote {out}/: " + ", ".join(sorted(outputs)) + f" (configuration "
           f"{doc['config_hash'][:12]}, nelssa {doc['nelssa']['version']} at commit "
@@ -175,6 +185,18 @@ def _admitted(admitted: list[Any], rejected: list[Any], trace: str) -> None:
         raise UsageError(_named(trace, rejected[0].reason) + (
             f" (and the other {len(rejected) - 1} requests are rejected too)"
             if len(rejected) > 1 else ""))
+
+
+def run_title(args: argparse.Namespace, lm: Any, requests: int, cfg: ServingConfig) -> str:
+    """A plot's title: the run's configuration in a line or two."""
+    arrivals = f"Poisson {args.rate:g}/s" if args.rate else "trace timestamps"
+    t_input = "adaptive" if cfg.adaptive else (f"{cfg.t_input:,}" if cfg.t_input else "crossover")
+    return (f"serve-sim: {requests} requests of {Path(args.trace).name} ({arrivals}, seed "
+            f"{args.seed}); {lm.model.name} on {lm.gpu.name}\nPNM {cfg.devices} x "
+            f"{lm.pnm.name}, link {lm.link.name}; prefill {cfg.prefill}"
+            + (f" ({cfg.prefill_gpus} GPUs)" if cfg.prefill == "disaggregated" else "")
+            + f", T_input {t_input}, max batch {cfg.max_running}, {cfg.scheduler.value} "
+            "scheduler")
 
 
 def run_one(lm: Any, cfg: ServingConfig, reqs: list, trace: str, metrics: MetricsConfig
@@ -229,8 +251,11 @@ def run_sweeps(args: argparse.Namespace, cat: Any, lm: Any, cfg: ServingConfig, 
     except ValueError as e:
         raise UsageError(f"--sweeps: {e}") from None
     out.mkdir(parents=True, exist_ok=True)
-    sweeps.plot_context_batch(cb, out / "fig10_context_batch.png")
-    sweeps.plot_long_fraction(lf, out / "fig16_long_fraction.png")
+    title = f"{lm.model.name}, PNM {cfg.devices} x {lm.pnm.name}, link {lm.link.name}"
+    sweeps.plot_context_batch(cb, out / "fig10_context_batch.png", f"Figure 10: {title}",
+                              lm.model.max_context)
+    sweeps.plot_long_fraction(lf, out / "fig16_long_fraction.png", f"Figure 16: {title}, "
+                              f"T_input {threshold:,}")
     results["sweeps"] = {"context_batch": {k: {str(c): {str(b): t for b, t in r.items()}
                                                for c, r in v.items()}
                                            for k, v in cb.items()},

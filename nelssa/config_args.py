@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import inspect
 import itertools
+import re
 import textwrap
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -42,6 +43,22 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+_SOURCE_REFS = ((re.compile(r"\s*[:;,]\s*[\w/]+\.py(?:\s+[A-Z_]+)?(?=\))"), ""),
+                (re.compile(r"\s*\(\s*[\w/]+\.py(?:\s+[A-Za-z_.]+)?\s*\)"), ""),
+                (re.compile(r",?\s*a preset of [\w/]+\.py"), ""),
+                (re.compile(r"``([^`]+)``"), r"\1"))
+"""What a field's docstring says for the code's readers that its option's help leaves out:
+references into the source (``(driver/split.py)``, ``: driver/remote.py HEARTBEAT_S``) and
+reST literals."""
+
+
+def user_help(doc: str) -> str:
+    """A docstring as an option's help: without the pointers into source files."""
+    for pattern, repl in _SOURCE_REFS:
+        doc = pattern.sub(repl, doc)
+    return doc
+
+
 def option_name(field: str) -> str:
     return "--" + field.removesuffix("_s").replace("_", "-")
 
@@ -63,7 +80,7 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type,
     or else its annotation, its default the field's default, its help the field's
     docstring."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    docs = field_docs(cls)
+    docs = {k: user_help(v) for k, v in field_docs(cls).items()}
     for name in names:
         f = fields[name]
         if str(f.type) == "bool":

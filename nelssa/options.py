@@ -126,13 +126,14 @@ def ddr5_override(text: str) -> tuple[str, int]:
 def add_ddr5_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
     """``--preset`` (a DDR5 speed grade), ``--ddr5-override`` and ``--subchannels``, their help
     the PNM device description's fields' (``PnmDevice``)."""
+    from nelssa.config_args import user_help
     from nelssa.emu.latency.description import PnmDevice
     from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 
     doc = {name: f.description for name, f in PnmDevice.model_fields.items()}
     parser.add_argument("--preset", default=default_preset, choices=list(DDR5_PRESETS),
-                        help=doc["ddr5"] + (f" [default: {default_preset}]" if default_preset
-                                            else ""))
+                        help=user_help(doc["ddr5"])
+                        + (f" [default: {default_preset}]" if default_preset else ""))
     parser.add_argument("--ddr5-override", type=ddr5_override, action="append", default=None,
                         metavar="FIELD=N", help=f"{doc['ddr5_overrides']}; FIELD=N, repeatable")
     parser.add_argument("--subchannels", type=int, choices=(1, 2, 4, 8), default=None,

@@ -1,5 +1,6 @@
 """Test configuration: RTL tests import helpers from tests/rtl."""
 
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -9,8 +10,40 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "rtl"))
 
 
+SHOWN_LOGS = ("nelssa.hw.sim.verilator", "cocotb_runner")
+"""Loggers whose INFO lines reach the terminal while tests run (between pytest's dots): what a
+Verilator build is building and for how long, where a run's waves are."""
+
+
+class _TerminalLines(logging.Handler):
+    """Log lines written to the terminal past pytest's capture (as its live logging does)."""
+
+    def __init__(self, reporter, capture) -> None:
+        super().__init__(logging.INFO)
+        self.reporter, self.capture = reporter, capture
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self.capture.global_and_fixture_disabled():
+            self.reporter.write_line(f"[{record.name}] {self.format(record)}")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "rtl: builds and simulates RTL with Verilator")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    """Show SHOWN_LOGS on the terminal (not on a pytest-xdist worker, which has none: run a
+    first RTL test with -n 0 to see its build)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    capture = session.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None or hasattr(session.config, "workerinput"):
+        return
+    handler = _TerminalLines(reporter, capture)
+    for name in SHOWN_LOGS:
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -124,8 +124,8 @@ def test_serve_sim_command(tmp_path):
         json.loads(x)["input_length"] >= 32000 for x in lines)
     assert "NELSSA against GPU-only: NELSSA's decode throughput is" in proc.stdout
     assert "(higher is better)" in proc.stdout and "(lower is better)" in proc.stdout
-    for png in ("throughput_queue.png", "tpot.png", "fig10_context_batch.png",
-                "fig16_long_fraction.png"):
+    for png in ("throughput_queue.png", "tpot.png", "ttft.png", "batch_kv.png",
+                "fig10_context_batch.png", "fig16_long_fraction.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     trace.write_text(lines[1] + "\n" + lines[0] + "\n")
     proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",

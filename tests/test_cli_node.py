@@ -288,3 +288,36 @@ def test_node_limits_are_options_with_the_configs_defaults_and_help(
         d = defaults[name]
         shown = "none" if d is None else f"{d:g}" if isinstance(d, float) else str(d)
         assert f"[default: {shown}]" in text, name
+
+
+def test_the_default_endpoints_are_per_user_in_a_private_folder(tmp_path, monkeypatch):
+    import stat
+
+    from nelssa.cli_node import DEFAULT_ENDPOINT, check_bind
+    from nelssa.emu.link import tokens
+
+    mine = f"nelssa-{os.getuid()}"
+    assert DEFAULT_ENDPOINT.startswith("ipc://") and f"/{mine}/" in DEFAULT_ENDPOINT
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ep = tokens.default_endpoint("node")
+    assert ep == f"ipc://{tmp_path / mine / 'node'}"
+    check_bind(ep, None)  # makes the folder, this user's alone
+    st = (tmp_path / mine).lstat()
+    assert stat.S_ISDIR(st.st_mode) and st.st_mode & 0o777 == 0o700
+    os.chmod(tmp_path / mine, 0o755)  # a folder others may enter is refused, in one line
+    from nelssa.options import UsageError
+
+    with pytest.raises(UsageError, match="not a folder of this user's alone"):
+        check_bind(ep, None)
+
+
+def test_node_up_help_points_into_no_source_file():
+    from nelssa.config_args import user_help
+
+    assert user_help("marked down (its work does not count: driver/remote.py HEARTBEAT_S).") \
+        == "marked down (its work does not count)."
+    assert user_help("refused with BUSY (emu/link/server.py). A ``twin``") \
+        == "refused with BUSY. A twin"
+    out = subprocess.run([sys.executable, "-m", "nelssa.cli", "node", "up", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert ".py" not in out and "``" not in out

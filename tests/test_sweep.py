@@ -158,3 +158,50 @@ def test_the_pareto_frontier() -> None:
     pts = [(0, 1.0), (2, 3.0), (2, 2.0), (4, 2.5), (4, 5.0), (8, 4.0), (8, 6.0)]
     assert frontier(pts) == [(0, 1.0), (2, 3.0), (4, 5.0), (8, 6.0)]
     assert frontier([]) == []
+
+
+def test_each_metric_has_its_direction_and_the_front_follows_it() -> None:
+    from nelssa.sweep.metrics import LOWER, METRICS, RANKED, TABLE, axis_label
+
+    assert set(METRICS) <= set(COLUMNS) and set(RANKED) <= set(TABLE)
+    assert TABLE["tpot_p99_s"].better == LOWER and TABLE["goodput_rps"].better == "higher"
+    assert "lower is better" in axis_label("tpot_p99_s")
+    pts = [(0, 0.30), (2, 0.10), (2, 0.20), (4, 0.15), (4, 0.05), (8, 0.40)]
+    assert frontier(pts, LOWER) == [(0, 0.30), (2, 0.10), (4, 0.05)]  # not through the worst
+
+
+def test_the_pareto_plot_labels_points_and_keeps_a_sensible_span(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from nelssa.sweep import plot
+
+    seen = {}
+    monkeypatch.setattr(plt, "close", lambda fig: seen.setdefault("fig", fig))
+    rows = [{"status": "ok", "cost_devices": str(n), "goodput_rps": str(1.0 + 0.001 * n),
+             **{p: "x" for p in PARAMS}, "devices": str(n)} for n in (1, 2, 4)]
+    assert plot.pareto_plot(rows, "goodput_rps", tmp_path / "p.png", "sweep s.toml") == 3
+    ax = seen["fig"].axes[0]
+    assert ax.get_title() == "sweep s.toml" and "higher is better" in ax.get_ylabel()
+    assert sorted(t.get_text() for t in ax.texts) == ["devices=1", "devices=2", "devices=4"]
+    lo, hi = ax.get_ylim()
+    assert hi - lo >= 0.05 * 1.004  # a 0.3 % spread is not magnified
+    assert (tmp_path / "p.png").exists()
+
+
+def test_a_resume_with_nothing_left_says_so() -> None:
+    from nelssa.cli_sweep import pace
+
+    assert pace(0, 0.0) == " (nothing left to run)" and "nan" not in pace(0, 0.01)
+    assert pace(6, 30.0) == ", in 30.0 s: 12.0 points/min"
+
+
+def test_ray_is_told_its_auth_mode_so_it_prints_no_token_notice(tmp_path: Path) -> None:
+    from nelssa.sweep.run import ray_auth_mode
+
+    assert ray_auth_mode("local", {}, tmp_path) == "token"  # what Ray would pick, stated
+    assert ray_auth_mode("local", {"RAY_AUTH_MODE": "disabled"}, tmp_path) == "disabled"
+    assert ray_auth_mode("10.0.0.1:6379", {}, tmp_path) is None
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t")
+    assert ray_auth_mode("10.0.0.1:6379", {}, tmp_path) == "token"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from nelssa.hw.sim import verilator as vl
 
@@ -79,3 +80,52 @@ def test_a_build_killed_part_way_is_redone(monkeypatch, tmp_path):
     again = vl.build_executable("blink", "blink", [sv], [cpp])
     assert again == exe
     assert subprocess.run([again], capture_output=True, text=True).stdout == "built\n"
+
+
+def test_a_build_says_what_it_builds_and_for_how_long(monkeypatch, tmp_path, caplog):
+    """A first build takes minutes: its name, a "still building" line while it lasts, and its
+    time when done (or failed) are logged for the command line and the tests to show."""
+    import logging
+    import time
+
+    import pytest
+
+    monkeypatch.setenv("NELSSA_BUILD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(vl, "STILL_BUILDING_S", 0.05)
+
+    def slow(name, cmd):  # a build: 0.2 s, and the binary it makes
+        time.sleep(0.2)
+        out = next(a for a in cmd if a.startswith(str(tmp_path / "cache")))
+        (Path(out) / "Vblink").write_text("")
+
+    sv = tmp_path / "blink.sv"
+    sv.write_text("module blink; endmodule\n")
+    monkeypatch.setattr(vl, "_verilate", slow)
+    with caplog.at_level(logging.INFO, logger=vl.log.name):
+        vl.build_executable("blink", "blink", [sv], [])
+    lines = [r.getMessage() for r in caplog.records if r.name == vl.log.name]
+    assert lines[0].startswith("building blink (Verilator, cached in ")
+    assert any(x.startswith("still building blink (") for x in lines)
+    assert lines[-1].startswith("built blink in 0.")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=vl.log.name):
+        vl.build_executable("blink", "blink", [sv], [])  # cached: nothing to announce
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]
+
+    def broken(name, cmd):
+        raise RuntimeError("verilator build of blink failed")
+
+    sv.write_text("module blink; wire x; endmodule\n")
+    monkeypatch.setattr(vl, "_verilate", broken)
+    with caplog.at_level(logging.INFO, logger=vl.log.name), pytest.raises(RuntimeError):
+        vl.build_executable("blink", "blink", [sv], [])
+    assert caplog.records[-1].getMessage().startswith("failed to build blink in ")
+
+
+def test_waves_are_asked_for_by_ours_or_cocotbs_variable(tmp_path):
+    from cocotb_runner import wave_file, waves_requested
+
+    assert waves_requested({"NELSSA_WAVES": "1"}) and waves_requested({"WAVES": "1"})
+    assert not waves_requested({}) and not waves_requested({"WAVES": "0"})
+    assert wave_file(tmp_path, fst=True) == tmp_path / "dump.fst"
+    assert wave_file(tmp_path, fst=False).name == "dump.vcd"

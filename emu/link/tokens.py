@@ -55,6 +55,20 @@ def _private_dir() -> Path:
     return folder
 
 
+def default_endpoint(name: str) -> str:
+    """``ipc://`` endpoint ``name`` in this user's private folder (``$TMPDIR/nelssa-UID``):
+    the default of a node or device, one per user of the machine, not one path they share.
+    ``prepare_endpoint`` makes the folder before a server binds there."""
+    return f"ipc://{_private_path() / name}"
+
+
+def prepare_endpoint(endpoint: str) -> None:
+    """Make this user's private folder (0700, checked) when ``endpoint`` lies in it."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme == "ipc" and Path(rest).parent == _private_path():
+        _private_dir()
+
+
 def token_path(endpoint: str) -> Path:
     """The file holding the admin token of the node at ``endpoint``."""
     scheme, _, rest = endpoint.partition("://")

@@ -108,16 +108,28 @@ def write_results(results: dict[str, Any], out: Path) -> None:
                                                  allow_nan=False))
 
 
-def plot_runs(results: dict, out: Path) -> None:
-    """``out/throughput_queue.png`` and ``out/tpot.png`` of the runs by mode."""
+PLOTS = ("throughput_queue.png", "tpot.png", "ttft.png", "batch_kv.png")
+"""What ``plot_runs`` writes."""
+
+
+def plot_runs(results: dict, out: Path, title: str = "",
+              ttft: dict[str, list[float]] | None = None) -> None:
+    """``out``/PLOTS of the runs by mode, each titled ``title`` (the configuration): throughput
+    and queue, TPOT percentiles, the TTFT distribution (``ttft``: each mode's requests'
+    TTFTs) and the running batch and GPU KV use over time (the paper's Figure 15)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     import numpy as np
 
+    def save(fig: Any, name: str) -> None:
+        fig.suptitle(title, fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+
+    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     for mode, r in results.items():
         s = r["series"]
         tput = np.asarray(s["throughput_tps"])
@@ -129,18 +141,35 @@ def plot_runs(results: dict, out: Path) -> None:
     b.set_ylabel("pending requests")
     b.set_xlabel("emulated time (s)")
     a.legend()
-    fig.tight_layout()
-    fig.savefig(out / "throughput_queue.png", dpi=110)
-    plt.close(fig)
+    save(fig, "throughput_queue.png")
     fig, ax = plt.subplots(figsize=(6, 4))
     keys = ["p50", "p95", "p99"]
     width = 0.8 / max(len(results), 1)
     for i, (mode, r) in enumerate(results.items()):
-        vals = [r["summary"]["tpot_s"][k] * 1e3 for k in keys]
+        vals = [(r["summary"]["tpot_s"].get(k) or float("nan")) * 1e3 for k in keys]
         ax.bar([j + i * width for j in range(3)], vals, width, label=mode)
     ax.set_xticks([j + width * (len(results) - 1) / 2 for j in range(3)], keys)
     ax.set_ylabel("TPOT (ms)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "tpot.png", dpi=110)
-    plt.close(fig)
+    save(fig, "tpot.png")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode, vals in (ttft or {}).items():
+        v = np.sort(np.asarray([x for x in vals if x is not None and math.isfinite(x)]))
+        if len(v):
+            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=mode)
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT (s)")
+    ax.set_ylabel("share of requests (CDF)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save(fig, "ttft.png")
+    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for mode, r in results.items():
+        s = r["series"]
+        a.plot(s["t_s"], s["running"], lw=0.8, label=mode)
+        b.plot(s["t_s"], np.asarray(s["gpu_kv_used"]) * 100, lw=0.8, label=mode)
+    a.set_ylabel("running batch (requests)")
+    b.set_ylabel("GPU KV memory used (%)")
+    b.set_xlabel("emulated time (s)")
+    a.legend()
+    save(fig, "batch_kv.png")

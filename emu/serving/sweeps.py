@@ -27,14 +27,15 @@ FULL = 0.95
 def context_batch(models: dict[str, LatencyModel], config: ServingConfig
                   ) -> dict[str, Any]:
     """Steady decode throughput of identical requests, per GPU, context and batch, GPU-only
-    and NELSSA (every request on the PNM tier); batches stop where memory does."""
+    and NELSSA (every request on the PNM tier); batches stop where memory does, and a context
+    past the model's maximum has none."""
     out: dict[str, Any] = {}
     for gpu, lm in models.items():
         for mode in ("gpu", "nelssa"):
             sim = ServingSim(lm, replace(config, mode=mode, t_input=1))
             rows = {}
             for ctx in CONTEXTS:
-                top = sim.max_batch(ctx)
+                top = sim.max_batch(ctx) if ctx <= lm.model.max_context else 0
                 pts = [b for b in BATCHES if b <= top] + ([top] if top and top not in BATCHES
                                                           else [])
                 rows[ctx] = {b: b / sim.steady_decode(ctx, b) for b in sorted(pts)}
@@ -57,7 +58,10 @@ def long_fraction(lm: LatencyModel, trace: list[TraceRequest], config: ServingCo
     return out
 
 
-def plot_context_batch(data: dict[str, Any], path: str | Path) -> None:
+def plot_context_batch(data: dict[str, Any], path: str | Path, title: str = "",
+                       max_context: int | None = None) -> None:
+    """Figure 10: a panel per context, every panel over the same batches; a context past
+    ``max_context`` (the model's) or one no batch fits says so instead of a curve."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,17 +76,25 @@ def plot_context_batch(data: dict[str, Any], path: str | Path) -> None:
                 ax.plot(list(pts), list(pts.values()), "--" if gpu.startswith("2x") else "-",
                         color="#c44e52" if mode == "nelssa" else "#4c72b0", marker="o", ms=3,
                         label=f"{'NELSSA' if mode == 'nelssa' else 'GPU only'}, {gpu}")
+        if not any(rows.get(ctx) for rows in data.values()):
+            why = ("past the model's\nmaximum context" if max_context and ctx > max_context
+                   else "no batch fits\nin memory")
+            ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center")
         ax.set_xscale("log", base=2)
+        ax.set_xlim(BATCHES[0] / 1.3, BATCHES[-1] * 1.3)
         ax.set_title(f"{ctx >> 10}K context")
         ax.set_xlabel("batch")
     axes[0].set_ylabel("decode tokens/s")
-    axes[0].legend(fontsize=7)
+    if any(ax.lines for ax in axes):
+        axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_long_fraction(data: dict[float, dict[str, float]], path: str | Path) -> None:
+def plot_long_fraction(data: dict[float, dict[str, float]], path: str | Path,
+                       title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,6 +112,7 @@ def plot_long_fraction(data: dict[float, dict[str, float]], path: str | Path) ->
     b.set_xlabel("long requests (%)")
     b.set_ylabel("P99 TPOT (ms)")
     b.legend()
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

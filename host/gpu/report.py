@@ -130,7 +130,8 @@ class DecodeTracer:
 
 
 def plot_steps(reports: list[StepReport], path: str | Path, title: str) -> None:
-    """Per-step stacked emulated time (others, top-K, wait for the node) and tokens/s."""
+    """Per-step stacked emulated time (others, top-K, wait for the node) and tokens/s; the
+    steps with KV migrating shaded; the legend below the axes, off the bars."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,14 +149,20 @@ def plot_steps(reports: list[StepReport], path: str | Path, title: str) -> None:
            label="waiting for the PNM node", color="#c44e52")
     ax.set_xlabel("decode step")
     ax.set_ylabel("emulated time (us)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
+    for i, r in enumerate(reports, 1):
+        if r.migrating:
+            ax.axvspan(i - 0.5, i + 0.5, color="#999999", alpha=0.25, lw=0,
+                       label="KV migrating" if i == next(
+                           j for j, x in enumerate(reports, 1) if x.migrating) else None)
     ax2 = ax.twinx()
     ax2.plot(steps, [r.tokens_per_s for r in reports], "k.-", label="tokens/s")
     ax2.set_ylabel("tokens/s (emulated)")
     ax2.set_ylim(bottom=0)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(loc="upper left", fontsize=8)
-    ax2.legend(loc="upper right", fontsize=8)
+    handles = [h for a in (ax, ax2) for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3,
+              fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

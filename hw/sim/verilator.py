@@ -20,6 +20,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -37,9 +39,10 @@ PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
 LZ4_HEADER = Path("/usr/include/lz4.h")
 
 
+@functools.cache
 def fst_available() -> bool:
     """Verilator's FST writer needs the lz4 headers (`apt-get install liblz4-dev`); without
-    them a waveform has to be VCD."""
+    them a waveform has to be VCD (said once a process)."""
     if LZ4_HEADER.exists():
         return True
     log.warning("no %s: waveforms will be VCD, not FST (apt-get install liblz4-dev)", LZ4_HEADER)
@@ -143,6 +146,40 @@ def build_lock(build_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+STILL_BUILDING_S = 30.0
+"""How often a long build says it is still building."""
+
+
+@contextlib.contextmanager
+def announce_build(name: str, where: Path, every_s: float | None = None) -> Iterator[None]:
+    """Log (INFO, this module's logger: the command line and the RTL tests show it on stderr)
+    that ``name`` is being built into ``where``, a "still building" line every ``every_s``
+    seconds (default ``STILL_BUILDING_S``) while it lasts, and its time when it is done or has
+    failed: a first build takes minutes, and a newcomer sees what is being built rather than a
+    silent wait."""
+    log.info("building %s (Verilator, cached in %s; the first build of a model takes "
+             "minutes)", name, where)
+    t0 = time.monotonic()
+    done = threading.Event()
+    every_s = every_s or STILL_BUILDING_S
+
+    def still() -> None:
+        while not done.wait(every_s):
+            log.info("still building %s (%.0f s)", name, time.monotonic() - t0)
+
+    ticker = threading.Thread(target=still, name=f"building-{name}", daemon=True)
+    ticker.start()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        done.set()
+        ticker.join()
+        log.info("%s %s in %.1f s", "built" if ok else "failed to build", name,
+                 time.monotonic() - t0)
+
+
 def build_executable(
     name: str,
     top: str,
@@ -170,7 +207,7 @@ def build_executable(
     stamp = d / "build.ok"
     with build_lock(d):  # (a build another process finished while we waited is reused)
         if exe.exists() and stamp.exists():
-            log.info("reusing cached build %s", exe)
+            log.debug("reusing cached build %s", exe)
             return exe
         stamp.unlink(missing_ok=True)  # a build that fails part way must not be taken for done
         # (nor its binary: one a killed link left empty would look up to date to make)
@@ -184,29 +221,37 @@ def build_executable(
             *(str(Path(s).resolve()) for s in sources),
             *(str(Path(s).resolve()) for s in cpp_sources),
         ]
-        if pgo_train is not None:
-            for f in d.glob("*.gcda"):
-                f.unlink()
-            _verilate(name, [*cmd, "-CFLAGS", "-fprofile-generate",
-                             "-LDFLAGS", "-fprofile-generate"])
-            log.info("training %s for profile-guided optimization", name)
-            pgo_train(exe)
-            if not any(d.glob("*.gcda")):
-                raise RuntimeError(f"profile-guided build of {name}: training wrote no profile")
-            # objects, archives and precompiled headers of the instrumented build must not be
-            # reused
-            for pattern in ("*.o", "*.a", "*.gch", exe.name):
-                for f in d.glob(pattern):
-                    f.unlink()
-            cmd += ["-CFLAGS", "-fprofile-use -fprofile-partial-training -Wno-missing-profile",
-                    "-LDFLAGS", "-fprofile-use"]
-        _verilate(name, cmd)
+        with announce_build(name, d):
+            cmd = _build(name, d, exe, cmd, pgo_train)
         stamp.write_text(" ".join(cmd))
     return exe
 
 
+def _build(name: str, d: Path, exe: Path, cmd: list[str],
+           pgo_train: Callable[[Path], object] | None) -> list[str]:
+    """Run the build (twice for a profile-guided one); its final command."""
+    if pgo_train is not None:
+        for f in d.glob("*.gcda"):
+            f.unlink()
+        _verilate(name, [*cmd, "-CFLAGS", "-fprofile-generate",
+                         "-LDFLAGS", "-fprofile-generate"])
+        log.info("training %s for profile-guided optimization", name)
+        pgo_train(exe)
+        if not any(d.glob("*.gcda")):
+            raise RuntimeError(f"profile-guided build of {name}: training wrote no profile")
+        # objects, archives and precompiled headers of the instrumented build must not be
+        # reused
+        for pattern in ("*.o", "*.a", "*.gch", exe.name):
+            for f in d.glob(pattern):
+                f.unlink()
+        cmd += ["-CFLAGS", "-fprofile-use -fprofile-partial-training -Wno-missing-profile",
+                "-LDFLAGS", "-fprofile-use"]
+    _verilate(name, cmd)
+    return cmd
+
+
 def _verilate(name: str, cmd: list[str]) -> None:
-    log.info("building %s: %s", name, " ".join(cmd))
+    log.debug("building %s: %s", name, " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])

@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -29,15 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.emu.files import TRACE_BYTES, open_bounded
+from nelssa.sweep.metrics import METRICS
 from nelssa.sweep.spec import PARAMS, Spec
 
 log = logging.getLogger(__name__)
 
-METRICS = ("requests", "pnm_requests", "t_input_tokens", "duration_s", "decode_throughput_tps",
-           "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "slo_attainment",
-           "slo_met", "goodput_rps", "shed", "preemptions", "migrations", "cost_devices",
-           "rejected", "request_throughput_rps", "output_throughput_tps", "itl_p50_s",
-           "itl_p99_s", "e2el_p50_s", "e2el_p99_s", "overloaded")
 CONFIGS = "configs.jsonl"
 """Each key's resolved configuration, a JSON object a line."""
 HARDWARE = {"gpu": "gpus", "pnm": "pnm", "model": "models", "link": "links"}
@@ -145,7 +142,29 @@ def _pool(jobs: list[SweepJob], workers: int) -> Iterator[dict[str, Any]]:
                 yield f.result()
 
 
+RAY_AUTH = "RAY_AUTH_MODE"
+"""Ray's own setting of its token authentication: when it is unset Ray picks a mode and prints
+a notice about it at every start; set, it says nothing."""
+
+
+def ray_auth_mode(address: str, environ: dict[str, str] | os._Environ[str],
+                  home: Path) -> str | None:
+    """The ``RAY_AUTH_MODE`` a sweep gives Ray: the user's own if set; else what Ray would pick
+    by itself, stated, so that it prints no notice: ``token`` for a cluster started here (Ray
+    makes the token), or for a cluster joined with a token of this user's; None (Ray's
+    default, no notice) for one joined without."""
+    if RAY_AUTH in environ:
+        return environ[RAY_AUTH]
+    if address == "local" or (home / ".ray" / "auth_token").exists() or any(
+            k in environ for k in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return "token"
+    return None
+
+
 def _ray(jobs: list[SweepJob], address: str, workers: int) -> Iterator[dict[str, Any]]:
+    mode = ray_auth_mode(address, os.environ, Path.home())
+    if mode is not None and "ray" not in sys.modules:  # Ray reads it once, when imported
+        os.environ[RAY_AUTH] = mode  # Ray's setting: its token notice not printed
     try:
         import ray
     except ImportError:

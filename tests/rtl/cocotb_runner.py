@@ -15,6 +15,7 @@ from cocotb_tools.check_results import get_results
 from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG, unit_sources
 from nelssa.hw.sim.verilator import (
     ASSERT_ARGS,
+    announce_build,
     build_lock,
     build_root,
     cached_build_dir,
@@ -71,6 +72,20 @@ def _share_runtime(runtime: Path, build_dir: Path, into_build: bool) -> None:
             tmp.replace(dst / f)
 
 
+WAVES_ON = ("NELSSA_WAVES", "WAVES")
+"""Environment variables that ask for waveforms (ours, and cocotb's own), each 1/true/yes/on."""
+
+
+def waves_requested(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return any(env.get(k, "").strip().lower() in ("1", "true", "yes", "on") for k in WAVES_ON)
+
+
+def wave_file(build_dir: Path, fst: bool) -> Path:
+    """Where cocotb's Verilator main writes the waves of a run in ``build_dir``."""
+    return build_dir / ("dump.fst" if fst else "dump.vcd")
+
+
 def wave_args() -> list[str]:
     """FST where the lz4 headers allow it, VCD otherwise."""
     return ["--trace-fst", "--trace-structs"] if fst_available() else ["--trace-structs"]
@@ -91,7 +106,9 @@ def run_cocotb(
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
     Fails the calling pytest test unless at least one cocotb test ran and none failed.
-    Waveforms: ``waves=True`` or NELSSA_WAVES=1 writes them into the build folder.
+    Waveforms: ``waves=True``, NELSSA_WAVES=1 or cocotb's WAVES=1 writes them into the build
+    folder, and the run logs the file's path. The build is announced (its name, a "still
+    building" line while it lasts, its time: ``verilator.announce_build``).
     ``build_extra``: more Verilator arguments, e.g. the C++ files of DPI-C functions.
     An assertion that fails stops the simulation with exit status 1 (its $error), which fails
     the calling test. ``expect_assertion``: the opposite, for a test that breaks a rule on
@@ -101,13 +118,14 @@ def run_cocotb(
     simulation is short, where the build is most of the cost).
     """
     setup_environment()
-    waves = waves or os.environ.get("NELSSA_WAVES") == "1"
+    waves = waves or waves_requested()
     from cocotb_tools.runner import get_runner
 
     srcs = list(sources) if sources is not None else unit_sources(top)
     params = dict(parameters or {})
     build_args = [str(VERILATOR_CONFIG), "--x-assign", "fast", "--x-initial", "fast", "-O3",
                   *ASSERT_ARGS, *build_extra]
+    fst = waves and fst_available()
     if waves:
         build_args += wave_args()
     hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
@@ -125,14 +143,16 @@ def run_cocotb(
     with build_lock(build_dir), _make_flags(make_flags):
         if shared:
             _share_runtime(runtime, build_dir, into_build=True)
-        runner.build(
-            sources=srcs,
-            hdl_toplevel=top,
-            parameters=params,
-            build_dir=build_dir,
-            build_args=build_args,
-            waves=waves,
-        )
+        built = (build_dir / top).exists()  # the folder is the design's: its model is cached
+        with contextlib.nullcontext() if built else announce_build(f"cocotb-{top}", build_dir):
+            runner.build(
+                sources=srcs,
+                hdl_toplevel=top,
+                parameters=params,
+                build_dir=build_dir,
+                build_args=build_args,
+                waves=waves,
+            )
         if shared:
             _share_runtime(runtime, build_dir, into_build=False)
         if expect_assertion is not None:
@@ -160,5 +180,7 @@ def run_cocotb(
             test_filter=test_filter,
         )
         num_tests, num_failed = get_results(Path(results))
+        if waves:
+            log.info("waves of %s: %s", test_module, wave_file(build_dir, fst))
     assert num_tests > 0, f"{test_module}: no cocotb test ran"
     assert num_failed == 0, f"{test_module}: {num_failed} of {num_tests} cocotb tests failed"
