@@ -255,10 +255,12 @@ def _replay(requests, prefix_caching: bool, findings: list[Finding]) -> None:
         if s["requests"] != len(requests):
             findings.append(Finding(Kind.WRONG, f"{mode} replay finished {s['requests']} of "
                                                 f"{len(requests)} requests"))
-        # TPOT counts tokens after the first: with none it is undefined (NaN by design)
-        undefined = "tpot_s." if all(r.output_len == 1 for r in requests) else None
+        # TPOT and ITL count tokens after the first: with none they are undefined (NaN by
+        # design, as a mean of nothing)
+        undefined = (("tpot_s.", "itl_s.") if all(r.output_len == 1 for r in requests)
+                     else ())
         bad = [k for k, v in _numbers(s) if not math.isfinite(v)
-               and not (undefined and k.startswith(undefined))]
+               and not k.startswith(undefined)]
         if bad:
             findings.append(Finding(Kind.WRONG, f"{mode} replay summary has non-finite "
                                                 f"{bad[:3]}"))
