@@ -43,11 +43,10 @@ demo: venv
 test: lint gen-check
 	$(MAKE) --no-print-directory -j2 --output-sync=target pytest synth-check
 
-# pytest-xdist workers (3 on 2 cores: many tests wait on their processes and sockets), a test
-# file per worker at a time (builds are shared through a lock per
-# build folder), the files with RTL tests first (tests/conftest.py); PYTEST_WORKERS=0 runs in
-# this one process
-PYTEST_WORKERS ?= 3
+# pytest-xdist workers (2: a third made make test 1.5 minutes slower), a test file per worker at
+# a time (builds are shared through a lock per build folder), the files with RTL tests first
+# (tests/conftest.py); PYTEST_WORKERS=0 runs in this one process
+PYTEST_WORKERS ?= 2
 # the vLLM environment is built here, beside synthesis, for the tests that hold our scheduler to
 # vLLM's
 pytest: venv vllm
