@@ -211,13 +211,18 @@ def test_every_field_is_documented():
             assert docs.get(f.name), (cls.__name__, f.name)
 
 
-def test_decode_takes_any_gpu_entry_and_the_files_choices(tmp_path):
+def test_decode_takes_any_gpu_entry_and_the_files_choices(tmp_path, monkeypatch):
     """A GPU of a --hardware file times the co-simulation (registered by name); the PNM entry
     it picks is what the node boots; the model entry is the decoder's shape."""
     from nelssa.cli import build_parser
     from nelssa.decode_hardware import gpu_pnm_link, model_config, node_device_args
+    from nelssa.host.gpu import timing
     from nelssa.host.gpu.request import DecodeConfig
     from nelssa.host.gpu.timing import gpu_preset
+
+    # the file's GPU is registered in the process-wide table: gone again after this test
+    # (test_hardware_description holds the table to the catalog's presets)
+    monkeypatch.setattr(timing, "GPUS", dict(timing.GPUS))
 
     f = tmp_path / "h.toml"
     f.write_text('[gpus.mine]\nhbm_gbs = 1000\nmemory_gb = 10\nbf16_tflops = 100\n'
