@@ -83,3 +83,21 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def cat():
+    """The hardware catalog (the fleet tests' GPUs, PNM devices, models and links)."""
+    from nelssa.emu.latency.hardware import HardwareCatalog
+
+    return HardwareCatalog.load()
+
+
+@pytest.fixture(scope="module")
+def lm(cat):
+    """The fleet tests' latency model: llama-3-8b on an H100 NVL, prototype PNM devices,
+    RoCE 400G (a test file's own ``lm`` takes its place)."""
+    from nelssa.emu.latency.model import LatencyModel
+
+    return LatencyModel(cat.get("gpus", "h100-nvl"), cat.get("pnm", "prototype"),
+                        cat.get("models", "llama-3-8b"), link=cat.get("links", "roce-400g"))

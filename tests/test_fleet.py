@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 
 from nelssa.emu.latency.fleet_description import FleetSpec
-from nelssa.emu.latency.hardware import HardwareCatalog
-from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.fleet import FleetSim
@@ -24,17 +22,6 @@ from nelssa.emu.serving.workload import load_trace, poisson
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "tests/data/mooncake_conversation_head.jsonl"
-
-
-@pytest.fixture(scope="module")
-def cat() -> HardwareCatalog:
-    return HardwareCatalog.load()
-
-
-@pytest.fixture(scope="module")
-def lm(cat: HardwareCatalog) -> LatencyModel:
-    return LatencyModel(cat.get("gpus", "h100-nvl"), cat.get("pnm", "prototype"),
-                        cat.get("models", "llama-3-8b"), link=cat.get("links", "roce-400g"))
 
 
 def _reqs(n: int, rate: float):

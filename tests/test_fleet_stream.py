@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 
 from nelssa.emu.latency.fleet_description import FleetSpec
-from nelssa.emu.latency.hardware import HardwareCatalog
-from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.fleet import FleetSim
 from nelssa.emu.serving.stream import QuantileSketch, RecordSink
@@ -25,17 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "tests/data/mooncake_conversation_head.jsonl"
 SPEC = FleetSpec(instances=[{"count": 3}], pnm_nodes=[{"name": "n", "count": 2, "devices": 2}],
                  dispatch="least-work")
-
-
-@pytest.fixture(scope="module")
-def cat() -> HardwareCatalog:
-    return HardwareCatalog.load()
-
-
-@pytest.fixture(scope="module")
-def lm(cat: HardwareCatalog) -> LatencyModel:
-    return LatencyModel(cat.get("gpus", "h100-nvl"), cat.get("pnm", "prototype"),
-                        cat.get("models", "llama-3-8b"), link=cat.get("links", "roce-400g"))
 
 
 def test_resample_draws_requests_from_the_trace_as_a_poisson_process() -> None:

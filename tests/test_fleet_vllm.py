@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from nelssa.emu.latency.fleet_description import FleetSpec
-from nelssa.emu.latency.hardware import HardwareCatalog
-from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.serving import fleet as fleet_module
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
 from nelssa.emu.serving.fleet import FleetResult, FleetSim
@@ -41,17 +39,6 @@ SPEC = FleetSpec(
 two nodes they share, dispatched by their outstanding work: the dispatcher, the shared nodes'
 memory and devices, a pool and migrations all in play."""
 CFG = ServingConfig(mode="nelssa", t_input=3000, migration=True, migrate_at=0.05)
-
-
-@pytest.fixture(scope="module")
-def cat() -> HardwareCatalog:
-    return HardwareCatalog.load()
-
-
-@pytest.fixture(scope="module")
-def lm(cat: HardwareCatalog) -> LatencyModel:
-    return LatencyModel(cat.get("gpus", "h100-nvl"), cat.get("pnm", "prototype"),
-                        cat.get("models", "llama-3-8b"), link=cat.get("links", "roce-400g"))
 
 
 def _per_request(res: FleetResult) -> list[tuple]:

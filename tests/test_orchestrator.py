@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from nelssa.emu.latency.fleet_description import FleetSpec
-from nelssa.emu.latency.hardware import HardwareCatalog
-from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.adaptive import AdaptiveConfig, Pressure, TierLoad
 from nelssa.emu.policy.orchestrator import (
     FleetAdaptive,
@@ -135,17 +133,6 @@ def test_config_is_checked() -> None:
 
 
 # -- in the fleet emulator ---------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cat() -> HardwareCatalog:
-    return HardwareCatalog.load()
-
-
-@pytest.fixture(scope="module")
-def lm(cat: HardwareCatalog) -> LatencyModel:
-    return LatencyModel(cat.get("gpus", "h100-nvl"), cat.get("pnm", "prototype"),
-                        cat.get("models", "llama-3-8b"), link=cat.get("links", "roce-400g"))
-
-
 def _busy(rate: float) -> list:
     """The trace's head four times over (800 requests) at ``rate`` a second (Poisson)."""
     head = load_trace(TRACE, hash_ids=True)

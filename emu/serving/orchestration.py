@@ -11,7 +11,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from nelssa.emu.policy.jobs import JobKind
 from nelssa.emu.policy.orchestrator import (
     Decision,
     FleetSignals,
@@ -21,7 +20,6 @@ from nelssa.emu.policy.orchestrator import (
     make_orchestrator,
 )
 from nelssa.emu.policy.router import Router, Source
-from nelssa.emu.policy.states import Tier
 from nelssa.emu.serving.pnm_nodes import PnmNode
 from nelssa.emu.serving.replay import Replay
 
@@ -69,22 +67,12 @@ class FleetOrchestration:
 
     def _instance(self, i: int, r: Replay) -> InstanceSignal:
         now = r.now
-        gpu_ctx, pnm_ctxs, decodes = 0, [], 0
-        for job in r.jobs.values():
-            if not job.decoding:
-                continue
-            if job.kind is JobKind.PNM_RESIDENT:
-                pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
-            else:
-                gpu_ctx += job.prompt + job.outputs
-                decodes += 1
-        parts = r.cost.step_parts(gpu_ctx, pnm_ctxs, decodes)
+        gpu_ctx, pnm_ctxs, parts = r.decode_parts()
         t0, steps0, pre0 = self._seen[i]
         steps = r.out.steps - steps0
         step_s = (now - t0) / steps if steps and (gpu_ctx or pnm_ctxs) and now > t0 else 0.0
         self._seen[i] = (now, r.out.steps, r.out.preemptions)
-        gpu_wait = max((now - rq.req.arrival_s for rq in r.live if rq.first_token_s is None
-                        and (rq.tier is Tier.GPU or rq.pnm_reserved)), default=0.0)
+        gpu_wait = r.gpu_wait()
         key = id(r)
         slowdown = max((n.slowdown(key) for n in r.nodes if n.load.get(key, 0.0) > 0.0),
                        default=1.0)

@@ -564,7 +564,7 @@ class Replay:
             kv_used = self.sched.used_blocks() / self.sim.gpu_blocks
             pnm_used = self.pnm_used_share()
             if self.adaptive is not None or self.budget is not None:
-                self.gpu_wait_s = self._gpu_wait()
+                self.gpu_wait_s = self.gpu_wait()
             if self.budget is not None:
                 self.budget.observe(self.now, self.gpu_wait_s)
             if self.adaptive is not None:
@@ -601,20 +601,16 @@ class Replay:
         self.pnm_queue = deque(x for x in self.pnm_queue if id(x[0]) not in gone)
         self.out.shed += len(late)
 
-    def _gpu_wait(self) -> float:
+    def gpu_wait(self) -> float:
         """How long the oldest request waiting for the GPU has waited: GPU-tier requests, and
         PNM-tier ones admitted to their tier whose prefill has not made a token yet."""
         now = self.now
         return max((now - rq.req.arrival_s for rq in self.live if rq.first_token_s is None
                     and (rq.tier is Tier.GPU or rq.pnm_reserved)), default=0.0)
 
-    def _adapt(self, kv_used: float, used: float) -> None:
-        """What an orchestrator sees of the tiers, to the adaptive threshold (arrivals from
-        now on are routed by where it moves)."""
-        assert self.adaptive is not None
-        now = self.now
-        pnm_wait = now - self.pnm_queue[0][0].req.arrival_s if self.pnm_queue else 0.0
-        gpu_wait = self.gpu_wait_s
+    def decode_parts(self) -> tuple[int, list[int], Any]:
+        """The decoding jobs' GPU context, PNM-tier contexts, and a decode step of them by
+        component (``CostModel.step_parts``): what an orchestrator reads of a step."""
         gpu_ctx, pnm_ctxs, decodes = 0, [], 0
         for job in self.jobs.values():
             if not job.decoding:
@@ -624,7 +620,16 @@ class Replay:
             else:
                 gpu_ctx += job.prompt + job.outputs
                 decodes += 1
-        parts = self.cost.step_parts(gpu_ctx, pnm_ctxs, decodes)
+        return gpu_ctx, pnm_ctxs, self.cost.step_parts(gpu_ctx, pnm_ctxs, decodes)
+
+    def _adapt(self, kv_used: float, used: float) -> None:
+        """What an orchestrator sees of the tiers, to the adaptive threshold (arrivals from
+        now on are routed by where it moves)."""
+        assert self.adaptive is not None
+        now = self.now
+        pnm_wait = now - self.pnm_queue[0][0].req.arrival_s if self.pnm_queue else 0.0
+        gpu_wait = self.gpu_wait_s
+        gpu_ctx, pnm_ctxs, parts = self.decode_parts()
         # the steps since the last look, prefill chunks and all: what a decoding request's TPOT
         # is made of
         t0, steps0, preempted0 = self._seen
