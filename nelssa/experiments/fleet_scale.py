@@ -12,7 +12,6 @@ import logging
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from nelssa.emu.serving.stream import RecordSink
 from nelssa.emu.serving.workload import TraceRequest, load_trace, resample
 from nelssa.experiments.pages import render
 from nelssa.options import NON_NEGATIVE_INT, POSITIVE_INT, input_file
+from nelssa.provenance import code_version
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1].parent
@@ -208,13 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help=f"write {PAGE.relative_to(ROOT)}")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT, check=False).stdout.strip() or "?"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "emu", "nelssa"],
-                           capture_output=True, text=True, cwd=ROOT, check=False).stdout.strip()
+    code = code_version()  # the code as it started (the page is written at the end)
     reqs = load_trace(args.trace, args.limit, hash_ids=True)
     res = study(reqs, args.factor, args.instances, args.nodes, args.devices, args.repeats)
-    res["commit"] = commit + (" (modified)" if dirty else "")  # the code as it started
+    res["commit"] = str(code["commit"])[:7] + (" (modified)" if code["modified"] is True
+                                                else "")
     if args.million:
         src = reqs if args.limit is None else load_trace(args.trace, hash_ids=True)
         if args.records is not None:
