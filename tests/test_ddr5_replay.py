@@ -47,13 +47,19 @@ def test_the_replay_issues_what_the_cycle_model_issues(kind, preset, amap, sprea
     arrival = (np.arange(n) // 4 if not spread
                else np.sort(rng.integers(0, spread * n, n)))
     w = np.zeros(n, bool) if writes is None else writes
-    ref = SubchannelModel(geo.timing, check=False, refresh=refresh).run(
-        requests_from_lines(d.bank_group, d.bank, d.row, d.column, w, arrival))
-    cycles, commands = replay.replay_subchannel(geo.timing, d.bank_group, d.bank, d.row,
-                                                d.column, w, arrival, refresh=refresh)
+    model = SubchannelModel(geo.timing, check=False, refresh=refresh)
+    model.trace = []
+    ref = model.run(requests_from_lines(d.bank_group, d.bank, d.row, d.column, w, arrival))
+    run = replay.replay_run(geo.timing, d.bank_group, d.bank, d.row, d.column, w, arrival,
+                            refresh=refresh, log=True)
+    cycles, commands = run.cycles, run.commands
     assert commands["RD"] + commands["WR"] == n
-    assert (cycles, commands) == (ref.cycles, {k: ref.commands[k] for k in commands}), (
-        f"{kind} ({params}, {amap}, spread {spread}, refresh {refresh})")
+    what = f"{kind} ({params}, {amap}, spread {spread}, refresh {refresh})"
+    assert (cycles, commands) == (ref.cycles, {k: ref.commands[k] for k in commands}), what
+    # the bank-state residencies (what energy is counted from) and the command stream too
+    assert run.residency == ref.residency, what
+    assert sum(run.residency.values()) >= ref.cycles - geo.timing.nCL // 4 - 3, what
+    assert run.log.tolist() == [[t, int(c), g, k, r] for t, c, g, k, r in model.trace], what
 
 
 @settings(max_examples=10, derandomize=True, deadline=None, database=None)

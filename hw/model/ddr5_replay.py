@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from nelssa.hw.model.ddr5_checker import CA_CYCLES, DramCmd
 from nelssa.hw.model.ddr5_subchannel import (
     ROW_COMMANDS_PER_CYCLE,
     TCK_PER_CYCLE,
+    BankState,
     ControllerConfig,
 )
 from nelssa.hw.model.ddr5_timing import DDR5Timing
@@ -43,7 +45,25 @@ SOURCES = tuple(Path(__file__).with_name(n) for n in ("ddr5_replay.cpp", "device
 HEADERS = (Path(__file__).with_name("ddr5_sub.hpp"),)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("ACT", "RD", "WR", "PRE", "REF")
-"""The command counts the replay returns, in its order."""
+"""The command counts the replay returns, in its order (ddr5_sub.hpp's ``Cmd``)."""
+STATES = (BankState.ACTIVE, BankState.PRECHARGED, BankState.REFRESH)
+"""The residencies the replay returns after them, in its order (ddr5_sub.hpp's ``State``)."""
+_OUT = 1 + len(COMMANDS) + len(STATES)
+
+
+@dataclass(frozen=True)
+class ReplayRun:
+    """One sub-channel's replay: what SubchannelModel.run measures, and its commands."""
+
+    cycles: int
+    """Controller cycles to the last data burst."""
+    commands: dict[str, int]
+    """Commands issued by name (COMMANDS)."""
+    residency: dict[BankState, int]
+    """Controller cycles stepped, by the banks' state at each one's start."""
+    log: npt.NDArray[np.int64] | None = None
+    """Where asked for: per command (in issue order) tCK, command (ddr5_checker.DramCmd), bank
+    group, bank, row."""
 
 
 def _build_dir() -> Path:
@@ -88,6 +108,10 @@ def _library() -> ctypes.CDLL | None:
                                            ctypes.POINTER(ctypes.c_ubyte), p64,
                                            ctypes.c_longlong, p64]
     so.ddr5_replay_subchannels.restype = ctypes.c_int
+    so.ddr5_replay_log.argtypes = [p64, ctypes.c_int, p32, p32, p64, p64,
+                                   ctypes.POINTER(ctypes.c_ubyte), p64, ctypes.c_longlong, p64,
+                                   p64, ctypes.c_longlong]
+    so.ddr5_replay_log.restype = ctypes.c_longlong
     i64, vp = ctypes.c_longlong, ctypes.c_void_p
     for name, args, res in (
             ("dc_new", [p64, ctypes.c_int, p64], vp), ("dc_free", [vp], None),
@@ -161,7 +185,7 @@ def _replay(t: DDR5Timing, start: npt.NDArray[np.int32], bank_group: npt.ArrayLi
         raise ValueError("arrival must be non-decreasing")
     params = _params(t, config or ControllerConfig(), refresh)
     subs = start.size - 1
-    out = np.zeros((subs, 1 + len(COMMANDS)), np.int64)
+    out = np.zeros((subs, _OUT), np.int64)
     rc = so.ddr5_replay_subchannels(
         _ptr(params, ctypes.c_longlong), subs, _ptr(start, ctypes.c_int),
         _ptr(bg, ctypes.c_int), _ptr(bk, ctypes.c_int), _ptr(rw, ctypes.c_longlong),
@@ -181,10 +205,59 @@ def replay_subchannel(t: DDR5Timing, bank_group: npt.ArrayLike, bank: npt.ArrayL
                       max_cycles: int = 10**12) -> tuple[int, dict[str, int]]:
     """Controller cycles until the last data burst of one sub-channel's requests (in arrival
     order, non-decreasing), and the commands issued, as SubchannelModel.run measures them."""
+    run = replay_run(t, bank_group, bank, row, column, is_write, arrival, config, refresh,
+                     max_cycles)
+    return run.cycles, run.commands
+
+
+def replay_run(t: DDR5Timing, bank_group: npt.ArrayLike, bank: npt.ArrayLike,
+               row: npt.ArrayLike, column: npt.ArrayLike, is_write: npt.ArrayLike | None,
+               arrival: npt.ArrayLike, config: ControllerConfig | None = None,
+               refresh: bool = True, max_cycles: int = 10**12,
+               log: bool = False) -> ReplayRun:
+    """One sub-channel's replay (as :func:`replay_subchannel`) with its bank-state residencies
+    and, with ``log``, every command it issued."""
     n = np.asarray(bank_group).size
-    out = _replay(t, np.array([0, n], np.int32), bank_group, bank, row, column, is_write,
-                  arrival, config, refresh, max_cycles)[0]
-    return int(out[0]), dict(zip(COMMANDS, (int(x) for x in out[1:]), strict=True))
+    if not log:
+        out = _replay(t, np.array([0, n], np.int32), bank_group, bank, row, column, is_write,
+                      arrival, config, refresh, max_cycles)[0]
+        return _run(out, None)
+    so = require("a DDR5 command trace")
+    a = [np.ascontiguousarray(x, dtype=k) for x, k in (
+        (bank_group, np.int32), (bank, np.int32), (row, np.int64), (column, np.int64),
+        (np.zeros(n, bool) if is_write is None else is_write, np.uint8), (arrival, np.int64))]
+    if any(x.size != n for x in a):
+        raise ValueError("the request arrays differ in length")
+    if (np.diff(a[5]) < 0).any():
+        raise ValueError("arrival must be non-decreasing")
+    params = _params(t, config or ControllerConfig(), refresh)
+    out = np.zeros(_OUT, np.int64)
+    cap = 4 * n + 64
+    while True:
+        buf = np.zeros((cap, 4), np.int64)
+        got = so.ddr5_replay_log(_ptr(params, ctypes.c_longlong), n, _ptr(a[0], ctypes.c_int),
+                                 _ptr(a[1], ctypes.c_int), _ptr(a[2], ctypes.c_longlong),
+                                 _ptr(a[3], ctypes.c_longlong), _ptr(a[4], ctypes.c_ubyte),
+                                 _ptr(a[5], ctypes.c_longlong), max_cycles,
+                                 _ptr(out, ctypes.c_longlong), _ptr(buf, ctypes.c_longlong), cap)
+        if got != -3:
+            break
+        cap *= 4  # refreshes and idle closes: more commands than requests allow for
+    if got == -2:
+        raise ValueError(f"the replay handles up to 64 banks, not {t.banks}")
+    if got < 0:
+        raise RuntimeError(f"DDR5 replay did not finish in {max_cycles} cycles")
+    buf = buf[:got]
+    names = np.array([int(DramCmd[c]) for c in COMMANDS])
+    g, k = np.divmod(buf[:, 2], t.banks_per_group)
+    return _run(out, np.stack([buf[:, 0], names[buf[:, 1]], g, k, buf[:, 3]], axis=1))
+
+
+def _run(out: npt.NDArray[np.int64], log: npt.NDArray[np.int64] | None) -> ReplayRun:
+    c = len(COMMANDS)
+    return ReplayRun(int(out[0]), dict(zip(COMMANDS, (int(x) for x in out[1:1 + c]),
+                                           strict=True)),
+                     dict(zip(STATES, (int(x) for x in out[1 + c:]), strict=True)), log)
 
 
 def replay_device(addrs: npt.ArrayLike, writes: npt.ArrayLike | None, geometry: DeviceGeometry,

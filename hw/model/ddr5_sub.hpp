@@ -20,6 +20,8 @@ enum Param {
     P_CA_REF, P_COUNT
 };
 enum Cmd { C_ACT, C_RD, C_WR, C_PRE, C_REF, C_COUNT };
+// the banks' state at a cycle's start (ddr5_subchannel.BankState, the RTL's perf_o residencies)
+enum State { S_ACTIVE, S_PRECHARGED, S_REFRESH, S_COUNT };
 
 struct Sub {
     const i64* p;
@@ -31,6 +33,7 @@ struct Sub {
     uint64_t ca = 0;  // bit k: tCK lo + k of the CA bus taken
     i64 lo = 0;
     i64 counts[C_COUNT] = {0, 0, 0, 0, 0};
+    std::vector<i64>* log = nullptr;  // where given: tCK, command, bank, row of each command
 
     explicit Sub(const i64* params) : p(params) {
         ng = (int)p[P_GROUPS];
@@ -90,6 +93,7 @@ struct Sub {
         int g = b / bpg;
         for (int k = 0; k < ca_cycles(cmd); ++k) ca |= 1ULL << (tck - lo + k);
         counts[cmd] += 1;
+        if (log) log->insert(log->end(), {tck, (i64)cmd, (i64)b, row});
         switch (cmd) {
         case C_ACT:
             open_row[b] = row;
@@ -196,6 +200,7 @@ struct Ctl {
     std::vector<Req> rq, wq;
     bool draining = false;
     i64 cycle = 0;  // the cycle the next step serves
+    i64 residency[S_COUNT] = {0, 0, 0};  // cycles stepped (or skipped), by State
 
     explicit Ctl(const i64* params) : s(params) {}
     bool empty() const { return rq.empty() && wq.empty(); }
@@ -214,6 +219,7 @@ struct Ctl {
         const i64 lo = cycle * tpc, hi = lo + tpc - 1;
         if (cycle) s.ca >>= tpc;
         s.lo = lo;
+        residency[s.ref_tck + p[P_RFC] > lo ? S_REFRESH : any_open() ? S_ACTIVE : S_PRECHARGED]++;
         const bool room_r = (i64)rq.size() < p[P_READ_QUEUE];
         const bool room_w = (i64)wq.size() < p[P_WRITE_QUEUE];
         bool blocked = false;
@@ -263,6 +269,11 @@ struct Ctl {
     void skip(i64 to) {
         const i64 tpc = s.p[P_TCK_PER_CYCLE];
         if (to <= cycle) return;
+        // every row closed: refreshing up to the end of the last REF's nRFC, then precharged
+        const i64 ref_end = s.ref_tck + s.p[P_RFC];  // cycles c with c * tpc < ref_end refresh
+        const i64 refreshing = std::clamp((ref_end + tpc - 1) / tpc - cycle, (i64)0, to - cycle);
+        residency[S_REFRESH] += refreshing;
+        residency[S_PRECHARGED] += to - cycle - refreshing;
         const i64 shift = (to - cycle) * tpc;
         if (cycle == 0) {  // step 0 does not shift: the mask starts at tCK 0
             s.ca = shift - tpc >= 64 ? 0 : s.ca >> (shift - tpc);
