@@ -121,6 +121,8 @@ def _library() -> ctypes.CDLL | None:
             ("dc_host_done", [vp, p64, p64, ctypes.c_int], ctypes.c_int),
             ("dc_run", [vp, i64, ctypes.c_int], i64),
             ("dc_finished", [vp, p64, p64, ctypes.c_int], ctypes.c_int),
+            ("dc_counts", [vp, p64], None), ("dc_log", [vp], None),
+            ("dc_log_take", [vp, ctypes.c_int, p64, i64], i64),
             ("dc_now", [vp], i64), ("dc_busy", [vp], i64), ("dc_idle", [vp], ctypes.c_int)):
         getattr(so, name).argtypes = args
         getattr(so, name).restype = res
@@ -247,10 +249,15 @@ def replay_run(t: DDR5Timing, bank_group: npt.ArrayLike, bank: npt.ArrayLike,
         raise ValueError(f"the replay handles up to 64 banks, not {t.banks}")
     if got < 0:
         raise RuntimeError(f"DDR5 replay did not finish in {max_cycles} cycles")
-    buf = buf[:got]
+    return _run(out, log_rows(buf[:got], t))
+
+
+def log_rows(raw: npt.NDArray[np.int64], t: DDR5Timing) -> npt.NDArray[np.int64]:
+    """The C++ command log (tCK, ddr5_sub.hpp's Cmd, bank, row per row) as rows of tCK,
+    DramCmd, bank group, bank, row."""
     names = np.array([int(DramCmd[c]) for c in COMMANDS])
-    g, k = np.divmod(buf[:, 2], t.banks_per_group)
-    return _run(out, np.stack([buf[:, 0], names[buf[:, 1]], g, k, buf[:, 3]], axis=1))
+    g, k = np.divmod(raw[:, 2], t.banks_per_group)
+    return np.stack([raw[:, 0], names[raw[:, 1]], g, k, raw[:, 3]], axis=1)
 
 
 def _run(out: npt.NDArray[np.int64], log: npt.NDArray[np.int64] | None) -> ReplayRun:
@@ -276,3 +283,26 @@ def replay_device(addrs: npt.ArrayLike, writes: npt.ArrayLike | None, geometry: 
                   d.column[order], w[order], order // lines_per_cycle, config, refresh,
                   10**12)
     return [int(c) for c in out[:, 0]]
+
+
+def replay_device_runs(addrs: npt.ArrayLike, writes: npt.ArrayLike | None,
+                       geometry: DeviceGeometry, address_map: str = "cacheline",
+                       lines_per_cycle: int = 4, config: ControllerConfig | None = None,
+                       refresh: bool = True, log: bool = False) -> list[ReplayRun]:
+    """:func:`replay_device` with each sub-channel's whole :class:`ReplayRun` (its commands,
+    residencies and, with ``log``, its command stream); a sub-channel without requests ran no
+    cycle."""
+    d = decode(addrs, geometry, address_map)
+    n = d.row.size
+    w = np.zeros(n, bool) if writes is None else np.asarray(writes, bool)
+    arrival = np.arange(n) // lines_per_cycle
+    runs = []
+    for s in range(geometry.subchannels):
+        at = np.flatnonzero(d.subchannel == s)
+        if at.size == 0:
+            runs.append(ReplayRun(0, dict.fromkeys(COMMANDS, 0), dict.fromkeys(STATES, 0),
+                                  np.zeros((0, 5), np.int64) if log else None))
+            continue
+        runs.append(replay_run(geometry.timing, d.bank_group[at], d.bank[at], d.row[at],
+                               d.column[at], w[at], arrival[at], config, refresh, log=log))
+    return runs
