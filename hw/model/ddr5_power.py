@@ -38,11 +38,11 @@ class DDR5PowerSpec:
     vdd: float = 1.1
     vpp: float = 1.8
     vddq: float = 1.1
-    idd0: float = 0.060
+    idd0: float = 0.080
     """One bank ACT-PRE cycling at tRC."""
-    idd2n: float = 0.045
+    idd2n: float = 0.046
     """Precharged standby."""
-    idd3n: float = 0.060
+    idd3n: float = 0.058
     """Active standby (a row open)."""
     idd4r: float = 0.190
     """Read bursts back to back."""
@@ -50,7 +50,7 @@ class DDR5PowerSpec:
     """Write bursts back to back."""
     idd5b: float = 0.285
     """All-bank refresh, REFab every tRFC."""
-    ipp0: float = 0.0035
+    ipp0: float = 0.005
     ipp2n: float = 0.0025
     ipp3n: float = 0.0025
     ipp4r: float = 0.0025

@@ -17,8 +17,12 @@ enum Param {
     P_RRD_L, P_FAW, P_RFC, P_REFI, P_BURST, P_RD_TO_WR, P_WR_TO_RD_L, P_WR_TO_RD_S, P_WR_TO_PRE,
     P_GROUPS, P_BANKS_PER_GROUP, P_READ_QUEUE, P_WRITE_QUEUE, P_WRITE_HIGH, P_WRITE_LOW,
     P_CLOSE_IDLE, P_REFRESH, P_TCK_PER_CYCLE, P_ROW_CMDS, P_CA_ACT, P_CA_RD, P_CA_WR, P_CA_PRE,
-    P_CA_REF, P_COUNT
+    P_CA_REF, P_ROW_GUARD, P_COUNT
 };
+// What keeps an open row from a PRE for another row of its bank (ddr5_subchannel.RowGuard):
+// any queued request that wants it (the RTL's policy), only the request whose ACT opened it
+// until its column command (Ramulator 2's active buffer), or nothing.
+enum Guard { G_QUEUE, G_OPENER, G_NONE };
 enum Cmd { C_ACT, C_RD, C_WR, C_PRE, C_REF, C_COUNT };
 // the banks' state at a cycle's start (ddr5_subchannel.BankState, the RTL's perf_o residencies)
 enum State { S_ACTIVE, S_PRECHARGED, S_REFRESH, S_COUNT };
@@ -33,6 +37,8 @@ struct Sub {
     uint64_t ca = 0;  // bit k: tCK lo + k of the CA bus taken
     i64 lo = 0;
     i64 counts[C_COUNT] = {0, 0, 0, 0, 0};
+    uint64_t opener = 0;   // G_OPENER: banks whose opening request is not served yet ...
+    i64 opener_seq[64] = {};  // ... and which request that is
     std::vector<i64>* log = nullptr;  // where given: tCK, command, bank, row of each command
 
     explicit Sub(const i64* params) : p(params) {
@@ -131,7 +137,18 @@ struct Req {
     i64 arrival;
     int port;  // who asked (the device model's memory port) ...
     i64 tag;   // ... and what for: carried to the column command
+    i64 seq = 0;  // order of entry into the controller (G_OPENER's request identity)
 };
+
+// Whether a PRE may close bank b's open row for another row: ``wanted``, a queued request of
+// the served queue wants the open row.
+inline bool guard_allows_pre(const Sub& s, int b, bool wanted) {
+    switch (s.p[P_ROW_GUARD]) {
+    case G_OPENER: return !(s.opener >> b & 1);
+    case G_NONE: return true;
+    default: return !wanted;
+    }
+}
 
 inline bool row_command(Sub& s, const std::vector<Req>& active, bool refreshing, i64 hi) {
     const i64* p = s.p;
@@ -169,9 +186,11 @@ inline bool row_command(Sub& s, const std::vector<Req>& active, bool refreshing,
             i64 tck = s.place(s.earliest_act(b, q.group), C_ACT, hi);
             if (tck >= 0) {
                 s.issue(tck, C_ACT, b, q.row);
+                s.opener |= 1ULL << b;
+                s.opener_seq[b] = q.seq;
                 return true;
             }
-        } else if (s.open_row[b] != q.row && !wants(b, s.open_row[b])) {
+        } else if (s.open_row[b] != q.row && guard_allows_pre(s, b, wants(b, s.open_row[b]))) {
             tried |= 1ULL << b;
             i64 tck = s.place(s.earliest_pre(b), C_PRE, hi);
             if (tck >= 0) {
@@ -200,6 +219,7 @@ struct Ctl {
     std::vector<Req> rq, wq;
     bool draining = false;
     i64 cycle = 0;  // the cycle the next step serves
+    i64 taken = 0;  // requests taken so far
     i64 residency[S_COUNT] = {0, 0, 0};  // cycles stepped (or skipped), by State
 
     explicit Ctl(const i64* params) : s(params) {}
@@ -245,6 +265,8 @@ struct Ctl {
                     continue;
                 }
                 s.issue(tck, cmd, q.bank, q.row);
+                if ((s.opener >> q.bank & 1) && s.opener_seq[q.bank] == q.seq)
+                    s.opener &= ~(1ULL << q.bank);
                 done(q, tck + (q.write ? p[P_CWL] : p[P_CL]) + p[P_BURST]);
                 active.erase(active.begin() + (long)k);
                 break;
@@ -253,7 +275,10 @@ struct Ctl {
         for (i64 k = 0; k < p[P_ROW_CMDS]; ++k)
             if (!row_command(s, active, refreshing, hi)) break;
         const bool take = offer && (offer->write ? room_w : room_r) && !blocked;
-        if (take) (offer->write ? wq : rq).push_back(*offer);
+        if (take) {
+            (offer->write ? wq : rq).push_back(*offer);
+            (offer->write ? wq : rq).back().seq = taken++;
+        }
         ++cycle;
         return take;
     }

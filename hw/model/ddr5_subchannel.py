@@ -59,6 +59,20 @@ class BankState(IntEnum):
     """Within nRFC of an all-bank REF."""
 
 
+class RowGuard(IntEnum):
+    """What keeps an open row from being closed for another row of its bank (the order is
+    ddr5_sub.hpp's ``Guard``)."""
+
+    QUEUE = 0
+    """Any queued request of the served queue that wants the open row (the RTL's policy)."""
+    OPENER = 1
+    """Only the request whose ACT opened it, until its READ/WRITE: Ramulator 2's guard (its
+    controller keeps a PRE off a bank while a request of its active buffer, one whose ACT
+    issued, waits on it; requests that found the row already open never enter that buffer)."""
+    NONE = 2
+    """Nothing: the oldest request's PRE issues as soon as the timings allow."""
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     """Memory-controller parameters of one sub-channel."""
@@ -73,6 +87,9 @@ class ControllerConfig:
     """Occupancy at which a write drain stops (while reads wait)."""
     close_idle: int = 64
     """tCK an open row may stay unrequested before it is precharged."""
+    row_guard: RowGuard = RowGuard.QUEUE
+    """What keeps an open row open (an experiment's knob, docs/results/ddr5_energy.md: the RTL
+    controller and the Python model implement QUEUE only; the compiled model all three)."""
 
     def __post_init__(self) -> None:
         for name in ("read_queue", "write_queue", "write_high", "close_idle"):
@@ -132,6 +149,9 @@ class SubchannelModel:
                  check: bool = True, refresh: bool = True) -> None:
         self.t = timing
         self.cfg = config or ControllerConfig()
+        if self.cfg.row_guard != RowGuard.QUEUE:
+            raise ValueError(f"row_guard {self.cfg.row_guard.name}: the Python model (as the RTL) "
+                             "has the QUEUE guard only; the compiled model (ddr5_replay) has all")
         self.checker = DDR5TimingChecker(timing) if check else None
         self.refresh = refresh
         nb, ng = timing.banks, timing.bank_groups

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.hw.model.ddr5_checker import DramCmd
+from nelssa.hw.model.ddr5_device import TraceFormatError
 from nelssa.hw.model.ddr5_power import ESTIMATE, DDR5PowerSpec
 from nelssa.hw.model.ddr5_timing import DDR5Timing
 
@@ -38,10 +39,6 @@ CLI_CONFIG = {"useToggleRate": True, "simconfig": {"toggleRateDefinition": {
     "togglingRateRead": 0.5, "togglingRateWrite": 0.5, "dutyCycleRead": 0.5,
     "dutyCycleWrite": 0.5, "idlePatternRead": "L", "idlePatternWrite": "L"}}}
 """drampower_cli's configuration: toggle rates in place of the data the traces lack."""
-
-
-class TraceFormatError(ValueError):
-    """A command trace that is not DRAMPower's CSV; names the file and line."""
 
 
 def trace_lines(commands: Iterable[Sequence[int]], end_tck: int, burst_bytes: int) -> Iterable[str]:
