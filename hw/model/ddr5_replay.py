@@ -1,12 +1,11 @@
 """The cycle model of a DDR5 sub-channel, compiled: ``ddr5_replay.cpp`` beside this file is
 :class:`~nelssa.hw.model.ddr5_subchannel.SubchannelModel`'s policy step for step (without the
 timing checker), so it issues the same commands at the same tCK, a few hundred times faster.
-It is the time source of the timing estimate (:mod:`nelssa.hw.model.ddr5_estimate`) where a
-C++ compiler is at hand, and the model device's timers' (hw/model/device_timers.py), which
-:func:`require` it: built once with ``g++ -O2 -shared`` into ``build/ddr5_replay-<hash>``
-(``$NELSSA_BUILD_CACHE`` moves it; the hash covers the sources), loaded with ctypes. Where no
-compiler is found or the build fails, :func:`available` is False (the estimate keeps its
-counted bounds) and :func:`require` raises, naming the compiler.
+It is the model device's DDR5 time source (hw/model/device_timers.py, device_cycle.py) and the
+scripts' (bench_ddr5.py, ddr5_energy.py), which :func:`require` it: built once with
+``g++ -O2 -shared`` into ``build/ddr5_replay-<hash>`` (``$NELSSA_BUILD_CACHE`` moves it; the
+hash covers the sources), loaded with ctypes. Where no compiler is found or the build fails,
+:func:`available` is False and :func:`require` raises, naming the compiler.
 
 The timings, the controller's configuration and the CA slots a command takes come from their
 one description (ddr5_timing.py, ControllerConfig, ddr5_checker.CA_CYCLES) on every call.
@@ -82,7 +81,7 @@ def _library() -> ctypes.CDLL | None:
     compiler = shutil.which(name)
     if compiler is None:
         _WHY.append(f"no C++ compiler: {name} (or $CXX) is not found")
-        log.warning("%s: the DDR5 estimate keeps its counted bounds", _WHY[-1])
+        log.warning("%s: the compiled DDR5 cycle model is not available", _WHY[-1])
         return None
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES + HEADERS)).hexdigest()[:16]
     lib = _build_dir() / f"ddr5_replay-{digest}" / "libddr5_replay.so"
@@ -95,7 +94,7 @@ def _library() -> ctypes.CDLL | None:
         if done.returncode != 0:
             _WHY.append(f"building the DDR5 cycle model with {compiler} failed "
                         f"({' '.join(cmd)}):\n{done.stderr[-2000:]}")
-            log.warning("%s\nthe estimate keeps its counted bounds", _WHY[-1])
+            log.warning("%s", _WHY[-1])
             return None
         tmp.replace(lib)  # atomic: a parallel build leaves one complete library
     so = ctypes.CDLL(str(lib))
