@@ -199,3 +199,33 @@ def write_run(trace: Path, spec: DDR5PowerSpec, timing: DDR5Timing,
     write_memspec(spec_path, spec, timing)
     cfg_path.write_text(json.dumps(CLI_CONFIG, indent=2) + "\n")
     return [*traces, spec_path, cfg_path]
+
+
+def command_trace_option(value: str) -> Path:
+    """argparse type of ``--command-trace FILE``: a file whose folder exists (checked before
+    the run, so a long run does not end in the error)."""
+    import argparse
+
+    path = Path(value)
+    try:
+        check_writable(path)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(f"--command-trace {path}: ")
+                                          + f": {path}") from None
+    return path
+
+
+def per_device(trace: Path, device: int) -> Path:
+    """Device ``device``'s ``--command-trace`` file of a node's run to ``trace``."""
+    return trace.with_name(f"{trace.stem}-dev{device}{trace.suffix}")
+
+
+def write_schedule(trace: Path, schedule: Any, spec: DDR5PowerSpec) -> list[Path]:
+    """Write what a model device's cycle model (hw/model/device_cycle.CycleSchedule, logging
+    since its log_commands) issued, one trace per sub-channel, up to its present cycle."""
+    from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
+
+    end = schedule.now * TCK_PER_CYCLE
+    subs = schedule.geometry.subchannels
+    return write_run(trace, spec, schedule.geometry.timing,
+                     [(schedule.take_commands(s).tolist(), end) for s in range(subs)])
