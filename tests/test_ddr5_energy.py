@@ -105,7 +105,8 @@ def test_the_model_devices_counters_match_its_commands():
 
     model = ModelDevice()
     model.schedule.log_commands()
-    w = TimingWorkload.draw(7, min_selected=32, min_tokens=16)
+    w = TimingWorkload(seed=1, head_dim=128, q_heads=2, requests=1, clusters=40, selected=40,
+                       max_tokens=64, traffic_bytes=1 << 14)
     run_workload(model, w, start_at=20_000)  # an idle stretch first: refresh while skipped
     now = model.schedule.now
     spec = power_spec(model.config.preset)
