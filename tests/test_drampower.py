@@ -152,3 +152,13 @@ def test_bad_options_and_files_exit_2_with_a_message(tmp_path, capsys, argv, why
     err = capsys.readouterr().err
     assert why.replace("\\", "") in err or pytest.importorskip("re").search(why, err), err
     assert "Traceback" not in err
+
+
+def test_a_trace_is_read_with_bounds(tmp_path):
+    p = tmp_path / "long.csv"
+    p.write_text("1,PRE,0,0,0,0,0," + "0" * 5000 + "\n9,END,0,0,0,0,0\n")
+    with pytest.raises(TraceFormatError, match=r"long.csv:1: line longer than 1024"):
+        drampower.read_trace(p)
+    p.write_text("1,PRE,0,0,0,0,0\n" * 3 + "9,END,0,0,0,0,0\n")
+    with pytest.raises(TraceFormatError, match="more than 2 lines"):
+        drampower.read_trace(p, max_lines=2)

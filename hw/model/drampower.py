@@ -71,7 +71,7 @@ def read_trace(path: Path, max_lines: int = 10**8) -> tuple[list[tuple[int, Dram
     out: list[tuple[int, DramCmd, int, int, int]] = []
     end = None
     with path.open() as f:
-        for no, raw in enumerate(f, 1):
+        for no, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), ""), 1):
             if no > max_lines:
                 raise TraceFormatError(f"{path}: more than {max_lines} lines")
             if len(raw) > MAX_LINE:
