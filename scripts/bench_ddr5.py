@@ -28,15 +28,11 @@ import numpy as np
 from nelssa.hw.model import ddr5_replay, drampower
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_device import read_loadstore_trace, run_device
-from nelssa.hw.model.ddr5_patterns import benchmark_patterns, random_blocks
+from nelssa.hw.model.ddr5_patterns import RAMULATOR, benchmark_patterns, random_blocks
 from nelssa.hw.model.ddr5_power import power_spec
 from nelssa.hw.model.ddr5_subchannel import ControllerConfig, SubchannelModel, requests_from_lines
 from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2, PRESETS
 
-# Measured with Ramulator 2.1, DDR5_6400AN, one sub-channel, FR-FCFS, open page, refresh on,
-# MOP4CLXOR map, 1M reads (from the issue); random lines also with nRRD_S=8, nFAW=32.
-RAMULATOR = {"sequential": 91.1, "random 64 B": {"ddr5-6400an": 45.7, "ddr5-6400": 89.8},
-             "random 4 KB": 89.0, "random 8 KB": 89.8}
 RAMULATOR_LATENCY_NS = {"row hit": 17.2, "closed bank": 31.6, "row conflict": 45.6}
 RAMULATOR_PAGE = Path(__file__).resolve().parent.parent / "docs" / "results" / "ddr5_ramulator.md"
 

@@ -101,5 +101,34 @@ def test_the_row_guards_close_rows_the_queue_still_wants():
                                          config=ControllerConfig(row_guard=g))[0].commands["ACT"]
             for g in RowGuard}
     assert acts[RowGuard.QUEUE] < acts[RowGuard.OPENER] <= acts[RowGuard.NONE]
-    with pytest.raises(ValueError, match="QUEUE guard only"):
+    with pytest.raises(ValueError, match="QUEUE guard and the CYCLE arbiter only"):
         SubchannelModel(geo.timing, ControllerConfig(row_guard=RowGuard.OPENER))
+
+
+@pytest.mark.parametrize("kind", ["random 4 KB", "mixed"])
+def test_the_ramulator_like_arbiter_keeps_every_timing(kind):
+    """One command a tCK, the oldest ready request first (Ramulator 2's FR-FCFS), with its
+    guard and open-row policy: every command passes the JEDEC timing checker (reads and
+    writes, write drains, refresh), every request is served, and on 4 KB blocks it opens more
+    rows than ours."""
+    from nelssa.hw.model.ddr5_checker import DDR5TimingChecker, DramCmd
+    from nelssa.hw.model.ddr5_patterns import benchmark_patterns
+    from nelssa.hw.model.ddr5_subchannel import Arbiter, ControllerConfig, RowGuard
+
+    geo = DeviceGeometry(PRESETS["ddr5-6400an"], 1)
+    rng = np.random.default_rng(5)
+    if kind == "mixed":
+        (addrs, writes), _ = generated_pattern("mixed reads and writes", 4000, geo, rng,
+                                               "mop4clxor")
+    else:
+        addrs, writes = benchmark_patterns(4000, geo, rng)[kind], None
+    like = ControllerConfig(row_guard=RowGuard.OPENER, arbiter=Arbiter.TCK, close_idle=10**9)
+    run = replay.replay_device_runs(addrs, writes, geo, "mop4clxor", config=like, log=True)[0]
+    assert run.commands["RD"] + run.commands["WR"] == len(addrs)
+    assert run.commands["REF"] >= 1
+    checker = DDR5TimingChecker(geo.timing)  # strict: the first violation raises
+    for t, c, g, k, row in sorted(run.log.tolist(), key=lambda x: x[0]):
+        checker.issue(t, DramCmd(c), g, k, row)
+    if kind == "random 4 KB":
+        ours = replay.replay_device_runs(addrs, None, geo, "mop4clxor")[0]
+        assert run.commands["ACT"] > ours.commands["ACT"]

@@ -156,7 +156,7 @@ def _params(t: DDR5Timing, cfg: ControllerConfig, refresh: bool) -> npt.NDArray[
                      t.write_to_precharge, t.bank_groups, t.banks_per_group, cfg.read_queue,
                      cfg.write_queue, cfg.write_high, cfg.write_low, cfg.close_idle,
                      int(refresh), TCK_PER_CYCLE, ROW_COMMANDS_PER_CYCLE, *ca,
-                     int(cfg.row_guard)], dtype=np.int64)
+                     int(cfg.row_guard), int(cfg.arbiter)], dtype=np.int64)
 
 
 def _ptr(a: np.ndarray, kind: type) -> object:

@@ -17,8 +17,12 @@ enum Param {
     P_RRD_L, P_FAW, P_RFC, P_REFI, P_BURST, P_RD_TO_WR, P_WR_TO_RD_L, P_WR_TO_RD_S, P_WR_TO_PRE,
     P_GROUPS, P_BANKS_PER_GROUP, P_READ_QUEUE, P_WRITE_QUEUE, P_WRITE_HIGH, P_WRITE_LOW,
     P_CLOSE_IDLE, P_REFRESH, P_TCK_PER_CYCLE, P_ROW_CMDS, P_CA_ACT, P_CA_RD, P_CA_WR, P_CA_PRE,
-    P_CA_REF, P_ROW_GUARD, P_COUNT
+    P_CA_REF, P_ROW_GUARD, P_ARBITER, P_COUNT
 };
+// How a cycle's commands are chosen (ddr5_subchannel.Arbiter): a column command, then up to
+// P_ROW_CMDS row commands, each at its earliest tCK (the RTL's), or one command a tCK, the
+// oldest request whose next command is ready (Ramulator 2's FR-FCFS).
+enum Arbiter { A_CYCLE, A_TCK };
 // What keeps an open row from a PRE for another row of its bank (ddr5_subchannel.RowGuard):
 // any queued request that wants it (the RTL's policy), only the request whose ACT opened it
 // until its column command (Ramulator 2's active buffer), or nothing.
@@ -253,6 +257,25 @@ struct Ctl {
             draining = false;
         std::vector<Req>& active = draining ? wq : rq;
         const bool refreshing = p[P_REFRESH] && lo >= s.next_refresh;
+        if (p[P_ARBITER] == A_TCK && !refreshing) {
+            tck_arbiter(active, lo, hi, done);
+        } else {
+            cycle_arbiter(active, refreshing, hi, done);
+        }
+        const bool take = offer && (offer->write ? room_w : room_r) && !blocked;
+        if (take) {
+            (offer->write ? wq : rq).push_back(*offer);
+            (offer->write ? wq : rq).back().seq = taken++;
+        }
+        ++cycle;
+        return take;
+    }
+
+    // The RTL's cycle: the oldest request whose row is open gets the column command, then up
+    // to P_ROW_CMDS row commands (row_command), each at its earliest tCK of the cycle.
+    template <class Done>
+    void cycle_arbiter(std::vector<Req>& active, bool refreshing, i64 hi, Done&& done) {
+        const i64* p = s.p;
         if (!refreshing || any_open()) {  // column command: the oldest whose row is open
             uint64_t tried = 0;  // banks whose column command could not be placed
             for (size_t k = 0; k < active.size(); ++k) {
@@ -274,13 +297,60 @@ struct Ctl {
         }
         for (i64 k = 0; k < p[P_ROW_CMDS]; ++k)
             if (!row_command(s, active, refreshing, hi)) break;
-        const bool take = offer && (offer->write ? room_w : room_r) && !blocked;
-        if (take) {
-            (offer->write ? wq : rq).push_back(*offer);
-            (offer->write ? wq : rq).back().seq = taken++;
+    }
+
+    // Ramulator 2's GenericDRAMController with FR-FCFS, one command a tCK: first the requests
+    // whose own ACT issued (its active buffer), the oldest whose next command is ready; else
+    // the other requests', the oldest ready; a PRE the row guard refuses issues nothing.
+    template <class Done>
+    void tck_arbiter(std::vector<Req>& active, i64 lo, i64 hi, Done&& done) {
+        const i64* p = s.p;
+        for (i64 t = lo; t <= hi; ++t) {
+            const auto next = [&](const Req& q) {
+                if (s.open_row[q.bank] == q.row) return q.write ? (int)C_WR : (int)C_RD;
+                return s.open_row[q.bank] < 0 ? (int)C_ACT : (int)C_PRE;
+            };
+            const auto ready = [&](const Req& q, int cmd) {
+                const i64 at = cmd == C_ACT   ? s.earliest_act(q.bank, q.group)
+                               : cmd == C_PRE ? s.earliest_pre(q.bank)
+                                              : s.earliest_col(q.write, q.bank, q.group);
+                if (at > t) return false;
+                for (int k = 0; k < s.ca_cycles(cmd); ++k)
+                    if (s.ca >> (t - lo + k) & 1) return false;
+                return true;
+            };
+            const auto opened = [&](const Req& q) {
+                return (s.opener >> q.bank & 1) && s.opener_seq[q.bank] == q.seq;
+            };
+            long pick = -1;
+            int cmd = -1;
+            for (int pass = 0; pass < 2 && pick < 0; ++pass)
+                for (size_t k = 0; k < active.size(); ++k) {
+                    if (opened(active[k]) != (pass == 0)) continue;
+                    const int c = next(active[k]);
+                    if (ready(active[k], c)) {
+                        pick = (long)k, cmd = c;
+                        break;
+                    }
+                }
+            if (pick < 0) continue;
+            const Req q = active[(size_t)pick];
+            if (cmd == C_PRE) {
+                bool wanted = false;
+                for (const Req& o : active)
+                    if (o.bank == q.bank && o.row == s.open_row[q.bank]) wanted = true;
+                if (!guard_allows_pre(s, q.bank, wanted)) continue;
+            }
+            s.issue(t, cmd, q.bank, q.row);
+            if (cmd == C_ACT) {
+                s.opener |= 1ULL << q.bank;
+                s.opener_seq[q.bank] = q.seq;
+            } else if (cmd == C_RD || cmd == C_WR) {
+                if (opened(q)) s.opener &= ~(1ULL << q.bank);
+                done(q, t + (q.write ? p[P_CWL] : p[P_CL]) + p[P_BURST]);
+                active.erase(active.begin() + pick);
+            }
         }
-        ++cycle;
-        return take;
     }
 
     // The first cycle at or after ``cycle`` that a refresh is due in.

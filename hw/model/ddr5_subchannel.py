@@ -73,6 +73,19 @@ class RowGuard(IntEnum):
     """Nothing: the oldest request's PRE issues as soon as the timings allow."""
 
 
+class Arbiter(IntEnum):
+    """How a cycle's commands are chosen (the order is ddr5_sub.hpp's ``Arbiter``)."""
+
+    CYCLE = 0
+    """The RTL's: a column command (the oldest request whose row is open), then up to
+    ROW_COMMANDS_PER_CYCLE row commands, each at its earliest tCK of the 4-tCK cycle; rows left
+    idle close after ``close_idle``."""
+    TCK = 1
+    """Ramulator 2's FR-FCFS (GenericDRAMController): one command a tCK, the oldest request
+    whose next command (RD/WR, ACT or PRE) is ready, requests whose own ACT issued first; no
+    idle close (its open-row policy). Refresh as CYCLE's."""
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     """Memory-controller parameters of one sub-channel."""
@@ -90,6 +103,8 @@ class ControllerConfig:
     row_guard: RowGuard = RowGuard.QUEUE
     """What keeps an open row open (an experiment's knob, docs/results/ddr5_energy.md: the RTL
     controller and the Python model implement QUEUE only; the compiled model all three)."""
+    arbiter: Arbiter = Arbiter.CYCLE
+    """How commands are chosen (the same experiment's; CYCLE only but in the compiled model)."""
 
     def __post_init__(self) -> None:
         for name in ("read_queue", "write_queue", "write_high", "close_idle"):
@@ -149,9 +164,11 @@ class SubchannelModel:
                  check: bool = True, refresh: bool = True) -> None:
         self.t = timing
         self.cfg = config or ControllerConfig()
-        if self.cfg.row_guard != RowGuard.QUEUE:
-            raise ValueError(f"row_guard {self.cfg.row_guard.name}: the Python model (as the RTL) "
-                             "has the QUEUE guard only; the compiled model (ddr5_replay) has all")
+        if self.cfg.row_guard != RowGuard.QUEUE or self.cfg.arbiter != Arbiter.CYCLE:
+            raise ValueError(f"row_guard {self.cfg.row_guard.name}, arbiter "
+                             f"{self.cfg.arbiter.name}: the Python model (as the RTL) has the "
+                             "QUEUE guard and the CYCLE arbiter only; the compiled model "
+                             "(ddr5_replay) has all")
         self.checker = DDR5TimingChecker(timing) if check else None
         self.refresh = refresh
         nb, ng = timing.banks, timing.bank_groups
