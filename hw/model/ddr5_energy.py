@@ -21,7 +21,7 @@ stream, tCK by tCK, for checking the counters against the commands (and what DRA
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from nelssa.hw.model.ddr5_checker import DramCmd
@@ -91,8 +91,6 @@ class DDR5Energy:
     commands: dict[str, int]
     residency_tck: dict[BankState, int]
     burst_bytes: int = 64
-    counted: dict[str, float] = field(default_factory=dict)
-    """Free-form extras (e.g. the run's seconds)."""
 
     @property
     def total(self) -> float:
