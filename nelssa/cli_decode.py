@@ -29,6 +29,7 @@ from nelssa.emu.policy.vllm_scheduler import VllmEnvError
 from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg, presets
 from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
 from nelssa.host.gpu.report import run_json
+from nelssa.hw.model.drampower import command_trace_option
 from nelssa.options import (
     POSITIVE_INT,
     SECONDS,
@@ -84,6 +85,8 @@ def node_spec(args: argparse.Namespace, pnm: Any, devices: int) -> Any:
         extra += ["--rtl-layers", str(args.rtl_layers)]
     if args.device_memory == "file":
         extra += ["--device-memory", "file"]
+    if args.command_trace is not None:
+        extra += ["--command-trace", str(args.command_trace.resolve())]
     if args.manifest:
         extra += ["--manifest", args.manifest]
     return NodeSpec(devices, args.backend, args.link, args.node, extra)
@@ -418,6 +421,11 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                         "sparse file each in the node's temporary folder, removed at exit "
                         "(`node up --device-memory`; for KV beyond the host's memory) "
                         "[default: %(default)s]")
+    p.add_argument("--command-trace", type=command_trace_option, metavar="FILE",
+                   help="the booted node's model devices write their DDR5 commands when the "
+                        "run ends: DRAMPower CSV per device and sub-channel (FILE's stem + "
+                        "-dev<N>-sub<M>) and the part's DRAMPower memspec (`node up "
+                        "--command-trace`)")
     p.add_argument("--short", type=int_range(0, 256), default=4, help="short requests (0..256)")
     p.add_argument("--long", type=int_range(0, 64), default=2, help="long requests (0..64)")
     p.add_argument("--short-len", type=length_range, default="64..512",
@@ -490,6 +498,9 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.device_memory == "file" and (args.backend != "model" or args.node is not None):
         parser.error("--device-memory file: the model devices of a node this run boots "
                      "(--backend model, no --node)")
+    if args.command_trace is not None and (args.backend != "model" or args.node is not None):
+        parser.error("--command-trace: the model devices of a node this run boots (--backend "
+                     "model, no --node)")
     if args.weight_sets and weights_folder(args) is not None:
         parser.error("--weight-sets shares random weights between layers; --model loads them")
     from nelssa.host.gpu.request import DecodeConfig
