@@ -164,13 +164,15 @@ class FleetSim:
         """The PNM nodes, empty (each run starts from them)."""
         cfg, lm0 = self.cfg, self.lm
         self.nodes, self.node_groups = [], {}
+        self._released = [0]
+        """Reservations given back on any node (``PnmNode.tally``)."""
         for g in self.spec.pnm_nodes:
             pnm = self._catalog.get("pnm", g.pnm) if g.pnm else lm0.pnm
             lm = replace(lm0, pnm=pnm, link=self._link)
             cost = CostModel(lm, g.devices, cfg.window_tokens, cfg.pcie_gbs, cfg.link_gbs)
             tokens = int(pnm.capacity_gb * 1e9 * g.devices // lm0.model.kv_bytes_per_token)
             group = [PnmNode(f"{g.name}-{k}" if g.count > 1 else g.name, tokens, cost,
-                             g.devices) for k in range(g.count)]
+                             g.devices, tally=self._released) for k in range(g.count)]
             self.node_groups[g.name] = group
             self.nodes.extend(group)
         self._group_of = {id(n): name for name, ns in self.node_groups.items() for n in ns}
@@ -360,7 +362,7 @@ class FleetSim:
                 queued.add(i)
                 push(i)
             # a node given back room: the instances waiting for it try again from then
-            now_released = sum(n.releases for n in self.nodes)
+            now_released = self._released[0]
             if waiting and now_released != releases:
                 t_free = max(n.freed_at for n in self.nodes)
                 for j in sorted(waiting):

@@ -342,7 +342,8 @@ class Replay:
         for n in self._loaded - now:
             n.set_load(key, 0.0)
         for n, c, k in sums:
-            n.set_load(key, n.cost.pnm_attn_s(c + ahead * k) / step_s if step_s > 0 else 0.0)
+            # (CostModel.pnm_attn_s from the node's copy of its slope)
+            n.set_load(key, (c + ahead * k) * n.s_per_token / step_s if step_s > 0 else 0.0)
         self._loaded = now
 
     def _on_preempted(self, plan: Any) -> None:
@@ -431,19 +432,28 @@ class Replay:
             return 0
         gpu_n = gpu_ctx0 = pnm_ctx0 = 0
         pnm: list[int] = []
+        sums: dict[PnmNode, list[int]] | None = {} if self._node_priced else None
+        jobs, resident = self.jobs, JobKind.PNM_RESIDENT
         for j in sched.running:
-            job = self.jobs[j.spec.jid]
-            if job.kind is JobKind.PNM_RESIDENT:
-                pnm.append(job.rq.req.input_len + job.rq.generated)
+            job = jobs[j.spec.jid]
+            if job.kind is resident:
+                rq = job.rq
+                ctx = rq.req.input_len + rq.generated
+                pnm.append(ctx)
+                if sums is not None:  # (_node_sums, inlined)
+                    s = sums.get(rq.node)
+                    if s is None:
+                        sums[rq.node] = [ctx, 1]
+                    else:
+                        s[0] += ctx
+                        s[1] += 1
             else:
                 gpu_n += 1
                 gpu_ctx0 += j.computed
         pnm_n = len(pnm)
         pnm_ctx0 = sum(pnm)
-        placed = (_node_sums((rq.node, rq.req.input_len + rq.generated)
-                             for rq in (self.jobs[j.spec.jid].rq for j in sched.running
-                                        if self.jobs[j.spec.jid].kind is JobKind.PNM_RESIDENT))
-                  if self._node_priced else None)
+        placed = (None if sums is None
+                  else [(n, c, k) for n, (c, k) in sums.items()])
         w = self.cost.window_tokens
         window = sum(min(x, w) for x in pnm)
         growing = sum(1 for x in pnm if x < w)  # windows that still grow, and when they stop
@@ -732,13 +742,23 @@ def _pnm_terms(sums: list[tuple[PnmNode, int, int]], key: int | None,
     comm)``, as ``CostModel.pnm_s`` computes it. Each term is a line in ``ahead``: those that
     the line highest at the run's start or at its end stays above over the whole run (by
     more than rounding) can never be the slowest node's, and are left out."""
-    terms = [(c, k, n.cost.pnm_s_per_token, 1.0 if key is None else n.slowdown(key),
-              n.cost.t_comm_s if k else 0.0) for n, c, k in sums]
+    last = steps - 1
+    terms, start, end = [], [], []
+    for n, c, k in sums:  # (PnmNode.slowdown inlined: every planned run of a fleet comes here)
+        f = 1.0
+        if key is not None:
+            load = n.load
+            rho = load.get(key, 0.0)
+            if rho > 0.0:
+                others = n.load_sum - rho
+                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
+        p = n.s_per_token
+        t = n.t_comm_s if k else 0.0
+        terms.append((c, k, p, f, t))
+        start.append(c * p * f + t)
+        end.append((c + last * k) * p * f + t)
     if len(terms) < 2:
         return terms
-    last = steps - 1
-    start = [c * p * f + t for c, k, p, f, t in terms]
-    end = [(c + last * k) * p * f + t for c, k, p, f, t in terms]
     top_end = max(end)
     tol = 1e-9 * top_end
     j0, j1 = start.index(max(start)), end.index(top_end)
