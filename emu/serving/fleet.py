@@ -416,7 +416,8 @@ class FleetSim:
     def energy(self, result: FleetResult, e: EnergyHw) -> TierEnergy:
         """The run's energy by tier (``power.py``): each decode instance on its own GPU (a
         tensor-parallel group's power times its degree), the prefill pool, the PNM nodes with
-        every instance's PNM-tier work, all over the fleet's run (the longest instance's)."""
+        every instance's PNM-tier work (none in ``gpu`` mode, the GPU-only baseline), all over
+        the fleet's run (the longest instance's)."""
         costs = {name: sim.cost for name, sim, _, _ in self._groups()}
         wall = max((run.end_s for _, run in result.instances), default=0.0)
         decode = EnergySplit()
@@ -426,14 +427,15 @@ class FleetSim:
         if self.pool_cost is not None:
             pool = prefill_split(result.pool_activity, self.pool_cost, self.pool_cost.lm.gpu,
                                  self.pool_gpus, wall)
-        devices = sum(n.devices for n in self.nodes)
+        nodes = self.nodes if self.cfg.mode == "nelssa" else []  # GPU-only: no PNM tier
+        devices = sum(n.devices for n in nodes)
         runs = [(run, costs[name]) for name, run in result.instances]
-        pnm = pnm_tier_split(runs, e, devices, len(self.nodes), wall)
+        pnm = pnm_tier_split(runs, e, devices, len(nodes), wall)
         gpus = sum(g.count * g.tp for g in self.spec.instances)
         return TierEnergy.of(wall, sum(run.activity.output_tokens
                                        for _, run in result.instances),
                              (gpus, decode), (self.pool_gpus, pool),
-                             (len(self.nodes), devices, pnm))
+                             (len(nodes), devices, pnm))
 
 
 def _record(sink: RecordSink, name: str, rep: Replay, res: Any) -> None:
