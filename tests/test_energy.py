@@ -213,3 +213,18 @@ def test_serving_energy_parts_add_up(cat, lm, mode: str) -> None:
         assert t.pnm_nodes == 1 and t.pnm_devices == sim.cfg.devices
         assert run.activity.pnm_decodes > 0
         assert t.split.pnm_engine_j > 0 and t.split.roce_j > 0 and t.split.ddr5_j > 0
+
+
+def test_calibrate_power_without_a_gpu_says_so(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    import torch
+
+    from nelssa.experiments.calibrate_gpu import main
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: --power would measure it")
+    with pytest.raises(SystemExit) as e:
+        main(["--power", "--out", str(tmp_path / "g.json")])
+    assert e.value.code == 2
+    assert "--power: NVML samples a CUDA GPU's power, and there is none here" in (
+        capsys.readouterr().err)
