@@ -44,7 +44,7 @@ from nelssa.emu.serving.itl import TimedReplay
 from nelssa.emu.serving.orchestration import FleetOrchestration
 from nelssa.emu.serving.pnm_nodes import PnmNode
 from nelssa.emu.serving.power import decode_split, pnm_tier_split, prefill_split
-from nelssa.emu.serving.replay import Replay, prefill_activity
+from nelssa.emu.serving.replay import Replay
 from nelssa.emu.serving.results import Activity, RunResult, Sample
 from nelssa.emu.serving.sim import Rejection, ServingSim, admit
 from nelssa.emu.serving.stream import RecordSink
@@ -342,7 +342,7 @@ class FleetSim:
                     assert self.pool_cost is not None
                     start = max(heapq.heappop(pool), t)
                     took = self.pool_cost.prefill_s(r.input_len, self.cfg.max_batched_tokens)
-                    pool_work.add(prefill_activity(r.input_len, self.cfg.max_batched_tokens,
+                    pool_work.add(Activity.prefill(r.input_len, self.cfg.max_batched_tokens,
                                                    took))
                     t = start + took
                     heapq.heappush(pool, t)

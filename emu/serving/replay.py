@@ -95,7 +95,7 @@ def prefill_ready(sim: ServingSim, requests: list[TraceRequest],
     for r in sorted(requests, key=lambda r: (r.arrival_s, r.rid)):
         took = sim.prefill_s(r.input_len)
         if pool is not None:
-            pool.add(prefill_activity(r.input_len, sim.cfg.max_batched_tokens, took))
+            pool.add(Activity.prefill(r.input_len, sim.cfg.max_batched_tokens, took))
         done = max(heapq.heappop(servers), r.arrival_s) + took
         heapq.heappush(servers, done)
         ready.append((done, r))
@@ -329,7 +329,7 @@ class Replay:
             else:
                 chunks.append(Chunk(p.start, p.tokens))
         agg = self.cost.step_sums(gpu_ctx, pnm_ctxs, chunks, decodes)
-        _count(self.out.activity, agg, plan.swap_in_tokens)
+        self.out.activity.count_step(agg, plan.swap_in_tokens)
         if not by_node:
             return self.cost.step_agg_s(*agg, plan.swap_in_tokens)
         sums = _node_sums(zip(on, pnm_ctxs, strict=True))
@@ -740,26 +740,6 @@ class Replay:
             raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
         self.out.end_s = self.now
         return self.out
-
-
-def prefill_activity(tokens: int, chunk: int, busy_s: float) -> Activity:
-    """A prefill GPU's work on one prompt of ``tokens`` in chunks of ``chunk`` (``CostModel.
-    prefill_s``): the weights read per chunk, every token computed, the causal pairs."""
-    return Activity(busy_s=busy_s, steps=-(-tokens // chunk), tokens=tokens,
-                    prefill_pairs=tokens * tokens / 2)
-
-
-def _count(a: Activity, agg: tuple[int, int, int, int, int, float], swap_tokens: int) -> None:
-    """One step's ``CostModel.step_sums`` added to a run's activity."""
-    tokens, gpu_ctx, pnm_ctx, pnm_n, window, pairs = agg
-    a.steps += 1
-    a.tokens += tokens
-    a.gpu_ctx += gpu_ctx
-    a.pnm_ctx += pnm_ctx
-    a.pnm_decodes += pnm_n
-    a.window += window
-    a.prefill_pairs += pairs
-    a.swap_tokens += swap_tokens
 
 
 def _node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNode, int, int]]:

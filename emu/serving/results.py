@@ -82,6 +82,26 @@ class Activity:
         for k, v in vars(other).items():
             setattr(self, k, getattr(self, k) + v)
 
+    def count_step(self, agg: tuple[int, int, int, int, int, float], swap_tokens: int) -> None:
+        """One step's ``CostModel.step_sums`` (and its swapped-in tokens) added."""
+        tokens, gpu_ctx, pnm_ctx, pnm_n, window, pairs = agg
+        self.steps += 1
+        self.tokens += tokens
+        self.gpu_ctx += gpu_ctx
+        self.pnm_ctx += pnm_ctx
+        self.pnm_decodes += pnm_n
+        self.window += window
+        self.prefill_pairs += pairs
+        self.swap_tokens += swap_tokens
+
+    @classmethod
+    def prefill(cls, tokens: int, chunk: int, busy_s: float) -> Activity:
+        """A prefill GPU's work on one prompt of ``tokens`` in chunks of ``chunk``
+        (``CostModel.prefill_s``): the weights read per chunk, every token computed, the
+        causal pairs."""
+        return cls(busy_s=busy_s, steps=-(-tokens // chunk), tokens=tokens,
+                   prefill_pairs=tokens * tokens / 2)
+
 
 @dataclass
 class RunResult:
