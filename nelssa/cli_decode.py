@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import shutil
 import tempfile
 import time
@@ -214,9 +215,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   "for this model and hardware;\n  --t-input N sends prompts of N tokens or "
                   "more to the PNM tier all the same)")
         reports: list[StepReport] = []
+        energy = _energy_of(cat, gpu_name, c, devices)
         print(f"\n{'step':>4} {'batch':>9} {'step us':>8} {'GPU':>7} {'top-K':>6} {'wait':>7} "
               f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
-              f"{'GB/s':>6}  max rel. error of long requests: attended tokens / full context")
+              f"{'GB/s':>6} {'mJ':>7}  max rel. error of long requests: attended tokens / "
+              "full context")
         wall = time.perf_counter()
         walls: list[float] = []
         n_events = len(dec.events)
@@ -226,6 +229,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
             t_step = time.perf_counter()
             rep = dec.step()
             walls.append(time.perf_counter() - t_step)
+            if energy is not None:
+                rep.energy = energy(rep).as_dict()
             reports.append(rep)
             us = 1e-6
             errs = " ".join(f"r{k}: {rep.engine_errors[k]:.1e} / {v:.1e}"
@@ -234,8 +239,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   f"{rep.others_ps * us:>7.1f} {rep.topk_ps * us:>6.1f} {rep.wait_ps * us:>7.1f} "
                   f"{rep.tokens_per_s:>8,.0f} {rep.transfer_ps * us:>6.1f} "
                   f"{rep.pnm_overhead_ps * us:>7.1f} {rep.pnm_attn_ps * us:>8.1f} "
-                  f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f}  "
-                  f"{errs}", flush=True)
+                  f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f} "
+                  f"{rep.energy_j * 1e3 if rep.energy else math.nan:>7.2f}  {errs}", flush=True)
             for e in dec.events[n_events:]:
                 print(f"     {e}")
             n_events = len(dec.events)
@@ -259,6 +264,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"GPU {100 * sums['others_ps'] / total:.1f} %, top-K search "
           f"{100 * sums['topk_ps'] / total:.1f} %, waiting for the node "
           f"{100 * sums['wait_ps'] / total:.1f} %")
+    _print_energy(reports, toks)
     node_sum = sums["transfer_ps"] + sums["pnm_overhead_ps"] + sums["pnm_attn_ps"]
     if node_sum:
         print(f"  node requests (latency, mostly overlapped with GPU work): transfer "
@@ -318,6 +324,38 @@ def cmd_decode(args: argparse.Namespace) -> int:
           + (f" and {args.json}" if args.json else "")
           + (f"; the run's configuration in {config_path}" if config_path else ""))
     return 1 if failed else 0
+
+
+def _energy_of(cat: Any, gpu_name: str, c: Any, devices: int) -> Any:
+    """Each step's energy (``host/gpu/report.step_energy``), or None (said why) where the
+    GPU's entry has no power figures."""
+    from nelssa.emu.energy import EnergyError, check_power, energy_entry
+    from nelssa.host.gpu.report import step_energy
+
+    gpu = cat.get("gpus", gpu_name)
+    try:
+        e = energy_entry(cat)
+        check_power(gpu)
+    except EnergyError as err:
+        print(f"  energy not reported: {err}")
+        return None
+    return lambda rep: step_energy(rep, gpu, e, c.group, c.head_dim, devices)
+
+
+def _print_energy(reports: list[Any], tokens: int) -> None:
+    """The run's energy and its Figure-11 split (GPU compute, GPU memory, PNM engine, DDR5,
+    links, idle)."""
+    from nelssa.emu.energy import EnergySplit
+
+    if not any(r.energy for r in reports):
+        return
+    total = EnergySplit()
+    for r in reports:
+        total = total + EnergySplit(**r.energy)
+    j = total.total_j
+    parts = ", ".join(f"{k} {100 * v / j:.1f} %" for k, v in total.figure11().items())
+    print(f"  energy: {j * 1e3:.2f} mJ emulated, {j / tokens * 1e3 if tokens else math.nan:.3f}"
+          f" mJ per token; Figure-11 split: {parts}")
 
 
 def decode_config(args: argparse.Namespace, cat: Any, gpu_name: str, pnm: Any, c: Any,

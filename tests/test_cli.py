@@ -209,3 +209,13 @@ def test_decode_json_is_machine_readable(tmp_path):
     assert all(r["status"] == "done" and r["generated"] == 3 for r in run["requests"]), run
     assert len(run["steps"]) == 2 and run["steps"][0]["step_ps"] > 0
     assert run["total"]["tokens"] == sum(s["tokens"] for s in run["steps"])
+    # each step's energy by component (emu/energy.py); the parts add up to the run's total
+    parts = {"gpu_compute_j", "gpu_memory_j", "gpu_idle_j", "pnm_engine_j", "ddr5_j", "cxl_j",
+             "roce_j", "pnm_static_j"}
+    for step in run["steps"]:
+        assert set(step["energy"]) == parts
+        assert step["energy"]["pnm_engine_j"] > 0 and step["energy"]["gpu_compute_j"] > 0
+        assert step["link_bytes"] > 0 and step["gpu_flops"] > 0
+    total = sum(sum(s["energy"].values()) for s in run["steps"])
+    assert run["total"]["energy_j"] == pytest.approx(total)
+    assert run["total"]["j_per_token"] == pytest.approx(total / run["total"]["tokens"])

@@ -142,6 +142,7 @@ class HybridExecutor:
         """Run ``work`` on ``requests`` (read, never changed: the engine follows the output),
         adding its times and figures to ``rep``."""
         self._out, self._failed, self._requests = StepOutput(), {}, requests
+        self._rep = rep
         out = self._out
         for rid in work.prefills:
             out.tokens[rid] = self._prefill(requests[rid])
@@ -228,6 +229,8 @@ class HybridExecutor:
         log.error("request %d: %s", rid, note)
 
     def _gpu_op(self, name: str, nbytes: float, flops: float = 0.0) -> int:
+        self._rep.hbm_bytes += nbytes  # what the step's energy is counted from
+        self._rep.gpu_flops += flops
         return self._gpu_slice(name, self.gpu.op_ps(nbytes, flops))
 
     def _gpu_slice(self, name: str, dur: int) -> int:
@@ -269,6 +272,10 @@ class HybridExecutor:
                     queries[h] = to_bf16_bits(qg)
                     rep.kv_bytes += int(r.sizes[layer][h][sel].sum()) * self._kv_token_bytes // (
                         self.model.c.num_key_value_heads)
+                    rep.clusters += len(sel)
+                # up the link: the query (bf16) and the chosen clusters' ids (32 bits each)
+                rep.link_bytes += sum(x.nbytes for x in queries.values()) + 4 * sum(
+                    len(x) for x in ids.values())
                 assert self.client is not None and r.session is not None
                 futures[i] = self.client.attend_async(r.session, layer, queries, ids,
                                                       send_ps=send)
@@ -362,6 +369,9 @@ class HybridExecutor:
         rep.pnm_overhead_ps += t.host_ps + t.queue_ps + t.cxl_ps
         rep.pnm_attn_ps += t.device_ps
         rep.node_requests += 1
+        rep.node_commands += len(res.o)
+        rep.link_bytes += sum(x.nbytes for x in res.o.values()) + sum(
+            x.nbytes for x in res.lse.values())  # the reply down: O and LSE in fp32
         self.tracer.node_reply(r.rid, layer, res)
         for d, cycles in res.device_cycles.items():
             rep.device_cycles[d] = rep.device_cycles.get(d, 0) + cycles
