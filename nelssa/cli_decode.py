@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import shutil
 import tempfile
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.cli_fpga import add_board_args
-from nelssa.config_args import add_config_options, config_values, field_docs
+from nelssa.config_args import add_config_options, config_values, field_docs, user_help
 from nelssa.decode_hardware import (
     gpu_pnm_link,
     model_config,
@@ -28,6 +29,7 @@ from nelssa.emu.policy.schedulers import SCHEDULERS
 from nelssa.emu.policy.vllm_scheduler import VllmEnvError
 from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg, presets
 from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
+from nelssa.host.gpu.gpu_timer import TIMERS, TorchConfig, make_timer, resolve_device
 from nelssa.host.gpu.report import run_json
 from nelssa.options import (
     POSITIVE_INT,
@@ -49,6 +51,8 @@ from nelssa.provenance import (
 
 PREFILL_OPTIONS = ("prefill_chunk", "prefill_limit_s", "prefill", "emulate_above_s")
 """PrefillConfig fields `decode` takes as options."""
+TORCH_OPTIONS = ("torch_device", "gpu_timer")
+"""TorchConfig fields (--gpu-timer's choices are the registry's)."""
 log = logging.getLogger(__name__)
 
 MAX_PROMPT = 1 << 20
@@ -105,6 +109,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from nelssa.emu.policy.states import SeqState, Tier
     from nelssa.host.gpu.clustering import ClusterConfig
     from nelssa.host.gpu.engine import DecodeConfig
+    from nelssa.host.gpu.gpu_timer import GpuTime
     from nelssa.host.gpu.model import Llama
     from nelssa.host.gpu.report import StepReport, plot_steps
     from nelssa.host.gpu.routing import crossover_router
@@ -116,7 +121,13 @@ def cmd_decode(args: argparse.Namespace) -> int:
     args.link = link
     cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=gpu_name,
                        check_accuracy=not args.no_accuracy,
-                       cluster=ClusterConfig(iterations=args.kmeans_iterations))
+                       cluster=ClusterConfig(iterations=args.kmeans_iterations),
+                       torch=TorchConfig(**config_values(args, TorchConfig, TORCH_OPTIONS)))
+    try:
+        device = resolve_device(cfg.torch.torch_device)
+        timer = make_timer(device, cfg.torch.gpu_timer).name
+    except ValueError as e:  # CUDA asked for without one, or a timer the device cannot run
+        raise UsageError(f"--torch-device {cfg.torch.torch_device.value}: {e}") from None
     if args.node is not None:
         try:
             check_listening(args.node, min(args.timeout, 2.0))
@@ -158,6 +169,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"{'' if weights else ' (' + model_name(args) + ' shape)'}; "
           f"{args.short} short + {args.long} long requests, T_input {router.describe()}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
+    print(f"  GPU side on {device}"
+          + (f" ({torch_device_name(device)})" if device.type == "cuda" else "")
+          + f"; its times: {timer} timer"
+          + ("" if timer == "roofline" else f", the roofline of {cfg.gpu} beside them"))
     if args.backend != "fpga" and args.node is None:
         print(f"  PNM devices: {pnm.name}: {pnm.device or 'the default device'}")
     node = node_spec(args, pnm, devices)
@@ -213,7 +228,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
         reports: list[StepReport] = []
         print(f"\n{'step':>4} {'batch':>9} {'step us':>8} {'GPU':>7} {'top-K':>6} {'wait':>7} "
               f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
-              f"{'GB/s':>6}  max rel. error of long requests: attended tokens / full context")
+              f"{'GB/s':>6} {'GPU by':>8} {'roofline':>8}  max rel. error of long requests: "
+              "attended tokens / full context")
         wall = time.perf_counter()
         walls: list[float] = []
         n_events = len(dec.events)
@@ -231,7 +247,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   f"{rep.others_ps * us:>7.1f} {rep.topk_ps * us:>6.1f} {rep.wait_ps * us:>7.1f} "
                   f"{rep.tokens_per_s:>8,.0f} {rep.transfer_ps * us:>6.1f} "
                   f"{rep.pnm_overhead_ps * us:>7.1f} {rep.pnm_attn_ps * us:>8.1f} "
-                  f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f}  "
+                  f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f} "
+                  f"{rep.gpu_time.value:>8} {rep.roofline_gpu_ps * us:>8.1f}  "
                   f"{errs}", flush=True)
             for e in dec.events[n_events:]:
                 print(f"     {e}")
@@ -256,6 +273,13 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"GPU {100 * sums['others_ps'] / total:.1f} %, top-K search "
           f"{100 * sums['topk_ps'] / total:.1f} %, waiting for the node "
           f"{100 * sums['wait_ps'] / total:.1f} %")
+    measured = [r for r in reports if r.gpu_time is GpuTime.MEASURED]
+    if measured:
+        roof = sum(r.roofline_gpu_ps for r in measured)
+        gpu = sum(r.others_ps + r.topk_ps for r in measured)
+        print(f"  GPU time measured ({measured[0].gpu_timer}) in {len(measured)} of "
+              f"{len(reports)} steps: {gpu * 1e-6:.1f} us against the roofline's "
+              f"{roof * 1e-6:.1f} us ({gpu / roof if roof else math.nan:.2f}x)")
     node_sum = sums["transfer_ps"] + sums["pnm_overhead_ps"] + sums["pnm_attn_ps"]
     if node_sum:
         print(f"  node requests (latency, mostly overlapped with GPU work): transfer "
@@ -328,12 +352,21 @@ def decode_config(args: argparse.Namespace, cat: Any, gpu_name: str, pnm: Any, c
         "model": {"name": model_name(args), "weights": weights_folder(args), "shape": c,
                   "weight_sets": args.weight_sets},
         "decode": cfg, "prefill": _prefill_config(args),
+        "torch": {"device": str(resolve_device(cfg.torch.torch_device)),
+                  "name": torch_device_name(resolve_device(cfg.torch.torch_device))},
         "node": {"devices": devices, "backend": args.backend, "endpoint": args.node,
                  "rtl_layers": args.rtl_layers, "device_memory": args.device_memory},
         "requests": {"seed": args.seed, "short": args.short, "long": args.long,
                      "prompt_tokens": [n for _, n in lens], "grow": args.grow,
                      "steps": args.steps},
         "scheduler": args.scheduler})
+
+
+def torch_device_name(device: Any) -> str:
+    """The GPU's name (torch.cuda.get_device_name), or "cpu"."""
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def domain_ticket(args: argparse.Namespace) -> bytes | None:
@@ -435,6 +468,10 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                         "--steps appends no chunk (--chunk 16 shows the appends)")
     p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
     add_entry_arg(p, "gpus", " (the roofline time model's)")
+    add_config_options(p, TorchConfig, ("torch_device",))
+    p.add_argument("--gpu-timer", choices=sorted(TIMERS), metavar="NAME",
+                   help=f"{user_help(field_docs(TorchConfig)['gpu_timer'])} Choices: "
+                        f"{', '.join(sorted(TIMERS))}.")
     p.add_argument("--timeout", type=SECONDS, default=300.0, help="seconds per node request")
     p.add_argument("--no-accuracy", action="store_true",
                    help="skip the comparison with dense attention over the full context")

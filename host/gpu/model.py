@@ -154,6 +154,21 @@ class Llama:
         c = LlamaConfig.from_hf(model)
         return cls(c, load_weights(c, model), attn_bf16, prefill)
 
+    @property
+    def device(self) -> torch.device:
+        return self._inv_freq.device
+
+    def on(self, device: torch.device) -> Llama:
+        """This decoder with its weights on ``device`` (itself where they are there already);
+        weights shared between layers (``weight_sets``) stay shared."""
+        if device == self.device:
+            return self
+        moved: dict[int, Tensor] = {}
+        w = {name: moved.setdefault(id(t), t.to(device)) for name, t in self.w.items()}
+        out = Llama(self.c, w, self.attn_bf16, self.prefill_cfg)
+        out._inv_freq = self._inv_freq.to(device)
+        return out
+
     def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
         var = x.pow(2).mean(-1, keepdim=True)
         return x * torch.rsqrt(var + self.c.rms_norm_eps) * weight
@@ -280,7 +295,7 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False) -> Te
     mask = None
     if causal:
         n, ctx = q.shape[0], k.shape[0]
-        mask = torch.ones(n, ctx, dtype=torch.bool).tril(ctx - n)
+        mask = torch.ones(n, ctx, dtype=torch.bool, device=q.device).tril(ctx - n)
     return F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask).transpose(0, 1)
 
 
