@@ -16,6 +16,7 @@ latency model first uses it; models may come from Hugging Face ``config.json`` f
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields, replace
+from datetime import date
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -126,6 +127,11 @@ class GpuHw:
     source: str | None = None
     """Where the efficiencies come from (a paper and figure, or the calibration run that fitted
     them); a non-empty string when given."""
+    device_name: str | None = None
+    """The GPU the efficiencies were fitted on, as torch names it (``torch.cuda.
+    get_device_name``); None for a preset that was not calibrated."""
+    calibrated_on: str | None = None
+    """The date of that calibration (ISO 8601, YYYY-MM-DD)."""
 
     DERIVED: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("hbm_gbs", "mem_efficiency", "GB/s"), ("bf16_tflops", "linear_efficiency", "TFLOP/s"),
@@ -141,10 +147,17 @@ class GpuHw:
                 raise HardwareError(f"GpuHw {self.name!r}: {share} {getattr(self, share)!r} "
                                     f"makes the achieved rate ({peak} x {share}) {rate:g} "
                                     f"{unit}: it must be at least {RATE.least:g}")
-        if self.source is not None and (not isinstance(self.source, str)
-                                        or not self.source.strip()):
-            raise HardwareError(f"GpuHw {self.name!r}: source must be a non-empty string, got "
-                             f"{self.source!r}")
+        for text in ("source", "device_name"):
+            v = getattr(self, text)
+            if v is not None and (not isinstance(v, str) or not v.strip()):
+                raise HardwareError(f"GpuHw {self.name!r}: {text} must be a non-empty string, "
+                                    f"got {v!r}")
+        if self.calibrated_on is not None:
+            try:
+                date.fromisoformat(self.calibrated_on)
+            except (TypeError, ValueError):
+                raise HardwareError(f"GpuHw {self.name!r}: calibrated_on must be a date "
+                                    f"YYYY-MM-DD, got {self.calibrated_on!r}") from None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Fit a GPU's parameters for the latency model from measured kernel times (PyTorch) and write a
-hardware file (``{"gpus": {NAME: {...}}}``) for `nelssa crossover --hardware` and `nelssa
-serve-sim --hardware`.
+hardware file (``{"gpus": {NAME: {...}}, "use": {"gpu": NAME}}``: a preset with the device's
+name and the date, which every command given ``--hardware FILE`` takes as its GPU unless
+``--gpu`` names another: `nelssa crossover`, `nelssa serve-sim`, `nelssa decode`).
 
 It times kernels at the shapes of one decoder layer of the model (Llama-3-8B by default: hidden
 4096, 32 query and 8 KV heads of 128, FFN 14336):
@@ -338,10 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     entry = {"hbm_gbs": float(f"{hbm / 1e9:.4g}"),
              "memory_gb": round(args.memory_gb or _memory_gb(device), 1),
              "bf16_tflops": float(f"{tflops / 1e12:.4g}"), "kernel_us": default_kernel_us,
-             **{k: _share(v) for k, v in raw.items()}, "source": source}
+             **{k: _share(v) for k, v in raw.items()}, "source": source,
+             "device_name": what, "calibrated_on": today}
     name = args.name or f"measured-{device.type}"
     GpuHw(name=name, **entry)  # refuse to write what the latency model would refuse to load
-    Path(args.out).write_text(json.dumps({"gpus": {name: entry}}, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps({"gpus": {name: entry}, "use": {"gpu": name}},
+                                         indent=2) + "\n")
     print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in entry.items() if k != "source"))
     print(f"wrote {args.out}")
     return 0
