@@ -6,15 +6,12 @@ the decode on the GPU measured by CUDA events."""
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 
 import pytest
 import torch
 
 from nelssa.cli import main
 from nelssa.host.gpu import gpu_timer
-from nelssa.host.gpu.config import LlamaConfig
-from nelssa.host.gpu.engine import DecodeEngine
 from nelssa.host.gpu.gpu_timer import (
     TIMERS,
     CudaEventTimer,
@@ -22,33 +19,15 @@ from nelssa.host.gpu.gpu_timer import (
     GpuTime,
     KernelTimer,
     NoCudaError,
-    Span,
     TorchConfig,
     TorchDevice,
     make_timer,
     resolve_device,
 )
-from nelssa.host.gpu.model import Llama
 from nelssa.host.gpu.report import run_json
-from nelssa.host.gpu.request import DecodeConfig
+from tests.gpu_helpers import KnownTimer, engine
 
-KNOWN_PS = {Family.QKV: 1_000_000, Family.ATTENTION: 2_000_000, Family.TOPK: 3_000_000,
-            Family.MLP: 4_000_000, Family.HEAD: 5_000_000}
-"""What the stand-in timer says each family took (1..5 us)."""
 CUDA = torch.cuda.is_available()
-
-
-class KnownTimer(KernelTimer):
-    """A stand-in for the CUDA events: each span takes its family's ``KNOWN_PS``."""
-
-    name = "known-test"
-    measures = True
-
-    @contextmanager
-    def span(self, family: Family):
-        s = Span(family)
-        yield s
-        s.ps = KNOWN_PS[family]
 
 
 @pytest.fixture
@@ -78,22 +57,12 @@ def test_the_registry_and_the_device_choose_the_timer(monkeypatch: pytest.Monkey
     assert resolve_device(TorchDevice.CPU) == cpu
 
 
-def _engine(timer: str | None, device: TorchDevice = TorchDevice.CPU) -> DecodeEngine:
-    c = LlamaConfig.small(layers=2, vocab=256)
-    cfg = DecodeConfig(torch=TorchConfig(device, timer))
-    dec = DecodeEngine(Llama.load(None, config=c), cfg, None)
-    for n in (40, 70):
-        dec.add(list(range(1, n + 1)), 3)
-    dec.prefill()
-    return dec
-
-
 def test_the_measured_path_takes_the_timers_times_and_keeps_the_roofline_beside(
         known: str) -> None:
     """The same two short requests decoded with the roofline and with the stand-in timer: the
     same tokens; the measured steps take exactly the known times per family, and their
     roofline figures are the modelled run's."""
-    modelled, measured = _engine(None), _engine(known)
+    modelled, measured = engine(None), engine(known)
     a, b = modelled.step(), measured.step()
     assert [r.generated for r in modelled.requests] == [r.generated for r in measured.requests]
     assert a.gpu_time is GpuTime.MODELLED and a.gpu_timer == "roofline" and not a.measured_ps
@@ -170,7 +139,7 @@ def test_decode_on_cuda_without_one_is_a_clear_error(monkeypatch: pytest.MonkeyP
 def test_decode_on_cuda_is_measured_by_cuda_events() -> None:
     """On a GPU: the decoder's weights and KV on CUDA, each step measured by CUDA events
     (every priced family above zero), the roofline's figures and the tokens the CPU run's."""
-    cpu, gpu = _engine(None), _engine(None, TorchDevice.CUDA)
+    cpu, gpu = engine(None), engine(None, TorchDevice.CUDA)
     assert gpu.executor.dev_model.device.type == "cuda"
     assert isinstance(gpu.executor.timer, CudaEventTimer)
     for _ in range(2):

@@ -255,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="datasheet dense bf16 peak (default: the measured square GEMM)")
     parser.add_argument("--peak-hbm-gbs", type=float,
                         help="datasheet HBM bandwidth (default: the measured copy)")
+    parser.add_argument("--datasheet", action="store_true",
+                        help="take both peaks from the datasheet of the part the device's name "
+                             "ends with (DATASHEETS: H200, H100 NVL, H100 80GB HBM3, H100 PCIe) "
+                             "where --peak-tflops and --peak-hbm-gbs leave them out; a part not "
+                             "listed keeps the measured peaks")
     parser.add_argument("--scale", type=float,
                         help="shrink the shapes (default: 1 on CUDA, 0.01 on the CPU)")
     parser.add_argument("--chunks", default="2048,4096,8192",
@@ -299,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     what = _device_name(device)
     print(f"measuring {what}, scale {scale:g}: {layer}, chunks {chunks}, context {context}")
     hint = next((v for k, v in DATASHEETS.items() if what.endswith(k)), None)
+    if hint and args.datasheet:
+        args.peak_tflops = args.peak_tflops or hint[0]
+        args.peak_hbm_gbs = args.peak_hbm_gbs or hint[1]
+        print(f"datasheet peaks of {what}: {args.peak_tflops:g} TFLOP/s, "
+              f"{args.peak_hbm_gbs:g} GB/s")
+    elif args.datasheet:
+        print(f"note: no datasheet listed for {what!r}: the peaks are the measured ones")
     if hint and not (args.peak_tflops and args.peak_hbm_gbs):
         print(f"hint: the datasheet peaks of this part are --peak-tflops {hint[0]:g} "
               f"--peak-hbm-gbs {hint[1]:g}; without them the peaks are the measured ones")
