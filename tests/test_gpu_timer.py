@@ -150,3 +150,19 @@ def test_decode_on_cuda_is_measured_by_cuda_events() -> None:
         assert b.roofline_ps == a.roofline_ps
     assert [r.generated for r in cpu.requests] == [r.generated for r in gpu.requests]
     assert all(k.device.type == "cuda" for r in gpu.executor.kv.values() for k, _ in r.kv)
+
+
+def test_the_decoder_moves_to_a_device_keeping_shared_weights_shared() -> None:
+    """``Llama.on``: itself on its own device; elsewhere (the meta device here, CUDA on a GPU)
+    every weight there once, layers that share weights (--weight-sets) still sharing them."""
+    from nelssa.host.gpu.config import LlamaConfig
+    from nelssa.host.gpu.model import Llama
+
+    m = Llama.load(None, config=LlamaConfig.small(layers=4, vocab=64), weight_sets=1)
+    assert m.on(torch.device("cpu")) is m
+    moved = m.on(torch.device("meta"))
+    assert moved.device.type == "meta" and moved.c is m.c
+    assert all(t.device.type == "meta" for t in moved.w.values())
+    name = "model.layers.{}.self_attn.q_proj.weight"
+    assert moved.w[name.format(0)] is moved.w[name.format(3)]
+    assert len({id(t) for t in moved.w.values()}) == len({id(t) for t in m.w.values()})

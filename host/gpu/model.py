@@ -164,7 +164,10 @@ class Llama:
         if device == self.device:
             return self
         moved: dict[int, Tensor] = {}
-        w = {name: moved.setdefault(id(t), t.to(device)) for name, t in self.w.items()}
+        for t in self.w.values():
+            if id(t) not in moved:
+                moved[id(t)] = t.to(device)
+        w = {name: moved[id(t)] for name, t in self.w.items()}
         out = Llama(self.c, w, self.attn_bf16, self.prefill_cfg)
         out._inv_freq = self._inv_freq.to(device)
         return out
