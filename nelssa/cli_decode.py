@@ -29,7 +29,13 @@ from nelssa.emu.policy.schedulers import SCHEDULERS
 from nelssa.emu.policy.vllm_scheduler import VllmEnvError
 from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg, presets
 from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
-from nelssa.host.gpu.gpu_timer import TIMERS, TorchConfig, make_timer, resolve_device
+from nelssa.host.gpu.gpu_timer import (
+    TIMERS,
+    TorchConfig,
+    make_timer,
+    resolve_device,
+    weights_dtype,
+)
 from nelssa.host.gpu.report import run_json
 from nelssa.options import (
     POSITIVE_INT,
@@ -51,7 +57,7 @@ from nelssa.provenance import (
 
 PREFILL_OPTIONS = ("prefill_chunk", "prefill_limit_s", "prefill", "emulate_above_s")
 """PrefillConfig fields `decode` takes as options."""
-TORCH_OPTIONS = ("torch_device", "gpu_timer")
+TORCH_OPTIONS = ("torch_device", "gpu_timer", "torch_weights")
 """TorchConfig fields (--gpu-timer's choices are the registry's)."""
 log = logging.getLogger(__name__)
 
@@ -169,9 +175,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"{'' if weights else ' (' + model_name(args) + ' shape)'}; "
           f"{args.short} short + {args.long} long requests, T_input {router.describe()}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
+    dtype = str(weights_dtype(cfg.torch.torch_weights, device)).removeprefix("torch.")
     print(f"  GPU side on {device}"
           + (f" ({torch_device_name(device)})" if device.type == "cuda" else "")
-          + f"; its times: {timer} timer"
+          + f", weights in {dtype}; its times: {timer} timer"
           + ("" if timer == "roofline" else f", the roofline of {cfg.gpu} beside them"))
     if args.backend != "fpga" and args.node is None:
         print(f"  PNM devices: {pnm.name}: {pnm.device or 'the default device'}")
@@ -468,7 +475,7 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                         "--steps appends no chunk (--chunk 16 shows the appends)")
     p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
     add_entry_arg(p, "gpus", " (the roofline time model's)")
-    add_config_options(p, TorchConfig, ("torch_device",))
+    add_config_options(p, TorchConfig, ("torch_device", "torch_weights"))
     p.add_argument("--gpu-timer", choices=sorted(TIMERS), metavar="NAME",
                    help=f"{user_help(field_docs(TorchConfig)['gpu_timer'])} Choices: "
                         f"{', '.join(sorted(TIMERS))}.")

@@ -7,7 +7,14 @@ from contextlib import contextmanager
 
 from nelssa.host.gpu.config import LlamaConfig
 from nelssa.host.gpu.engine import DecodeEngine
-from nelssa.host.gpu.gpu_timer import Family, KernelTimer, Span, TorchConfig, TorchDevice
+from nelssa.host.gpu.gpu_timer import (
+    Family,
+    KernelTimer,
+    Span,
+    TorchConfig,
+    TorchDevice,
+    WeightsDtype,
+)
 from nelssa.host.gpu.model import Llama
 from nelssa.host.gpu.request import DecodeConfig
 
@@ -29,9 +36,12 @@ class KnownTimer(KernelTimer):
         s.ps = KNOWN_PS[family]
 
 
-def engine(timer: str | None, device: TorchDevice = TorchDevice.CPU) -> DecodeEngine:
+def engine(timer: str | None, device: TorchDevice = TorchDevice.CPU,
+           weights: WeightsDtype = WeightsDtype.AUTO) -> DecodeEngine:
+    """Two short requests (40 and 70 tokens, 3 new each) of a 2-layer small model, prefilled,
+    decoded on ``device`` with ``timer`` (None: the device's) and ``weights``."""
     c = LlamaConfig.small(layers=2, vocab=256)
-    cfg = DecodeConfig(torch=TorchConfig(device, timer))
+    cfg = DecodeConfig(torch=TorchConfig(device, timer, weights))
     dec = DecodeEngine(Llama.load(None, config=c), cfg, None)
     for n in (40, 70):
         dec.add(list(range(1, n + 1)), 3)

@@ -21,6 +21,7 @@ from nelssa.host.gpu.gpu_timer import (
     NoCudaError,
     TorchConfig,
     TorchDevice,
+    WeightsDtype,
     make_timer,
     resolve_device,
 )
@@ -105,7 +106,7 @@ def test_decode_step_table_shows_the_measured_times(known: str, tmp_path,
                "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
-    assert f"GPU side on cpu; its times: {known} timer, the roofline of" in text
+    assert f"GPU side on cpu, weights in float32; its times: {known} timer, the roofline" in text
     run = json.loads(out.read_text())
     rows = [line.split() for line in text.splitlines() if "1S+ 1L" in line]
     assert len(rows) == 2 == len(run["steps"])
@@ -139,7 +140,7 @@ def test_decode_on_cuda_without_one_is_a_clear_error(monkeypatch: pytest.MonkeyP
 def test_decode_on_cuda_is_measured_by_cuda_events() -> None:
     """On a GPU: the decoder's weights and KV on CUDA, each step measured by CUDA events
     (every priced family above zero), the roofline's figures and the tokens the CPU run's."""
-    cpu, gpu = engine(None), engine(None, TorchDevice.CUDA)
+    cpu, gpu = engine(None), engine(None, TorchDevice.CUDA, WeightsDtype.FLOAT32)
     assert gpu.executor.dev_model.device.type == "cuda"
     assert isinstance(gpu.executor.timer, CudaEventTimer)
     for _ in range(2):
@@ -150,6 +151,27 @@ def test_decode_on_cuda_is_measured_by_cuda_events() -> None:
         assert b.roofline_ps == a.roofline_ps
     assert [r.generated for r in cpu.requests] == [r.generated for r in gpu.requests]
     assert all(k.device.type == "cuda" for r in gpu.executor.kv.values() for k, _ in r.kv)
+    bf16 = engine(None, TorchDevice.CUDA)  # auto: bf16 weights on CUDA, as the roofline's
+    assert bf16.executor.dev_model.w["lm_head.weight"].dtype == torch.bfloat16
+    assert bf16.step().gpu_time is GpuTime.MEASURED
+
+
+def test_bf16_weights_run_the_decode_in_bf16_products() -> None:
+    """--torch-weights bfloat16 (what auto gives on CUDA), here on the CPU: the decoder's
+    matrices in bf16, the norms and the prefill node's model in float32; the step's logits
+    within bf16's rounding of the float32 run's."""
+    f32, bf16 = engine(None), engine(None, weights=WeightsDtype.BFLOAT16)
+    w = bf16.executor.dev_model.w
+    assert w["model.layers.0.mlp.up_proj.weight"].dtype == torch.bfloat16
+    assert w["model.norm.weight"].dtype == torch.float32
+    assert bf16.model.w["lm_head.weight"].dtype == torch.float32
+    assert f32.executor.dev_model is f32.model  # float32 on the CPU: the same decoder
+    x = torch.tensor([5, 6])
+    a, b = f32.executor.dev_model, bf16.executor.dev_model
+    la, lb = a.logits(a.embed(x)), b.logits(b.embed(x))
+    assert lb.dtype == torch.float32 and not torch.equal(la, lb)
+    assert torch.allclose(la, lb, rtol=0.05, atol=0.05 * float(la.abs().max()))
+    assert bf16.step().tokens == 2
 
 
 def test_the_decoder_moves_to_a_device_keeping_shared_weights_shared() -> None:

@@ -46,7 +46,14 @@ from nelssa.emu.policy.states import Tier
 from nelssa.host.gpu.clustering import select_clusters
 from nelssa.host.gpu.config import LlamaConfig
 from nelssa.host.gpu.emulated_prefill import EmulatedPrefill
-from nelssa.host.gpu.gpu_timer import Family, GpuTime, Span, make_timer, resolve_device
+from nelssa.host.gpu.gpu_timer import (
+    Family,
+    GpuTime,
+    Span,
+    make_timer,
+    resolve_device,
+    weights_dtype,
+)
 from nelssa.host.gpu.model import Llama, attention_with_lse, dense_attention
 from nelssa.host.gpu.prefill import emulates
 from nelssa.host.gpu.report import DecodeTracer, StepReport
@@ -124,7 +131,8 @@ class HybridExecutor:
         self.gpu: GpuTiming = gpu_preset(cfg.gpu)
         self.device = resolve_device(cfg.torch.torch_device)
         self.timer = make_timer(self.device, cfg.torch.gpu_timer)
-        self.dev_model = model.on(self.device)
+        self.dev_model = model.on(self.device, weights_dtype(cfg.torch.torch_weights,
+                                                             self.device))
         """The decoder the decode steps run, on ``device``."""
         self._rep = StepReport(0, 0)
         self.transfers = KvTransfers(model, cfg, client)
@@ -148,6 +156,20 @@ class HybridExecutor:
         self._head_bytes = c.vocab_size * c.hidden_size * BF16
         """The output head, read whole every step (the embedding only gathers rows): with the
         layers' QKV and O-proj + MLP, what ``ModelHw.weight_bytes`` counts."""
+        if self.timer.measures:
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One token through a layer, attention, a top-K search and the head, untimed: the
+        first call of each kernel (library handles, module loads) is no step's time."""
+        m, dev = self.dev_model, self.device
+        x = m.embed(torch.zeros(1, dtype=torch.long, device=dev))
+        q, k, v = m.qkv(0, x, torch.zeros(1, dtype=torch.long, device=dev))
+        attention_with_lse(q[0], k, v)
+        select_clusters(q[0, :self._group], k[:, 0], 1)
+        m.logits(m.finish_layer(0, x, dense_attention(q, k, v)))
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
 
     def run(self, work: StepWork, requests: dict[int, Request], rep: StepReport) -> StepOutput:
         """Run ``work`` on ``requests`` (read, never changed: the engine follows the output),

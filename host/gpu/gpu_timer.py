@@ -34,6 +34,16 @@ class TorchDevice(Enum):
     CUDA = "cuda"
 
 
+class WeightsDtype(Enum):
+    """What the decode's weight matrices are held in on its device."""
+
+    AUTO = "auto"
+    """bfloat16 on CUDA (what a serving GPU reads, and the roofline prices), float32 on the
+    CPU (the figures and tokens every CPU run has given)."""
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+
 @dataclass(frozen=True)
 class TorchConfig:
     """Where the decode's GPU side runs and how its time is taken (``DecodeConfig.torch``)."""
@@ -47,8 +57,15 @@ class TorchConfig:
     gpu_timer: str | None = None
     """The kernel timer by name (``TIMERS``); None: the device's (roofline on the CPU,
     cuda-events on CUDA)."""
+    torch_weights: WeightsDtype = WeightsDtype.AUTO
+    """The decode's weight matrices on the device: float32, bfloat16, or auto (bfloat16 on
+    CUDA, as the roofline prices them; float32 on the CPU). Activations, KV and attention stay
+    float32; the prefill node's weights stay float32 on the host."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.torch_weights, WeightsDtype):
+            raise ValueError(f"torch_weights must be one of {[d.value for d in WeightsDtype]}, "
+                             f"got {self.torch_weights!r}")
         if not isinstance(self.torch_device, TorchDevice):
             raise ValueError(f"torch_device must be one of {[d.value for d in TorchDevice]}, "
                              f"got {self.torch_device!r}")
@@ -91,6 +108,16 @@ def resolve_device(choice: TorchDevice) -> torch.device:
     if choice is TorchDevice.CPU or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda")
+
+
+def weights_dtype(choice: WeightsDtype, device: torch.device) -> torch.dtype:
+    """The torch dtype of ``choice`` on ``device``."""
+    import torch
+
+    if choice is WeightsDtype.BFLOAT16 or (choice is WeightsDtype.AUTO
+                                            and device.type == "cuda"):
+        return torch.bfloat16
+    return torch.float32
 
 
 @dataclass
