@@ -10,6 +10,13 @@
 #   kernels.json/.md   each kernel family measured against the roofline of the GPU's preset
 # Then, here or there: python scripts/gpu_page.py DIR  (writes docs/results/gpu.md).
 #
+# From a session with the device tool (the GPU machine has no network and no .git):
+#   scripts/gpu_wheels.sh                                   # here: .whl/ (ignored by git)
+#   run(command="NELSSA_COMMIT=<git rev-parse HEAD, here> bash scripts/gpu_check.sh $OUT",
+#       carry=[".whl"], timeout_s=560)                      # there, about 3 minutes
+#   copy the 7 files into docs/results/gpu_check/, then
+#   .venv/bin/python scripts/gpu_page.py docs/results/gpu_check --out docs/results/gpu.md
+#
 # Needs: python3 with a CUDA torch (PYTHON=... to choose another), and the packages of
 # requirements-dev.txt that `decode` imports. The GPU machines' image has torch, numpy,
 # matplotlib and PyYAML but no network: run scripts/gpu_wheels.sh where pip reaches the index

@@ -56,7 +56,8 @@ def test_the_folder_makes_the_comparison_and_the_page(folder: Path,
     text = out.read_text()
     assert f"`python scripts/gpu_page.py {folder}`" in text
     assert facts["commit"] in text and facts["date"] in text
-    assert "Preset `measured-here`, fitted on CPU" in text and "| preset h200 |" in text
+    assert "Preset `measured-here`, fitted on CPU" in text
+    assert "| field | fitted on this GPU | preset h200 | preset h100-nvl |" in text
     assert "`nelssa decode --stand-in`" in text
     assert md.rstrip() in text
     assert "| 1 | 2S+0L |" in text and "| measured |" in text

@@ -43,6 +43,9 @@ FAMILIES = ("qkv", "attention", "top-k", "o-proj+mlp", "output-head")
 DOC_BYTES = 64 << 20
 """Largest file of the folder read (a decode JSON of many steps is a few MB)."""
 EFFICIENCIES = ("mem_efficiency", "linear_efficiency", "attn_efficiency")
+COMPARED = ("h100-nvl", "h200")
+"""The hardware description's Hopper presets the fitted one is shown beside (and the
+decode's own GPU)."""
 
 
 class CheckError(ValueError):
@@ -145,17 +148,19 @@ def write_kernels(folder: Path) -> dict[str, Any]:
     return k
 
 
-def _preset_rows(measured: GpuHw, preset: GpuHw) -> list[str]:
-    rows = ["| field | fitted on this GPU | preset " + preset.name + " |",
-            "| --- | ---: | ---: |"]
+def _preset_rows(measured: GpuHw, presets: list[GpuHw]) -> list[str]:
+    """The fitted preset beside the description's: each field, and the achieved rates the
+    roofline divides by (peak x efficiency)."""
+    gpus = [measured, *presets]
+    rows = ["| field | fitted on this GPU | " + " | ".join(f"preset {p.name}" for p in presets)
+            + " |", "| --- |" + " ---: |" * len(gpus)]
     for f in ("hbm_gbs", "bf16_tflops", "memory_gb", *EFFICIENCIES):
-        rows.append(f"| {f} | {getattr(measured, f):g} | {getattr(preset, f):g} |")
+        rows.append(f"| {f} | " + " | ".join(f"{getattr(g, f):g}" for g in gpus) + " |")
     for f, unit, eff in (("hbm_gbs", "GB/s", "mem_efficiency"),
                          ("bf16_tflops", "TFLOP/s", "linear_efficiency"),
                          ("bf16_tflops", "TFLOP/s", "attn_efficiency")):
-        rows.append(f"| achieved {eff.split('_')[0]} ({unit}) | "
-                    f"{getattr(measured, f) * getattr(measured, eff):.4g} | "
-                    f"{getattr(preset, f) * getattr(preset, eff):.4g} |")
+        rows.append(f"| achieved {eff.split('_')[0]} ({unit}) | " + " | ".join(
+            f"{getattr(g, f) * getattr(g, eff):.4g}" for g in gpus) + " |")
     return rows
 
 
@@ -211,7 +216,8 @@ def page(folder: Path) -> str:
     if not fitted:
         raise CheckError(f"{folder / PRESET}: no calibrated preset (calibrated_on) in it")
     g = fitted[-1]
-    preset = cat.gpus.get(_decode_gpu(decode)) or cat.gpus["h100-nvl"]
+    names = dict.fromkeys([_decode_gpu(decode), *COMPARED])
+    presets = [cat.gpus[n] for n in names if n in cat.gpus and n != g.name]
     argv = decode.get("config", {}).get("argv") or []
     t = f["torch"]
     lines = [
@@ -226,7 +232,7 @@ def page(folder: Path) -> str:
         "## Calibration (scripts/calibrate_gpu.py on the GPU)", "",
         f"Preset `{g.name}`, fitted on {g.device_name} on {g.calibrated_on}; the hardware "
         f"description loads it (`--hardware {PRESET}`), for `nelssa crossover`, `serve-sim` and "
-        f"`decode`. Its source: {g.source}", "", *_preset_rows(g, preset), "",
+        f"`decode`. Its source: {g.source}", "", *_preset_rows(g, presets), "",
         "## Measured against the roofline, per kernel family", "",
         f"`nelssa {' '.join(argv)}`" if argv else "(the decode's command was not recorded)", "",
         kernels_md(k).rstrip(), "",
