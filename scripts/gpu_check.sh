@@ -24,8 +24,8 @@
 # /tmp/nelssa-site. The package runs from the tree (no `make venv`, no Verilator: model devices).
 #
 # GPU_CHECK_DEVICE=cpu: a smoke run of the same steps on the CPU (tiny calibration, a decode of
-# 1 layer and a few thousand tokens, the roofline timer): the script's flow, checked without a
-# GPU; its figures say nothing of one.
+# 1 layer and a few thousand tokens, bf16 weights as on CUDA, the roofline timer): the script's
+# flow, checked without a GPU; its figures say nothing of one.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-${OUT:-gpu-check}}
@@ -77,7 +77,7 @@ case "$GPU_NAME" in *H200*) PRESET=h200;; esac
 RUN=(--layers 4 --short 2 --short-len 32768 --long 1 --long-len 131056 --t-input 65536
      --steps 8)
 [ "$DEVICE" = cpu ] && RUN=(--layers 1 --short 2 --short-len 1024 --long 1 --long-len 4096
-                            --t-input 2048 --steps 2)
+                            --t-input 2048 --steps 2 --torch-weights bfloat16)
 say "decode on $DEVICE, roofline of $PRESET beside"
 TMP=$(mktemp -d)
 timeout 330 "$PY" -m nelssa.cli decode --backend model --devices 4 --model llama-3-8b \

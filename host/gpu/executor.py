@@ -236,9 +236,7 @@ class HybridExecutor:
     def _to_device(self, kv: RequestKv) -> None:
         """What the GPU keeps of a request (its KV or window, the accuracy check's full KV,
         the centroids and key means), from the prefill node's host onto ``device``."""
-        dev = self.device
-        if dev == self.model.device:
-            return
+        dev = self.device  # on the host already, each .to is the tensor itself
         kv.kv = [(k.to(dev), v.to(dev)) for k, v in kv.kv]
         if kv.full is not None:
             kv.full = [(k.to(dev), v.to(dev)) for k, v in kv.full]
