@@ -10,7 +10,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements-vllm.txt pyprojec
 
 .PHONY: all venv vllm demo test pytest lint lint-py lint-rtl gen-check synth synth-check synth-engine \
         synth-ddr5 bench \
-        bench-ddr5 calibrate-ddr5 bench-device calibrate-device bench-node clean
+        bench-ddr5 bench-device calibrate-device bench-node clean
 
 all: test
 
@@ -92,9 +92,6 @@ bench: venv
 
 bench-ddr5: venv
 	$(VPY) scripts/bench_ddr5.py --rtl
-
-calibrate-ddr5: venv
-	$(VPY) scripts/calibrate_ddr5.py
 
 bench-device: venv
 	$(VPY) scripts/bench_device.py --compare-split --batches 1 2 3 4 --write

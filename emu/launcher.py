@@ -173,12 +173,14 @@ class DeviceProcesses:
     def __init__(self, count: int, backend: str, engines: int | None = None,
                  preset: str = "ddr5-6400", verbose: bool = False,
                  file_memory: bool = False, device_args: tuple[str, ...] = (),
-                 token_file: Path | None = None) -> None:
+                 token_file: Path | None = None, command_trace: Path | None = None) -> None:
         """``engines``: attention units per device (None: `device serve`'s default, the
         device's own); ``file_memory``: model devices hold their memory in sparse files in
         the private folder (`device serve --memory-file`), removed with it; ``device_args``:
         more `device serve` options (the DDR5 overrides and sub-channels); ``token_file``: the
-        devices' token (default: a new one in the private folder, never on a command line)."""
+        devices' token (default: a new one in the private folder, never on a command line);
+        ``command_trace``: each model device writes its DDR5 commands to its own file named
+        from it (hw/model/drampower.per_device) when it stops."""
         from nelssa.emu.link.tokens import new_token, write_token_file
 
         if count < 1:
@@ -194,6 +196,10 @@ class DeviceProcesses:
             for i, ep in enumerate(self.endpoints):
                 mem = (["--memory-file", str(self.folder / f"device-{i}.mem")]
                        if file_memory else [])
+                if command_trace is not None:
+                    from nelssa.hw.model.drampower import per_device
+
+                    mem += ["--command-trace", str(per_device(command_trace, i))]
                 cmd = [sys.executable, "-m", "nelssa.cli", *(["-v"] if verbose else []),
                        "device", "serve", "--backend", backend, "--endpoint", ep, *mem,
                        *(["--engines", str(engines)] if engines is not None else []),

@@ -29,6 +29,7 @@ from nelssa.driver.formats import MAX_IDS
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.emu.link.tokens import default_endpoint
 from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig
+from nelssa.hw.model.drampower import command_trace_option
 from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.ports import (
     PortOptions,
@@ -138,6 +139,9 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
     if args.memory_file is not None and spec != "model":
         print("error: --memory-file goes with --backend model", file=sys.stderr)
         return 2
+    if args.command_trace is not None and spec != "model":
+        print("error: --command-trace goes with --backend model", file=sys.stderr)
+        return 2
     options = PortOptions(engines=args.engines, preset=args.preset,
                           ddr5_overrides=tuple(args.ddr5_override or ()),
                           subchannels=args.subchannels or PortOptions.subchannels,
@@ -150,6 +154,13 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
     except OSError as e:  # the one file a local device makes
         print(f"error: --memory-file {args.memory_file}: {e}", file=sys.stderr)
         return 2
+    schedule = getattr(port, "schedule", None)
+    if args.command_trace is not None:
+        if not hasattr(schedule, "log_commands"):
+            print("error: --command-trace needs the device's cycle model (its DDR5 timer "
+                  "'cycle': 8 sub-channels, at most 6 units)", file=sys.stderr)
+            return 2
+        schedule.log_commands()
     log.info("serving a %s device at %s", args.backend, args.endpoint)
     if token is None:
         print(f"device token: {token_path(args.endpoint)} (read by `node up --attach` of this "
@@ -160,6 +171,12 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
+        if args.command_trace is not None:
+            from nelssa.hw.model.ddr5_power import power_spec
+            from nelssa.hw.model.drampower import write_schedule
+
+            wrote = write_schedule(args.command_trace, schedule, power_spec(args.preset))
+            log.info("DDR5 command traces: %s", ", ".join(map(str, wrote)))
         close = getattr(getattr(port, "mem", None), "close", None)
         if args.memory_file is not None and close is not None:
             close()  # the file-backed memory's file goes with the device
@@ -231,6 +248,11 @@ def build_parser() -> Parser:
     serve.add_argument("--memory-file", type=Path, metavar="PATH",
                        help="--backend model: hold device memory in a new sparse file at PATH "
                             "(removed on exit) instead of RAM, for KV beyond the host's memory")
+    serve.add_argument("--command-trace", type=command_trace_option, metavar="FILE",
+                       help="--backend model: write the device's DDR5 commands when it stops, "
+                            "in DRAMPower's CSV (FILE's stem + -sub<N> per sub-channel), with "
+                            "the DDR5 part's DRAMPower memspec beside them (the commands are "
+                            "kept in memory until then: 32 bytes each)")
     serve.add_argument("--token-file", type=Path, metavar="FILE",
                        help="the token a client must present before any call: read from FILE "
                             "(mode 0600), or made there if FILE does not exist [default: a new "

@@ -32,11 +32,13 @@ from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe
 from nelssa.host.gpu.gpu_timer import (
     TIMERS,
     TorchConfig,
+    device_name,
     make_timer,
     resolve_device,
     weights_dtype,
 )
-from nelssa.host.gpu.report import run_json
+from nelssa.host.gpu.report import measured_line, run_json
+from nelssa.hw.model.drampower import command_trace_option
 from nelssa.options import (
     POSITIVE_INT,
     SECONDS,
@@ -94,6 +96,8 @@ def node_spec(args: argparse.Namespace, pnm: Any, devices: int) -> Any:
         extra += ["--rtl-layers", str(args.rtl_layers)]
     if args.device_memory == "file":
         extra += ["--device-memory", "file"]
+    if args.command_trace is not None:
+        extra += ["--command-trace", str(args.command_trace.resolve())]
     if args.manifest:
         extra += ["--manifest", args.manifest]
     return NodeSpec(devices, args.backend, args.link, args.node, extra)
@@ -115,7 +119,6 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from nelssa.emu.policy.states import SeqState, Tier
     from nelssa.host.gpu.clustering import ClusterConfig
     from nelssa.host.gpu.engine import DecodeConfig
-    from nelssa.host.gpu.gpu_timer import GpuTime
     from nelssa.host.gpu.model import Llama
     from nelssa.host.gpu.report import StepReport, plot_steps
     from nelssa.host.gpu.routing import crossover_router
@@ -177,7 +180,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
     dtype = str(weights_dtype(cfg.torch.torch_weights, device)).removeprefix("torch.")
     print(f"  GPU side on {device}"
-          + (f" ({torch_device_name(device)})" if device.type == "cuda" else "")
+          + (f" ({device_name(device)})" if device.type == "cuda" else "")
           + f", weights in {dtype}; its times: {timer} timer"
           + ("" if timer == "roofline" else f", the roofline of {cfg.gpu} beside them"))
     if args.backend != "fpga" and args.node is None:
@@ -233,10 +236,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   "for this model and hardware;\n  --t-input N sends prompts of N tokens or "
                   "more to the PNM tier all the same)")
         reports: list[StepReport] = []
+        energy = _energy_of(cat, gpu_name, c, devices)
         print(f"\n{'step':>4} {'batch':>9} {'step us':>8} {'GPU':>7} {'top-K':>6} {'wait':>7} "
               f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
-              f"{'GB/s':>6} {'GPU by':>8} {'roofline':>8}  max rel. error of long requests: "
-              "attended tokens / full context")
+              f"{'GB/s':>6} {'mJ':>7} {'GPU by':>8} {'roofline':>8}  max rel. error of long "
+              "requests: attended tokens / full context")
         wall = time.perf_counter()
         walls: list[float] = []
         n_events = len(dec.events)
@@ -246,6 +250,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
             t_step = time.perf_counter()
             rep = dec.step()
             walls.append(time.perf_counter() - t_step)
+            if energy is not None:
+                rep.energy = energy(rep).as_dict()
             reports.append(rep)
             us = 1e-6
             errs = " ".join(f"r{k}: {rep.engine_errors[k]:.1e} / {v:.1e}"
@@ -255,8 +261,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   f"{rep.tokens_per_s:>8,.0f} {rep.transfer_ps * us:>6.1f} "
                   f"{rep.pnm_overhead_ps * us:>7.1f} {rep.pnm_attn_ps * us:>8.1f} "
                   f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f} "
-                  f"{rep.gpu_time.value:>8} {rep.roofline_gpu_ps * us:>8.1f}  "
-                  f"{errs}", flush=True)
+                  f"{rep.energy_j * 1e3 if rep.energy else math.nan:>7.2f} "
+                  f"{rep.gpu_time.value:>8} {rep.roofline_gpu_ps * us:>8.1f}  {errs}", flush=True)
             for e in dec.events[n_events:]:
                 print(f"     {e}")
             n_events = len(dec.events)
@@ -280,13 +286,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"GPU {100 * sums['others_ps'] / total:.1f} %, top-K search "
           f"{100 * sums['topk_ps'] / total:.1f} %, waiting for the node "
           f"{100 * sums['wait_ps'] / total:.1f} %")
-    measured = [r for r in reports if r.gpu_time is GpuTime.MEASURED]
-    if measured:
-        roof = sum(r.roofline_gpu_ps for r in measured)
-        gpu = sum(r.others_ps + r.topk_ps for r in measured)
-        print(f"  GPU time measured ({measured[0].gpu_timer}) in {len(measured)} of "
-              f"{len(reports)} steps: {gpu * 1e-6:.1f} us against the roofline's "
-              f"{roof * 1e-6:.1f} us ({gpu / roof if roof else math.nan:.2f}x)")
+    if (line := measured_line(reports)) is not None:
+        print(f"  {line}")
+    _print_energy(reports, toks)
     node_sum = sums["transfer_ps"] + sums["pnm_overhead_ps"] + sums["pnm_attn_ps"]
     if node_sum:
         print(f"  node requests (latency, mostly overlapped with GPU work): transfer "
@@ -348,6 +350,38 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _energy_of(cat: Any, gpu_name: str, c: Any, devices: int) -> Any:
+    """Each step's energy (``host/gpu/report.step_energy``), or None (said why) where the
+    GPU's entry has no power figures."""
+    from nelssa.emu.energy import EnergyError, check_power, energy_entry
+    from nelssa.host.gpu.report import step_energy
+
+    gpu = cat.get("gpus", gpu_name)
+    try:
+        e = energy_entry(cat)
+        check_power(gpu)
+    except EnergyError as err:
+        print(f"  energy not reported: {err}")
+        return None
+    return lambda rep: step_energy(rep, gpu, e, c.group, c.head_dim, devices)
+
+
+def _print_energy(reports: list[Any], tokens: int) -> None:
+    """The run's energy and its Figure-11 split (GPU compute, GPU memory, PNM engine, DDR5,
+    links, idle)."""
+    from nelssa.emu.energy import EnergySplit
+
+    if not any(r.energy for r in reports):
+        return
+    total = EnergySplit()
+    for r in reports:
+        total = total + EnergySplit(**r.energy)
+    j = total.total_j
+    parts = ", ".join(f"{k} {100 * v / j:.1f} %" for k, v in total.figure11().items())
+    print(f"  energy: {j * 1e3:.2f} mJ emulated, {j / tokens * 1e3 if tokens else math.nan:.3f}"
+          f" mJ per token; Figure-11 split: {parts}")
+
+
 def decode_config(args: argparse.Namespace, cat: Any, gpu_name: str, pnm: Any, c: Any,
                   cfg: Any, devices: int, lens: list[tuple[str, int]]) -> dict[str, Any]:
     """The run's resolved configuration (provenance.run_config): hardware values, the model's
@@ -360,20 +394,13 @@ def decode_config(args: argparse.Namespace, cat: Any, gpu_name: str, pnm: Any, c
                   "weight_sets": args.weight_sets},
         "decode": cfg, "prefill": _prefill_config(args),
         "torch": {"device": str(resolve_device(cfg.torch.torch_device)),
-                  "name": torch_device_name(resolve_device(cfg.torch.torch_device))},
+                  "name": device_name(resolve_device(cfg.torch.torch_device))},
         "node": {"devices": devices, "backend": args.backend, "endpoint": args.node,
                  "rtl_layers": args.rtl_layers, "device_memory": args.device_memory},
         "requests": {"seed": args.seed, "short": args.short, "long": args.long,
                      "prompt_tokens": [n for _, n in lens], "grow": args.grow,
                      "steps": args.steps},
         "scheduler": args.scheduler})
-
-
-def torch_device_name(device: Any) -> str:
-    """The GPU's name (torch.cuda.get_device_name), or "cpu"."""
-    import torch
-
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def domain_ticket(args: argparse.Namespace) -> bytes | None:
@@ -458,6 +485,11 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                         "sparse file each in the node's temporary folder, removed at exit "
                         "(`node up --device-memory`; for KV beyond the host's memory) "
                         "[default: %(default)s]")
+    p.add_argument("--command-trace", type=command_trace_option, metavar="FILE",
+                   help="the booted node's model devices write their DDR5 commands when the "
+                        "run ends: DRAMPower CSV per device and sub-channel (FILE's stem + "
+                        "-dev<N>-sub<M>) and the part's DRAMPower memspec (`node up "
+                        "--command-trace`)")
     p.add_argument("--short", type=int_range(0, 256), default=4, help="short requests (0..256)")
     p.add_argument("--long", type=int_range(0, 64), default=2, help="long requests (0..64)")
     p.add_argument("--short-len", type=length_range, default="64..512",
@@ -534,6 +566,9 @@ def check_decode_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.device_memory == "file" and (args.backend != "model" or args.node is not None):
         parser.error("--device-memory file: the model devices of a node this run boots "
                      "(--backend model, no --node)")
+    if args.command_trace is not None and (args.backend != "model" or args.node is not None):
+        parser.error("--command-trace: the model devices of a node this run boots (--backend "
+                     "model, no --node)")
     if args.weight_sets and weights_folder(args) is not None:
         parser.error("--weight-sets shares random weights between layers; --model loads them")
     from nelssa.host.gpu.request import DecodeConfig

@@ -42,7 +42,10 @@ def summary(sink: Any, res: Any) -> dict[str, Any]:
 def run_streamed(args: argparse.Namespace, cat: Any, lm: Any, configs: dict[str, ServingConfig],
                  metrics: MetricsConfig, out: Path) -> int:
     """Each mode of ``serve-sim`` streamed through the fleet (``--requests``)."""
+    from nelssa.cli_serving import energy_of
+    from nelssa.emu.energy import energy_entry
     from nelssa.emu.serving.fleet import FleetSim
+    from nelssa.emu.serving.report import energy_line
     from nelssa.emu.serving.stream import RecordSink
     from nelssa.emu.serving.workload import TraceError, load_trace, resample
 
@@ -69,7 +72,8 @@ def run_streamed(args: argparse.Namespace, cat: Any, lm: Any, configs: dict[str,
             except ValueError as e:
                 raise UsageError(str(e)) from None
             s = summary(sink, res)
-        results[mode] = {"summary": s}
+        energy = energy_of(lambda f=fleet, r=res: f.energy(r, energy_entry(cat)))
+        results[mode] = {"summary": s, "energy": energy}
         rel = folder.relative_to(out)
         outputs += [str(rel / "requests.csv"), str(rel / "samples.csv")]
         print(f"  {mode:>6} fleet ({len(res.instances)} instances, {len(res.nodes)} PNM nodes):"
@@ -77,7 +81,8 @@ def run_streamed(args: argparse.Namespace, cat: Any, lm: Any, configs: dict[str,
               f"{s['duration_s']:,.0f} s emulated; TTFT p50 {s['ttft_s']['p50']:.2f} s, p99 "
               f"{s['ttft_s']['p99']:.2f} s; TPOT p50 {s['tpot_s']['p50'] * 1e3:.1f} ms, p99 "
               f"{s['tpot_s']['p99'] * 1e3:.1f} ms; SLO met by "
-              f"{s['goodput']['attainment']:.1%}; {res.cpu_s:.1f} s of CPU")
+              f"{s['goodput']['attainment']:.1%}; {res.cpu_s:.1f} s of CPU\n         "
+              f"{energy_line(energy)}")
     if parquet_available():
         log.info("--requests writes requests.csv only (rows are written as requests finish)")
     doc = run_config("serve-sim", getattr(args, "argv", None), {

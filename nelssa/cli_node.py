@@ -17,6 +17,7 @@ from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
 from nelssa.emu.link.tokens import default_endpoint
 from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg
 from nelssa.host.pnm_node.config import NodeConfig
+from nelssa.hw.model.drampower import command_trace_option
 from nelssa.options import (
     SECONDS,
     UsageError,
@@ -151,7 +152,8 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             build_library(args.preset, args.engines)
         procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose,
                                 file_memory=args.device_memory == "file",
-                                device_args=_device_args(args))
+                                device_args=_device_args(args),
+                                command_trace=args.command_trace)
         endpoints = procs.endpoints
         token_file = str(procs.token_file)
     twins = None
@@ -373,6 +375,10 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
                          "--token-file`; mode 0600) [default: each device's own, which a "
                          "device of this user on this host writes for its endpoint]")
     add_config_options(up, NodeConfig, NODE_OPTIONS)
+    up.add_argument("--command-trace", type=command_trace_option, metavar="FILE",
+                    help="model devices the node starts write their DDR5 commands when they "
+                         "stop, each to FILE's stem + -dev<N> (DRAMPower CSV per sub-channel, "
+                         "and the memspec)")
     up.add_argument("--device-memory", choices=("ram", "file"), default="ram",
                     help="where model devices hold their memory: RAM, or a sparse file each "
                          "in the node's temporary folder (removed at exit; for KV beyond the "
@@ -423,6 +429,9 @@ def check_node_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "model devices the node starts (--backend model, no --attach)")
         if args.rtl_layers:
             check_rtl_engines(parser, args.engines)
+        if args.command_trace and (args.backend != "model" or args.attach):
+            parser.error("--command-trace: model devices the node starts (--backend model, no "
+                         "--attach)")
         if args.device_memory == "file" and (args.backend != "model" or args.attach):
             parser.error("--device-memory file: model devices the node starts (--backend "
                          "model, no --attach)")

@@ -7,13 +7,30 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from nelssa.emu.latency.hardware import GpuHw, HardwareCatalog, LinkHw, ModelHw, PnmHw
+from nelssa.emu.latency.hardware import (
+    EnergyHw,
+    GpuHw,
+    HardwareCatalog,
+    LinkHw,
+    ModelHw,
+    PnmHw,
+)
 from nelssa.hardware_options import add_hardware_file_arg, load_catalog
 
 
 def _gpu(g: GpuHw) -> tuple[str, str]:
-    return (f"{g.hbm_gbs:g} GB/s HBM, {g.memory_gb:g} GB, {g.bf16_tflops:g} TFLOP/s bf16",
-            g.source or "")
+    power = (f"; {g.tdp_w:g} W limit, {g.idle_w:g} W idle, {g.pj_per_flop:g} pJ/FLOP, "
+             f"{g.pj_per_hbm_byte:g} pJ/HBM byte" if g.has_power else "")
+    return (f"{g.hbm_gbs:g} GB/s HBM, {g.memory_gb:g} GB, {g.bf16_tflops:g} TFLOP/s bf16{power}",
+            "; ".join(x for x in (g.source, g.power_source) if x))
+
+
+def _energy(e: EnergyHw) -> tuple[str, str]:
+    return (f"engine fp32 add/mul {e.engine_pj_fp32_add:g}/{e.engine_pj_fp32_mul:g} pJ, bf16 "
+            f"mul {e.engine_pj_bf16_mul:g} pJ, SRAM {e.engine_pj_sram_byte:g} pJ/byte; DDR5 "
+            f"{e.ddr5_pj_per_byte:g} pJ/byte; CXL {e.cxl_pj_per_bit:g}, RoCE "
+            f"{e.roce_pj_per_bit:g} pJ/bit; host {e.pnm_host_w:g} W",
+            "; ".join(f"{k}: {v}" for k, v in e.sources.items()))
 
 
 def _pnm(p: PnmHw, measure: bool) -> tuple[str, str]:
@@ -53,7 +70,8 @@ def rows(cat: HardwareCatalog, measure: bool = False) -> list[tuple[str, str, st
 
     kinds: dict[str, tuple[dict, Callable]] = {
         "gpu": (cat.gpus, _gpu), "pnm": (cat.pnm, lambda p: _pnm(p, measure)),
-        "link": (cat.links, _link), "model": (cat.models, _model)}
+        "link": (cat.links, _link), "model": (cat.models, _model),
+        "energy": (cat.energy, _energy)}
     out = [(kind, name, *show(entry)) for kind, (table, show) in kinds.items()
            for name, entry in table.items()]
     for name, t in PRESETS.items():
@@ -82,7 +100,7 @@ def add_presets_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("presets", help="every preset (GPUs, PNM tiers, links, models, DDR5 "
                        "grades): name, kind, key figures, source")
     add_hardware_file_arg(p)
-    p.add_argument("--kind", choices=("gpu", "pnm", "link", "model", "ddr5"),
+    p.add_argument("--kind", choices=("gpu", "pnm", "link", "model", "ddr5", "energy"),
                    help="only presets of this kind")
     p.add_argument("--no-sources", dest="sources", action="store_false",
                    help="leave out where each preset's figures come from")

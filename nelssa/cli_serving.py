@@ -20,6 +20,7 @@ from nelssa.emu.serving.records import request_rows, write_records
 from nelssa.emu.serving.report import (
     PLOTS,
     comparison_line,
+    energy_line,
     plot_runs,
     run_line,
     times,
@@ -115,7 +116,8 @@ def cmd_serve_sim(args: argparse.Namespace) -> int:
                                                  metrics)
         else:
             try:
-                results[mode], mode_rows = run_one(lm, configs[mode], reqs, args.trace, metrics)
+                results[mode], mode_rows = run_one(lm, configs[mode], reqs, args.trace, metrics,
+                                                   cat)
             except VllmEnvError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
@@ -199,11 +201,25 @@ def run_title(args: argparse.Namespace, lm: Any, requests: int, cfg: ServingConf
             "scheduler")
 
 
-def run_one(lm: Any, cfg: ServingConfig, reqs: list, trace: str, metrics: MetricsConfig
-            ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def energy_of(price: Any) -> dict[str, Any] | None:
+    """``price()`` (a run's ``TierEnergy``) as JSON, or None with a warning where the hardware
+    description lacks the figures (a user's GPU entry without its power model)."""
+    from nelssa.emu.energy import EnergyError
+
+    try:
+        return price().as_dict()
+    except EnergyError as e:
+        print(f"  warning: {e}")
+        return None
+
+
+def run_one(lm: Any, cfg: ServingConfig, reqs: list, trace: str, metrics: MetricsConfig,
+            cat: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One mode of ``serve-sim``: the requests admitted, the run, its lines printed; its JSON
-    and per-request rows."""
+    (with its energy) and per-request rows."""
+    from nelssa.emu.energy import energy_entry
     from nelssa.emu.serving.metrics import series, summarize
+    from nelssa.emu.serving.power import run_energy
     from nelssa.emu.serving.sim import ServingSim, admit
     from nelssa.progress import Progress
 
@@ -223,8 +239,9 @@ def run_one(lm: Any, cfg: ServingConfig, reqs: list, trace: str, metrics: Metric
     s = summarize(run, metrics)
     s["wall_s"] = wall
     _rejections(cfg.mode, rejected, trace)
-    print(f"  {cfg.mode:>6}: {run_line(s, wall)}")
-    return ({"summary": s, "series": series(run)},
+    energy = energy_of(lambda: run_energy(run, sim.cost, energy_entry(cat)))
+    print(f"  {cfg.mode:>6}: {run_line(s, wall)}\n          {energy_line(energy)}")
+    return ({"summary": s, "series": series(run), "energy": energy},
             request_rows(cfg.mode, [("", run)], admitted, rejected, metrics.all_percentiles))
 
 
@@ -272,6 +289,7 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One mode of ``serve-sim --fleet``: the fleet run, its lines printed, its plot written;
     the JSON of its results and its per-request rows."""
+    from nelssa.emu.energy import energy_entry
     from nelssa.emu.policy.vllm_scheduler import VllmEnvError
     from nelssa.emu.serving.fleet import FleetSim, fleet_json, plot_fleet
     from nelssa.emu.serving.fleet_vllm import run_fleet as run_with
@@ -301,11 +319,12 @@ def run_fleet(cat: Any, lm: Any, cfg: ServingConfig, reqs: list, trace: str,
 
     doc = fleet_json(res, summary, series)
     doc["summary"] = doc["fleet"]
+    doc["energy"] = energy_of(lambda: fleet.energy(res, energy_entry(cat)))
     doc["series"] = series(res.merged())
     _rejections(cfg.mode, rejected, trace)
     print(f"  {cfg.mode:>6} fleet ({len(res.instances)} instances, {len(res.nodes)} PNM nodes, "
           f"dispatch {res.dispatch}, orchestrator {res.orchestrator}): "
-          f"{run_line(doc['fleet'], res.wall_s)}")
+          f"{run_line(doc['fleet'], res.wall_s)}\n          {energy_line(doc['energy'])}")
     for name, d in doc["instances"].items():
         s = d["summary"]
         print(f"    {name}: {s['requests']} requests ({s['pnm_requests']} PNM), decode "

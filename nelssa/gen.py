@@ -39,6 +39,13 @@ _DE_BRUIJN = [0, 1, 28, 2, 29, 14, 24, 3, 30, 22, 20, 15, 25, 17, 4, 8, 31, 27, 
 assert all(_DE_BRUIJN[((1 << k) * 0x077CB531 & 0xFFFFFFFF) >> 27] == k for k in range(32))
 
 
+PERF_W = 48
+PERF_FIELDS = ("n_act", "n_pre", "n_prea", "n_rd", "n_wr", "n_ref", "cyc_active",
+               "cyc_precharged", "cyc_refresh")
+"""nelssa_ddr5_pkg::ddr5_perf_t's fields, most significant first (hw/sim reads them in this
+order)"""
+
+
 def _table_rows(items: list[str], per_row: int) -> list[str]:
     """An SV array literal's elements, per_row to a line, commas between them."""
     rows = [", ".join(items[i:i + per_row]) for i in range(0, len(items), per_row)]
@@ -97,6 +104,16 @@ def render_ddr5_pkg() -> str:
               "    logic [15:0]       row;",
               "    logic [5:0]        col;",
               "  } ddr5_entry_t;", "",
+              "  // the sub-channel controller's performance counters (its perf_o): commands "
+              "issued and",
+              "  // cycles by the state the banks start them in (refreshing: within nRFC of a REF; "
+              "active:",
+              "  // a row open; else all precharged), the residencies DRAM energy is counted from",
+              "  // (hw/model/ddr5_energy.py; the cycle models count the same)",
+              f"  localparam int PERF_W = {PERF_W};  // counter width: 4 days at 800 MHz",
+              "  typedef struct packed {",
+              *[f"    logic [PERF_W-1:0] {f};" for f in PERF_FIELDS],
+              "  } ddr5_perf_t;", "",
               "  // bit position of 2^k from the top five bits of 2^k * 0x077CB531 (a de Bruijn",
               "  // sequence): the controller's lowest set bit in simulation",
               "  localparam logic [4:0] DE_BRUIJN [32] = '{",

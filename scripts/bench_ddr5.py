@@ -1,8 +1,9 @@
-"""DDR5 memory-subsystem benchmark: the issue's patterns on one sub-channel on the cycle model and
-the analytical estimate, with Ramulator 2's figures beside them, the device-level 8 KB
-cluster-read goal, and trace replay.
+"""DDR5 memory-subsystem benchmark: the issue's patterns on one sub-channel on the cycle model (the
+Python model, and the compiled one that the model device and scripts/ddr5_energy.py use), with
+Ramulator 2's figures beside them, the device-level 8 KB cluster-read goal, and trace replay.
 
-    .venv/bin/python scripts/bench_ddr5.py [--requests N] [--rtl] [--trace FILE [--device]]
+    .venv/bin/python scripts/bench_ddr5.py [--requests N] [--rtl]
+    .venv/bin/python scripts/bench_ddr5.py --trace FILE [--device] [--command-trace OUT]
     .venv/bin/python scripts/bench_ddr5.py --ramulator-page [--requests N]
 
 With --rtl every pattern also runs on the Verilated controllers (with their timing checkers) and
@@ -10,7 +11,8 @@ the table shows the RTL figure and how far the model's cycle count is from it; t
 then also measures the 8-sub-channel RTL's simulation speed on one thread and on one per core.
 With --ramulator-page it runs only the patterns Ramulator 2 was measured on, on the cycle model
 with Ramulator's own map (mop4clxor) and with the cacheline map the earlier comparison used, and
-writes docs/results/ddr5_ramulator.md.
+writes docs/results/ddr5_ramulator.md. With --trace, --command-trace OUT writes the replay's DDR5
+commands in DRAMPower's CSV and the part's memspec beside them (hw/model/drampower.py).
 """
 
 from __future__ import annotations
@@ -23,17 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
+from nelssa.hw.model import ddr5_replay, drampower
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
 from nelssa.hw.model.ddr5_device import read_loadstore_trace, run_device
-from nelssa.hw.model.ddr5_estimate import estimate_device
-from nelssa.hw.model.ddr5_patterns import benchmark_patterns, random_blocks
+from nelssa.hw.model.ddr5_patterns import RAMULATOR, benchmark_patterns, random_blocks
+from nelssa.hw.model.ddr5_power import power_spec
 from nelssa.hw.model.ddr5_subchannel import ControllerConfig, SubchannelModel, requests_from_lines
 from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2, PRESETS
 
-# Measured with Ramulator 2.1, DDR5_6400AN, one sub-channel, FR-FCFS, open page, refresh on,
-# MOP4CLXOR map, 1M reads (from the issue); random lines also with nRRD_S=8, nFAW=32.
-RAMULATOR = {"sequential": 91.1, "random 64 B": {"ddr5-6400an": 45.7, "ddr5-6400": 89.8},
-             "random 4 KB": 89.0, "random 8 KB": 89.8}
 RAMULATOR_LATENCY_NS = {"row hit": 17.2, "closed bank": 31.6, "row conflict": 45.6}
 RAMULATOR_PAGE = Path(__file__).resolve().parent.parent / "docs" / "results" / "ddr5_ramulator.md"
 
@@ -54,11 +53,9 @@ def ramulator_page(args: argparse.Namespace) -> None:
             pattern = benchmark_patterns(args.requests, geo, np.random.default_rng(0))[name]
             ours = {m: run_device(pattern, None, geo, m).bandwidth_fraction(timing, 1) * 100
                     for m in maps}
-            est = estimate_device(pattern, None, geo, "mop4clxor").bandwidth_fraction(timing, 1)
-            rows.append((name, timing.name, ref, ours["mop4clxor"], ours["cacheline"], est * 100))
+            rows.append((name, timing.name, ref, ours["mop4clxor"], ours["cacheline"]))
             print(f"{timing.name:28} {name:12} Ramulator {ref:5.1f}  ours mop4clxor "
-                  f"{ours['mop4clxor']:5.1f}  cacheline {ours['cacheline']:5.1f}  estimate "
-                  f"(mop4clxor) {est * 100:5.1f}")
+                  f"{ours['mop4clxor']:5.1f}  cacheline {ours['cacheline']:5.1f}")
     lat = unloaded(PRESETS["ddr5-6400an"])
     command = "python scripts/bench_ddr5.py " + " ".join(sys.argv[1:])
     text = "\n".join([
@@ -78,10 +75,13 @@ def ramulator_page(args: argparse.Namespace) -> None:
         "like. `moved` is mop4clxor minus cacheline, in points.",
         "",
         "| pattern | preset | Ramulator 2 (MOP4CLXOR, earlier) | ours, mop4clxor | ours, "
-        "cacheline (before) | moved | ours minus Ramulator | estimate, mop4clxor |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *(f"| {n} | {p} | {r:.1f} % | {m:.1f} % | {c:.1f} % | {m - c:+.1f} | {m - r:+.1f} | "
-          f"{e:.1f} % |" for n, p, r, m, c, e in rows),
+        "cacheline (before) | moved | ours minus Ramulator |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        *(f"| {n} | {p} | {r:.1f} % | {m:.1f} % | {c:.1f} % | {m - c:+.1f} | {m - r:+.1f} |"
+          for n, p, r, m, c in rows),
+        "",
+        "Why our controller reads more on the 4 KB blocks (it hits open rows more often than "
+        "Ramulator's): docs/results/ddr5_energy.md, its row-guard experiment.",
         "",
         "Unloaded read latency (DDR5_6400AN; independent of the map): "
         + ", ".join(f"{k} {v:.2f} ns (Ramulator 2: {RAMULATOR_LATENCY_NS[k]} ns)"
@@ -139,6 +139,8 @@ def main() -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), action="append")
     parser.add_argument("--trace", help="replay a Ramulator 2 LoadStoreTrace file instead")
     parser.add_argument("--device", action="store_true", help="replay on all 8 sub-channels")
+    parser.add_argument("--command-trace", type=Path, metavar="OUT",
+                        help="with --trace: write the DDR5 commands (DRAMPower CSV) and memspec")
     parser.add_argument("--map", default="cacheline",
                         help="address map (cacheline, row, mop4, mop4clxor)")
     parser.add_argument("--ramulator-page", action="store_true",
@@ -149,6 +151,13 @@ def main() -> None:
                         help="lines of the RTL simulation-speed run (8 KB cluster reads)")
     parser.add_argument("--repeat", type=int, default=5, help="runs of the RTL speed run")
     args = parser.parse_args()
+    if args.command_trace is not None:
+        if not args.trace:
+            parser.error("--command-trace needs --trace")
+        try:
+            drampower.check_writable(args.command_trace)
+        except ValueError as e:
+            parser.error(str(e))
     rng = np.random.default_rng(0)
     if args.ramulator_page:
         ramulator_page(args)
@@ -157,7 +166,10 @@ def main() -> None:
     if args.trace:
         timing = PRESETS[(args.preset or ["ddr5-6400an"])[0]]
         geo = DeviceGeometry(timing, subchannels=8 if args.device else 1)
-        addrs, writes = read_loadstore_trace(args.trace)
+        try:
+            addrs, writes = read_loadstore_trace(args.trace)
+        except ValueError as e:  # a missing or malformed file (InputFileError, TraceFormatError)
+            parser.error(f"--trace: {e}")
         t0 = time.perf_counter()
         run = run_device(addrs % geo.capacity_bytes, writes, geo, args.map)
         wall = time.perf_counter() - t0
@@ -165,11 +177,17 @@ def main() -> None:
               f"{timing.name}: {run.bandwidth_fraction(timing, geo.subchannels) * 100:.1f} % of "
               f"peak, {run.cycles} controller cycles, {run.cycles / wall:,.0f} cycles/s")
         t0 = time.perf_counter()
-        est = estimate_device(addrs % geo.capacity_bytes, writes, geo, args.map)
+        runs = ddr5_replay.replay_device_runs(addrs % geo.capacity_bytes, writes, geo, args.map,
+                                              log=args.command_trace is not None)
         wall = time.perf_counter() - t0
-        print(f"  estimate: {est.bandwidth_fraction(timing, geo.subchannels) * 100:.1f} % of "
-              f"peak, {est.cycles} cycles ({(est.cycles - run.cycles) / run.cycles * 100:+.2f} %), "
-              f"{est.cycles / wall:,.0f} cycles/s")
+        cycles = max(r.cycles for r in runs)
+        print(f"  compiled model: {cycles} cycles ({(cycles - run.cycles) / run.cycles * 100:+.2f}"
+              f" %), {cycles / wall:,.0f} cycles/s")
+        if args.command_trace:
+            key = (args.preset or ["ddr5-6400an"])[0]
+            wrote = drampower.write_run(args.command_trace, power_spec(key), timing, [
+                (r.log.tolist(), sum(r.residency.values()) * 4) for r in runs])
+            print("  wrote " + ", ".join(map(str, wrote)))
         return
 
     for key in args.preset or ["ddr5-6400an", "ddr5-6400"]:
@@ -185,22 +203,22 @@ def main() -> None:
             rtl = RtlMemory(key, subchannels=1)
         extra = f" {'RTL':>7} {'model-RTL':>10} {'RTL cyc/s':>10}" if rtl else ""
         print(f"  {'pattern':<16} {'ours':>7} {'Ramulator 2':>12} {'cycles/s':>10} "
-              f"{'estimate':>9} {'est-model':>10} {'est cyc/s':>12}{extra}")
+              f"{'compiled':>9} {'comp-model':>10} {'comp cyc/s':>12}{extra}")
         for name, addrs in benchmark_patterns(args.requests, geo, rng).items():
             t0 = time.perf_counter()
             run = run_device(addrs, None, geo, args.map)
             wall = time.perf_counter() - t0
             t0 = time.perf_counter()
-            est = estimate_device(addrs, None, geo, args.map)
+            est = max(ddr5_replay.replay_device(addrs, None, geo, args.map))
             est_wall = time.perf_counter() - t0
             ref = RAMULATOR.get(name)
             ref = ref.get(key) if isinstance(ref, dict) else ref
             ref_s = f"{ref:.1f}" if ref is not None else "-"
             line = (f"  {name:<16} {run.bandwidth_fraction(timing, 1) * 100:>6.1f}% "
                     f"{ref_s:>12} {run.cycles / wall:>10,.0f} "
-                    f"{est.bandwidth_fraction(timing, 1) * 100:>8.1f}% "
-                    f"{(est.cycles - run.cycles) / run.cycles * 100:>+9.2f}% "
-                    f"{est.cycles / est_wall:>12,.0f}")
+                    f"{len(addrs) * timing.burst_cycles / (est * 4) * 100:>8.1f}% "
+                    f"{(est - run.cycles) / run.cycles * 100:>+9.2f}% "
+                    f"{est / est_wall:>12,.0f}")
             if rtl:
                 r = rtl.run(addrs, None, args.map)
                 if r.violations:
@@ -229,11 +247,11 @@ def main() -> None:
               f"lines): {frac * 100:.1f} % of {8 * tmg.peak_bytes_per_s / 1e9:.1f} GB/s "
               f"(goal 89 %); cycle model {run.cycles / wall:,.0f} device cycles/s")
         t0 = time.perf_counter()
-        est = estimate_device(addrs, None, geo)
+        est = max(ddr5_replay.replay_device(addrs, None, geo))
         est_wall = time.perf_counter() - t0
-        print(f"  estimate: {est.bandwidth_fraction(tmg, 8) * 100:.1f} % "
-              f"(estimate-model {(est.cycles - run.cycles) / run.cycles * 100:+.2f} %), "
-              f"{est.cycles / est_wall:,.0f} device cycles/s")
+        print(f"  compiled model: {est} cycles "
+              f"(compiled-model {(est - run.cycles) / run.cycles * 100:+.2f} %), "
+              f"{est / est_wall:,.0f} device cycles/s")
         if args.rtl:
             rtl_device(tmg, addrs, run.cycles, args)
 

@@ -1,8 +1,12 @@
 """Test configuration: RTL tests import helpers from tests/rtl."""
 
+import json
 import logging
+import os
+import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +48,29 @@ def pytest_sessionstart(session):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+
+
+CPU_LOG_ENV = "NELSSA_TEST_CPU_LOG"
+"""Where each test's CPU seconds go, a JSON line per test phase (scripts/test_time.py sets it):
+its own process's and its children's (the Verilator and compiler runs it waited for), which,
+unlike --durations' wall time, another pytest worker's load does not inflate."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = os.environ.get(CPU_LOG_ENV)
+    if not path:
+        yield
+        return
+    own0, kids0 = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    t0 = time.monotonic()
+    yield
+    own1, kids1 = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    row = {"test": item.nodeid, "wall": time.monotonic() - t0,
+           "own": own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime,
+           "children": kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime}
+    with open(path, "a") as fh:  # one short append per test: whole lines from both workers
+        fh.write(json.dumps(row) + "\n")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -33,13 +33,13 @@ def test_device_demo_rejects_bad_counts(capsys):
 def test_decode_end_to_end_on_model_devices(tmp_path):
     """...and leaves nothing in the temporary folder (the node it booted, its socket, its
     devices' folder)."""
-    trace, plot = tmp_path / "t.json", tmp_path / "p.png"
+    trace, plot, cmds = tmp_path / "t.json", tmp_path / "p.png", tmp_path / "c.csv"
     tmp = Path(tempfile.mkdtemp(prefix="dt-", dir="/tmp"))  # short: socket paths are limited
     try:
         proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend",
                                "model", "--devices", "2", "--short", "2", "--long", "1",
                                "--long-len", "1100", "--t-input", "1024", "--steps", "3",
-                               "--trace", str(trace),
+                               "--trace", str(trace), "--command-trace", str(cmds),
                                "--plot", str(plot)], capture_output=True, text=True,
                               timeout=600, env=dict(os.environ, TMPDIR=str(tmp)))
         left = list(tmp.rglob("*"))
@@ -56,6 +56,15 @@ def test_decode_end_to_end_on_model_devices(tmp_path):
     assert {"GPU node", "link", "PNM node", "device 0", "device 1"} <= tracks
     assert sum(e["ph"] == "X" for e in events) > 20
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --command-trace: each model device's DDR5 commands, per sub-channel, in DRAMPower's CSV,
+    # and the part's memspec (tests/test_drampower.py holds the formats)
+    from nelssa.hw.model.drampower import read_trace
+
+    for dev in range(2):
+        reads = sum(sum(c[1] == 1 for c in read_trace(tmp_path / f"c-dev{dev}-sub{s}.csv")[0])
+                    for s in range(8))
+        assert reads > 100, dev  # the KV the device served
+        assert json.loads((tmp_path / f"c-dev{dev}.memspec.json").read_text())["memspec"]
 
 
 def test_decode_grow_shows_a_migration(tmp_path):
@@ -76,11 +85,24 @@ def test_decode_grow_shows_a_migration(tmp_path):
     (["decode", "--short", "0", "--long", "0"], "nothing to decode"),
     (["decode", "--long-len", "9..3"], "argument --long-len: must be N or LO..HI"),
     (["decode", "--selection", "0"], "argument --selection: must be in (0, 1]"),
+    (["decode", "--backend", "rtl", "--command-trace", "/tmp/c.csv"],
+     "--command-trace: the model devices of a node this run boots"),
+    (["decode", "--backend", "model", "--command-trace", "/no/such/folder/c.csv"],
+     "argument --command-trace: folder /no/such/folder does not exist: /no/such/folder/c.csv"),
+    (["node", "up", "--attach", "ipc:///tmp/x", "--command-trace", "/tmp/c.csv"],
+     "--command-trace: model devices the node starts"),
 ])
 def test_decode_argument_checks(capsys, argv, words):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as e:
         main(argv)
+    assert e.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_device_serve_command_trace_needs_the_model(capsys, tmp_path):
+    assert main(["device", "serve", "--backend", "rtl", "--endpoint",
+                 f"ipc://{tmp_path}/d", "--command-trace", str(tmp_path / "c.csv")]) == 2
+    assert "--command-trace goes with --backend model" in capsys.readouterr().err
 
 
 def test_crossover_command(tmp_path):
@@ -187,3 +209,13 @@ def test_decode_json_is_machine_readable(tmp_path):
     assert all(r["status"] == "done" and r["generated"] == 3 for r in run["requests"]), run
     assert len(run["steps"]) == 2 and run["steps"][0]["step_ps"] > 0
     assert run["total"]["tokens"] == sum(s["tokens"] for s in run["steps"])
+    # each step's energy by component (emu/energy.py); the parts add up to the run's total
+    parts = {"gpu_compute_j", "gpu_memory_j", "gpu_idle_j", "pnm_engine_j", "ddr5_j", "cxl_j",
+             "roce_j", "pnm_static_j"}
+    for step in run["steps"]:
+        assert set(step["energy"]) == parts
+        assert step["energy"]["pnm_engine_j"] > 0 and step["energy"]["gpu_compute_j"] > 0
+        assert step["link_bytes"] > 0 and step["gpu_flops"] > 0
+    total = sum(sum(s["energy"].values()) for s in run["steps"])
+    assert run["total"]["energy_j"] == pytest.approx(total)
+    assert run["total"]["j_per_token"] == pytest.approx(total / run["total"]["tokens"])

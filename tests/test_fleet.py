@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nelssa.emu.energy import energy_entry
 from nelssa.emu.latency.fleet_description import FleetSpec
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.fleet import FleetSim
 from nelssa.emu.serving.pnm_nodes import contention_s
+from nelssa.emu.serving.power import run_energy
 from nelssa.emu.serving.results import RunResult
 from nelssa.emu.serving.sim import ServingSim
 from nelssa.emu.serving.workload import load_trace, poisson
@@ -68,11 +70,24 @@ def test_one_instance_one_node_is_serve_sim_bit_for_bit(cat, lm, name: str) -> N
     spec = FleetSpec(instances=[{"prefill": "pool" if pool else "colocated"}],
                      prefill_pool={"gpus": cfg.prefill_gpus} if pool else None,
                      pnm_nodes=[{"name": "n", "devices": cfg.devices}])
-    fleet = FleetSim(spec, cat, lm, cfg).run(reqs)
+    sim = FleetSim(spec, cat, lm, cfg)
+    fleet = sim.run(reqs)
     (_, run), = fleet.instances
-    assert single.results and _figures(run) == _figures(single)
+    # the prefill pool's work: on the fleet (its pool is shared), on a single run its own
+    assert fleet.pool_activity == single.prefill_activity
+    assert (fleet.pool_activity.busy_s > 0) == pool
+    a, b = _figures(run), _figures(single)
+    a.pop("prefill_activity"), b.pop("prefill_activity")
+    assert single.results and a == b
     assert _same_gaps(run, single)
     assert fleet.nodes[0].peak_used_tokens == single.peak_pnm_tokens
+    # and the same energy, tier by tier (one instance, one node: the same parts)
+    e = energy_entry(cat)
+    mine, its = sim.energy(fleet, e).as_dict(), run_energy(single, ServingSim(lm, cfg).cost,
+                                                           e).as_dict()
+    assert mine.pop("split_j") == pytest.approx(its.pop("split_j"))
+    assert mine.pop("figure11_j") == pytest.approx(its.pop("figure11_j"))
+    assert mine == pytest.approx(its)
 
 
 @pytest.mark.parametrize("private_nodes", [False, True])

@@ -90,7 +90,8 @@ def test_good_efficiencies_load(tmp_path: Path) -> None:
 
 def _check_file(out: Path, name: str) -> GpuHw:
     raw = json.loads(out.read_text())["gpus"][name]
-    assert set(raw) == {f.name for f in fields(GpuHw)} - {"name"}  # every field, written
+    # every field written, but the power model's (``--power``, with NVML on a GPU)
+    assert set(raw) == {f.name for f in fields(GpuHw)} - {"name", "power_source", *GpuHw.POWER}
     gpu = HardwareCatalog.load(out).gpus[name]
     assert gpu.hbm_gbs > 0.1 and gpu.bf16_tflops > 0 and gpu.memory_gb > 0
     for field in EFFICIENCIES:

@@ -30,6 +30,7 @@ RANKS: dict[str, float] = {
     "nelssa.driver": 2,
     "nelssa.hw": 3,
     "nelssa.emu.latency": 4, "nelssa.emu.policy": 4,
+    "nelssa.emu.energy": 4.5,  # priced from the hardware description; co-sim and serving use it
     "nelssa.host.pnm_node": 5, "nelssa.host.gpu": 5.5,
     "nelssa.emu.serving": 6,
 }

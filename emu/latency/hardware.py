@@ -3,7 +3,8 @@ of), links and models, from JSON, YAML or TOML files (``hardware.json`` beside t
 the presets) validated field by field.
 
 A file is ``{"gpus": {name: {...}}, "pnm": {name: {...}}, "links": {name: {...}},
-"models": {name: {...}}, "use": {"gpu": ..., "pnm": ..., "model": ..., "link": ...}}``; any
+"models": {name: {...}}, "energy": {name: {...}}, "use": {"gpu": ..., "pnm": ..., "model": ...,
+"link": ...}}``; any
 section may be missing, and a user file adds to or overrides the presets (``use``: which entries
 a command takes unless an option names others). The link presets are not in ``hardware.json``:
 they are the link layer's own table (``emu/link/model.py`` PRESETS, its GPU node <-> PNM node
@@ -43,6 +44,8 @@ DEFAULT_PNM = "prototype"
 """The PNM device description: the emulated device's, calibrated against the RTL."""
 DEFAULT_MODEL = "llama-3-8b"
 """The model the latency model and the serving emulator assume unless told."""
+DEFAULT_ENERGY = "default"
+"""The energy entry every report uses (a hardware file's ``default`` replaces the preset)."""
 T = TypeVar("T")
 
 RATE = Num("a positive number", lo=0, lo_open=True, least=1e-3, most=1e9)
@@ -56,6 +59,10 @@ COUNT = Num("a positive integer", integer=True, lo=1, most=1 << 20)
 PARAMS_B = Num("a positive number", lo=0, lo_open=True, least=1e-6, most=1e6)
 CONTEXT = Num("a positive integer", integer=True, lo=1, most=1 << 40)
 EMBED_B = Num("a non-negative number", lo=0, most=1e6)
+POWER_W = Num("a positive number", lo=0, lo_open=True, least=1e-3, most=1e6)
+"""A power in watts (a power limit, an idle or a host's power)."""
+ENERGY_PJ = Num("a non-negative number", lo=0, most=1e9)
+"""An energy in picojoules (per operation, byte or bit); 0 leaves a part out."""
 
 
 def _num(spec: Num, default: Any = MISSING) -> Any:
@@ -132,6 +139,20 @@ class GpuHw:
     get_device_name``); None for a preset that was not calibrated."""
     calibrated_on: str | None = None
     """The date of that calibration (ISO 8601, YYYY-MM-DD)."""
+    tdp_w: float | None = _num(POWER_W, None)
+    """Power limit, W (the datasheet's TDP): the power model's cap (``emu/energy.py``)."""
+    idle_w: float | None = _num(POWER_W, None)
+    """Power of the GPU powered but doing nothing, W."""
+    pj_per_flop: float | None = _num(ENERGY_PJ, None)
+    """Energy of one bf16 FLOP beyond idle, pJ."""
+    pj_per_hbm_byte: float | None = _num(ENERGY_PJ, None)
+    """Energy of one HBM byte read or written beyond idle, pJ."""
+    power_source: str | None = None
+    """Where the four power figures come from (needed with them): datasheets, estimates, or
+    the ``scripts/calibrate_gpu.py --power`` fit."""
+
+    POWER: ClassVar[tuple[str, ...]] = ("tdp_w", "idle_w", "pj_per_flop", "pj_per_hbm_byte")
+    """The power model's figures: all given (with ``power_source``) or none."""
 
     DERIVED: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("hbm_gbs", "mem_efficiency", "GB/s"), ("bf16_tflops", "linear_efficiency", "TFLOP/s"),
@@ -147,10 +168,10 @@ class GpuHw:
                 raise HardwareError(f"GpuHw {self.name!r}: {share} {getattr(self, share)!r} "
                                     f"makes the achieved rate ({peak} x {share}) {rate:g} "
                                     f"{unit}: it must be at least {RATE.least:g}")
-        for text in ("source", "device_name"):
-            v = getattr(self, text)
+        for key in ("source", "power_source", "device_name"):
+            v = getattr(self, key)
             if v is not None and (not isinstance(v, str) or not v.strip()):
-                raise HardwareError(f"GpuHw {self.name!r}: {text} must be a non-empty string, "
+                raise HardwareError(f"GpuHw {self.name!r}: {key} must be a non-empty string, "
                                     f"got {v!r}")
         if self.calibrated_on is not None:
             try:
@@ -158,6 +179,22 @@ class GpuHw:
             except (TypeError, ValueError):
                 raise HardwareError(f"GpuHw {self.name!r}: calibrated_on must be a date "
                                     f"YYYY-MM-DD, got {self.calibrated_on!r}") from None
+        given = [k for k in self.POWER if getattr(self, k) is not None]
+        if given and len(given) < len(self.POWER):
+            missing = next(k for k in self.POWER if getattr(self, k) is None)
+            raise HardwareError(f"GpuHw {self.name!r}: {given[0]} is given but {missing} is "
+                                f"not: the power model needs {', '.join(self.POWER)}")
+        if given and self.power_source is None:
+            raise HardwareError(f"GpuHw {self.name!r}: the power figures need a power_source "
+                                "(where they come from)")
+        if given and self.idle_w >= self.tdp_w:  # type: ignore[operator]
+            raise HardwareError(f"GpuHw {self.name!r}: idle_w ({self.idle_w}) must be below "
+                                f"tdp_w ({self.tdp_w})")
+
+    @property
+    def has_power(self) -> bool:
+        """Whether the power model's figures are given."""
+        return self.tdp_w is not None
 
 
 @dataclass(frozen=True)
@@ -233,6 +270,65 @@ class LinkHw:
     def of(cls, spec: LinkSpec) -> LinkHw:
         """The latency model's view of an emulated link technology."""
         return cls(spec.name, gbps=spec.bandwidth_gbps, latency_us=spec.latency_ns / 1000)
+
+
+@dataclass(frozen=True)
+class EnergyHw:
+    """Energy figures beyond the GPU's (``GpuHw`` holds its power model): the PNM engine's
+    operations and buffer, the DDR5 reads as one average (a run with counted DDR5 commands
+    replaces it: ``emu/energy.py``), the links per bit, the PNM node's host and devices.
+    ``sources`` names where each figure comes from (every field needs one; estimates say
+    so)."""
+
+    name: str
+    """Entry name (``default``: the one the reports use; a file's ``default`` replaces it)."""
+    engine_pj_fp32_add: float = _num(ENERGY_PJ)
+    """One fp32 add of the engine (score tree, running sums), pJ."""
+    engine_pj_fp32_mul: float = _num(ENERGY_PJ)
+    """One fp32 multiply (p_j * v_j, rescales), pJ."""
+    engine_pj_bf16_mul: float = _num(ENERGY_PJ)
+    """One bf16 product (q * k), pJ."""
+    engine_pj_exp2: float = _num(ENERGY_PJ)
+    """One exp2 of the piecewise-quadratic function unit, pJ."""
+    engine_pj_log2: float = _num(ENERGY_PJ)
+    """One log2, pJ."""
+    engine_pj_recip: float = _num(ENERGY_PJ)
+    """One reciprocal, pJ."""
+    engine_pj_sram_byte: float = _num(ENERGY_PJ)
+    """One KV byte buffered by the engine (written to and read from its SRAM), pJ."""
+    ddr5_pj_per_byte: float = _num(ENERGY_PJ)
+    """DDR5 energy per byte read, an average over a device's traffic (commands, I/O), pJ."""
+    ddr5_background_w: float = _num(ENERGY_PJ)
+    """DDR5 background power of one device's memory (standby, refresh), W."""
+    cxl_pj_per_bit: float = _num(ENERGY_PJ)
+    """One bit over the CXL link between the PNM node's host and a device, pJ."""
+    roce_pj_per_bit: float = _num(ENERGY_PJ)
+    """One bit over the RoCE link between a GPU node and a PNM node, pJ."""
+    pnm_host_w: float = _num(POWER_W)
+    """The PNM node's host (CPU, memory, NIC, fans) while it serves, W."""
+    pnm_device_static_w: float = _num(ENERGY_PJ)
+    """One PNM device's static power beyond its DDR5 (CXL controller, engine clocks and
+    leakage), W."""
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    """Where each figure comes from, by field name."""
+
+    def __post_init__(self) -> None:
+        _check(self)
+        if not isinstance(self.sources, dict):
+            raise HardwareError(f"EnergyHw {self.name!r}: sources must be an object of field: "
+                                f"source, got {type(self.sources).__name__}")
+        figures = [f.name for f in fields(self) if f.name not in ("name", "sources")]
+        for key, text in self.sources.items():
+            if key not in figures:
+                raise HardwareError(f"EnergyHw {self.name!r}: sources: unknown field {key!r} "
+                                    f"(known: {', '.join(figures)})")
+            if not isinstance(text, str) or not text.strip():
+                raise HardwareError(f"EnergyHw {self.name!r}: sources.{key} must be a "
+                                    f"non-empty string, got {text!r}")
+        missing = [k for k in figures if k not in self.sources]
+        if missing:
+            raise HardwareError(f"EnergyHw {self.name!r}: sources: no source for {missing[0]!r} "
+                                "(every figure names where it comes from)")
 
 
 def measured_pnm(pnm: PnmHw, selection: float, cluster_tokens: float, group: int,
@@ -400,12 +496,15 @@ class HardwareCatalog:
     """What the files' ``use`` sections pick, by section (``gpus``: a GPU entry, ...)."""
     fleet: Any = None
     """The last file's ``fleet`` section (``fleet_description.FleetSpec``), if any."""
+    energy: dict[str, EnergyHw] = field(default_factory=dict)
+    """The ``energy`` section's entries (``DEFAULT_ENERGY``: what the reports use)."""
 
     @classmethod
     def load(cls, *paths: str | Path) -> HardwareCatalog:
         """The presets, then each file in turn (later entries override earlier ones); a file
         that cannot be used raises HardwareError naming it and the entry and field."""
-        kinds = {"gpus": GpuHw, "pnm": PnmHw, "links": LinkHw, "models": ModelHw}
+        kinds = {"gpus": GpuHw, "pnm": PnmHw, "links": LinkHw, "models": ModelHw,
+                 "energy": EnergyHw}
         sections: dict[str, dict[str, Any]] = {k: {} for k in kinds}
         sections["links"].update(link_presets())
         use: dict[str, str] = {}

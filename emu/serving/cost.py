@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from nelssa.emu.energy import EngineOps
 from nelssa.emu.latency.model import LatencyModel, Sparsity
 from nelssa.emu.policy.capacity import resident_tokens
 from nelssa.emu.policy.states import Tier
+from nelssa.emu.serving.results import Activity
 
 __all__ = ["Chunk", "CostModel", "StepParts", "Tier"]
 
@@ -117,6 +119,13 @@ class CostModel:
         the PNM-tier requests decoding, and the prefill chunks. ``t_pnm``: the PNM tier's time
         when its requests are spread over several nodes (the slowest node's ``pnm_s``); None
         prices them all on this model's devices."""
+        return self.step_agg_s(*self.step_sums(gpu_ctx, pnm_ctxs, chunks, decodes),
+                               swap_tokens, t_pnm)
+
+    def step_sums(self, gpu_ctx: int, pnm_ctxs: list[int], chunks: list[Chunk],
+                  decodes: int = 0) -> tuple[int, int, int, int, int, float]:
+        """``step_s``'s arguments as ``step_agg_s`` takes them: computed tokens, GPU decode
+        context, PNM-tier context, PNM-tier requests, their GPU windows, prefill pairs."""
         tokens = decodes
         prefill_pairs = 0.0
         for c in chunks:
@@ -126,8 +135,7 @@ class CostModel:
                     prefill_pairs += c.tokens * (c.start + c.tokens / 2)
         tokens += len(pnm_ctxs)
         window = sum(min(x, self.window_tokens) for x in pnm_ctxs)
-        return self.step_agg_s(tokens, gpu_ctx, sum(pnm_ctxs), len(pnm_ctxs), window,
-                               prefill_pairs, swap_tokens, t_pnm)
+        return tokens, gpu_ctx, sum(pnm_ctxs), len(pnm_ctxs), window, prefill_pairs
 
     def step_agg_s(self, tokens: int, gpu_ctx: int, pnm_ctx: int, pnm_n: int, window: int,
                    prefill_pairs: float = 0.0, swap_tokens: int = 0,
@@ -177,6 +185,41 @@ class CostModel:
             topk_s=pnm_ctx * self._s_per_centroid_token,
             pnm_attn_s=pnm_ctx * self._pnm_s_per_token,
             comm_s=self._t_comm if pnm_ctxs else 0.0)
+
+    def gpu_work(self, a: Activity, migrated_tokens: int = 0) -> tuple[float, float]:
+        """(FLOPs, HBM bytes) of the steps ``a`` sums up, as this model prices them: every
+        step reads the weights; computed tokens run the GEMMs (2 FLOPs a parameter) and write
+        their KV; decode attention reads the GPU-tier contexts and PNM-tier windows (4 FLOPs a
+        query head, head width and layer per token, as a prefill's pairs); the centroid search
+        reads one centroid (keys) per cluster; swapped-in KV is written; ``migrated_tokens``
+        have their keys read once per k-means pass."""
+        m, s = self.lm.model, self.lm.sparsity
+        attended = a.gpu_ctx + a.window
+        flops = (a.tokens * self._flops_per_token
+                 + (a.prefill_pairs + attended + a.pnm_ctx / s.compression / 2)
+                 * self._attn_flops)
+        hbm = (a.steps * m.weight_bytes
+               + (attended + a.tokens + a.swap_tokens) * self.kv_bytes
+               + (a.pnm_ctx / s.compression + migrated_tokens * s.kmeans_iterations)
+               * self.kv_bytes / 2)
+        return flops, hbm
+
+    def pnm_work(self, a: Activity, migrated_tokens: int = 0) -> tuple[EngineOps, float, float]:
+        """(the engines' operations, DDR5 bytes read, bytes to and from the PNM tier) of the
+        steps ``a`` sums up: the selected share of each PNM-tier context read per decode token
+        in clusters of ``compression`` tokens, one device command per KV head and layer, each
+        layer's query up and output down (``LatencyModel.link_bytes``), the prompts' and the
+        migrated contexts' KV sent."""
+        m, s = self.lm.model, self.lm.sparsity
+        read = s.selection * a.pnm_ctx
+        head_tokens = read * m.kv_heads * m.layers
+        kv = read * self.kv_bytes
+        ops = EngineOps.of(head_tokens, head_tokens / s.compression,
+                           a.pnm_decodes * m.kv_heads * m.layers, m.q_heads // m.kv_heads,
+                           m.head_dim, kv)
+        link = (a.pnm_decodes * m.layers * self.lm.link_bytes
+                + (a.offload_tokens + migrated_tokens) * self.kv_bytes)
+        return ops, kv, link
 
     def prefill_s(self, tokens: int, chunk: int) -> float:
         """Seconds to prefill ``tokens`` alone in chunks of ``chunk`` tokens."""

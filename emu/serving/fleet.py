@@ -32,8 +32,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nelssa.emu.energy import EnergySplit, TierEnergy
 from nelssa.emu.latency.fleet_description import FleetSpec
-from nelssa.emu.latency.hardware import GpuHw, HardwareCatalog
+from nelssa.emu.latency.hardware import EnergyHw, GpuHw, HardwareCatalog
 from nelssa.emu.latency.model import LatencyModel
 from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
@@ -42,8 +43,9 @@ from nelssa.emu.serving.fabric import Switch, SwitchPort
 from nelssa.emu.serving.itl import TimedReplay
 from nelssa.emu.serving.orchestration import FleetOrchestration
 from nelssa.emu.serving.pnm_nodes import PnmNode
+from nelssa.emu.serving.power import decode_split, pnm_tier_split, prefill_split
 from nelssa.emu.serving.replay import Replay
-from nelssa.emu.serving.results import RunResult, Sample
+from nelssa.emu.serving.results import Activity, RunResult, Sample
 from nelssa.emu.serving.sim import Rejection, ServingSim, admit
 from nelssa.emu.serving.stream import RecordSink
 from nelssa.emu.serving.workload import TraceRequest
@@ -54,12 +56,15 @@ log = logging.getLogger(__name__)
 
 
 def tp_group(gpu: GpuHw, tp: int) -> GpuHw:
-    """``tp`` GPUs as one tensor-parallel group (memory, bandwidth and FLOP/s times ``tp``;
-    their communication is not costed, as the 2x-h100-nvl preset)."""
+    """``tp`` GPUs as one tensor-parallel group (memory, bandwidth, FLOP/s, power limit and
+    idle power times ``tp``; their communication is not costed, as the 2x-h100-nvl
+    preset)."""
     if tp == 1:
         return gpu
+    power = ({} if not gpu.has_power else
+             {"tdp_w": gpu.tdp_w * tp, "idle_w": gpu.idle_w * tp})  # type: ignore[operator]
     return replace(gpu, name=f"{tp}x-{gpu.name}", hbm_gbs=gpu.hbm_gbs * tp,
-                   memory_gb=gpu.memory_gb * tp, bf16_tflops=gpu.bf16_tflops * tp)
+                   memory_gb=gpu.memory_gb * tp, bf16_tflops=gpu.bf16_tflops * tp, **power)
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,8 @@ class FleetResult:
     switch_peak_load: float | None = None
     """With a shared switch: the highest offered load a transfer through it saw, over its
     bandwidth (above 1: the stretch of that transfer's link part); None without one."""
+    pool_activity: Activity = field(default_factory=Activity)
+    """What the prefill pool's GPUs did, summed over them (their energy's inputs)."""
 
     def merged(self) -> RunResult:
         """The fleet as one run: every request's result, the sums of the counters, the
@@ -107,7 +114,9 @@ class FleetResult:
                          "migrated_tokens", "recompute_tokens", "prefix_hit_tokens", "shed",
                          "gpu_blocks", "peak_gpu_blocks", "peak_pnm_tokens"):
                 setattr(out, name, getattr(out, name) + getattr(run, name))
+            out.activity.add(run.activity)
             out.end_s = max(out.end_s, run.end_s)
+        out.prefill_activity.add(self.pool_activity)
         out.results.sort(key=lambda r: r.rid)
         out.samples = self._samples(first.config.sample_s)
         out.wall_s, out.cpu_s = self.wall_s, self.cpu_s
@@ -164,13 +173,15 @@ class FleetSim:
         """The PNM nodes, empty (each run starts from them)."""
         cfg, lm0 = self.cfg, self.lm
         self.nodes, self.node_groups = [], {}
+        self._released = [0]
+        """Reservations given back on any node (``PnmNode.tally``)."""
         for g in self.spec.pnm_nodes:
             pnm = self._catalog.get("pnm", g.pnm) if g.pnm else lm0.pnm
             lm = replace(lm0, pnm=pnm, link=self._link)
             cost = CostModel(lm, g.devices, cfg.window_tokens, cfg.pcie_gbs, cfg.link_gbs)
             tokens = int(pnm.capacity_gb * 1e9 * g.devices // lm0.model.kv_bytes_per_token)
             group = [PnmNode(f"{g.name}-{k}" if g.count > 1 else g.name, tokens, cost,
-                             g.devices) for k in range(g.count)]
+                             g.devices, tally=self._released) for k in range(g.count)]
             self.node_groups[g.name] = group
             self.nodes.extend(group)
         self._group_of = {id(n): name for name, ns in self.node_groups.items() for n in ns}
@@ -276,6 +287,7 @@ class FleetSim:
         orch = (FleetOrchestration(self.spec.orchestrator, [x.replay for x in insts], self.nodes)
                 if self.spec.orchestrator != "static" and self.nodes else None)
         pool = [0.0] * self.pool_gpus
+        pool_work = Activity()
         ready: list[tuple[float, int, int]] = []
         """Instances with work, by their clocks (a heap of (clock, index, version): an entry
         whose version is not its instance's latest is stale, dropped when it surfaces)."""
@@ -331,7 +343,10 @@ class FleetSim:
                 if inst.pool:
                     assert self.pool_cost is not None
                     start = max(heapq.heappop(pool), t)
-                    t = start + self.pool_cost.prefill_s(r.input_len, self.cfg.max_batched_tokens)
+                    took = self.pool_cost.prefill_s(r.input_len, self.cfg.max_batched_tokens)
+                    pool_work.add(Activity.prefill(r.input_len, self.cfg.max_batched_tokens,
+                                                   took))
+                    t = start + took
                     heapq.heappush(pool, t)
                     if self.switch is not None and inst.replay.router.past(r.input_len):
                         # a PNM-tier request's KV to its node, streamed as it is made
@@ -360,7 +375,7 @@ class FleetSim:
                 queued.add(i)
                 push(i)
             # a node given back room: the instances waiting for it try again from then
-            now_released = sum(n.releases for n in self.nodes)
+            now_released = self._released[0]
             if waiting and now_released != releases:
                 t_free = max(n.freed_at for n in self.nodes)
                 for j in sorted(waiting):
@@ -395,9 +410,34 @@ class FleetSim:
             orch.looks if orch is not None else [])
         out.wall_s, out.cpu_s = time.perf_counter() - t0, time.process_time() - c0
         out.rejected = rejected
+        out.pool_activity = pool_work
         if self.switch is not None:
             out.switch_peak_load = self.switch.peak_load
         return out
+
+    def energy(self, result: FleetResult, e: EnergyHw) -> TierEnergy:
+        """The run's energy by tier (``power.py``): each decode instance on its own GPU (a
+        tensor-parallel group's power times its degree), the prefill pool, the PNM nodes with
+        every instance's PNM-tier work (none in ``gpu`` mode, the GPU-only baseline), all over
+        the fleet's run (the longest instance's)."""
+        costs = {name: sim.cost for name, sim, _, _ in self._groups()}
+        wall = max((run.end_s for _, run in result.instances), default=0.0)
+        decode = EnergySplit()
+        for name, run in result.instances:
+            decode = decode + decode_split(run, costs[name], wall)
+        pool = EnergySplit()
+        if self.pool_cost is not None:
+            pool = prefill_split(result.pool_activity, self.pool_cost, self.pool_cost.lm.gpu,
+                                 self.pool_gpus, wall)
+        nodes = self.nodes if self.cfg.mode == "nelssa" else []  # GPU-only: no PNM tier
+        devices = sum(n.devices for n in nodes)
+        runs = [(run, costs[name]) for name, run in result.instances]
+        pnm = pnm_tier_split(runs, e, devices, len(nodes), wall)
+        gpus = sum(g.count * g.tp for g in self.spec.instances)
+        return TierEnergy.of(wall, sum(run.activity.output_tokens
+                                       for _, run in result.instances),
+                             (gpus, decode), (self.pool_gpus, pool),
+                             (len(nodes), devices, pnm))
 
 
 def _record(sink: RecordSink, name: str, rep: Replay, res: Any) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from nelssa.emu.serving.config import SchedulerKind, ServingConfig
 from nelssa.emu.serving.fleet import FleetResult, FleetSim, NodeResult
-from nelssa.emu.serving.results import RunResult
+from nelssa.emu.serving.results import Activity, RunResult
 from nelssa.emu.serving.workload import TraceRequest
 
 if TYPE_CHECKING:
@@ -113,6 +113,7 @@ def result_to_json(res: FleetResult) -> dict[str, Any]:
             "dispatch": res.dispatch, "orchestrator": res.orchestrator,
             "t_inputs": [[t, list(x)] for t, x in res.t_inputs],
             "switch_peak_load": res.switch_peak_load,
+            "pool_activity": asdict(res.pool_activity),
             "wall_s": res.wall_s, "cpu_s": res.cpu_s}
 
 
@@ -125,6 +126,7 @@ def result_from_json(d: dict[str, Any]) -> FleetResult:
                       [(t, tuple(x)) for t, x in d["t_inputs"]])
     out.wall_s, out.cpu_s = d["wall_s"], d["cpu_s"]
     out.switch_peak_load = d["switch_peak_load"]
+    out.pool_activity = Activity(**d.get("pool_activity", {}))
     return out
 
 

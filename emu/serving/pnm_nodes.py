@@ -59,9 +59,15 @@ class PnmNode:
     """Each instance's offered load: its devices' work per second of its steps, as of its
     latest step."""
     load_sum: float = field(init=False, default=0.0)
+    tally: list[int] | None = field(default=None, repr=False)
+    """A count shared with other nodes, one up for every reservation given back (a fleet
+    reads one number for all its nodes)."""
 
     def __post_init__(self) -> None:
         self.free = self.tokens
+        # the cost model's PNM line, read in every planned run of every instance
+        self.s_per_token = self.cost.pnm_s_per_token
+        self.t_comm_s = self.cost.t_comm_s
 
     def reserve(self, tokens: int) -> None:
         self.free -= tokens
@@ -72,6 +78,8 @@ class PnmNode:
         self.free += tokens
         self.freed_at = max(self.freed_at, now)
         self.releases += 1
+        if self.tally is not None:
+            self.tally[0] += 1
 
     def others_load(self, key: int) -> float:
         return max(0.0, self.load_sum - self.load.get(key, 0.0))

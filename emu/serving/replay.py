@@ -42,7 +42,7 @@ from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.fabric import SwitchPort
 from nelssa.emu.serving.pnm_nodes import PnmNode, place
-from nelssa.emu.serving.results import RequestResult, RunResult, Sample
+from nelssa.emu.serving.results import Activity, RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
 
 if TYPE_CHECKING:
@@ -86,13 +86,17 @@ def make_replay_scheduler(sim: ServingSim, aggregate: bool = True) -> JobSchedul
         in_process=True))
 
 
-def prefill_ready(sim: ServingSim,
-                  requests: list[TraceRequest]) -> list[tuple[float, TraceRequest]]:
+def prefill_ready(sim: ServingSim, requests: list[TraceRequest],
+                  pool: Activity | None = None) -> list[tuple[float, TraceRequest]]:
     """Disaggregated prefill: when each request's KV is ready (the prefill GPUs serve the
-    requests FCFS, each to the first one free), in order."""
+    requests FCFS, each to the first one free), in order; each prefill's work added to
+    ``pool``."""
     ready, servers = [], [0.0] * sim.cfg.prefill_gpus
     for r in sorted(requests, key=lambda r: (r.arrival_s, r.rid)):
-        done = max(heapq.heappop(servers), r.arrival_s) + sim.prefill_s(r.input_len)
+        took = sim.prefill_s(r.input_len)
+        if pool is not None:
+            pool.add(Activity.prefill(r.input_len, sim.cfg.max_batched_tokens, took))
+        done = max(heapq.heappop(servers), r.arrival_s) + took
         heapq.heappush(servers, done)
         ready.append((done, r))
     return sorted(ready, key=lambda x: (x[0], x[1].rid))
@@ -163,7 +167,7 @@ class Replay:
         self.horizon = math.inf
         """When the next request not yet handed to it may arrive (its fleet's next arrival)."""
         if self.cfg.prefill == "disaggregated":  # the prefill GPUs' FCFS queue
-            for t, r in prefill_ready(sim, requests):
+            for t, r in prefill_ready(sim, requests, self.out.prefill_activity):
                 self.offer(t, r)
         else:
             for r in sorted(requests, key=lambda r: (r.arrival_s, r.rid)):
@@ -204,6 +208,8 @@ class Replay:
         jid = job_id(r.rid, kind)
         self.jobs[jid] = _Job(rq, kind, prompt)
         self.resident_jobs += kind is JobKind.PNM_RESIDENT
+        if kind is JobKind.PNM_RESIDENT and not rq.migrated:  # its prompt's KV to the node
+            self.out.activity.offload_tokens += r.input_len
         # a PNM-tier request prefilled here, or migrated, is in service: it goes on first
         front = rq.migrated or (kind is JobKind.PNM_RESIDENT and self.cfg.prefill == "colocated")
         self.sched.add(job_spec(jid, r.rid, kind, prompt, r.output_len - rq.generated,
@@ -269,6 +275,7 @@ class Replay:
         res = RequestResult(r.rid, r.input_len, r.output_len, rq.tier.value, r.arrival_s,
                             rq.first_token_s, now, rq.preemptions, rq.migrated)
         self.finished += 1
+        self.out.activity.output_tokens += r.output_len
         if self.record is None:
             self.out.results.append(res)
         else:
@@ -321,14 +328,16 @@ class Replay:
                 chunks.append(Chunk(p.start, 1))
             else:
                 chunks.append(Chunk(p.start, p.tokens))
+        agg = self.cost.step_sums(gpu_ctx, pnm_ctxs, chunks, decodes)
+        self.out.activity.count_step(agg, plan.swap_in_tokens)
         if not by_node:
-            return self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes)
+            return self.cost.step_agg_s(*agg, plan.swap_in_tokens)
         sums = _node_sums(zip(on, pnm_ctxs, strict=True))
         key = id(self) if self.contended else None
         t_pnm = _pnm_time(sums, 0, key)
         if self.port is not None:  # the shared switch's wait for the step's queries
             t_pnm += self.port.wait_s(len(pnm_ctxs), self.now)
-        step = self.cost.step_s(gpu_ctx, pnm_ctxs, chunks, plan.swap_in_tokens, decodes, t_pnm)
+        step = self.cost.step_agg_s(*agg, plan.swap_in_tokens, t_pnm)
         if key is not None:
             self._book(sums, 0, step)
         if self.port is not None:
@@ -342,7 +351,8 @@ class Replay:
         for n in self._loaded - now:
             n.set_load(key, 0.0)
         for n, c, k in sums:
-            n.set_load(key, n.cost.pnm_attn_s(c + ahead * k) / step_s if step_s > 0 else 0.0)
+            # (CostModel.pnm_attn_s from the node's copy of its slope)
+            n.set_load(key, (c + ahead * k) * n.s_per_token / step_s if step_s > 0 else 0.0)
         self._loaded = now
 
     def _on_preempted(self, plan: Any) -> None:
@@ -431,19 +441,28 @@ class Replay:
             return 0
         gpu_n = gpu_ctx0 = pnm_ctx0 = 0
         pnm: list[int] = []
+        sums: dict[PnmNode, list[int]] | None = {} if self._node_priced else None
+        jobs, resident = self.jobs, JobKind.PNM_RESIDENT
         for j in sched.running:
-            job = self.jobs[j.spec.jid]
-            if job.kind is JobKind.PNM_RESIDENT:
-                pnm.append(job.rq.req.input_len + job.rq.generated)
+            job = jobs[j.spec.jid]
+            if job.kind is resident:
+                rq = job.rq
+                ctx = rq.req.input_len + rq.generated
+                pnm.append(ctx)
+                if sums is not None:  # (_node_sums, inlined)
+                    s = sums.get(rq.node)
+                    if s is None:
+                        sums[rq.node] = [ctx, 1]
+                    else:
+                        s[0] += ctx
+                        s[1] += 1
             else:
                 gpu_n += 1
                 gpu_ctx0 += j.computed
         pnm_n = len(pnm)
         pnm_ctx0 = sum(pnm)
-        placed = (_node_sums((rq.node, rq.req.input_len + rq.generated)
-                             for rq in (self.jobs[j.spec.jid].rq for j in sched.running
-                                        if self.jobs[j.spec.jid].kind is JobKind.PNM_RESIDENT))
-                  if self._node_priced else None)
+        placed = (None if sums is None
+                  else [(n, c, k) for n, (c, k) in sums.items()])
         w = self.cost.window_tokens
         window = sum(min(x, w) for x in pnm)
         growing = sum(1 for x in pnm if x < w)  # windows that still grow, and when they stop
@@ -469,6 +488,7 @@ class Replay:
         times: list[float] = []
         """Each step's end (a lazy run is settled from them; ``run_times`` otherwise)."""
         now = self.now
+        self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm)
         k = 0
         key = id(self) if self.contended else None
         terms = None if placed is None else _pnm_terms(placed, key, k_max)
@@ -530,6 +550,7 @@ class Replay:
         fastpath.advance(sched, k)
         if key is not None and placed is not None:
             self._book(placed, k - 1, step)
+        self._count_run(k, now)
         self.now = now
         self.out.steps += k
         self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
@@ -538,6 +559,22 @@ class Replay:
             job = self.jobs[j.spec.jid]
             job.outputs += k
             job.rq.generated += k
+
+    def _count_run(self, k: int, end: float) -> None:
+        """The activity of the first ``k`` steps of the run planned last (``_decode_run``):
+        step ``i`` (from 1) has ``gpu_ctx0 + i * gpu_n`` GPU context, ``pnm_ctx0 + (i - 1) *
+        pnm_n`` PNM context, and each PNM window ``min(x + i - 1, w)``, summed in closed form."""
+        start, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm = self._run_work
+        a, w = self.out.activity, self.cost.window_tokens
+        a.busy_s += end - start
+        a.steps += k
+        a.tokens += k * tokens
+        a.gpu_ctx += k * gpu_ctx0 + gpu_n * k * (k + 1) // 2
+        a.pnm_ctx += k * pnm_ctx0 + pnm_n * k * (k - 1) // 2
+        a.pnm_decodes += k * pnm_n
+        for x in pnm:  # j steps below the cap, then w
+            j = min(k, max(0, w - x))
+            a.window += j * x + j * (j - 1) // 2 + (k - j) * w
 
     def settle(self, t: float = math.inf) -> None:
         """Take the planned run: whole, or up to the step it is in at ``t`` (a request handed
@@ -687,7 +724,9 @@ class Replay:
                     raise RuntimeError("scheduler stalled with requests that can never run")
                 continue
             out.peak_gpu_blocks = max(out.peak_gpu_blocks, sched.used_blocks())
-            self.now += self._step_cost(plan)
+            step = self._step_cost(plan)
+            self.now += step
+            out.activity.busy_s += step
             out.steps += 1
             self._after_step(len(plan.decodes) + self._on_tokens(sched.update(plan), self.now))
         out.end_s = self.now
@@ -732,13 +771,23 @@ def _pnm_terms(sums: list[tuple[PnmNode, int, int]], key: int | None,
     comm)``, as ``CostModel.pnm_s`` computes it. Each term is a line in ``ahead``: those that
     the line highest at the run's start or at its end stays above over the whole run (by
     more than rounding) can never be the slowest node's, and are left out."""
-    terms = [(c, k, n.cost.pnm_s_per_token, 1.0 if key is None else n.slowdown(key),
-              n.cost.t_comm_s if k else 0.0) for n, c, k in sums]
+    last = steps - 1
+    terms, start, end = [], [], []
+    for n, c, k in sums:  # (PnmNode.slowdown inlined: every planned run of a fleet comes here)
+        f = 1.0
+        if key is not None:
+            load = n.load
+            rho = load.get(key, 0.0)
+            if rho > 0.0:
+                others = n.load_sum - rho
+                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
+        p = n.s_per_token
+        t = n.t_comm_s if k else 0.0
+        terms.append((c, k, p, f, t))
+        start.append(c * p * f + t)
+        end.append((c + last * k) * p * f + t)
     if len(terms) < 2:
         return terms
-    last = steps - 1
-    start = [c * p * f + t for c, k, p, f, t in terms]
-    end = [(c + last * k) * p * f + t for c, k, p, f, t in terms]
     top_end = max(end)
     tol = 1e-9 * top_end
     j0, j1 = start.index(max(start)), end.index(top_end)

@@ -80,6 +80,23 @@ def run_line(s: dict[str, Any], wall_s: float) -> str:
     return "\n          ".join(lines)
 
 
+def energy_line(e: dict[str, Any] | None) -> str:
+    """A run's energy (``emu/energy.TierEnergy.as_dict``): joules per output token, average
+    power per tier, the Figure-11 split."""
+    if e is None:
+        return "energy: not reported (see the warning above)"
+    jpt = e["j_per_output_token"]
+    tiers = [f"{what} {e[key + '_w']:,.0f} W ({e[count]})" for what, key, count in (
+        ("decode GPUs", "decode_gpu", "decode_gpus"), ("prefill GPUs", "prefill_gpu",
+                                                       "prefill_gpus"),
+        ("PNM nodes", "pnm_node", "pnm_nodes")) if e[count]]
+    total = e["total_j"]
+    split = ", ".join(f"{k} {100 * v / total:.1f} %" for k, v in e["figure11_j"].items()
+                      if total)
+    return (f"energy: {'-' if jpt is None else f'{jpt:.3f}'} J per output token, "
+            f"{e['total_w']:,.0f} W on average ({'; '.join(tiers)}); split: {split}")
+
+
 def comparison_line(gpu: dict[str, Any], nelssa: dict[str, Any]) -> str:
     """NELSSA against GPU-only from the two summaries, each ratio with its direction."""
     tg, tn = gpu["tpot_s"], nelssa["tpot_s"]

@@ -51,6 +51,59 @@ class Sample:
 
 
 @dataclass
+class Activity:
+    """What the decode GPU did over a run, summed over its steps: what its energy comes from
+    (``CostModel.work``). Step sums of the cost model's own aggregates."""
+
+    busy_s: float = 0.0
+    """Time spent in steps (the rest of the run it idles)."""
+    steps: int = 0
+    """Steps (each reads the weights once)."""
+    tokens: int = 0
+    """Tokens computed (decode tokens and prefill chunks' tokens)."""
+    gpu_ctx: int = 0
+    """GPU-tier decode context read, tokens (summed over steps)."""
+    window: int = 0
+    """PNM-tier requests' GPU windows read, tokens."""
+    pnm_ctx: int = 0
+    """PNM-tier contexts attended to, tokens."""
+    pnm_decodes: int = 0
+    """PNM-tier decode tokens (one node request per layer each)."""
+    prefill_pairs: float = 0.0
+    """Prefill (query, key) pairs."""
+    swap_tokens: int = 0
+    """Tokens swapped in over PCIe."""
+    offload_tokens: int = 0
+    """PNM-tier prompts' KV sent to the PNM tier, tokens."""
+    output_tokens: int = 0
+    """Output tokens of the requests finished."""
+
+    def add(self, other: Activity) -> None:
+        for k, v in vars(other).items():
+            setattr(self, k, getattr(self, k) + v)
+
+    def count_step(self, agg: tuple[int, int, int, int, int, float], swap_tokens: int) -> None:
+        """One step's ``CostModel.step_sums`` (and its swapped-in tokens) added."""
+        tokens, gpu_ctx, pnm_ctx, pnm_n, window, pairs = agg
+        self.steps += 1
+        self.tokens += tokens
+        self.gpu_ctx += gpu_ctx
+        self.pnm_ctx += pnm_ctx
+        self.pnm_decodes += pnm_n
+        self.window += window
+        self.prefill_pairs += pairs
+        self.swap_tokens += swap_tokens
+
+    @classmethod
+    def prefill(cls, tokens: int, chunk: int, busy_s: float) -> Activity:
+        """A prefill GPU's work on one prompt of ``tokens`` in chunks of ``chunk``
+        (``CostModel.prefill_s``): the weights read per chunk, every token computed, the
+        causal pairs."""
+        return cls(busy_s=busy_s, steps=-(-tokens // chunk), tokens=tokens,
+                   prefill_pairs=tokens * tokens / 2)
+
+
+@dataclass
 class RunResult:
     config: Any
     """The ServingConfig of the run."""
@@ -90,10 +143,17 @@ class RunResult:
     token_gaps: dict[int, Sequence[float]] | None = None
     """Each request's gaps between its output tokens, by ``rid``, in seconds, in order
     (``itl.py``); None where they were not recorded."""
+    activity: Activity = field(default_factory=Activity)
+    """What the decode GPU did (its energy's inputs)."""
+    prefill_activity: Activity = field(default_factory=Activity)
+    """What the prefill GPUs did (disaggregated prefill), summed over them."""
 
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items()
-             if k not in ("config", "results", "samples", "token_gaps")}
+             if k not in ("config", "results", "samples", "token_gaps", "activity",
+                          "prefill_activity")}
+        d["activity"] = asdict(self.activity)
+        d["prefill_activity"] = asdict(self.prefill_activity)
         d["token_gaps"] = None if self.token_gaps is None else {
             str(k): list(g) for k, g in self.token_gaps.items()}
         d["results"] = [asdict(r) for r in self.results]
@@ -102,10 +162,14 @@ class RunResult:
 
     @classmethod
     def from_json(cls, config: Any, d: dict[str, Any]) -> RunResult:
-        rest = {k: v for k, v in d.items() if k not in ("results", "samples", "token_gaps")}
+        rest = {k: v for k, v in d.items()
+                if k not in ("results", "samples", "token_gaps", "activity",
+                             "prefill_activity")}
         gaps = d.get("token_gaps")
         return cls(config=config, results=[RequestResult(**r) for r in d["results"]],
                    samples=[Sample(**s) for s in d["samples"]],
+                   activity=Activity(**d.get("activity", {})),
+                   prefill_activity=Activity(**d.get("prefill_activity", {})),
                    token_gaps=None if gaps is None else {
                        int(k): list(g) for k, g in gaps.items()},
                    **rest)

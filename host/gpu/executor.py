@@ -282,6 +282,8 @@ class HybridExecutor:
         """One GPU operation on the emulated timeline: what ``span`` measured of it, else the
         roofline's price (kept beside a measured one, by kernel family, in the step's
         report)."""
+        self._rep.hbm_bytes += nbytes  # what the step's energy is counted from
+        self._rep.gpu_flops += flops
         model = self.gpu.op_ps(nbytes, flops)
         if span is None:
             return self._gpu_slice(name, model)
@@ -339,6 +341,10 @@ class HybridExecutor:
                     queries[h] = to_bf16_bits(qg)
                     rep.kv_bytes += int(r.sizes[layer][h][sel].sum()) * self._kv_token_bytes // (
                         self.model.c.num_key_value_heads)
+                    rep.clusters += len(sel)
+                # up the link: the query (bf16) and the chosen clusters' ids (32 bits each)
+                rep.link_bytes += sum(x.nbytes for x in queries.values()) + 4 * sum(
+                    len(x) for x in ids.values())
                 assert self.client is not None and r.session is not None
                 futures[i] = self.client.attend_async(r.session, layer, queries, ids,
                                                       send_ps=send)
@@ -437,6 +443,9 @@ class HybridExecutor:
         rep.pnm_overhead_ps += t.host_ps + t.queue_ps + t.cxl_ps
         rep.pnm_attn_ps += t.device_ps
         rep.node_requests += 1
+        rep.node_commands += len(res.o)
+        rep.link_bytes += sum(x.nbytes for x in res.o.values()) + sum(
+            x.nbytes for x in res.lse.values())  # the reply down: O and LSE in fp32
         self.tracer.node_reply(r.rid, layer, res)
         for d, cycles in res.device_cycles.items():
             rep.device_cycles[d] = rep.device_cycles.get(d, 0) + cycles

@@ -120,6 +120,13 @@ def weights_dtype(choice: WeightsDtype, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
+def device_name(device: torch.device) -> str:
+    """The GPU's name as torch gives it (``torch.cuda.get_device_name``), or "cpu"."""
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 @dataclass
 class Span:
     """One timed piece of work: ``ps`` is what it took, None where nothing was measured."""

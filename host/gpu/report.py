@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from nelssa.host.gpu.gpu_timer import GpuTime
 
 if TYPE_CHECKING:
+    from nelssa.emu.energy import EnergySplit
+    from nelssa.emu.latency.hardware import EnergyHw, GpuHw
     from nelssa.host.pnm_node.client import AttendResult
 
 
@@ -81,6 +83,23 @@ class StepReport:
         measured families at their roofline figures."""
         return (self.others_ps + self.topk_ps - sum(self.measured_ps.values())
                 + sum(self.roofline_ps[f] for f in self.measured_ps))
+    gpu_flops: float = 0.0
+    """FLOPs of the GPU's operations this step (what its time and energy come from)."""
+    hbm_bytes: float = 0.0
+    """HBM bytes of the GPU's operations this step."""
+    clusters: int = 0
+    """Clusters the devices read (KV head x cluster)."""
+    node_commands: int = 0
+    """Device commands of the node requests (one per KV head and layer of a request)."""
+    link_bytes: int = 0
+    """Bytes of the node requests on the link, both ways (queries and cluster ids up,
+    outputs down)."""
+    energy: dict[str, float] = field(default_factory=dict)
+    """The step's joules by component (``emu/energy.EnergySplit``; ``step_energy``)."""
+
+    @property
+    def energy_j(self) -> float:
+        return sum(self.energy.values())
 
     @property
     def tokens_per_s(self) -> float:
@@ -91,6 +110,25 @@ class StepReport:
         """Device read bandwidth over the busiest device's compute time (GB/s)."""
         busiest = max(self.device_cycles.values(), default=0) * 1.25e-9
         return self.kv_bytes / busiest / 1e9 if busiest else 0.0
+
+
+def step_energy(rep: StepReport, gpu: GpuHw, e: EnergyHw, group: int, head_dim: int,
+                devices: int, ddr5_counted_j: float | None = None) -> EnergySplit:
+    """The step's energy (``emu/energy.py``): the GPU over the step, busy but while it waits
+    for the node, with the step's FLOPs and HBM bytes, the cap applied to the step; the node
+    (one host, ``devices`` devices) with the engines' operations on the KV they read and the
+    node requests' bytes, counted once on RoCE and once on CXL (the host forwards queries and
+    replies to and from its devices). ``ddr5_counted_j``: the step's DDR5 energy from counted
+    commands, which replaces the average."""
+    from nelssa.emu.energy import EngineOps, gpu_split, pnm_split
+
+    wall = rep.step_ps * 1e-12
+    busy = max(0, rep.step_ps - rep.wait_ps) * 1e-12
+    ops = EngineOps.of(rep.kv_bytes / (4 * head_dim), rep.clusters, rep.node_commands, group,
+                       head_dim, rep.kv_bytes)  # a KV head's token: K and V of head_dim bf16
+    return (gpu_split(gpu, wall, busy, rep.gpu_flops, rep.hbm_bytes)
+            + pnm_split(e, wall, ops, rep.kv_bytes, devices, 1, rep.link_bytes,
+                        rep.link_bytes, ddr5_counted_j))
 
 
 class TraceRecorder:
@@ -212,12 +250,26 @@ def _plain(v):
     return v
 
 
+def measured_line(reports: list[StepReport]) -> str | None:
+    """One line on the steps whose GPU time was measured, against the roofline; None if none
+    was."""
+    measured = [r for r in reports if r.gpu_time is GpuTime.MEASURED]
+    if not measured:
+        return None
+    roof = sum(r.roofline_gpu_ps for r in measured)
+    gpu = sum(r.others_ps + r.topk_ps for r in measured)
+    return (f"GPU time measured ({measured[0].gpu_timer}) in {len(measured)} of {len(reports)} "
+            f"steps: {gpu * 1e-6:.1f} us against the roofline's {roof * 1e-6:.1f} us "
+            f"({gpu / roof if roof else math.nan:.2f}x)")
+
+
 def run_json(reports: list[StepReport], requests: list, walls: list[float],
              sampling: object | None = None) -> dict:
     """A decode run as ``decode --json`` writes it: each step's report (times in ps), each
     request's tier and outcome, the totals, the wall time per step and the sampling's counts."""
     total = sum(r.step_ps for r in reports)
     toks = sum(r.tokens for r in reports)
+    energy = sum(r.energy_j for r in reports)
     return _plain({
         "steps": [{**asdict(r), "roofline_gpu_ps": r.roofline_gpu_ps} for r in reports],
         "requests": [{"rid": r.rid, "prompt_tokens": len(r.prompt),
@@ -225,7 +277,10 @@ def run_json(reports: list[StepReport], requests: list, walls: list[float],
                       "status": r.status.value, "migrated": r.migrated,
                       "preemptions": r.preemptions} for r in requests],
         "total": {"step_ps": total, "tokens": toks,
-                  "tokens_per_s": toks / (total * 1e-12) if total else None},
+                  "tokens_per_s": toks / (total * 1e-12) if total else None,
+                  "energy_j": energy if any(r.energy for r in reports) else None,
+                  "j_per_token": energy / toks if toks and any(r.energy for r in reports)
+                  else None},
         "wall_s_per_step": walls,
         "sampling": asdict(sampling) if sampling is not None else None,
     })

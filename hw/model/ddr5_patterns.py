@@ -132,3 +132,13 @@ def generated_pattern(kind: str, n: int, geo: DeviceGeometry, rng: np.random.Gen
         return (a * geo.line_bytes, writes), (f"{per}-line blocks, {frac:.0%} "
                                               f"{'written blocks' if by_block else 'writes'}")
     raise ValueError(f"unknown pattern kind {kind!r}; known: {', '.join(PATTERN_KINDS)}")
+
+
+RAMULATOR = {"sequential": 91.1, "random 64 B": {"ddr5-6400an": 45.7, "ddr5-6400": 89.8},
+             "random 4 KB": 89.0, "random 8 KB": 89.8}
+"""Bandwidth (% of peak) of benchmark_patterns' patterns measured with Ramulator 2.1,
+DDR5_6400AN, one sub-channel, FR-FCFS, open page, refresh on, MOP4CLXOR map, 1M reads (from
+issue 23); random lines also with nRRD_S=8, nFAW=32 (``ddr5-6400``). Not rerun here: Ramulator 2
+cannot be built on this machine."""
+RAMULATOR_READ_HITS = {"random 4 KB": 67.5}
+"""Ramulator 2's read row-hit rate (%) on the same run (DDR5_6400AN), as issue 43 quotes it."""

@@ -17,9 +17,19 @@ enum Param {
     P_RRD_L, P_FAW, P_RFC, P_REFI, P_BURST, P_RD_TO_WR, P_WR_TO_RD_L, P_WR_TO_RD_S, P_WR_TO_PRE,
     P_GROUPS, P_BANKS_PER_GROUP, P_READ_QUEUE, P_WRITE_QUEUE, P_WRITE_HIGH, P_WRITE_LOW,
     P_CLOSE_IDLE, P_REFRESH, P_TCK_PER_CYCLE, P_ROW_CMDS, P_CA_ACT, P_CA_RD, P_CA_WR, P_CA_PRE,
-    P_CA_REF, P_COUNT
+    P_CA_REF, P_ROW_GUARD, P_ARBITER, P_COUNT
 };
+// How a cycle's commands are chosen (ddr5_subchannel.Arbiter): a column command, then up to
+// P_ROW_CMDS row commands, each at its earliest tCK (the RTL's), or one command a tCK, the
+// oldest request whose next command is ready (Ramulator 2's FR-FCFS).
+enum Arbiter { A_CYCLE, A_TCK };
+// What keeps an open row from a PRE for another row of its bank (ddr5_subchannel.RowGuard):
+// any queued request that wants it (the RTL's policy), only the request whose ACT opened it
+// until its column command (Ramulator 2's active buffer), or nothing.
+enum Guard { G_QUEUE, G_OPENER, G_NONE };
 enum Cmd { C_ACT, C_RD, C_WR, C_PRE, C_REF, C_COUNT };
+// the banks' state at a cycle's start (ddr5_subchannel.BankState, the RTL's perf_o residencies)
+enum State { S_ACTIVE, S_PRECHARGED, S_REFRESH, S_COUNT };
 
 struct Sub {
     const i64* p;
@@ -31,6 +41,9 @@ struct Sub {
     uint64_t ca = 0;  // bit k: tCK lo + k of the CA bus taken
     i64 lo = 0;
     i64 counts[C_COUNT] = {0, 0, 0, 0, 0};
+    uint64_t opener = 0;   // G_OPENER: banks whose opening request is not served yet ...
+    i64 opener_seq[64] = {};  // ... and which request that is
+    std::vector<i64>* log = nullptr;  // where given: tCK, command, bank, row of each command
 
     explicit Sub(const i64* params) : p(params) {
         ng = (int)p[P_GROUPS];
@@ -90,6 +103,7 @@ struct Sub {
         int g = b / bpg;
         for (int k = 0; k < ca_cycles(cmd); ++k) ca |= 1ULL << (tck - lo + k);
         counts[cmd] += 1;
+        if (log) log->insert(log->end(), {tck, (i64)cmd, (i64)b, row});
         switch (cmd) {
         case C_ACT:
             open_row[b] = row;
@@ -127,7 +141,18 @@ struct Req {
     i64 arrival;
     int port;  // who asked (the device model's memory port) ...
     i64 tag;   // ... and what for: carried to the column command
+    i64 seq = 0;  // order of entry into the controller (G_OPENER's request identity)
 };
+
+// Whether a PRE may close bank b's open row for another row: ``wanted``, a queued request of
+// the served queue wants the open row.
+inline bool guard_allows_pre(const Sub& s, int b, bool wanted) {
+    switch (s.p[P_ROW_GUARD]) {
+    case G_OPENER: return !(s.opener >> b & 1);
+    case G_NONE: return true;
+    default: return !wanted;
+    }
+}
 
 inline bool row_command(Sub& s, const std::vector<Req>& active, bool refreshing, i64 hi) {
     const i64* p = s.p;
@@ -165,9 +190,11 @@ inline bool row_command(Sub& s, const std::vector<Req>& active, bool refreshing,
             i64 tck = s.place(s.earliest_act(b, q.group), C_ACT, hi);
             if (tck >= 0) {
                 s.issue(tck, C_ACT, b, q.row);
+                s.opener |= 1ULL << b;
+                s.opener_seq[b] = q.seq;
                 return true;
             }
-        } else if (s.open_row[b] != q.row && !wants(b, s.open_row[b])) {
+        } else if (s.open_row[b] != q.row && guard_allows_pre(s, b, wants(b, s.open_row[b]))) {
             tried |= 1ULL << b;
             i64 tck = s.place(s.earliest_pre(b), C_PRE, hi);
             if (tck >= 0) {
@@ -196,6 +223,8 @@ struct Ctl {
     std::vector<Req> rq, wq;
     bool draining = false;
     i64 cycle = 0;  // the cycle the next step serves
+    i64 taken = 0;  // requests taken so far
+    i64 residency[S_COUNT] = {0, 0, 0};  // cycles stepped (or skipped), by State
 
     explicit Ctl(const i64* params) : s(params) {}
     bool empty() const { return rq.empty() && wq.empty(); }
@@ -214,6 +243,7 @@ struct Ctl {
         const i64 lo = cycle * tpc, hi = lo + tpc - 1;
         if (cycle) s.ca >>= tpc;
         s.lo = lo;
+        residency[s.ref_tck + p[P_RFC] > lo ? S_REFRESH : any_open() ? S_ACTIVE : S_PRECHARGED]++;
         const bool room_r = (i64)rq.size() < p[P_READ_QUEUE];
         const bool room_w = (i64)wq.size() < p[P_WRITE_QUEUE];
         bool blocked = false;
@@ -227,6 +257,25 @@ struct Ctl {
             draining = false;
         std::vector<Req>& active = draining ? wq : rq;
         const bool refreshing = p[P_REFRESH] && lo >= s.next_refresh;
+        if (p[P_ARBITER] == A_TCK && !refreshing) {
+            tck_arbiter(active, lo, hi, done);
+        } else {
+            cycle_arbiter(active, refreshing, hi, done);
+        }
+        const bool take = offer && (offer->write ? room_w : room_r) && !blocked;
+        if (take) {
+            (offer->write ? wq : rq).push_back(*offer);
+            (offer->write ? wq : rq).back().seq = taken++;
+        }
+        ++cycle;
+        return take;
+    }
+
+    // The RTL's cycle: the oldest request whose row is open gets the column command, then up
+    // to P_ROW_CMDS row commands (row_command), each at its earliest tCK of the cycle.
+    template <class Done>
+    void cycle_arbiter(std::vector<Req>& active, bool refreshing, i64 hi, Done&& done) {
+        const i64* p = s.p;
         if (!refreshing || any_open()) {  // column command: the oldest whose row is open
             uint64_t tried = 0;  // banks whose column command could not be placed
             for (size_t k = 0; k < active.size(); ++k) {
@@ -239,6 +288,8 @@ struct Ctl {
                     continue;
                 }
                 s.issue(tck, cmd, q.bank, q.row);
+                if ((s.opener >> q.bank & 1) && s.opener_seq[q.bank] == q.seq)
+                    s.opener &= ~(1ULL << q.bank);
                 done(q, tck + (q.write ? p[P_CWL] : p[P_CL]) + p[P_BURST]);
                 active.erase(active.begin() + (long)k);
                 break;
@@ -246,10 +297,60 @@ struct Ctl {
         }
         for (i64 k = 0; k < p[P_ROW_CMDS]; ++k)
             if (!row_command(s, active, refreshing, hi)) break;
-        const bool take = offer && (offer->write ? room_w : room_r) && !blocked;
-        if (take) (offer->write ? wq : rq).push_back(*offer);
-        ++cycle;
-        return take;
+    }
+
+    // Ramulator 2's GenericDRAMController with FR-FCFS, one command a tCK: first the requests
+    // whose own ACT issued (its active buffer), the oldest whose next command is ready; else
+    // the other requests', the oldest ready; a PRE the row guard refuses issues nothing.
+    template <class Done>
+    void tck_arbiter(std::vector<Req>& active, i64 lo, i64 hi, Done&& done) {
+        const i64* p = s.p;
+        for (i64 t = lo; t <= hi; ++t) {
+            const auto next = [&](const Req& q) {
+                if (s.open_row[q.bank] == q.row) return q.write ? (int)C_WR : (int)C_RD;
+                return s.open_row[q.bank] < 0 ? (int)C_ACT : (int)C_PRE;
+            };
+            const auto ready = [&](const Req& q, int cmd) {
+                const i64 at = cmd == C_ACT   ? s.earliest_act(q.bank, q.group)
+                               : cmd == C_PRE ? s.earliest_pre(q.bank)
+                                              : s.earliest_col(q.write, q.bank, q.group);
+                if (at > t) return false;
+                for (int k = 0; k < s.ca_cycles(cmd); ++k)
+                    if (s.ca >> (t - lo + k) & 1) return false;
+                return true;
+            };
+            const auto opened = [&](const Req& q) {
+                return (s.opener >> q.bank & 1) && s.opener_seq[q.bank] == q.seq;
+            };
+            long pick = -1;
+            int cmd = -1;
+            for (int pass = 0; pass < 2 && pick < 0; ++pass)
+                for (size_t k = 0; k < active.size(); ++k) {
+                    if (opened(active[k]) != (pass == 0)) continue;
+                    const int c = next(active[k]);
+                    if (ready(active[k], c)) {
+                        pick = (long)k, cmd = c;
+                        break;
+                    }
+                }
+            if (pick < 0) continue;
+            const Req q = active[(size_t)pick];
+            if (cmd == C_PRE) {
+                bool wanted = false;
+                for (const Req& o : active)
+                    if (o.bank == q.bank && o.row == s.open_row[q.bank]) wanted = true;
+                if (!guard_allows_pre(s, q.bank, wanted)) continue;
+            }
+            s.issue(t, cmd, q.bank, q.row);
+            if (cmd == C_ACT) {
+                s.opener |= 1ULL << q.bank;
+                s.opener_seq[q.bank] = q.seq;
+            } else if (cmd == C_RD || cmd == C_WR) {
+                if (opened(q)) s.opener &= ~(1ULL << q.bank);
+                done(q, t + (q.write ? p[P_CWL] : p[P_CL]) + p[P_BURST]);
+                active.erase(active.begin() + pick);
+            }
+        }
     }
 
     // The first cycle at or after ``cycle`` that a refresh is due in.
@@ -263,6 +364,11 @@ struct Ctl {
     void skip(i64 to) {
         const i64 tpc = s.p[P_TCK_PER_CYCLE];
         if (to <= cycle) return;
+        // every row closed: refreshing up to the end of the last REF's nRFC, then precharged
+        const i64 ref_end = s.ref_tck + s.p[P_RFC];  // cycles c with c * tpc < ref_end refresh
+        const i64 refreshing = std::clamp((ref_end + tpc - 1) / tpc - cycle, (i64)0, to - cycle);
+        residency[S_REFRESH] += refreshing;
+        residency[S_PRECHARGED] += to - cycle - refreshing;
         const i64 shift = (to - cycle) * tpc;
         if (cycle == 0) {  // step 0 does not shift: the mask starts at tCK 0
             s.ca = shift - tpc >= 64 ? 0 : s.ca >> (shift - tpc);

@@ -29,6 +29,7 @@ import logging
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 import numpy as np
 
@@ -45,6 +46,46 @@ access needs PRE + ACT + READ every 8 tCK (two controller cycles) at full bandwi
 _NEVER = -(10**12)
 
 
+class BankState(IntEnum):
+    """What the banks of a sub-channel do in a controller cycle, by their state at its start:
+    the residencies DRAM background and refresh energy are counted from (the RTL controller's
+    perf_o counts the same, nelssa_ddr5_pkg::ddr5_perf_t)."""
+
+    ACTIVE = 0
+    """A row is open (and no refresh runs)."""
+    PRECHARGED = 1
+    """Every bank precharged, no refresh running."""
+    REFRESH = 2
+    """Within nRFC of an all-bank REF."""
+
+
+class RowGuard(IntEnum):
+    """What keeps an open row from being closed for another row of its bank (the order is
+    ddr5_sub.hpp's ``Guard``)."""
+
+    QUEUE = 0
+    """Any queued request of the served queue that wants the open row (the RTL's policy)."""
+    OPENER = 1
+    """Only the request whose ACT opened it, until its READ/WRITE: Ramulator 2's guard (its
+    controller keeps a PRE off a bank while a request of its active buffer, one whose ACT
+    issued, waits on it; requests that found the row already open never enter that buffer)."""
+    NONE = 2
+    """Nothing: the oldest request's PRE issues as soon as the timings allow."""
+
+
+class Arbiter(IntEnum):
+    """How a cycle's commands are chosen (the order is ddr5_sub.hpp's ``Arbiter``)."""
+
+    CYCLE = 0
+    """The RTL's: a column command (the oldest request whose row is open), then up to
+    ROW_COMMANDS_PER_CYCLE row commands, each at its earliest tCK of the 4-tCK cycle; rows left
+    idle close after ``close_idle``."""
+    TCK = 1
+    """Ramulator 2's FR-FCFS (GenericDRAMController): one command a tCK, the oldest request
+    whose next command (RD/WR, ACT or PRE) is ready, requests whose own ACT issued first; no
+    idle close (its open-row policy). Refresh as CYCLE's."""
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     """Memory-controller parameters of one sub-channel."""
@@ -59,6 +100,11 @@ class ControllerConfig:
     """Occupancy at which a write drain stops (while reads wait)."""
     close_idle: int = 64
     """tCK an open row may stay unrequested before it is precharged."""
+    row_guard: RowGuard = RowGuard.QUEUE
+    """What keeps an open row open (an experiment's knob, docs/results/ddr5_energy.md: the RTL
+    controller and the Python model implement QUEUE only; the compiled model all three)."""
+    arbiter: Arbiter = Arbiter.CYCLE
+    """How commands are chosen (the same experiment's; CYCLE only but in the compiled model)."""
 
     def __post_init__(self) -> None:
         for name in ("read_queue", "write_queue", "write_high", "close_idle"):
@@ -100,6 +146,8 @@ class RunStats:
     cycles: int = 0
     """Controller cycles from start to the last data burst."""
     commands: dict[str, int] = field(default_factory=dict)
+    residency: dict[BankState, int] = field(default_factory=dict)
+    """Controller cycles the run stepped, by the banks' state at each cycle's start."""
     latencies_tck: list[int] = field(default_factory=list)
     """Per read: data end minus the start of its first schedulable cycle, in tCK."""
 
@@ -116,6 +164,11 @@ class SubchannelModel:
                  check: bool = True, refresh: bool = True) -> None:
         self.t = timing
         self.cfg = config or ControllerConfig()
+        if self.cfg.row_guard != RowGuard.QUEUE or self.cfg.arbiter != Arbiter.CYCLE:
+            raise ValueError(f"row_guard {self.cfg.row_guard.name}, arbiter "
+                             f"{self.cfg.arbiter.name}: the Python model (as the RTL) has the "
+                             "QUEUE guard and the CYCLE arbiter only; the compiled model "
+                             "(ddr5_replay) has all")
         self.checker = DDR5TimingChecker(timing) if check else None
         self.refresh = refresh
         nb, ng = timing.banks, timing.bank_groups
@@ -137,7 +190,11 @@ class SubchannelModel:
         self.ca_busy: set[int] = set()
         self.draining = False
         self.counts = {c.name: 0 for c in DramCmd}
+        self.residency = dict.fromkeys(BankState, 0)
         self.cycle_cmds: list[tuple[int, DramCmd, int, int, int]] = []
+        self.trace: list[tuple[int, DramCmd, int, int, int]] | None = None
+        """Set to a list to collect every command (tCK, command, bank group, bank, row) in
+        issue order."""
 
     # -- earliest legal tCK of each command (the rules of ddr5_checker, as lower bounds) --------
     def _earliest_act(self, b: int, g: int) -> int:
@@ -176,6 +233,8 @@ class SubchannelModel:
         g, k = divmod(b, t.banks_per_group)
         # the checker wants time order; a cycle's row command may sit before its column command
         self.cycle_cmds.append((tck, cmd, g, k, row))
+        if self.trace is not None:
+            self.trace.append((tck, cmd, g, k, row))
         for x in range(CA_CYCLES[cmd]):
             self.ca_busy.add(tck + x)
         self.counts[cmd.name] += 1
@@ -211,6 +270,7 @@ class SubchannelModel:
                 raise RuntimeError(f"sub-channel model did not finish in {max_cycles} cycles")
             lo, hi = cycle * TCK_PER_CYCLE, cycle * TCK_PER_CYCLE + TCK_PER_CYCLE - 1
             self.ca_busy = {x for x in self.ca_busy if x >= lo}
+            self.residency[self.bank_state(lo)] += 1
             room = {False: len(rq) < cfg.read_queue, True: len(wq) < cfg.write_queue}
             # same-line ordering: a request waits while the other queue holds its line
             head = pending[0] if pending and pending[0].arrival <= cycle else None
@@ -265,7 +325,17 @@ class SubchannelModel:
         stats.writes = stats.requests - stats.reads
         stats.cycles = -(-last_done // TCK_PER_CYCLE)
         stats.commands = dict(self.counts)
+        stats.residency = dict(self.residency)
         return stats
+
+    def bank_state(self, lo: int) -> BankState:
+        """The banks' state at tCK ``lo``, the start of a cycle: refreshing while a REF's nRFC
+        runs, else active while a row is open, else precharged."""
+        if self.ref_tck + self.t.nRFC > lo:
+            return BankState.REFRESH
+        if any(r is not None for r in self.open_row):
+            return BankState.ACTIVE
+        return BankState.PRECHARGED
 
     def _row_command(self, active: list[DramAccess], refreshing: bool, lo: int, hi: int) -> bool:
         """Issue at most one ACT, PRE or REF in [lo, hi]; True if one issued."""

@@ -82,6 +82,7 @@ struct Device {
     std::priority_queue<Arrival, std::vector<Arrival>, std::greater<Arrival>> arrivals;
     std::vector<std::pair<i64, i64>> finished;  // key, cycle its completion was written
     i64 now = 0, busy = 0;
+    std::vector<std::vector<i64>> logs;  // per sub-channel, where logging: its commands
 
     Device(const i64* mp, int mp_n, const i64* dp)
         : mem_params(mp, mp + mp_n), dev(dp, dp + D_COUNT) {
@@ -99,7 +100,10 @@ struct Device {
           cmdq_cpl_next(o.cmdq_cpl_next), host(o.host),
           arrivals(o.arrivals), finished(o.finished), host_done(o.host_done), now(o.now),
           busy(o.busy) {
-        for (Ctl& c : ctl) c.s.p = mem_params.data();
+        for (Ctl& c : ctl) {
+            c.s.p = mem_params.data();
+            c.s.log = nullptr;  // a clone looks ahead: its commands are not the run's
+        }
     }
 
     bool any_busy() const {
@@ -552,6 +556,35 @@ int dc_finished(void* h, long long* keys, long long* cycles, int max) {
 // Host lines served since the last call: up to ``max`` (tag, cycle its response may leave).
 int dc_host_done(void* h, long long* tags, long long* cycles, int max) {
     return take(static_cast<Device*>(h)->host_done, tags, cycles, max);
+}
+
+// Per sub-channel: ACT, RD, WR, PRE, REF issued and the cycles stepped with the banks active,
+// precharged, refreshing (out: SUBS x (C_COUNT + S_COUNT)).
+void dc_counts(void* h, long long* out) {
+    const Device& dv = *static_cast<Device*>(h);
+    for (int s = 0; s < SUBS; ++s) {
+        const Ctl& c = dv.ctl[(size_t)s];
+        for (int k = 0; k < C_COUNT; ++k) *out++ = c.s.counts[k];
+        for (int k = 0; k < S_COUNT; ++k) *out++ = c.residency[k];
+    }
+}
+
+// Log every command from now on (tCK, command, bank, row each), per sub-channel.
+void dc_log(void* h) {
+    Device& dv = *static_cast<Device*>(h);
+    dv.logs.assign(SUBS, {});
+    for (int s = 0; s < SUBS; ++s) dv.ctl[(size_t)s].s.log = &dv.logs[(size_t)s];
+}
+
+// Up to ``max`` logged commands of sub-channel ``sub``, moved out (4 numbers each); how many.
+long long dc_log_take(void* h, int sub, long long* out, long long max) {
+    Device& dv = *static_cast<Device*>(h);
+    if (dv.logs.empty() || sub < 0 || sub >= SUBS) return 0;
+    std::vector<i64>& v = dv.logs[(size_t)sub];
+    const long long n = std::min(max, (long long)v.size() / 4);
+    std::copy(v.begin(), v.begin() + n * 4, out);
+    v.erase(v.begin(), v.begin() + n * 4);
+    return n;
 }
 
 long long dc_now(void* h) { return static_cast<Device*>(h)->now; }

@@ -21,7 +21,7 @@ import numpy as np
 from nelssa.driver.formats import CLUSTER_ENTRY_BYTES, LINE_BYTES, DescOpcode, DescStatus
 from nelssa.hw.model import ddr5_replay
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
-from nelssa.hw.model.ddr5_subchannel import ControllerConfig
+from nelssa.hw.model.ddr5_subchannel import BankState, ControllerConfig
 from nelssa.hw.model.device_timing import CALIBRATION_FILE, HOST_SHARE
 
 READ_DEPTH = 128
@@ -113,6 +113,31 @@ class CycleSchedule:
     @property
     def idle(self) -> bool:
         return bool(self._so.dc_idle(self._handle))
+
+    def ddr5_counts(self) -> list[tuple[dict[str, int], dict[BankState, int]]]:
+        """Per sub-channel, the commands its controller issued and the cycles its banks spent
+        in each state (as the RTL controllers' perf_o counts them), up to ``now``."""
+        out = np.zeros((len(ddr5_replay.COMMANDS) + len(ddr5_replay.STATES)) * 8, np.int64)
+        self._so.dc_counts(self._handle, ddr5_replay._ptr(out, ctypes.c_longlong))
+        c = len(ddr5_replay.COMMANDS)
+        return [(dict(zip(ddr5_replay.COMMANDS, map(int, row[:c]), strict=True)),
+                 dict(zip(ddr5_replay.STATES, map(int, row[c:]), strict=True)))
+                for row in out.reshape(8, -1)]
+
+    def log_commands(self) -> None:
+        """Keep every DDR5 command from now on, for :meth:`take_commands`."""
+        self._so.dc_log(self._handle)
+
+    def take_commands(self, sub: int) -> np.ndarray:
+        """Sub-channel ``sub``'s commands logged since the last call: rows of tCK, command
+        (ddr5_checker.DramCmd), bank group, bank, row, in issue order."""
+        rows = []
+        buf = np.zeros((1 << 16, 4), np.int64)
+        while n := int(self._so.dc_log_take(self._handle, sub,
+                                            ddr5_replay._ptr(buf, ctypes.c_longlong), len(buf))):
+            rows.append(buf[:n].copy())
+        got = np.concatenate(rows) if rows else np.zeros((0, 4), np.int64)
+        return ddr5_replay.log_rows(got, self.geometry.timing)
 
     def _coords(self, addrs: list[int]) -> np.ndarray:
         if not addrs:

@@ -245,6 +245,29 @@ def _share(x: float) -> float:
     return min(1.0, max(1e-3, float(f"{x:.3g}")))
 
 
+def _power_entry(what: str) -> dict[str, object]:
+    """The power model's fields fitted on the GPU (``gpu_power.py``), printed as measured."""
+    from nelssa.experiments.gpu_power import fit_power, measure_power
+
+    try:
+        points, tdp, name = measure_power()
+        fit = fit_power(points, tdp)
+    except (RuntimeError, ValueError) as e:
+        raise SystemExit(f"error: --power: {e}") from None
+    for p in points:
+        print(f"  power {p.what}: {p.watts:.1f} W at {p.flops_per_s / 1e12:.4g} TFLOP/s, "
+              f"{p.bytes_per_s / 1e9:.4g} GB/s")
+    print(f"  power fit on {fit.used} points: idle {fit.idle_w:.1f} W, {fit.pj_per_flop:.4f} "
+          f"pJ/FLOP, {fit.pj_per_hbm_byte:.2f} pJ/byte, rms {fit.rms_w:.1f} W; limit {tdp:g} W")
+    return {"tdp_w": tdp, "idle_w": round(max(fit.idle_w, 1e-3), 1),
+            "pj_per_flop": round(max(fit.pj_per_flop, 0.0), 4),
+            "pj_per_hbm_byte": round(max(fit.pj_per_hbm_byte, 0.0), 2),
+            "power_source": f"scripts/calibrate_gpu.py --power on {what} ({name}), "
+                            f"{datetime.date.today().isoformat()}: least squares over "
+                            f"{fit.used} NVML-sampled loops (idle, a copy, bf16 GEMMs), rms "
+                            f"{fit.rms_w:.1f} W; tdp_w is NVML's enforced power limit"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", help="preset name (default: measured-cuda or measured-cpu)")
@@ -269,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-batch", type=int, default=16)
     parser.add_argument("--reps", type=int, default=5, help="calls per timed run")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--power", action="store_true",
+                        help="also fit the power model (idle_w, pj_per_flop, pj_per_hbm_byte, "
+                        "tdp_w) from NVML power samples (a CUDA GPU and pynvml; "
+                        "nelssa/experiments/gpu_power.py)")
     for flag, default in (("hidden", 4096), ("q-heads", 32), ("kv-heads", 8), ("head-dim", 128),
                           ("ffn", 14336)):
         parser.add_argument(f"--{flag}", type=int, default=default,
@@ -290,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     want = args.device
     if want == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
+    if args.power and (want == "cpu" or not torch.cuda.is_available()):
+        parser.error("--power: NVML samples a CUDA GPU's power, and there is none here")
     device = torch.device("cuda" if want == "cuda" or (want == "auto"
                                                         and torch.cuda.is_available()) else "cpu")
     scale = args.scale if args.scale is not None else (1.0 if device.type == "cuda" else 0.01)
@@ -353,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
              "bf16_tflops": float(f"{tflops / 1e12:.4g}"), "kernel_us": default_kernel_us,
              **{k: _share(v) for k, v in raw.items()}, "source": source,
              "device_name": what, "calibrated_on": today}
+    if args.power:
+        entry.update(_power_entry(what))
     name = args.name or f"measured-{device.type}"
     GpuHw(name=name, **entry)  # refuse to write what the latency model would refuse to load
     Path(args.out).write_text(json.dumps({"gpus": {name: entry}, "use": {"gpu": name}},

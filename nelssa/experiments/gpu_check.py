@@ -29,6 +29,7 @@ from typing import Any
 
 from nelssa.emu.files import read_text
 from nelssa.emu.latency.hardware import GpuHw, HardwareCatalog
+from nelssa.host.gpu.gpu_timer import device_name
 from nelssa.provenance import code_version
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def facts() -> dict[str, Any]:
         "commit": commit, "modified": code["modified"],
         "nvidia_smi": smi_facts(),
         "torch": {"version": torch.__version__, "cuda": torch.version.cuda,
-                  "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                  "device": device_name(torch.device("cuda" if cuda else "cpu")),
                   "cudnn": torch.backends.cudnn.version() if cuda else None},
         "host": {"cpus": os.cpu_count(), "machine": platform.machine(),
                  "python": platform.python_version()},

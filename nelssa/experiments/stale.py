@@ -46,9 +46,10 @@ PAGES: dict[str, Measured | None] = {
         "emu/latency")),
     "ddr5.md": Measured("scripts/bench_ddr5.py", (
         "rtl/mem", "hw/model/ddr5_device.py", "hw/model/ddr5_timing.py")),
-    "ddr5_estimate.md": Measured("scripts/ddr5_estimate_check.py", (
-        "hw/model/ddr5_estimate.py",)),
-    "ddr5_ramulator.md": Measured("scripts/calibrate_ddr5.py", (
+    "ddr5_energy.md": Measured("scripts/ddr5_energy.py", (
+        "nelssa/experiments/ddr5_energy.py", "hw/model/ddr5_energy.py", "hw/model/ddr5_power.py",
+        "hw/model/ddr5_replay.cpp", "hw/model/ddr5_sub.hpp")),
+    "ddr5_ramulator.md": Measured("scripts/bench_ddr5.py", (
         "hw/model/ddr5_replay.py", "hw/model/ddr5_timing.py")),
     "decode.md": Measured("scripts/needle_report.py", (
         "host/gpu", "host/pnm_node", "nelssa/cli_decode.py")),

@@ -74,7 +74,9 @@ module nelssa_ddr5_ctrl
   output logic [2:0][16:0]    cmd_row_o,
   output logic [5:0]          cmd_col_o,   // slot 0
   output logic [TagW-1:0]     cmd_tag_o,   // slot 0
-  output logic                cmd_write_o  // slot 0 is a WRITE
+  output logic                cmd_write_o, // slot 0 is a WRITE
+  // performance counters: commands issued, cycles by bank state (nelssa_ddr5_pkg)
+  output ddr5_perf_t          perf_o
 );
   localparam int HORIZON = tck_horizon(TckW);  // how far in the past a rule register may lie
   localparam int HALF_M1 = tck_half_m1(TckW);  // the largest difference not negative
@@ -600,6 +602,40 @@ module nelssa_ddr5_ctrl
       qhit_q  <= qhit;
     end
   end
+
+  // ---------------------------------------------------------------------------------------------
+  // Performance counters: the commands of each cycle, and the cycle counted by the state its
+  // banks start it in (refreshing while a REF's nRFC runs, else active while a row is open, else
+  // precharged): what DRAM energy is computed from (hw/model/ddr5_energy.py), counted as the
+  // cycle models count them (hw/model/ddr5_subchannel.py, ddr5_sub.hpp).
+  ddr5_perf_t perf_q;
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    automatic ddr5_perf_t p;
+    if (!rst_ni) begin
+      perf_q <= '0;
+    end else begin
+      p = perf_q;
+      if (col_valid && write_active) p.n_wr = p.n_wr + 1;
+      if (col_valid && !write_active) p.n_rd = p.n_rd + 1;
+      // verilator unroll_full
+      for (int r = 0; r < 2; r++) begin
+        if (row_valid[r]) begin
+          unique case (row_cmd[r])
+            CMD_ACT:  p.n_act = p.n_act + 1;
+            CMD_PRE:  p.n_pre = p.n_pre + 1;
+            CMD_PREA: p.n_prea = p.n_prea + 1;
+            CMD_REF:  p.n_ref = p.n_ref + 1;
+            default: ;
+          endcase
+        end
+      end
+      if (`NELSSA_AFTER(ref_ready_q, lo)) p.cyc_refresh = p.cyc_refresh + 1;
+      else if (open_q != '0) p.cyc_active = p.cyc_active + 1;
+      else p.cyc_precharged = p.cyc_precharged + 1;
+      perf_q <= p;
+    end
+  end
+  assign perf_o = perf_q;
 
   // ---------------------------------------------------------------------------------------------
   // command slots: 0 carries the READ/WRITE, 1 and 2 the row commands

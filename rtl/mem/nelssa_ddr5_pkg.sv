@@ -102,6 +102,23 @@ package nelssa_ddr5_pkg;
     logic [5:0]        col;
   } ddr5_entry_t;
 
+  // the sub-channel controller's performance counters (its perf_o): commands issued and
+  // cycles by the state the banks start them in (refreshing: within nRFC of a REF; active:
+  // a row open; else all precharged), the residencies DRAM energy is counted from
+  // (hw/model/ddr5_energy.py; the cycle models count the same)
+  localparam int PERF_W = 48;  // counter width: 4 days at 800 MHz
+  typedef struct packed {
+    logic [PERF_W-1:0] n_act;
+    logic [PERF_W-1:0] n_pre;
+    logic [PERF_W-1:0] n_prea;
+    logic [PERF_W-1:0] n_rd;
+    logic [PERF_W-1:0] n_wr;
+    logic [PERF_W-1:0] n_ref;
+    logic [PERF_W-1:0] cyc_active;
+    logic [PERF_W-1:0] cyc_precharged;
+    logic [PERF_W-1:0] cyc_refresh;
+  } ddr5_perf_t;
+
   // bit position of 2^k from the top five bits of 2^k * 0x077CB531 (a de Bruijn
   // sequence): the controller's lowest set bit in simulation
   localparam logic [4:0] DE_BRUIJN [32] = '{

@@ -63,6 +63,12 @@ module nelssa_ddr5_bench_top
   logic [NUM_RULES-1:0]  violation;
   /* verilator lint_on UNUSEDSIGNAL */
 
+  // the controller's performance counters: read by the cocotb test of the controller
+  // (tests/rtl/test_ddr5_ctrl.py); not brought out of the simulated memory
+  /* verilator lint_off UNUSEDSIGNAL */
+  ddr5_perf_t            perf;
+  /* verilator lint_on UNUSEDSIGNAL */
+
   nelssa_ddr5_ctrl #(
     .T            (T),
     .TagW         (16),
@@ -88,7 +94,8 @@ module nelssa_ddr5_bench_top
     .cmd_row_o  (cmd_row),
     .cmd_col_o  (cmd_col),
     .cmd_tag_o  (cmd_tag),
-    .cmd_write_o(served_write_o)
+    .cmd_write_o(served_write_o),
+    .perf_o     (perf)
   );
 
   nelssa_ddr5_checker #(

@@ -41,6 +41,12 @@ module nelssa_ddr5_mem
   logic      [TagW-1:0]  cmd_tag;
   logic                  cmd_write;
 
+  // the controller's performance counters: read by the cocotb test of the controller
+  // (tests/rtl/test_ddr5_ctrl.py); not brought out of the simulated memory
+  /* verilator lint_off UNUSEDSIGNAL */
+  ddr5_perf_t            perf;
+  /* verilator lint_on UNUSEDSIGNAL */
+
   nelssa_ddr5_ctrl #(
     .T            (T),
     .TagW         (TagW),
@@ -66,7 +72,8 @@ module nelssa_ddr5_mem
     .cmd_row_o  (cmd_row),
     .cmd_col_o  (cmd_col),
     .cmd_tag_o  (cmd_tag),
-    .cmd_write_o(cmd_write)
+    .cmd_write_o(cmd_write),
+    .perf_o     (perf)
   );
 
   nelssa_ddr5_dram #(

@@ -14,6 +14,7 @@ from cocotb.clock import Clock
 from cocotb.handle import Force, Release
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
+from nelssa.gen import PERF_FIELDS, PERF_W
 from nelssa.hw.model.ddr5_checker import DramCmd
 from nelssa.hw.model.ddr5_subchannel import SubchannelModel, requests_from_lines
 from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON as T
@@ -23,7 +24,8 @@ WITHIN_CONTRACT = r"\.(?!breaks_)\w+$"
 """cocotb's test filter (searched in module.test): every test but the rule breakers"""
 
 
-def model_commands(reqs) -> list[tuple[int, int, int, int, int]]:
+def model_commands(reqs) -> tuple[list[tuple[int, int, int, int, int]], dict[str, int]]:
+    """The model's commands, and its counts under the names of the RTL's perf_o fields."""
     model = SubchannelModel(T)
     log = []
     issue = model.checker.issue
@@ -33,8 +35,17 @@ def model_commands(reqs) -> list[tuple[int, int, int, int, int]]:
         issue(tck, cmd, g, k, row)
 
     model.checker.issue = record
-    model.run(reqs)
-    return sorted(log)
+    stats = model.run(reqs)
+    perf = {f"n_{c.name.lower()}": n for c, n in ((c, stats.commands[c.name]) for c in DramCmd)}
+    perf |= {f"cyc_{s.name.lower()}": n for s, n in stats.residency.items()}
+    return sorted(log), perf
+
+
+def read_perf(dut) -> dict[str, int]:
+    """perf_o (nelssa_ddr5_pkg::ddr5_perf_t) by field, the first field most significant."""
+    raw = int(dut.perf_o.value)
+    n = len(PERF_FIELDS)
+    return {f: raw >> (PERF_W * (n - 1 - i)) & (2**PERF_W - 1) for i, f in enumerate(PERF_FIELDS)}
 
 
 class TB:
@@ -76,12 +87,18 @@ class TB:
                 pending.pop(0)
             await RisingEdge(d.clk_i)
             cycle += 1
+        await ReadOnly()  # the counters with the last cycle's commands in
+        self.perf = read_perf(d)
         return sorted(log)
 
 
 async def compare(dut, reqs, max_cycles=200_000):
-    got = await TB(dut).run(reqs, max_cycles)
-    want = model_commands(reqs)
+    tb = TB(dut)
+    got = await tb.run(reqs, max_cycles)
+    want, want_perf = model_commands(reqs)
+    # the performance counters: the model's command counts and bank-state residencies over the
+    # same cycles (the model stops after the cycle of its last column command, as run does)
+    assert tb.perf == want_perf, f"perf_o {tb.perf} model {want_perf}"
     first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
     assert got == want, (f"{len(got)} RTL vs {len(want)} model commands; first difference at "
                          f"{first}: rtl {got[first:first + 3] if first is not None else None} "
