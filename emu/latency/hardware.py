@@ -17,6 +17,7 @@ latency model first uses it; models may come from Hugging Face ``config.json`` f
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields, replace
+from datetime import date
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -133,6 +134,11 @@ class GpuHw:
     source: str | None = None
     """Where the efficiencies come from (a paper and figure, or the calibration run that fitted
     them); a non-empty string when given."""
+    device_name: str | None = None
+    """The GPU the efficiencies were fitted on, as torch names it (``torch.cuda.
+    get_device_name``); None for a preset that was not calibrated."""
+    calibrated_on: str | None = None
+    """The date of that calibration (ISO 8601, YYYY-MM-DD)."""
     tdp_w: float | None = _num(POWER_W, None)
     """Power limit, W (the datasheet's TDP): the power model's cap (``emu/energy.py``)."""
     idle_w: float | None = _num(POWER_W, None)
@@ -162,11 +168,17 @@ class GpuHw:
                 raise HardwareError(f"GpuHw {self.name!r}: {share} {getattr(self, share)!r} "
                                     f"makes the achieved rate ({peak} x {share}) {rate:g} "
                                     f"{unit}: it must be at least {RATE.least:g}")
-        for key in ("source", "power_source"):
+        for key in ("source", "power_source", "device_name"):
             v = getattr(self, key)
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise HardwareError(f"GpuHw {self.name!r}: {key} must be a non-empty string, "
                                     f"got {v!r}")
+        if self.calibrated_on is not None:
+            try:
+                date.fromisoformat(self.calibrated_on)
+            except (TypeError, ValueError):
+                raise HardwareError(f"GpuHw {self.name!r}: calibrated_on must be a date "
+                                    f"YYYY-MM-DD, got {self.calibrated_on!r}") from None
         given = [k for k in self.POWER if getattr(self, k) is not None]
         if given and len(given) < len(self.POWER):
             missing = next(k for k in self.POWER if getattr(self, k) is None)
