@@ -54,7 +54,6 @@ def host_program() -> tuple[RecordingPort, ModelDevice, list]:
     rec.mark()
     ids = cq.submit([AttnRequest(region, bf16(rng, (2, 64)), [0, 2, 3]),
                      AttnRequest(region, bf16(rng, (1, 64)), [1])])
-    rec.mark()
     rec.irq()
     rec.mark()
     outs = cq.poll()
@@ -98,7 +97,7 @@ def test_the_tlm_device_runs_the_drivers_program_as_the_other_backends(bench, tm
         geometry = rtl.geometry
     finally:
         rtl.close()
-    got = run_bench(bench, program, tmp_path, geometry)
+    got = run_bench(bench, "rtl", program, tmp_path, geometry)
     # every load answered as the model answered (the bench checks them: 0 mismatches)
     assert re.search(r" 2 interrupts, 0 violations, 0 mismatches", got.summary), got.summary
     # the memory image (descriptors, completion records, outputs, KV) is the model's, bit for
@@ -109,6 +108,17 @@ def test_the_tlm_device_runs_the_drivers_program_as_the_other_backends(bench, tm
     assert rtl_marks[-1] > rtl_marks[0] > 0
 
 
+def test_the_loosely_timed_model_form_annotates_the_cycle_models_time(bench, tmp_path):
+    """The model form (LooseDevice around the model device, its time the compiled cycle model)
+    answers as the model does, and its annotated delays put each mark at the model's cycle."""
+    rec, model, _ = host_program()
+    want = run_on_port(rec.program, ModelDevice(DeviceConfig(engines=BENCH_UNITS)))
+    got = run_bench(bench, "model", rec.program, tmp_path, model.geometry)
+    assert re.search(r" 2 interrupts, 0 violations, 0 mismatches", got.summary), got.summary
+    assert got.image == model.mem.image()
+    assert got.marks == want and want[-1] > want[1] > want[0]
+
+
 def test_a_changed_answer_is_a_mismatch(bench, tmp_path):
     """The bench's checks can fail: a completion record the device did not write is named."""
     rec, model, _ = host_program()
@@ -116,7 +126,7 @@ def test_a_changed_answer_is_a_mismatch(bench, tmp_path):
     last = max(i for i, op in enumerate(ops) if op.kind == "RL")
     ops[last].expect = bytes(64)
     with pytest.raises(AssertionError, match=r"mismatch line \d+ \(RL "):
-        run_bench(bench, rec.program, tmp_path, model.geometry)
+        run_bench(bench, "rtl", rec.program, tmp_path, model.geometry)
 
 
 def test_the_guides_example_platform_builds_and_runs():

@@ -17,6 +17,9 @@ import hashlib
 import logging
 import os
 import subprocess
+import sys
+import sysconfig
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +35,7 @@ log = logging.getLogger(__name__)
 
 SYSTEMC_DIR = REPO_ROOT / "hw" / "systemc"
 TLM_HEADER = SYSTEMC_DIR / "nelssa_device_tlm.h"
+MODEL_HEADER = SYSTEMC_DIR / "nelssa_model_backend.h"
 BENCH_CPP = SYSTEMC_DIR / "bench_main.cpp"
 EXAMPLE_CPP = SYSTEMC_DIR / "example_platform.cpp"
 CSR_HEADER = REPO_ROOT / "include" / "nelssa_csr.h"
@@ -72,6 +76,14 @@ class SystemC:
             f"`apt-get install {SYSTEMC_PACKAGE}` (make venv does), or set SYSTEMC_HOME")
 
 
+def python_flags() -> list[str]:
+    """Compiler and linker flags that embed this interpreter (the model backend's)."""
+    inc = sysconfig.get_paths()["include"]
+    libdir = sysconfig.get_config_var("LIBDIR")
+    ver = sysconfig.get_config_var("LDVERSION")
+    return [f"-I{inc}", f"-L{libdir}", f"-lpython{ver}", f"-Wl,-rpath,{libdir}"]
+
+
 BENCH_UNITS = 1
 """Attention units of the device the SystemC programs are built with (the library's C++ at -O0:
 a build for brief runs)."""
@@ -84,9 +96,9 @@ def build_program(name: str, source: Path, units: int = BENCH_UNITS, opt: str = 
     sc = SystemC.locate()
     lib = build_library(units=units, optimize=False)
     h = hashlib.sha256()
-    for p in (source, TLM_HEADER, CSR_HEADER):
+    for p in (source, TLM_HEADER, MODEL_HEADER, CSR_HEADER):
         h.update(p.read_bytes())
-    h.update(f"{lib}\0{sc}\0{opt}".encode())
+    h.update(f"{lib}\0{sc}\0{opt}\0{python_flags()}".encode())
     d = build_root() / f"systemc-{name}-{h.hexdigest()[:16]}"
     d.mkdir(parents=True, exist_ok=True)
     exe = d / name
@@ -95,7 +107,8 @@ def build_program(name: str, source: Path, units: int = BENCH_UNITS, opt: str = 
             return exe
         cmd = ["g++", "-std=c++17", opt, "-o", str(d / f"{name}.tmp"), str(source),
                f"-I{SYSTEMC_DIR}", f"-I{CSR_HEADER.parent}", f"-I{sc.include}",
-               str(lib), f"-L{sc.lib}", "-lsystemc", f"-Wl,-rpath,{sc.lib}", "-lpthread"]
+               *python_flags(), str(lib), f"-L{sc.lib}", "-lsystemc", f"-Wl,-rpath,{sc.lib}",
+               "-lpthread"]
         with announce_build(name, d):
             proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -257,6 +270,43 @@ def run_on_port(program: HostProgram, port: DevicePort) -> list[int]:
     return marks
 
 
+class ModelBackend:
+    """The model device for the SystemC loosely-timed form (hw/systemc/nelssa_model_backend.h
+    calls these through an embedded interpreter): messages in and out one at a time."""
+
+    def __init__(self, engines: int) -> None:
+        from nelssa.hw.model.device import DeviceConfig, ModelDevice
+
+        self.port = ModelDevice(DeviceConfig(engines=engines))
+        self._out: deque[bytes] = deque()
+
+    def push(self, message: bytes) -> None:
+        self.port.send(message)
+
+    def pop(self) -> bytes:
+        if not self._out:
+            self._out.extend(self.port.receive())
+        return self._out.popleft() if self._out else b""
+
+    def run(self, cycles: int) -> None:
+        self.port.advance(cycles)
+
+    def quiet(self) -> bool:
+        return not self.port.has_work and not self._out
+
+    def run_until_quiet(self) -> int:
+        self.port.run_until_idle(1 << 40)
+        return self.port.cycle
+
+    def cycle(self) -> int:
+        return self.port.cycle
+
+    def image(self) -> tuple[bytes, bytes]:
+        """Addresses (int64) and lines of every line not all zero."""
+        img = self.port.mem.image()
+        return np.array(list(img), np.int64).tobytes(), b"".join(img.values())
+
+
 @dataclass(frozen=True)
 class BenchResult:
     marks: list[int]
@@ -264,19 +314,26 @@ class BenchResult:
     summary: str
 
 
-def run_bench(exe: Path, program: HostProgram, workdir: Path, geometry) -> BenchResult:
-    """Run the SystemC testbench on ``program``; its marks, the device memory image it dumped
-    (by address) and its closing line. A mismatch or a failure raises with what it printed."""
+def run_bench(exe: Path, form: str, program: HostProgram, workdir: Path, geometry,
+              units: int = BENCH_UNITS) -> BenchResult:
+    """Run the SystemC testbench's ``form`` (``rtl``: the clocked Verilated device; ``model``:
+    the loosely-timed model device) on ``program``; its marks, the device memory image it
+    dumped (by address) and its closing line. A mismatch or a failure raises with what it
+    printed."""
     prog, dump = workdir / "program.txt", workdir / "store.bin"
     prog.write_text(program.text())
-    proc = subprocess.run([str(exe), str(prog), str(dump)], capture_output=True, text=True)
+    env = {**os.environ, "NELSSA_PYTHON": sys.executable}
+    proc = subprocess.run([str(exe), form, str(prog), str(dump), str(units)],
+                          capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
         raise AssertionError(f"SystemC testbench failed ({proc.returncode}):\n{tail}")
     marks = [int(line.split()[2]) for line in proc.stdout.splitlines()
              if line.startswith("mark ")]
     raw = dump.read_bytes()
-    n = int(np.frombuffer(raw[:8], np.int64)[0])
-    keys = np.frombuffer(raw[8:8 + 8 * n], np.int64)
-    data = np.frombuffer(raw[8 + 8 * n:], np.uint8).reshape(n, LINE_BYTES)
-    return BenchResult(marks, store_image(keys, data, geometry), proc.stdout.splitlines()[-1])
+    n, keyed = (int(v) for v in np.frombuffer(raw[:16], np.int64))
+    keys = np.frombuffer(raw[16:16 + 8 * n], np.int64)
+    data = np.frombuffer(raw[16 + 8 * n:], np.uint8).reshape(n, LINE_BYTES)
+    image = (store_image(keys, data, geometry) if keyed else
+             {int(a): data[i].tobytes() for i, a in enumerate(keys) if data[i].any()})
+    return BenchResult(marks, image, proc.stdout.splitlines()[-1])

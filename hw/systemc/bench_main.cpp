@@ -3,7 +3,10 @@
 // every answer against the program's expected bytes; tests/test_systemc.py compares the rest
 // (the memory image this writes, the cycle of each mark) with the other backends.
 //
-//   nelssa_sc_bench PROGRAM STORE_DUMP
+//   nelssa_sc_bench rtl|model PROGRAM STORE_DUMP UNITS
+// rtl: the Verilated device, clocked (ClockedDevice); model: the model device, loosely timed
+// (LooseDevice, ModelBackend; $NELSSA_PYTHON names its interpreter). UNITS: attention units
+// (the model's; the Verilated library has its own, built in).
 //
 // A program is text, one operation a line (numbers in hex):
 //   CLOCK_PS n               the device clock's period (first line)
@@ -14,10 +17,13 @@
 //   ADV n                    let n device cycles pass
 //   IRQ                      wait for the completion interrupt
 //   MARK                     print the device cycle ("mark INDEX CYCLE")
-// Prints "mismatch ..." for each difference and exits 1 if any, 2 for a bad program.
+// Prints "mismatch ..." for each difference and exits 1 if any, 2 for a bad program. The memory
+// image goes to STORE_DUMP: int64 count, int64 keyed (1: DRAM store keys, 0: addresses), the
+// keys or addresses, the lines.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,6 +31,7 @@
 #include <tlm_utils/simple_initiator_socket.h>
 
 #include "nelssa_device_tlm.h"
+#include "nelssa_model_backend.h"
 
 namespace {
 
@@ -104,6 +111,8 @@ struct Host : sc_core::sc_module {
   sc_core::sc_in<bool> irq;
   sc_core::sc_in<bool> clk;
   nelssa::Device* dev = nullptr;
+  sc_core::sc_time period;
+  bool clocked = true;
   std::vector<Op> ops;
   int mismatches = 0, irqs = 0;
   sc_core::sc_event nb_done;
@@ -116,9 +125,9 @@ struct Host : sc_core::sc_module {
   }
 
   tlm::tlm_sync_enum nb_transport_bw(tlm::tlm_generic_payload&, tlm::tlm_phase& phase,
-                                     sc_core::sc_time&) {
+                                     sc_core::sc_time& delay) {
     if (phase == tlm::BEGIN_RESP) {
-      nb_done.notify(sc_core::SC_ZERO_TIME);
+      nb_done.notify(delay);
       phase = tlm::END_RESP;
       return tlm::TLM_COMPLETED;
     }
@@ -151,6 +160,7 @@ struct Host : sc_core::sc_module {
         sc_core::wait(nb_done);
     } else {
       socket->b_transport(t, delay);
+      if (delay != sc_core::SC_ZERO_TIME) sc_core::wait(delay);  // the time it took
     }
     if (!t.is_response_ok()) mismatch(op, "response " + t.get_response_string());
   }
@@ -179,14 +189,16 @@ struct Host : sc_core::sc_module {
                  false, op);
         if (std::memcmp(line, op.data.data(), 64) != 0)
           mismatch(op, "read " + hex(line, 64));
-      } else if (op.kind == "ADV") {
+      } else if (op.kind == "ADV" && clocked) {
         for (uint64_t k = 0; k < op.a; ++k) sc_core::wait(clk.posedge_event());
         sc_core::wait(sc_core::SC_ZERO_TIME);  // after the device's own edge
+      } else if (op.kind == "ADV") {
+        sc_core::wait(static_cast<double>(op.a) * period);
       } else if (op.kind == "IRQ") {
         if (!irq.read()) sc_core::wait(irq.posedge_event());
         ++irqs;
       } else if (op.kind == "MARK") {
-        std::printf("mark %zu %llu\n", i, static_cast<unsigned long long>(dev->cycle()));
+        std::printf("mark %zu %llu\n", i, static_cast<unsigned long long>(dev->sync()));
       }
     }
     finished = true;
@@ -197,24 +209,36 @@ struct Host : sc_core::sc_module {
 }  // namespace
 
 int sc_main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s PROGRAM STORE_DUMP\n", argv[0]);
+  const std::string form = argc == 5 ? argv[1] : "";
+  if (form != "rtl" && form != "model") {
+    std::fprintf(stderr, "usage: %s rtl|model PROGRAM STORE_DUMP UNITS\n", argv[0]);
     return 2;
   }
   uint64_t clock_ps = 0;
-  std::vector<Op> ops = load(argv[1], clock_ps);
+  std::vector<Op> ops = load(argv[2], clock_ps);
   // the first rising edge one period in: what the host does at time 0 meets the device's first
   // cycle, as a host's first message meets the device behind its C ABI
   const sc_core::sc_time period(static_cast<double>(clock_ps), sc_core::SC_PS);
   sc_core::sc_clock clk("clk", period, 0.5, period, true);
   sc_core::sc_signal<bool> irq("irq");
-  nelssa::Device dev("nelssa");
+  std::unique_ptr<nelssa::Backend> backend;
+  std::unique_ptr<nelssa::Device> dev;
+  if (form == "rtl") {
+    backend = std::make_unique<nelssa::RtlBackend>();
+    auto* d = new nelssa::ClockedDevice("nelssa", *backend);
+    d->clk(clk);
+    dev.reset(d);
+  } else {
+    backend = std::make_unique<nelssa::ModelBackend>(std::atoi(argv[4]));
+    dev = std::make_unique<nelssa::LooseDevice>("nelssa", *backend, period);
+  }
   Host host("host");
   host.ops = std::move(ops);
-  host.dev = &dev;
-  host.socket.bind(dev.socket);
-  dev.clk(clk);
-  dev.irq(irq);
+  host.dev = dev.get();
+  host.period = period;
+  host.clocked = form == "rtl";
+  host.socket.bind(dev->socket);
+  dev->irq(irq);
   host.clk(clk);
   host.irq(irq);
   sc_core::sc_start();
@@ -225,16 +249,18 @@ int sc_main(int argc, char** argv) {
   }
   std::vector<long long> keys;
   std::vector<uint8_t> data;
-  dev.dump_store(keys, data);
-  std::FILE* f = std::fopen(argv[2], "wb");
-  const long long n = static_cast<long long>(keys.size());
-  if (!f || std::fwrite(&n, 8, 1, f) != 1 || std::fwrite(keys.data(), 8, n, f) != size_t(n) ||
+  bool keyed = false;
+  backend->image(keys, data, keyed);
+  std::FILE* f = std::fopen(argv[3], "wb");
+  const long long head[2] = {static_cast<long long>(keys.size()), keyed};
+  if (!f || std::fwrite(head, 8, 2, f) != 2 ||
+      std::fwrite(keys.data(), 8, keys.size(), f) != keys.size() ||
       std::fwrite(data.data(), 1, data.size(), f) != data.size() || std::fclose(f) != 0) {
-    std::fprintf(stderr, "cannot write %s\n", argv[2]);
+    std::fprintf(stderr, "cannot write %s\n", argv[3]);
     return 2;
   }
-  std::printf("end %llu cycles, %d interrupts, %u violations, %d mismatches, %.3f s\n",
-              static_cast<unsigned long long>(dev.cycle()), host.irqs, dev.violations(),
-              host.mismatches, sc_core::sc_time_stamp().to_seconds());
-  return host.mismatches || dev.violations() ? 1 : 0;
+  std::printf("end %llu cycles, %d interrupts, %u violations, %d mismatches, %s\n",
+              static_cast<unsigned long long>(dev->sync()), host.irqs, dev->violations(),
+              host.mismatches, sc_core::sc_time_stamp().to_string().c_str());
+  return host.mismatches || dev->violations() ? 1 : 0;
 }

@@ -6,15 +6,22 @@
 //                                     CXL.mem front end (64-byte lines, byte enables; an
 //                                     access that spans lines is split into lines, in order);
 //                                     the device answers beyond MEM_SIZE with an address error.
-// Behind it, the Verilated RTL device (rtl/sim/nelssa_device_sim.sv in the shared library
-// hw/sim/device_harness.cpp builds; its C ABI below), stepped once per rising edge of `clk`:
-// cycle-accurate, a transaction takes the device cycles it takes. `irq` rises when the device
-// has gone quiet after a doorbell (every submitted descriptor's completion written) and falls
-// when the host writes CQ_HEAD: a completion interrupt coalesced per doorbell, as a driver
-// expects (the RTL has no interrupt pin; this is its idle output, as the harness sees it).
+// Two forms behind the same socket and signal (nelssa::Device):
+//   ClockedDevice  the Verilated RTL (RtlBackend: the shared library hw/sim/device_harness.cpp
+//                  builds, its C ABI below), stepped once per rising edge of `clk`:
+//                  cycle-accurate, a transaction takes the device cycles it takes;
+//   LooseDevice    any backend, loosely timed: a transaction is served at once at the
+//                  initiator's local time (sc_time_stamp() + delay), the device run up to it,
+//                  and the cycles it took are added to `delay`; with ModelBackend
+//                  (nelssa_model_backend.h) it is the model device, whose timing is the
+//                  compiled cycle model (hw/model/device_cycle.cpp).
+// `irq` rises when the device has gone quiet after a doorbell (every submitted descriptor's
+// completion written) and falls when the host writes CQ_HEAD: a completion interrupt coalesced
+// per doorbell, as a driver expects (the RTL has no interrupt pin; this is its idle output).
 #ifndef NELSSA_DEVICE_TLM_H
 #define NELSSA_DEVICE_TLM_H
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -45,6 +52,57 @@ long long nelssa_store_dump(long long* keys, uint8_t* data, long long max);
 
 namespace nelssa {
 
+// A device behind its port messages (driver/cxl.py's bytes), as hw/sim/device.py and the model
+// backend take them.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual void push(const std::vector<uint8_t>& msg) = 0;
+  virtual int pop(uint8_t* buf, uint32_t cap) = 0;  // length, 0 if none
+  virtual void run(uint64_t cycles) = 0;
+  virtual bool quiet() = 0;  // nothing queued, owed or in flight
+  virtual uint64_t run_until_quiet() {  // the cycle it went quiet at
+    while (!quiet()) run(1);
+    return cycle();
+  }
+  virtual uint64_t cycle() = 0;
+  virtual uint32_t violations() { return 0; }
+  // every line of device memory not all zero; keyed: addr holds the DRAM store's keys (the
+  // Verilated device's: hw/sim/device.py store_image maps them to addresses)
+  virtual void image(std::vector<long long>& addr, std::vector<uint8_t>& data, bool& keyed) = 0;
+};
+
+// The Verilated device (one per process: its DRAM backing store is the process's).
+class RtlBackend : public Backend {
+ public:
+  RtlBackend() : h_(nelssa_dev_create()) {
+    if (!h_) throw std::runtime_error(nelssa_dev_last_error(nullptr));
+  }
+  ~RtlBackend() override { nelssa_dev_destroy(h_); }
+  void push(const std::vector<uint8_t>& m) override {
+    if (nelssa_dev_push(h_, m.data(), static_cast<uint32_t>(m.size())) != 0) fail();
+  }
+  int pop(uint8_t* buf, uint32_t cap) override { return nelssa_dev_pop(h_, buf, cap); }
+  void run(uint64_t cycles) override {
+    if (nelssa_dev_run(h_, cycles) != 0) fail();
+  }
+  bool quiet() override { return nelssa_dev_run_until_idle(h_, 0) == 0; }  // runs no cycle
+  uint64_t cycle() override { return nelssa_dev_cycle(h_); }
+  uint32_t violations() override { return nelssa_dev_violations(h_); }
+  void image(std::vector<long long>& keys, std::vector<uint8_t>& data, bool& keyed) override {
+    const long long n = nelssa_store_dump(nullptr, nullptr, 0);
+    keys.resize(n);
+    data.resize(n * 64);
+    nelssa_store_dump(keys.data(), data.data(), n);
+    keyed = true;
+  }
+
+ private:
+  void* h_;
+  [[noreturn]] void fail() { throw std::runtime_error(nelssa_dev_last_error(h_)); }
+};
+
+// The socket, the address map, the interrupt; the forms differ in when messages meet the device.
 class Device : public sc_core::sc_module {
  public:
   static constexpr uint64_t REG_BASE = 0;
@@ -54,34 +112,16 @@ class Device : public sc_core::sc_module {
   static constexpr unsigned LINE = 64;
 
   tlm_utils::simple_target_socket<Device> socket;
-  sc_core::sc_in<bool> clk;
   sc_core::sc_out<bool> irq;
 
-  SC_HAS_PROCESS(Device);
-  explicit Device(sc_core::sc_module_name name) : sc_module(name), socket("socket"),
-                                                  clk("clk"), irq("irq") {
-    h_ = nelssa_dev_create();
-    if (!h_) throw std::runtime_error(nelssa_dev_last_error(nullptr));
-    socket.register_b_transport(this, &Device::b_transport);
-    socket.register_get_direct_mem_ptr(this, &Device::get_direct_mem_ptr);
-    SC_METHOD(tick);
-    sensitive << clk.pos();
-    dont_initialize();
-  }
-  ~Device() override { nelssa_dev_destroy(h_); }
+  uint64_t cycle() { return be_.cycle(); }
+  uint32_t violations() { return be_.violations(); }
+  Backend& backend() { return be_; }
+  // bring the device's time up to the simulation's (a loosely-timed device runs only when
+  // called); its cycle then
+  virtual uint64_t sync() { return be_.cycle(); }
 
-  uint64_t cycle() const { return nelssa_dev_cycle(h_); }
-  uint32_t violations() const { return nelssa_dev_violations(h_); }
-  // Every line of device memory ever written, as the DRAM store keeps it (its key: the DRAM
-  // coordinates; hw/sim/device.py maps keys back to addresses).
-  void dump_store(std::vector<long long>& keys, std::vector<uint8_t>& data) const {
-    long long n = nelssa_store_dump(nullptr, nullptr, 0);
-    keys.resize(n);
-    data.resize(n * LINE);
-    nelssa_store_dump(keys.data(), data.data(), n);
-  }
-
- private:
+ protected:
   enum : uint8_t { M2S_REQ = 0, M2S_RWD = 1, S2M_NDR = 2, S2M_DRS = 3, MMIO_REQ = 4,
                    MMIO_RSP = 5 };
   struct Rsp {
@@ -91,35 +131,35 @@ class Device : public sc_core::sc_module {
     uint8_t data[LINE] = {};
   };
 
-  void* h_;
-  std::deque<std::vector<uint8_t>> queued_;  // messages for the next rising edge
-  std::map<uint16_t, Rsp> waiting_;          // by tag
+  Device(sc_core::sc_module_name name, Backend& be)
+      : sc_module(name), socket("socket"), irq("irq"), be_(be) {
+    socket.register_b_transport(this, &Device::b_transport);
+    socket.register_get_direct_mem_ptr(this, &Device::get_direct_mem_ptr);
+  }
+
+  // a message that is answered (its tag set here): the answer, `delay` grown by what it took
+  virtual Rsp exchange(std::vector<uint8_t> m, sc_core::sc_time& delay) = 0;
+  // a posted register store
+  virtual void post(std::vector<uint8_t> m, sc_core::sc_time& delay) = 0;
+  virtual void doorbell(sc_core::sc_time& delay) = 0;
+  virtual void acknowledge(sc_core::sc_time& delay) = 0;
+
+  Backend& be_;
+  std::map<uint16_t, Rsp> waiting_;  // by tag
   uint16_t next_tag_ = 0;
-  sc_core::sc_event answered_;
-  bool doorbell_ = false;
-  bool ack_ = false;  // the host wrote CQ_HEAD since the last edge
 
-  static void put(std::vector<uint8_t>& m, uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) m.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  uint16_t tag(std::vector<uint8_t>& m, bool answered) {
+    const uint16_t t = next_tag_++;
+    m[2] = static_cast<uint8_t>(t);
+    m[3] = static_cast<uint8_t>(t >> 8);
+    if (answered) waiting_[t] = Rsp{};
+    return t;
   }
-  static uint64_t get(const uint8_t* p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-  }
-
-  // one device cycle per rising edge: the messages queued since the last edge go in, the
-  // device runs a cycle, its answers wake the transactions waiting for them
-  void tick() {
-    for (auto& m : queued_) {
-      if (nelssa_dev_push(h_, m.data(), static_cast<uint32_t>(m.size())) != 0)
-        SC_REPORT_FATAL("nelssa", nelssa_dev_last_error(h_));
-    }
-    queued_.clear();
-    if (nelssa_dev_run(h_, 1) != 0) SC_REPORT_FATAL("nelssa", nelssa_dev_last_error(h_));
+  // every answer the device has, filed under its tag; whether there was any
+  bool collect() {
     uint8_t buf[128];
     bool any = false;
-    while (int n = nelssa_dev_pop(h_, buf, sizeof buf)) {
+    while (int n = be_.pop(buf, sizeof buf)) {
       if (n < 0) SC_REPORT_FATAL("nelssa", "device message larger than its buffer");
       const bool mmio = buf[0] == MMIO_RSP;
       auto it = waiting_.find(static_cast<uint16_t>(get(buf + (mmio ? 1 : 2), 2)));
@@ -131,64 +171,55 @@ class Device : public sc_core::sc_module {
       if (buf[0] == S2M_DRS) std::memcpy(r.data, buf + 5, LINE);
       any = true;
     }
-    if (any) answered_.notify(sc_core::SC_ZERO_TIME);
-    if (ack_) {
-      ack_ = false;
-      irq.write(false);
-    }
-    // quiet: nothing queued, owed or in flight (the harness's run_until_idle runs no cycle)
-    if (doorbell_ && nelssa_dev_run_until_idle(h_, 0) == 0) {
-      doorbell_ = false;
-      irq.write(true);
-    }
+    return any;
   }
-
-  uint16_t send(std::vector<uint8_t> m, bool answered) {
-    const uint16_t tag = next_tag_++;
-    m[2] = static_cast<uint8_t>(tag);
-    m[3] = static_cast<uint8_t>(tag >> 8);
-    if (answered) waiting_[tag] = Rsp{};
-    queued_.push_back(std::move(m));
-    return tag;
-  }
-  Rsp await(uint16_t tag) {
-    while (!waiting_[tag].done) sc_core::wait(answered_);
-    Rsp r = waiting_[tag];
-    waiting_.erase(tag);
+  Rsp take(uint16_t t) {
+    Rsp r = waiting_[t];
+    waiting_.erase(t);
     return r;
   }
 
+  static void put(std::vector<uint8_t>& m, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) m.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  static uint64_t get(const uint8_t* p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+  }
+
+ private:
   static tlm::tlm_response_status status_of(uint8_t s) {
     return s == 0 ? tlm::TLM_OK_RESPONSE
                   : s == 1 ? tlm::TLM_ADDRESS_ERROR_RESPONSE : tlm::TLM_COMMAND_ERROR_RESPONSE;
   }
 
-  tlm::tlm_response_status reg_access(bool write, uint32_t off, uint8_t* p) {
+  tlm::tlm_response_status reg_access(bool write, uint32_t off, uint8_t* p,
+                                      sc_core::sc_time& delay) {
+    std::vector<uint8_t> m{MMIO_REQ, write ? uint8_t{1} : uint8_t{0}, 0, 0};
+    put(m, off, 4);
+    put(m, write ? get(p, 4) : 0, 4);
     if (write) {
-      std::vector<uint8_t> m{MMIO_REQ, 1, 0, 0};
-      put(m, off, 4);
-      put(m, get(p, 4), 4);
-      send(std::move(m), false);  // posted, as PCIe MMIO writes are
-      if (off == offsetof(nelssa_csr_t, SQ_TAIL)) doorbell_ = true;
-      if (off == offsetof(nelssa_csr_t, CQ_HEAD)) ack_ = true;  // irq falls at the edge
+      post(std::move(m), delay);  // posted, as PCIe MMIO writes are
+      if (off == offsetof(nelssa_csr_t, SQ_TAIL)) doorbell(delay);
+      if (off == offsetof(nelssa_csr_t, CQ_HEAD)) acknowledge(delay);
       return tlm::TLM_OK_RESPONSE;
     }
-    std::vector<uint8_t> m{MMIO_REQ, 0, 0, 0};
-    put(m, off, 4);
-    put(m, 0, 4);
-    Rsp r = await(send(std::move(m), true));
+    Rsp r = exchange(std::move(m), delay);
     for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(r.value >> (8 * i));
     return status_of(r.status);
   }
 
   tlm::tlm_response_status line_access(bool write, uint64_t line, unsigned off, unsigned n,
-                                       uint8_t* p, const uint8_t* be, unsigned be_len) {
+                                       uint8_t* p, const uint8_t* be, unsigned be_len,
+                                       unsigned be_at, sc_core::sc_time& delay) {
+    auto on = [&](unsigned i) { return !be || be[(be_at + i) % be_len] == TLM_BYTE_ENABLED; };
     if (write) {
       std::vector<uint8_t> m{M2S_RWD, 0, 0, 0};
       uint64_t enable = 0;
       uint8_t data[LINE] = {};
       for (unsigned i = 0; i < n; ++i) {
-        if (be && be[i % be_len] != TLM_BYTE_ENABLED) continue;
+        if (!on(i)) continue;
         enable |= uint64_t{1} << (off + i);
         data[off + i] = p[i];
       }
@@ -196,23 +227,17 @@ class Device : public sc_core::sc_module {
       put(m, line, 8);
       put(m, enable, 8);
       m.insert(m.end(), data, data + LINE);
-      return status_of(await(send(std::move(m), true)).status);
+      return status_of(exchange(std::move(m), delay).status);
     }
     std::vector<uint8_t> m{M2S_REQ, 1, 0, 0};
     put(m, line, 8);
-    Rsp r = await(send(std::move(m), true));
+    Rsp r = exchange(std::move(m), delay);
     for (unsigned i = 0; i < n; ++i)
-      if (!be || be[i % be_len] == TLM_BYTE_ENABLED) p[i] = r.data[off + i];
+      if (on(i)) p[i] = r.data[off + i];
     return status_of(r.status);
   }
 
   void b_transport(tlm::tlm_generic_payload& t, sc_core::sc_time& delay) {
-    // a loosely-timed initiator's offset is honoured by waiting it out first: this target is
-    // clocked, it takes requests on its clock's edges
-    if (delay != sc_core::SC_ZERO_TIME) {
-      sc_core::wait(delay);
-      delay = sc_core::SC_ZERO_TIME;
-    }
     const bool write = t.is_write();
     if (!write && !t.is_read()) {
       t.set_response_status(tlm::TLM_OK_RESPONSE);  // TLM_IGNORE_COMMAND
@@ -224,26 +249,23 @@ class Device : public sc_core::sc_module {
     const uint8_t* be = t.get_byte_enable_ptr();
     const unsigned be_len = t.get_byte_enable_length();
     tlm::tlm_response_status s = tlm::TLM_OK_RESPONSE;
-    if (a >= REG_BASE && a + len <= REG_BASE + REG_BYTES) {
+    if (t.get_streaming_width() < len) {
+      s = tlm::TLM_BURST_ERROR_RESPONSE;
+    } else if (a >= REG_BASE && a + len <= REG_BASE + REG_BYTES) {
       const uint32_t off = static_cast<uint32_t>(a - REG_BASE);
-      if ((len != 4 && len != 8) || off % 4 || be || t.get_streaming_width() < len) {
-        t.set_response_status(tlm::TLM_BURST_ERROR_RESPONSE);
-        return;
+      if ((len != 4 && len != 8) || off % 4 || be) {
+        s = tlm::TLM_BURST_ERROR_RESPONSE;
+      } else {
+        for (unsigned w = 0; w < len / 4 && s == tlm::TLM_OK_RESPONSE; ++w)
+          s = reg_access(write, off + 4 * w, p + 4 * w, delay);
       }
-      for (unsigned w = 0; w < len / 4 && s == tlm::TLM_OK_RESPONSE; ++w)
-        s = reg_access(write, off + 4 * w, p + 4 * w);
     } else if (a >= MEM_BASE && a + len <= MEM_BASE + MEM_WINDOW && len > 0) {
-      if (t.get_streaming_width() < len) {
-        t.set_response_status(tlm::TLM_BURST_ERROR_RESPONSE);
-        return;
-      }
       uint64_t dev = a - MEM_BASE;
       unsigned done = 0;
       while (done < len && s == tlm::TLM_OK_RESPONSE) {
         const unsigned off = dev % LINE;
         const unsigned n = std::min<unsigned>(LINE - off, len - done);
-        s = line_access(write, dev - off, off, n, p + done, be ? be + done % be_len : nullptr,
-                        be_len);
+        s = line_access(write, dev - off, off, n, p + done, be, be_len, done, delay);
         done += n;
         dev += n;
       }
@@ -253,11 +275,127 @@ class Device : public sc_core::sc_module {
     t.set_response_status(s);
   }
 
-  // device memory lives in the simulated DRAM (a store keyed by DRAM coordinates, reached only
-  // through the memory controllers): no direct pointer to give
+  // device memory lives in the simulated DRAM (the Verilated device's store is keyed by DRAM
+  // coordinates and reached through the memory controllers; the model's is sparse): no direct
+  // pointer that would keep the device's timing and counters
   bool get_direct_mem_ptr(tlm::tlm_generic_payload&, tlm::tlm_dmi& dmi) {
     dmi.allow_none();
     return false;
+  }
+};
+
+// Cycle-accurate: one device cycle per rising edge of clk. The messages queued since the last
+// edge go in, the device runs a cycle, its answers wake the transactions waiting for them.
+class ClockedDevice : public Device {
+ public:
+  sc_core::sc_in<bool> clk;
+
+  SC_HAS_PROCESS(ClockedDevice);
+  ClockedDevice(sc_core::sc_module_name name, Backend& be) : Device(name, be), clk("clk") {
+    SC_METHOD(tick);
+    sensitive << clk.pos();
+    dont_initialize();
+  }
+
+ private:
+  std::deque<std::vector<uint8_t>> queued_;  // messages for the next rising edge
+  sc_core::sc_event answered_;
+  bool doorbell_ = false;
+  bool ack_ = false;  // the host wrote CQ_HEAD since the last edge
+
+  void tick() {
+    for (auto& m : queued_) be_.push(m);
+    queued_.clear();
+    be_.run(1);
+    if (collect()) answered_.notify(sc_core::SC_ZERO_TIME);
+    if (ack_) {
+      ack_ = false;
+      irq.write(false);
+    }
+    if (doorbell_ && be_.quiet()) {
+      doorbell_ = false;
+      irq.write(true);
+    }
+  }
+
+  // a clocked target takes requests on its clock's edges: an initiator's time offset is
+  // waited out first
+  void settle(sc_core::sc_time& delay) {
+    if (delay != sc_core::SC_ZERO_TIME) {
+      sc_core::wait(delay);
+      delay = sc_core::SC_ZERO_TIME;
+    }
+  }
+  Rsp exchange(std::vector<uint8_t> m, sc_core::sc_time& delay) override {
+    settle(delay);
+    const uint16_t t = tag(m, true);
+    queued_.push_back(std::move(m));
+    while (!waiting_[t].done) sc_core::wait(answered_);
+    return take(t);
+  }
+  void post(std::vector<uint8_t> m, sc_core::sc_time& delay) override {
+    settle(delay);
+    tag(m, false);
+    queued_.push_back(std::move(m));
+  }
+  void doorbell(sc_core::sc_time&) override { doorbell_ = true; }
+  void acknowledge(sc_core::sc_time&) override { ack_ = true; }  // irq falls at the edge
+};
+
+// Loosely timed: no clock; the device is run up to each transaction's time and through it,
+// and the cycles it took go into the transaction's delay (period: one device cycle).
+class LooseDevice : public Device {
+ public:
+  SC_HAS_PROCESS(LooseDevice);
+  LooseDevice(sc_core::sc_module_name name, Backend& be, sc_core::sc_time period)
+      : Device(name, be), period_(period) {
+    SC_METHOD(drive_irq);
+    sensitive << irq_change_;
+    dont_initialize();
+  }
+  uint64_t sync() override { return catch_up(sc_core::SC_ZERO_TIME); }
+  sc_core::sc_time period() const { return period_; }
+
+ private:
+  sc_core::sc_time period_;
+  sc_core::sc_event irq_change_;
+  bool irq_level_ = false;
+
+  void drive_irq() { irq.write(irq_level_); }
+  // the device's cycle at the initiator's local time (it never runs backwards: a transaction
+  // from behind the device's time is served at the device's time)
+  uint64_t catch_up(const sc_core::sc_time& delay) {
+    const uint64_t at = static_cast<uint64_t>((sc_core::sc_time_stamp() + delay) / period_);
+    if (at > be_.cycle()) be_.run(at - be_.cycle());
+    return be_.cycle();
+  }
+  // the delay that puts the initiator at the device's cycle
+  void annotate(sc_core::sc_time& delay) {
+    const sc_core::sc_time now = be_.cycle() * period_;
+    if (now > sc_core::sc_time_stamp()) delay = std::max(delay, now - sc_core::sc_time_stamp());
+  }
+  Rsp exchange(std::vector<uint8_t> m, sc_core::sc_time& delay) override {
+    catch_up(delay);
+    const uint16_t t = tag(m, true);
+    be_.push(m);
+    while (collect(), !waiting_[t].done) be_.run(1);
+    annotate(delay);
+    return take(t);
+  }
+  void post(std::vector<uint8_t> m, sc_core::sc_time& delay) override {
+    catch_up(delay);
+    tag(m, false);
+    be_.push(m);
+  }
+  void doorbell(sc_core::sc_time&) override {
+    // the device runs ahead to the doorbell's end; irq rises at that time
+    const uint64_t done = be_.run_until_quiet();
+    irq_level_ = true;
+    irq_change_.notify(done * period_ - sc_core::sc_time_stamp());
+  }
+  void acknowledge(sc_core::sc_time& delay) override {
+    irq_level_ = false;
+    irq_change_.notify(delay);
   }
 };
 
