@@ -6,8 +6,10 @@ example platform builds and runs."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -129,9 +131,12 @@ def test_a_changed_answer_is_a_mismatch(bench, tmp_path):
         run_bench(bench, "rtl", rec.program, tmp_path, model.geometry)
 
 
-def test_the_guides_example_platform_builds_and_runs():
+@pytest.mark.parametrize("form", ["rtl", "model"])
+def test_the_guides_example_platform_builds_and_runs(form):
     exe = build_program("nelssa_sc_example", EXAMPLE_CPP)
-    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([str(exe), form], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "NELSSA_PYTHON": sys.executable})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "MAGIC 4e454c53" in out.stdout
-    assert "completion desc_id 1 status 0" in out.stdout
+    assert "completion desc_id 1 status 0 phase 1" in out.stdout
+    assert re.search(r"^done at cycle [1-9]", out.stdout, re.M), out.stdout
