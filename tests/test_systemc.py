@@ -6,6 +6,8 @@ example platform builds and runs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -13,12 +15,12 @@ import sys
 
 import numpy as np
 import pytest
+from node_helpers import bf16
 
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.formats import DESCRIPTOR, DescStatus
 from nelssa.driver.memory import MemoryApi
-from nelssa.hw.model import fp
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
 from nelssa.hw.sim.systemc import (
     BENCH_CPP,
@@ -30,12 +32,11 @@ from nelssa.hw.sim.systemc import (
     run_bench,
     run_on_port,
 )
+from nelssa.hw.sim.systemc import (
+    main as systemc_main,
+)
 
 pytestmark = pytest.mark.rtl
-
-
-def bf16(rng: np.random.Generator, shape) -> np.ndarray:
-    return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
 def host_program() -> tuple[RecordingPort, ModelDevice, list]:
@@ -131,12 +132,30 @@ def test_a_changed_answer_is_a_mismatch(bench, tmp_path):
         run_bench(bench, "rtl", rec.program, tmp_path, model.geometry)
 
 
+@pytest.fixture(scope="module")
+def example():
+    """The guide's example, built by the guide's command (docs/systemc.md)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert systemc_main([str(EXAMPLE_CPP)]) == 0
+    return out.getvalue().strip()
+
+
 @pytest.mark.parametrize("form", ["rtl", "model"])
-def test_the_guides_example_platform_builds_and_runs(form):
-    exe = build_program("nelssa_sc_example", EXAMPLE_CPP)
-    out = subprocess.run([str(exe), form], capture_output=True, text=True, timeout=120,
+def test_the_guides_example_platform_builds_and_runs(example, form):
+    out = subprocess.run([example, form], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "NELSSA_PYTHON": sys.executable})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "MAGIC 4e454c53" in out.stdout
     assert "completion desc_id 1 status 0 phase 1" in out.stdout
     assert re.search(r"^done at cycle [1-9]", out.stdout, re.M), out.stdout
+
+
+def test_the_build_command_refuses_bad_input(capsys):
+    for argv, why in ((["nothere.cpp"], "source nothere.cpp: no such file"),
+                      ([str(EXAMPLE_CPP), "--units", "9"], "--units 9: the device has 1..6")):
+        with pytest.raises(SystemExit) as e:
+            systemc_main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err

@@ -28,7 +28,7 @@ import numpy as np
 from nelssa.driver import cxl, regs
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.port import DevicePort
-from nelssa.hw.sim.device import build_library, store_image
+from nelssa.hw.sim.device import RTL_MAX_UNITS, build_library, store_image
 from nelssa.hw.sim.verilator import REPO_ROOT, announce_build, build_lock, build_root
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,9 @@ class SystemC:
 def python_flags() -> list[str]:
     """Compiler and linker flags that embed this interpreter (the model backend's)."""
     inc = sysconfig.get_paths()["include"]
+    if not (Path(inc) / "Python.h").exists():
+        raise SystemCNotFoundError(f"no Python.h in {inc}: the model backend embeds this "
+                                   "interpreter (install its headers: python3-dev)")
     libdir = sysconfig.get_config_var("LIBDIR")
     ver = sysconfig.get_config_var("LDVERSION")
     return [f"-I{inc}", f"-L{libdir}", f"-lpython{ver}", f"-Wl,-rpath,{libdir}"]
@@ -337,3 +340,30 @@ def run_bench(exe: Path, form: str, program: HostProgram, workdir: Path, geometr
     image = (store_image(keys, data, geometry) if keyed else
              {int(a): data[i].tobytes() for i, a in enumerate(keys) if data[i].any()})
     return BenchResult(marks, image, proc.stdout.splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m nelssa.hw.sim.systemc SOURCE.cpp``: build a SystemC platform that includes
+    the device's headers; prints the program's path (docs/systemc.md)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m nelssa.hw.sim.systemc",
+                                description="Build a SystemC platform around the NELSSA device.")
+    p.add_argument("source", type=Path, help="the platform's C++ source (with its sc_main)")
+    p.add_argument("--units", type=int, default=BENCH_UNITS,
+                   help=f"attention units of the Verilated device (default {BENCH_UNITS})")
+    args = p.parse_args(argv)
+    if not args.source.is_file():
+        p.error(f"source {args.source}: no such file")
+    if not 1 <= args.units <= RTL_MAX_UNITS:
+        p.error(f"--units {args.units}: the device has 1..{RTL_MAX_UNITS}")
+    try:
+        exe = build_program(args.source.stem, args.source, args.units)
+    except (SystemCNotFoundError, RuntimeError) as e:
+        p.exit(2, f"{p.prog}: {e}\n")
+    sys.stdout.write(f"{exe}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
