@@ -112,7 +112,7 @@ def build_program(name: str, source: Path, units: int = BENCH_UNITS, opt: str = 
                f"-I{SYSTEMC_DIR}", f"-I{CSR_HEADER.parent}", f"-I{sc.include}",
                *python_flags(), str(lib), f"-L{sc.lib}", "-lsystemc", f"-Wl,-rpath,{sc.lib}",
                "-lpthread"]
-        with announce_build(name, d):
+        with announce_build(name, d, tool="g++ and SystemC"):
             proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
