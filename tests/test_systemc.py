@@ -107,6 +107,10 @@ def test_the_tlm_device_runs_the_drivers_program_as_the_other_backends(bench, tm
     # cycle for cycle the device behind its C ABI, driven by the same rules
     assert got.marks == rtl_marks and len(got.marks) == len(program.marks)
     assert rtl_marks[-1] > rtl_marks[0] > 0
+    # and the same device loosely timed: its annotated delays land on the same cycles
+    loose = run_bench(bench, "rtl-loose", program, tmp_path, geometry)
+    assert re.search(r" 2 interrupts, 0 violations, 0 mismatches", loose.summary)
+    assert loose.image == rtl_image and loose.marks == rtl_marks
 
 
 def test_the_loosely_timed_model_form_annotates_the_cycle_models_time(bench, tmp_path):

@@ -3,10 +3,11 @@
 // every answer against the program's expected bytes; tests/test_systemc.py compares the rest
 // (the memory image this writes, the cycle of each mark) with the other backends.
 //
-//   nelssa_sc_bench rtl|model PROGRAM STORE_DUMP UNITS
-// rtl: the Verilated device, clocked (ClockedDevice); model: the model device, loosely timed
-// (LooseDevice, ModelBackend; $NELSSA_PYTHON names its interpreter). UNITS: attention units
-// (the model's; the Verilated library has its own, built in).
+//   nelssa_sc_bench rtl|rtl-loose|model PROGRAM STORE_DUMP UNITS
+// rtl: the Verilated device, clocked (ClockedDevice); rtl-loose: the same device loosely timed
+// (LooseDevice); model: the model device, loosely timed (LooseDevice, ModelBackend;
+// $NELSSA_PYTHON names its interpreter). UNITS: attention units (the model's; the Verilated
+// library has its own, built in).
 //
 // A program is text, one operation a line (numbers in hex):
 //   CLOCK_PS n               the device clock's period (first line)
@@ -210,8 +211,8 @@ struct Host : sc_core::sc_module {
 
 int sc_main(int argc, char** argv) {
   const std::string form = argc == 5 ? argv[1] : "";
-  if (form != "rtl" && form != "model") {
-    std::fprintf(stderr, "usage: %s rtl|model PROGRAM STORE_DUMP UNITS\n", argv[0]);
+  if (form != "rtl" && form != "rtl-loose" && form != "model") {
+    std::fprintf(stderr, "usage: %s rtl|rtl-loose|model PROGRAM STORE_DUMP UNITS\n", argv[0]);
     return 2;
   }
   uint64_t clock_ps = 0;
@@ -229,7 +230,10 @@ int sc_main(int argc, char** argv) {
     d->clk(clk);
     dev.reset(d);
   } else {
-    backend = std::make_unique<nelssa::ModelBackend>(std::atoi(argv[4]));
+    if (form == "model")
+      backend = std::make_unique<nelssa::ModelBackend>(std::atoi(argv[4]));
+    else
+      backend = std::make_unique<nelssa::RtlBackend>();
     dev = std::make_unique<nelssa::LooseDevice>("nelssa", *backend, period);
   }
   Host host("host");
