@@ -24,6 +24,8 @@ from nelssa.hw.sim.systemc import (
     BENCH_CPP,
     BENCH_UNITS,
     EXAMPLE_CPP,
+    BenchForm,
+    OpKind,
     RecordingPort,
     SystemC,
     build_program,
@@ -52,6 +54,7 @@ def host_program() -> tuple[RecordingPort, ModelDevice, list]:
     tokens = [5, 8, 3, 7]
     mem.write_clusters(region, [bf16(rng, (t, 64)) for t in tokens],
                        [bf16(rng, (t, 64)) for t in tokens])
+    rec.advance(100)  # the host does something else a while
     rec.mark()
     ids = cq.submit([AttnRequest(region, bf16(rng, (2, 64)), [0, 2, 3]),
                      AttnRequest(region, bf16(rng, (1, 64)), [1])])
@@ -90,7 +93,7 @@ def test_the_tlm_device_runs_the_drivers_program_as_the_other_backends(bench, tm
     rec, model, _ = host_program()
     program = rec.program
     kinds = {op.kind for op in program.ops}
-    assert kinds == {"W32", "R32", "WL", "RL", "IRQ", "MARK"}, kinds
+    assert kinds == set(OpKind), kinds
     rtl = RtlDevice(units=BENCH_UNITS, optimize=False)
     try:
         rtl_marks = run_on_port(program, rtl)
@@ -98,7 +101,7 @@ def test_the_tlm_device_runs_the_drivers_program_as_the_other_backends(bench, tm
         geometry = rtl.geometry
     finally:
         rtl.close()
-    got = run_bench(bench, "rtl", program, tmp_path, geometry)
+    got = run_bench(bench, BenchForm.RTL, program, tmp_path, geometry)
     # every load answered as the model answered (the bench checks them: 0 mismatches)
     assert re.search(r" 2 interrupts, 0 violations, 0 mismatches", got.summary), got.summary
     # the memory image (descriptors, completion records, outputs, KV) is the model's, bit for
@@ -108,7 +111,7 @@ def test_the_tlm_device_runs_the_drivers_program_as_the_other_backends(bench, tm
     assert got.marks == rtl_marks and len(got.marks) == len(program.marks)
     assert rtl_marks[-1] > rtl_marks[0] > 0
     # and the same device loosely timed: its annotated delays land on the same cycles
-    loose = run_bench(bench, "rtl-loose", program, tmp_path, geometry)
+    loose = run_bench(bench, BenchForm.RTL_LOOSE, program, tmp_path, geometry)
     assert re.search(r" 2 interrupts, 0 violations, 0 mismatches", loose.summary)
     assert loose.image == rtl_image and loose.marks == rtl_marks
 
@@ -118,7 +121,7 @@ def test_the_loosely_timed_model_form_annotates_the_cycle_models_time(bench, tmp
     answers as the model does, and its annotated delays put each mark at the model's cycle."""
     rec, model, _ = host_program()
     want = run_on_port(rec.program, ModelDevice(DeviceConfig(engines=BENCH_UNITS)))
-    got = run_bench(bench, "model", rec.program, tmp_path, model.geometry)
+    got = run_bench(bench, BenchForm.MODEL, rec.program, tmp_path, model.geometry)
     assert re.search(r" 2 interrupts, 0 violations, 0 mismatches", got.summary), got.summary
     assert got.image == model.mem.image()
     assert got.marks == want and want[-1] > want[1] > want[0]
@@ -128,10 +131,18 @@ def test_a_changed_answer_is_a_mismatch(bench, tmp_path):
     """The bench's checks can fail: a completion record the device did not write is named."""
     rec, model, _ = host_program()
     ops = rec.program.ops
-    last = max(i for i, op in enumerate(ops) if op.kind == "RL")
+    last = max(i for i, op in enumerate(ops) if op.kind is OpKind.RL)
     ops[last].expect = bytes(64)
     with pytest.raises(AssertionError, match=r"mismatch line \d+ \(RL "):
-        run_bench(bench, "rtl", rec.program, tmp_path, model.geometry)
+        run_bench(bench, BenchForm.RTL, rec.program, tmp_path, model.geometry)
+
+
+def test_a_bad_program_is_refused_with_its_line(bench, tmp_path):
+    prog = tmp_path / "bad.txt"
+    prog.write_text("CLOCK_PS 4e2\nW32 10 1\nRL 40 00\n")
+    out = subprocess.run([str(bench), "rtl", str(prog), str(tmp_path / "d"), "1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and f"{prog}:3: not an operation: RL 40 00" in out.stderr
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ register access and memory line as an operation, with the answer the reference g
 SystemC testbench replays it through the target socket and checks every answer, and
 :func:`run_on_port` replays it on any other port with the same timing rules (each answer
 awaited before the next operation), so that the Verilated device behind the socket and the same
-device behind its C ABI run the same cycles.
+device behind its C ABI run the same cycles. :class:`ModelBackend` is the model device's side of
+the loosely-timed form (hw/systemc/nelssa_model_backend.h).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import sysconfig
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
@@ -121,11 +123,41 @@ def build_program(name: str, source: Path, units: int = BENCH_UNITS, opt: str = 
     return exe
 
 
+class OpKind(Enum):
+    """What a host operation does (its word in a program; bench_main.cpp reads them)."""
+
+    W32 = "W32"
+    """Register store (posted)."""
+    R32 = "R32"
+    """Register load."""
+    WL = "WL"
+    """Line store with byte enables."""
+    RL = "RL"
+    """Line load."""
+    ADV = "ADV"
+    """Let cycles pass."""
+    IRQ = "IRQ"
+    """Wait for the completion interrupt."""
+    MARK = "MARK"
+    """Report the device's cycle."""
+
+
+class BenchForm(Enum):
+    """The device behind the testbench's socket (bench_main.cpp's first argument)."""
+
+    RTL = "rtl"
+    """The Verilated device, clocked (ClockedDevice): cycle-accurate."""
+    RTL_LOOSE = "rtl-loose"
+    """The Verilated device, loosely timed (LooseDevice + RtlBackend)."""
+    MODEL = "model"
+    """The model device, loosely timed (LooseDevice + ModelBackend): the cycle model's time."""
+
+
 @dataclass
 class Op:
-    """One host operation (bench_main.cpp names the kinds)."""
+    """One host operation."""
 
-    kind: str
+    kind: OpKind
     a: int = 0
     b: int = 0
     data: bytes = b""
@@ -133,17 +165,17 @@ class Op:
     """A load's answer from the reference; None: not checked."""
 
     def text(self) -> str:
-        if self.kind == "W32":
+        if self.kind is OpKind.W32:
             return f"W32 {self.a:x} {self.b:x}"
-        if self.kind == "R32":
+        if self.kind is OpKind.R32:
             return f"R32 {self.a:x} " + ("-" if self.expect is None else f"{self.expect:x}")
-        if self.kind == "WL":
+        if self.kind is OpKind.WL:
             return f"WL {self.a:x} {self.b:x} {self.data.hex()}"
-        if self.kind == "RL":
+        if self.kind is OpKind.RL:
             return f"RL {self.a:x} {bytes(self.expect).hex()}"
-        if self.kind == "ADV":
+        if self.kind is OpKind.ADV:
             return f"ADV {self.a:x}"
-        return self.kind
+        return self.kind.value
 
 
 @dataclass
@@ -158,7 +190,7 @@ class HostProgram:
 
     @property
     def marks(self) -> list[int]:
-        return [i for i, op in enumerate(self.ops) if op.kind == "MARK"]
+        return [i for i, op in enumerate(self.ops) if op.kind is OpKind.MARK]
 
 
 class RecordingPort(DevicePort):
@@ -176,15 +208,15 @@ class RecordingPort(DevicePort):
         m = cxl.parse_message(message)
         b = m.body
         if m.channel == cxl.Channel.MMIO_REQ and b.opcode == cxl.MmioOpcode.WRITE:
-            op = Op("W32", b.offset, b.value)
+            op = Op(OpKind.W32, b.offset, b.value)
         elif m.channel == cxl.Channel.MMIO_REQ and b.opcode == cxl.MmioOpcode.READ:
-            op = Op("R32", b.offset)
+            op = Op(OpKind.R32, b.offset)
             if b.offset not in TIMING_OFFSETS:
                 self._waiting[(cxl.Channel.MMIO_RSP, b.tag)] = op
         elif m.channel == cxl.Channel.M2S_RWD:
-            op = Op("WL", b.addr, b.byte_enable, bytes(b.data))
+            op = Op(OpKind.WL, b.addr, b.byte_enable, bytes(b.data))
         elif m.channel == cxl.Channel.M2S_REQ:
-            op = Op("RL", b.addr)
+            op = Op(OpKind.RL, b.addr)
             self._waiting[(cxl.Channel.S2M_DRS, b.tag)] = op
         else:
             raise ValueError(f"a host program has no operation for {message.hex()}")
@@ -197,11 +229,11 @@ class RecordingPort(DevicePort):
             m = cxl.parse_message(raw)
             op = self._waiting.pop((m.channel, m.body.tag), None)
             if op is not None:
-                op.expect = m.body.value if op.kind == "R32" else bytes(m.body.data)
+                op.expect = m.body.value if op.kind is OpKind.R32 else bytes(m.body.data)
         return out
 
     def advance(self, cycles: int) -> None:
-        self.program.ops.append(Op("ADV", cycles))
+        self.program.ops.append(Op(OpKind.ADV, cycles))
         self.ref.advance(cycles)
 
     def run_until_idle(self, max_cycles: int) -> int:
@@ -209,16 +241,16 @@ class RecordingPort(DevicePort):
 
     def irq(self) -> None:
         """The host waits for the completion interrupt (the reference runs until idle)."""
-        self.program.ops.append(Op("IRQ"))
+        self.program.ops.append(Op(OpKind.IRQ))
         self.ref.run_until_idle(1 << 30)
 
     def mark(self) -> None:
         """The device's cycle is reported here (compared between backends)."""
-        self.program.ops.append(Op("MARK"))
+        self.program.ops.append(Op(OpKind.MARK))
 
     def read_image(self, image: dict[int, bytes]) -> None:
         """Loads of every line of ``image`` (the reference's memory), each checked."""
-        self.program.ops += [Op("RL", a, expect=d) for a, d in sorted(image.items())]
+        self.program.ops += [Op(OpKind.RL, a, expect=d) for a, d in sorted(image.items())]
 
     @property
     def cycle(self) -> int:
@@ -251,24 +283,24 @@ def run_on_port(program: HostProgram, port: DevicePort) -> list[int]:
 
     for i, op in enumerate(program.ops):
         tag = (tag + 1) & 0xFFFF
-        if op.kind == "W32":
+        if op.kind is OpKind.W32:
             port.send(cxl.mmio_wr(tag, op.a, op.b))
-        elif op.kind == "R32":
+        elif op.kind is OpKind.R32:
             port.send(cxl.mmio_rd(tag, op.a))
             got = answer((cxl.Channel.MMIO_RSP, tag)).value
             assert op.expect is None or got == op.expect, (i, op.text(), hex(got))
-        elif op.kind == "WL":
+        elif op.kind is OpKind.WL:
             port.send(cxl.mem_wr(tag, op.a, op.data, op.b))
             answer((cxl.Channel.S2M_NDR, tag))
-        elif op.kind == "RL":
+        elif op.kind is OpKind.RL:
             port.send(cxl.mem_rd(tag, op.a))
             got = bytes(answer((cxl.Channel.S2M_DRS, tag)).data)
             assert got == op.expect, (i, op.text(), got.hex())
-        elif op.kind == "ADV":
+        elif op.kind is OpKind.ADV:
             port.advance(op.a)
-        elif op.kind == "IRQ":
+        elif op.kind is OpKind.IRQ:
             port.run_until_idle(1 << 30)
-        elif op.kind == "MARK":
+        elif op.kind is OpKind.MARK:
             marks.append(port.cycle)
     return marks
 
@@ -317,16 +349,15 @@ class BenchResult:
     summary: str
 
 
-def run_bench(exe: Path, form: str, program: HostProgram, workdir: Path, geometry,
+def run_bench(exe: Path, form: BenchForm, program: HostProgram, workdir: Path, geometry,
               units: int = BENCH_UNITS) -> BenchResult:
-    """Run the SystemC testbench's ``form`` (``rtl``: the clocked Verilated device; ``model``:
-    the loosely-timed model device) on ``program``; its marks, the device memory image it
-    dumped (by address) and its closing line. A mismatch or a failure raises with what it
-    printed."""
+    """Run the SystemC testbench with the device in ``form`` on ``program``; its marks, the
+    device memory image it dumped (by address) and its closing line. A mismatch or a failure
+    raises with what it printed."""
     prog, dump = workdir / "program.txt", workdir / "store.bin"
     prog.write_text(program.text())
     env = {**os.environ, "NELSSA_PYTHON": sys.executable}
-    proc = subprocess.run([str(exe), form, str(prog), str(dump), str(units)],
+    proc = subprocess.run([str(exe), form.value, str(prog), str(dump), str(units)],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
