@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -188,34 +189,74 @@ class Device : public sc_core::sc_module {
     return v;
   }
 
- private:
+ protected:
+  // one device message of a transaction, and what its answer does to the payload
+  struct Part {
+    std::vector<uint8_t> msg;
+    bool answered = true;  // false: a posted register store
+    uint32_t reg = ~0u;    // the register a store goes to
+    std::function<tlm::tlm_response_status(const Rsp&)> done;
+  };
+
   static tlm::tlm_response_status status_of(uint8_t s) {
     return s == 0 ? tlm::TLM_OK_RESPONSE
                   : s == 1 ? tlm::TLM_ADDRESS_ERROR_RESPONSE : tlm::TLM_COMMAND_ERROR_RESPONSE;
   }
 
-  tlm::tlm_response_status reg_access(bool write, uint32_t off, uint8_t* p,
-                                      sc_core::sc_time& delay) {
-    std::vector<uint8_t> m{MMIO_REQ, write ? uint8_t{1} : uint8_t{0}, 0, 0};
-    put(m, off, 4);
-    put(m, write ? get(p, 4) : 0, 4);
-    if (write) {
-      post(std::move(m), delay);  // posted, as PCIe MMIO writes are
-      if (off == offsetof(nelssa_csr_t, SQ_TAIL)) doorbell(delay);
-      if (off == offsetof(nelssa_csr_t, CQ_HEAD)) acknowledge(delay);
+  // the messages a transaction makes, in order; a transaction that makes none answers with
+  // what is returned (an address or burst error; TLM_OK_RESPONSE for TLM_IGNORE_COMMAND)
+  tlm::tlm_response_status parts_of(tlm::tlm_generic_payload& t, std::vector<Part>& parts) {
+    const bool write = t.is_write();
+    if (!write && !t.is_read()) return tlm::TLM_OK_RESPONSE;
+    const uint64_t a = t.get_address();
+    const unsigned len = t.get_data_length();
+    uint8_t* p = t.get_data_ptr();
+    const uint8_t* be = t.get_byte_enable_ptr();
+    const unsigned be_len = t.get_byte_enable_length();
+    if (t.get_streaming_width() < len) return tlm::TLM_BURST_ERROR_RESPONSE;
+    if (a >= REG_BASE && a + len <= REG_BASE + REG_BYTES) {
+      const uint32_t off = static_cast<uint32_t>(a - REG_BASE);
+      if ((len != 4 && len != 8) || off % 4 || be) return tlm::TLM_BURST_ERROR_RESPONSE;
+      for (unsigned w = 0; w < len / 4; ++w) reg_part(write, off + 4 * w, p + 4 * w, parts);
       return tlm::TLM_OK_RESPONSE;
     }
-    Rsp r = exchange(std::move(m), delay);
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(r.value >> (8 * i));
-    return status_of(r.status);
+    if (a < MEM_BASE || a + len > MEM_BASE + MEM_WINDOW || len == 0)
+      return tlm::TLM_ADDRESS_ERROR_RESPONSE;
+    uint64_t dev = a - MEM_BASE;
+    for (unsigned done = 0; done < len;) {
+      const unsigned off = dev % LINE;
+      const unsigned n = std::min<unsigned>(LINE - off, len - done);
+      line_part(write, dev - off, off, n, p + done, be, be_len, done, parts);
+      done += n;
+      dev += n;
+    }
+    return tlm::TLM_OK_RESPONSE;
   }
 
-  tlm::tlm_response_status line_access(bool write, uint64_t line, unsigned off, unsigned n,
-                                       uint8_t* p, const uint8_t* be, unsigned be_len,
-                                       unsigned be_at, sc_core::sc_time& delay) {
-    auto on = [&](unsigned i) { return !be || be[(be_at + i) % be_len] == TLM_BYTE_ENABLED; };
+ private:
+  void reg_part(bool write, uint32_t off, uint8_t* p, std::vector<Part>& parts) {
+    Part part;
+    part.msg = {MMIO_REQ, write ? uint8_t{1} : uint8_t{0}, 0, 0};
+    put(part.msg, off, 4);
+    put(part.msg, write ? get(p, 4) : 0, 4);
+    if (write) {  // posted, as PCIe MMIO writes are
+      part.answered = false;
+      part.reg = off;
+    } else {
+      part.done = [p](const Rsp& r) {
+        for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(r.value >> (8 * i));
+        return status_of(r.status);
+      };
+    }
+    parts.push_back(std::move(part));
+  }
+
+  void line_part(bool write, uint64_t line, unsigned off, unsigned n, uint8_t* p,
+                 const uint8_t* be, unsigned be_len, unsigned be_at, std::vector<Part>& parts) {
+    auto on = [=](unsigned i) { return !be || be[(be_at + i) % be_len] == TLM_BYTE_ENABLED; };
+    Part part;
     if (write) {
-      std::vector<uint8_t> m{M2S_RWD, 0, 0, 0};
+      part.msg = {M2S_RWD, 0, 0, 0};
       uint64_t enable = 0;
       uint8_t data[LINE] = {};
       for (unsigned i = 0; i < n; ++i) {
@@ -223,54 +264,36 @@ class Device : public sc_core::sc_module {
         enable |= uint64_t{1} << (off + i);
         data[off + i] = p[i];
       }
-      m[1] = enable == ~uint64_t{0} ? 1 : 2;  // MEM_WR, or MEM_WR_PTL
-      put(m, line, 8);
-      put(m, enable, 8);
-      m.insert(m.end(), data, data + LINE);
-      return status_of(exchange(std::move(m), delay).status);
+      part.msg[1] = enable == ~uint64_t{0} ? 1 : 2;  // MEM_WR, or MEM_WR_PTL
+      put(part.msg, line, 8);
+      put(part.msg, enable, 8);
+      part.msg.insert(part.msg.end(), data, data + LINE);
+      part.done = [](const Rsp& r) { return status_of(r.status); };
+    } else {
+      part.msg = {M2S_REQ, 1, 0, 0};
+      put(part.msg, line, 8);
+      part.done = [=](const Rsp& r) {
+        for (unsigned i = 0; i < n; ++i)
+          if (on(i)) p[i] = r.data[off + i];
+        return status_of(r.status);
+      };
     }
-    std::vector<uint8_t> m{M2S_REQ, 1, 0, 0};
-    put(m, line, 8);
-    Rsp r = exchange(std::move(m), delay);
-    for (unsigned i = 0; i < n; ++i)
-      if (on(i)) p[i] = r.data[off + i];
-    return status_of(r.status);
+    parts.push_back(std::move(part));
   }
 
+  // one part after the other, each answer awaited; the first error ends the transaction
   void b_transport(tlm::tlm_generic_payload& t, sc_core::sc_time& delay) {
-    const bool write = t.is_write();
-    if (!write && !t.is_read()) {
-      t.set_response_status(tlm::TLM_OK_RESPONSE);  // TLM_IGNORE_COMMAND
-      return;
-    }
-    const uint64_t a = t.get_address();
-    const unsigned len = t.get_data_length();
-    uint8_t* p = t.get_data_ptr();
-    const uint8_t* be = t.get_byte_enable_ptr();
-    const unsigned be_len = t.get_byte_enable_length();
-    tlm::tlm_response_status s = tlm::TLM_OK_RESPONSE;
-    if (t.get_streaming_width() < len) {
-      s = tlm::TLM_BURST_ERROR_RESPONSE;
-    } else if (a >= REG_BASE && a + len <= REG_BASE + REG_BYTES) {
-      const uint32_t off = static_cast<uint32_t>(a - REG_BASE);
-      if ((len != 4 && len != 8) || off % 4 || be) {
-        s = tlm::TLM_BURST_ERROR_RESPONSE;
-      } else {
-        for (unsigned w = 0; w < len / 4 && s == tlm::TLM_OK_RESPONSE; ++w)
-          s = reg_access(write, off + 4 * w, p + 4 * w, delay);
+    std::vector<Part> parts;
+    tlm::tlm_response_status s = parts_of(t, parts);
+    for (size_t i = 0; i < parts.size() && s == tlm::TLM_OK_RESPONSE; ++i) {
+      Part& part = parts[i];
+      if (part.answered) {
+        s = part.done(exchange(std::move(part.msg), delay));
+        continue;
       }
-    } else if (a >= MEM_BASE && a + len <= MEM_BASE + MEM_WINDOW && len > 0) {
-      uint64_t dev = a - MEM_BASE;
-      unsigned done = 0;
-      while (done < len && s == tlm::TLM_OK_RESPONSE) {
-        const unsigned off = dev % LINE;
-        const unsigned n = std::min<unsigned>(LINE - off, len - done);
-        s = line_access(write, dev - off, off, n, p + done, be, be_len, done, delay);
-        done += n;
-        dev += n;
-      }
-    } else {
-      s = tlm::TLM_ADDRESS_ERROR_RESPONSE;
+      post(std::move(part.msg), delay);
+      if (part.reg == offsetof(nelssa_csr_t, SQ_TAIL)) doorbell(delay);
+      if (part.reg == offsetof(nelssa_csr_t, CQ_HEAD)) acknowledge(delay);
     }
     t.set_response_status(s);
   }
