@@ -34,6 +34,7 @@
 
 #include <systemc>
 #include <tlm>
+#include <tlm_utils/peq_with_get.h>
 #include <tlm_utils/simple_target_socket.h>
 
 #include "nelssa_csr.h"
@@ -308,29 +309,52 @@ class Device : public sc_core::sc_module {
 };
 
 // Cycle-accurate: one device cycle per rising edge of clk. The messages queued since the last
-// edge go in, the device runs a cycle, its answers wake the transactions waiting for them.
+// edge go in, the device runs a cycle, its answers complete the transactions waiting for them.
+// Besides b_transport it takes the four-phase nb_transport_fw natively: a request is accepted
+// at once (END_REQ), its messages enter at the next edge, and BEGIN_RESP follows once the
+// device has answered them all (responses in the order they complete, one BEGIN_RESP at a
+// time), so an initiator may keep many requests in flight.
 class ClockedDevice : public Device {
  public:
   sc_core::sc_in<bool> clk;
 
   SC_HAS_PROCESS(ClockedDevice);
-  ClockedDevice(sc_core::sc_module_name name, Backend& be) : Device(name, be), clk("clk") {
+  ClockedDevice(sc_core::sc_module_name name, Backend& be)
+      : Device(name, be), clk("clk"), requests_("requests") {
+    using Fw = tlm::tlm_sync_enum (Device::*)(tlm::tlm_generic_payload&, tlm::tlm_phase&,
+                                              sc_core::sc_time&);
+    socket.register_nb_transport_fw(this, static_cast<Fw>(&ClockedDevice::nb_transport_fw));
     SC_METHOD(tick);
     sensitive << clk.pos();
+    dont_initialize();
+    SC_METHOD(accept);
+    sensitive << requests_.get_event();
     dont_initialize();
   }
 
  private:
+  struct Job {
+    tlm::tlm_generic_payload* t;
+    std::vector<Part> parts;
+    std::vector<uint16_t> tags;  // of the answered parts, in order
+  };
   std::deque<std::vector<uint8_t>> queued_;  // messages for the next rising edge
   sc_core::sc_event answered_;
   bool doorbell_ = false;
   bool ack_ = false;  // the host wrote CQ_HEAD since the last edge
+  tlm_utils::peq_with_get<tlm::tlm_generic_payload> requests_;  // nb requests at their time
+  std::deque<Job> jobs_;                                         // nb requests in flight
+  std::deque<tlm::tlm_generic_payload*> responses_;              // answered, BEGIN_RESP due
+  bool responding_ = false;  // a BEGIN_RESP waits for its END_RESP
 
   void tick() {
     for (auto& m : queued_) be_.push(m);
     queued_.clear();
     be_.run(1);
-    if (collect()) answered_.notify(sc_core::SC_ZERO_TIME);
+    if (collect()) {
+      answered_.notify(sc_core::SC_ZERO_TIME);
+      finish_jobs();
+    }
     if (ack_) {
       ack_ = false;
       irq.write(false);
@@ -339,6 +363,13 @@ class ClockedDevice : public Device {
       doorbell_ = false;
       irq.write(true);
     }
+  }
+
+  void queue(Part& part) {
+    tag(part.msg, part.answered);
+    if (part.reg == offsetof(nelssa_csr_t, SQ_TAIL)) doorbell_ = true;
+    if (part.reg == offsetof(nelssa_csr_t, CQ_HEAD)) ack_ = true;  // irq falls at the edge
+    queued_.push_back(part.msg);
   }
 
   // a clocked target takes requests on its clock's edges: an initiator's time offset is
@@ -362,7 +393,76 @@ class ClockedDevice : public Device {
     queued_.push_back(std::move(m));
   }
   void doorbell(sc_core::sc_time&) override { doorbell_ = true; }
-  void acknowledge(sc_core::sc_time&) override { ack_ = true; }  // irq falls at the edge
+  void acknowledge(sc_core::sc_time&) override { ack_ = true; }
+
+  tlm::tlm_sync_enum nb_transport_fw(tlm::tlm_generic_payload& t, tlm::tlm_phase& phase,
+                                     sc_core::sc_time& delay) {
+    if (phase == tlm::BEGIN_REQ) {
+      requests_.notify(t, delay);
+      phase = tlm::END_REQ;
+      return tlm::TLM_UPDATED;
+    }
+    if (phase == tlm::END_RESP) {
+      responding_ = false;
+      respond();
+      return tlm::TLM_COMPLETED;
+    }
+    SC_REPORT_ERROR("nelssa", "nb_transport_fw: a phase the base protocol does not send");
+    return tlm::TLM_COMPLETED;
+  }
+
+  // requests whose time has come: their messages queued for the next edge
+  void accept() {
+    while (tlm::tlm_generic_payload* t = requests_.get_next_transaction()) {
+      Job job{t, {}, {}};
+      const tlm::tlm_response_status s = parts_of(*t, job.parts);
+      for (Part& part : job.parts) {
+        queue(part);
+        if (part.answered) job.tags.push_back(next_tag_ - 1);
+      }
+      if (s != tlm::TLM_OK_RESPONSE || job.tags.empty()) {  // nothing to wait for
+        t->set_response_status(s);
+        responses_.push_back(t);
+      } else {
+        jobs_.push_back(std::move(job));
+      }
+    }
+    respond();
+  }
+
+  // requests the device has answered whole: their payloads filled in, their responses due
+  void finish_jobs() {
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      bool done = true;
+      for (uint16_t tg : it->tags) done = done && waiting_[tg].done;
+      if (!done) {
+        ++it;
+        continue;
+      }
+      tlm::tlm_response_status s = tlm::TLM_OK_RESPONSE;
+      size_t k = 0;
+      for (Part& part : it->parts) {
+        if (!part.answered) continue;
+        const Rsp r = take(it->tags[k++]);
+        if (s == tlm::TLM_OK_RESPONSE) s = part.done(r);
+      }
+      it->t->set_response_status(s);
+      responses_.push_back(it->t);
+      it = jobs_.erase(it);
+    }
+    respond();
+  }
+
+  void respond() {
+    while (!responding_ && !responses_.empty()) {
+      tlm::tlm_generic_payload* t = responses_.front();
+      responses_.pop_front();
+      tlm::tlm_phase phase = tlm::BEGIN_RESP;
+      sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+      const tlm::tlm_sync_enum r = socket->nb_transport_bw(*t, phase, delay);
+      responding_ = !(r == tlm::TLM_COMPLETED || (r == tlm::TLM_UPDATED && phase == tlm::END_RESP));
+    }
+  }
 };
 
 // Loosely timed: no clock; the device is run up to each transaction's time and through it,
