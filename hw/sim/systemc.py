@@ -140,6 +140,8 @@ class OpKind(Enum):
     """Wait for the completion interrupt."""
     MARK = "MARK"
     """Report the device's cycle."""
+    PIPE = "PIPE"
+    """The next ``a`` operations (line loads) all in flight at once (nb_transport_fw)."""
 
 
 class BenchForm(Enum):
@@ -173,8 +175,8 @@ class Op:
             return f"WL {self.a:x} {self.b:x} {self.data.hex()}"
         if self.kind is OpKind.RL:
             return f"RL {self.a:x} {bytes(self.expect).hex()}"
-        if self.kind is OpKind.ADV:
-            return f"ADV {self.a:x}"
+        if self.kind in (OpKind.ADV, OpKind.PIPE):
+            return f"{self.kind.value} {self.a:x}"
         return self.kind.value
 
 
@@ -191,6 +193,23 @@ class HostProgram:
     @property
     def marks(self) -> list[int]:
         return [i for i, op in enumerate(self.ops) if op.kind is OpKind.MARK]
+
+    def pipelined(self, group: int, start: int = 0) -> HostProgram:
+        """This program with each run of line loads from operation ``start`` on issued
+        ``group`` at a time, all of a group in flight at once."""
+        out = HostProgram(self.clock_ps, self.ops[:start])
+        run: list[Op] = []
+        for op in [*self.ops[start:], None]:
+            if op is not None and op.kind is OpKind.RL:
+                run.append(op)
+                continue
+            for k in range(0, len(run), group):
+                part = run[k:k + group]
+                out.ops += [Op(OpKind.PIPE, len(part)), *part]
+            run = []
+            if op is not None:
+                out.ops.append(op)
+        return out
 
 
 class RecordingPort(DevicePort):
@@ -302,6 +321,9 @@ def run_on_port(program: HostProgram, port: DevicePort) -> list[int]:
             port.run_until_idle(1 << 30)
         elif op.kind is OpKind.MARK:
             marks.append(port.cycle)
+        else:
+            raise ValueError(f"operation {i} ({op.kind.value}): only the SystemC socket runs "
+                             "it")
     return marks
 
 
@@ -342,6 +364,11 @@ class ModelBackend:
         return np.array(list(img), np.int64).tobytes(), b"".join(img.values())
 
 
+BENCH_TIMEOUT_S = 600
+"""Longest a testbench run may take (a host that waits for an answer never given would
+otherwise wait for ever)."""
+
+
 @dataclass(frozen=True)
 class BenchResult:
     marks: list[int]
@@ -358,7 +385,7 @@ def run_bench(exe: Path, form: BenchForm, program: HostProgram, workdir: Path, g
     prog.write_text(program.text())
     env = {**os.environ, "NELSSA_PYTHON": sys.executable}
     proc = subprocess.run([str(exe), form.value, str(prog), str(dump), str(units)],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env=env, timeout=BENCH_TIMEOUT_S)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
         raise AssertionError(f"SystemC testbench failed ({proc.returncode}):\n{tail}")

@@ -18,6 +18,7 @@
 //   ADV n                    let n device cycles pass
 //   IRQ                      wait for the completion interrupt
 //   MARK                     print the device cycle ("mark INDEX CYCLE")
+//   PIPE n                   the next n operations (RL) all in flight at once (nb_transport_fw)
 // Prints "mismatch ..." for each difference and exits 1 if any, 2 for a bad program. The memory
 // image goes to STORE_DUMP: int64 count, int64 keyed (1: DRAM store keys, 0: addresses), the
 // keys or addresses, the lines.
@@ -93,7 +94,7 @@ std::vector<Op> load(const char* path, uint64_t& clock_ps) {
       } else if (op.kind == "RL" && f >> x >> z && z.size() == 128) {
         op.a = std::stoull(x, 0, 16);
         op.data = hex_bytes(z);
-      } else if (op.kind == "ADV" && f >> x) {
+      } else if ((op.kind == "ADV" || op.kind == "PIPE") && f >> x) {
         op.a = std::stoull(x, 0, 16);
       } else if (op.kind != "IRQ" && op.kind != "MARK") {
         bad(path, n, "not an operation: " + text);
@@ -104,6 +105,12 @@ std::vector<Op> load(const char* path, uint64_t& clock_ps) {
     ops.push_back(std::move(op));
   }
   if (!clock_ps) bad(path, 1, "no CLOCK_PS line");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != "PIPE") continue;
+    for (uint64_t k = 1; k <= ops[i].a; ++k)
+      if (i + k >= ops.size() || ops[i + k].kind != "RL")
+        bad(path, ops[i].line, "PIPE n: the next n operations must be line loads (RL)");
+  }
   return ops;
 }
 
@@ -116,7 +123,9 @@ struct Host : sc_core::sc_module {
   bool clocked = true;
   std::vector<Op> ops;
   int mismatches = 0, irqs = 0;
-  sc_core::sc_event nb_done;
+  sc_core::sc_event nb_event;  // a response or an END_REQ came back
+  int outstanding = 0;         // nb requests without their response
+  bool req_open = false;       // an nb request without its END_REQ
   bool finished = false;
 
   SC_HAS_PROCESS(Host);
@@ -127,12 +136,47 @@ struct Host : sc_core::sc_module {
 
   tlm::tlm_sync_enum nb_transport_bw(tlm::tlm_generic_payload&, tlm::tlm_phase& phase,
                                      sc_core::sc_time& delay) {
-    if (phase == tlm::BEGIN_RESP) {
-      nb_done.notify(delay);
+    nb_event.notify(delay);
+    if (phase == tlm::BEGIN_RESP) {  // (it ends the request phase too)
+      --outstanding;
+      req_open = false;
       phase = tlm::END_RESP;
       return tlm::TLM_COMPLETED;
     }
+    if (phase == tlm::END_REQ) req_open = false;
     return tlm::TLM_ACCEPTED;
+  }
+
+  // start a transaction on the four-phase protocol; returns once the target took the request
+  void begin(tlm::tlm_generic_payload& t) {
+    tlm::tlm_phase phase = tlm::BEGIN_REQ;
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    ++outstanding;
+    const tlm::tlm_sync_enum s = socket->nb_transport_fw(t, phase, delay);
+    if (s == tlm::TLM_COMPLETED) {
+      --outstanding;
+    } else if (s == tlm::TLM_UPDATED && phase == tlm::BEGIN_RESP) {
+      --outstanding;
+      phase = tlm::END_RESP;
+      socket->nb_transport_fw(t, phase, delay);
+    } else if (s == tlm::TLM_ACCEPTED) {
+      req_open = true;
+      while (req_open) sc_core::wait(nb_event);
+    }
+  }
+  void wait_all() {
+    while (outstanding) sc_core::wait(nb_event);
+  }
+  static void setup(tlm::tlm_generic_payload& t, tlm::tlm_command cmd, uint64_t addr,
+                    uint8_t* p, unsigned n, uint8_t* be) {
+    t.set_command(cmd);
+    t.set_address(addr);
+    t.set_data_ptr(p);
+    t.set_data_length(n);
+    t.set_streaming_width(n);
+    t.set_byte_enable_ptr(be);
+    t.set_byte_enable_length(be ? n : 0);
+    t.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
   }
 
   void mismatch(const Op& op, const std::string& what) {
@@ -145,25 +189,33 @@ struct Host : sc_core::sc_module {
   void transact(tlm::tlm_command cmd, uint64_t addr, uint8_t* p, unsigned n, uint8_t* be,
                 bool nb, const Op& op) {
     tlm::tlm_generic_payload t;
-    t.set_command(cmd);
-    t.set_address(addr);
-    t.set_data_ptr(p);
-    t.set_data_length(n);
-    t.set_streaming_width(n);
-    t.set_byte_enable_ptr(be);
-    t.set_byte_enable_length(be ? n : 0);
-    t.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+    setup(t, cmd, addr, p, n, be);
     sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
     if (nb) {
-      tlm::tlm_phase phase = tlm::BEGIN_REQ;
-      tlm::tlm_sync_enum s = socket->nb_transport_fw(t, phase, delay);
-      if (s != tlm::TLM_COMPLETED && !(s == tlm::TLM_UPDATED && phase == tlm::BEGIN_RESP))
-        sc_core::wait(nb_done);
+      begin(t);
+      wait_all();
     } else {
       socket->b_transport(t, delay);
       if (delay != sc_core::SC_ZERO_TIME) sc_core::wait(delay);  // the time it took
     }
     if (!t.is_response_ok()) mismatch(op, "response " + t.get_response_string());
+  }
+
+  // the next n operations, line loads, all in flight at once on the four-phase protocol
+  void pipe(size_t first, uint64_t n) {
+    std::vector<tlm::tlm_generic_payload> t(n);
+    std::vector<uint8_t> data(64 * n);
+    for (size_t k = 0; k < n; ++k)
+      setup(t[k], tlm::TLM_READ_COMMAND, nelssa::Device::MEM_BASE + ops[first + k].a,
+            &data[64 * k], 64, nullptr);
+    for (size_t k = 0; k < n; ++k) begin(t[k]);
+    wait_all();
+    for (size_t k = 0; k < n; ++k) {
+      const Op& op = ops[first + k];
+      if (!t[k].is_response_ok()) mismatch(op, "response " + t[k].get_response_string());
+      if (std::memcmp(&data[64 * k], op.data.data(), 64) != 0)
+        mismatch(op, "read " + hex(&data[64 * k], 64));
+    }
   }
 
   void run() {
@@ -190,6 +242,9 @@ struct Host : sc_core::sc_module {
                  false, op);
         if (std::memcmp(line, op.data.data(), 64) != 0)
           mismatch(op, "read " + hex(line, 64));
+      } else if (op.kind == "PIPE") {
+        pipe(i + 1, op.a);
+        i += op.a;
       } else if (op.kind == "ADV" && clocked) {
         for (uint64_t k = 0; k < op.a; ++k) sc_core::wait(clk.posedge_event());
         sc_core::wait(sc_core::SC_ZERO_TIME);  // after the device's own edge
