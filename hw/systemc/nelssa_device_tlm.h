@@ -365,11 +365,12 @@ class ClockedDevice : public Device {
     }
   }
 
-  void queue(Part& part) {
-    tag(part.msg, part.answered);
+  uint16_t queue(Part& part) {
+    const uint16_t t = tag(part.msg, part.answered);
     if (part.reg == offsetof(nelssa_csr_t, SQ_TAIL)) doorbell_ = true;
     if (part.reg == offsetof(nelssa_csr_t, CQ_HEAD)) ack_ = true;  // irq falls at the edge
     queued_.push_back(part.msg);
+    return t;
   }
 
   // a clocked target takes requests on its clock's edges: an initiator's time offset is
@@ -417,8 +418,8 @@ class ClockedDevice : public Device {
       Job job{t, {}, {}};
       const tlm::tlm_response_status s = parts_of(*t, job.parts);
       for (Part& part : job.parts) {
-        queue(part);
-        if (part.answered) job.tags.push_back(next_tag_ - 1);
+        const uint16_t tg = queue(part);
+        if (part.answered) job.tags.push_back(tg);
       }
       if (s != tlm::TLM_OK_RESPONSE || job.tags.empty()) {  // nothing to wait for
         t->set_response_status(s);
