@@ -94,7 +94,7 @@ def test_the_tlm_device_runs_the_drivers_program_as_the_other_backends(bench, tm
     program = rec.program
     kinds = {op.kind for op in program.ops}
     assert kinds == set(OpKind) - {OpKind.PIPE}, kinds
-    rtl = RtlDevice(units=BENCH_UNITS, optimize=False)
+    rtl = RtlDevice(units=BENCH_UNITS)
     try:
         rtl_marks = run_on_port(program, rtl)
         rtl_image = rtl.image()

@@ -30,7 +30,7 @@ import numpy as np
 from nelssa.driver import cxl, regs
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.port import DevicePort
-from nelssa.hw.sim.device import RTL_MAX_UNITS, build_library, store_image
+from nelssa.hw.sim.device import DEVICE_UNITS, RTL_MAX_UNITS, build_library, store_image
 from nelssa.hw.sim.verilator import REPO_ROOT, announce_build, build_lock, build_root
 
 log = logging.getLogger(__name__)
@@ -89,17 +89,17 @@ def python_flags() -> list[str]:
     return [f"-I{inc}", f"-L{libdir}", f"-lpython{ver}", f"-Wl,-rpath,{libdir}"]
 
 
-BENCH_UNITS = 1
-"""Attention units of the device the SystemC programs are built with (the library's C++ at -O0:
-a build for brief runs)."""
+BENCH_UNITS = DEVICE_UNITS
+"""Attention units of the device the SystemC programs are built with by default: the default
+RTL device's library, so that the tests' other RTL devices and these programs share one build."""
 
 
 def build_program(name: str, source: Path, units: int = BENCH_UNITS, opt: str = "-O1") -> Path:
     """Compile a SystemC program (``source``, which includes nelssa_device_tlm.h) against the
-    Verilated device's library (``units`` attention units, its C++ at -O0: a build that runs
-    briefly); cached in the build root by the sources' contents and the library's path."""
+    Verilated device's library (``units`` attention units); cached in the build root by the
+    sources' contents and the library's path."""
     sc = SystemC.locate()
-    lib = build_library(units=units, optimize=False)
+    lib = build_library(units=units)
     h = hashlib.sha256()
     for p in (source, TLM_HEADER, MODEL_HEADER, CSR_HEADER):
         h.update(p.read_bytes())
