@@ -7,7 +7,16 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from nelssa.experiments.stale import PAGES, Measured, State, check, main, page_commit, unmapped
+from nelssa.experiments.stale import (
+    PAGES,
+    Measured,
+    State,
+    check,
+    main,
+    mark,
+    page_commit,
+    unmapped,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,3 +93,67 @@ def test_a_change_to_measured_code_makes_a_page_stale(tmp_path):
     (repo / "docs/results/named.md").write_text("# Named\n\nCode: 0123456789, 2026-12-06\n")
     assert {s.page: s for s in check(repo, pages)}["named.md"].state is State.UNKNOWN
     assert unmapped(repo, {"named.md": None}) == ["dated.md", "old.md"]
+
+
+def test_only_code_the_script_runs_and_only_code_changes_count(tmp_path):
+    """Within a declared folder a package module the script never imports does not date the
+    page; a change to comments, docstrings or blank space does not either; a change to what
+    runs does. --mark puts the note on the stale page (naming its commit first, so the check
+    still reads that one) and takes it off once the page is fresh again."""
+    repo = tmp_path
+    _git(repo, "init", "-q")
+    for d in ("docs/results", "scripts", "nelssa", "rtl"):
+        (repo / d).mkdir(parents=True)
+    (repo / "nelssa/__init__.py").write_text("")
+    (repo / "nelssa/used.py").write_text('"""Doc."""\n\nX = 1  # why\n')
+    (repo / "nelssa/unused.py").write_text("Y = 1\n")
+    (repo / "rtl/unit.sv").write_text("module unit; // a unit\nendmodule\n")
+    (repo / "scripts/run.py").write_text("def main():\n    from nelssa import used\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "code")
+    ran = _git(repo, "rev-parse", "--short", "HEAD")
+    (repo / "docs/results/p.md").write_text(f"# P\n\nCode: {ran}\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "page")
+    pages = {"p.md": Measured("scripts/run.py", ("nelssa", "rtl"))}
+
+    def state():
+        return {s.page: s for s in check(repo, pages)}["p.md"]
+
+    (repo / "nelssa/unused.py").write_text("Y = 2\n")
+    (repo / "nelssa/used.py").write_text('"""Another doc."""\n\n\nX = 1  # and why not\n')
+    (repo / "rtl/unit.sv").write_text("module unit;   /* the unit */\n\nendmodule\n")
+    _git(repo, "commit", "-qam", "cosmetic")
+    s = state()
+    assert s.state is State.FRESH and s.cosmetic == 2 and s.changed == ()
+    assert mark(repo, [s], pages) == []
+
+    (repo / "rtl/unit.sv").write_text("module unit; logic a; endmodule\n")
+    (repo / "nelssa/used.py").write_text('"""Another doc."""\n\nX = 2\n')
+    _git(repo, "commit", "-qam", "code changes")
+    s = state()
+    assert s.state is State.STALE and s.changed == ("nelssa/used.py", "rtl/unit.sv")
+    assert mark(repo, [s], pages) == ["p.md"]
+    text = (repo / "docs/results/p.md").read_text()
+    assert text.startswith("<!-- stale -->\n> **Stale.** Measured at `" + ran)
+    assert text.endswith(f"# P\n\nCode: {ran}\n")
+    _git(repo, "commit", "-qam", "marked")
+    assert state().commit == ran and state().state is State.STALE
+    assert mark(repo, [state()], pages) == []  # marking again changes nothing
+
+    (repo / "nelssa/used.py").write_text('"""Doc."""\n\nX = 1\n')
+    (repo / "rtl/unit.sv").write_text("module unit; endmodule\n")
+    _git(repo, "commit", "-qam", "back")
+    s = state()
+    assert s.state is State.FRESH
+    assert mark(repo, [s], pages) == ["p.md"]
+    assert (repo / "docs/results/p.md").read_text() == f"# P\n\nCode: {ran}\n"
+
+
+def test_import_closure_follows_the_package(tmp_path):
+    from nelssa.experiments.stale_scope import import_closure
+
+    closure = import_closure(ROOT, "scripts/reproduce_paper.py")
+    assert {"scripts/reproduce_paper.py", "emu/serving/sim.py", "emu/latency/model.py",
+            "emu/serving/__init__.py", "nelssa/__init__.py"} <= closure
+    assert "host/gpu/decode.py" not in closure
