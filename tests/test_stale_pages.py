@@ -54,23 +54,24 @@ def _git(repo: Path, *args: str) -> str:
                           ).stdout.strip()
 
 
+def _commit_files(repo: Path, files: dict[str, str], message: str) -> str:
+    """Write ``files`` (repository path: text) and commit them; the commit's short id."""
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+    return _git(repo, "rev-parse", "--short", "HEAD")
+
+
 def test_a_change_to_measured_code_makes_a_page_stale(tmp_path):
     repo = tmp_path
     _git(repo, "init", "-q")
-    (repo / "docs/results").mkdir(parents=True)
-    (repo / "scripts").mkdir()
-    (repo / "lib").mkdir()
-    (repo / "scripts/run.py").write_text("print(1)\n")
-    (repo / "lib/a.py").write_text("A = 1\n")
-    (repo / "lib/b.py").write_text("B = 1\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "code")
-    ran = _git(repo, "rev-parse", "--short", "HEAD")
-    (repo / "docs/results/named.md").write_text(f"# Named\n\nCode: {ran}, 2026-12-06\n")
-    (repo / "docs/results/dated.md").write_text("# Dated by its last edit\n")
-    (repo / "docs/results/old.md").write_text("# A record\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "pages")
+    ran = _commit_files(repo, {"scripts/run.py": "print(1)\n", "lib/a.py": "A = 1\n",
+                               "lib/b.py": "B = 1\n"}, "code")
+    _commit_files(repo, {"docs/results/named.md": f"# Named\n\nCode: {ran}, 2026-12-06\n",
+                         "docs/results/dated.md": "# Dated by its last edit\n",
+                         "docs/results/old.md": "# A record\n"}, "pages")
     pages = {"named.md": Measured("scripts/run.py", ("lib/a.py",)),
              "dated.md": Measured("scripts/run.py", ("lib",)), "old.md": None}
     assert {s.page: s.state for s in check(repo, pages)} == {
@@ -102,19 +103,11 @@ def test_only_code_the_script_runs_and_only_code_changes_count(tmp_path):
     still reads that one) and takes it off once the page is fresh again."""
     repo = tmp_path
     _git(repo, "init", "-q")
-    for d in ("docs/results", "scripts", "nelssa", "rtl"):
-        (repo / d).mkdir(parents=True)
-    (repo / "nelssa/__init__.py").write_text("")
-    (repo / "nelssa/used.py").write_text('"""Doc."""\n\nX = 1  # why\n')
-    (repo / "nelssa/unused.py").write_text("Y = 1\n")
-    (repo / "rtl/unit.sv").write_text("module unit; // a unit\nendmodule\n")
-    (repo / "scripts/run.py").write_text("def main():\n    from nelssa import used\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "code")
-    ran = _git(repo, "rev-parse", "--short", "HEAD")
-    (repo / "docs/results/p.md").write_text(f"# P\n\nCode: {ran}\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "page")
+    ran = _commit_files(repo, {
+        "nelssa/__init__.py": "", "nelssa/used.py": '"""Doc."""\n\nX = 1  # why\n',
+        "nelssa/unused.py": "Y = 1\n", "rtl/unit.sv": "module unit; // a unit\nendmodule\n",
+        "scripts/run.py": "def main():\n    from nelssa import used\n"}, "code")
+    _commit_files(repo, {"docs/results/p.md": f"# P\n\nCode: {ran}\n"}, "page")
     pages = {"p.md": Measured("scripts/run.py", ("nelssa", "rtl"))}
 
     def state():

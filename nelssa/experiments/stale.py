@@ -167,20 +167,21 @@ def check_page(repo: Path, page: str, measured: Measured | None) -> PageState:
     if not full:
         return PageState(page, State.UNKNOWN, commit, named)
     full = full.strip()
-    diff = _git(repo, "diff", "--name-only", full, "HEAD", "--", *measured.paths)
+    head = (_git(repo, "rev-parse", "HEAD") or "").strip()
+    diff = _git(repo, "diff", "--name-only", full, head, "--", *measured.paths) if head else None
     if diff is None:
         return PageState(page, State.UNKNOWN, commit, named)
     files = scope(repo, measured.script, measured.modules, diff.split())
-    changed = tuple(f for f in files if _code_changed(repo, full, f))
+    changed = tuple(f for f in files if _code_changed(repo, full, head, f))
     return PageState(page, State.STALE if changed else State.FRESH, commit, named, changed,
                      len(files) - len(changed))
 
 
 @functools.lru_cache(maxsize=4096)
-def _code_changed(repo: Path, commit: str, path: str) -> bool:
-    """Whether ``path`` runs differently at HEAD than at ``commit`` (comments, docstrings and
-    blank space aside; stale_scope.normalized)."""
-    before, after = (_git(repo, "show", f"{rev}:{path}") for rev in (commit, "HEAD"))
+def _code_changed(repo: Path, commit: str, head: str, path: str) -> bool:
+    """Whether ``path`` runs differently at ``head`` than at ``commit`` (comments, docstrings
+    and blank space aside; stale_scope.normalized)."""
+    before, after = (_git(repo, "show", f"{rev}:{path}") for rev in (commit, head))
     return normalized(path, before) != normalized(path, after)
 
 
