@@ -117,8 +117,8 @@ def code_version() -> dict[str, Any]:
 
 def commit_label() -> str:
     """The code's commit as a results page names it: ``abc1234``, ``abc1234 (modified)`` where
-    tracked files outside docs/ differ from it, or ``unknown`` (nelssa/experiments/stale.py reads it back
-    from the page's ``Code:`` or ``at`` line)."""
+    tracked files outside docs/ differ from it, or ``unknown`` (nelssa/experiments/stale.py
+    reads it back from the page's ``Code:`` or ``at`` line)."""
     code = code_version()
     if code["commit"] == UNKNOWN:
         return UNKNOWN
