@@ -58,8 +58,7 @@ PAGES: dict[str, Measured | None] = {
         "hw/model/ddr5_replay.py", "hw/model/ddr5_timing.py")),
     "decode.md": Measured("scripts/needle_report.py", (
         "host/gpu", "host/pnm_node", "nelssa/cli_decode.py")),
-    "device.md": Measured("scripts/bench_device.py", (
-        "hw/model/device.py", "hw/model/device_cycle.py", "rtl/top")),
+    "device.md": HAND_WRITTEN,  # the two-unit device's figures, kept (it says so); no script
     "device_bench.md": Measured("scripts/bench_device.py", (
         "hw/model/device.py", "hw/model/bandwidth.py")),
     "device_sim_speed.md": Measured("scripts/bench_sim_speed.py", (
@@ -73,6 +72,9 @@ PAGES: dict[str, Measured | None] = {
     "ingest.md": Measured("scripts/bench_ingest.py", (
         "driver/memory.py", "driver/remote.py", "driver/remote_server.py",
         "host/pnm_node/devices.py")),
+    "ingest_beside.md": Measured("scripts/ingest_beside.py", (
+        "nelssa/experiments/ingest_beside.py", "hw/model", "hw/sim/device.py", "rtl/top",
+        "rtl/mem", "rtl/core")),
     "largest_attend.md": Measured("scripts/largest_attend.py", (
         "host/pnm_node", "driver/formats.py")),
     "fleet_cosim.md": Measured("scripts/fleet_cosim_check.py", (
@@ -88,6 +90,8 @@ PAGES: dict[str, Measured | None] = {
     "orchestrator.md": Measured("scripts/orchestrator_eval.py", (
         "nelssa/experiments/orchestrator_eval.py", "emu/policy/orchestrator.py",
         "emu/policy/adaptive.py", "emu/serving")),
+    "paper_hol.md": Measured("scripts/paper_hol.py", (
+        "nelssa/experiments/paper_hol.py", "emu/serving", "emu/policy", "emu/latency")),
     "partitioning.md": Measured("scripts/partition_study.py", (
         "nelssa/experiments/partition_study.py", "nelssa/experiments/partition_jobs.py",
         "host/pnm_node/partition.py")),
