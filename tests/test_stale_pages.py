@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from nelssa.experiments.stale import (
     PAGES,
     Measured,
@@ -150,3 +152,15 @@ def test_import_closure_follows_the_package(tmp_path):
     assert {"scripts/reproduce_paper.py", "emu/serving/sim.py", "emu/latency/model.py",
             "emu/serving/__init__.py", "nelssa/__init__.py"} <= closure
     assert "host/gpu/decode.py" not in closure
+
+
+def test_a_page_the_map_names_but_docs_lack_is_missing(tmp_path, capsys):
+    _git(tmp_path, "init", "-q")
+    _commit_files(tmp_path, {"scripts/run.py": "print(1)\n", "docs/results/a.md": "# A\n"}, "c")
+    states = check(tmp_path, {"a.md": Measured("scripts/run.py", ()),
+                              "gone.md": Measured("scripts/run.py", ())})
+    assert [(s.page, s.state) for s in states] == [("a.md", State.FRESH),
+                                                    ("gone.md", State.MISSING)]
+    with pytest.raises(SystemExit) as e:
+        main(["--repo", str(tmp_path), "--mark", "nope.md"])
+    assert e.value.code == 2 and "not a results page: nope.md" in capsys.readouterr().err

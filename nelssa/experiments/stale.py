@@ -118,6 +118,8 @@ class State(enum.Enum):
     FRESH = "fresh"
     STALE = "stale"
     HAND_WRITTEN = "hand-written"
+    MISSING = "missing"
+    """The map names the page; docs/results/ has no such file."""
     UNKNOWN = "unknown"
     """The page's commit is not in this repository's history (or git cannot say)."""
 
@@ -163,6 +165,8 @@ def check_page(repo: Path, page: str, measured: Measured | None) -> PageState:
     if measured is None:
         return PageState(page, State.HAND_WRITTEN)
     path = RESULTS / page
+    if not (repo / path).is_file():
+        return PageState(page, State.MISSING)
     commit = page_commit((repo / path).read_text(encoding="utf-8", errors="replace"))
     named = commit is not None
     if commit is None:
@@ -243,21 +247,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[2],
                     help="the repository [default: this one]")
     ap.add_argument("--all", action="store_true", help="list fresh pages too")
-    ap.add_argument("--mark", action="store_true",
+    ap.add_argument("--mark", nargs="*", metavar="PAGE",
                     help="write a note at the top of each stale page (and take it off pages "
-                         "no longer stale)")
+                         "no longer stale); with names, only those pages")
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.mark or ()) - set(PAGES))
+    if unknown:
+        ap.error(f"--mark: not a results page: {', '.join(unknown)}")
     states = check(args.repo)
-    if args.mark:
+    if args.mark is not None:
         stale_now = {s.page for s in states if s.state is State.STALE}
-        for page in mark(args.repo, states):
+        chosen = [s for s in states if not args.mark or s.page in args.mark]
+        for page in mark(args.repo, chosen):
             print(f"{page}: stale note {'written' if page in stale_now else 'taken off'}")
     for s in states:
-        if args.all or s.state in (State.STALE, State.UNKNOWN):
+        if args.all or s.state in (State.STALE, State.UNKNOWN, State.MISSING):
             print(s.line())
     missing = unmapped(args.repo)
     for page in missing:
         print(f"{page}: not in nelssa/experiments/stale.py's map")
     stale = sum(s.state is State.STALE for s in states)
     print(f"{stale} of {len(states)} pages stale")
-    return 1 if missing else 0
+    return 1 if missing or any(s.state is State.MISSING for s in states) else 0
