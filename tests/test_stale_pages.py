@@ -164,3 +164,16 @@ def test_a_page_the_map_names_but_docs_lack_is_missing(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--repo", str(tmp_path), "--mark", "nope.md"])
     assert e.value.code == 2 and "not a results page: nope.md" in capsys.readouterr().err
+
+
+def test_a_process_the_script_starts_counts_as_imported(tmp_path):
+    """Code a script runs in a process it starts (``-m nelssa.x``) is code it measures."""
+    from nelssa.experiments.stale_scope import import_closure
+
+    for name, text in {"nelssa/__init__.py": "", "nelssa/served.py": "from nelssa import deep\n",
+                       "nelssa/deep.py": "", "nelssa/other.py": "",
+                       "scripts/run.py": 'CMD = ["python", "-m", "nelssa.served"]\n'}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert import_closure(tmp_path, "scripts/run.py") == {
+        "scripts/run.py", "nelssa/__init__.py", "nelssa/served.py", "nelssa/deep.py"}

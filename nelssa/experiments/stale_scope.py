@@ -16,6 +16,7 @@ PACKAGES = {"nelssa.hw": "hw", "nelssa.driver": "driver", "nelssa.host": "host",
 """The distribution's packages and their folders (pyproject.toml's package-dir), longest
 first where one prefixes another."""
 
+_MODULE_NAME = re.compile(r"nelssa(\.[a-z_][a-z0-9_]*)+")
 _C_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _HASH_COMMENTS = re.compile(r"(?m)^\s*#(?!\s*(?:include|define|if|endif|else|pragma)).*$")
 _C_LIKE = {".sv", ".svh", ".v", ".cpp", ".cc", ".h", ".hpp", ".c"}
@@ -48,7 +49,8 @@ def _module_of(repo: Path, path: Path) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def _imports(repo: Path, path: Path) -> frozenset[str]:
     """The ``nelssa`` modules a file imports anywhere in it (function bodies too); for
-    ``from X import y`` both X and X.y (y may be a submodule)."""
+    ``from X import y`` both X and X.y (y may be a submodule); and a string that is a module's
+    name (``"-m", "nelssa.cli"``: the code a process it starts runs)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
     except SyntaxError:
@@ -68,6 +70,9 @@ def _imports(repo: Path, path: Path) -> frozenset[str]:
                 base = ".".join([*parent, base] if base else parent)
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and _MODULE_NAME.fullmatch(node.value)):
+            out.add(node.value)  # a process it starts: [sys.executable, "-m", "nelssa.cli"]
     return frozenset(m for m in out if m == "nelssa" or m.startswith("nelssa."))
 
 
