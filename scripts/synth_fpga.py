@@ -35,6 +35,7 @@ from nelssa.hw.sim.synth_blocks import (
     UNITS,
     UNITS_FILES,
     Block,
+    TopSize,
     blocks,
     check_blocks,
 )
@@ -45,6 +46,8 @@ CACHE = OUT / "cache"
 CHECK_OUT = OUT / "check"
 """--check's results and cache, apart from the full run's."""
 PAGE = ROOT / "docs" / "results" / "synthesis.md"
+RESOURCE_MODEL = ROOT / "hw" / "fpga" / "resource_model.json"
+"""The per-unit resource model's measured points (--fit; hw/fpga/plan.py reads them)."""
 COLUMNS = ("LUT", "FF", "CARRY", "DSP", "BRAM", "LUTRAM")
 
 
@@ -125,6 +128,78 @@ def check(timeout_s: float, family: str) -> int:
     return 0
 
 
+def map_blocks(todo: list[Block], timeout_s: float, family: str, size: TopSize | None = None
+               ) -> tuple[dict[str, dict[str, object]], dict[str, int], list[str]]:
+    """Map ``todo`` (synth_blocks.blocks at ``size``) one block at a time, printing each row:
+    each block's count and per-instance resources, the total, and the blocks that failed."""
+    z = size or TopSize()
+    print(f"nelssa_fpga_top ({family}; {z.units} attention units, {z.channels} memory "
+          f"channels, HeadDim {z.head_dim}, {z.num_qheads} query heads), per block, out of "
+          "context")
+    print(f"{'block':<34}{'n':>5}" + "".join(f"{c:>10}" for c in COLUMNS))
+    total = dict.fromkeys(COLUMNS, 0)
+    failed: list[str] = []
+    results: dict[str, dict[str, object]] = {}
+    netlists: dict[str, dict[str, int]] = {}
+    for b in todo:
+        count = b.count
+        if b.within is not None:
+            if b.within not in netlists:
+                print(f"{b.name:<34}{'?':>5}  not counted: {b.within} was not mapped")
+                failed.append(b.module)
+                continue
+            count = netlists[b.within].get(b.module, 0) * results[b.within]["count"]
+        groups, cells, note = synth_block(b, timeout_s, family)
+        if groups is None:
+            print(f"{b.name:<34}{count:>5}  {note}")
+            failed.append(b.module)
+            continue
+        netlists[b.module] = cells
+        results[b.module] = {"count": count, "per_instance": groups, "note": note}
+        print(f"{b.name:<34}{count:>5,}"
+              + "".join(f"{groups[c] * count:>10,}" for c in COLUMNS) + f"   ({note})",
+              flush=True)
+        for c in COLUMNS:
+            total[c] += groups[c] * count
+    label = "total" + (" without " + ", ".join(failed) if failed else "")
+    print(f"{label:<39}" + "".join(f"{total[c]:>10,}" for c in COLUMNS))
+    return results, total, failed
+
+
+FIT_SIZES = [TopSize(units=1, head_dim=hd, num_qheads=h) for hd in (64, 128) for h in (1, 8)]
+"""Where the per-unit resource model is measured (hw/fpga/plan.py interpolates between the
+head counts): one unit and the default channels, each engine size at its fewest and most
+query heads."""
+PER_UNIT = ("nelssa_attn_unit", "nelssa_line_reader", "nelssa_attn_engine", *UNIT_NAMES)
+"""The blocks the top holds once per attention unit (the rest: once per top)."""
+
+
+def fit(timeout_s: float, family: str, path: Path = RESOURCE_MODEL) -> int:
+    """Map the top at each FIT_SIZES size and write the resource model's points: the
+    resources of one attention unit (PER_UNIT) and of everything else, by size."""
+    points = []
+    for size in FIT_SIZES:
+        results, _, failed = map_blocks(blocks(size), timeout_s, family, size)
+        if failed:
+            print("not mapped: " + ", ".join(failed), file=sys.stderr)
+            return 1
+        unit = dict.fromkeys(COLUMNS, 0)
+        rest = dict.fromkeys(COLUMNS, 0)
+        for module, r in results.items():
+            into = unit if module in PER_UNIT else rest
+            for c in COLUMNS:
+                into[c] += r["per_instance"][c] * r["count"] // (size.units if into is unit
+                                                                  else 1)
+        points.append({"head_dim": size.head_dim, "num_qheads": size.num_qheads,
+                       "channels": size.channels, "per_unit": unit, "rest": rest})
+    doc = {"family": family, "commit": _commit(),
+           "command": f"scripts/synth_fpga.py --fit --family {family}",
+           "mapped": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "points": points}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
 def _commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -199,6 +274,9 @@ def main() -> int:
                         help="only prove that every module outside rtl/sim/ synthesizes, at "
                         "its smallest legal parameters (make synth-check, part of make test); "
                         "no table, no page")
+    parser.add_argument("--fit", action="store_true",
+                        help="map the top at the resource model's sizes and write "
+                        f"{RESOURCE_MODEL.relative_to(ROOT)} (nelssa fpga plan reads it)")
     parser.add_argument("--page-only", action="store_true",
                         help=f"only rewrite {PAGE.relative_to(ROOT)} from the results in "
                         f"{OUT.relative_to(ROOT)}")
@@ -206,6 +284,8 @@ def main() -> int:
     if args.page_only:
         _page_from_results(args.family)
         return 0
+    if args.fit:
+        return fit(args.timeout, args.family)
     if args.check:
         if args.only or args.write_page:
             parser.error("--check maps every module, and writes no page")
@@ -218,35 +298,7 @@ def main() -> int:
     if args.only is not None:  # the block, what it is counted from, and what is counted from it
         want = {args.only, by_module[args.only].within}
         todo = [b for b in every if b.module in want or b.within == args.only]
-    print(f"nelssa_fpga_top ({args.family}; {UNITS} attention units, {CHANNELS} memory "
-          "channels), per block, out of context")
-    print(f"{'block':<34}{'n':>5}" + "".join(f"{c:>10}" for c in COLUMNS))
-    total = dict.fromkeys(COLUMNS, 0)
-    failed: list[str] = []
-    results: dict[str, dict[str, object]] = {}
-    netlists: dict[str, dict[str, int]] = {}
-    for b in todo:
-        count = b.count
-        if b.within is not None:
-            if b.within not in netlists:
-                print(f"{b.name:<34}{'?':>5}  not counted: {b.within} was not mapped")
-                failed.append(b.module)
-                continue
-            count = netlists[b.within].get(b.module, 0) * results[b.within]["count"]
-        groups, cells, note = synth_block(b, args.timeout, args.family)
-        if groups is None:
-            print(f"{b.name:<34}{count:>5}  {note}")
-            failed.append(b.module)
-            continue
-        netlists[b.module] = cells
-        results[b.module] = {"count": count, "per_instance": groups, "note": note}
-        print(f"{b.name:<34}{count:>5,}"
-              + "".join(f"{groups[c] * count:>10,}" for c in COLUMNS) + f"   ({note})",
-              flush=True)
-        for c in COLUMNS:
-            total[c] += groups[c] * count
-    label = "total" + (" without " + ", ".join(failed) if failed else "")
-    print(f"{label:<39}" + "".join(f"{total[c]:>10,}" for c in COLUMNS))
+    results, total, failed = map_blocks(todo, args.timeout, args.family)
     (OUT / "fpga_top.json").write_text(json.dumps({"blocks": results, "total": total,
                                                    "failed": failed}, indent=2) + "\n")
     if args.write_page and args.only is None and not failed:
