@@ -112,6 +112,16 @@ def cmd_fpga_plan(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("\n".join(plan.report(p, model)))
+    if args.vivado is not None:
+        from nelssa.hw.fpga import vivado
+
+        try:
+            written = vivado.write(p, Path(args.vivado))
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {', '.join(map(str, written))}: vivado -mode batch -source "
+              f"hw/fpga/vivado/build.tcl -tclargs {args.vivado}")
     return 0
 
 
@@ -217,6 +227,10 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                                       "engine limits, clock) and its resource table")
     pl.add_argument("--board", required=True,
                     help="a board of the hardware description (emu/latency/hardware.json)")
+    pl.add_argument("--vivado", type=output_dir, metavar="DIR",
+                    help="AMD boards: write the vendor flow's inputs for this plan into DIR "
+                         "(plan.tcl, sources.f, the top's wrapper; hw/fpga/vivado/build.tcl "
+                         "reads them)")
     pl.set_defaults(func=cmd_fpga_plan)
 
     src = fsub.add_parser("sources", help="the FPGA top's SystemVerilog files in compile order "

@@ -160,6 +160,7 @@ async def workload_through_pcie(dut):
     assert await tb.reg_read("ERR_DESC") == 0
     assert int(dut.mem_err_o.value) == 0
     # a one-byte MWr to a register: the bridge's narrow strobe is refused, the register kept
+    await tb.reg_write("CONTROL", 0)  # the rings' registers take writes while stopped
     await tb.reg_write("SQ_SIZE", 16)
     await tb.regs.write_byte(regs.offset("SQ_SIZE"), 0x40)
     assert await tb.reg_read("SQ_SIZE") == 16
