@@ -200,6 +200,29 @@ def fit(timeout_s: float, family: str, path: Path = RESOURCE_MODEL) -> int:
     return 0
 
 
+def map_board(name: str, timeout_s: float, family: str) -> int:
+    """Map the planned top of board ``name`` whole (block by block) and save its total beside
+    the plan's estimate (build/synth/board-NAME.json)."""
+    from dataclasses import asdict
+
+    from nelssa.hw.fpga import plan
+
+    try:
+        p = plan.plan(plan.board(name))
+    except plan.PlanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    _, total, failed = map_blocks(blocks(p.size), timeout_s, family, p.size)
+    if failed:
+        return 1
+    (OUT / f"board-{name}.json").write_text(json.dumps({
+        "board": name, "size": asdict(p.size), "total": total, "estimate": p.resources,
+        "commit": _commit(), "mapped": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")},
+        indent=1) + "\n")
+    print("estimate: " + ", ".join(f"{c} {p.resources[c]:,}" for c in plan.CHECKED))
+    return 0
+
+
 def _commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -258,8 +281,50 @@ def write_page(top: dict, units: dict, family: str, path: Path = PAGE) -> None:
     for module, r in units.items():
         lines.append(f"| {UNIT_NAMES.get(module, module)} | "
                      + " | ".join(f"{r['groups'][c]:,}" for c in COLUMNS) + " |")
+    lines += board_lines()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
+
+
+def board_lines() -> list[str]:
+    """The page's section on the boards: each board's plan (nelssa fpga plan) and, for a board
+    whose planned top was mapped whole (--board), the run against the model's estimate."""
+    from nelssa.hw.fpga import plan
+
+    try:
+        model = plan.load_model()
+    except plan.PlanError as e:
+        return ["", "## Board plans", "", f"No resource model: {e}."]
+    lines = ["", "## Board plans (`nelssa fpga plan --board NAME`)", "",
+             f"Estimates from the resource model (`{model['command']}` at {model['commit']}, "
+             f"mapped {model['mapped']}); budget {plan.BUDGET:.0%} of the part's LUTs, FFs and "
+             "DSPs. ECP5: the smallest engine's synth_ecp5 figures (`make fpga-pnr`), a lower "
+             "bound.", "",
+             "| board | units | channels | head_dim | query heads | clock (MHz) | compute / memory "
+             "(GB/s) | LUT | FF | DSP | fits |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    for name, b in plan.boards().items():
+        try:
+            p = plan.plan(b, model)
+        except plan.PlanError as e:
+            lines.append(f"| {name} | {e} | | | | | | | | | |")
+            continue
+        z = p.size
+        share = {c: f"{p.resources[c]:,} ({p.resources[c] / have:.0%})"
+                 for c, have in p.available().items()}
+        lines.append(f"| {name} | {z.units} | {z.channels} | {z.head_dim} | {z.num_qheads} | "
+                     f"{b.clock_mhz:g} | {p.compute_gbs:.1f} / {b.mem_gbs:g} | {share['LUT']} "
+                     f"| {share['FF']} | {share['DSP']} | {'yes' if p.fits else 'no'} |")
+    for path in sorted(OUT.glob("board-*.json")):
+        run = json.loads(path.read_text())
+        total, est = run["total"], run["estimate"]
+        diffs = ", ".join(f"{c} {total[c]:,} against {est[c]:,} "
+                          f"({100 * (est[c] - total[c]) / max(total[c], 1):+.1f} %)"
+                          for c in plan.CHECKED)
+        lines += ["", f"Checked by a full run: `scripts/synth_fpga.py --board {run['board']}` "
+                  f"at {run['commit']} ({run['mapped']}) mapped the planned top block by block "
+                  f"({run['size']}): {diffs} (estimate minus measured, of measured)."]
+    return lines
 
 
 def main() -> int:
@@ -277,6 +342,9 @@ def main() -> int:
     parser.add_argument("--fit", action="store_true",
                         help="map the top at the resource model's sizes and write "
                         f"{RESOURCE_MODEL.relative_to(ROOT)} (nelssa fpga plan reads it)")
+    parser.add_argument("--board", help="map the top nelssa fpga plan plans for this board, "
+                        "block by block, and compare it with the plan's estimate (the page "
+                        "shows it)")
     parser.add_argument("--page-only", action="store_true",
                         help=f"only rewrite {PAGE.relative_to(ROOT)} from the results in "
                         f"{OUT.relative_to(ROOT)}")
@@ -286,6 +354,8 @@ def main() -> int:
         return 0
     if args.fit:
         return fit(args.timeout, args.family)
+    if args.board:
+        return map_board(args.board, args.timeout, args.family)
     if args.check:
         if args.only or args.write_page:
             parser.error("--check maps every module, and writes no page")

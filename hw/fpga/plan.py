@@ -27,6 +27,9 @@ from nelssa.hw.fpga.errors import FpgaError
 from nelssa.hw.sim.synth_blocks import TopSize
 
 MODEL_FILE = Path(__file__).with_name("resource_model.json")
+ECP5_FILE = Path(__file__).with_name("resource_model_ecp5.json")
+"""The ECP5 synthesis of the smallest engine (``make fpga-pnr`` writes it): a lower bound of
+any device configuration on an ECP5 part."""
 BUDGET = 0.8
 """Share of the part's LUTs, FFs and DSPs a plan may use (room for the PCIe DMA, the memory
 controllers and the interconnect of the board design, and for routing)."""
@@ -41,9 +44,6 @@ PREFERRED_GROUP = 4
 model's): fewer, and that model's heads would not fit one descriptor."""
 CHECKED = ("LUT", "FF", "DSP")
 COLUMNS = ("LUT", "FF", "CARRY", "DSP", "BRAM", "LUTRAM")
-LUT4_PER_LUT6 = 2.0
-"""How many ECP5 LUT4 the model counts for each measured UltraScale+ LUT (a LUT6 holds at most
-two 4-input functions); the ECP5 figures are estimates until the P&R page measures them."""
 
 
 class PlanError(FpgaError):
@@ -105,7 +105,8 @@ def load_model(path: Path = MODEL_FILE) -> dict[str, Any]:
     missing = [(hd, h) for hd in HEAD_DIMS for h in (1, 8) if (hd, h) not in points]
     if missing:
         raise PlanError(f"resource model {path}: no point for head_dim/query heads {missing}")
-    return {**doc, "by_size": points}
+    ecp5 = json.loads(ECP5_FILE.read_text()) if ECP5_FILE.exists() else None
+    return {**doc, "by_size": points, "ecp5": ecp5}
 
 
 def estimate(size: TopSize, family: str, model: dict[str, Any] | None = None
@@ -119,10 +120,8 @@ def estimate(size: TopSize, family: str, model: dict[str, Any] | None = None
     for c in COLUMNS:
         unit = lo["per_unit"][c] + t * (hi["per_unit"][c] - lo["per_unit"][c])
         out[c] = math.ceil(size.units * unit + lo["rest"][c])
-    if family == "ecp5":
-        out["LUT"] = math.ceil(out["LUT"] * LUT4_PER_LUT6)
-        out["FF"] = out["FF"]
-        out["DSP"] = out["DSP"] * 2  # an 18x18 multiplier per half of a 27x18 DSP48E2
+    if family == "ecp5":  # the UltraScale+ model does not convert: the measured lower bound
+        out = dict.fromkeys(COLUMNS, 0) | {c: m["ecp5"][c] for c in CHECKED}
     return out
 
 
@@ -136,6 +135,9 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
     PREFERRED_GROUP query heads first, then the most units up to the bandwidth match, then the
     largest engines; if nothing fits, the smallest top (marked not fitting)."""
     m = model or load_model()
+    if b.family == "ecp5" and m["ecp5"] is None:
+        raise PlanError(f"board {b.name}: no ECP5 synthesis yet ({ECP5_FILE.name}: `make "
+                        "fpga-pnr` writes it)")
     need = max(1, math.ceil(b.mem_gbs * 1e9 / (BEAT_BYTES * b.clock_mhz * 1e6)))
     chan_w = max(12, math.ceil(math.log2(b.mem_gb * 1e9 / b.mem_channels)))
     sizes = [TopSize(units=u, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=hd,
@@ -147,6 +149,9 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
         z = TopSize(units=1, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=64,
                     num_qheads=1, max_cluster_tokens=1)
         return Plan(b, z, estimate(z, b.family, m), False, need)
+    if b.family == "ecp5":
+        raise PlanError(f"board {b.name}: the smallest engine fits ({ECP5_FILE.name}); the ECP5 "
+                        "plan has no model of larger tops")
 
     def key(item):
         z = item[0]
@@ -170,7 +175,7 @@ def report(p: Plan, model: dict[str, Any] | None = None) -> list[str]:
              f"({b.clock_source})"]
     if not p.fits:
         lines.append(f"  does NOT fit: even this smallest top exceeds {BUDGET:.0%} of the part "
-                     "(see docs/results/fpga_pnr.md for what does)")
+                     "(docs/results/fpga_pnr.md: what does)")
     match = ("matches" if p.bandwidth_matched else "falls short of")
     lines.append(f"  compute {z.units} x {BEAT_BYTES} B x {b.clock_mhz:g} MHz = "
                  f"{p.compute_gbs:.1f} GB/s {match} the memory's {b.mem_gbs:g} GB/s "
@@ -181,7 +186,11 @@ def report(p: Plan, model: dict[str, Any] | None = None) -> list[str]:
         name = lut if c == "LUT" else c
         lines.append(f"  {name:<10}{p.resources[c]:>12,}{have:>12,}"
                      f"{p.resources[c] / have:>8.0%}{BUDGET:>8.0%}")
-    lines.append(f"  model: hw/fpga/resource_model.json ({m['command']} at {m['commit']}, "
-                 f"{m['family']})" + ("; ECP5 LUT4 and multipliers converted from UltraScale+ "
-                                      "counts" if b.family == "ecp5" else ""))
+    if b.family == "ecp5":
+        e = m["ecp5"]
+        lines.append(f"  estimate: at least the {e['what']} alone, synth_ecp5 by {e['command']} "
+                     f"at {e['commit']} ({ECP5_FILE.name})")
+    else:
+        lines.append(f"  model: hw/fpga/resource_model.json ({m['command']} at {m['commit']}, "
+                     f"{m['family']})")
     return lines

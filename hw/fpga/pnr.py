@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nelssa.hw.sim.rtl_sources import FPGA_TOP
-from nelssa.hw.sim.synth_blocks import DEV_PKG, FIFO, TOP
+from nelssa.hw.sim.rtl_sources import CXL_MEM_SLAVE, ENGINE, REGS
+from nelssa.hw.sim.synth_blocks import DEV_PKG, FIFO, SMALLEST_ENGINE, TOP
 from nelssa.hw.sim.verilator import RTL_ROOT
 
 log = logging.getLogger(__name__)
@@ -45,18 +45,11 @@ class Target:
     params: dict[str, object] = field(default_factory=dict)
 
 
-SMALLEST_TOP = {"NumUnits": 1, "NumChannels": 1, "ChanAddrW": 27, "MemBytes": 1 << 27,
-                "HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1, "HostIdW": 1,
-                "HostAddrW": 27, "Outstanding": 2}
-"""The smallest whole device the elaboration checks accept (docs/fpga.md)."""
-
-
 def targets() -> list[Target]:
-    """The whole device at its smallest, then the device's blocks at that size, each placed
-    and routed on its own (those that fit)."""
+    """The device's blocks at the smallest top's parameters (SMALLEST_TOP), each placed and
+    routed on its own, the attention engine last: the smallest engine is part of every
+    configuration of the device, so if it does not fit, no configuration does."""
     return [
-        Target("FPGA top, smallest (1 unit, 1 channel, head_dim 64, 1 query head)",
-               "nelssa_fpga_top", FPGA_TOP, SMALLEST_TOP),
         Target("register BAR (AXI4-Lite)", "nelssa_axil_regs",
                [DEV_PKG, TOP / "nelssa_axil_regs.sv"], {"AddrW": 12}),
         Target("memory BAR and DMA (AXI4 slave)", "nelssa_axi_host",
@@ -64,15 +57,15 @@ def targets() -> list[Target]:
         Target("memory channel (AXI4 master, 3 ports)", "nelssa_axi_mem",
                [DEV_PKG, FIFO, TOP / "nelssa_axi_mem.sv"],
                {"NumPorts": 3, "NumChannels": 1, "ChanAddrW": 27, "Outstanding": 2}),
-        Target("register block", "nelssa_regs", [p for p in FPGA_TOP if "csr" in p.name
-                                                  or p.name in ("nelssa_dev_pkg.sv",
-                                                                "nelssa_regs.sv")],
+        Target("register block", "nelssa_regs", REGS,
                {"NumEngines": 1, "NumQHeads": 1, "HeadDim": 64, "MaxClusterTokens": 1}),
+        Target("CXL.mem slave", "nelssa_cxl_mem_slave", CXL_MEM_SLAVE, {"ReadLanes": 1}),
         Target("command queue", "nelssa_cmdq", [DEV_PKG, TOP / "nelssa_cmdq.sv"],
                {"NumUnits": 1}),
-        Target("attention engine, smallest", "nelssa_attn_engine",
-               [p for p in FPGA_TOP if p.parent.name == "core"],
-               {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1}),
+        Target("line reader", "nelssa_line_reader", [DEV_PKG, TOP / "nelssa_line_reader.sv"],
+               {"Depth": 128, "Lanes": 1}),
+        Target("attention engine, smallest (head_dim 64, 1 query head, 1-token clusters)",
+               "nelssa_attn_engine", ENGINE, SMALLEST_ENGINE),
     ]
 
 
@@ -278,6 +271,17 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
     return res
 
 
+def from_dict(d: dict[str, Any]) -> Result:
+    """A Result back from ``to_dict`` (results.json), for rewriting the page."""
+    t = Target(d["name"], d["module"], [], d["params"])
+    r = Result(t, cells=d["cells"], used={k: tuple(v) for k, v in d["used"].items()},
+               fmax_mhz=d["fmax_mhz"], scan_bits=d["scan_bits"], routed=d["routed"],
+               bitstream=Path(d["bitstream"]) if d["bitstream"] else None, sha256=d["sha256"],
+               note=d["note"])
+    r.steps = [Step(x["name"], x["cpu_s"], x["wall_s"]) for x in d["steps"]]
+    return r
+
+
 def to_dict(r: Result) -> dict[str, Any]:
     return {"name": r.target.name, "module": r.target.module, "params": r.target.params,
             "cells": r.cells, "lut4": lut4_count(r.cells) if r.cells else None,
@@ -297,10 +301,30 @@ def commit() -> str:
     return str(v["commit"])[:7] + (" (modified)" if v["modified"] is True else "")
 
 
-def write_page(results: list[Result], board: Any, part_caps: dict[str, int], path: Path,
-               command: str, commit: str, manifest: Path | None, carried: Result | None,
-               total_cpu_s: float, machine: str) -> None:
+def ecp5_figures(engine: Result, board: Any) -> dict[str, Any]:
+    """What the plan reads for ECP5 boards (hw/fpga/resource_model_ecp5.json): the smallest
+    engine's synthesis, a lower bound of every device configuration."""
+    c = engine.cells
+    return {"board": board.name, "part": board.part, "commit": commit(),
+            "command": "scripts/fpga_pnr.py", "what": engine.target.name,
+            "module": engine.target.module, "params": engine.target.params,
+            "scan_bits": engine.scan_bits,
+            "LUT": lut4_count(c), "FF": _ffs(c) - engine.scan_bits,
+            "DSP": c.get("MULT18X18D", 0)}
+
+
+def _ffs(cells: dict[str, int]) -> int:
+    return sum(v for k, v in cells.items() if k.startswith("TRELLIS_FF"))
+
+
+def write_page(results: list[Result], board: Any, path: Path, command: str, commit: str,
+               manifest: Path | None, carried: Result | None, machine: str) -> None:
     """docs/results/fpga_pnr.md: per target its synthesis, placement, timing and bitstream."""
+    total_cpu_s = sum(s.cpu_s for r in results for s in r.steps)
+    part_caps: dict[str, int] = {}
+    for r in results:
+        part_caps.update({k: a for k, (_, a) in r.used.items()
+                          if k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD")})
     lines = [
         f"# Place and route on the {board.name} ({board.part})",
         "",
@@ -321,16 +345,19 @@ def write_page(results: list[Result], board: Any, part_caps: dict[str, int], pat
     ]
     for r in results:
         c = r.cells
-        ff = sum(v for k, v in c.items() if k.startswith("TRELLIS_FF"))
+        ff = _ffs(c)
         fmax = f"{r.fmax_mhz:.1f}" if r.fmax_mhz else "-"
         what = "routed, bitstream" if r.sha256 else (r.note.split(";")[0] if r.note else "-")
         cpu = sum(s.cpu_s for s in r.steps)
         lines.append(f"| {r.target.name} | {lut4_count(c):,} | {ff:,} | "
                      f"{c.get('MULT18X18D', 0)} | {c.get('DP16KD', 0)} | {fmax} | {what} | "
                      f"{cpu:.0f} |")
-    lines += ["", "LUT4, FF, MULT18 and EBR are synth_ecp5's netlist (LUT4: LUT4 cells, two per "
-              "CCU2C carry, four per distributed-RAM cell); placed figures are nextpnr's below.",
-              ""]
+    lines += ["", "LUT4, FF, MULT18 and EBR are synth_ecp5's netlist of the target inside its scan "
+              "wrapper (LUT4: LUT4 cells, two per CCU2C carry, four per distributed-RAM cell; "
+              "FF includes the wrapper's scan chains, one flip-flop per port bit and the output "
+              "chain's capture multiplexers in LUT4s); Fmax is nextpnr's achieved clock of the "
+              "routed design (from the scan chains through the block and back); the placed "
+              "figures are nextpnr's, below.", ""]
     for r in results:
         if r.note:
             lines.append(f"- {r.target.name}: {r.note}")
