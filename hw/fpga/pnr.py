@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.hw.sim.rtl_sources import CXL_MEM_SLAVE, ENGINE, REGS
-from nelssa.hw.sim.synth_blocks import DEV_PKG, FIFO, SMALLEST_ENGINE, TOP
+from nelssa.hw.sim.synth_blocks import DEV_PKG, FIFO, SMALLEST_ENGINE, TOP, Block
 from nelssa.hw.sim.verilator import RTL_ROOT
 
 log = logging.getLogger(__name__)
@@ -36,13 +36,8 @@ log = logging.getLogger(__name__)
 SRC, OUT = "/src", "/out"  # mount points inside the wasm sandboxes
 
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-    """What it is, for the page."""
-    module: str
-    files: list[Path]
-    params: dict[str, object] = field(default_factory=dict)
+Target = Block
+"""A P&R target: a block (synth_blocks.Block: name, module, files, parameters)."""
 
 
 def targets() -> list[Target]:

@@ -104,7 +104,10 @@ def blocks(size: TopSize | None = None) -> list[Block]:
     """The FPGA top's blocks at ``size`` (default: the top's defaults, ``make synth``), each
     counted as often as the top holds it."""
     z = size or TopSize()
-    units, channels, engine = z.units, z.channels, z.engine
+    # the engine's parameters at their defaults are left out, so that the default top's
+    # blocks keep the cache keys of their earlier runs (scripts/synth.py --cache)
+    units, channels = z.units, z.channels
+    engine = {k: v for k, v in z.engine.items() if v != TopSize().engine[k]}
     unit_files = [*ENGINE, DEV_PKG, TOP / "nelssa_line_reader.sv", TOP / "nelssa_attn_unit.sv"]
     return [
         Block("register BAR (AXI4-Lite)", "nelssa_axil_regs",

@@ -16,9 +16,9 @@ import random
 
 import cocotb
 import pytest
-from buses import ReorderingAxiMemory, axi_bus, axil_bus
+from buses import ReorderingAxiMemory, axi_bus, axil_bus, reset_with_memory
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiLiteMaster, AxiMaster
 from cocotbext.pcie.core import Device, MemoryEndpoint, RootComplex
 from fpga_case import RING_REGS, model_case
@@ -93,12 +93,7 @@ class TB:
         self.rc.make_port().connect(Device(self.ep))
 
     async def start(self) -> None:
-        d = self.dut
-        d.rst_ni.value = 0
-        for _ in range(3):
-            await RisingEdge(d.clk_i)
-        d.rst_ni.value = 1
-        self.mem.start()
+        await reset_with_memory(self.dut, self.mem)
         await self.rc.enumerate()
         fn = self.rc.find_device(self.ep.pcie_id)
         await fn.enable_device()

@@ -13,9 +13,16 @@ import random
 
 import cocotb
 import pytest
-from buses import ReorderingAxiMemory, axi_bus, axil_bus, random_pauses, set_axi_pauses
+from buses import (
+    ReorderingAxiMemory,
+    axi_bus,
+    axil_bus,
+    random_pauses,
+    reset_with_memory,
+    set_axi_pauses,
+)
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBurstType, AxiLiteMaster, AxiMaster
 from cocotbext.axi.axi_channels import AxiRMonitor
 from fpga_case import RING_REGS, model_case
@@ -74,12 +81,7 @@ class TB:
             self.set_pauses(HOST_PAUSE if master in masters else 0, master)
 
     async def reset(self) -> None:
-        d = self.dut
-        d.rst_ni.value = 0
-        for _ in range(3):
-            await RisingEdge(d.clk_i)
-        d.rst_ni.value = 1
-        self.mem.start()
+        await reset_with_memory(self.dut, self.mem)
 
     # -- AXI4-Lite --------------------------------------------------------------------------------
     @staticmethod
