@@ -38,6 +38,9 @@ def main() -> int:
     parser.add_argument("--only", help="one target, by module name (no page)")
     parser.add_argument("--page-only", action="store_true",
                         help=f"rewrite the page and the manifest from {RESULTS.relative_to(ROOT)}")
+    parser.add_argument("--recover", metavar="LOG",
+                        help="with --page-only: rebuild the results of a run stopped early from "
+                             "its target folders and its log (the steps' CPU times)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -47,7 +50,12 @@ def main() -> int:
     if board.family != "ecp5":
         parser.error(f"board {board.name} is {board.family}: the open flow here is ECP5 only "
                      "(the AMD boards' flow is hw/fpga/vivado/build.tcl)")
-    if args.page_only:
+    if args.page_only and args.recover:
+        text = Path(args.recover).read_text()
+        results = [r for t in pnr.targets()
+                   if (r := pnr.recover(t, OUT / t.module, text, board.luts, board.dsps))]
+        RESULTS.write_text(json.dumps([pnr.to_dict(r) for r in results], indent=1) + "\n")
+    elif args.page_only:
         results = [pnr.from_dict(d) for d in json.loads(RESULTS.read_text())]
     else:
         todo = [t for t in pnr.targets() if args.only in (None, t.module)]

@@ -166,7 +166,7 @@ def map_blocks(todo: list[Block], timeout_s: float, family: str, size: TopSize |
     return results, total, failed
 
 
-FIT_SIZES = [TopSize(units=1, head_dim=hd, num_qheads=h) for hd in (64, 128) for h in (1, 8)]
+FIT_SIZES = [TopSize(units=1, head_dim=hd, num_qheads=h) for hd in (128, 64) for h in (8, 1)]
 """Where the per-unit resource model is measured (hw/fpga/plan.py interpolates between the
 head counts): one unit and the default channels, each engine size at its fewest and most
 query heads."""
@@ -192,11 +192,11 @@ def fit(timeout_s: float, family: str, path: Path = RESOURCE_MODEL) -> int:
                                                                   else 1)
         points.append({"head_dim": size.head_dim, "num_qheads": size.num_qheads,
                        "channels": size.channels, "per_unit": unit, "rest": rest})
-    doc = {"family": family, "commit": _commit(),
-           "command": f"scripts/synth_fpga.py --fit --family {family}",
-           "mapped": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "points": points}
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {path.relative_to(ROOT)}")
+        doc = {"family": family, "commit": _commit(),
+               "command": f"scripts/synth_fpga.py --fit --family {family}",
+               "mapped": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "points": points}
+        path.write_text(json.dumps(doc, indent=1) + "\n")  # after each size: usable early
+        print(f"wrote {path.relative_to(ROOT)} ({len(points)} of {len(FIT_SIZES)} sizes)")
     return 0
 
 

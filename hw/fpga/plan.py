@@ -102,11 +102,13 @@ def load_model(path: Path = MODEL_FILE) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise PlanError(f"resource model {path}: {e} (scripts/synth_fpga.py --fit writes "
                         "it)") from None
-    missing = [(hd, h) for hd in HEAD_DIMS for h in (1, 8) if (hd, h) not in points]
-    if missing:
-        raise PlanError(f"resource model {path}: no point for head_dim/query heads {missing}")
+    # a head_dim is planned for only with both its points (1 and 8 query heads)
+    dims = tuple(hd for hd in HEAD_DIMS if (hd, 1) in points and (hd, 8) in points)
+    if not dims:
+        raise PlanError(f"resource model {path}: no head_dim with points at 1 and 8 query "
+                        "heads")
     ecp5 = json.loads(ECP5_FILE.read_text()) if ECP5_FILE.exists() else None
-    return {**doc, "by_size": points, "ecp5": ecp5}
+    return {**doc, "by_size": points, "ecp5": ecp5, "head_dims": dims}
 
 
 def estimate(size: TopSize, family: str, model: dict[str, Any] | None = None
@@ -141,12 +143,13 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
     need = max(1, math.ceil(b.mem_gbs * 1e9 / (BEAT_BYTES * b.clock_mhz * 1e6)))
     chan_w = max(12, math.ceil(math.log2(b.mem_gb * 1e9 / b.mem_channels)))
     sizes = [TopSize(units=u, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=hd,
-                     num_qheads=h) for hd in HEAD_DIMS for h in QHEADS
+                     num_qheads=h) for hd in m["head_dims"] for h in QHEADS
              for u in range(1, MAX_UNITS + 1)]
     fitting = [(z, estimate(z, b.family, m)) for z in sizes]
     fitting = [(z, r) for z, r in fitting if _fits(r, b)]
     if not fitting:
-        z = TopSize(units=1, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=64,
+        z = TopSize(units=1, channels=b.mem_channels, chan_addr_w=chan_w,
+                    head_dim=min(m["head_dims"]),
                     num_qheads=1, max_cluster_tokens=1)
         return Plan(b, z, estimate(z, b.family, m), False, need)
     if b.family == "ecp5":

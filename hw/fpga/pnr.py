@@ -266,6 +266,40 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
     return res
 
 
+def recover(t: Target, work: Path, log_text: str, fit_luts: int, fit_mults: int
+            ) -> Result | None:
+    """A target's Result from its work folder and the run's log (the "module: step, N s CPU"
+    lines), for a run stopped before it wrote results.json; None if it has no synthesis yet.
+    Wall times are not in the log: they read 0."""
+    if not (work / "stat.json").exists():
+        return None
+    res = Result(t)
+    stat = json.loads((work / "stat.json").read_text())["modules"]
+    mod = stat.get("\\" + WRAPPER) or next(iter(stat.values()))
+    res.cells = dict(sorted(mod["num_cells_by_type"].items()))
+    ports = json.loads((work / "ports.json").read_text())["modules"][t.module]["ports"]
+    res.scan_bits = sum(len(p["bits"]) for n, p in ports.items() if n not in SCAN_PORTS)
+    for m in re.finditer(rf"^{t.module}: (.+), (\d+) s CPU$", log_text, re.M):
+        res.steps.append(Step(m[1], float(m[2]), 0.0))
+    luts, mults = lut4_count(res.cells), res.cells.get("MULT18X18D", 0)
+    if luts > fit_luts or mults > fit_mults:
+        res.note = (f"does not fit: synthesis needs {luts:,} LUT4 and {mults} multipliers, the "
+                    f"part has {fit_luts:,} and {fit_mults}; not placed")
+    elif (work / "report.json").exists():
+        report = json.loads((work / "report.json").read_text())
+        res.routed = True
+        res.used = {k: (v["used"], v["available"]) for k, v in report["utilization"].items()
+                    if v["used"]}
+        res.fmax_mhz = min((v["achieved"] for v in report.get("fmax", {}).values()),
+                           default=None)
+        if (work / "bitstream.bit").exists():
+            res.bitstream = work / "bitstream.bit"
+            res.sha256 = hashlib.sha256(res.bitstream.read_bytes()).hexdigest()
+    else:
+        res.note = "stopped before place and route finished"
+    return res
+
+
 def from_dict(d: dict[str, Any]) -> Result:
     """A Result back from ``to_dict`` (results.json), for rewriting the page."""
     t = Target(d["name"], d["module"], [], d["params"])
