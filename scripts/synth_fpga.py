@@ -174,29 +174,55 @@ PER_UNIT = ("nelssa_attn_unit", "nelssa_line_reader", "nelssa_attn_engine", *UNI
 """The blocks the top holds once per attention unit (the rest: once per top)."""
 
 
+def point(results: dict[str, dict], size: TopSize) -> dict[str, object]:
+    """A resource-model point from a block-by-block run at ``size``: one attention unit's
+    resources (the PER_UNIT blocks over ``size.units``) and the rest of the top."""
+    unit = dict.fromkeys(COLUMNS, 0.0)
+    rest = dict.fromkeys(COLUMNS, 0)
+    for module, r in results.items():
+        for c in COLUMNS:
+            n = r["per_instance"][c] * r["count"]
+            if module in PER_UNIT:
+                unit[c] += n / size.units
+            else:
+                rest[c] += n
+    return {"head_dim": size.head_dim, "num_qheads": size.num_qheads, "units": size.units,
+            "channels": size.channels, "per_unit": {c: round(v) for c, v in unit.items()},
+            "rest": rest}
+
+
+def _save_model(points: list[dict], family: str, command: str, path: Path) -> None:
+    doc = {"family": family, "commit": _commit(), "command": command,
+           "mapped": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "points": points}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path.relative_to(ROOT)} ({len(points)} points)")
+
+
 def fit(timeout_s: float, family: str, path: Path = RESOURCE_MODEL) -> int:
-    """Map the top at each FIT_SIZES size and write the resource model's points: the
-    resources of one attention unit (PER_UNIT) and of everything else, by size."""
+    """Map the top at each FIT_SIZES size and write the resource model's points, after each
+    size (a stopped run leaves the points it has)."""
     points = []
     for size in FIT_SIZES:
         results, _, failed = map_blocks(blocks(size), timeout_s, family, size)
         if failed:
             print("not mapped: " + ", ".join(failed), file=sys.stderr)
             return 1
-        unit = dict.fromkeys(COLUMNS, 0)
-        rest = dict.fromkeys(COLUMNS, 0)
-        for module, r in results.items():
-            into = unit if module in PER_UNIT else rest
-            for c in COLUMNS:
-                into[c] += r["per_instance"][c] * r["count"] // (size.units if into is unit
-                                                                  else 1)
-        points.append({"head_dim": size.head_dim, "num_qheads": size.num_qheads,
-                       "channels": size.channels, "per_unit": unit, "rest": rest})
-        doc = {"family": family, "commit": _commit(),
-               "command": f"scripts/synth_fpga.py --fit --family {family}",
-               "mapped": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "points": points}
-        path.write_text(json.dumps(doc, indent=1) + "\n")  # after each size: usable early
-        print(f"wrote {path.relative_to(ROOT)} ({len(points)} of {len(FIT_SIZES)} sizes)")
+        points.append(point(results, size))
+        _save_model(points, family, f"scripts/synth_fpga.py --fit --family {family}", path)
+    return 0
+
+
+def fit_from_run(family: str, path: Path = RESOURCE_MODEL) -> int:
+    """The resource model's point of the default top from `make synth`'s results
+    (build/synth/fpga_top.json: the top at its default size, block by block)."""
+    run = json.loads((OUT / "fpga_top.json").read_text())
+    if run["failed"]:
+        print("the run left blocks out: " + ", ".join(run["failed"]), file=sys.stderr)
+        return 1
+    stamp = _mtime(OUT / "fpga_top.json")
+    _save_model([point(run["blocks"], TopSize())], family,
+                f"make synth (build/synth/fpga_top.json, mapped {stamp}), then "
+                "scripts/synth_fpga.py --fit-from-run", path)
     return 0
 
 
@@ -342,6 +368,9 @@ def main() -> int:
     parser.add_argument("--fit", action="store_true",
                         help="map the top at the resource model's sizes and write "
                         f"{RESOURCE_MODEL.relative_to(ROOT)} (nelssa fpga plan reads it)")
+    parser.add_argument("--fit-from-run", action="store_true",
+                        help="the resource model's point of the default top from the results "
+                        "of `make synth` (no mapping)")
     parser.add_argument("--board", help="map the top nelssa fpga plan plans for this board, "
                         "block by block, and compare it with the plan's estimate (the page "
                         "shows it)")
@@ -354,6 +383,8 @@ def main() -> int:
         return 0
     if args.fit:
         return fit(args.timeout, args.family)
+    if args.fit_from_run:
+        return fit_from_run(args.family)
     if args.board:
         return map_board(args.board, args.timeout, args.family)
     if args.check:

@@ -102,13 +102,16 @@ def load_model(path: Path = MODEL_FILE) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise PlanError(f"resource model {path}: {e} (scripts/synth_fpga.py --fit writes "
                         "it)") from None
-    # a head_dim is planned for only with both its points (1 and 8 query heads)
-    dims = tuple(hd for hd in HEAD_DIMS if (hd, 1) in points and (hd, 8) in points)
-    if not dims:
-        raise PlanError(f"resource model {path}: no head_dim with points at 1 and 8 query "
-                        "heads")
+    # the engine sizes a plan may take: each measured one, and between 1 and 8 query heads of
+    # a head_dim measured at both
+    sizes = sorted({(hd, h) for hd in HEAD_DIMS for h in QHEADS
+                    if (hd, h) in points or ((hd, 1) in points and (hd, 8) in points)},
+                   reverse=True)
+    if not sizes:
+        raise PlanError(f"resource model {path}: no points")
     ecp5 = json.loads(ECP5_FILE.read_text()) if ECP5_FILE.exists() else None
-    return {**doc, "by_size": points, "ecp5": ecp5, "head_dims": dims}
+    return {**doc, "by_size": points, "ecp5": ecp5, "engine_sizes": sizes,
+            "head_dims": tuple(sorted({hd for hd, _ in sizes}, reverse=True))}
 
 
 def estimate(size: TopSize, family: str, model: dict[str, Any] | None = None
@@ -116,14 +119,22 @@ def estimate(size: TopSize, family: str, model: dict[str, Any] | None = None
     """Resources of the top at ``size``: units x one unit's (interpolated in query heads) plus
     the rest, in the family's units."""
     m = model or load_model()
-    lo, hi = m["by_size"][(size.head_dim, 1)], m["by_size"][(size.head_dim, 8)]
-    t = (size.num_qheads - 1) / 7
+    if family == "ecp5":  # the UltraScale+ model does not convert: the measured lower bound
+        return dict.fromkeys(COLUMNS, 0) | {c: m["ecp5"][c] for c in CHECKED}
+    key = (size.head_dim, size.num_qheads)
+    if key in m["by_size"]:
+        lo = hi = m["by_size"][key]
+        t = 0.0
+    elif (size.head_dim, 1) in m["by_size"] and (size.head_dim, 8) in m["by_size"]:
+        lo, hi = m["by_size"][(size.head_dim, 1)], m["by_size"][(size.head_dim, 8)]
+        t = (size.num_qheads - 1) / 7
+    else:
+        raise PlanError(f"resource model: no point for head_dim {size.head_dim} with "
+                        f"{size.num_qheads} query heads, nor 1 and 8 to interpolate between")
     out = {}
     for c in COLUMNS:
         unit = lo["per_unit"][c] + t * (hi["per_unit"][c] - lo["per_unit"][c])
         out[c] = math.ceil(size.units * unit + lo["rest"][c])
-    if family == "ecp5":  # the UltraScale+ model does not convert: the measured lower bound
-        out = dict.fromkeys(COLUMNS, 0) | {c: m["ecp5"][c] for c in CHECKED}
     return out
 
 
@@ -143,14 +154,14 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
     need = max(1, math.ceil(b.mem_gbs * 1e9 / (BEAT_BYTES * b.clock_mhz * 1e6)))
     chan_w = max(12, math.ceil(math.log2(b.mem_gb * 1e9 / b.mem_channels)))
     sizes = [TopSize(units=u, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=hd,
-                     num_qheads=h) for hd in m["head_dims"] for h in QHEADS
+                     num_qheads=h) for hd, h in m["engine_sizes"]
              for u in range(1, MAX_UNITS + 1)]
     fitting = [(z, estimate(z, b.family, m)) for z in sizes]
     fitting = [(z, r) for z, r in fitting if _fits(r, b)]
     if not fitting:
-        z = TopSize(units=1, channels=b.mem_channels, chan_addr_w=chan_w,
-                    head_dim=min(m["head_dims"]),
-                    num_qheads=1, max_cluster_tokens=1)
+        hd, h = min(m["engine_sizes"])
+        z = TopSize(units=1, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=hd,
+                    num_qheads=h, max_cluster_tokens=1 if b.family == "ecp5" else 64)
         return Plan(b, z, estimate(z, b.family, m), False, need)
     if b.family == "ecp5":
         raise PlanError(f"board {b.name}: the smallest engine fits ({ECP5_FILE.name}); the ECP5 "
