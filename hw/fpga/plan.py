@@ -6,12 +6,15 @@ Compute: an attention unit takes one 64-byte beat of K or V per cycle (the engin
 rtl/core/nelssa_attn_engine.sv), so ``units`` units at ``clock`` consume at most
 ``units x 64 B x clock``; the plan wants that to reach the board's memory bandwidth.
 
-Resources: the model of hw/fpga/resource_model.json, measured by ``scripts/synth_fpga.py
---fit`` (block by block, the synthesis ``make synth`` runs, at one unit and each engine size at
-1 and 8 query heads): one unit's blocks (control, line reader, engine registers and arithmetic
-units) times ``units``, plus the rest of the top as measured. Between 1 and 8 query heads it
-interpolates linearly (the engine's datapath is one copy per head). ``scripts/synth_fpga.py
---board NAME`` maps the planned top whole, to check the model against a full run.
+Resources: the model of hw/fpga/resource_model.json, block-by-block results of the synthesis
+``make synth`` runs (``scripts/synth_fpga.py --fit`` maps one unit at each engine size at 1 and
+8 query heads; ``--fit-from-run`` takes the default top's point from ``make synth``): one
+unit's blocks (control, line reader, engine registers and arithmetic units) times ``units``,
+plus the rest of the top as measured. At a measured engine size it uses that point; between 1
+and 8 query heads of one head_dim it interpolates linearly (the engine's datapath is one copy
+per head). ``scripts/synth_fpga.py --board NAME`` maps the planned top whole, to check the
+model against a full run. ECP5 parts: the smallest engine's synth_ecp5 figures
+(hw/fpga/resource_model_ecp5.json, ``make fpga-pnr``), a lower bound.
 """
 
 from __future__ import annotations
