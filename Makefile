@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | c
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements-vllm.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: all venv vllm demo test pytest lint lint-py lint-rtl gen-check synth synth-check synth-engine \
+.PHONY: all venv vllm demo test pytest lint lint-py lint-rtl gen-check synth synth-check synth-engine fpga-pnr \
         synth-ddr5 bench \
         bench-ddr5 bench-device calibrate-device bench-node clean
 
@@ -85,6 +85,11 @@ synth: venv
 # of it is proven synthesizable in a fraction of `synth`'s time; no table, no page
 synth-check: venv
 	$(VPY) scripts/synth_fpga.py --check
+
+# place and route for the open-tools board (ECP5-5G Versa): synth_ecp5, nextpnr-ecp5, ecppack;
+# writes docs/results/fpga_pnr.md and build/fpga_pnr/ (its page says how long it took)
+fpga-pnr: venv
+	$(VPY) scripts/fpga_pnr.py
 
 # the attention engine alone, with its arithmetic units (also part of `synth`)
 synth-engine: venv
