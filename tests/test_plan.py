@@ -289,3 +289,27 @@ def test_a_tiny_plan_end_to_end(trace: Path, tmp_path: Path,
     assert len(lines) == 3 and (out / "plan.png").stat().st_size > 0
     assert main(argv) == 0
     assert "0 mixes searched now (2 from the store)" in capsys.readouterr().out
+
+
+def test_ray_dispatch_and_a_missing_ray_named(trace: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    import nelssa.sweep.run as sweep_run
+    from nelssa.plan.run import executor, run_job
+
+    seen: list[tuple[str, int]] = []
+
+    def fake_ray(jobs, address, workers, fn):
+        seen.append((address, workers))
+        return map(fn, jobs)
+
+    monkeypatch.setattr(sweep_run, "ray_map", fake_ray)
+    mapper = executor(3, "10.0.0.1:6379")
+    assert list(mapper([], run_job)) == [] and seen == [("10.0.0.1:6379", 3)]
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed: named, exit 2
+    assert main(["plan", "--trace", str(trace), "--requests", "30", "--decode", "1",
+                 "--nodes", "0", "--ray", "local", "--out", str(tmp_path / "o")]) == 2
+    assert "--ray needs Ray (pip install ray" in capsys.readouterr().err
