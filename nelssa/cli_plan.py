@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from nelssa.cli_serving import SLO_MS
 from nelssa.config_args import field_docs, option_name, user_help
 from nelssa.emu.latency.fields import FieldError, Num
 from nelssa.hardware_options import add_hardware_args
@@ -21,6 +22,7 @@ from nelssa.options import (
     SEED,
     UsageError,
     input_file,
+    key_values,
     number,
     output_dir,
 )
@@ -30,8 +32,6 @@ from nelssa.plan.search import ADAPTIVE, CROSSOVER, PlanSettings, PlanSlo
 
 log = logging.getLogger(__name__)
 
-SLO_KEYS = ("ttft", "tpot", "goodput", "pct")
-SLO_MS = Num("a finite number of milliseconds > 0", lo=0, lo_open=True, most=1e9)
 SLO_PCT = Num("a percentage in (0, 100]", lo=0, lo_open=True, hi=100)
 
 
@@ -41,18 +41,8 @@ class SloAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        got: dict[str, float] = {}
-        for word in values:
-            key, colon, text = word.partition(":")
-            if not colon or key not in SLO_KEYS:
-                raise argparse.ArgumentError(self, f"{word!r}: give KEY:VALUE with KEY one of "
-                                                   f"{', '.join(SLO_KEYS)}")
-            if key in got:
-                raise argparse.ArgumentError(self, f"{key} given twice")
-            try:
-                got[key] = (SLO_MS if key in ("ttft", "tpot") else SLO_PCT).parse(text, key)
-            except FieldError as e:
-                raise argparse.ArgumentError(self, str(e)) from None
+        got = key_values(self, values, {"ttft": SLO_MS, "tpot": SLO_MS, "goodput": SLO_PCT,
+                                        "pct": SLO_PCT})
         try:
             slo = PlanSlo(ttft_s=got["ttft"] / 1e3 if "ttft" in got else None,
                           tpot_s=got["tpot"] / 1e3 if "tpot" in got else None,
@@ -160,11 +150,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print("  energy: the PNM tier's not counted (no power figure for it: "
               "--pnm-device-watts, --pnm-node-watts)")
     print("  Pareto front ($/hour against rate): "
-          + ", ".join(r.label for r in report.pareto(rs)))
+          + (", ".join(r.label for r in report.pareto(rs)) or "none"))
+    if rs and all(r.point.rate == 0 for r in rs):
+        low = min((x for r in rs for x in r.point.probes), key=lambda x: x.rate)
+        print(f"  no mix sustains any rate: at {low.rate:.3g}/s (the least probed) "
+              f"{low.attainment:.1%} of the requests met TTFT and TPOT, P{pct_of(settings)} "
+              f"TTFT {low.ttft_s:.1f} s, TPOT {low.tpot_s * 1e3:.0f} ms (an SLO the trace's "
+              "own longest prompts miss on an idle fleet cannot be met at any rate)")
     for mix, err in done.failed:
         print(f"  failed: {mix.label()}: {err}")
     print(f"wrote {out}/: points.jsonl, plan.csv, plan.png")
     return 1 if done.failed else 0
+
+
+def pct_of(settings: PlanSettings) -> str:
+    return f"{settings.slo.percentile:g}" if settings.slo.percentile is not None else "99"
 
 
 def add_price_options(p: argparse.ArgumentParser) -> None:

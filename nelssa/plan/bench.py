@@ -25,9 +25,10 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1].parent
 PAGE = ROOT / "docs/results/plan_bench.md"
 TRACE = ROOT.parent / "shared/traces/mooncake_conversation_trace.jsonl"
-SLO = PlanSlo(ttft_s=10.0, tpot_s=0.175, goodput=0.99)
-"""MLPerf's long-context TPOT, TTFT relaxed to 10 s: at 6 s the trace's longest prompts' own
-prefill leaves fewer than 99 % of its requests within it even on an idle fleet."""
+SLO = PlanSlo(ttft_s=20.0, tpot_s=0.175, goodput=0.99)
+"""MLPerf's long-context TPOT; TTFT 20 s, above the longest prompts' own prefill (at 6 s or
+10 s fewer than 99 % of the trace's requests meet it even on an idle fleet, so the TTFT tail
+of a handful of prompts, not the load, decides the rate)."""
 SPACE = PlanSpace(decode=(1, 2, 3, 4), prefill_gpus=(0, 2), nodes=(0, 1, 2),
                   devices=(2, 4, 8), policies=(CROSSOVER, ADAPTIVE))
 STABILITY_MIXES = (Mix(2), Mix(2, 0, 1, 4, CROSSOVER), Mix(4), Mix(4, 0, 2, 4, ADAPTIVE))

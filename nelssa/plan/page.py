@@ -30,12 +30,13 @@ ROOT = Path(__file__).resolve().parents[1].parent
 PAGE = ROOT / "docs/results/plan.md"
 TRACES = {"conversation": ROOT.parent / "shared/traces/mooncake_conversation_trace.jsonl",
           "synthetic": ROOT.parent / "shared/traces/mooncake_synthetic_trace.jsonl"}
-SLOS = (PlanSlo(ttft_s=10.0, tpot_s=0.175, goodput=0.99),
-        PlanSlo(ttft_s=10.0, tpot_s=0.100, goodput=None, percentile=99.0),
+SLOS = (PlanSlo(ttft_s=20.0, tpot_s=0.175, goodput=0.99),
+        PlanSlo(ttft_s=20.0, tpot_s=0.100, goodput=None, percentile=99.0),
         PlanSlo(ttft_s=2.0, tpot_s=0.050, goodput=None, percentile=90.0))
-"""Long-context goodput (MLPerf's TPOT, TTFT relaxed to 10 s: at 6 s the longest prompts' own
-prefill leaves fewer than 99 % within it even on an idle fleet), a P99 tail and an interactive
-P90."""
+"""Long-context goodput (MLPerf's TPOT; TTFT 20 s, above the longest prompts' own prefill: at
+6 s or 10 s fewer than 99 % of the conversation trace's requests meet it even on an idle fleet,
+so a handful of prompts, not the load, decide the rate), a P99 tail (the same TTFT, TPOT
+100 ms) and an interactive P90."""
 SPACE = PlanSpace(decode=(1, 2, 4), prefill_gpus=(0,), nodes=(0, 1, 2), devices=(2, 4),
                   policies=(CROSSOVER, ADAPTIVE))
 LONG_THRESHOLD = 32768

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Any
 
+from nelssa.emu.policy.slo import MLPERF_SLO
 from nelssa.plan.prices import Parts, TierPower
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,8 @@ class PlanSlo:
     ``ttft_s`` and P``percentile`` TPOT <= ``tpot_s``. In both, a run whose queue grows without
     bound (``metrics.overload``) fails."""
 
-    ttft_s: float | None = 6.0
-    tpot_s: float | None = 0.175
+    ttft_s: float | None = MLPERF_SLO.ttft_s
+    tpot_s: float | None = MLPERF_SLO.tpot_s
     goodput: float | None = 0.99
     percentile: float | None = None
 
