@@ -72,8 +72,9 @@ def _fake_search(calls: list[Mix]):
     def search(key: str, mix: Mix, settings: PlanSettings) -> PointResult:
         calls.append(mix)
         rate = float(mix.decode + mix.nodes)
+        power = TierPower(100.0 * mix.decode, 0.0, 10.0 * mix.nodes, ("decode_gpus",), "fake")
         return PointResult(key, mix, rate, (Probe(rate, True, 1.0, 1.0, 0.01, False, 10.0,
-                                                   0.5),), rate * 10, 0.5, 0.6)
+                                                   0.5, power),), rate * 10, 0.5, 0.6, power)
     return search
 
 
@@ -93,7 +94,8 @@ def test_a_rerun_skips_the_stored_points_and_reruns_a_failed_one(
     assert first.ran == 4 and len(calls) == 4 and [p.mix for p in first.points] == mixes
     again = run_plan(s, mixes, tmp_path / "o", _serial)
     assert again.ran == 0 and len(calls) == 4  # nothing searched again
-    assert [p.rate for p in again.points] == [p.rate for p in first.points]
+    assert again.points == first.points  # read back from the store whole, power included
+    assert again.points[3].power == TierPower(200.0, 0.0, 10.0, ("decode_gpus",), "fake")
     stored = read_store(tmp_path / "o" / "points.jsonl")
     assert all(d["config"]["mix"] == dataclasses.asdict(d_mix) for d, d_mix in
                zip(stored.values(), mixes, strict=True))

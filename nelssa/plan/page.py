@@ -22,7 +22,7 @@ from nelssa.options import POSITIVE_INT
 from nelssa.plan import report
 from nelssa.plan.prices import Prices
 from nelssa.plan.run import PlanSpace, executor, run_plan
-from nelssa.plan.search import ADAPTIVE, CROSSOVER, PlanSettings, PlanSlo
+from nelssa.plan.search import CROSSOVER, PlanSettings, PlanSlo
 from nelssa.provenance import code_version, file_sha256
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,8 @@ SLOS = (PlanSlo(ttft_s=20.0, tpot_s=0.175, goodput=0.99),
 6 s or 10 s fewer than 99 % of the conversation trace's requests meet it even on an idle fleet,
 so a handful of prompts, not the load, decide the rate), a P99 tail (the same TTFT, TPOT
 100 ms) and an interactive P90."""
-SPACE = PlanSpace(decode=(1, 2, 4), prefill_gpus=(0,), nodes=(0, 1, 2), devices=(2, 4),
-                  policies=(CROSSOVER, ADAPTIVE))
+SPACE = PlanSpace(decode=(1, 2, 4), prefill_gpus=(0, 4), nodes=(0, 1, 2), devices=(4,),
+                  policies=(CROSSOVER,))
 LONG_THRESHOLD = 32768
 """Figure 16's long request (``serve-sim --sweeps``' default T_input)."""
 
@@ -137,10 +137,10 @@ def page(res: dict[str, Any], prices: Prices, command: str, commit: str,
         f"shared), Python {platform.python_version()}, in {res['wall_s'] / 60:.1f} min wall, "
         f"{res['cpu_s'] / 60:.1f} min of the workers' CPU ({res['probes']:,} fleet runs).", "",
         f"Each plan is `nelssa plan` over the same {n_mixes} fleet mixes: 1, 2 or 4 decode "
-        "instances of one H100 NVL each (llama-3-8b, prefill on the instance's own GPU, "
-        "dispatch round robin) with no PNM node (the GPU-only baseline) or 1 or 2 PNM nodes "
-        "of 2 or 4 prototype devices (link roce-400g), T_input the crossover (static) or "
-        "the fleet orchestrator's (`fleet-adaptive`). Each mix's highest sustained rate is "
+        "instances of one H100 NVL each (llama-3-8b, dispatch round robin), prefilled on "
+        "their own GPU or on a shared pool of 4 (`+4p`), with no PNM node (the GPU-only "
+        "baseline) or 1 or 2 PNM nodes of 4 prototype devices (link roce-400g), T_input the "
+        "crossover (static). Each mix's highest sustained rate is "
         "Vidur-Search's capacity search (double until the SLO fails, then bisect to "
         f"{PlanSettings('', '').granularity:.0%}); each probe is one fleet run of "
         f"{args.requests:,} requests drawn from the trace (`workload.resample`, Poisson "
@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=POSITIVE_INT, default=2)
     p.add_argument("--store", type=Path, default=Path("plan-page-store"),
                    help="folder of the plans' points (resumed if there)")
-    p.add_argument("--write", action="store_true",
-                   help=f"write {PAGE.relative_to(ROOT)} and its plots")
+    p.add_argument("--write", action="store_true", help="write the page and its plots")
+    p.add_argument("--page", type=Path, default=PAGE, help="the page written (its plots beside)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     code = code_version()
@@ -225,11 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     text = page(res, prices, " ".join(["python scripts/plan.py", *shown]), commit, args)
     sys.stdout.write(text)
     if args.write:
-        out = PAGE.parent
+        out = args.page.parent
         for name in TRACES:
             report.plot(res["slos"][(name, SLOS[0].label())]["rows"], out / f"plan_{name}.png",
                         f"{name} trace, SLO {SLOS[0].label()}")
         plot_shares(res["shares"], out / "plan_long_share.png",
                     f"conversation trace, SLO {SLOS[0].label()}")
-        PAGE.write_text(text)
+        args.page.write_text(text)
     return 0

@@ -178,9 +178,8 @@ def rated_power(parts: Parts, prices: Prices) -> TierPower:
 
 
 def tier_power(point: PowerReport, prices: Prices) -> TierPower:
-    """The point's per-tier average power: the fleet report's when it has one, else the
-    rated power of its parts. THE ONE PLACE to connect the fleet's measured per-tier power
-    (issue 43 point 3): ``point.power`` is filled from it in ``search.evaluate``."""
+    """The point's per-tier average power: the fleet report's when it has one (``point.power``,
+    filled by ``search.fleet_power``), else the rated power of its parts."""
     return point.power if point.power is not None else rated_power(point.parts, prices)
 
 

@@ -83,12 +83,16 @@ class PlanSlo:
             raise ValueError("an SLO needs ttft or tpot")
 
     def label(self) -> str:
-        parts = [f"TTFT {self.ttft_s * 1e3:g} ms" if self.ttft_s is not None else "",
-                 f"TPOT {self.tpot_s * 1e3:g} ms" if self.tpot_s is not None else ""]
+        parts = [f"TTFT {_time(self.ttft_s)}" if self.ttft_s is not None else "",
+                 f"TPOT {_time(self.tpot_s)}" if self.tpot_s is not None else ""]
         bounds = " and ".join(p for p in parts if p)
         if self.goodput is not None:
             return f"goodput >= {self.goodput:.0%} at {bounds}"
         return f"P{self.percentile:g} {bounds}"
+
+
+def _time(s: float) -> str:
+    return f"{s:g} s" if s >= 1 else f"{s * 1e3:g} ms"
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,8 @@ class Probe:
     mean_output: float
     """Mean output tokens per request of the run."""
     cpu_s: float
+    power: TierPower | None = None
+    """The run's per-tier average power (``fleet_power``)."""
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,16 @@ def fleet_of(mix: Mix, settings: PlanSettings) -> tuple[Any, Any]:
     return spec, cfg
 
 
+def fleet_power(result: Any) -> TierPower | None:
+    """A fleet run's per-tier average power (decode GPUs, prefill GPUs, PNM nodes), from the
+    fleet report. THE ONE PLACE to connect issue 43 point 3's figures: the fleet's report
+    does not carry per-tier power yet, so this gives None and the plan prices energy from
+    the parts' rated power (``prices.tier_power``); once ``FleetResult`` has them, build the
+    ``TierPower`` from them here."""
+    del result
+    return None
+
+
 def run_probe(mix: Mix, rate: float, settings: PlanSettings) -> Probe:
     """The mix's fleet on ``settings.requests`` requests at ``rate``, held to the SLO."""
     import numpy as np
@@ -288,7 +304,8 @@ def run_probe(mix: Mix, rate: float, settings: PlanSettings) -> Probe:
     reqs = list(resample(source, settings.requests, rate, settings.seed))
     fleet = FleetSim(spec, cat, lm, cfg)
     admitted, rejected = fleet.admit(reqs)
-    run = fleet.run(admitted).merged()
+    res = fleet.run(admitted)
+    run = res.merged()
     run.rejected = len(rejected)
     slo = settings.slo
     g = goodput(run, slo.ttft_s, slo.tpot_s)
@@ -306,7 +323,7 @@ def run_probe(mix: Mix, rate: float, settings: PlanSettings) -> Probe:
     mean_out = (sum(r.output_len for r in run.results) / len(run.results)
                 if run.results else 0.0)
     return Probe(rate, bool(ok and not over), g["attainment"], ttft, tpot, over, mean_out,
-                 time.process_time() - c0)
+                 time.process_time() - c0, fleet_power(res))
 
 
 def search_point(key: str, mix: Mix, settings: PlanSettings,
@@ -325,9 +342,11 @@ def search_point(key: str, mix: Mix, settings: PlanSettings,
     start = settings.start_per_gpu * gpus
     rate, _ = capacity(passes, start, settings.granularity, settings.most_probes,
                        settings.max_rate, least=start / 2 ** settings.halvings)
-    out_tps = rate * done[rate].mean_output if rate > 0 else 0.0
-    return PointResult(key, mix, rate, tuple(done.values()), out_tps,
-                       time.process_time() - c0, time.perf_counter() - t0)
+    at = done[rate] if rate > 0 else None
+    return PointResult(key, mix, rate, tuple(done.values()),
+                       rate * at.mean_output if at is not None else 0.0,
+                       time.process_time() - c0, time.perf_counter() - t0,
+                       at.power if at is not None else None)
 
 
 def point_json(p: PointResult, config: dict[str, Any]) -> dict[str, Any]:
@@ -339,12 +358,14 @@ def point_json(p: PointResult, config: dict[str, Any]) -> dict[str, Any]:
                      "power": p.power, "probes": [asdict(x) for x in p.probes]})
 
 
+def _power(doc: dict[str, Any] | None) -> TierPower | None:
+    return TierPower(**{**doc, "counted": tuple(doc["counted"])}) if doc else None
+
+
 def point_from_json(doc: dict[str, Any]) -> PointResult:
     """A stored line back as a point (KeyError/TypeError/ValueError when it is not one)."""
-    power = doc.get("power")
-    return PointResult(
-        doc["key"], Mix(**doc["mix"]), float(doc["rate"]),
-        tuple(Probe(**{k: (math.inf if v is None and k == "ttft_s" else v)
-                       for k, v in x.items()}) for x in doc["probes"]),
-        float(doc["output_tps"]), float(doc["cpu_s"]), float(doc["wall_s"]),
-        TierPower(**{**power, "counted": tuple(power["counted"])}) if power else None)
+    probes = tuple(Probe(**{**x, "ttft_s": math.inf if x["ttft_s"] is None else x["ttft_s"],
+                            "power": _power(x.get("power"))}) for x in doc["probes"])
+    return PointResult(doc["key"], Mix(**doc["mix"]), float(doc["rate"]), probes,
+                       float(doc["output_tps"]), float(doc["cpu_s"]), float(doc["wall_s"]),
+                       _power(doc.get("power")))
