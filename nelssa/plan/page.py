@@ -37,8 +37,10 @@ SLOS = (PlanSlo(ttft_s=20.0, tpot_s=0.175, goodput=0.99),
 6 s or 10 s fewer than 99 % of the conversation trace's requests meet it even on an idle fleet,
 so a handful of prompts, not the load, decide the rate), a P99 tail (the same TTFT, TPOT
 100 ms) and an interactive P90."""
-SPACE = PlanSpace(decode=(1, 2, 4), prefill_gpus=(0, 4), nodes=(0, 1, 2), devices=(4,),
+SPACE = PlanSpace(decode=(1, 2, 4), prefill_gpus=(0, 4), nodes=(0, 1), devices=(4,),
                   policies=(CROSSOVER,))
+SHARES = FRACTIONS[::2]
+"""Figure 16's long shares, every other one (0, 8, 16, 24 %: the page's time)."""
 LONG_THRESHOLD = 32768
 """Figure 16's long request (``serve-sim --sweeps``' default T_input)."""
 
@@ -139,14 +141,15 @@ def page(res: dict[str, Any], prices: Prices, command: str, commit: str,
         f"Each plan is `nelssa plan` over the same {n_mixes} fleet mixes: 1, 2 or 4 decode "
         "instances of one H100 NVL each (llama-3-8b, dispatch round robin), prefilled on "
         "their own GPU or on a shared pool of 4 (`+4p`), with no PNM node (the GPU-only "
-        "baseline) or 1 or 2 PNM nodes of 4 prototype devices (link roce-400g), T_input the "
+        "baseline) or 1 PNM node of 4 prototype devices (link roce-400g), T_input the "
         "crossover (static). Each mix's highest sustained rate is "
         "Vidur-Search's capacity search (double until the SLO fails, then bisect to "
         f"{PlanSettings('', '').granularity:.0%}); each probe is one fleet run of "
         f"{args.requests:,} requests drawn from the trace (`workload.resample`, Poisson "
         "arrivals, seed 0). A rate is sustained when it meets the SLO and the run's queue does "
         "not grow without bound. Cost: capital (hourly prices) plus energy, per million "
-        "output tokens at the sustained rate (rate x the run's mean output tokens).", "",
+        "output tokens at the sustained rate (rate x the run's mean output tokens). How "
+        "far the sustained rate moves with the run length: docs/results/plan_bench.md.", "",
         "## Prices", ""]
     lines += _prices_table(prices)
     lines += [
@@ -177,7 +180,8 @@ def page(res: dict[str, Any], prices: Prices, command: str, commit: str,
     lines += [
         "## Share of long requests", "",
         f"The conversation trace redrawn with a given share of requests of at least "
-        f"{LONG_THRESHOLD:,} input tokens (`workload.long_fraction_mix`, Figure 16's shares), "
+        f"{LONG_THRESHOLD:,} input tokens (`workload.long_fraction_mix`, every other share of "
+        f"Figure 16's), "
         f"SLO {SLOS[0].label()}:", "",
         "| long share | GPU-only: mix | rate /s | $/hour | $/M tokens | NELSSA: mix | rate /s | "
         "$/hour | $/M tokens | NELSSA / GPU-only $/M | device break-even $/hour |",
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             r = plan(trace, slo, args.requests, None, args.store, args.workers, prices)
             res["slos"][(name, slo.label())] = r
             res["all"].append((f"{name}, {slo.label()}", r))
-    for f in FRACTIONS:
+    for f in SHARES:
         r = plan(TRACES["conversation"], SLOS[0], args.requests, f, args.store, args.workers,
                  prices)
         res["shares"][f] = r
