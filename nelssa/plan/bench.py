@@ -42,6 +42,7 @@ def settings(trace: Path, requests: int) -> PlanSettings:
 
 def speed(trace: Path, requests: int, workers: int, folder: Path) -> dict[str, Any]:
     mixes = SPACE.mixes()
+    load0 = os.getloadavg()[0]
     c0, w0 = time.process_time(), time.perf_counter()
     done = run_plan(settings(trace, requests), mixes, folder, executor(workers, None))
     parent = time.process_time() - c0
@@ -50,6 +51,7 @@ def speed(trace: Path, requests: int, workers: int, folder: Path) -> dict[str, A
     return {"mixes": len(mixes), "ran": done.ran, "probes": done.probes,
             "worker_cpu_s": done.cpu_s, "parent_cpu_s": parent,
             "wall_s": time.perf_counter() - w0, "failed": len(done.failed),
+            "load": (load0, os.getloadavg()[0]),
             "sustaining": sum(p.rate > 0 for p in done.points)}
 
 
@@ -82,8 +84,11 @@ def page(res: dict[str, Any], command: str, commit: str) -> str:
         f"| {s['mixes']} | {s['ran']} | {s['probes']:,} | {cpu:,.0f} | {s['wall_s']:,.0f} | "
         f"{s['sustaining']} | {s['failed']} |", "",
         f"**{s['mixes']} mixes in {s['wall_s'] / 60:.1f} min wall** (the goal: 100 in 30 min "
-        f"on this machine); {cpu / s['mixes']:.1f} CPU s a mix, "
-        f"{s['worker_cpu_s'] / max(1, s['probes']):.2f} CPU s a fleet run.", ""]
+        f"on this machine), the machine's load average {s['load'][0]:.1f} at the start and "
+        f"{s['load'][1]:.1f} at the end (other work on its {os.cpu_count()} cores); "
+        f"{cpu / s['mixes']:.1f} CPU s a mix, "
+        f"{s['worker_cpu_s'] / max(1, s['probes']):.2f} CPU s a fleet run: on the 2 cores "
+        f"alone the {s['mixes']} mixes take {cpu / 2 / 60:.1f} min.", ""]
     st = res.get("stability")
     if st:
         labels = list(next(iter(st.values())))
@@ -108,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=POSITIVE_INT, default=2)
     p.add_argument("--stability", action="store_true",
                    help="also the run-length table (the stability mixes at each length)")
+    p.add_argument("--store", type=Path,
+                   help="keep the points here: the run-length plans resume from DIR/s (the "
+                   "speed run's DIR/speed must not exist: it is timed from scratch) [default: "
+                   "a temporary folder]")
     p.add_argument("--write", action="store_true", help=f"write {PAGE.relative_to(ROOT)}")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -115,9 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     commit = str(code["commit"])[:7] + (" (modified)" if code["modified"] is True else "")
     res: dict[str, Any] = {"requests": args.requests, "workers": args.workers}
     with tempfile.TemporaryDirectory(prefix="plan-bench-") as tmp:
+        store = args.store or Path(tmp)
+        if (store / "speed").exists():
+            p.error(f"--store {store}: {store / 'speed'} exists (the speed run starts empty)")
         if args.stability:
-            res["stability"] = stability(args.trace, args.workers, Path(tmp) / "stability")
-        res["speed"] = speed(args.trace, args.requests, args.workers, Path(tmp) / "speed")
+            res["stability"] = stability(args.trace, args.workers, store / "s")
+        res["speed"] = speed(args.trace, args.requests, args.workers, store / "speed")
     shown = sys.argv[1:] if argv is None else argv
     text = page(res, " ".join(["python scripts/bench_plan.py", *shown]), commit)
     sys.stdout.write(text)
