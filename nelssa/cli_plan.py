@@ -190,7 +190,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
                    help="what a sustained rate meets: ttft:MS and tpot:MS, with goodput:PCT "
                    "(that share of requests meets both) or pct:P (the P-th percentile of "
                    "each within them); a run whose queue grows without bound fails "
-                   f"[default: {PlanSlo().label()}, MLPerf's long-context SLO]")
+                   f"[default: {PlanSlo().label()}, MLPerf's long-context SLO]"
+                   .replace("%", "%%"))
     p.add_argument("--requests", type=POSITIVE_INT, default=s.requests,
                    help="requests per probe (a fleet run at one rate)")
     p.add_argument("--seed", type=SEED, default=s.seed)
