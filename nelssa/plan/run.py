@@ -136,9 +136,11 @@ def plan_jobs(settings: PlanSettings, mixes: list[Mix]) -> list[PlanJob]:
 
 
 def run_plan(settings: PlanSettings, mixes: list[Mix], out: Path, mapper: Mapper,
-             progress: Callable[[int, int], None] | None = None) -> PlanOutcome:
+             progress: Callable[[int, int], None] | None = None,
+             budget_s: float | None = None) -> PlanOutcome:
     """Search every mix not yet in ``out``/points.jsonl; the store holds each point as it
-    finishes."""
+    finishes. With ``budget_s``, no search starts after that many seconds (those running
+    finish and are stored; a second run resumes the rest)."""
     out.mkdir(parents=True, exist_ok=True)
     store = out / STORE
     have = {k: d for k, d in read_store(store).items() if "error" not in d}
@@ -160,6 +162,8 @@ def run_plan(settings: PlanSettings, mixes: list[Mix], out: Path, mapper: Mapper
                 probes += len(doc["probes"])
             if progress is not None:
                 progress(i, len(todo))
+            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                break  # the mapper closed: no new search starts
     points = [point_from_json(have[j.key]) for j in jobs if j.key in have]
     return PlanOutcome(points, [(j.mix, failed[j.key]) for j in jobs if j.key in failed],
                        len(todo), cpu, time.perf_counter() - t0, probes)
