@@ -46,23 +46,33 @@ LONG_THRESHOLD = 32768
 
 
 def plan(trace: Path, slo: PlanSlo, requests: int, long_share: float | None, store: Path,
-         workers: int, prices: Prices) -> dict[str, Any]:
+         workers: int, prices: Prices, budget_s: float | None = None) -> dict[str, Any]:
     s = PlanSettings(str(trace.resolve()), file_sha256(str(trace.resolve())), slo,
                      requests=requests, long_share=long_share, long_threshold=LONG_THRESHOLD)
-    done = run_plan(s, SPACE.mixes(), store, executor(workers, None))
+    done = run_plan(s, SPACE.mixes(), store, executor(workers, None),
+                    budget_s=None if budget_s is None else max(0.0, budget_s))
     rs = report.rows(done.points, prices)
     log.info("%s %s share %s: %d searched, %.0f CPU s", trace.name, slo.label(), long_share,
              done.ran, done.cpu_s)
-    return {"rows": rs, "gpu": report.cheapest(rs, True), "nelssa": report.cheapest(rs, False),
+    return {"rows": rs, "searched": len(done.points), "gpu": report.cheapest(rs, True),
+            "nelssa": report.cheapest(rs, False),
             "break_even": report.break_even_device_price(rs, prices), "ran": done.ran,
             "cpu_s": done.cpu_s, "probes": done.probes, "failed": done.failed}
 
 
-def _fleet(r: report.Row | None) -> str:
+def _fleet(r: report.Row | None, searched: int = 1) -> str:
+    if searched == 0:
+        return "not searched (budget) | - | - | -"
     if r is None:
         return "none sustains a rate | - | - | -"
     return (f"{r.label} | {r.point.rate:.3g} | {r.cost.per_hour:.2f} | "
             f"{r.cost.per_million_tokens:.3f}")
+
+
+def _part(res: dict[str, Any]) -> str:
+    """A plan cut short by the budget says how much of the space it holds."""
+    n = len(SPACE.mixes())
+    return "" if res["searched"] == n else f" ({res['searched']} of {n} mixes)"
 
 
 def _ratio(res: dict[str, Any]) -> str:
@@ -79,9 +89,12 @@ def _be(res: dict[str, Any]) -> str:
 def stops_paying(shares: dict[float, dict[str, Any]]) -> str:
     """Where along the long share NELSSA's cheapest fleet stops being cheaper than the GPU-only
     one, in words."""
+    whole = len(SPACE.mixes())
     pays = {f: (r["gpu"] is not None and r["nelssa"] is not None
                 and r["nelssa"].cost.per_million_tokens < r["gpu"].cost.per_million_tokens)
-            for f, r in shares.items()}
+            for f, r in shares.items() if r.get("searched", whole) == whole}
+    if not pays:
+        return "no long share's plan was searched whole: no conclusion"
     order = sorted(pays)
     if all(pays.values()):
         return f"NELSSA pays at every long share tried ({order[0]:.0%} to {order[-1]:.0%})"
@@ -166,8 +179,9 @@ def page(res: dict[str, Any], prices: Prices, command: str, commit: str,
     for name in TRACES:
         for slo in SLOS:
             r = res["slos"][(name, slo.label())]
-            lines.append(f"| {name} | {slo.label()} | {_fleet(r['gpu'])} | {_fleet(r['nelssa'])}"
-                         f" | {_ratio(r)} | {_be(r)} |")
+            lines.append(f"| {name} | {slo.label()}{_part(r)} | "
+                         f"{_fleet(r['gpu'], r['searched'])} | "
+                         f"{_fleet(r['nelssa'], r['searched'])} | {_ratio(r)} | {_be(r)} |")
     lines += [
         "",
         "Mix: `Nd` N decode GPUs; `Nd KxV policy` with K PNM nodes of V devices. Device "
@@ -187,7 +201,8 @@ def page(res: dict[str, Any], prices: Prices, command: str, commit: str,
         "$/hour | $/M tokens | NELSSA / GPU-only $/M | device break-even $/hour |",
         "| ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for f in sorted(sh):
-        lines.append(f"| {f:.0%} | {_fleet(sh[f]['gpu'])} | {_fleet(sh[f]['nelssa'])} | "
+        lines.append(f"| {f:.0%}{_part(sh[f])} | {_fleet(sh[f]['gpu'], sh[f]['searched'])} | "
+                     f"{_fleet(sh[f]['nelssa'], sh[f]['searched'])} | "
                      f"{_ratio(sh[f])} | {_be(sh[f])} |")
     lines += ["", f"**{stops_paying(sh)}** (at the prices above).", "",
               "![cost against the share of long requests](plan_long_share.png)", ""]
@@ -203,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=POSITIVE_INT, default=2)
     p.add_argument("--store", type=Path, default=Path("plan-page-store"),
                    help="folder of the plans' points (resumed if there)")
+    p.add_argument("--budget-min", type=float, default=None,
+                   help="start no search after this many minutes (a plan cut short says how "
+                   "many of its mixes it holds; a rerun into the same --store resumes)")
     p.add_argument("--write", action="store_true", help="write the page and its plots")
     p.add_argument("--page", type=Path, default=PAGE, help="the page written (its plots beside)")
     args = p.parse_args(argv)
@@ -211,15 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     commit = str(code["commit"])[:7] + (" (modified)" if code["modified"] is True else "")
     prices = Prices()
     w0 = time.perf_counter()
+    end = None if args.budget_min is None else w0 + args.budget_min * 60
+
+    def left() -> float | None:
+        return None if end is None else end - time.perf_counter()
     res: dict[str, Any] = {"slos": {}, "shares": {}, "all": []}
     for name, trace in TRACES.items():
         for slo in SLOS:
-            r = plan(trace, slo, args.requests, None, args.store, args.workers, prices)
+            r = plan(trace, slo, args.requests, None, args.store, args.workers, prices, left())
             res["slos"][(name, slo.label())] = r
             res["all"].append((f"{name}, {slo.label()}", r))
     for f in SHARES:
         r = plan(TRACES["conversation"], SLOS[0], args.requests, f, args.store, args.workers,
-                 prices)
+                 prices, left())
         res["shares"][f] = r
         res["all"].append((f"long share {f:.0%}", r))
     res["wall_s"] = time.perf_counter() - w0

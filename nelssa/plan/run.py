@@ -146,6 +146,8 @@ def run_plan(settings: PlanSettings, mixes: list[Mix], out: Path, mapper: Mapper
     have = {k: d for k, d in read_store(store).items() if "error" not in d}
     jobs = plan_jobs(settings, mixes)
     todo = list({j.key: j for j in jobs if j.key not in have}.values())
+    if budget_s is not None and budget_s <= 0:
+        todo = []  # no time left: what the store holds
     t0 = time.perf_counter()
     cpu = 0.0
     probes = 0
