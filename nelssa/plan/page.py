@@ -57,7 +57,8 @@ def plan(trace: Path, slo: PlanSlo, requests: int, long_share: float | None, sto
     return {"rows": rs, "searched": len(done.points), "gpu": report.cheapest(rs, True),
             "nelssa": report.cheapest(rs, False),
             "break_even": report.break_even_device_price(rs, prices), "ran": done.ran,
-            "cpu_s": done.cpu_s, "probes": done.probes, "failed": done.failed}
+            "cpu_s": sum(p.cpu_s for p in done.points),
+            "probes": sum(len(p.probes) for p in done.points), "failed": done.failed}
 
 
 def _fleet(r: report.Row | None, searched: int = 1) -> str:
@@ -149,8 +150,9 @@ def page(res: dict[str, Any], prices: Prices, command: str, commit: str,
     lines = [
         "# The cheapest fleet that meets the SLO (issue 43, point 4)", "",
         f"Written by `{command}` at {commit} on {platform.machine()} ({os.cpu_count()} cores, "
-        f"shared), Python {platform.python_version()}, in {res['wall_s'] / 60:.1f} min wall, "
-        f"{res['cpu_s'] / 60:.1f} min of the workers' CPU ({res['probes']:,} fleet runs).", "",
+        f"shared), Python {platform.python_version()}; the points' searches took "
+        f"{res['cpu_s'] / 60:.1f} min of the workers' CPU ({res['probes']:,} fleet runs; the "
+        "points are kept in a store, a rerun resumes).", "",
         f"Each plan is `nelssa plan` over the same {n_mixes} fleet mixes: 1, 2 or 4 decode "
         "instances of one H100 NVL each (llama-3-8b, dispatch round robin), prefilled on "
         "their own GPU or on a shared pool of 4 (`+4p`), with no PNM node (the GPU-only "
