@@ -162,39 +162,44 @@ def test_the_key_changes_with_every_field_of_the_configuration(trace: Path) -> N
 
 # -- cost arithmetic and the front ---------------------------------------------------------------
 PRICES = Prices(gpu_per_hour=2.0, pnm_device_per_hour=0.5, pnm_node_per_hour=1.0,
-                electricity_per_kwh=0.1, pue=1.5, gpu_watts=400.0, pnm_device_watts=20.0,
-                pnm_node_watts=100.0)
+                electricity_per_kwh=0.1, pue=1.5)
+POWER = TierPower(800.0, 0.0, 180.0, ("decode_gpus", "prefill_gpus", "pnm_nodes"), "test")
 
 
 def _point(mix: Mix, rate: float, tps: float, power: TierPower | None = None) -> PointResult:
     return PointResult("k", mix, rate, (), tps, 0.0, 0.0, power)
 
 
+def _drawing(mix: Mix, rate: float, tps: float) -> PointResult:
+    """A point whose fleet drew 400 W a GPU, 20 W a device and 100 W a node's host."""
+    parts = mix.parts
+    power = TierPower(400.0 * parts.decode_gpus, 400.0 * parts.prefill_gpus,
+                      20.0 * parts.pnm_devices + 100.0 * parts.pnm_nodes, POWER.counted, "test")
+    return _point(mix, rate, tps, power if rate > 0 else None)
+
+
 def test_cost_by_hand() -> None:
-    p = _point(Mix(2, 0, 1, 4, "crossover"), 3.0, 1000.0)
+    p = _point(Mix(2, 0, 1, 4, "crossover"), 3.0, 1000.0, POWER)
     c = cost(p, p.output_tps, PRICES)
     assert c.capital_per_hour == pytest.approx(2 * 2.0 + 4 * 0.5 + 1 * 1.0)  # 7 $/hour
-    assert c.watts == pytest.approx(2 * 400 + 4 * 20 + 100)  # 980 W
+    assert c.watts == pytest.approx(800 + 180)  # the fleet's measured power, 980 W
     assert c.energy_per_hour == pytest.approx(0.980 * 1.5 * 0.1)  # 0.147 $/hour
     assert c.per_million_tokens == pytest.approx(7.147 / (1000 * 3600) * 1e6)
     assert c.joules_per_token == pytest.approx(0.98)
+    assert c.power_counted == POWER.counted
     bought = dataclasses.replace(PRICES, gpu_capital=4 * HOURS_PER_YEAR * 3.0, lifetime_years=4)
     assert bought.hourly("gpu") == pytest.approx(3.0)
-    # measured per-tier power, when a point has it, replaces the rated figures
-    measured = _point(p.mix, 3.0, 1000.0, TierPower(500.0, 0.0, 60.0, ("decode_gpus",
-                                                                          "pnm_nodes"), "test"))
-    assert energy_cost(measured, PRICES)[0] == pytest.approx(0.560 * 1.5 * 0.1)
-    # without a PNM power figure the PNM tier is left out, and says so
-    unpriced = dataclasses.replace(PRICES, pnm_device_watts=None, pnm_node_watts=None)
-    c2 = cost(p, 1000.0, unpriced)
-    assert c2.watts == pytest.approx(800.0) and "pnm_nodes" not in c2.power_counted
-    assert math.isinf(cost(_point(p.mix, 0.0, 0.0), 0.0, PRICES).per_million_tokens)
+    other = _point(p.mix, 3.0, 1000.0, TierPower(500.0, 0.0, 60.0, POWER.counted, "test"))
+    assert energy_cost(other, PRICES)[0] == pytest.approx(0.560 * 1.5 * 0.1)
+    # no rate met: nothing measured, nothing served
+    none = cost(_point(p.mix, 0.0, 0.0), 0.0, PRICES)
+    assert none.watts == 0.0 and math.isinf(none.per_million_tokens)
 
 
 def test_pareto_front_and_cheapest_on_hand_data() -> None:
-    pts = [_point(Mix(1), 1.0, 100.0), _point(Mix(2), 2.5, 250.0), _point(Mix(4), 2.0, 200.0),
-           _point(Mix(1, 0, 1, 2, "crossover"), 2.0, 200.0),
-           _point(Mix(2, 0, 1, 4, "crossover"), 4.0, 400.0), _point(Mix(8), 0.0, 0.0)]
+    pts = [_drawing(Mix(1), 1.0, 100.0), _drawing(Mix(2), 2.5, 250.0),
+           _drawing(Mix(4), 2.0, 200.0), _drawing(Mix(1, 0, 1, 2, "crossover"), 2.0, 200.0),
+           _drawing(Mix(2, 0, 1, 4, "crossover"), 4.0, 400.0), _drawing(Mix(8), 0.0, 0.0)]
     rs = report.rows(pts, PRICES)
     # $/hour (capital + W x 1.5 x 0.1 / 1000): 1d 2.06, 2d 4.12, 4d 8.24, 1d 1x2 4.081,
     # 2d 1x4 7.147; $/M tokens: 5.722, 4.578, 11.44, 5.668, 4.963
@@ -262,11 +267,11 @@ def test_a_prices_file_and_options_combine(tmp_path: Path) -> None:
     from nelssa.cli_plan import prices_of
 
     f = tmp_path / "p.toml"
-    f.write_text("gpu_per_hour = 3.5\npnm_device_watts = 25\n")
+    f.write_text("gpu_per_hour = 3.5\npnm_device_per_hour = 0.25\n")
     args = build_parser().parse_args(["plan", "--trace", str(f), "--prices", str(f),
                                       "--pue", "1.2"])
     p = prices_of(args)
-    assert (p.gpu_per_hour, p.pnm_device_watts, p.pue) == (3.5, 25.0, 1.2)
+    assert (p.gpu_per_hour, p.pnm_device_per_hour, p.pue) == (3.5, 0.25, 1.2)
     assert p.electricity_per_kwh == Prices().electricity_per_kwh
 
 

@@ -169,11 +169,10 @@ def page(res: dict[str, Any], prices: Prices, command: str, commit: str,
     lines += _prices_table(prices)
     lines += [
         "",
-        "Energy: each part at its rated power all the time (an upper bound), the GPU's from "
-        "`gpu_watts`; the PNM tier has no sourced power figure in the hardware description, "
-        "so its energy is not counted here (its capital is). When the fleet report carries "
-        "per-tier average power (issue 43, point 3), `nelssa/plan/prices.py` `tier_power` "
-        "takes it instead.", "",
+        "Energy: each tier's average power over the run at the sustained rate, from the "
+        "fleet's energy model (`emu/energy.py`: the GPUs' utilisation model capped at their "
+        "power limit, the PNM nodes' hosts, devices, DDR5 and links, every figure from the "
+        "hardware description with its source), times PUE and the price of a kWh.", "",
         "## Cheapest fleets at three SLOs", "",
         "| trace | SLO | GPU-only: mix | rate /s | $/hour | $/M tokens | NELSSA: mix | rate /s "
         "| $/hour | $/M tokens | NELSSA / GPU-only $/M | device break-even $/hour |",

@@ -3,9 +3,9 @@ configuration class), a prices file read into them, and the cost arithmetic (cap
 energy, per hour and per million output tokens).
 
 Energy goes through one boundary, ``energy_cost(result, prices)``: it reads each tier's
-average power from the evaluated point (``TierPower``). Until the fleet's report carries
-measured per-tier power, ``rated_power`` fills it from the rated power figures below (an upper
-bound: every part at its power limit all the time); see ``tier_power``.
+average power from the evaluated point (``TierPower``), which the fleet's energy model gives
+for the run at the point's rate (``search.fleet_power``: emu/energy.py over the hardware
+description's power figures). Prices hold no hardware figure.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from nelssa.emu.latency.fields import FieldError, Num
 HOURS_PER_YEAR = 8766.0
 """365.25 days."""
 PRICE = Num("a finite number >= 0 (US dollars)", lo=0, most=1e9)
-WATTS = Num("a finite number >= 0 (watts)", lo=0, most=1e6)
 YEARS = Num("a number of years > 0", lo=0, lo_open=True, most=100)
 PUE = Num("a power usage effectiveness >= 1", lo=1, most=10)
 
@@ -60,16 +59,6 @@ class Prices:
     pue: float = _num(PUE, 1.58)
     """Power usage effectiveness: facility power over IT power. Default: the industry average
     of the Uptime Institute Global Data Center Survey 2023, 1.58."""
-    gpu_watts: float = _num(WATTS, 400.0)
-    """Rated power of one GPU, W: the H100 NVL's maximum TDP (NVIDIA H100 NVL product brief:
-    350-400 W, configurable; issue 43 names 400 W as the preset's power limit). Used only until
-    the fleet reports measured per-tier power (``tier_power``)."""
-    pnm_device_watts: float | None = _num(WATTS, None)
-    """Rated power of one PNM device, W. None (the default): no sourced figure exists in the
-    hardware description, and the PNM tier's energy is then not counted (said in every
-    report). Used only until the fleet reports measured per-tier power."""
-    pnm_node_watts: float | None = _num(WATTS, None)
-    """Rated power of one PNM node's host, W (None: not counted, as above)."""
 
     def hourly(self, part: str) -> float:
         """$/hour of one ``gpu``, ``pnm_device`` or ``pnm_node``: its capital over its
@@ -158,29 +147,12 @@ class PowerReport(Protocol):
     power: TierPower | None
 
 
-def rated_power(parts: Parts, prices: Prices) -> TierPower:
-    """Every part at its rated power all the time (an upper bound); a PNM tier without a
-    rated figure is not counted."""
-    counted = ["decode_gpus", "prefill_gpus"]
-    pnm = 0.0
-    if parts.pnm_nodes:
-        if prices.pnm_device_watts is not None:
-            pnm += parts.pnm_devices * prices.pnm_device_watts
-        if prices.pnm_node_watts is not None:
-            pnm += parts.pnm_nodes * prices.pnm_node_watts
-        if prices.pnm_device_watts is not None or prices.pnm_node_watts is not None:
-            counted.append("pnm_nodes")
-    elif prices.pnm_device_watts is not None or prices.pnm_node_watts is not None:
-        counted.append("pnm_nodes")  # none there: counted as nothing
-    return TierPower(parts.decode_gpus * prices.gpu_watts, parts.prefill_gpus * prices.gpu_watts,
-                     pnm, tuple(counted), "rated power (Prices.gpu_watts, pnm_device_watts, "
-                     "pnm_node_watts): every part at its power limit")
-
-
-def tier_power(point: PowerReport, prices: Prices) -> TierPower:
-    """The point's per-tier average power: the fleet report's when it has one (``point.power``,
-    filled by ``search.fleet_power``), else the rated power of its parts."""
-    return point.power if point.power is not None else rated_power(point.parts, prices)
+def tier_power(point: PowerReport) -> TierPower:
+    """The point's per-tier average power (``point.power``, from ``search.fleet_power``); none
+    where no rate met the SLO (nothing is served there: its cost per token is infinite)."""
+    if point.power is None:
+        return TierPower(0.0, 0.0, 0.0, (), "no rate met the SLO: no run to measure")
+    return point.power
 
 
 @dataclass(frozen=True)
@@ -221,7 +193,7 @@ def capital_per_hour(parts: Parts, prices: Prices) -> float:
 def energy_cost(point: PowerReport, prices: Prices) -> tuple[float, TierPower]:
     """$/hour of electricity for the point's fleet (its per-tier average power times PUE
     times the price of a kWh), and the power it was priced from."""
-    power = tier_power(point, prices)
+    power = tier_power(point)
     return power.total / 1000 * prices.pue * prices.electricity_per_kwh, power
 
 

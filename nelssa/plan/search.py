@@ -160,8 +160,7 @@ class PointResult:
     cpu_s: float
     wall_s: float
     power: TierPower | None = None
-    """Per-tier average power at ``rate`` (None until the fleet reports it: priced from rated
-    power, ``prices.tier_power``)."""
+    """Per-tier average power at ``rate`` (``fleet_power``; None where no rate was met)."""
 
     @property
     def parts(self) -> Parts:
@@ -275,14 +274,16 @@ def fleet_of(mix: Mix, settings: PlanSettings) -> tuple[Any, Any]:
     return spec, cfg
 
 
-def fleet_power(result: Any) -> TierPower | None:
-    """A fleet run's per-tier average power (decode GPUs, prefill GPUs, PNM nodes), from the
-    fleet report. THE ONE PLACE to connect issue 43 point 3's figures: the fleet's report
-    does not carry per-tier power yet, so this gives None and the plan prices energy from
-    the parts' rated power (``prices.tier_power``); once ``FleetResult`` has them, build the
-    ``TierPower`` from them here."""
-    del result
-    return None
+def fleet_power(fleet: Any, result: Any, catalog: Any) -> TierPower:
+    """A fleet run's per-tier average power (decode GPUs, prefill GPUs, PNM nodes): the
+    fleet's energy model over the run (``FleetSim.energy``, emu/energy.py, the hardware
+    description's power figures)."""
+    from nelssa.emu.energy import energy_entry
+
+    e = fleet.energy(result, energy_entry(catalog))
+    return TierPower(e.decode_gpu_w, e.prefill_gpu_w, e.pnm_node_w,
+                     ("decode_gpus", "prefill_gpus", "pnm_nodes"),
+                     "the fleet's energy model (emu/energy.py) over the run at this rate")
 
 
 def run_probe(mix: Mix, rate: float, settings: PlanSettings) -> Probe:
@@ -323,7 +324,7 @@ def run_probe(mix: Mix, rate: float, settings: PlanSettings) -> Probe:
     mean_out = (sum(r.output_len for r in run.results) / len(run.results)
                 if run.results else 0.0)
     return Probe(rate, bool(ok and not over), g["attainment"], ttft, tpot, over, mean_out,
-                 time.process_time() - c0, fleet_power(res))
+                 time.process_time() - c0, fleet_power(fleet, res, cat))
 
 
 def search_point(key: str, mix: Mix, settings: PlanSettings,
