@@ -28,7 +28,7 @@ import zmq
 from construct import Enum, GreedyBytes, GreedyRange, Int8ul, Int32ul, Int64ul, Prefixed, Struct
 
 from nelssa.driver import cxl
-from nelssa.driver.port import DevicePort
+from nelssa.driver.port import DDR5_COUNTERS, DevicePort
 from nelssa.emu.link.model import LinkFaults, link_preset
 from nelssa.emu.link.security import CurveClientKeys
 from nelssa.emu.link.tokens import (
@@ -73,6 +73,10 @@ class RpcOp(IntEnum):
     AUTH = 10
     """Present the device's token (the payload, ``ADMIN_TOKEN_BYTES``): the connection's later
     calls are served. Every other call needs it first."""
+    DDR5_COUNTS = 11
+    """Deliver, then reply with the device's DDR5 counters (``DevicePort.ddr5_counts``):
+    ``value`` the sub-channels counted (0: the device does not count), one message of their
+    rows (``DDR5_COUNTS_REP``) when there are any."""
 
 
 class RpcStatus(IntEnum):
@@ -119,6 +123,11 @@ _ARG = struct.Struct("<Q")
 _REPLY_HEAD = struct.Struct("<BQ")
 """RPC_REPLY's head for ``struct``."""
 _LEN = struct.Struct("<I")
+DDR5_COUNTS_REP = struct.Struct(f"<{len(DDR5_COUNTERS)}Q")
+"""One sub-channel's counters (driver/port.DDR5_COUNTERS); a DDR5_COUNTS answer's message is
+one of these per sub-channel counted, back to back."""
+MAX_DDR5_SUBCHANNELS = 8
+"""Most sub-channels a device counts (the RTL device's and the cycle model's)."""
 
 DMA_WRITE_REQ = Struct("addr" / Int64ul, "data" / GreedyBytes)
 """A backdoor write: the device address, then the bytes (at most ``MAX_DMA_BYTES``)."""
@@ -202,6 +211,33 @@ def decode_reply(data: bytes) -> tuple[RpcStatus, int, list[bytes]]:
     except ValueError:
         raise ValueError(f"answer with unknown status {status}") from None
     return status, value, _unpack_list(data, _REPLY_HEAD.size)
+
+
+def encode_ddr5_counts(rows: list[tuple[int, ...]] | None) -> tuple[int, list[bytes]]:
+    """A DDR5_COUNTS answer's (value, messages) for a port's ``ddr5_counts()``."""
+    if not rows:
+        return 0, []
+    if len(rows) > MAX_DDR5_SUBCHANNELS:
+        raise ValueError(f"{len(rows)} DDR5 sub-channels; a device has at most "
+                         f"{MAX_DDR5_SUBCHANNELS}")
+    return len(rows), [b"".join(DDR5_COUNTS_REP.pack(*r) for r in rows)]
+
+
+def decode_ddr5_counts(value: int, messages: list[bytes], who: str
+                       ) -> list[tuple[int, ...]] | None:
+    """A DDR5_COUNTS answer checked whole: ``value`` sub-channels (at most
+    MAX_DDR5_SUBCHANNELS) and, unless 0, exactly one message of their rows; RuntimeError
+    naming ``who`` and what is wrong."""
+    if value == 0 and not messages:
+        return None
+    want = value * DDR5_COUNTS_REP.size
+    if not 0 < value <= MAX_DDR5_SUBCHANNELS or len(messages) != 1 or len(messages[0]) != want:
+        raise RuntimeError(f"{who}: DDR5_COUNTS answered {value} sub-channels in "
+                           f"{len(messages)} messages of {sum(map(len, messages))} bytes; it is "
+                           f"1..{MAX_DDR5_SUBCHANNELS} sub-channels in one message of "
+                           f"{DDR5_COUNTS_REP.size} bytes each, or 0 and none")
+    return [DDR5_COUNTS_REP.unpack_from(messages[0], i * DDR5_COUNTS_REP.size)
+            for i in range(value)]
 
 
 def _check_cycles(cycles: int) -> None:
@@ -367,6 +403,10 @@ class RemotePort(DevicePort):
     @property
     def clock_hz(self) -> int:
         return self._call(RpcOp.CLOCK)[0]
+
+    def ddr5_counts(self) -> list[tuple[int, ...]] | None:
+        value, msgs = self._call(RpcOp.DDR5_COUNTS)
+        return decode_ddr5_counts(value, msgs, f"device at {self.endpoint}")
 
     def dma_write(self, addr: int, data: bytes) -> bool:
         """Device memory by backdoor (after the messages sent before it), in calls of at most

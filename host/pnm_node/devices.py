@@ -104,6 +104,9 @@ class MeteredPort(DevicePort):
     def run_until_idle(self, max_cycles: int) -> int:
         return self.inner.run_until_idle(max_cycles)
 
+    def ddr5_counts(self) -> list[tuple[int, ...]] | None:
+        return self.inner.ddr5_counts()
+
     @property
     def cycle(self) -> int:
         return self.inner.cycle
@@ -114,6 +117,11 @@ class MeteredPort(DevicePort):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _summed(rows: list[tuple[int, ...]] | None) -> tuple[int, ...] | None:
+    """A device's DDR5 counters summed over its sub-channels."""
+    return None if rows is None else tuple(map(sum, zip(*rows, strict=True)))
 
 
 class DeviceUnreachableError(RuntimeError):
@@ -128,6 +136,9 @@ class BatchResult:
     """Device cycles from the doorbell until the last descriptor completed."""
     cxl_ps: int
     """Emulated CXL time of the batch's transfers (descriptors, queries, ids, outputs)."""
+    ddr5: tuple[int, ...] | None = None
+    """The device's DDR5 counters over the batch, summed over its sub-channels
+    (driver/port.DDR5_COUNTERS); None where the device does not count them."""
 
 
 class DeviceSlot:
@@ -194,6 +205,7 @@ class DeviceSlot:
         self.remote, self.port, self.dev, self.mem, self.cq = remote, port, dev, mem, cq
         self._free0 = mem.alloc.bytes_free
         self.cycle_seen = port.cycle
+        self._ddr5_seen = _summed(port.ddr5_counts())
         port.take()
 
     # -- re-admission -----------------------------------------------------------------------------
@@ -303,7 +315,16 @@ class DeviceSlot:
             cxl_ps += (self.cxl.transfer_ps(to_dev + more_out)
                        + self.cxl.transfer_ps(from_dev))
         self.descriptors += len(requests)
-        return BatchResult(outputs, cycles, cxl_ps)
+        return BatchResult(outputs, cycles, cxl_ps, self._take_ddr5())
+
+    def _take_ddr5(self) -> tuple[int, ...] | None:
+        """The device's DDR5 counters since the last look (a batch's, and the KV writes
+        before it that went through the controllers); None where it does not count."""
+        now = _summed(self.port.ddr5_counts())
+        seen, self._ddr5_seen = self._ddr5_seen, now
+        if now is None or seen is None:
+            return None
+        return tuple(a - b for a, b in zip(now, seen, strict=True))
 
     @property
     def used_bytes(self) -> int:
