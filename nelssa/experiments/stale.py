@@ -61,6 +61,9 @@ PAGES: dict[str, Measured | None] = {
         "hw/model", "hw/sim/device.py")),
     "device_timing.md": Measured("scripts/device_timing_check.py", (
         "hw/model/device_timing.py", "hw/model/device_cycle.py")),
+    "energy.md": Measured("scripts/energy_results.py", (
+        "nelssa/experiments/energy_page.py", "emu/energy.py", "emu/serving",
+        "emu/latency/hardware.json", "emu/latency/hardware.py")),
     "engine.md": Measured("scripts/bench_engine.py", (
         "rtl/core", "hw/model/engine.py", "hw/sim/engine.py")),
     "fuzz.md": Measured("scripts/fuzz.py", ("tests/fuzz",)),
