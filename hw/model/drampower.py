@@ -215,11 +215,6 @@ def command_trace_option(value: str) -> Path:
     return path
 
 
-def per_device(trace: Path, device: int) -> Path:
-    """Device ``device``'s ``--command-trace`` file of a node's run to ``trace``."""
-    return trace.with_name(f"{trace.stem}-dev{device}{trace.suffix}")
-
-
 def write_schedule(trace: Path, schedule: Any, spec: DDR5PowerSpec) -> list[Path]:
     """Write what a model device's cycle model (hw/model/device_cycle.CycleSchedule, logging
     since its log_commands) issued, one trace per sub-channel, up to its present cycle."""
