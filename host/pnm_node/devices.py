@@ -319,7 +319,10 @@ class DeviceSlot:
 
     def _take_ddr5(self) -> tuple[int, ...] | None:
         """The device's DDR5 counters since the last look (a batch's, and the KV writes
-        before it that went through the controllers); None where it does not count."""
+        before it that went through the controllers); None where it does not count (a
+        device that did not count when admitted is not asked again: no call per batch)."""
+        if self._ddr5_seen is None:
+            return None
         now = _summed(self.port.ddr5_counts())
         seen, self._ddr5_seen = self._ddr5_seen, now
         if now is None or seen is None:
