@@ -59,6 +59,10 @@ class DevicePort(ABC):
         board, the model's fluid timer): the default."""
         return None
 
+    def counters(self) -> tuple[int, list[tuple[int, ...]] | None]:
+        """The cycle count and the DDR5 counters together (a served device: one call)."""
+        return self.cycle, self.ddr5_counts()
+
     def set_timeout(self, timeout_ms: int) -> None:  # noqa: B027 - optional hook
         """How long the device may take to answer (or stand still) before a call fails with a
         TimeoutError; a device in this process always answers, so the default ignores it."""

@@ -73,10 +73,10 @@ class RpcOp(IntEnum):
     AUTH = 10
     """Present the device's token (the payload, ``ADMIN_TOKEN_BYTES``): the connection's later
     calls are served. Every other call needs it first."""
-    DDR5_COUNTS = 11
-    """Deliver, then reply with the device's DDR5 counters (``DevicePort.ddr5_counts``):
-    ``value`` the sub-channels counted (0: the device does not count), one message of their
-    rows (``DDR5_COUNTS_REP``) when there are any."""
+    COUNTERS = 11
+    """Deliver, then reply with the device's cycle count (``value``, as CYCLE) and its DDR5
+    counters (``DevicePort.counters``): one message of a ``DDR5_COUNTS_REP`` per sub-channel,
+    or none where the device does not count its DDR5 commands."""
 
 
 class RpcStatus(IntEnum):
@@ -124,8 +124,8 @@ _REPLY_HEAD = struct.Struct("<BQ")
 """RPC_REPLY's head for ``struct``."""
 _LEN = struct.Struct("<I")
 DDR5_COUNTS_REP = struct.Struct(f"<{len(DDR5_COUNTERS)}Q")
-"""One sub-channel's counters (driver/port.DDR5_COUNTERS); a DDR5_COUNTS answer's message is
-one of these per sub-channel counted, back to back."""
+"""One sub-channel's counters (driver/port.DDR5_COUNTERS); a COUNTERS answer's message is one
+of these per sub-channel counted, back to back."""
 MAX_DDR5_SUBCHANNELS = 8
 """Most sub-channels a device counts (the RTL device's and the cycle model's)."""
 
@@ -213,31 +213,28 @@ def decode_reply(data: bytes) -> tuple[RpcStatus, int, list[bytes]]:
     return status, value, _unpack_list(data, _REPLY_HEAD.size)
 
 
-def encode_ddr5_counts(rows: list[tuple[int, ...]] | None) -> tuple[int, list[bytes]]:
-    """A DDR5_COUNTS answer's (value, messages) for a port's ``ddr5_counts()``."""
+def encode_ddr5_counts(rows: list[tuple[int, ...]] | None) -> list[bytes]:
+    """A COUNTERS answer's messages for a port's DDR5 counters."""
     if not rows:
-        return 0, []
+        return []
     if len(rows) > MAX_DDR5_SUBCHANNELS:
         raise ValueError(f"{len(rows)} DDR5 sub-channels; a device has at most "
                          f"{MAX_DDR5_SUBCHANNELS}")
-    return len(rows), [b"".join(DDR5_COUNTS_REP.pack(*r) for r in rows)]
+    return [b"".join(DDR5_COUNTS_REP.pack(*r) for r in rows)]
 
 
-def decode_ddr5_counts(value: int, messages: list[bytes], who: str
-                       ) -> list[tuple[int, ...]] | None:
-    """A DDR5_COUNTS answer checked whole: ``value`` sub-channels (at most
-    MAX_DDR5_SUBCHANNELS) and, unless 0, exactly one message of their rows; RuntimeError
-    naming ``who`` and what is wrong."""
-    if value == 0 and not messages:
+def decode_ddr5_counts(messages: list[bytes], who: str) -> list[tuple[int, ...]] | None:
+    """A COUNTERS answer's DDR5 counters, checked whole: no message (not counted), or one of
+    1..MAX_DDR5_SUBCHANNELS whole rows; RuntimeError naming ``who`` and what is wrong."""
+    if not messages:
         return None
-    want = value * DDR5_COUNTS_REP.size
-    if not 0 < value <= MAX_DDR5_SUBCHANNELS or len(messages) != 1 or len(messages[0]) != want:
-        raise RuntimeError(f"{who}: DDR5_COUNTS answered {value} sub-channels in "
-                           f"{len(messages)} messages of {sum(map(len, messages))} bytes; it is "
-                           f"1..{MAX_DDR5_SUBCHANNELS} sub-channels in one message of "
-                           f"{DDR5_COUNTS_REP.size} bytes each, or 0 and none")
-    return [DDR5_COUNTS_REP.unpack_from(messages[0], i * DDR5_COUNTS_REP.size)
-            for i in range(value)]
+    size = DDR5_COUNTS_REP.size
+    rows, extra = divmod(len(messages[0]), size)
+    if len(messages) != 1 or extra or not 0 < rows <= MAX_DDR5_SUBCHANNELS:
+        raise RuntimeError(f"{who}: COUNTERS answered {len(messages)} messages of "
+                           f"{sum(map(len, messages))} bytes; it is none, or one of 1.."
+                           f"{MAX_DDR5_SUBCHANNELS} sub-channels of {size} bytes each")
+    return [DDR5_COUNTS_REP.unpack_from(messages[0], i * size) for i in range(rows)]
 
 
 def _check_cycles(cycles: int) -> None:
@@ -404,9 +401,12 @@ class RemotePort(DevicePort):
     def clock_hz(self) -> int:
         return self._call(RpcOp.CLOCK)[0]
 
+    def counters(self) -> tuple[int, list[tuple[int, ...]] | None]:
+        value, msgs = self._call(RpcOp.COUNTERS)
+        return value, decode_ddr5_counts(msgs, f"device at {self.endpoint}")
+
     def ddr5_counts(self) -> list[tuple[int, ...]] | None:
-        value, msgs = self._call(RpcOp.DDR5_COUNTS)
-        return decode_ddr5_counts(value, msgs, f"device at {self.endpoint}")
+        return self.counters()[1]
 
     def dma_write(self, addr: int, data: bytes) -> bool:
         """Device memory by backdoor (after the messages sent before it), in calls of at most

@@ -107,8 +107,9 @@ def _execute(port: DevicePort, op: RpcOp, arg: int, messages: list[bytes]) -> by
             value = port.cycle
         elif op == RpcOp.CLOCK:
             value = port.clock_hz
-        elif op == RpcOp.DDR5_COUNTS:
-            value, out = encode_ddr5_counts(port.ddr5_counts())
+        elif op == RpcOp.COUNTERS:
+            value, rows = port.counters()
+            out = encode_ddr5_counts(rows)
     except TimeoutError as e:
         raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
     except Exception as e:

@@ -91,17 +91,16 @@ def _run(port) -> tuple[np.ndarray, np.ndarray, int]:
     return out.o, out.lse, dev.reg_read("PERF_DESC_DONE")
 
 
-def test_ddr5_counts_answer_is_checked_whole():
-    """A DDR5_COUNTS answer: 0 and no message (not counted), or 1..8 sub-channels in one
-    message of exactly their rows; anything else is refused, naming what came."""
+def test_counters_answer_is_checked_whole():
+    """A COUNTERS answer's DDR5 part: no message (not counted), or one of 1..8 whole
+    sub-channel rows; anything else is refused, naming what came."""
     rows = [tuple(range(i, i + len(DDR5_COUNTERS))) for i in range(3)]
-    value, msgs = encode_ddr5_counts(rows)
-    assert decode_ddr5_counts(value, msgs, "dev") == rows
-    assert encode_ddr5_counts(None) == (0, []) and decode_ddr5_counts(0, [], "dev") is None
-    for bad in ((value, [msgs[0][:-1]]), (value + 1, msgs), (0, msgs), (value, msgs * 2),
-                (9, [bytes(9 * 72)])):
-        with pytest.raises(RuntimeError, match="dev: DDR5_COUNTS answered"):
-            decode_ddr5_counts(*bad, "dev")
+    msgs = encode_ddr5_counts(rows)
+    assert decode_ddr5_counts(msgs, "dev") == rows
+    assert encode_ddr5_counts(None) == [] and decode_ddr5_counts([], "dev") is None
+    for bad in ([msgs[0][:-1]], msgs * 2, [b""], [bytes(9 * 72)], [msgs[0] + b"x"]):
+        with pytest.raises(RuntimeError, match="dev: COUNTERS answered"):
+            decode_ddr5_counts(bad, "dev")
     with pytest.raises(ValueError, match="at most 8"):
         encode_ddr5_counts(rows * 3)
 
@@ -124,9 +123,10 @@ def test_served_device_matches_in_process_model(tmp_path, backend):
         assert done == 1
         assert np.array_equal(o.view(np.uint32), o_local.view(np.uint32))
         assert np.array_equal(lse.view(np.uint32), lse_local.view(np.uint32))
-        # the DDR5 counters over the link (DDR5_COUNTS): a served model device's are the
-        # in-process one's; the rtl device's sub-channels read what its controllers counted
-        counts = remote.ddr5_counts()
+        # the cycle and the DDR5 counters over the link in one call (COUNTERS): a served model
+        # device's are the in-process one's; the rtl device's, what its controllers counted
+        cycle, counts = remote.counters()
+        assert cycle == remote.cycle > 0
         assert counts is not None and len(counts) == 8
         assert sum(r[DDR5_COUNTERS.index("RD")] for r in counts) > 0
         if backend == "model":

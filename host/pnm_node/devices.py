@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import zmq
@@ -106,6 +106,9 @@ class MeteredPort(DevicePort):
 
     def ddr5_counts(self) -> list[tuple[int, ...]] | None:
         return self.inner.ddr5_counts()
+
+    def counters(self) -> tuple[int, list[tuple[int, ...]] | None]:
+        return self.inner.counters()
 
     @property
     def cycle(self) -> int:
@@ -204,8 +207,8 @@ class DeviceSlot:
              cq: CommandQueue) -> None:
         self.remote, self.port, self.dev, self.mem, self.cq = remote, port, dev, mem, cq
         self._free0 = mem.alloc.bytes_free
-        self.cycle_seen = port.cycle
-        self._ddr5_seen = _summed(port.ddr5_counts())
+        self.cycle_seen, ddr5 = port.counters()
+        self._ddr5_seen = _summed(ddr5)
         port.take()
 
     # -- re-admission -----------------------------------------------------------------------------
@@ -268,7 +271,9 @@ class DeviceSlot:
             raise DeviceUnreachableError(self.down_message())
         try:
             out = fn(self)
-            self.cycle_seen = self.port.cycle
+            self.cycle_seen, ddr5 = self.port.counters()  # one call: the cycle and DDR5
+            if isinstance(out, BatchResult):
+                out = replace(out, ddr5=self._ddr5_since(ddr5))  # type: ignore[assignment]
             return out
         except (PortTimeoutError, zmq.ZMQError) as e:
             if self.alive:  # the first reason stays (mark_down may have given it)
@@ -315,15 +320,12 @@ class DeviceSlot:
             cxl_ps += (self.cxl.transfer_ps(to_dev + more_out)
                        + self.cxl.transfer_ps(from_dev))
         self.descriptors += len(requests)
-        return BatchResult(outputs, cycles, cxl_ps, self._take_ddr5())
+        return BatchResult(outputs, cycles, cxl_ps)  # its DDR5 counters: _guarded's look
 
-    def _take_ddr5(self) -> tuple[int, ...] | None:
-        """The device's DDR5 counters since the last look (a batch's, and the KV writes
-        before it that went through the controllers); None where it does not count (a
-        device that did not count when admitted is not asked again: no call per batch)."""
-        if self._ddr5_seen is None:
-            return None
-        now = _summed(self.port.ddr5_counts())
+    def _ddr5_since(self, rows: list[tuple[int, ...]] | None) -> tuple[int, ...] | None:
+        """The device's DDR5 counters since the last batch (its own, and the KV writes
+        before it that went through the controllers); None where it does not count."""
+        now = _summed(rows)
         seen, self._ddr5_seen = self._ddr5_seen, now
         if now is None or seen is None:
             return None
