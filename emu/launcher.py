@@ -27,6 +27,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+
+def per_device_trace(trace: Path, device: int) -> Path:
+    """Device ``device``'s ``--command-trace`` file of a node's run to ``trace``."""
+    return trace.with_name(f"{trace.stem}-dev{device}{trace.suffix}")
+
 class EndpointError(ValueError):
     """An endpoint that cannot be bound or has nothing behind it; the message names it."""
 
@@ -166,11 +171,6 @@ def private_folder(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
 
 
-def per_device(trace: Path, device: int) -> Path:
-    """Device ``device``'s ``--command-trace`` file of a node's run to ``trace``."""
-    return trace.with_name(f"{trace.stem}-dev{device}{trace.suffix}")
-
-
 class DeviceProcesses:
     """``count`` device processes serving at ipc:// endpoints in a private folder, each taking
     calls only from who presents the token in ``token_file`` (emu/link/tokens.py)."""
@@ -185,7 +185,7 @@ class DeviceProcesses:
         more `device serve` options (the DDR5 overrides and sub-channels); ``token_file``: the
         devices' token (default: a new one in the private folder, never on a command line);
         ``command_trace``: each model device writes its DDR5 commands to its own file named
-        from it (``per_device``) when it stops."""
+        from it (per_device_trace) when it stops."""
         from nelssa.emu.link.tokens import new_token, write_token_file
 
         if count < 1:
@@ -202,7 +202,7 @@ class DeviceProcesses:
                 mem = (["--memory-file", str(self.folder / f"device-{i}.mem")]
                        if file_memory else [])
                 if command_trace is not None:
-                    mem += ["--command-trace", str(per_device(command_trace, i))]
+                    mem += ["--command-trace", str(per_device_trace(command_trace, i))]
                 cmd = [sys.executable, "-m", "nelssa.cli", *(["-v"] if verbose else []),
                        "device", "serve", "--backend", backend, "--endpoint", ep, *mem,
                        *(["--engines", str(engines)] if engines is not None else []),

@@ -22,6 +22,7 @@ from nelssa.cli_decode import add_decode_parser, check_decode_args
 from nelssa.cli_fpga import add_board_args, add_fpga_parser
 from nelssa.cli_latency import add_latency_parser
 from nelssa.cli_node import add_node_parser, check_bind, check_node_args
+from nelssa.cli_plan import add_plan_parser
 from nelssa.cli_presets import add_presets_parser
 from nelssa.cli_serving import add_serving_parser
 from nelssa.cli_sweep import add_sweep_parser
@@ -274,6 +275,7 @@ def build_parser() -> Parser:
     add_latency_parser(sub)
     add_serving_parser(sub)
     add_sweep_parser(sub)
+    add_plan_parser(sub)
     add_presets_parser(sub)
     return parser
 

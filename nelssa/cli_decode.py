@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.cli_fpga import add_board_args
-from nelssa.config_args import add_config_options, config_values, field_docs
+from nelssa.config_args import add_config_options, config_values, field_docs, user_help
 from nelssa.decode_hardware import (
     gpu_pnm_link,
     model_config,
@@ -29,7 +29,15 @@ from nelssa.emu.policy.schedulers import SCHEDULERS
 from nelssa.emu.policy.vllm_scheduler import VllmEnvError
 from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg, presets
 from nelssa.host.gpu.config import PRESETS, LlamaConfig, PrefillConfig, describe_shape
-from nelssa.host.gpu.report import run_json
+from nelssa.host.gpu.gpu_timer import (
+    TIMERS,
+    TorchConfig,
+    device_name,
+    make_timer,
+    resolve_device,
+    weights_dtype,
+)
+from nelssa.host.gpu.report import measured_line, run_json
 from nelssa.hw.model.drampower import command_trace_option
 from nelssa.options import (
     POSITIVE_INT,
@@ -51,6 +59,8 @@ from nelssa.provenance import (
 
 PREFILL_OPTIONS = ("prefill_chunk", "prefill_limit_s", "prefill", "emulate_above_s")
 """PrefillConfig fields `decode` takes as options."""
+TORCH_OPTIONS = ("torch_device", "gpu_timer", "torch_weights")
+"""TorchConfig fields (--gpu-timer's choices are the registry's)."""
 log = logging.getLogger(__name__)
 
 MAX_PROMPT = 1 << 20
@@ -120,7 +130,13 @@ def cmd_decode(args: argparse.Namespace) -> int:
     args.link = link
     cfg = DecodeConfig(selection=args.selection, chunk=args.chunk, gpu=gpu_name,
                        check_accuracy=not args.no_accuracy,
-                       cluster=ClusterConfig(iterations=args.kmeans_iterations))
+                       cluster=ClusterConfig(iterations=args.kmeans_iterations),
+                       torch=TorchConfig(**config_values(args, TorchConfig, TORCH_OPTIONS)))
+    try:
+        device = resolve_device(cfg.torch.torch_device)
+        timer = make_timer(device, cfg.torch.gpu_timer).name
+    except ValueError as e:  # CUDA asked for without one, or a timer the device cannot run
+        raise UsageError(f"--torch-device {cfg.torch.torch_device.value}: {e}") from None
     if args.node is not None:
         try:
             check_listening(args.node, min(args.timeout, 2.0))
@@ -162,6 +178,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"{'' if weights else ' (' + model_name(args) + ' shape)'}; "
           f"{args.short} short + {args.long} long requests, T_input {router.describe()}, "
           f"selection {cfg.selection:.0%}, {args.steps} steps, GPU model {cfg.gpu}")
+    dtype = str(weights_dtype(cfg.torch.torch_weights, device)).removeprefix("torch.")
+    print(f"  GPU side on {device}"
+          + (f" ({device_name(device)})" if device.type == "cuda" else "")
+          + f", weights in {dtype}; its times: {timer} timer"
+          + ("" if timer == "roofline" else f", the roofline of {cfg.gpu} beside them"))
     if args.backend != "fpga" and args.node is None:
         print(f"  PNM devices: {pnm.name}: {pnm.device or 'the default device'}")
     node = node_spec(args, pnm, devices)
@@ -218,8 +239,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
         energy = _energy_of(cat, gpu_name, pnm, c, devices)
         print(f"\n{'step':>4} {'batch':>9} {'step us':>8} {'GPU':>7} {'top-K':>6} {'wait':>7} "
               f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
-              f"{'GB/s':>6} {'mJ':>7} {'DDR5':>7}  max rel. error of long requests: attended "
-              "tokens / full context")
+              f"{'GB/s':>6} {'mJ':>7} {'DDR5':>7} {'GPU by':>8} {'roofline':>8}  max rel. error "
+              "of long requests: attended tokens / full context")
         wall = time.perf_counter()
         walls: list[float] = []
         n_events = len(dec.events)
@@ -241,7 +262,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   f"{rep.pnm_overhead_ps * us:>7.1f} {rep.pnm_attn_ps * us:>8.1f} "
                   f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f} "
                   f"{rep.energy_j * 1e3 if rep.energy else math.nan:>7.2f} "
-                  f"{DDR5_SOURCE[rep.ddr5_counted]:>7}  {errs}", flush=True)
+                  f"{DDR5_SOURCE[rep.ddr5_counted]:>7} {rep.gpu_time.value:>8} "
+                  f"{rep.roofline_gpu_ps * us:>8.1f}  {errs}", flush=True)
             for e in dec.events[n_events:]:
                 print(f"     {e}")
             n_events = len(dec.events)
@@ -265,6 +287,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
           f"GPU {100 * sums['others_ps'] / total:.1f} %, top-K search "
           f"{100 * sums['topk_ps'] / total:.1f} %, waiting for the node "
           f"{100 * sums['wait_ps'] / total:.1f} %")
+    if (line := measured_line(reports)) is not None:
+        print(f"  {line}")
     _print_energy(reports, toks)
     node_sum = sums["transfer_ps"] + sums["pnm_overhead_ps"] + sums["pnm_attn_ps"]
     if node_sum:
@@ -388,6 +412,8 @@ def decode_config(args: argparse.Namespace, cat: Any, gpu_name: str, pnm: Any, c
         "model": {"name": model_name(args), "weights": weights_folder(args), "shape": c,
                   "weight_sets": args.weight_sets},
         "decode": cfg, "prefill": _prefill_config(args),
+        "torch": {"device": str(resolve_device(cfg.torch.torch_device)),
+                  "name": device_name(resolve_device(cfg.torch.torch_device))},
         "node": {"devices": devices, "backend": args.backend, "endpoint": args.node,
                  "rtl_layers": args.rtl_layers, "device_memory": args.device_memory},
         "requests": {"seed": args.seed, "short": args.short, "long": args.long,
@@ -500,6 +526,10 @@ def add_decode_parser(sub: argparse._SubParsersAction) -> None:
                         "--steps appends no chunk (--chunk 16 shows the appends)")
     p.add_argument("--steps", type=int_range(1, 100000), default=32, help="1..100000")
     add_entry_arg(p, "gpus", " (the roofline time model's)")
+    add_config_options(p, TorchConfig, ("torch_device", "torch_weights"))
+    p.add_argument("--gpu-timer", choices=sorted(TIMERS), metavar="NAME",
+                   help=f"{user_help(field_docs(TorchConfig)['gpu_timer'])} Choices: "
+                        f"{', '.join(sorted(TIMERS))}.")
     p.add_argument("--timeout", type=SECONDS, default=300.0, help="seconds per node request")
     p.add_argument("--no-accuracy", action="store_true",
                    help="skip the comparison with dense attention over the full context")

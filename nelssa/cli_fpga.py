@@ -55,6 +55,7 @@ def cmd_fpga_manifest(args: argparse.Namespace) -> int:
     """Write the manifest of a bitstream built from this tree."""
     from datetime import UTC, datetime
 
+    from nelssa.hw.fpga import plan
     from nelssa.hw.fpga.errors import FpgaError
     from nelssa.hw.fpga.manifest import DeviceParams, Manifest, PciIds
     from nelssa.hw.model.engine import EngineParams
@@ -68,11 +69,27 @@ def cmd_fpga_manifest(args: argparse.Namespace) -> int:
                   f"got {getattr(args, flag)!r}", file=sys.stderr)
             return 2
     try:
+        config, part, engines, engine, clock_hz = None, args.part, args.engines, \
+            EngineParams(), args.clock_hz
+        known = plan.boards()
+        if args.board in known:  # a board of the hardware description: its plan
+            p = plan.plan(known[args.board])
+            z = p.size
+            config, part = p.to_dict(), part or p.board.part
+            engines = engines or z.units
+            engine = EngineParams(z.head_dim, z.num_qheads, z.max_cluster_tokens)
+            clock_hz = clock_hz or round(p.board.clock_mhz * 1e6)
+        if part is None:
+            raise FpgaError(f"--part is needed for board {args.board!r}, which is not one of "
+                            f"the hardware description's ({', '.join(sorted(known))})")
+        digest = None if args.bitstream is None else _file_sha256(args.bitstream)
         m = Manifest.for_this_software(
-            board=args.board, part=args.part, build_id=ints["build_id"],
-            device=DeviceParams.of(args.engines, EngineParams(), args.mem_bytes, args.clock_hz),
+            board=args.board, part=part, build_id=ints["build_id"],
+            device=DeviceParams.of(engines or 2, engine, args.mem_bytes,
+                                   clock_hz or 300_000_000),
             pci=PciIds(ints["vendor"], ints["device"]),
-            built=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            built=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), config=config,
+            bitstream_sha256=digest)
         Manifest.from_dict(m.to_dict())  # the checks a reader will make
     except (FpgaError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -81,6 +98,41 @@ def cmd_fpga_manifest(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}: {m.board} ({m.part}), build {m.build_id:#010x}, interface "
           f"{m.interface_sha256[:16]}...")
     return 0
+
+
+def cmd_fpga_plan(args: argparse.Namespace) -> int:
+    """The device configuration for a board and its resource table."""
+    from nelssa.hw.fpga import plan
+
+    try:
+        b = plan.board(args.board)
+        model = plan.load_model()
+        p = plan.plan(b, model)
+    except plan.PlanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(plan.report(p, model)))
+    if args.vivado is not None:
+        from nelssa.hw.fpga import vivado
+
+        try:
+            written = vivado.write(p, Path(args.vivado))
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {', '.join(map(str, written))}: vivado -mode batch -source "
+              f"hw/fpga/vivado/build.tcl -tclargs {args.vivado}")
+    return 0
+
+
+def _file_sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def cmd_fpga_fake(args: argparse.Namespace) -> int:
@@ -152,16 +204,34 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
 
     man = fsub.add_parser("manifest", help="write the manifest of a bitstream built from this "
                                            "tree")
-    man.add_argument("--board", required=True)
-    man.add_argument("--part", required=True)
+    man.add_argument("--board", required=True,
+                     help="board name; one of the hardware description's boards (`nelssa fpga "
+                          "plan`) records its plan and defaults --part, --engines, --clock-hz "
+                          "to it")
+    man.add_argument("--part", help="FPGA part (needed for a board not in the hardware "
+                                    "description)")
     man.add_argument("--build-id", required=True, help="32-bit id, also the BUILD_ID parameter")
-    add_engines(man, "attention engines of the bitstream", rtl=False)
+    add_engines(man, "attention engines of the bitstream (default: the board's plan, else 2)",
+                rtl=False, default=None)
     man.add_argument("--mem-bytes", type=BYTES, default=1 << 36)
-    man.add_argument("--clock-hz", type=HERTZ, default=300_000_000)
+    man.add_argument("--clock-hz", type=HERTZ,
+                     help="core clock (default: the board's plan, else 300 MHz)")
+    man.add_argument("--bitstream", type=input_file,
+                     help="the bitstream file: its SHA-256 goes into the manifest")
     man.add_argument("--vendor", default="0x10ee")
     man.add_argument("--device", default="0x4e4c")
     man.add_argument("-o", "--out", required=True, type=output_file)
     man.set_defaults(func=cmd_fpga_manifest)
+
+    pl = fsub.add_parser("plan", help="the device configuration for a board (units, channels, "
+                                      "engine limits, clock) and its resource table")
+    pl.add_argument("--board", required=True,
+                    help="a board of the hardware description (emu/latency/hardware.json)")
+    pl.add_argument("--vivado", type=output_dir, metavar="DIR",
+                    help="AMD boards: write the vendor flow's inputs for this plan into DIR "
+                         "(plan.tcl, sources.f, the top's wrapper; hw/fpga/vivado/build.tcl "
+                         "reads them)")
+    pl.set_defaults(func=cmd_fpga_plan)
 
     src = fsub.add_parser("sources", help="the FPGA top's SystemVerilog files in compile order "
                                           "(top module nelssa_fpga_top)")

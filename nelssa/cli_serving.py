@@ -34,6 +34,7 @@ from nelssa.options import (
     BurstAction,
     UsageError,
     input_file,
+    key_values,
     number,
     output_dir,
 )
@@ -369,18 +370,8 @@ class GoodputAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        slo: dict[str, float] = {}
-        for word in values:
-            key, colon, ms = word.partition(":")
-            if not colon or key not in GOODPUT_KEYS:
-                raise argparse.ArgumentError(self, f"{word!r}: give KEY:MS with KEY one of "
-                                                   f"{', '.join(GOODPUT_KEYS)}")
-            if key in slo:
-                raise argparse.ArgumentError(self, f"{key} given twice")
-            try:
-                slo[key] = SLO_MS.parse(ms, key) / 1e3
-            except FieldError as e:
-                raise argparse.ArgumentError(self, str(e)) from None
+        ms = key_values(self, values, dict.fromkeys(GOODPUT_KEYS, SLO_MS), "MS")
+        slo = {k: v / 1e3 for k, v in ms.items()}
         setattr(namespace, self.dest, slo)
 
 

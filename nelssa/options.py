@@ -82,6 +82,25 @@ def number(spec: Num) -> Callable[[str], int | float]:
     return read
 
 
+def key_values(action: argparse.Action, words: list[str], specs: dict[str, Num],
+               unit: str = "VALUE") -> dict[str, int | float]:
+    """Words ``KEY:VALUE`` (``--goodput ttft:MS``, ``--slo goodput:PCT``): each key one of
+    ``specs`` and given once, its value read by its ``Num`` (ArgumentError naming the word)."""
+    out: dict[str, int | float] = {}
+    for word in words:
+        key, colon, text = word.partition(":")
+        if not colon or key not in specs:
+            raise argparse.ArgumentError(action, f"{word!r}: give KEY:{unit} with KEY one of "
+                                                 f"{', '.join(specs)}")
+        if key in out:
+            raise argparse.ArgumentError(action, f"{key} given twice")
+        try:
+            out[key] = specs[key].parse(text, key)
+        except FieldError as e:
+            raise argparse.ArgumentError(action, str(e)) from None
+    return out
+
+
 def int_range(lo: int, hi: int) -> Callable[[str], int | float]:
     return number(Num(f"an integer in {lo}..{hi}", integer=True, lo=lo, hi=hi))
 

@@ -115,6 +115,19 @@ def code_version() -> dict[str, Any]:
             "modified": UNKNOWN if status is None else bool(status)}
 
 
+def commit_label() -> str:
+    """The code's commit as a results page names it: ``abc1234``, ``abc1234 (modified)`` where
+    tracked files outside docs/ differ from it, or ``unknown`` (nelssa/experiments/stale.py
+    reads it back from the page's ``Code:`` or ``at`` line)."""
+    code = code_version()
+    if code["commit"] == UNKNOWN:
+        return UNKNOWN
+    # pages a run writes (docs/) are not the code: a rerun of several pages in a row is not
+    # "modified" by the page the one before it wrote
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs")
+    return str(code["commit"])[:7] + (" (modified)" if status else "")
+
+
 def run_config(command: str, argv: list[str] | None, body: dict[str, Any]) -> dict[str, Any]:
     """The document of one run: ``body`` (its resolved configuration), the command and its
     arguments, when it ran, the code's version, and ``config_hash`` over ``body``."""

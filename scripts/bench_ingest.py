@@ -14,6 +14,7 @@ The front door is measured on a 1/32 slice (it is slow) and the ratio taken in t
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from nelssa.driver.memory import MemoryApi
 from nelssa.driver.remote import RemotePort
 from nelssa.host.pnm_node.devices import MeteredPort
 from nelssa.hw.model.device import ModelDevice
+from nelssa.provenance import commit_label
 
 HEAD_DIM, CLUSTER_TOKENS = 128, 16
 FRONT_SLICE = 32
@@ -119,10 +121,11 @@ def _node(folder: str, keys, values, devices: int = 4) -> dict:
     return row
 
 
-def page(rows: list[dict], argv: list[str]) -> str:
+def page(rows: list[dict], argv: list[str], commit: str) -> str:
     out = ("# Bulk KV ingestion\n\n"
-           f"Written by `python scripts/bench_ingest.py {' '.join(argv)}` on this machine "
-           "(2 cores). Wall-time bandwidth of `MemoryApi.write_clusters` (one KV head of one "
+           f"Written by `python scripts/bench_ingest.py {' '.join(argv)}` at commit {commit} "
+           f"on this machine ({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at "
+           "the end). Wall-time bandwidth of `MemoryApi.write_clusters` (one KV head of one "
            f"layer, head_dim {HEAD_DIM}, clusters of {CLUSTER_TOKENS} tokens) by backdoor "
            "(`DevicePort.dma_write`: the model's memory, the Verilated DRAM store through its C "
            "interface, a served device's DMA_WRITE call) and through the front door (every "
@@ -154,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not 1 <= args.tokens <= 1 << 24:
         ap.error(f"--tokens {args.tokens}: 1..16M")
+    commit = commit_label()  # the code as it starts (the page is written at the end)
     keys, values = _clusters(args.tokens)
     rows = [_row("model, in process", ModelDevice(), keys, values)]
     if args.rtl:
@@ -165,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.node:
             rows.append(_node(folder, keys, values))
     if args.write:
-        PAGE.write_text(page(rows, sys.argv[1:] if argv is None else argv))
+        PAGE.write_text(page(rows, sys.argv[1:] if argv is None else argv, commit))
         print(f"wrote {PAGE}")
 
 

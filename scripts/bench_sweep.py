@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from nelssa.options import POSITIVE_INT, Parser, input_file
+from nelssa.provenance import commit_label
 from nelssa.sweep.run import run_sweep
 from nelssa.sweep.spec import load_spec
 
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([
         "# Sweep rate", "",
         f"Command: `python scripts/bench_sweep.py --spec {rel} --workers {args.workers} "
-        f"--repeat {args.repeat}` (written by scripts/bench_sweep.py)", "",
+        f"--repeat {args.repeat}` (written by scripts/bench_sweep.py at commit "
+        f"{commit_label()})", "",
         f"`nelssa sweep` over `{rel}`: {n} points, each a serving-emulator replay "
         f"({spec.limit or 'all'} requests of `{os.path.relpath(spec.trace, ROOT)}`), "
         f"{args.workers} workers, the best of {args.repeat} runs. This machine: "

@@ -30,7 +30,9 @@ ALT_PNM, ALT_DEVICES = "projection-512g", 8
 """The larger PNM tier Figure 10's row is also measured on, in the same run."""
 WHY_14 = ("the ratio depends steeply on load: below memory saturation both tiers decode fast; "
           "once the GPU-only run preempts long requests by recompute, its tail grows by seconds. "
-          "The paper's rate is not stated")
+          "These rows replay the whole trace at rising rates; the paper's own setting (8.3: "
+          "short requests at RPS=10 with bursts of long ones, a swap-preemption baseline) is in "
+          "docs/results/paper_hol.md (scripts/paper_hol.py)")
 
 
 FIG10_GPUS = (("h100-nvl", "up to 5.5x"), ("2x-h100-nvl", "up to 3.6x"))

@@ -35,6 +35,7 @@ from nelssa.hw.sim.synth_blocks import (
     UNITS,
     UNITS_FILES,
     Block,
+    TopSize,
     blocks,
     check_blocks,
 )
@@ -45,6 +46,8 @@ CACHE = OUT / "cache"
 CHECK_OUT = OUT / "check"
 """--check's results and cache, apart from the full run's."""
 PAGE = ROOT / "docs" / "results" / "synthesis.md"
+RESOURCE_MODEL = ROOT / "hw" / "fpga" / "resource_model.json"
+"""The per-unit resource model's measured points (--fit; hw/fpga/plan.py reads them)."""
 COLUMNS = ("LUT", "FF", "CARRY", "DSP", "BRAM", "LUTRAM")
 
 
@@ -125,6 +128,127 @@ def check(timeout_s: float, family: str) -> int:
     return 0
 
 
+def map_blocks(todo: list[Block], timeout_s: float, family: str, size: TopSize | None = None
+               ) -> tuple[dict[str, dict[str, object]], dict[str, int], list[str]]:
+    """Map ``todo`` (synth_blocks.blocks at ``size``) one block at a time, printing each row:
+    each block's count and per-instance resources, the total, and the blocks that failed."""
+    z = size or TopSize()
+    print(f"nelssa_fpga_top ({family}; {z.units} attention units, {z.channels} memory "
+          f"channels, HeadDim {z.head_dim}, {z.num_qheads} query heads), per block, out of "
+          "context")
+    print(f"{'block':<34}{'n':>5}" + "".join(f"{c:>10}" for c in COLUMNS))
+    total = dict.fromkeys(COLUMNS, 0)
+    failed: list[str] = []
+    results: dict[str, dict[str, object]] = {}
+    netlists: dict[str, dict[str, int]] = {}
+    for b in todo:
+        count = b.count
+        if b.within is not None:
+            if b.within not in netlists:
+                print(f"{b.name:<34}{'?':>5}  not counted: {b.within} was not mapped")
+                failed.append(b.module)
+                continue
+            count = netlists[b.within].get(b.module, 0) * results[b.within]["count"]
+        groups, cells, note = synth_block(b, timeout_s, family)
+        if groups is None:
+            print(f"{b.name:<34}{count:>5}  {note}")
+            failed.append(b.module)
+            continue
+        netlists[b.module] = cells
+        results[b.module] = {"count": count, "per_instance": groups, "note": note}
+        print(f"{b.name:<34}{count:>5,}"
+              + "".join(f"{groups[c] * count:>10,}" for c in COLUMNS) + f"   ({note})",
+              flush=True)
+        for c in COLUMNS:
+            total[c] += groups[c] * count
+    label = "total" + (" without " + ", ".join(failed) if failed else "")
+    print(f"{label:<39}" + "".join(f"{total[c]:>10,}" for c in COLUMNS))
+    return results, total, failed
+
+
+FIT_SIZES = [TopSize(units=1, head_dim=hd, num_qheads=h) for hd in (128, 64) for h in (8, 1)]
+"""Where the per-unit resource model is measured (hw/fpga/plan.py interpolates between the
+head counts): one unit and the default channels, each engine size at its fewest and most
+query heads."""
+PER_UNIT = ("nelssa_attn_unit", "nelssa_line_reader", "nelssa_attn_engine", *UNIT_NAMES)
+"""The blocks the top holds once per attention unit (the rest: once per top)."""
+
+
+def point(results: dict[str, dict], size: TopSize) -> dict[str, object]:
+    """A resource-model point from a block-by-block run at ``size``: one attention unit's
+    resources (the PER_UNIT blocks over ``size.units``) and the rest of the top."""
+    unit = dict.fromkeys(COLUMNS, 0.0)
+    rest = dict.fromkeys(COLUMNS, 0)
+    for module, r in results.items():
+        for c in COLUMNS:
+            n = r["per_instance"][c] * r["count"]
+            if module in PER_UNIT:
+                unit[c] += n / size.units
+            else:
+                rest[c] += n
+    return {"head_dim": size.head_dim, "num_qheads": size.num_qheads, "units": size.units,
+            "channels": size.channels, "per_unit": {c: round(v) for c, v in unit.items()},
+            "rest": rest}
+
+
+def _save_model(points: list[dict], family: str, command: str, path: Path) -> None:
+    doc = {"family": family, "commit": _commit(), "command": command,
+           "mapped": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "points": points}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path.relative_to(ROOT)} ({len(points)} points)")
+
+
+def fit(timeout_s: float, family: str, path: Path = RESOURCE_MODEL) -> int:
+    """Map the top at each FIT_SIZES size and write the resource model's points, after each
+    size (a stopped run leaves the points it has)."""
+    points = []
+    for size in FIT_SIZES:
+        results, _, failed = map_blocks(blocks(size), timeout_s, family, size)
+        if failed:
+            print("not mapped: " + ", ".join(failed), file=sys.stderr)
+            return 1
+        points.append(point(results, size))
+        _save_model(points, family, f"scripts/synth_fpga.py --fit --family {family}", path)
+    return 0
+
+
+def fit_from_run(family: str, path: Path = RESOURCE_MODEL) -> int:
+    """The resource model's point of the default top from `make synth`'s results
+    (build/synth/fpga_top.json: the top at its default size, block by block)."""
+    run = json.loads((OUT / "fpga_top.json").read_text())
+    if run["failed"]:
+        print("the run left blocks out: " + ", ".join(run["failed"]), file=sys.stderr)
+        return 1
+    stamp = _mtime(OUT / "fpga_top.json")
+    _save_model([point(run["blocks"], TopSize())], family,
+                f"make synth (build/synth/fpga_top.json, mapped {stamp}), then "
+                "scripts/synth_fpga.py --fit-from-run", path)
+    return 0
+
+
+def map_board(name: str, timeout_s: float, family: str) -> int:
+    """Map the planned top of board ``name`` whole (block by block) and save its total beside
+    the plan's estimate (build/synth/board-NAME.json)."""
+    from dataclasses import asdict
+
+    from nelssa.hw.fpga import plan
+
+    try:
+        p = plan.plan(plan.board(name))
+    except plan.PlanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    _, total, failed = map_blocks(blocks(p.size), timeout_s, family, p.size)
+    if failed:
+        return 1
+    (OUT / f"board-{name}.json").write_text(json.dumps({
+        "board": name, "size": asdict(p.size), "total": total, "estimate": p.resources,
+        "commit": _commit(), "mapped": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")},
+        indent=1) + "\n")
+    print("estimate: " + ", ".join(f"{c} {p.resources[c]:,}" for c in plan.CHECKED))
+    return 0
+
+
 def _commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -183,8 +307,50 @@ def write_page(top: dict, units: dict, family: str, path: Path = PAGE) -> None:
     for module, r in units.items():
         lines.append(f"| {UNIT_NAMES.get(module, module)} | "
                      + " | ".join(f"{r['groups'][c]:,}" for c in COLUMNS) + " |")
+    lines += board_lines()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
+
+
+def board_lines() -> list[str]:
+    """The page's section on the boards: each board's plan (nelssa fpga plan) and, for a board
+    whose planned top was mapped whole (--board), the run against the model's estimate."""
+    from nelssa.hw.fpga import plan
+
+    try:
+        model = plan.load_model()
+    except plan.PlanError as e:
+        return ["", "## Board plans", "", f"No resource model: {e}."]
+    lines = ["", "## Board plans (`nelssa fpga plan --board NAME`)", "",
+             f"Estimates from the resource model (`{model['command']}` at {model['commit']}, "
+             f"mapped {model['mapped']}); budget {plan.BUDGET:.0%} of the part's LUTs, FFs and "
+             "DSPs. ECP5: the smallest engine's synth_ecp5 figures (`make fpga-pnr`), a lower "
+             "bound.", "",
+             "| board | units | channels | head_dim | query heads | clock (MHz) | compute / memory "
+             "(GB/s) | LUT | FF | DSP | fits |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    for name, b in plan.boards().items():
+        try:
+            p = plan.plan(b, model)
+        except plan.PlanError as e:
+            lines.append(f"| {name} | {e} | | | | | | | | | |")
+            continue
+        z = p.size
+        share = {c: f"{p.resources[c]:,} ({p.resources[c] / have:.0%})"
+                 for c, have in p.available().items()}
+        lines.append(f"| {name} | {z.units} | {z.channels} | {z.head_dim} | {z.num_qheads} | "
+                     f"{b.clock_mhz:g} | {p.compute_gbs:.1f} / {b.mem_gbs:g} | {share['LUT']} "
+                     f"| {share['FF']} | {share['DSP']} | {'yes' if p.fits else 'no'} |")
+    for path in sorted(OUT.glob("board-*.json")):
+        run = json.loads(path.read_text())
+        total, est = run["total"], run["estimate"]
+        diffs = ", ".join(f"{c} {total[c]:,} against {est[c]:,} "
+                          f"({100 * (est[c] - total[c]) / max(total[c], 1):+.1f} %)"
+                          for c in plan.CHECKED)
+        lines += ["", f"Checked by a full run: `scripts/synth_fpga.py --board {run['board']}` "
+                  f"at {run['commit']} ({run['mapped']}) mapped the planned top block by block "
+                  f"({run['size']}): {diffs} (estimate minus measured, of measured)."]
+    return lines
 
 
 def main() -> int:
@@ -199,6 +365,15 @@ def main() -> int:
                         help="only prove that every module outside rtl/sim/ synthesizes, at "
                         "its smallest legal parameters (make synth-check, part of make test); "
                         "no table, no page")
+    parser.add_argument("--fit", action="store_true",
+                        help="map the top at the resource model's sizes and write "
+                        f"{RESOURCE_MODEL.relative_to(ROOT)} (nelssa fpga plan reads it)")
+    parser.add_argument("--fit-from-run", action="store_true",
+                        help="the resource model's point of the default top from the results "
+                        "of `make synth` (no mapping)")
+    parser.add_argument("--board", help="map the top nelssa fpga plan plans for this board, "
+                        "block by block, and compare it with the plan's estimate (the page "
+                        "shows it)")
     parser.add_argument("--page-only", action="store_true",
                         help=f"only rewrite {PAGE.relative_to(ROOT)} from the results in "
                         f"{OUT.relative_to(ROOT)}")
@@ -206,6 +381,12 @@ def main() -> int:
     if args.page_only:
         _page_from_results(args.family)
         return 0
+    if args.fit:
+        return fit(args.timeout, args.family)
+    if args.fit_from_run:
+        return fit_from_run(args.family)
+    if args.board:
+        return map_board(args.board, args.timeout, args.family)
     if args.check:
         if args.only or args.write_page:
             parser.error("--check maps every module, and writes no page")
@@ -218,35 +399,7 @@ def main() -> int:
     if args.only is not None:  # the block, what it is counted from, and what is counted from it
         want = {args.only, by_module[args.only].within}
         todo = [b for b in every if b.module in want or b.within == args.only]
-    print(f"nelssa_fpga_top ({args.family}; {UNITS} attention units, {CHANNELS} memory "
-          "channels), per block, out of context")
-    print(f"{'block':<34}{'n':>5}" + "".join(f"{c:>10}" for c in COLUMNS))
-    total = dict.fromkeys(COLUMNS, 0)
-    failed: list[str] = []
-    results: dict[str, dict[str, object]] = {}
-    netlists: dict[str, dict[str, int]] = {}
-    for b in todo:
-        count = b.count
-        if b.within is not None:
-            if b.within not in netlists:
-                print(f"{b.name:<34}{'?':>5}  not counted: {b.within} was not mapped")
-                failed.append(b.module)
-                continue
-            count = netlists[b.within].get(b.module, 0) * results[b.within]["count"]
-        groups, cells, note = synth_block(b, args.timeout, args.family)
-        if groups is None:
-            print(f"{b.name:<34}{count:>5}  {note}")
-            failed.append(b.module)
-            continue
-        netlists[b.module] = cells
-        results[b.module] = {"count": count, "per_instance": groups, "note": note}
-        print(f"{b.name:<34}{count:>5,}"
-              + "".join(f"{groups[c] * count:>10,}" for c in COLUMNS) + f"   ({note})",
-              flush=True)
-        for c in COLUMNS:
-            total[c] += groups[c] * count
-    label = "total" + (" without " + ", ".join(failed) if failed else "")
-    print(f"{label:<39}" + "".join(f"{total[c]:>10,}" for c in COLUMNS))
+    results, total, failed = map_blocks(todo, args.timeout, args.family)
     (OUT / "fpga_top.json").write_text(json.dumps({"blocks": results, "total": total,
                                                    "failed": failed}, indent=2) + "\n")
     if args.write_page and args.only is None and not failed:

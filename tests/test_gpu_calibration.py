@@ -99,6 +99,10 @@ def _check_file(out: Path, name: str) -> GpuHw:
     assert gpu.source is not None
     assert "scripts/calibrate_gpu.py" in gpu.source and "CPU" in gpu.source
     assert datetime.date.today().isoformat() in gpu.source
+    # the preset says what it was fitted on and when, and the file makes it the GPU
+    assert gpu.calibrated_on == datetime.date.today().isoformat()
+    assert gpu.device_name is not None and gpu.device_name.startswith("CPU")
+    assert HardwareCatalog.load(out).use["gpus"] == name
     return gpu
 
 
@@ -121,6 +125,44 @@ def test_calibration_uses_the_datasheet_peaks_when_given(tmp_path: Path) -> None
     assert (gpu.bf16_tflops, gpu.hbm_gbs, gpu.memory_gb) == (0.5, 40.0, 94.0)
     assert "datasheet (--peak-tflops)" in gpu.source
     assert "datasheet (--peak-hbm-gbs)" in gpu.source
+
+
+def test_the_calibrated_preset_feeds_the_latency_model_and_serve_sim(tmp_path: Path) -> None:
+    """The file a calibration writes is a --hardware file: its preset is the latency model's
+    GPU (its measured bandwidth prices a decode's GPU attention) and serve-sim's, by the
+    file's use section."""
+    import subprocess
+    import sys
+
+    from nelssa.emu.latency.model import LatencyModel
+
+    out = tmp_path / "gpu.json"
+    calibrate_gpu.main(["--out", str(out), "--scale", "0.001", "--reps", "1", "--name", "cal",
+                        "--device", "cpu"])
+    cat = HardwareCatalog.load(out)
+    cal = cat.gpus["cal"]
+    lm = LatencyModel(cal, cat.pnm["prototype"], cat.models["llama-3-8b"])
+    base = LatencyModel(cat.gpus["h100-nvl"], cat.pnm["prototype"], cat.models["llama-3-8b"])
+    assert lm.gpu is cal
+    # a decode's GPU attention time at 32K tokens (the paper's T_GPU): the measured bandwidth's
+    want = 32768 * lm.model.kv_bytes_per_token / (cal.hbm_gbs * 1e9)
+    assert lm.t_gpu(32768) == pytest.approx(want) and lm.t_gpu(32768) != base.t_gpu(32768)
+    trace = Path(__file__).parent / "data" / "mooncake_conversation_head.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--hardware",
+                           str(out), "--trace", str(trace), "--limit", "5", "--mode", "nelssa",
+                           "--out", str(tmp_path / "sim")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert " on cal" in proc.stdout, proc.stdout[-2000:]
+    assert base.gpu.name == "h100-nvl"
+
+
+def test_bad_calibration_fields_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"GpuHw 'x': calibrated_on must be a date YYYY-MM-DD, "
+                                         r"got '12/06/2026'"):
+        _load(tmp_path, "gpus", f'{BASE}, "calibrated_on": "12/06/2026"')
+    with pytest.raises(ValueError, match=r"GpuHw 'x': device_name must be a non-empty string"):
+        _load(tmp_path, "gpus", f'{BASE}, "device_name": ""')
 
 
 def test_calibration_refuses_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

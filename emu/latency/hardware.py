@@ -17,6 +17,7 @@ latency model first uses it; models may come from Hugging Face ``config.json`` f
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields, replace
+from datetime import date
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -133,6 +134,11 @@ class GpuHw:
     source: str | None = None
     """Where the efficiencies come from (a paper and figure, or the calibration run that fitted
     them); a non-empty string when given."""
+    device_name: str | None = None
+    """The GPU the efficiencies were fitted on, as torch names it (``torch.cuda.
+    get_device_name``); None for a preset that was not calibrated."""
+    calibrated_on: str | None = None
+    """The date of that calibration (ISO 8601, YYYY-MM-DD)."""
     tdp_w: float | None = _num(POWER_W, None)
     """Power limit, W (the datasheet's TDP): the power model's cap (``emu/energy.py``)."""
     idle_w: float | None = _num(POWER_W, None)
@@ -162,11 +168,17 @@ class GpuHw:
                 raise HardwareError(f"GpuHw {self.name!r}: {share} {getattr(self, share)!r} "
                                     f"makes the achieved rate ({peak} x {share}) {rate:g} "
                                     f"{unit}: it must be at least {RATE.least:g}")
-        for key in ("source", "power_source"):
+        for key in ("source", "power_source", "device_name"):
             v = getattr(self, key)
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise HardwareError(f"GpuHw {self.name!r}: {key} must be a non-empty string, "
                                     f"got {v!r}")
+        if self.calibrated_on is not None:
+            try:
+                date.fromisoformat(self.calibrated_on)
+            except (TypeError, ValueError):
+                raise HardwareError(f"GpuHw {self.name!r}: calibrated_on must be a date "
+                                    f"YYYY-MM-DD, got {self.calibrated_on!r}") from None
         given = [k for k in self.POWER if getattr(self, k) is not None]
         if given and len(given) < len(self.POWER):
             missing = next(k for k in self.POWER if getattr(self, k) is None)
@@ -317,6 +329,65 @@ class EnergyHw:
         if missing:
             raise HardwareError(f"EnergyHw {self.name!r}: sources: no source for {missing[0]!r} "
                                 "(every figure names where it comes from)")
+
+
+BOARD_FAMILIES = {"xcup": "AMD UltraScale+ (synth_xilinx -family xcup)",
+                  "ecp5": "Lattice ECP5 (synth_ecp5, nextpnr-ecp5)"}
+"""FPGA families a board may hold: the synthesis the project runs for each."""
+RESOURCE = Num("a positive integer", integer=True, lo=1, most=1 << 40)
+CLOCK_MHZ = Num("a positive number", lo=0, lo_open=True, most=2000)
+
+
+@dataclass(frozen=True)
+class BoardHw:
+    """A PCIe FPGA board the FPGA top (rtl/top/nelssa_fpga_top.sv) can be built for: its part's
+    resources and its memory. ``nelssa fpga plan --board NAME`` sizes the device for it
+    (hw/fpga/plan.py); every figure names its source in ``source``."""
+
+    name: str
+    """Preset name (the manifest's ``board``)."""
+    part: str
+    """FPGA part number, as the vendor flow takes it."""
+    family: str
+    """Synthesis family (``BOARD_FAMILIES``)."""
+    luts: int = _num(RESOURCE)
+    """Look-up tables of the part (LUT6 on UltraScale+, LUT4 on ECP5)."""
+    ffs: int = _num(RESOURCE)
+    """Flip-flops (registers)."""
+    dsps: int = _num(RESOURCE)
+    """DSP slices (DSP48E2) or 18x18 multipliers (ECP5)."""
+    bram_kbit: int = _num(RESOURCE)
+    """Block RAM, kbit (UltraRAM not counted)."""
+    memory: str
+    """The board's device memory, e.g. ``HBM2`` or ``DDR4-2400``."""
+    mem_channels: int = _num(COUNT)
+    """Memory channels the FPGA top drives (its NumChannels: 1, 2, 4 or 8)."""
+    mem_gbs: float = _num(RATE)
+    """Peak bandwidth of all those channels together, GB/s."""
+    mem_gb: float = _num(RATE)
+    """Device memory, GB."""
+    pcie: str
+    """The PCIe link the board's edge connector and the part give, e.g. ``Gen3 x16``."""
+    clock_mhz: float = _num(CLOCK_MHZ)
+    """Core clock the plan sizes for: the P&R's achieved clock where one ran here (ECP5), else
+    a target no timing run here has checked (``clock_source`` says which)."""
+    clock_source: str
+    """Where ``clock_mhz`` comes from."""
+    source: str
+    """Where the part's and the memory's figures come from (data sheets by number)."""
+
+    def __post_init__(self) -> None:
+        _check(self)
+        if self.family not in BOARD_FAMILIES:
+            raise HardwareError(f"BoardHw {self.name!r}: family {self.family!r}; known: "
+                                f"{', '.join(BOARD_FAMILIES)}")
+        if self.mem_channels not in (1, 2, 4, 8):
+            raise HardwareError(f"BoardHw {self.name!r}: mem_channels must be 1, 2, 4 or 8 "
+                                f"(the FPGA top's NumChannels), got {self.mem_channels}")
+        for name in ("part", "memory", "pcie", "clock_source", "source"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise HardwareError(f"BoardHw {self.name!r}: {name} must be a non-empty "
+                                    "string")
 
 
 def measured_pnm(pnm: PnmHw, selection: float, cluster_tokens: float, group: int,
@@ -486,13 +557,15 @@ class HardwareCatalog:
     """The last file's ``fleet`` section (``fleet_description.FleetSpec``), if any."""
     energy: dict[str, EnergyHw] = field(default_factory=dict)
     """The ``energy`` section's entries (``DEFAULT_ENERGY``: what the reports use)."""
+    boards: dict[str, BoardHw] = field(default_factory=dict)
+    """FPGA boards (``nelssa fpga plan``)."""
 
     @classmethod
     def load(cls, *paths: str | Path) -> HardwareCatalog:
         """The presets, then each file in turn (later entries override earlier ones); a file
         that cannot be used raises HardwareError naming it and the entry and field."""
         kinds = {"gpus": GpuHw, "pnm": PnmHw, "links": LinkHw, "models": ModelHw,
-                 "energy": EnergyHw}
+                 "energy": EnergyHw, "boards": BoardHw}
         sections: dict[str, dict[str, Any]] = {k: {} for k in kinds}
         sections["links"].update(link_presets())
         use: dict[str, str] = {}

@@ -22,7 +22,7 @@ from typing import IO, Any
 import numpy as np
 
 from nelssa.emu.serving.config import MetricsConfig
-from nelssa.emu.serving.itl import expand, request_itl
+from nelssa.emu.serving.itl import request_itl
 from nelssa.emu.serving.metrics import slo_met
 from nelssa.emu.serving.records import columns, csv_cells, finished_row, rejected_row
 from nelssa.emu.serving.results import RequestResult, Sample
@@ -72,11 +72,14 @@ class QuantileSketch:
         self.lo, self.hi = min(self.lo, float(values.min())), max(self.hi, float(values.max()))
         pos = values[values > 0]
         self.zeros += int(values.size - pos.size)
-        idx, n = np.unique(np.ceil(np.log(pos) / self._log_gamma).astype(np.int64),
-                           return_counts=True)
+        if not pos.size:
+            return
+        idx = np.ceil(np.log(pos) / self._log_gamma).astype(np.int64)
+        lo = int(idx.min())
+        n = np.bincount(idx - lo)  # (a count per bucket without sorting: buckets are few)
         b = self.buckets
-        for i, c in zip(idx.tolist(), n.tolist(), strict=True):
-            b[i] = b.get(i, 0) + c
+        for i in np.flatnonzero(n).tolist():
+            b[i + lo] = b.get(i + lo, 0) + int(n[i])
 
     def quantile(self, q: float) -> float:
         """The value at quantile ``q`` (0..1); NaN when empty."""
@@ -121,8 +124,7 @@ class RecordSink:
         self.met = 0
         self.input_tokens = 0
         self.output_tokens = 0
-        self._itl_buf: list[array] = []
-        self._itl_held = 0
+        self._itl_buf = array("d")
         """Gaps not yet in the ITL sketch."""
         self._files: list[IO[str]] = []
         self._cols = columns(self.percentiles)
@@ -154,16 +156,15 @@ class RecordSink:
         if tpot is not None:
             self.tpot.add(max(tpot, 0.0))
         if gaps is not None:  # into the sketch a batch at a time (its cost is per call)
-            self._itl_buf.append(gaps)
-            self._itl_held += len(gaps)
-            if self._itl_held >= 1 << 18:
+            self._itl_buf.extend(gaps)
+            if len(self._itl_buf) >= 1 << 18:
                 self._flush_itl()
         self.met += slo_met(r, *self._slo)
 
     def _flush_itl(self) -> None:
         if self._itl_buf:
-            self.itl.add_many(np.maximum(expand(self._itl_buf), 0.0))
-        self._itl_buf, self._itl_held = [], 0
+            self.itl.add_many(np.maximum(np.frombuffer(self._itl_buf, dtype=np.float64), 0.0))
+        self._itl_buf = array("d")
 
     def itl_stats(self) -> dict[str, float]:
         """ITL over every gap of every request so far."""

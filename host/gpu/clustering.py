@@ -62,7 +62,7 @@ def _kmeans(seg: Tensor, k: int, iterations: int) -> tuple[Tensor, Tensor]:
     every later round is the same (the result is the full count's). The last round's centres
     are not computed: nothing uses them."""
     centers = seg[torch.linspace(0, seg.shape[0] - 1, k).round().long()].clone()
-    scores = torch.empty(seg.shape[0], k)
+    scores = torch.empty(seg.shape[0], k, device=seg.device)
     assign: Tensor | None = None
     for round_ in range(iterations):
         new = torch.mm(seg, centers.T, out=scores).argmax(dim=1)
@@ -99,11 +99,12 @@ def cluster_keys(keys: Tensor, cfg: ClusterConfig, mean: Tensor | None = None) -
         for n in counts.tolist():
             whole, rest = divmod(n, cfg.max_cluster_tokens)  # larger ones split in order
             seg_sizes += [cfg.max_cluster_tokens] * whole + ([rest] if rest else [])
-        sums.append(_cluster_sums(seg_keys, order, torch.tensor(seg_sizes)))
+        sums.append(_cluster_sums(seg_keys, order, torch.tensor(seg_sizes, device=keys.device)))
         orders.append(order + start)
         sizes += seg_sizes
     order = torch.cat(orders)
-    means = torch.cat(sums) / torch.tensor(sizes, dtype=torch.float32)[:, None]
+    counts = torch.tensor(sizes, dtype=torch.float32, device=keys.device)
+    means = torch.cat(sums) / counts[:, None]
     return Clusters(list(torch.split(order, sizes)), means)
 
 

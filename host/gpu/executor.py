@@ -24,8 +24,10 @@ places it on the devices that survive); until that transfer is confirmed the req
 the GPU. Full attention is the same on either tier, so at full selection the tokens are those
 of a run without the fault. Requests whose KV did not touch the dead device see no change.
 
-Emulated time: GPU operations from the roofline model (timing.py), node requests from the
-node's own accounting (link, host, queueing, CXL, device cycles); a layer ends when both the GPU
+Emulated time: GPU operations from the roofline model (timing.py), or on a CUDA device what
+the GPU took for them (``gpu_timer``: CUDA events around QKV, attention, the top-K search,
+O-proj + MLP and the output head; the roofline's figure kept beside each), node requests from
+the node's own accounting (link, host, queueing, CXL, device cycles); a layer ends when both the GPU
 work and the slowest node reply are done; a recovery's prefill and attention follow the replies.
 """
 
@@ -44,6 +46,14 @@ from nelssa.emu.policy.states import Tier
 from nelssa.host.gpu.clustering import select_clusters
 from nelssa.host.gpu.config import LlamaConfig
 from nelssa.host.gpu.emulated_prefill import EmulatedPrefill
+from nelssa.host.gpu.gpu_timer import (
+    Family,
+    GpuTime,
+    Span,
+    make_timer,
+    resolve_device,
+    weights_dtype,
+)
 from nelssa.host.gpu.model import Llama, attention_with_lse, dense_attention
 from nelssa.host.gpu.prefill import emulates
 from nelssa.host.gpu.report import DecodeTracer, StepReport
@@ -109,13 +119,22 @@ def fit_to_devices(c: LlamaConfig, config: DecodeConfig,
 
 
 class HybridExecutor:
-    """Runs steps of requests on the GPU (PyTorch, timed by the roofline model) and the PNM
-    node behind ``client``."""
+    """Runs steps of requests on the GPU (PyTorch, timed by the roofline model or measured on
+    a CUDA device) and the PNM node behind ``client``. ``model`` is the prefill node's (on the
+    host); the decode runs on its copy on ``cfg.torch_device``, each request's KV moved there
+    once it is prefilled (and offloaded), back to the host only where it crosses to the
+    node."""
 
     def __init__(self, model: Llama, cfg: DecodeConfig, client: NodeClient | None,
                  tracer: DecodeTracer) -> None:
         self.model, self.cfg, self.client, self.tracer = model, cfg, client, tracer
         self.gpu: GpuTiming = gpu_preset(cfg.gpu)
+        self.device = resolve_device(cfg.torch.torch_device)
+        self.timer = make_timer(self.device, cfg.torch.gpu_timer)
+        self.dev_model = model.on(self.device, weights_dtype(cfg.torch.torch_weights,
+                                                             self.device))
+        """The decoder the decode steps run, on ``device``."""
+        self._rep = StepReport(0, 0)
         self.transfers = KvTransfers(model, cfg, client)
         self.kv: dict[int, RequestKv] = {}
         """What it keeps for each request, by request id."""
@@ -137,12 +156,27 @@ class HybridExecutor:
         self._head_bytes = c.vocab_size * c.hidden_size * BF16
         """The output head, read whole every step (the embedding only gathers rows): with the
         layers' QKV and O-proj + MLP, what ``ModelHw.weight_bytes`` counts."""
+        if self.timer.measures:
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One token through a layer, attention, a top-K search and the head, untimed: the
+        first call of each kernel (library handles, module loads) is no step's time."""
+        m, dev = self.dev_model, self.device
+        x = m.embed(torch.zeros(1, dtype=torch.long, device=dev))
+        q, k, v = m.qkv(0, x, torch.zeros(1, dtype=torch.long, device=dev))
+        attention_with_lse(q[0], k, v)
+        select_clusters(q[0, :self._group], k[:, 0], 1)
+        m.logits(m.finish_layer(0, x, dense_attention(q, k, v)))
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
 
     def run(self, work: StepWork, requests: dict[int, Request], rep: StepReport) -> StepOutput:
         """Run ``work`` on ``requests`` (read, never changed: the engine follows the output),
         adding its times and figures to ``rep``."""
         self._out, self._failed, self._requests = StepOutput(), {}, requests
         self._rep = rep
+        rep.gpu_timer = self.timer.name
         out = self._out
         for rid in work.prefills:
             out.tokens[rid] = self._prefill(requests[rid])
@@ -183,6 +217,7 @@ class HybridExecutor:
                 kv.prefill_ps = self.gpu.op_ps(*self.prefill_cost(n))
                 if note is not None:
                     self._out.offload_failed[req.rid] = note
+                self._to_device(kv)
                 return first
             first, made = EmulatedPrefill(self.model).prefill(req.prompt, req.rid, held)
         else:
@@ -195,19 +230,33 @@ class HybridExecutor:
             note = self.transfers.offload(req, kv)
             if note is not None:
                 self._out.offload_failed[req.rid] = note
+        self._to_device(kv)
         return first
 
+    def _to_device(self, kv: RequestKv) -> None:
+        """What the GPU keeps of a request (its KV or window, the accuracy check's full KV,
+        the centroids and key means), from the prefill node's host onto ``device``."""
+        dev = self.device  # on the host already, each .to is the tensor itself
+        kv.kv = [(k.to(dev), v.to(dev)) for k, v in kv.kv]
+        if kv.full is not None:
+            kv.full = [(k.to(dev), v.to(dev)) for k, v in kv.full]
+        kv.centroids = [[c.to(dev) for c in heads] for heads in kv.centroids]
+        kv.key_mean = [m.to(dev) for m in kv.key_mean]
+
     def _decode(self, live: list[Request], rep: StepReport) -> None:
-        x = self.model.embed(torch.tensor([r.generated[-1] for r in live]))
-        pos = torch.tensor([r.length - 1 for r in live])
+        m, dev = self.dev_model, self.device
+        x = m.embed(torch.tensor([r.generated[-1] for r in live], device=dev))
+        pos = torch.tensor([r.length - 1 for r in live], device=dev)
         kvs = [self.kv[r.rid] for r in live]
         for r in kvs:
             r.max_error = r.max_engine_error = 0.0
-        for layer in range(self.model.c.num_hidden_layers):
+        for layer in range(m.c.num_hidden_layers):
             x = self._layer(layer, kvs, x, pos, rep)
-        nxt = self.model.logits(x).argmax(dim=-1).tolist()
+        with self.timer.span(Family.HEAD) as span:
+            best = m.logits(x).argmax(dim=-1)
+        nxt = best.tolist()
         rep.others_ps += self._gpu_op("output head", self._head_bytes,
-                                      2 * self._head_bytes / BF16 * len(live))
+                                      2 * self._head_bytes / BF16 * len(live), span)
         rep.others_ps += self._gpu_slice("launches, sampling", self.gpu.step_overhead_ps)
         for r, t in zip(kvs, nxt, strict=True):
             if r.rid in self._failed:
@@ -228,23 +277,38 @@ class HybridExecutor:
         self._failed[rid] = note
         log.error("request %d: %s", rid, note)
 
-    def _gpu_op(self, name: str, nbytes: float, flops: float = 0.0) -> int:
+    def _gpu_op(self, name: str, nbytes: float, flops: float = 0.0,
+                span: Span | None = None) -> int:
+        """One GPU operation on the emulated timeline: what ``span`` measured of it, else the
+        roofline's price (kept beside a measured one, by kernel family, in the step's
+        report)."""
         self._rep.hbm_bytes += nbytes  # what the step's energy is counted from
         self._rep.gpu_flops += flops
-        return self._gpu_slice(name, self.gpu.op_ps(nbytes, flops))
+        model = self.gpu.op_ps(nbytes, flops)
+        if span is None:
+            return self._gpu_slice(name, model)
+        rep, family = self._rep, span.family.value
+        rep.roofline_ps[family] = rep.roofline_ps.get(family, 0) + model
+        if span.ps is None:
+            return self._gpu_slice(name, model)
+        rep.gpu_time = GpuTime.MEASURED
+        rep.measured_ps[family] = rep.measured_ps.get(family, 0) + span.ps
+        return self._gpu_slice(name, span.ps, model)
 
-    def _gpu_slice(self, name: str, dur: int) -> int:
-        self.tracer.gpu(name, self.now_ps, dur)
+    def _gpu_slice(self, name: str, dur: int, roofline: int | None = None) -> int:
+        """``roofline``: the model's figure of a measured ``dur`` (None: ``dur`` is it)."""
+        self.tracer.gpu(name, self.now_ps, dur, roofline)
         self.now_ps += dur
         return dur
 
     def _layer(self, layer: int, live: list[RequestKv], x: Tensor, pos: Tensor,
                rep: StepReport) -> Tensor:
-        cfg, g = self.cfg, self._group
+        cfg, g, m = self.cfg, self._group, self.dev_model
         b = len(live)
+        with self.timer.span(Family.QKV) as span:
+            q, k, v = m.qkv(layer, x, pos)
         rep.others_ps += self._gpu_op(f"L{layer} QKV", self._qkv_bytes,
-                                      2 * self._qkv_bytes / BF16 * b)
-        q, k, v = self.model.qkv(layer, x, pos)
+                                      2 * self._qkv_bytes / BF16 * b, span)
         longs = [i for i, r in enumerate(live)
                  if r.remote and r.rid not in self._failed]
         for i, r in enumerate(live):
@@ -259,15 +323,20 @@ class HybridExecutor:
         if longs:
             cent_bytes = sum(sum(c.numel() for c in live[i].centroids[layer]) * BF16
                              for i in longs)
-            rep.topk_ps += self._gpu_op(f"L{layer} top-K", cent_bytes, 2 * cent_bytes / BF16 * g)
+            with self.timer.span(Family.TOPK) as span:
+                picked = {i: [select_clusters(
+                    q[i, h * g:(h + 1) * g], cents,
+                    max(1, math.ceil(cfg.selection * cents.shape[0])))
+                    for h, cents in enumerate(live[i].centroids[layer])] for i in longs}
+            rep.topk_ps += self._gpu_op(f"L{layer} top-K", cent_bytes, 2 * cent_bytes / BF16 * g,
+                                        span)
             send = self.now_ps
             for i in longs:
                 r = live[i]
                 queries, ids = {}, {}
-                for h, cents in enumerate(r.centroids[layer]):
+                for h, sel in enumerate(picked[i]):
                     qg = q[i, h * g:(h + 1) * g]
-                    count = max(1, math.ceil(cfg.selection * cents.shape[0]))
-                    sel = select_clusters(qg, cents, count)
+                    sel = sel.cpu()  # the ids cross to the node
                     ids[h] = sel.tolist()
                     queries[h] = to_bf16_bits(qg)
                     rep.kv_bytes += int(r.sizes[layer][h][sel].sum()) * self._kv_token_bytes // (
@@ -283,15 +352,16 @@ class HybridExecutor:
         # the GPU's own attention meanwhile
         attn = torch.empty_like(q)
         local: dict[int, tuple[Tensor, Tensor]] = {}
-        gpu_bytes = 0
-        for i, r in enumerate(live):
-            kk, vv = r.kv[layer]
-            gpu_bytes += kk.shape[0] * self._kv_token_bytes
-            if i in futures:
-                local[i] = attention_with_lse(q[i], kk, vv)
-            else:
-                attn[i] = dense_attention(q[i:i + 1], kk, vv)[0]
-        attn_ps = self._gpu_op(f"L{layer} attention", gpu_bytes, 4 * gpu_bytes / BF16 * g)
+        gpu_bytes = sum(r.kv[layer][0].shape[0] for r in live) * self._kv_token_bytes
+        with self.timer.span(Family.ATTENTION) as span:
+            for i, r in enumerate(live):
+                kk, vv = r.kv[layer]
+                if i in futures:
+                    local[i] = attention_with_lse(q[i], kk, vv)
+                else:
+                    attn[i] = dense_attention(q[i:i + 1], kk, vv)[0]
+        attn_ps = self._gpu_op(f"L{layer} attention", gpu_bytes, 4 * gpu_bytes / BF16 * g,
+                               span)
         rep.others_ps += attn_ps
         rep.gpu_attn_ps += attn_ps
         gpu_done = self.now_ps
@@ -319,7 +389,8 @@ class HybridExecutor:
             rep.node_ps += node_end - send
         if latest > gpu_done:
             rep.wait_ps += latest - gpu_done
-            self.tracer.gpu(f"L{layer} wait for PNM", gpu_done, latest - gpu_done)
+            self.tracer.gpu(f"L{layer} wait for PNM", gpu_done, latest - gpu_done,
+                            operation=False)
             self.now_ps = latest
         for i, why in lost.items():  # rebuild what the node lost; this layer on the GPU
             r = live[i]
@@ -329,9 +400,11 @@ class HybridExecutor:
             rep.others_ps += self._gpu_op(f"L{layer} attention (req {r.rid} recovered)", nbytes,
                                           4 * nbytes / BF16 * g)
             attn[i] = dense_attention(q[i:i + 1], kk, vv)[0]
+        with self.timer.span(Family.MLP) as span:
+            x = m.finish_layer(layer, x, attn)
         rep.others_ps += self._gpu_op(f"L{layer} O-proj + MLP", self._out_bytes,
-                                      2 * self._out_bytes / BF16 * b)
-        return self.model.finish_layer(layer, x, attn)
+                                      2 * self._out_bytes / BF16 * b, span)
+        return x
 
     def _merge(self, local: tuple[Tensor, Tensor], res: AttendResult) -> Tensor:
         """The GPU's window attention and the node's reply, per KV head, by their LSE: (query
@@ -341,8 +414,9 @@ class HybridExecutor:
         merged = torch.empty_like(o_l)
         for h in range(len(res.o)):
             rows = slice(h * g, (h + 1) * g)
-            o, _ = merge_torch(torch.stack([o_l[rows], torch.from_numpy(res.o[h])]),
-                               torch.stack([lse_l[rows], torch.from_numpy(res.lse[h])]))
+            o, _ = merge_torch(
+                torch.stack([o_l[rows], torch.from_numpy(res.o[h]).to(o_l.device)]),
+                torch.stack([lse_l[rows], torch.from_numpy(res.lse[h]).to(o_l.device)]))
             merged[rows] = o
         return merged
 
@@ -357,7 +431,7 @@ class HybridExecutor:
         window = torch.cat([torch.arange(cfg.sink),
                             torch.arange(cfg.sink + r.offloaded, fk.shape[0])])
         for h, ids in chosen.items():
-            pos = torch.cat([window, *(r.members[layer][h][c] for c in ids)])
+            pos = torch.cat([window, *(r.members[layer][h][c].cpu() for c in ids)])
             rows = slice(h * g, (h + 1) * g)
             exact, _ = attention_with_lse(q[rows], fk[pos, h:h + 1], fv[pos, h:h + 1])
             err = float((merged[rows] - exact).abs().max() / exact.abs().max())
@@ -394,6 +468,7 @@ class HybridExecutor:
         else:
             req = self._requests[r.rid]
             kv = self.model.context_kv(torch.tensor((req.prompt + req.generated)[:held]))
+        kv = [(k.to(self.device), v.to(self.device)) for k, v in kv]
         rep.recovery_ps += self._gpu_op(f"req {r.rid} re-prefill ({held} tokens)",
                                         *self.prefill_cost(held))
         rep.recovered.append(r.rid)

@@ -154,6 +154,25 @@ class Llama:
         c = LlamaConfig.from_hf(model)
         return cls(c, load_weights(c, model), attn_bf16, prefill)
 
+    @property
+    def device(self) -> torch.device:
+        return self._inv_freq.device
+
+    def on(self, device: torch.device, dtype: torch.dtype = torch.float32) -> Llama:
+        """This decoder with its weights on ``device``, its matrices in ``dtype`` (itself where
+        they are so already); weights shared between layers (``weight_sets``) stay shared.
+        Activations stay float32: each product runs in the weights' dtype (``_mm``)."""
+        if device == self.device and dtype == torch.float32:
+            return self
+        moved: dict[int, Tensor] = {}
+        for t in self.w.values():
+            if id(t) not in moved:
+                moved[id(t)] = t.to(device, dtype if t.ndim == 2 else t.dtype)
+        w = {name: moved[id(t)] for name, t in self.w.items()}
+        out = Llama(self.c, w, self.attn_bf16, self.prefill_cfg)
+        out._inv_freq = self._inv_freq.to(device)
+        return out
+
     def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
         var = x.pow(2).mean(-1, keepdim=True)
         return x * torch.rsqrt(var + self.c.rms_norm_eps) * weight
@@ -174,7 +193,7 @@ class Llama:
         return x * cos + rot * sin
 
     def embed(self, tokens: Tensor) -> Tensor:
-        return F.embedding(tokens, self.w["model.embed_tokens.weight"])
+        return F.embedding(tokens, self.w["model.embed_tokens.weight"]).float()
 
     def qkv(self, layer: int, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Post-RoPE q (tokens, heads, hd), k and v (tokens, kv heads, hd)."""
@@ -191,24 +210,29 @@ class Llama:
     def _proj(self, h: Tensor, name: str) -> Tensor:
         """A linear projection, with its bias where the architecture has one (Qwen2's q, k,
         v)."""
-        y = h @ self.w[name + ".weight"].T
+        y = self._mm(h, name + ".weight")
         bias = self.w.get(name + ".bias")
         return y if bias is None else y + bias
 
     def finish_layer(self, layer: int, x: Tensor, attn: Tensor) -> Tensor:
         """Residual stream after the layer, given its attention output (tokens, heads, hd)."""
         p = f"model.layers.{layer}."
-        x = x + attn.reshape(x.shape[0], -1) @ self.w[p + "self_attn.o_proj.weight"].T
+        x = x + self._mm(attn.reshape(x.shape[0], -1), p + "self_attn.o_proj.weight")
         h = self._norm(x, self.w[p + "post_attention_layernorm.weight"])
-        gate = F.silu(h @ self.w[p + "mlp.gate_proj.weight"].T)
-        return x + (gate * (h @ self.w[p + "mlp.up_proj.weight"].T)) @ self.w[
-            p + "mlp.down_proj.weight"].T
+        gate = F.silu(self._mm(h, p + "mlp.gate_proj.weight"))
+        return x + self._mm(gate * self._mm(h, p + "mlp.up_proj.weight"),
+                            p + "mlp.down_proj.weight")
+
+    def _mm(self, x: Tensor, name: str) -> Tensor:
+        """``x @ W.T`` in the weight's dtype (float32; bf16 on a GPU, what the roofline
+        prices), the result in ``x``'s."""
+        w = self.w[name]
+        return (x.to(w.dtype) @ w.T).to(x.dtype)
 
     def logits(self, x: Tensor) -> Tensor:
         h = self._norm(x, self.w["model.norm.weight"])
-        head = self.w["model.embed_tokens.weight" if self.c.tie_word_embeddings
-                      else "lm_head.weight"]
-        return h @ head.T
+        return self._mm(h, "model.embed_tokens.weight" if self.c.tie_word_embeddings
+                        else "lm_head.weight")
 
     def prefill(self, tokens: Tensor, last_only: bool = False
                 ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
@@ -280,7 +304,7 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False) -> Te
     mask = None
     if causal:
         n, ctx = q.shape[0], k.shape[0]
-        mask = torch.ones(n, ctx, dtype=torch.bool).tril(ctx - n)
+        mask = torch.ones(n, ctx, dtype=torch.bool, device=q.device).tril(ctx - n)
     return F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask).transpose(0, 1)
 
 

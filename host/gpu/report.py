@@ -7,8 +7,11 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from nelssa.host.gpu.gpu_timer import GpuTime
 
 if TYPE_CHECKING:
     from nelssa.emu.energy import EnergySplit
@@ -66,6 +69,23 @@ class StepReport:
     engine_errors: dict[int, float] = field(default_factory=dict)
     """Per long request: the same against dense attention over exactly the tokens it attended
     to (the devices' arithmetic and the LSE merge)."""
+    gpu_time: GpuTime = GpuTime.MODELLED
+    """Whether the step's GPU operations took what the GPU measured (the kernel families of
+    ``measured_ps``) or what the roofline model gives."""
+    gpu_timer: str = "roofline"
+    """The kernel timer that ran (gpu_timer.TIMERS)."""
+    roofline_ps: dict[str, int] = field(default_factory=dict)
+    """The roofline model's figure of each kernel family this step (gpu_timer.Family
+    values), measured or not."""
+    measured_ps: dict[str, int] = field(default_factory=dict)
+    """What the GPU took for each kernel family this step (empty when modelled)."""
+
+    @property
+    def roofline_gpu_ps(self) -> int:
+        """The step's GPU time (``others_ps + topk_ps``) as the roofline model gives it: the
+        measured families at their roofline figures."""
+        return (self.others_ps + self.topk_ps - sum(self.measured_ps.values())
+                + sum(self.roofline_ps[f] for f in self.measured_ps))
     gpu_flops: float = 0.0
     """FLOPs of the GPU's operations this step (what its time and energy come from)."""
     hbm_bytes: float = 0.0
@@ -183,10 +203,14 @@ class TraceRecorder:
                                 "args": {"name": thread}})
         return pid, self._tids[(process, thread)]
 
-    def slice(self, process: str, thread: str, name: str, start_ps: int, dur_ps: int) -> None:
+    def slice(self, process: str, thread: str, name: str, start_ps: int, dur_ps: int,
+              args: dict[str, object] | None = None) -> None:
         pid, tid = self._ids(process, thread)
-        self.events.append({"ph": "X", "name": name, "pid": pid, "tid": tid,
-                            "ts": start_ps / 1e6, "dur": max(dur_ps, 0) / 1e6})
+        event: dict[str, object] = {"ph": "X", "name": name, "pid": pid, "tid": tid,
+                                    "ts": start_ps / 1e6, "dur": max(dur_ps, 0) / 1e6}
+        if args:
+            event["args"] = args
+        self.events.append(event)
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps({"traceEvents": self.events,
@@ -202,8 +226,15 @@ class DecodeTracer:
         self._device_ps = device_ps
         """A device's emulated picoseconds for a number of its cycles."""
 
-    def gpu(self, name: str, start_ps: int, dur_ps: int) -> None:
-        self.trace.slice("GPU node", "compute", name, start_ps, dur_ps)
+    def gpu(self, name: str, start_ps: int, dur_ps: int, roofline_ps: int | None = None,
+            operation: bool = True) -> None:
+        """A GPU operation (``operation``; else the GPU waiting): measured (``roofline_ps``
+        its roofline figure, in the slice's args) or modelled (None)."""
+        args: dict[str, object] | None = (
+            {"gpu_time": GpuTime.MODELLED.value} if operation else None)
+        if roofline_ps is not None:
+            args = {"gpu_time": GpuTime.MEASURED.value, "roofline_us": roofline_ps / 1e6}
+        self.trace.slice("GPU node", "compute", name, start_ps, dur_ps, args)
 
     def node_reply(self, rid: int, layer: int, res: AttendResult) -> None:
         t = res.timing
@@ -261,11 +292,26 @@ def _plain(v):
     """A value JSON can hold without NaN: non-finite floats as None, keys as strings."""
     if isinstance(v, float):
         return v if math.isfinite(v) else None
+    if isinstance(v, Enum):
+        return v.value
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
         return [_plain(x) for x in v]
     return v
+
+
+def measured_line(reports: list[StepReport]) -> str | None:
+    """One line on the steps whose GPU time was measured, against the roofline; None if none
+    was."""
+    measured = [r for r in reports if r.gpu_time is GpuTime.MEASURED]
+    if not measured:
+        return None
+    roof = sum(r.roofline_gpu_ps for r in measured)
+    gpu = sum(r.others_ps + r.topk_ps for r in measured)
+    return (f"GPU time measured ({measured[0].gpu_timer}) in {len(measured)} of {len(reports)} "
+            f"steps: {gpu * 1e-6:.1f} us against the roofline's {roof * 1e-6:.1f} us "
+            f"({gpu / roof if roof else math.nan:.2f}x)")
 
 
 def run_json(reports: list[StepReport], requests: list, walls: list[float],
@@ -276,7 +322,7 @@ def run_json(reports: list[StepReport], requests: list, walls: list[float],
     toks = sum(r.tokens for r in reports)
     energy = sum(r.energy_j for r in reports)
     return _plain({
-        "steps": [asdict(r) for r in reports],
+        "steps": [{**asdict(r), "roofline_gpu_ps": r.roofline_gpu_ps} for r in reports],
         "requests": [{"rid": r.rid, "prompt_tokens": len(r.prompt),
                       "generated": len(r.generated), "tier": r.tier.value,
                       "status": r.status.value, "migrated": r.migrated,

@@ -15,6 +15,7 @@ from nelssa.emu.latency.model import Sparsity
 from nelssa.emu.policy.jobs import JobKind
 from nelssa.emu.policy.states import Fallback, SeqState, Tier, Transfer
 from nelssa.host.gpu.clustering import ClusterConfig
+from nelssa.host.gpu.gpu_timer import TorchConfig
 from nelssa.host.gpu.timing import gpu_preset
 from nelssa.host.pnm_node.client import NodeFuture
 
@@ -64,6 +65,8 @@ class DecodeConfig:
     KV to the node as it makes it, keeping the window, so one layer of the prompt's KV is in
     host memory at a time (the same writes, values and times as writing them all after the
     prefill, which False does)."""
+    torch: TorchConfig = field(default_factory=TorchConfig)
+    """Where the GPU side runs (cpu, cuda) and how its time is taken (gpu_timer.py)."""
 
     def __post_init__(self) -> None:
         if self.inflight_bytes < 1:
@@ -91,7 +94,8 @@ class DecodeConfig:
 
 
 def to_bf16_bits(t: Tensor) -> np.ndarray:
-    return t.contiguous().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    """A tensor's bf16 bits on the host (where KV and queries cross to the node)."""
+    return t.contiguous().to(torch.bfloat16).view(torch.int16).cpu().numpy().view(np.uint16)
 
 
 @dataclass

@@ -10,7 +10,12 @@ Format (``nelssa fpga manifest`` writes one)::
      "pci": {"vendor": "0x10ee", "device": "0x4e4c", "bar_regs": 0, "bar_mem": 2},
      "device": {"engines": 2, "max_qheads": 8, "head_dims": [64, 128],
                 "max_cluster_tokens": 64, "mem_bytes": 68719476736, "clock_hz": 300000000},
-     "interface": {"version": "1.0", "sha256": "<64 hex digits>"}}
+     "interface": {"version": "1.0", "sha256": "<64 hex digits>"},
+     "config": {"board": "alveo-u250", "units": 2, "channels": 4, ...},
+     "bitstream": {"sha256": "<64 hex digits>"}}
+
+``config`` (optional) is the board configuration ``nelssa fpga plan`` chose (hw/fpga/plan.py),
+``bitstream`` (optional) the SHA-256 of the bitstream file the manifest describes.
 """
 
 from __future__ import annotations
@@ -104,6 +109,10 @@ class Manifest:
     """VERSION register value of that interface."""
     built: str = ""
     """When the bitstream was built (ISO 8601), for people."""
+    config: dict[str, Any] | None = None
+    """The board configuration the bitstream was built with (``Plan.to_dict``), if planned."""
+    bitstream_sha256: str | None = None
+    """SHA-256 of the bitstream file, if the manifest was written with it."""
 
     # -- reading and writing ----------------------------------------------------------------------
     @classmethod
@@ -146,10 +155,9 @@ class Manifest:
                                      hi=regs.CAPS_MAX_CLUSTER_TOKENS),
             mem_bytes=f.get("device.mem_bytes", int, lo=regs.REG_WINDOW_BYTES, hi=(1 << 64) - 1),
             clock_hz=f.get("device.clock_hz", int, lo=1_000_000, hi=2_000_000_000))
-        digest = f.get("interface.sha256", str)
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise ManifestError(f"{source}: field 'interface.sha256' must be 64 lower-case hex "
-                                f"digits, got {digest!r}")
+        digest = _sha256(f, "interface.sha256")
+        bitstream = _sha256(f, "bitstream.sha256", required=False)
+        config = f.get("config", dict, required=False)
         version = f.get("interface.version", str)
         try:
             major, minor = (int(x) for x in version.split("."))
@@ -160,7 +168,8 @@ class Manifest:
                    build_id=f.get("build_id", int, hex_ok=True, bits=32), pci=pci,
                    device=device, interface_sha256=digest,
                    interface_version=major << 16 | minor,
-                   built=f.get("built", str, required=False) or "")
+                   built=f.get("built", str, required=False) or "", config=config,
+                   bitstream_sha256=bitstream)
 
     def to_dict(self) -> dict[str, Any]:
         dev = asdict(self.device)
@@ -172,18 +181,24 @@ class Manifest:
                 "device": dev,
                 "interface": {"version": f"{self.interface_version >> 16}."
                                          f"{self.interface_version & 0xFFFF}",
-                              "sha256": self.interface_sha256}}
+                              "sha256": self.interface_sha256},
+                **({"config": self.config} if self.config is not None else {}),
+                **({"bitstream": {"sha256": self.bitstream_sha256}}
+                   if self.bitstream_sha256 is not None else {})}
 
     def save(self, path: Path | str) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def for_this_software(cls, board: str, part: str, build_id: int, device: DeviceParams,
-                          pci: PciIds | None = None, built: str = "") -> Manifest:
+                          pci: PciIds | None = None, built: str = "",
+                          config: dict[str, Any] | None = None,
+                          bitstream_sha256: str | None = None) -> Manifest:
         """The manifest of a bitstream built from this tree."""
         return cls(board=board, part=part, build_id=build_id,
                    pci=pci or PciIds(DEFAULT_VENDOR, DEFAULT_DEVICE), device=device,
-                   interface_sha256=interface_digest(), built=built)
+                   interface_sha256=interface_digest(), built=built, config=config,
+                   bitstream_sha256=bitstream_sha256)
 
     # -- checks -----------------------------------------------------------------------------------
     def check_software(self) -> None:
@@ -215,6 +230,15 @@ class Manifest:
         if wrong:
             raise MismatchError("the board does not hold the bitstream of this manifest: "
                                 + "; ".join(wrong))
+
+
+def _sha256(f: _Fields, name: str, required: bool = True) -> str | None:
+    digest = f.get(name, str, required=required)
+    if digest is not None and (len(digest) != 64
+                               or any(c not in "0123456789abcdef" for c in digest)):
+        raise ManifestError(f"{f.source}: field {name!r} must be 64 lower-case hex digits, got "
+                            f"{digest!r}")
+    return digest
 
 
 class _Fields:

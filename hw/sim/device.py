@@ -69,6 +69,17 @@ def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
                     *DDR5_VERILATOR_ARGS, *trace])
 
 
+def store_image(keys: npt.NDArray[np.int64], data: npt.NDArray[np.uint8],
+                geometry: DeviceGeometry) -> dict[int, bytes]:
+    """The non-zero lines of a DRAM store dump (``keys``, (n, 64) ``data``) by device address:
+    the key nelssa_ddr5_dram.sv makes (sub-channel << 40 | row << 11 | bg << 8 | bank << 6 |
+    column) mapped back through the device's address map (cacheline)."""
+    addr = encode(Decoded(keys >> 40, (keys >> 8) & 7, (keys >> 6) & 3,
+                          (keys >> 11) & ((1 << 29) - 1), keys & 63), geometry)
+    order = np.argsort(addr)
+    return {int(addr[i]): data[i].tobytes() for i in order if data[i].any()}
+
+
 class RtlDevice(DevicePort):
     """A simulated device in this process."""
 
@@ -245,12 +256,7 @@ class RtlDevice(DevicePort):
         got = self._lib.nelssa_store_dump(keys.ctypes.data, data.ctypes.data, n)
         if got != n:
             raise RuntimeError(f"the store changed while it was read ({n} then {got} lines)")
-        # the key nelssa_ddr5_dram.sv makes: sub-channel << 40 | row << 11 | bg << 8 |
-        # bank << 6 | column
-        addr = encode(Decoded(keys >> 40, (keys >> 8) & 7, (keys >> 6) & 3,
-                              (keys >> 11) & ((1 << 29) - 1), keys & 63), self.geometry)
-        order = np.argsort(addr)
-        return {int(addr[i]): data[i].tobytes() for i in order if data[i].any()}
+        return store_image(keys, data, self.geometry)
 
     @property
     def violations(self) -> int:

@@ -33,6 +33,39 @@ UNITS, CHANNELS, CHAN_ADDR_W = 4, 4, 34
 
 
 @dataclass(frozen=True)
+class TopSize:
+    """The FPGA top's size parameters (nelssa_fpga_top): what a board configuration sets."""
+
+    units: int = UNITS
+    """NumUnits: attention units."""
+    channels: int = CHANNELS
+    """NumChannels: memory channels (the device's read-data lanes)."""
+    chan_addr_w: int = CHAN_ADDR_W
+    """ChanAddrW: byte-address bits of one channel."""
+    head_dim: int = 128
+    """HeadDim: each engine's largest head_dim (64 or 128)."""
+    num_qheads: int = 8
+    """NumQHeads: each engine's largest GQA group (1..8)."""
+    max_cluster_tokens: int = 64
+    """MaxClusterTokens: each engine's score buffer, in tokens."""
+
+    @property
+    def engine(self) -> dict[str, object]:
+        """The engine's parameters (nelssa_attn_engine, and the blocks that pass them on)."""
+        return {"HeadDim": self.head_dim, "NumQHeads": self.num_qheads,
+                "MaxClusterTokens": self.max_cluster_tokens}
+
+    @property
+    def top_params(self) -> dict[str, object]:
+        """nelssa_fpga_top's parameters for this size."""
+        return {"NumUnits": self.units, "NumChannels": self.channels,
+                "ChanAddrW": self.chan_addr_w, **self.engine}
+
+    def is_default(self) -> bool:
+        return self == TopSize()
+
+
+@dataclass(frozen=True)
 class Block:
     name: str
     """What the block is, for the table."""
@@ -67,9 +100,14 @@ DEVICE_BOXES = ("nelssa_regs", "nelssa_cxl_mem_slave", "nelssa_cmdq", "nelssa_at
 TOP_BOXES = ("nelssa_axil_regs", "nelssa_axi_host", "nelssa_axi_mem", "nelssa_device")
 
 
-def blocks() -> list[Block]:
-    """The FPGA top's blocks at the top's default size, each counted as often as the top holds
-    it (``make synth``)."""
+def blocks(size: TopSize | None = None) -> list[Block]:
+    """The FPGA top's blocks at ``size`` (default: the top's defaults, ``make synth``), each
+    counted as often as the top holds it."""
+    z = size or TopSize()
+    # the engine's parameters at their defaults are left out, so that the default top's
+    # blocks keep the cache keys of their earlier runs (scripts/synth.py --cache)
+    units, channels = z.units, z.channels
+    engine = {k: v for k, v in z.engine.items() if v != TopSize().engine[k]}
     unit_files = [*ENGINE, DEV_PKG, TOP / "nelssa_line_reader.sv", TOP / "nelssa_attn_unit.sv"]
     return [
         Block("register BAR (AXI4-Lite)", "nelssa_axil_regs",
@@ -78,21 +116,20 @@ def blocks() -> list[Block]:
               [DEV_PKG, TOP / "nelssa_axi_host.sv"]),
         Block("memory channels (AXI4 masters)", "nelssa_axi_mem",
               [DEV_PKG, FIFO, TOP / "nelssa_axi_mem.sv"],
-              {"NumPorts": UNITS + 2, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W}),
-        Block("register block", "nelssa_regs", REGS),
-        Block("CXL.mem slave", "nelssa_cxl_mem_slave", CXL_MEM_SLAVE, {"ReadLanes": CHANNELS}),
+              {"NumPorts": units + 2, "NumChannels": channels, "ChanAddrW": z.chan_addr_w}),
+        Block("register block", "nelssa_regs", REGS, {"NumEngines": units, **engine}),
+        Block("CXL.mem slave", "nelssa_cxl_mem_slave", CXL_MEM_SLAVE, {"ReadLanes": channels}),
         Block("command queue", "nelssa_cmdq", [DEV_PKG, TOP / "nelssa_cmdq.sv"],
-              {"NumUnits": UNITS}),
-        Block("attention unit: control", "nelssa_attn_unit", unit_files, {"Lanes": CHANNELS},
-              UNITS, ("nelssa_attn_engine", "nelssa_line_reader")),
+              {"NumUnits": units}),
+        Block("attention unit: control", "nelssa_attn_unit", unit_files,
+              {"Lanes": channels, **engine}, units, ("nelssa_attn_engine", "nelssa_line_reader")),
         Block("attention unit: line reader", "nelssa_line_reader",
-              [DEV_PKG, TOP / "nelssa_line_reader.sv"], {"Depth": 128, "Lanes": CHANNELS}, UNITS),
+              [DEV_PKG, TOP / "nelssa_line_reader.sv"], {"Depth": 128, "Lanes": channels}, units),
         Block("device glue (lanes, counters)", "nelssa_device", DEVICE,
-              {"MemLanes": CHANNELS}, 1, DEVICE_BOXES),
-        Block("top glue (wrapper, request split)", "nelssa_fpga_top", FPGA_TOP,
-              {"NumUnits": UNITS, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W}, 1,
+              {"MemLanes": channels, "NumUnits": units, **engine}, 1, DEVICE_BOXES),
+        Block("top glue (wrapper, request split)", "nelssa_fpga_top", FPGA_TOP, z.top_params, 1,
               TOP_BOXES),
-        Block("engine: registers, control", "nelssa_attn_engine", ENGINE, {}, UNITS,
+        Block("engine: registers, control", "nelssa_attn_engine", ENGINE, engine, units,
               ENGINE_BOXES),
         *(Block(f"engine: {UNIT_NAMES[unit]}", unit, UNITS_FILES, within="nelssa_attn_engine")
           for unit in ENGINE_BOXES),

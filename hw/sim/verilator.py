@@ -151,14 +151,15 @@ STILL_BUILDING_S = 30.0
 
 
 @contextlib.contextmanager
-def announce_build(name: str, where: Path, every_s: float | None = None) -> Iterator[None]:
+def announce_build(name: str, where: Path, every_s: float | None = None,
+                   tool: str = "Verilator") -> Iterator[None]:
     """Log (INFO, this module's logger: the command line and the RTL tests show it on stderr)
     that ``name`` is being built into ``where``, a "still building" line every ``every_s``
     seconds (default ``STILL_BUILDING_S``) while it lasts, and its time when it is done or has
     failed: a first build takes minutes, and a newcomer sees what is being built rather than a
-    silent wait."""
-    log.info("building %s (Verilator, cached in %s; the first build of a model takes "
-             "minutes)", name, where)
+    silent wait. ``tool``: what builds it, as the line names it."""
+    log.info("building %s (%s, cached in %s; the first build of a model takes "
+             "minutes)", name, tool, where)
     t0 = time.monotonic()
     done = threading.Event()
     every_s = every_s or STILL_BUILDING_S

@@ -1,6 +1,7 @@
 """Fit a GPU's parameters for the latency model from measured kernel times (PyTorch) and write a
-hardware file (``{"gpus": {NAME: {...}}}``) for `nelssa crossover --hardware` and `nelssa
-serve-sim --hardware`.
+hardware file (``{"gpus": {NAME: {...}}, "use": {"gpu": NAME}}``: a preset with the device's
+name and the date, which every command given ``--hardware FILE`` takes as its GPU unless
+``--gpu`` names another: `nelssa crossover`, `nelssa serve-sim`, `nelssa decode`).
 
 It times kernels at the shapes of one decoder layer of the model (Llama-3-8B by default: hidden
 4096, 32 query and 8 KV heads of 128, FFN 14336):
@@ -277,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="datasheet dense bf16 peak (default: the measured square GEMM)")
     parser.add_argument("--peak-hbm-gbs", type=float,
                         help="datasheet HBM bandwidth (default: the measured copy)")
+    parser.add_argument("--datasheet", action="store_true",
+                        help="take both peaks from the datasheet of the part the device's name "
+                             "ends with (DATASHEETS: H200, H100 NVL, H100 80GB HBM3, H100 PCIe) "
+                             "where --peak-tflops and --peak-hbm-gbs leave them out; a part not "
+                             "listed keeps the measured peaks")
     parser.add_argument("--scale", type=float,
                         help="shrink the shapes (default: 1 on CUDA, 0.01 on the CPU)")
     parser.add_argument("--chunks", default="2048,4096,8192",
@@ -327,6 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     what = _device_name(device)
     print(f"measuring {what}, scale {scale:g}: {layer}, chunks {chunks}, context {context}")
     hint = next((v for k, v in DATASHEETS.items() if what.endswith(k)), None)
+    if hint and args.datasheet:
+        args.peak_tflops = args.peak_tflops or hint[0]
+        args.peak_hbm_gbs = args.peak_hbm_gbs or hint[1]
+        print(f"datasheet peaks of {what}: {args.peak_tflops:g} TFLOP/s, "
+              f"{args.peak_hbm_gbs:g} GB/s")
+    elif args.datasheet:
+        print(f"note: no datasheet listed for {what!r}: the peaks are the measured ones")
     if hint and not (args.peak_tflops and args.peak_hbm_gbs):
         print(f"hint: the datasheet peaks of this part are --peak-tflops {hint[0]:g} "
               f"--peak-hbm-gbs {hint[1]:g}; without them the peaks are the measured ones")
@@ -367,12 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     entry = {"hbm_gbs": float(f"{hbm / 1e9:.4g}"),
              "memory_gb": round(args.memory_gb or _memory_gb(device), 1),
              "bf16_tflops": float(f"{tflops / 1e12:.4g}"), "kernel_us": default_kernel_us,
-             **{k: _share(v) for k, v in raw.items()}, "source": source}
+             **{k: _share(v) for k, v in raw.items()}, "source": source,
+             "device_name": what, "calibrated_on": today}
     if args.power:
         entry.update(_power_entry(what))
     name = args.name or f"measured-{device.type}"
     GpuHw(name=name, **entry)  # refuse to write what the latency model would refuse to load
-    Path(args.out).write_text(json.dumps({"gpus": {name: entry}}, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps({"gpus": {name: entry}, "use": {"gpu": name}},
+                                         indent=2) + "\n")
     print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in entry.items() if k != "source"))
     print(f"wrote {args.out}")
     return 0

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nelssa.experiments.pages import render
+from nelssa.provenance import commit_label
 
 log = logging.getLogger("link_faults")
 COUNTERS = "COUNTERS "
@@ -302,7 +303,7 @@ def report(faulty: dict, clean: dict, command: str, roce_rate: float, cxl_rate: 
     """The page (templates/link_faults.md filled with the two runs' counters)."""
     s = _sums(faulty)
     return render(
-        "link_faults.md", "page", command=command, steps=faulty["steps"],
+        "link_faults.md", "page", command=command, commit=commit_label(), steps=faulty["steps"],
         node_requests=faulty["node_requests"], devices=len(faulty["devices"]),
         roce_rate=f"{roce_rate:g}", cxl_rate=f"{cxl_rate:g}",
         **{k: f"{v:,}" for k, v in s.items()},

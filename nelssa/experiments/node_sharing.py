@@ -8,7 +8,6 @@ import logging
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,6 +18,7 @@ import numpy as np
 from nelssa.emu.launcher import NodeLauncher
 from nelssa.experiments.pages import render
 from nelssa.hw.model.fp import f32_to_bf16_bits
+from nelssa.provenance import commit_label
 
 log = logging.getLogger(__name__)
 
@@ -79,22 +79,11 @@ def run(ids: int = 2048, tokens: int = 64, clusters: int = 64, b_ids: int = 8,
             "b_during_s": during, "a_s": a_wall, "overlap": overlap}
 
 
-def _commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return rev + ("-dirty" if dirty else "")
-
-
 def page(r: dict, command: str) -> str:
     def ms(s: float) -> str:
         return f"{s * 1000:,.0f} ms" if s < 10 else f"{s:,.1f} s"
 
-    return render("node_sharing.md", "page", command=command, commit=_commit(),
+    return render("node_sharing.md", "page", command=command, commit=commit_label(),
                   machine=f"{platform.machine()}, {os.cpu_count()} cores",
                   ids=f"{r['ids']:,}", tokens=r["tokens"], total=f"{r['ids'] * r['tokens']:,}",
                   b_ids=r["b_ids"], reps=r["reps"], b_alone=ms(r["b_alone_s"]),

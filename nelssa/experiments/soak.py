@@ -40,6 +40,7 @@ import numpy as np
 
 from nelssa.emu.link.transport import LinkLimits
 from nelssa.options import POSITIVE_FLOAT, POSITIVE_INT, PROBABILITY, SECONDS, Parser, int_range
+from nelssa.provenance import commit_label
 
 HEAD_DIM, GROUP, KV_HEADS, CLUSTERS, SELECTED = 128, 4, 2, 24, 8
 BAD_KINDS = ("foreign session", "malformed", "over a limit")
@@ -326,7 +327,7 @@ def report(r: dict, command: str, slack_mib: float) -> tuple[str, bool]:
     lines = [
         "# Soak of a PNM node",
         "",
-        f"Command: `{command}` (written by scripts/soak.py)",
+        f"Command: `{command}` (written by scripts/soak.py at commit {commit_label()})",
         "",
         f"{r['clients']} client processes against `nelssa node up --devices {r['devices']}` "
         f"(model backend) over ipc://, for {r['seconds']:g} s. Each request is an ATTEND of "

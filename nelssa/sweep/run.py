@@ -124,17 +124,20 @@ def _measure(job: SweepJob) -> dict[str, Any]:
 
 
 # -- where the points run -------------------------------------------------------------------------
-def _pool(jobs: list[SweepJob], workers: int) -> Iterator[dict[str, Any]]:
+def pool_map(jobs: list[Any], workers: int, fn: Callable[[Any], Any] = run_point
+             ) -> Iterator[Any]:
+    """``fn`` over ``jobs`` on ``workers`` local processes, results as they finish (in this
+    process when there is one worker or one job)."""
     if workers == 1 or len(jobs) == 1:
         for job in jobs:
-            yield run_point(job)
+            yield fn(job)
         return
     with ProcessPoolExecutor(workers) as pool:
         todo = iter(jobs)
-        running: set[Future[dict[str, Any]]] = set()
+        running: set[Future[Any]] = set()
         while True:  # a bounded number in flight: results come back as they finish
             while len(running) < 2 * workers and (job := next(todo, None)) is not None:
-                running.add(pool.submit(run_point, job))
+                running.add(pool.submit(fn, job))
             if not running:
                 return
             done, running = wait(running, return_when=FIRST_COMPLETED)
@@ -161,7 +164,10 @@ def ray_auth_mode(address: str, environ: dict[str, str] | os._Environ[str],
     return None
 
 
-def _ray(jobs: list[SweepJob], address: str, workers: int) -> Iterator[dict[str, Any]]:
+def ray_map(jobs: list[Any], address: str, workers: int, fn: Callable[[Any], Any] = run_point
+            ) -> Iterator[Any]:
+    """``fn`` over ``jobs`` on a Ray cluster (``local``: one started here with ``workers``
+    CPUs), results as they finish; RuntimeError when Ray is not installed."""
     mode = ray_auth_mode(address, os.environ, Path.home())
     if mode is not None and "ray" not in sys.modules:  # Ray reads it once, when imported
         os.environ[RAY_AUTH] = mode  # Ray's setting: its token notice not printed
@@ -176,7 +182,7 @@ def _ray(jobs: list[SweepJob], address: str, workers: int) -> Iterator[dict[str,
     else:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     try:
-        remote = ray.remote(num_cpus=1)(run_point)
+        remote = ray.remote(num_cpus=1)(fn)
         todo = iter(jobs)
         running: list[Any] = []
         while True:
@@ -298,7 +304,8 @@ def run_sweep(spec: Spec, out: Path, workers: int = 1, ray_address: str | None =
             if k not in logged:
                 f.write(_config_line(spec, k, p, hardware))
                 logged.add(k)
-    source = _ray(jobs, ray_address, workers) if ray_address else _pool(jobs, workers)
+    source = (ray_map(jobs, ray_address, workers) if ray_address
+              else pool_map(jobs, workers))
     failed = 0
     with path.open("a", newline="") as f:
         w = csv.DictWriter(f, COLUMNS)

@@ -7,6 +7,9 @@ module nelssa_device_wrap
   import nelssa_dev_pkg::*;
 #(
   parameter int unsigned NumUnits  = 4,             // attention units (nelssa_device)
+  parameter int unsigned HeadDim   = 128,           // each engine's largest head_dim (64, 128)
+  parameter int unsigned NumQHeads = 8,             // each engine's largest GQA group (1..8)
+  parameter int unsigned MaxClusterTokens = 64,     // each engine's largest cluster (1..255)
   parameter int unsigned AddrW     = 40,            // device-memory address width
   parameter longint      MemBytes  = 64'd1 << 36,   // HDM window (64 GiB)
   parameter logic [31:0] BuildId   = 32'h0,         // BUILD_ID register (bitstream build id)
@@ -56,11 +59,14 @@ module nelssa_device_wrap
   mem_req_t [NumPorts-1:0] mem_req;
 
   nelssa_device #(
-    .NumUnits(NumUnits),
-    .AddrW   (AddrW),
-    .MemBytes(MemBytes),
-    .BuildId (BuildId),
-    .MemLanes(MemLanes)
+    .NumUnits        (NumUnits),
+    .HeadDim         (HeadDim),
+    .NumQHeads       (NumQHeads),
+    .MaxClusterTokens(MaxClusterTokens),
+    .AddrW           (AddrW),
+    .MemBytes        (MemBytes),
+    .BuildId         (BuildId),
+    .MemLanes        (MemLanes)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

@@ -17,6 +17,9 @@ module nelssa_fpga_top
   import nelssa_dev_pkg::*;
 #(
   parameter int unsigned NumUnits    = 4,             // attention units
+  parameter int unsigned HeadDim     = 128,           // each engine's largest head_dim (64, 128)
+  parameter int unsigned NumQHeads   = 8,             // each engine's largest GQA group (1..8)
+  parameter int unsigned MaxClusterTokens = 64,       // each engine's largest cluster (1..255)
   parameter int unsigned NumChannels = 4,             // memory channels (1, 2, 4 or 8)
   parameter int unsigned ChanAddrW   = 34,            // byte-address width of each channel
   parameter longint      MemBytes    = 64'd1 << 36,   // device memory (MEM_SIZE), all channels
@@ -219,11 +222,14 @@ module nelssa_fpga_top
   );
 
   nelssa_device_wrap #(
-    .NumUnits(NumUnits),
-    .AddrW   (AddrW),
-    .MemBytes(MemBytes),
-    .BuildId (BuildId),
-    .MemLanes(NumChannels)
+    .NumUnits        (NumUnits),
+    .HeadDim         (HeadDim),
+    .NumQHeads       (NumQHeads),
+    .MaxClusterTokens(MaxClusterTokens),
+    .AddrW           (AddrW),
+    .MemBytes        (MemBytes),
+    .BuildId         (BuildId),
+    .MemLanes        (NumChannels)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

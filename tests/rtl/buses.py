@@ -293,6 +293,16 @@ async def clock_and_reset(dut, zero: Iterable[str] = (), cycles: int = 2) -> Non
     await RisingEdge(dut.clk_i)
 
 
+async def reset_with_memory(dut, mem: ReorderingAxiMemory, cycles: int = 3) -> None:
+    """Hold rst_ni low for ``cycles`` cycles of a running clk_i, release it and start ``mem``
+    (the FPGA top's testbenches: the host side's masters see the same reset)."""
+    dut.rst_ni.value = 0
+    for _ in range(cycles):
+        await RisingEdge(dut.clk_i)
+    dut.rst_ni.value = 1
+    mem.start()
+
+
 async def wait_cycles(dut, n: int) -> None:
     for _ in range(n):
         await RisingEdge(dut.clk_i)

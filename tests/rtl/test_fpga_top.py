@@ -10,24 +10,25 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
 
 import cocotb
-import numpy as np
 import pytest
-from buses import ReorderingAxiMemory, axi_bus, axil_bus, random_pauses, set_axi_pauses
+from buses import (
+    ReorderingAxiMemory,
+    axi_bus,
+    axil_bus,
+    random_pauses,
+    reset_with_memory,
+    set_axi_pauses,
+)
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBurstType, AxiLiteMaster, AxiMaster
 from cocotbext.axi.axi_channels import AxiRMonitor
+from fpga_case import RING_REGS, model_case
 
 from nelssa.driver import regs
-from nelssa.driver.command import AttnRequest, CommandQueue
-from nelssa.driver.device import Device
 from nelssa.driver.iface import interface_hash32
-from nelssa.driver.memory import MemoryApi
-from nelssa.hw.model import fp
-from nelssa.hw.model.device import ModelDevice
 from nelssa.hw.sim.rtl_sources import FP_GATED_ARGS, FPGA_TOP
 
 CHANNELS = 4
@@ -40,9 +41,6 @@ PORT_W = 2  # $clog2(NumUnits + 2)
 LINE = 64
 OKAY, SLVERR = 0, 2
 HOST_PAUSE = 0.2  # the host masters' idle and back-pressure: each channel paused 1 cycle in 5
-# the registers CommandQueue programs, in its order
-RING_REGS = ("REGION_BASE_LO", "REGION_BASE_HI", "REGION_LIMIT_LO", "REGION_LIMIT_HI",
-             "SQ_BASE_LO", "SQ_BASE_HI", "SQ_SIZE", "CQ_BASE_LO", "CQ_BASE_HI", "CQ_SIZE")
 
 
 class TB:
@@ -83,12 +81,7 @@ class TB:
             self.set_pauses(HOST_PAUSE if master in masters else 0, master)
 
     async def reset(self) -> None:
-        d = self.dut
-        d.rst_ni.value = 0
-        for _ in range(3):
-            await RisingEdge(d.clk_i)
-        d.rst_ni.value = 1
-        self.mem.start()
+        await reset_with_memory(self.dut, self.mem)
 
     # -- AXI4-Lite --------------------------------------------------------------------------------
     @staticmethod
@@ -144,45 +137,6 @@ class TB:
             i = j
         resps = [await b for b in bursts]
         assert resps == [OKAY] * len(bursts)
-
-
-@dataclass
-class Case:
-    image_before: dict[int, bytes]
-    image_after: dict[int, bytes]
-    ring: dict[str, int]
-    sq_tail: int
-    descriptors: int
-
-
-def model_case(seed: int) -> Case:
-    """A workload run on the model device: the memory before the doorbell, after it, and the
-    ring registers the driver programmed."""
-    port = ModelDevice()
-    dev = Device(port)
-    mem = MemoryApi(dev, 1 << 20, 1 << 26)
-    rng = np.random.default_rng(seed)
-    reqs = []
-    for head, (hd, heads, n, sel) in enumerate([(128, 4, 12, 5), (64, 2, 6, 6), (128, 8, 9, 4),
-                                                (64, 1, 3, 1)]):
-        tokens = rng.integers(1, 33, n)
-        ks = [fp.f32_to_bf16_bits(rng.standard_normal((t, hd)).astype(np.float32))
-              for t in tokens]
-        vs = [fp.f32_to_bf16_bits(rng.standard_normal((t, hd)).astype(np.float32))
-              for t in tokens]
-        region = mem.alloc_kv(0, 0, head, hd, n, int(tokens.sum()))
-        mem.write_clusters(region, ks, vs)
-        q = fp.f32_to_bf16_bits(rng.standard_normal((heads, hd)).astype(np.float32))
-        reqs.append(AttnRequest(region, q, rng.choice(n, sel, replace=False).tolist()))
-    cq = CommandQueue(mem, entries=8)
-    dev.reg_write("CONTROL", 0)  # hold the model: the image before any descriptor runs
-    ids = cq.submit(reqs)
-    before = port.mem.image()
-    ring = {name: dev.reg_read(name) for name in RING_REGS}
-    sq_tail = dev.reg_read("SQ_TAIL")
-    dev.reg_write("CONTROL", 1)
-    cq.wait(ids)
-    return Case(before, port.mem.image(), ring, sq_tail, len(ids))
 
 
 @cocotb.test(timeout_time=2, timeout_unit="ms")  # a hang fails, not stalls

@@ -1,0 +1,144 @@
+"""Board profiles and plans (issue 46): every board of the hardware description gets a plan whose
+estimate stays within the budget of its part (or says that nothing fits), `nelssa fpga plan`
+prints it and refuses an unknown board by name, the manifest records the plan and the
+bitstream's hash, the vendor flow's wrapper connects every port of the top, and the P&R
+flow's part flags and scan wrapper are what nextpnr and yosys take."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nelssa.emu.latency.hardware import HardwareCatalog, HardwareError
+from nelssa.hw.fpga import plan, pnr, vivado
+from nelssa.hw.fpga.errors import ManifestError
+from nelssa.hw.fpga.manifest import Manifest
+from nelssa.hw.sim.synth_blocks import TopSize
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "nelssa.cli", "fpga", *args],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("name", sorted(plan.boards()))
+def test_each_board_has_a_plan_within_its_budget(name):
+    b = plan.board(name)
+    p = plan.plan(b)
+    assert p.size.channels == b.mem_channels
+    if p.fits:
+        for c, have in p.available().items():
+            assert p.resources[c] <= plan.BUDGET * have, (name, c)
+        # one more unit would either overshoot the bandwidth match or the budget
+        more = TopSize(**{**p.size.__dict__, "units": p.size.units + 1})
+        assert (p.size.units >= p.needed_units or p.size.units == plan.MAX_UNITS
+                or any(plan.estimate(more, b.family)[c] > plan.BUDGET * have
+                       for c, have in p.available().items()))
+    else:  # even the smallest top is over the part: the estimate says so
+        assert any(p.resources[c] > plan.BUDGET * have for c, have in p.available().items())
+
+
+def test_the_estimate_reproduces_its_measured_points():
+    model = plan.load_model()
+    for (hd, h), point in model["by_size"].items():
+        est = plan.estimate(TopSize(units=1, head_dim=hd, num_qheads=h), "xcup", model)
+        for c in plan.COLUMNS:
+            assert est[c] == point["per_unit"][c] + point["rest"][c]
+    # more units never cost less
+    hd, h = model["engine_sizes"][0]
+    a = plan.estimate(TopSize(units=2, head_dim=hd, num_qheads=h), "xcup", model)
+    b = plan.estimate(TopSize(units=3, head_dim=hd, num_qheads=h), "xcup", model)
+    assert all(b[c] >= a[c] for c in ("LUT", "FF", "DSP"))
+
+
+def test_cli_plan_prints_the_configuration_and_refuses_unknown_boards(tmp_path):
+    proc = _cli("plan", "--board", "alveo-u250")
+    assert proc.returncode == 0, proc.stderr
+    p = plan.plan(plan.board("alveo-u250"))
+    assert f"NumUnits={p.size.units} NumChannels=4" in proc.stdout
+    assert f"{p.resources['LUT']:,}" in proc.stdout and "1,728,000" in proc.stdout
+    bad = _cli("plan", "--board", "alveo-u9999")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "unknown board 'alveo-u9999'" in bad.stderr
+    for name in plan.boards():
+        assert name in bad.stderr
+
+
+def test_a_board_entry_with_a_bad_field_is_refused_naming_it(tmp_path):
+    raw = {"boards": {"x": {**_u250(), "mem_channels": 3}}}
+    f = tmp_path / "hw.json"
+    f.write_text(json.dumps(raw))
+    with pytest.raises(HardwareError, match="mem_channels must be 1, 2, 4 or 8"):
+        HardwareCatalog.load(f)
+
+
+def _u250() -> dict:
+    from nelssa.emu.latency.hardware import PRESETS_FILE
+
+    return json.loads(PRESETS_FILE.read_text())["boards"]["alveo-u250"]
+
+
+def test_the_manifest_records_the_plan_and_the_bitstream(tmp_path):
+    bit = tmp_path / "top.bit"
+    bit.write_bytes(b"\xff\x00bitstream" * 100)
+    out = tmp_path / "m.json"
+    proc = _cli("manifest", "--board", "alveo-u55c", "--build-id", "0x42", "--bitstream",
+                str(bit), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    m = Manifest.load(out)
+    p = plan.plan(plan.board("alveo-u55c"))
+    assert m.config == json.loads(json.dumps(p.to_dict()))
+    assert m.part == "xcu55c-fsvh2892-2L-e"
+    assert m.bitstream_sha256 == hashlib.sha256(bit.read_bytes()).hexdigest()
+    assert (m.device.engines, m.device.max_qheads) == (p.size.units, p.size.num_qheads)
+    assert m.device.clock_hz == round(p.board.clock_mhz * 1e6)
+    doc = json.loads(out.read_text())
+    doc["bitstream"]["sha256"] = "xyz"
+    with pytest.raises(ManifestError, match=r"'bitstream\.sha256' must be 64 lower-case hex"):
+        Manifest.from_dict(doc)
+    # a board outside the hardware description still needs its part
+    proc = _cli("manifest", "--board", "my-board", "--build-id", "1", "-o", str(out))
+    assert proc.returncode == 2 and "--part is needed" in proc.stderr
+
+
+def test_the_vivado_wrapper_connects_every_port_per_channel(tmp_path):
+    p = plan.plan(plan.board("alveo-u250"))
+    written = vivado.write(p, tmp_path)
+    text = written[2].read_text()
+    ports = vivado.top_ports()
+    assert len(ports) > 60
+    for port in ports:
+        assert f".{port.name}(" in text
+        if port.per_channel:
+            sig = port.name.removeprefix("m_axi_")[:-2]
+            for c in range(p.size.channels):
+                assert f"m{c}_axi_{sig}" in text
+    assert f".NumUnits({p.size.units})" in text
+    tcl = written[0].read_text()
+    assert "set PART xcu250-figd2104-2L-e" in tcl and "set MEM_CHANNELS 4" in tcl
+    with pytest.raises(ValueError, match="no Vivado flow"):
+        vivado.write(plan.plan(plan.board("ecp5-5g-versa")), tmp_path)
+
+
+def test_nextpnr_flags_of_ecp5_parts():
+    assert pnr.nextpnr_flags("LFE5UM5G-45F-8BG381C") == ["--um5g-45k", "--package", "CABGA381",
+                                                          "--speed", "8"]
+    assert pnr.nextpnr_flags("LFE5U-85F-6MG285I")[:2] == ["--85k", "--package"]
+    with pytest.raises(ValueError, match="not an ECP5 part"):
+        pnr.nextpnr_flags("xcu250-figd2104-2L-e")
+
+
+def test_the_scan_wrapper_puts_every_port_on_the_chains():
+    t = pnr.Target("x", "m", [], {"W": 3})
+    ports = {"clk_i": {"direction": "input", "bits": [2]},
+             "rst_ni": {"direction": "input", "bits": [3]},
+             "a_i": {"direction": "input", "bits": [4, 5, 6]},
+             "b_i": {"direction": "input", "bits": [7]},
+             "y_o": {"direction": "output", "bits": [8, 9]}}
+    text = pnr.scan_wrapper(t, ports)
+    assert ".a_i(in_q[2:0])" in text and ".b_i(in_q[3:3])" in text
+    assert ".y_o(out_d[1:0])" in text and ".clk_i(clk_i)" in text and ".W(3)" in text
