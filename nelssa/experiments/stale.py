@@ -71,6 +71,9 @@ PAGES: dict[str, Measured | None] = {
         "emu/latency/hardware.json", "emu/latency/hardware.py")),
     "engine.md": Measured("scripts/bench_engine.py", (
         "rtl/core", "hw/model/engine.py", "hw/sim/engine.py")),
+    "fpga_pnr.md": Measured("scripts/fpga_pnr.py", (
+        "hw/fpga/pnr.py", "hw/fpga/plan.py", "hw/fpga/resource_model_ecp5.json", "rtl/core",
+        "rtl/cxl", "rtl/mem", "rtl/top")),
     "fuzz.md": Measured("scripts/fuzz.py", ("tests/fuzz",)),
     "fuzz_before_fixes.md": HAND_WRITTEN,
     "ingest.md": Measured("scripts/bench_ingest.py", (
@@ -99,6 +102,9 @@ PAGES: dict[str, Measured | None] = {
     "partitioning.md": Measured("scripts/partition_study.py", (
         "nelssa/experiments/partition_study.py", "nelssa/experiments/partition_jobs.py",
         "host/pnm_node/partition.py")),
+    "plan.md": Measured("scripts/plan.py", (
+        "nelssa/plan", "emu/energy.py", "emu/serving", "emu/latency/hardware.json")),
+    "plan_bench.md": Measured("scripts/bench_plan.py", ("nelssa/plan", "emu/serving")),
     "prefill.md": Measured("scripts/bench_prefill.py", (
         "host/gpu/prefill.py", "host/gpu/model.py")),
     "reproduction_before_vllm.md": HAND_WRITTEN,
