@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+DDR5_COUNTERS = ("ACT", "PRE", "PREA", "RD", "WR", "REF", "ACTIVE", "PRECHARGED", "REFRESH")
+"""A DDR5 sub-channel controller's performance counters, in nelssa_ddr5_pkg::ddr5_perf_t's
+order (nelssa.gen.PERF_FIELDS): the commands it issued, then the cycles its banks spent active,
+all precharged and refreshing (hw/model/ddr5_energy.py prices them)."""
+
 
 class DevicePort(ABC):
     """One device: messages in, messages out, emulated time."""
@@ -47,6 +52,16 @@ class DevicePort(ABC):
     def dma_read(self, addr: int, n: int) -> bytes | None:
         """Read device memory through a DMA engine; None when the backend has none."""
         return None
+
+    def ddr5_counts(self) -> list[tuple[int, ...]] | None:
+        """Each DDR5 sub-channel controller's counters since reset (``DDR5_COUNTERS``, one
+        tuple per sub-channel), or None where the device does not count its DDR5 commands (a
+        board, the model's fluid timer): the default."""
+        return None
+
+    def counters(self) -> tuple[int, list[tuple[int, ...]] | None]:
+        """The cycle count and the DDR5 counters together (a served device: one call)."""
+        return self.cycle, self.ddr5_counts()
 
     def set_timeout(self, timeout_ms: int) -> None:  # noqa: B027 - optional hook
         """How long the device may take to answer (or stand still) before a call fails with a

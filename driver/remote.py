@@ -28,7 +28,7 @@ import zmq
 from construct import Enum, GreedyBytes, GreedyRange, Int8ul, Int32ul, Int64ul, Prefixed, Struct
 
 from nelssa.driver import cxl
-from nelssa.driver.port import DevicePort
+from nelssa.driver.port import DDR5_COUNTERS, DevicePort
 from nelssa.emu.link.model import LinkFaults, link_preset
 from nelssa.emu.link.security import CurveClientKeys
 from nelssa.emu.link.tokens import (
@@ -73,6 +73,10 @@ class RpcOp(IntEnum):
     AUTH = 10
     """Present the device's token (the payload, ``ADMIN_TOKEN_BYTES``): the connection's later
     calls are served. Every other call needs it first."""
+    COUNTERS = 11
+    """Deliver, then reply with the device's cycle count (``value``, as CYCLE) and its DDR5
+    counters (``DevicePort.counters``): one message of a ``DDR5_COUNTS_REP`` per sub-channel,
+    or none where the device does not count its DDR5 commands."""
 
 
 class RpcStatus(IntEnum):
@@ -119,6 +123,11 @@ _ARG = struct.Struct("<Q")
 _REPLY_HEAD = struct.Struct("<BQ")
 """RPC_REPLY's head for ``struct``."""
 _LEN = struct.Struct("<I")
+DDR5_COUNTS_REP = struct.Struct(f"<{len(DDR5_COUNTERS)}Q")
+"""One sub-channel's counters (driver/port.DDR5_COUNTERS); a COUNTERS answer's message is one
+of these per sub-channel counted, back to back."""
+MAX_DDR5_SUBCHANNELS = 8
+"""Most sub-channels a device counts (the RTL device's and the cycle model's)."""
 
 DMA_WRITE_REQ = Struct("addr" / Int64ul, "data" / GreedyBytes)
 """A backdoor write: the device address, then the bytes (at most ``MAX_DMA_BYTES``)."""
@@ -202,6 +211,30 @@ def decode_reply(data: bytes) -> tuple[RpcStatus, int, list[bytes]]:
     except ValueError:
         raise ValueError(f"answer with unknown status {status}") from None
     return status, value, _unpack_list(data, _REPLY_HEAD.size)
+
+
+def encode_ddr5_counts(rows: list[tuple[int, ...]] | None) -> list[bytes]:
+    """A COUNTERS answer's messages for a port's DDR5 counters."""
+    if not rows:
+        return []
+    if len(rows) > MAX_DDR5_SUBCHANNELS:
+        raise ValueError(f"{len(rows)} DDR5 sub-channels; a device has at most "
+                         f"{MAX_DDR5_SUBCHANNELS}")
+    return [b"".join(DDR5_COUNTS_REP.pack(*r) for r in rows)]
+
+
+def decode_ddr5_counts(messages: list[bytes], who: str) -> list[tuple[int, ...]] | None:
+    """A COUNTERS answer's DDR5 counters, checked whole: no message (not counted), or one of
+    1..MAX_DDR5_SUBCHANNELS whole rows; RuntimeError naming ``who`` and what is wrong."""
+    if not messages:
+        return None
+    size = DDR5_COUNTS_REP.size
+    rows, extra = divmod(len(messages[0]), size)
+    if len(messages) != 1 or extra or not 0 < rows <= MAX_DDR5_SUBCHANNELS:
+        raise RuntimeError(f"{who}: COUNTERS answered {len(messages)} messages of "
+                           f"{sum(map(len, messages))} bytes; it is none, or one of 1.."
+                           f"{MAX_DDR5_SUBCHANNELS} sub-channels of {size} bytes each")
+    return [DDR5_COUNTS_REP.unpack_from(messages[0], i * size) for i in range(rows)]
 
 
 def _check_cycles(cycles: int) -> None:
@@ -367,6 +400,13 @@ class RemotePort(DevicePort):
     @property
     def clock_hz(self) -> int:
         return self._call(RpcOp.CLOCK)[0]
+
+    def counters(self) -> tuple[int, list[tuple[int, ...]] | None]:
+        value, msgs = self._call(RpcOp.COUNTERS)
+        return value, decode_ddr5_counts(msgs, f"device at {self.endpoint}")
+
+    def ddr5_counts(self) -> list[tuple[int, ...]] | None:
+        return self.counters()[1]
 
     def dma_write(self, addr: int, data: bytes) -> bool:
         """Device memory by backdoor (after the messages sent before it), in calls of at most

@@ -32,6 +32,7 @@ from nelssa.driver.remote import (
     RpcOp,
     RpcStatus,
     decode_request,
+    encode_ddr5_counts,
     encode_reply,
 )
 from nelssa.emu.link.frame import LinkErrorCode
@@ -106,6 +107,9 @@ def _execute(port: DevicePort, op: RpcOp, arg: int, messages: list[bytes]) -> by
             value = port.cycle
         elif op == RpcOp.CLOCK:
             value = port.clock_hz
+        elif op == RpcOp.COUNTERS:
+            value, rows = port.counters()
+            out = encode_ddr5_counts(rows)
     except TimeoutError as e:
         raise ServiceError(RpcErrorCode.DEVICE_BUSY, str(e)) from None
     except Exception as e:

@@ -236,11 +236,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   "for this model and hardware;\n  --t-input N sends prompts of N tokens or "
                   "more to the PNM tier all the same)")
         reports: list[StepReport] = []
-        energy = _energy_of(cat, gpu_name, c, devices)
+        energy = _energy_of(cat, gpu_name, pnm, c, devices)
         print(f"\n{'step':>4} {'batch':>9} {'step us':>8} {'GPU':>7} {'top-K':>6} {'wait':>7} "
               f"{'tok/s':>8} {'xfer':>6} {'PNM-ovh':>7} {'PNM-attn':>8} {'dev cycles':>10} "
-              f"{'GB/s':>6} {'mJ':>7} {'GPU by':>8} {'roofline':>8}  max rel. error of long "
-              "requests: attended tokens / full context")
+              f"{'GB/s':>6} {'mJ':>7} {'DDR5':>7} {'GPU by':>8} {'roofline':>8}  max rel. error "
+              "of long requests: attended tokens / full context")
         wall = time.perf_counter()
         walls: list[float] = []
         n_events = len(dec.events)
@@ -262,7 +262,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                   f"{rep.pnm_overhead_ps * us:>7.1f} {rep.pnm_attn_ps * us:>8.1f} "
                   f"{max(rep.device_cycles.values(), default=0):>10,} {rep.device_gbs:>6.1f} "
                   f"{rep.energy_j * 1e3 if rep.energy else math.nan:>7.2f} "
-                  f"{rep.gpu_time.value:>8} {rep.roofline_gpu_ps * us:>8.1f}  {errs}", flush=True)
+                  f"{DDR5_SOURCE[rep.ddr5_counted]:>7} {rep.gpu_time.value:>8} "
+                  f"{rep.roofline_gpu_ps * us:>8.1f}  {errs}", flush=True)
             for e in dec.events[n_events:]:
                 print(f"     {e}")
             n_events = len(dec.events)
@@ -350,11 +351,15 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _energy_of(cat: Any, gpu_name: str, c: Any, devices: int) -> Any:
+def _energy_of(cat: Any, gpu_name: str, pnm: Any, c: Any, devices: int) -> Any:
     """Each step's energy (``host/gpu/report.step_energy``), or None (said why) where the
-    GPU's entry has no power figures."""
+    GPU's entry has no power figures. DDR5 from the devices' counted commands where every
+    node reply of the step has them (model and rtl devices; priced as the PNM entry's
+    device), else the average (``rep.ddr5_counted`` says which)."""
     from nelssa.emu.energy import EnergyError, check_power, energy_entry
-    from nelssa.host.gpu.report import step_energy
+    from nelssa.emu.latency.description import pnm_device
+    from nelssa.host.gpu.report import Ddr5Meter, step_energy
+    from nelssa.hw.model.device import DeviceConfig
 
     gpu = cat.get("gpus", gpu_name)
     try:
@@ -363,7 +368,19 @@ def _energy_of(cat: Any, gpu_name: str, c: Any, devices: int) -> Any:
     except EnergyError as err:
         print(f"  energy not reported: {err}")
         return None
-    return lambda rep: step_energy(rep, gpu, e, c.group, c.head_dim, devices)
+    meter = Ddr5Meter.of(DeviceConfig() if pnm.device is None
+                         else pnm_device(pnm.device).device_config())
+
+    def energy(rep: Any) -> Any:
+        counted = meter.step_j(rep, devices)
+        rep.ddr5_counted = counted is not None
+        return step_energy(rep, gpu, e, c.group, c.head_dim, devices, counted)
+    return energy
+
+
+DDR5_SOURCE = {True: "counted", False: "average", None: "-"}
+"""The step table's DDR5 column: the step's DDR5 energy from the devices' counted commands,
+or the average per byte read and background (``StepReport.ddr5_counted``)."""
 
 
 def _print_energy(reports: list[Any], tokens: int) -> None:
@@ -378,8 +395,10 @@ def _print_energy(reports: list[Any], tokens: int) -> None:
         total = total + EnergySplit(**r.energy)
     j = total.total_j
     parts = ", ".join(f"{k} {100 * v / j:.1f} %" for k, v in total.figure11().items())
+    counted = sum(bool(r.ddr5_counted) for r in reports)
     print(f"  energy: {j * 1e3:.2f} mJ emulated, {j / tokens * 1e3 if tokens else math.nan:.3f}"
-          f" mJ per token; Figure-11 split: {parts}")
+          f" mJ per token; Figure-11 split: {parts}; DDR5 from counted commands in {counted} "
+          f"of {len(reports)} steps (the others: the average per byte read and background)")
 
 
 def decode_config(args: argparse.Namespace, cat: Any, gpu_name: str, pnm: Any, c: Any,

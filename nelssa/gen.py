@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from nelssa.driver.iface_sv import dev_pkg_digest, dev_pkg_lines, enum_lines
+from nelssa.driver.port import DDR5_COUNTERS
 from nelssa.driver.status import ENGINE_BEAT_BYTES, ENGINE_LANES, AttnStatus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,10 +41,10 @@ assert all(_DE_BRUIJN[((1 << k) * 0x077CB531 & 0xFFFFFFFF) >> 27] == k for k in 
 
 
 PERF_W = 48
-PERF_FIELDS = ("n_act", "n_pre", "n_prea", "n_rd", "n_wr", "n_ref", "cyc_active",
-               "cyc_precharged", "cyc_refresh")
-"""nelssa_ddr5_pkg::ddr5_perf_t's fields, most significant first (hw/sim reads them in this
-order)"""
+PERF_FIELDS = tuple(("n_" if i < 6 else "cyc_") + c.lower()
+                    for i, c in enumerate(DDR5_COUNTERS))
+"""nelssa_ddr5_pkg::ddr5_perf_t's fields, most significant first: driver/port.DDR5_COUNTERS,
+the order ports report them in (hw/sim/device_harness.cpp reads them so)"""
 
 
 def _table_rows(items: list[str], per_row: int) -> list[str]:

@@ -34,14 +34,15 @@ def test_decode_end_to_end_on_model_devices(tmp_path):
     """...and leaves nothing in the temporary folder (the node it booted, its socket, its
     devices' folder)."""
     trace, plot, cmds = tmp_path / "t.json", tmp_path / "p.png", tmp_path / "c.csv"
+    run = tmp_path / "run.json"
     tmp = Path(tempfile.mkdtemp(prefix="dt-", dir="/tmp"))  # short: socket paths are limited
     try:
         proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend",
                                "model", "--devices", "2", "--short", "2", "--long", "1",
                                "--long-len", "1100", "--t-input", "1024", "--steps", "3",
                                "--trace", str(trace), "--command-trace", str(cmds),
-                               "--plot", str(plot)], capture_output=True, text=True,
-                              timeout=600, env=dict(os.environ, TMPDIR=str(tmp)))
+                               "--plot", str(plot), "--json", str(run)], capture_output=True,
+                              text=True, timeout=600, env=dict(os.environ, TMPDIR=str(tmp)))
         left = list(tmp.rglob("*"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -65,6 +66,52 @@ def test_decode_end_to_end_on_model_devices(tmp_path):
                     for s in range(8))
         assert reads > 100, dev  # the KV the device served
         assert json.loads((tmp_path / f"c-dev{dev}.memspec.json").read_text())["memspec"]
+    _check_counted_ddr5(json.loads(run.read_text())["steps"], tmp_path, 2)
+    assert "DDR5 from counted commands in 3 of 3 steps" in out
+
+
+def _check_counted_ddr5(steps: list[dict], folder: Path, devices: int) -> None:
+    """Each step's DDR5 energy is counted: the devices' counters of the step (from the node's
+    replies) priced by energy_of_counts, plus the step's idle sub-channel cycles; the counters
+    over the steps are each device's own command log (--command-trace), and priced within
+    2 % of its command stream walked tCK by tCK."""
+    from nelssa.driver.port import DDR5_COUNTERS
+    from nelssa.hw.model.ddr5_energy import counts_of_row, energy_of_counts, energy_of_trace
+    from nelssa.hw.model.ddr5_power import power_spec
+    from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE, BankState
+    from nelssa.hw.model.ddr5_timing import PRESETS
+    from nelssa.hw.model.drampower import read_trace
+
+    spec, timing = power_spec("ddr5-6400"), PRESETS["ddr5-6400"]  # the default PNM device
+    clock_hz = round(1e12 / (timing.tck_ps * TCK_PER_CYCLE))
+    totals = {d: [0] * len(DDR5_COUNTERS) for d in range(devices)}
+    for step in steps:
+        assert step["ddr5_counted"] is True and step["ddr5_uncounted"] == 0
+        counted = 0.0
+        ran = 0
+        for d, row in step["ddr5_counts"].items():
+            totals[int(d)] = [a + b for a, b in zip(totals[int(d)], row, strict=True)]
+            counted += energy_of_counts(spec, timing, *counts_of_row(row)).total
+            ran += sum(row[6:])
+        wall = round(step["step_ps"] * 1e-12 * clock_hz)
+        idle = step["ddr5_idle_cycles"]
+        assert idle == devices * 8 * wall - ran > 0  # no device ran past the step
+        refs = idle // 8 * TCK_PER_CYCLE // timing.nREFI * 8
+        refreshing = refs * timing.nRFC // TCK_PER_CYCLE
+        counted += energy_of_counts(spec, timing, {"REF": refs},
+                                    {BankState.PRECHARGED: idle - refreshing,
+                                     BankState.REFRESH: refreshing}).total
+        assert step["energy"]["ddr5_j"] == pytest.approx(counted, rel=1e-9)
+    for d in range(devices):
+        logs = [read_trace(folder / f"c-dev{d}-sub{s}.csv") for s in range(8)]
+        commands = {c: sum(sum(x[1].name == c for x in cmds) for cmds, _ in logs)
+                    for c in DDR5_COUNTERS[:6]}
+        assert commands == dict(zip(DDR5_COUNTERS[:6], totals[d][:6], strict=True)), d
+        assert sum(totals[d][6:]) == sum(end for _, end in logs) // TCK_PER_CYCLE
+        walked = sum((energy_of_trace(spec, timing, [c[:4] for c in cmds], end).total
+                      for cmds, end in logs), 0.0)
+        assert energy_of_counts(spec, timing, *counts_of_row(totals[d])).total == \
+            pytest.approx(walked, rel=0.02)
 
 
 def test_decode_grow_shows_a_migration(tmp_path):

@@ -184,6 +184,38 @@ def test_step_energy_by_hand() -> None:
     assert step_energy(big, GPU, ONES, 2, 4, 2).gpu_compute_j == pytest.approx(340 * 1.5e-6)
 
 
+def test_step_ddr5_from_counted_commands() -> None:
+    """A step of 10 us at 800 MHz (8,000 cycles) on 2 devices of one sub-channel: device 0
+    ran 3,000 cycles (its counters), device 1 nothing; the step's DDR5 is their counters by
+    energy_of_counts plus 5,000 + 8,000 idle cycles (a REF each nREFI = 3,120 cycles: 4,
+    nRFC each; precharged the rest),
+    and replaces the average in the split. A reply from a device that does not count, or no
+    reply, leaves the average."""
+    from nelssa.host.gpu.report import Ddr5Meter
+    from nelssa.hw.model.ddr5_energy import energy_of_counts
+    from nelssa.hw.model.ddr5_subchannel import BankState
+    from nelssa.hw.model.device import DeviceConfig
+
+    meter = Ddr5Meter.of(DeviceConfig(subchannels=1))
+    t, spec = meter.timing, meter.spec
+    assert meter.clock_hz == 800_000_000 and t.nREFI == 12480
+    row = [10, 9, 1, 40, 5, 0, 2500, 500, 0]  # ACT PRE PREA RD WR REF, active precharged refresh
+    rep = StepReport(0, 1, step_ps=10_000_000, ddr5_counts={0: row}, kv_bytes=1 << 20)
+    work = energy_of_counts(spec, t, {"ACT": 10, "PRE": 9, "PREA": 1, "RD": 40, "WR": 5},
+                            {BankState.ACTIVE: 2500, BankState.PRECHARGED: 500}).total
+    refreshing = 4 * t.nRFC // 4  # 13,000 idle cycles = 52,000 tCK: four REFs
+    idle = energy_of_counts(spec, t, {"REF": 4}, {BankState.PRECHARGED: 13_000 - refreshing,
+                                                  BankState.REFRESH: refreshing}).total
+    j = meter.step_j(rep, devices=2)
+    assert rep.ddr5_idle_cycles == 13_000
+    assert j == pytest.approx(work + idle, rel=1e-12)
+    s = step_energy(rep, GPU, ONES, group=2, head_dim=4, devices=2, ddr5_counted_j=j)
+    assert s.ddr5_j == j and s.ddr5_j != step_energy(rep, GPU, ONES, 2, 4, 2).ddr5_j
+    assert meter.step_j(StepReport(0, 1, step_ps=10_000_000, ddr5_counts={0: row},
+                                   ddr5_uncounted=1), 2) is None
+    assert meter.step_j(StepReport(1, 0, step_ps=10_000_000), 2) is None
+
+
 @pytest.mark.parametrize("mode", ["gpu", "nelssa"])
 def test_serving_energy_parts_add_up(cat, lm, mode: str) -> None:
     """A serve-sim run: every tier's parts add up to its total, power is energy over the run,

@@ -15,6 +15,7 @@ from nelssa.driver import cxl, regs
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
 from nelssa.driver.memory import MemoryApi
+from nelssa.driver.port import DDR5_COUNTERS
 from nelssa.driver.remote import (
     DMA_READ_REQ,
     MAX_BATCH_MESSAGES,
@@ -28,8 +29,10 @@ from nelssa.driver.remote import (
     RpcErrorCode,
     RpcOp,
     RpcStatus,
+    decode_ddr5_counts,
     decode_reply,
     decode_request,
+    encode_ddr5_counts,
     encode_reply,
     encode_request,
 )
@@ -88,6 +91,20 @@ def _run(port) -> tuple[np.ndarray, np.ndarray, int]:
     return out.o, out.lse, dev.reg_read("PERF_DESC_DONE")
 
 
+def test_counters_answer_is_checked_whole():
+    """A COUNTERS answer's DDR5 part: no message (not counted), or one of 1..8 whole
+    sub-channel rows; anything else is refused, naming what came."""
+    rows = [tuple(range(i, i + len(DDR5_COUNTERS))) for i in range(3)]
+    msgs = encode_ddr5_counts(rows)
+    assert decode_ddr5_counts(msgs, "dev") == rows
+    assert encode_ddr5_counts(None) == [] and decode_ddr5_counts([], "dev") is None
+    for bad in ([msgs[0][:-1]], msgs * 2, [b""], [bytes(9 * 72)], [msgs[0] + b"x"]):
+        with pytest.raises(RuntimeError, match="dev: COUNTERS answered"):
+            decode_ddr5_counts(bad, "dev")
+    with pytest.raises(ValueError, match="at most 8"):
+        encode_ddr5_counts(rows * 3)
+
+
 @pytest.mark.parametrize("backend", ["model", pytest.param("rtl", marks=pytest.mark.rtl)])
 def test_served_device_matches_in_process_model(tmp_path, backend):
     if backend == "rtl":  # build (or find) the library here, not inside the server's timeout
@@ -101,10 +118,19 @@ def test_served_device_matches_in_process_model(tmp_path, backend):
     try:
         remote = RemotePort(endpoint, timeout_ms=30_000)
         o, lse, done = _run(remote)
-        o_local, lse_local, _ = _run(ModelDevice())
+        local = ModelDevice()
+        o_local, lse_local, _ = _run(local)
         assert done == 1
         assert np.array_equal(o.view(np.uint32), o_local.view(np.uint32))
         assert np.array_equal(lse.view(np.uint32), lse_local.view(np.uint32))
+        # the cycle and the DDR5 counters over the link in one call (COUNTERS): a served model
+        # device's are the in-process one's; the rtl device's, what its controllers counted
+        cycle, counts = remote.counters()
+        assert cycle == remote.cycle > 0
+        assert counts is not None and len(counts) == 8
+        assert sum(r[DDR5_COUNTERS.index("RD")] for r in counts) > 0
+        if backend == "model":
+            assert counts == local.ddr5_counts()
         # a malformed message is answered with an error naming it; the server carries on
         remote.send(b"\x07garbage")
         with pytest.raises(RuntimeError, match="device at ipc://"):

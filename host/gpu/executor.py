@@ -449,6 +449,10 @@ class HybridExecutor:
         self.tracer.node_reply(r.rid, layer, res)
         for d, cycles in res.device_cycles.items():
             rep.device_cycles[d] = rep.device_cycles.get(d, 0) + cycles
+        rep.ddr5_uncounted += len(set(res.device_cycles) - set(res.ddr5))
+        for d, row in res.ddr5.items():
+            have = rep.ddr5_counts.setdefault(d, [0] * len(row))
+            have[:] = [a + b for a, b in zip(have, row, strict=True)]
 
     def _recover(self, r: RequestKv, rep: StepReport, why: str) -> None:
         """The node lost KV of ``r`` with a device: recompute the tokens it held (a prefill of

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from nelssa.emu.energy import EnergySplit
     from nelssa.emu.latency.hardware import EnergyHw, GpuHw
     from nelssa.host.pnm_node.client import AttendResult
+    from nelssa.hw.model.ddr5_power import DDR5PowerSpec
+    from nelssa.hw.model.ddr5_timing import DDR5Timing
+    from nelssa.hw.model.device import DeviceConfig
 
 
 @dataclass
@@ -96,6 +99,17 @@ class StepReport:
     outputs down)."""
     energy: dict[str, float] = field(default_factory=dict)
     """The step's joules by component (``emu/energy.EnergySplit``; ``step_energy``)."""
+    ddr5_counts: dict[int, list[int]] = field(default_factory=dict)
+    """Per device, the DDR5 counters of its work for the node requests (driver/port.
+    DDR5_COUNTERS, summed over its sub-channels), from devices that count their commands."""
+    ddr5_uncounted: int = 0
+    """Node replies with a device that does not count its DDR5 commands."""
+    ddr5_idle_cycles: int = 0
+    """Sub-channel cycles of the step the devices did not run (between the requests they
+    served), priced as idle (``ddr5_energy.idle_row``) where the step's DDR5 is counted."""
+    ddr5_counted: bool | None = None
+    """The step's DDR5 energy: from counted commands (True) or the average per byte read and
+    background (False); None: no energy reported."""
 
     @property
     def energy_j(self) -> float:
@@ -110,6 +124,43 @@ class StepReport:
         """Device read bandwidth over the busiest device's compute time (GB/s)."""
         busiest = max(self.device_cycles.values(), default=0) * 1.25e-9
         return self.kv_bytes / busiest / 1e9 if busiest else 0.0
+
+
+@dataclass(frozen=True)
+class Ddr5Meter:
+    """A step's DDR5 energy from its counted commands, for a node of devices alike (the PNM
+    entry's device: its DDR5 part, timing, sub-channels and clock)."""
+
+    spec: DDR5PowerSpec
+    timing: DDR5Timing
+    subchannels: int
+    clock_hz: int
+
+    @classmethod
+    def of(cls, config: DeviceConfig) -> Ddr5Meter:
+        from nelssa.hw.model.ddr5_power import power_spec
+
+        return cls(power_spec(config.preset), config.timing, config.subchannels,
+                   config.clock_hz)
+
+    def step_j(self, rep: StepReport, devices: int) -> float | None:
+        """The step's DDR5 joules over its ``devices`` devices: their counted work and, for the
+        rest of the step, each sub-channel idle (``ddr5_energy.idle_row``); sets
+        ``rep.ddr5_idle_cycles``. None (the step keeps the average) where the step had no node
+        reply or one from a device that does not count."""
+        from nelssa.hw.model.ddr5_energy import energy_of_rows, idle_row
+
+        if not rep.ddr5_counts or rep.ddr5_uncounted:
+            return None
+        wall = round(rep.step_ps * 1e-12 * self.clock_hz)
+        idle = 0
+        for d in range(devices):
+            row = rep.ddr5_counts.get(d)
+            ran = sum(row[6:]) // self.subchannels if row else 0  # residencies: every cycle run
+            idle += max(0, wall - ran)
+        rep.ddr5_idle_cycles = idle * self.subchannels
+        pad = [n * self.subchannels for n in idle_row(self.timing, idle)]
+        return energy_of_rows(self.spec, self.timing, [*rep.ddr5_counts.values(), pad])
 
 
 def step_energy(rep: StepReport, gpu: GpuHw, e: EnergyHw, group: int, head_dim: int,

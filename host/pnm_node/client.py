@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -87,6 +87,9 @@ class AttendResult:
     """Cycles each device computed."""
     device_start_ps: dict[int, int]
     """Emulated time each device started on the request."""
+    ddr5: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Each device's DDR5 counters over its part (driver/port.DDR5_COUNTERS, summed over its
+    sub-channels), for the devices that count their DDR5 commands."""
 
 
 @dataclass(frozen=True)
@@ -388,7 +391,8 @@ class NodeClient:
             lse = {g.kv_head: np.frombuffer(g.lse, dtype="<f4").copy() for g in rep.groups}
             return AttendResult(o, lse, _timing(info, rep.timing),
                                 {d.device: d.cycles for d in rep.devices},
-                                {d.device: d.start_ps for d in rep.devices})
+                                {d.device: d.start_ps for d in rep.devices},
+                                {d.device: tuple(d.ddr5) for d in rep.devices if d.ddr5_counted})
         return NodeFuture([pending], decode)
 
     def attend(self, session: int, layer: int, queries: Mapping[int, npt.NDArray[np.uint16]],

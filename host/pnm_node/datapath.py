@@ -14,6 +14,7 @@ import numpy as np
 
 from nelssa.driver.command import AttnRequest
 from nelssa.driver.formats import LINE_BYTES, MAX_IDS, DescStatus
+from nelssa.driver.port import DDR5_COUNTERS
 from nelssa.emu.link.model import PS_PER_NS
 from nelssa.emu.link.transport import Reply, ServiceError, ServiceRequest
 from nelssa.host.pnm_node import protocol as p
@@ -302,7 +303,9 @@ def _attend_reply(q: Any, plan: dict[int, list[tuple[int, AttnRequest]]],
                      "lse": lse.astype("<f4").tobytes()})
     timing, start = times
     devices = [{"device": d, "start_ps": start[d], "cycles": res.cycles,
-                "cxl_ps": res.cxl_ps, "descriptors": len(plan[d])}
+                "cxl_ps": res.cxl_ps, "descriptors": len(plan[d]),
+                "ddr5_counted": int(res.ddr5 is not None),
+                "ddr5": res.ddr5 or (0,) * len(DDR5_COUNTERS)}
                for d, res in sorted(results.items())]
     return Reply(NodeOp.ATTEND, p.ATTEND_REP.build(
         {"timing": timing, "q_heads": q.q_heads, "head_dim": q.head_dim,

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import zmq
@@ -104,6 +104,12 @@ class MeteredPort(DevicePort):
     def run_until_idle(self, max_cycles: int) -> int:
         return self.inner.run_until_idle(max_cycles)
 
+    def ddr5_counts(self) -> list[tuple[int, ...]] | None:
+        return self.inner.ddr5_counts()
+
+    def counters(self) -> tuple[int, list[tuple[int, ...]] | None]:
+        return self.inner.counters()
+
     @property
     def cycle(self) -> int:
         return self.inner.cycle
@@ -114,6 +120,11 @@ class MeteredPort(DevicePort):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _summed(rows: list[tuple[int, ...]] | None) -> tuple[int, ...] | None:
+    """A device's DDR5 counters summed over its sub-channels."""
+    return None if rows is None else tuple(map(sum, zip(*rows, strict=True)))
 
 
 class DeviceUnreachableError(RuntimeError):
@@ -128,6 +139,9 @@ class BatchResult:
     """Device cycles from the doorbell until the last descriptor completed."""
     cxl_ps: int
     """Emulated CXL time of the batch's transfers (descriptors, queries, ids, outputs)."""
+    ddr5: tuple[int, ...] | None = None
+    """The device's DDR5 counters over the batch, summed over its sub-channels
+    (driver/port.DDR5_COUNTERS); None where the device does not count them."""
 
 
 class DeviceSlot:
@@ -193,7 +207,8 @@ class DeviceSlot:
              cq: CommandQueue) -> None:
         self.remote, self.port, self.dev, self.mem, self.cq = remote, port, dev, mem, cq
         self._free0 = mem.alloc.bytes_free
-        self.cycle_seen = port.cycle
+        self.cycle_seen, ddr5 = port.counters()
+        self._ddr5_seen = _summed(ddr5)
         port.take()
 
     # -- re-admission -----------------------------------------------------------------------------
@@ -256,7 +271,9 @@ class DeviceSlot:
             raise DeviceUnreachableError(self.down_message())
         try:
             out = fn(self)
-            self.cycle_seen = self.port.cycle
+            self.cycle_seen, ddr5 = self.port.counters()  # one call: the cycle and DDR5
+            if isinstance(out, BatchResult):
+                out = replace(out, ddr5=self._ddr5_since(ddr5))  # type: ignore[assignment]
             return out
         except (PortTimeoutError, zmq.ZMQError) as e:
             if self.alive:  # the first reason stays (mark_down may have given it)
@@ -303,7 +320,16 @@ class DeviceSlot:
             cxl_ps += (self.cxl.transfer_ps(to_dev + more_out)
                        + self.cxl.transfer_ps(from_dev))
         self.descriptors += len(requests)
-        return BatchResult(outputs, cycles, cxl_ps)
+        return BatchResult(outputs, cycles, cxl_ps)  # its DDR5 counters: _guarded's look
+
+    def _ddr5_since(self, rows: list[tuple[int, ...]] | None) -> tuple[int, ...] | None:
+        """The device's DDR5 counters since the last batch (its own, and the KV writes
+        before it that went through the controllers); None where it does not count."""
+        now = _summed(rows)
+        seen, self._ddr5_seen = self._ddr5_seen, now
+        if now is None or seen is None:
+            return None
+        return tuple(a - b for a, b in zip(now, seen, strict=True))
 
     @property
     def used_bytes(self) -> int:

@@ -28,6 +28,7 @@ from construct import (
     this,
 )
 
+from nelssa.driver.port import DDR5_COUNTERS
 from nelssa.emu.link.frame import MAX_EMU_TIME_PS
 from nelssa.host.pnm_node.admin import ADMIN_TOKEN_BYTES
 
@@ -169,9 +170,12 @@ ATTEND_OUT = Struct(
     "lse" / Bytes(this._.q_heads * 4),
 )
 DEVICE_TIME = Struct("device" / Int8ul, "start_ps" / Int64ul, "cycles" / Int64ul,
-                     "cxl_ps" / Int64ul, "descriptors" / Int16ul)
+                     "cxl_ps" / Int64ul, "descriptors" / Int16ul,
+                     "ddr5_counted" / Int8ul, "ddr5" / Array(len(DDR5_COUNTERS), Int64ul))
 """One device's part of a request: it started at ``start_ps`` (emulated), then spent
-``cxl_ps`` and ``cycles``."""
+``cxl_ps`` and ``cycles``; ``ddr5``: where ``ddr5_counted`` is 1, the DDR5 counters of its
+work (driver/port.DDR5_COUNTERS, summed over its sub-channels: what its DDR5 energy is priced
+from); zeros, with 0, where the device does not count its DDR5 commands."""
 ATTEND_REP = Struct(
     "timing" / TIMING, "q_heads" / Int8ul, "head_dim" / Int16ul,
     "count" / Int16ul, "groups" / Array(this.count, ATTEND_OUT),

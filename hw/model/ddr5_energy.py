@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from nelssa.driver.port import DDR5_COUNTERS
 from nelssa.hw.model.ddr5_checker import DramCmd
 from nelssa.hw.model.ddr5_power import DDR5PowerSpec
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE, BankState
@@ -143,6 +144,48 @@ def _energy(e: CommandEnergies, commands: Mapping[str, int], tck: Mapping[BankSt
         EnergyPart.IO: c["RD"] * e.io_rd + c["WR"] * e.io_wr,
     }
     return DDR5Energy(parts, c, dict(tck), timing.burst_bytes)
+
+
+_COMMANDS = DDR5_COUNTERS[:6]
+_STATES = tuple(BankState[name] for name in DDR5_COUNTERS[6:])
+
+
+def counter_row(commands: Mapping[str, int], residency_cycles: Mapping[BankState, int]
+                ) -> tuple[int, ...]:
+    """One sub-channel's counts as a port reports them (driver/port.DDR5_COUNTERS order; a
+    command the counts lack, 0)."""
+    return (*(int(commands.get(c, 0)) for c in _COMMANDS),
+            *(int(residency_cycles.get(s, 0)) for s in _STATES))
+
+
+def counts_of_row(row: Iterable[int]) -> tuple[dict[str, int], dict[BankState, int]]:
+    """(commands, residency cycles) of a port's counter row, as :func:`energy_of_counts`
+    takes them."""
+    row = tuple(row)
+    if len(row) != len(DDR5_COUNTERS):
+        raise ValueError(f"a DDR5 counter row has {len(DDR5_COUNTERS)} values, got {len(row)}")
+    return (dict(zip(_COMMANDS, row[:6], strict=True)),
+            dict(zip(_STATES, row[6:], strict=True)))
+
+
+def idle_row(timing: DDR5Timing, cycles: int) -> tuple[int, ...]:
+    """What a sub-channel's controller counts over ``cycles`` idle controller cycles (a
+    counter row): an all-bank REF every nREFI, nRFC refreshing after each, every bank
+    precharged the rest of the time (the cycle model's idle stretch, on average). For the
+    time a device's model did not step, between the requests it served."""
+    cycles = max(0, cycles)
+    tck = cycles * TCK_PER_CYCLE
+    refs = tck // timing.nREFI
+    refreshing = min(cycles, refs * timing.nRFC // TCK_PER_CYCLE)
+    return counter_row({"REF": refs}, {BankState.PRECHARGED: cycles - refreshing,
+                                       BankState.REFRESH: refreshing})
+
+
+def energy_of_rows(spec: DDR5PowerSpec, timing: DDR5Timing,
+                   rows: Iterable[Iterable[int]]) -> float:
+    """Joules of counter rows (sub-channels, devices, or their sums: the energy is linear in
+    the counts), through :func:`energy_of_counts`."""
+    return sum((energy_of_counts(spec, timing, *counts_of_row(r)).total for r in rows), 0.0)
 
 
 def energy_of_trace(spec: DDR5PowerSpec, timing: DDR5Timing,

@@ -30,6 +30,7 @@ from nelssa.driver.iface import interface_hash32
 from nelssa.driver.port import DevicePort
 from nelssa.driver.status import SUPPORTED_HEAD_DIMS
 from nelssa.hw.model.ddr5_addr import DeviceGeometry
+from nelssa.hw.model.ddr5_energy import counter_row
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
 from nelssa.hw.model.ddr5_timing import PRESETS, DDR5Timing, with_overrides
 from nelssa.hw.model.device_cycle import CycleSchedule, CycleTiming
@@ -286,6 +287,14 @@ class ModelDevice(DevicePort):
     def schedule(self) -> Schedule | CycleSchedule:
         """The timer's model: the cycle model, or the fluid schedule."""
         return self._timer.schedule
+
+    def ddr5_counts(self) -> list[tuple[int, ...]] | None:
+        """The cycle model's DDR5 counters per sub-channel (the RTL's perf_o); None under the
+        fluid timer, which does not step the controllers."""
+        counts = getattr(self.schedule, "ddr5_counts", None)
+        if counts is None:
+            return None
+        return [counter_row(c, r) for c, r in counts()[:self.config.subchannels]]
 
     @property
     def has_work(self) -> bool:

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nelssa.driver.formats import LINE_BYTES
-from nelssa.driver.port import DevicePort
+from nelssa.driver.port import DDR5_COUNTERS, DevicePort
 from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, decode, encode
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig
@@ -103,6 +103,7 @@ class RtlDevice(DevicePort):
         lib.nelssa_dev_cycle.argtypes = [ctypes.c_void_p]
         lib.nelssa_dev_violations.restype = ctypes.c_uint32
         lib.nelssa_dev_violations.argtypes = [ctypes.c_void_p]
+        lib.nelssa_dev_ddr5_counts.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         lib.nelssa_dev_trace_open.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         lib.nelssa_dev_trace_close.argtypes = [ctypes.c_void_p]
         lib.nelssa_dev_drain.restype = ctypes.c_int64
@@ -261,6 +262,13 @@ class RtlDevice(DevicePort):
     def violations(self) -> int:
         """DDR5 timing violations the checkers saw (a violation also stops the simulation)."""
         return int(self._lib.nelssa_dev_violations(self._h))
+
+    def ddr5_counts(self) -> list[tuple[int, ...]]:
+        """Each DDR5 sub-channel controller's perf_o, read from the simulated memory
+        (``DDR5_COUNTERS``, sub-channel 0 first), since reset."""
+        out = np.zeros((8, len(DDR5_COUNTERS)), np.uint64)
+        self._lib.nelssa_dev_ddr5_counts(self._h, out.ctypes.data)
+        return [tuple(map(int, row)) for row in out]
 
     def close(self) -> None:
         if self._h:

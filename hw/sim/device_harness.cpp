@@ -311,4 +311,24 @@ uint64_t nelssa_dev_cycle(void* h) { return static_cast<Device*>(h)->cycle; }
 
 uint32_t nelssa_dev_violations(void* h) { return static_cast<Device*>(h)->top->violations_o; }
 
+// Each DDR5 sub-channel controller's performance counters (nelssa_ddr5_pkg::ddr5_perf_t, its
+// fields in nelssa.gen.PERF_FIELDS order: commands, then residency cycles): 8 x 9 values into
+// out, sub-channel 0 first. In the packed array sub-channel s holds bits [432 s, 432 s + 432);
+// within it the first field is the most significant.
+void nelssa_dev_ddr5_counts(void* h, uint64_t* out) {
+  constexpr int kFields = 9, kWidth = 48;
+  const auto& perf = static_cast<Device*>(h)->top->ddr5_perf_o;
+  for (int s = 0; s < 8; ++s) {
+    for (int f = 0; f < kFields; ++f) {
+      const int lsb = s * kFields * kWidth + (kFields - 1 - f) * kWidth;
+      uint64_t v = 0;
+      for (int b = 0; b < kWidth; ++b) {
+        const int bit = lsb + b;
+        v |= static_cast<uint64_t>((perf[bit / 32] >> (bit % 32)) & 1u) << b;
+      }
+      out[s * kFields + f] = v;
+    }
+  }
+}
+
 }  // extern "C"

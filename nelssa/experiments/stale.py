@@ -67,10 +67,13 @@ PAGES: dict[str, Measured | None] = {
     "device_timing.md": Measured("scripts/device_timing_check.py", (
         "hw/model/device_timing.py", "hw/model/device_cycle.py")),
     "energy.md": Measured("scripts/energy_results.py", (
-        "nelssa/experiments/energy_page.py", "emu/energy.py", "emu/serving", "emu/latency")),
+        "nelssa/experiments/energy_page.py", "emu/energy.py", "emu/serving",
+        "emu/latency/hardware.json", "emu/latency/hardware.py")),
     "engine.md": Measured("scripts/bench_engine.py", (
         "rtl/core", "hw/model/engine.py", "hw/sim/engine.py")),
-    "fpga_pnr.md": Measured("scripts/fpga_pnr.py", ("hw/fpga/pnr.py", "rtl")),
+    "fpga_pnr.md": Measured("scripts/fpga_pnr.py", (
+        "hw/fpga/pnr.py", "hw/fpga/plan.py", "hw/fpga/resource_model_ecp5.json", "rtl/core",
+        "rtl/cxl", "rtl/mem", "rtl/top")),
     "fuzz.md": Measured("scripts/fuzz.py", ("tests/fuzz",)),
     "fuzz_before_fixes.md": HAND_WRITTEN,
     "ingest.md": Measured("scripts/bench_ingest.py", (
@@ -99,7 +102,8 @@ PAGES: dict[str, Measured | None] = {
     "partitioning.md": Measured("scripts/partition_study.py", (
         "nelssa/experiments/partition_study.py", "nelssa/experiments/partition_jobs.py",
         "host/pnm_node/partition.py")),
-    "plan.md": Measured("scripts/plan.py", ("nelssa/plan", "emu/serving", "emu/energy.py")),
+    "plan.md": Measured("scripts/plan.py", (
+        "nelssa/plan", "emu/energy.py", "emu/serving", "emu/latency/hardware.json")),
     "plan_bench.md": Measured("scripts/bench_plan.py", ("nelssa/plan", "emu/serving")),
     "prefill.md": Measured("scripts/bench_prefill.py", (
         "host/gpu/prefill.py", "host/gpu/model.py")),

@@ -27,7 +27,8 @@ module nelssa_ddr5_mem
   output logic            served_o,     // a READ or WRITE issued this cycle
   output logic            wdone_o,      // a WRITE issued this cycle ...
   output logic [TagW-1:0] wdone_tag_o,  // ... for this request
-  output logic [31:0]     violations_o
+  output logic [31:0]     violations_o,
+  output ddr5_perf_t      perf_o        // the controller's performance counters
 );
   localparam timing_t T = preset_timing(PresetId);
 
@@ -40,12 +41,6 @@ module nelssa_ddr5_mem
   logic      [5:0]       cmd_col;
   logic      [TagW-1:0]  cmd_tag;
   logic                  cmd_write;
-
-  // the controller's performance counters: read by the cocotb test of the controller
-  // (tests/rtl/test_ddr5_ctrl.py); not brought out of the simulated memory
-  /* verilator lint_off UNUSEDSIGNAL */
-  ddr5_perf_t            perf;
-  /* verilator lint_on UNUSEDSIGNAL */
 
   nelssa_ddr5_ctrl #(
     .T            (T),
@@ -73,7 +68,7 @@ module nelssa_ddr5_mem
     .cmd_col_o  (cmd_col),
     .cmd_tag_o  (cmd_tag),
     .cmd_write_o(cmd_write),
-    .perf_o     (perf)
+    .perf_o     (perf_o)
   );
 
   nelssa_ddr5_dram #(

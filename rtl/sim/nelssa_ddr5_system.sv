@@ -1,7 +1,10 @@
 // The whole memory of one simulated PNM device: the front end (rtl/mem) over 8 sub-channels,
 // each a controller with its data model and timing checker (nelssa_ddr5_mem). Ports as
-// nelssa_ddr5_frontend; violations_o sums the checkers of all sub-channels.
-module nelssa_ddr5_system #(
+// nelssa_ddr5_frontend; violations_o sums the checkers of all sub-channels; perf_o holds each
+// sub-channel controller's performance counters (read by the device harness).
+module nelssa_ddr5_system
+  import nelssa_ddr5_pkg::*;
+#(
   parameter int unsigned PresetId   = 0,   // index into hw/model/ddr5_timing.PRESETS
   parameter int unsigned NumPorts   = 4,   // request ports
   parameter int unsigned AddrW      = 40,  // byte-address width
@@ -28,6 +31,7 @@ module nelssa_ddr5_system #(
   output logic [7:0][TagW-1:0]           rd_tag_o,
   output logic [7:0][511:0]              rd_data_o,
   output logic [31:0]                    violations_o,
+  output ddr5_perf_t [7:0]               perf_o,
   // no request held in a sub-channel: every read's data returned, every write issued to the
   // DRAM (a backdoor access to the store waits for it: hw/sim/device.py RtlDevice.dma_write)
   output logic                           quiet_o
@@ -110,7 +114,8 @@ module nelssa_ddr5_system #(
       .served_o     (served[s]),
       .wdone_o      (wdone[s]),
       .wdone_tag_o  (wdone_id[s]),
-      .violations_o (violations[s])
+      .violations_o (violations[s]),
+      .perf_o       (perf_o[s])
     );
   end
 

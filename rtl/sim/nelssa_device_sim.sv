@@ -45,7 +45,9 @@ module nelssa_device_sim
   output logic [511:0] drs_data_o,
   output logic         idle_o,
   output logic [31:0]  violations_o,
-  output logic         mem_quiet_o   // no request held in the DRAM controllers
+  output logic         mem_quiet_o,  // no request held in the DRAM controllers
+  // each DDR5 sub-channel controller's performance counters (hw/sim/device_harness.cpp)
+  output nelssa_ddr5_pkg::ddr5_perf_t [7:0] ddr5_perf_o
 );
   localparam int unsigned PORTS = NumUnits + 2;
   localparam int unsigned ADDR_W = 40;
@@ -154,6 +156,7 @@ module nelssa_device_sim
     .rd_tag_o    (rd_tag),
     .rd_data_o   (rd_data),
     .violations_o(violations_o),
+    .perf_o      (ddr5_perf_o),
     .quiet_o     (mem_quiet_o)
   );
 endmodule
