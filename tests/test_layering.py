@@ -25,6 +25,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+TOP = 7
+"""The ``nelssa`` command line and build steps (``nelssa.cli*``, ``nelssa.gen``, ...)."""
 RANKS: dict[str, float] = {
     "nelssa.emu.link": 1, "nelssa.emu.launcher": 1, "nelssa.emu.files": 1,
     "nelssa.driver": 2,
@@ -33,10 +35,12 @@ RANKS: dict[str, float] = {
     "nelssa.emu.energy": 4.5,  # priced from the hardware description; co-sim and serving use it
     "nelssa.host.pnm_node": 5, "nelssa.host.gpu": 5.5,
     "nelssa.emu.serving": 6,
+    # building for a board (resource plans from the hardware description's boards, the open
+    # place-and-route flow, the vendor project): tools over the device, like the command line
+    "nelssa.hw.fpga.plan": TOP, "nelssa.hw.fpga.pnr": TOP,
+    "nelssa.hw.fpga.vivado": TOP,
 }
 """Rank of each package prefix, bottom (1) to top; longest prefix wins."""
-TOP = 7
-"""The ``nelssa`` command line and build steps (``nelssa.cli*``, ``nelssa.gen``, ...)."""
 SUBPACKAGE_ROOTS = ("nelssa.emu", "nelssa.host", "nelssa.hw", "nelssa.driver")
 """Packages whose every module must be named by RANKS (anything else under ``nelssa`` is TOP)."""
 
