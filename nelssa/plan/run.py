@@ -143,7 +143,10 @@ def run_plan(settings: PlanSettings, mixes: list[Mix], out: Path, mapper: Mapper
     finish and are stored; a second run resumes the rest)."""
     out.mkdir(parents=True, exist_ok=True)
     store = out / STORE
-    have = {k: d for k, d in read_store(store).items() if "error" not in d}
+    # a point that met a rate but holds no measured power was stored before the fleet's
+    # energy model priced it: searched again
+    have = {k: d for k, d in read_store(store).items()
+            if "error" not in d and not (d.get("rate", 0) > 0 and d.get("power") is None)}
     jobs = plan_jobs(settings, mixes)
     todo = list({j.key: j for j in jobs if j.key not in have}.values())
     if budget_s is not None and budget_s <= 0:
