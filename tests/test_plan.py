@@ -106,9 +106,16 @@ def test_a_rerun_skips_the_stored_points_and_reruns_a_failed_one(
         f.write(json.dumps({"key": key, "config": {}, "error": "boom"}) + "\n{\"key\": ")
     third = run_plan(s, mixes, tmp_path / "o", _serial)
     assert third.ran == 1 and len(calls) == 5
+    # a point that met a rate but holds no measured power (stored before points were priced
+    # from the fleet's energy model) is searched again, not priced at zero watts
+    doc = dict(read_store(tmp_path / "o" / "points.jsonl")[key], power=None)
+    with (tmp_path / "o" / "points.jsonl").open("a") as f:
+        f.write(json.dumps(doc) + "\n")
+    fourth = run_plan(s, mixes, tmp_path / "o", _serial)
+    assert fourth.ran == 1 and len(calls) == 6 and all(p.power for p in fourth.points)
     # another setting: every point is new
     run_plan(_settings(trace, requests=99), mixes, tmp_path / "o", _serial)
-    assert len(calls) == 9
+    assert len(calls) == 10
 
 
 def _altered(value: object) -> object:
