@@ -360,8 +360,9 @@ def _fields(line: str) -> tuple[list[str], int]:
     if words[0] == "total:":
         return words[:1], 0
     accuracy = words.index("r1:")
-    # step, the batch (its "S+ L" parts), ..., device cycles, GB/s, accuracy
-    return words[:accuracy - 10] + words[accuracy:], int(words[accuracy - 2].replace(",", ""))
+    # step, the batch (its "S+ L" parts), ..., device cycles, GB/s, mJ, DDR5 (counted or the
+    # average: a fake board counts no DDR5 commands), GPU by, roofline, accuracy
+    return words[:accuracy - 14] + words[accuracy:], int(words[accuracy - 6].replace(",", ""))
 
 
 def test_decode_on_fake_boards_equals_decode_on_model_devices(tmp_path):

@@ -116,8 +116,9 @@ def test_decode_step_table_shows_the_measured_times(known: str, tmp_path,
         assert step["gpu_time"] == "measured"
         assert step["measured_ps"]["top-k"] == 2 * 3_000_000
         assert float(row[4]) == gpu_us and float(row[5]) == 6.0  # GPU, top-K columns
-        assert row[14] == "measured"  # after the energy column (mJ)
-        assert float(row[15]) == pytest.approx(step["roofline_gpu_ps"] * 1e-6, abs=0.06)
+        assert row[14] == "counted"  # the DDR5 energy: model devices count their commands
+        assert row[15] == "measured"  # after the energy columns (mJ, DDR5)
+        assert float(row[16]) == pytest.approx(step["roofline_gpu_ps"] * 1e-6, abs=0.06)
         assert step["roofline_gpu_ps"] != (gpu_us + 6) * 1e6  # the model's own figure
     assert "GPU time measured (known-test) in 2 of 2 steps" in text
     trace = json.loads((tmp_path / "t.json").read_text())["traceEvents"]

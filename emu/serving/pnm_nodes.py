@@ -65,9 +65,10 @@ class PnmNode:
 
     def __post_init__(self) -> None:
         self.free = self.tokens
-        # the cost model's PNM line, read in every planned run of every instance
-        self.s_per_token = self.cost.pnm_s_per_token
-        self.t_comm_s = self.cost.t_comm_s
+        # the cost model's PNM line, read in every planned run of every instance (a node
+        # without a cost model only places KV)
+        self.s_per_token = self.cost.pnm_s_per_token if self.cost is not None else 0.0
+        self.t_comm_s = self.cost.t_comm_s if self.cost is not None else 0.0
 
     def reserve(self, tokens: int) -> None:
         self.free -= tokens

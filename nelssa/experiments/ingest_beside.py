@@ -37,7 +37,7 @@ INGEST_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
-class Point:
+class IngestPoint:
     backend: str
     batch: int
     split: bool
@@ -73,7 +73,7 @@ def beside(port, w: Workload, split: bool, ingest_bytes: int = INGEST_BYTES
 
 
 def measure(backends: dict[str, Callable[[], object]], batches: list[int], repeats: int,
-            kv_heads: int = 2, compare_split: bool = True) -> list[Point]:
+            kv_heads: int = 2, compare_split: bool = True) -> list[IngestPoint]:
     runs = [(1, False)] if compare_split else []
     runs += [(b, True) for b in batches]
     points = []
@@ -81,7 +81,7 @@ def measure(backends: dict[str, Callable[[], object]], batches: list[int], repea
         for batch, split in runs:
             w = Workload(kv_heads=kv_heads * batch)
             got = [beside(make(), w, split) for _ in range(repeats)]
-            p = Point(name, batch, split, got[0][0], got[0][1], tuple(g[2] for g in got),
+            p = IngestPoint(name, batch, split, got[0][0], got[0][1], tuple(g[2] for g in got),
                       tuple(g[1] for g in got))
             log.info("%s batch %d%s: %s alone, %s beside: %s", name, batch,
                      "" if split else " (no split)", p.alone_all, p.beside,
@@ -90,7 +90,7 @@ def measure(backends: dict[str, Callable[[], object]], batches: list[int], repea
     return points
 
 
-def page(points: list[Point], command: str, commit: str, wall_s: float) -> str:
+def page(points: list[IngestPoint], command: str, commit: str, wall_s: float) -> str:
     rows = []
     for p in points:
         lo, hi = min(p.slowdown), max(p.slowdown)
