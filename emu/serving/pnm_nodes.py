@@ -51,8 +51,6 @@ class PnmNode:
     """Requests placed on it (arrivals and migrations)."""
     freed_at: float = field(init=False, default=0.0)
     """Emulated time its last reservation was given back (a waiting instance admits then)."""
-    releases: int = field(init=False, default=0)
-    """Reservations given back (a fleet looks for a change to wake waiting instances)."""
     users: int = field(init=False, default=0)
     """Instances that may place KV on it: above one, their steps share its devices."""
     load: dict[int, float] = field(init=False, default_factory=dict)
@@ -78,7 +76,6 @@ class PnmNode:
     def release(self, tokens: int, now: float) -> None:
         self.free += tokens
         self.freed_at = max(self.freed_at, now)
-        self.releases += 1
         if self.tally is not None:
             self.tally[0] += 1
 
