@@ -123,7 +123,7 @@ class Refresh:
         return start, start + self.stall
 
 
-HOST_SHARE = 4
+HOST_SHARE = 8
 """While a unit runs, the RTL's memory front end spaces the host's CXL.mem requests this many
 cycles apart (rtl/top/nelssa_device.sv HostShare); idle, it takes one per cycle."""
 

@@ -16,7 +16,7 @@ module nelssa_device
   parameter int unsigned MemLanes    = MEM_LANES,     // read-data lanes the memory uses
                                                       // (the lowest ones): 8 sub-channels in
                                                       // simulation, a board's channel count
-  parameter int unsigned HostShare   = 4,             // while attention runs, the host's
+  parameter int unsigned HostShare   = 8,             // while attention runs, the host's
                                                       // CXL.mem may start a request every
                                                       // HostShare cycles
   localparam int unsigned NumMemPorts = NumUnits + 2, // memory ports used
