@@ -139,6 +139,37 @@ def strip_box_parameters(netlist: Path, boxes: set[str]) -> None:
     netlist.write_text("".join(out))
 
 
+SIX_INPUT_LUTS = {"xcup", "xcu", "xc7", "xc6v", "xc5v", "xc6s"}
+"""The families synth_xilinx maps to 6-input LUTs (the others: 4)."""
+
+
+def lean_script(full: str, family: str, together: bool) -> list[str]:
+    """--lean: synth_xilinx (``full``, its command with flags) through map_ffs, each of its steps
+    that can reject a design kept as it is (the cell libraries and `hierarchy -check`, proc,
+    flatten, tribuf, deminout, memory inference, DSP mapping, the memory mapping to block and
+    distributed RAM or flops, the mapping to gates and carry chains, the family's cells and
+    flip-flops, dfflegalize), its optimizations left out: opt, share, fsm, wreduce, peepopt,
+    pmux2shiftx, cmp2lut/cmp2lcu (the generic mapping takes every comparison they would),
+    xilinx_srl, and `check`, which only warns. They transform a netlist that maps into a netlist
+    that maps, and reject none; `opt -fast` between the coarse steps keeps the netlist small (it
+    rejects nothing either; without it the mapping takes longer). Most of a large block's time
+    went to them (the DDR5 controller's mapping: 115 s of CPU, 20 s without them)."""
+    lut = 6 if family in SIX_INPUT_LUTS else 4
+    fast = "opt -fast"
+    return [
+        # together: the libraries are read and the hierarchy checked already (see synthesize)
+        *([] if together else [f"{full} -run begin:prepare"]),
+        "proc", *([] if together else ["flatten"]), "tribuf -logic", "deminout", fast,
+        f"{full} -run map_dsp:coarse",
+        "alumacc", "memory -nomap", fast,
+        f"{full} -run map_memory:map_ffram",
+        "memory_map", fast,
+        # (no opt on the gate netlist: it cost the DDR5 controller more than all the rest)
+        f"techmap -map +/techmap.v -D LUT_SIZE={lut} -map +/xilinx/arith_map.v",
+        f"{full} -run map_cells:map_luts",
+    ]
+
+
 def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, dict[str, int]]:
     """Cells by type of ``top``, or with --together (``top`` is then the tops joined by ``+``)
     of each of the tops, by module."""
@@ -183,6 +214,8 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, d
     full = f"synth_xilinx {flags} {args.synth_args}".rstrip()
 
     def script(classic_abc: bool) -> list[str]:
+        if args.lean:
+            return lean_script(full, args.family, args.together)
         if args.no_share:
             # synth_xilinx's coarse step minus `share`, whose SAT search does not finish on
             # datapaths of hundreds of floating-point units; the result is an upper bound.
@@ -266,7 +299,7 @@ def cache_key(top: str, args: argparse.Namespace) -> str:
     for f in [*args.files, *sorted(str(p) for d in args.incdir for p in Path(d).rglob("*"))]:
         h.update(Path(f).read_bytes() + b"\0")
     options = [top, args.family, args.io, args.synth_args, args.no_share, args.classic_abc,
-               args.together, args.no_lut_map,
+               args.together, args.no_lut_map, args.lean,
                sorted(args.param), sorted(args.define), sorted(args.blackbox)]
     h.update(json.dumps(options).encode())
     return h.hexdigest()[:24]
@@ -329,6 +362,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="stop synth_xilinx before its LUT mapping (map_luts: ABC9, which "
                              "rejects no netlist that reaches it): every step that can reject a "
                              "design runs, the counts are of gates rather than LUTs")
+    parser.add_argument("--lean", action="store_true",
+                        help="the synthesis check's flow: synth_xilinx's steps that can reject "
+                             "a design, up to its LUT mapping, without its optimizations (opt, "
+                             "share, fsm, wreduce, cmp2lut, SRL inference) and `check`, which only "
+                             "warns; counts of gates, not of an optimized netlist")
     parser.add_argument("--together", action="store_true",
                         help="map all the --top modules in one yosys run, each on its own (not "
                              "flattened; what they instantiate is mapped as modules of its own)")
