@@ -143,7 +143,11 @@ SIX_INPUT_LUTS = {"xcup", "xcu", "xc7", "xc6v", "xc5v", "xc6s"}
 """The families synth_xilinx maps to 6-input LUTs (the others: 4)."""
 
 
-def lean_script(full: str, family: str, together: bool) -> list[str]:
+MEMORY = re.compile(r"^\s*(memory\s|cell \$mem)", re.MULTILINE)
+"""A memory in an RTLIL netlist (the frontend's; synthesis infers no other)."""
+
+
+def lean_script(full: str, family: str, together: bool, memories: bool = True) -> list[str]:
     """--lean: synth_xilinx (``full``, its command with flags) through map_ffs, each of its steps
     that can reject a design kept as it is (the cell libraries and `hierarchy -check`, proc,
     flatten, tribuf, deminout, memory inference, DSP mapping, the memory mapping to block and
@@ -153,7 +157,9 @@ def lean_script(full: str, family: str, together: bool) -> list[str]:
     xilinx_srl, and `check`, which only warns. They transform a netlist that maps into a netlist
     that maps, and reject none; `opt -fast` between the coarse steps keeps the netlist small (it
     rejects nothing either; without it the mapping takes longer). Most of a large block's time
-    went to them (the DDR5 controller's mapping: 115 s of CPU, 20 s without them)."""
+    went to them (the DDR5 controller's mapping: 115 s of CPU, 20 s without them). Without
+    ``memories`` the memory mapping (map_memory), which would find nothing to map, is left out
+    too: reading its block RAM library was most of a small block's time."""
     lut = 6 if family in SIX_INPUT_LUTS else 4
     fast = "opt -fast"
     return [
@@ -162,7 +168,7 @@ def lean_script(full: str, family: str, together: bool) -> list[str]:
         "proc", *([] if together else ["flatten"]), "tribuf -logic", "deminout", fast,
         f"{full} -run map_dsp:coarse",
         "alumacc", "memory -nomap", fast,
-        f"{full} -run map_memory:map_ffram",
+        *([f"{full} -run map_memory:map_ffram"] if memories else []),
         "memory_map", fast,
         # (no opt on the gate netlist: it cost the DDR5 controller more than all the rest)
         f"techmap -map +/techmap.v -D LUT_SIZE={lut} -map +/xilinx/arith_map.v",
@@ -200,6 +206,8 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, d
     elab.run("elaborate", [" ".join(slang), *hierarchy, write])
     if args.blackbox:
         strip_box_parameters(workdir / handoff, set(args.blackbox))
+    # (a Verilog hand-off is not searched: its memories are arrays like any other)
+    memories = not same or MEMORY.search((workdir / handoff).read_text()) is not None
 
     # --together: no top and no flattening; each module is mapped on its own in one run, and
     # synth_xilinx starts after its `begin`, whose `hierarchy -auto-top` would keep only one of
@@ -215,7 +223,7 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, d
 
     def script(classic_abc: bool) -> list[str]:
         if args.lean:
-            return lean_script(full, args.family, args.together)
+            return lean_script(full, args.family, args.together, memories)
         if args.no_share:
             # synth_xilinx's coarse step minus `share`, whose SAT search does not finish on
             # datapaths of hundreds of floating-point units; the result is an upper bound.
