@@ -207,7 +207,8 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, d
     if args.blackbox:
         strip_box_parameters(workdir / handoff, set(args.blackbox))
     # (a Verilog hand-off is not searched: its memories are arrays like any other)
-    memories = not same or MEMORY.search((workdir / handoff).read_text()) is not None
+    memories = (not args.lean or not same
+                or MEMORY.search((workdir / handoff).read_text()) is not None)
 
     # --together: no top and no flattening; each module is mapped on its own in one run, and
     # synth_xilinx starts after its `begin`, whose `hierarchy -auto-top` would keep only one of
