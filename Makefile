@@ -81,8 +81,9 @@ synth: venv
 	$(VPY) scripts/synth_fpga.py
 
 # part of `test`: every module outside rtl/sim/ (the FPGA top's blocks, the arithmetic units,
-# the DDR5 memory system) mapped by synth_xilinx at its smallest legal parameters, so that all
-# of it is proven synthesizable in a fraction of `synth`'s time; no table, no page
+# the DDR5 memory system) at its smallest legal parameters through synth_xilinx's steps that can
+# reject a design, without its optimizations (scripts/synth.py --lean), so that all of it is
+# proven synthesizable in a fraction of `synth`'s time; no table, no page
 synth-check: venv
 	$(VPY) scripts/synth_fpga.py --check
 

@@ -139,6 +139,43 @@ def strip_box_parameters(netlist: Path, boxes: set[str]) -> None:
     netlist.write_text("".join(out))
 
 
+SIX_INPUT_LUTS = {"xcup", "xcu", "xc7", "xc6v", "xc5v", "xc6s"}
+"""The families synth_xilinx maps to 6-input LUTs (the others: 4)."""
+
+
+MEMORY = re.compile(r"^\s*(memory\s|cell \$mem)", re.MULTILINE)
+"""A memory in an RTLIL netlist (the frontend's; synthesis infers no other)."""
+
+
+def lean_script(full: str, family: str, together: bool, memories: bool = True) -> list[str]:
+    """--lean: synth_xilinx (``full``, its command with flags) through map_ffs, each of its steps
+    that can reject a design kept as it is (the cell libraries and `hierarchy -check`, proc,
+    flatten, tribuf, deminout, memory inference, DSP mapping, the memory mapping to block and
+    distributed RAM or flops, the mapping to gates and carry chains, the family's cells and
+    flip-flops, dfflegalize), its optimizations left out: opt, share, fsm, wreduce, peepopt,
+    pmux2shiftx, cmp2lut/cmp2lcu (the generic mapping takes every comparison they would),
+    xilinx_srl, and `check`, which only warns. They transform a netlist that maps into a netlist
+    that maps, and reject none; `opt -fast` between the coarse steps keeps the netlist small (it
+    rejects nothing either; without it the mapping takes longer). Most of a large block's time
+    went to them (the DDR5 controller's mapping: 115 s of CPU, 20 s without them). Without
+    ``memories`` the memory mapping (map_memory), which would find nothing to map, is left out
+    too: reading its block RAM library was most of a small block's time."""
+    lut = 6 if family in SIX_INPUT_LUTS else 4
+    fast = "opt -fast"
+    return [
+        # together: the libraries are read and the hierarchy checked already (see synthesize)
+        *([] if together else [f"{full} -run begin:prepare"]),
+        "proc", *([] if together else ["flatten"]), "tribuf -logic", "deminout", fast,
+        f"{full} -run map_dsp:coarse",
+        "alumacc", "memory -nomap", fast,
+        *([f"{full} -run map_memory:map_ffram"] if memories else []),
+        "memory_map", fast,
+        # (no opt on the gate netlist: it cost the DDR5 controller more than all the rest)
+        f"techmap -map +/techmap.v -D LUT_SIZE={lut} -map +/xilinx/arith_map.v",
+        f"{full} -run map_cells:map_luts",
+    ]
+
+
 def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, dict[str, int]]:
     """Cells by type of ``top``, or with --together (``top`` is then the tops joined by ``+``)
     of each of the tops, by module."""
@@ -169,6 +206,9 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, d
     elab.run("elaborate", [" ".join(slang), *hierarchy, write])
     if args.blackbox:
         strip_box_parameters(workdir / handoff, set(args.blackbox))
+    # (a Verilog hand-off is not searched: its memories are arrays like any other)
+    memories = (not args.lean or not same
+                or MEMORY.search((workdir / handoff).read_text()) is not None)
 
     # --together: no top and no flattening; each module is mapped on its own in one run, and
     # synth_xilinx starts after its `begin`, whose `hierarchy -auto-top` would keep only one of
@@ -183,6 +223,8 @@ def synthesize(top: str, args: argparse.Namespace, workdir: Path) -> dict[str, d
     full = f"synth_xilinx {flags} {args.synth_args}".rstrip()
 
     def script(classic_abc: bool) -> list[str]:
+        if args.lean:
+            return lean_script(full, args.family, args.together, memories)
         if args.no_share:
             # synth_xilinx's coarse step minus `share`, whose SAT search does not finish on
             # datapaths of hundreds of floating-point units; the result is an upper bound.
@@ -266,7 +308,7 @@ def cache_key(top: str, args: argparse.Namespace) -> str:
     for f in [*args.files, *sorted(str(p) for d in args.incdir for p in Path(d).rglob("*"))]:
         h.update(Path(f).read_bytes() + b"\0")
     options = [top, args.family, args.io, args.synth_args, args.no_share, args.classic_abc,
-               args.together, args.no_lut_map,
+               args.together, args.no_lut_map, args.lean,
                sorted(args.param), sorted(args.define), sorted(args.blackbox)]
     h.update(json.dumps(options).encode())
     return h.hexdigest()[:24]
@@ -329,6 +371,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="stop synth_xilinx before its LUT mapping (map_luts: ABC9, which "
                              "rejects no netlist that reaches it): every step that can reject a "
                              "design runs, the counts are of gates rather than LUTs")
+    parser.add_argument("--lean", action="store_true",
+                        help="the synthesis check's flow: synth_xilinx's steps that can reject "
+                             "a design, up to its LUT mapping, without its optimizations (opt, "
+                             "share, fsm, wreduce, cmp2lut, SRL inference) and `check`, which only "
+                             "warns; counts of gates, not of an optimized netlist")
     parser.add_argument("--together", action="store_true",
                         help="map all the --top modules in one yosys run, each on its own (not "
                              "flattened; what they instantiate is mapped as modules of its own)")

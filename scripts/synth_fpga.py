@@ -14,8 +14,9 @@ The blocks and their parameters are nelssa.hw.sim.synth_blocks.
 
 ``--check`` (`make synth-check`, what `make test` runs) only proves that everything outside
 rtl/sim/ synthesizes: every block, the arithmetic units and the DDR5 memory system, each at its
-smallest legal parameters, through synth_xilinx up to its LUT mapping; a failure names its
-block and exits 1. No table, no page; results and cache under build/synth/check.
+smallest legal parameters, through synth_xilinx's steps that can reject a design, up to its LUT
+mapping, without its optimizations (scripts/synth.py --lean); a failure names its block and
+exits 1. No table, no page; results and cache under build/synth/check.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from nelssa.hw.sim.synth_blocks import (
     CHANNELS,
+    CHECK_OPTIONS,
     NOT_MAPPED,
     UNIT_NAMES,
     UNITS,
@@ -89,17 +91,13 @@ def _run(cmd: list[str], timeout_s: float) -> tuple[subprocess.CompletedProcess 
     return proc, note
 
 
-CHECK_OPTIONS = ("--no-lut-map",)
-"""synth_xilinx up to its LUT mapping: everything that can reject a design runs (see
-scripts/synth.py --no-lut-map), without ABC9's CPU time (most of a small block's)."""
-
-
 def check(timeout_s: float, family: str) -> int:
     """Map every synthesizable module at its smallest legal parameters (synth_blocks.
     check_blocks, then the arithmetic units, which have none, all in one yosys run); 1 if any
     failed, each named. Results and cache under build/synth/check; the page is left alone."""
-    print(f"synthesis check ({family}, synth_xilinx up to its LUT mapping, out of context): "
-          "every module outside rtl/sim/ at its smallest legal parameters", flush=True)
+    print(f"synthesis check ({family}, synth_xilinx's steps that can reject a design, up to its "
+          "LUT mapping, out of context): every module outside rtl/sim/ at its smallest legal "
+          "parameters", flush=True)
     cache = CHECK_OUT / "cache"
     failed: list[str] = []
     for i, b in enumerate(check_blocks()):
