@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from nelssa.cli import main
 
@@ -153,9 +154,8 @@ def test_device_serve_command_trace_needs_the_model(capsys, tmp_path):
 
 
 def test_crossover_command(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "crossover", "--plot",
-                           str(tmp_path / "c.png"), "--json", str(tmp_path / "c.json")],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli("crossover", "--plot", str(tmp_path / "c.png"), "--json",
+                   str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "c.json").read_text())
     assert [r["devices"] for r in rows] == list(range(1, 9))
@@ -163,8 +163,7 @@ def test_crossover_command(tmp_path):
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     bad = tmp_path / "hw.json"
     bad.write_text('{"pnm": {"prototype": {"bw_eff_gbs": 0}}}')
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "crossover", "--hardware",
-                           str(bad)], capture_output=True, text=True, timeout=120)
+    proc = run_cli("crossover", "--hardware", str(bad))
     assert proc.returncode == 2 and "missing field 'capacity_gb'" in proc.stderr
 
 
@@ -174,10 +173,8 @@ def test_serve_sim_command(tmp_path):
                          "output_length": 50 + i % 200}) for i in range(300)]
     trace.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                           str(trace), "--t-input", "32000", "--out", str(out), "--sweeps",
-                           "--prefix-caching", "off"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("serve-sim", "--trace", str(trace), "--t-input", "32000", "--out", str(out),
+                   "--sweeps", "--prefix-caching", "off")
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "results.json").read_text())
     lf = res["sweeps"]["long_fraction"]
@@ -197,22 +194,17 @@ def test_serve_sim_command(tmp_path):
                 "fig10_context_batch.png", "fig16_long_fraction.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     trace.write_text(lines[1] + "\n" + lines[0] + "\n")
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                           str(trace), "--out", str(out), "--prefix-caching", "off"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("serve-sim", "--trace", str(trace), "--out", str(out), "--prefix-caching",
+                   "off")
     assert proc.returncode == 2 and "t.jsonl:2: timestamp 0 is before" in proc.stderr
     # prefix caching is on by default (as vLLM's) and reads the hash ids
     trace.write_text(lines[0] + "\n")
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                           str(trace), "--out", str(out)], capture_output=True, text=True,
-                          timeout=300)
+    proc = run_cli("serve-sim", "--trace", str(trace), "--out", str(out))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "t.jsonl:1: missing field 'hash_ids'" in proc.stderr, proc.stderr
     for bad in (["--limit", "0"], ["--t-input", "-5"], ["--rate", "nan"],
                 ["--burst", "1", "-2", "100", "10"], ["--devices", "0"]):
-        proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                               str(trace), "--out", str(out), *bad], capture_output=True,
-                              text=True, timeout=300)
+        proc = run_cli("serve-sim", "--trace", str(trace), "--out", str(out), *bad)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (bad, proc.stderr)
         assert bad[0] in proc.stderr, (bad, proc.stderr)
 
