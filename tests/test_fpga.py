@@ -383,9 +383,7 @@ def test_decode_on_fake_boards_equals_decode_on_model_devices(tmp_path):
         boards = [x for i in range(2) for x in ("--bar", str(tmp_path / "boards" / f"board{i}"))]
         runs = {}
         for backend, extra in (("fpga", boards), ("model", ["--devices", "2"])):
-            r = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend",
-                                backend, *extra, *common], capture_output=True, text=True,
-                               timeout=600, cwd=tmp_path)
+            r = run_cli("decode", "--backend", backend, *extra, *common, cwd=tmp_path)
             assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
             assert "-> PNM tier" in r.stdout
             runs[backend] = _step_lines(r.stdout)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -180,13 +179,11 @@ def test_decode_runs_the_example_file(tmp_path):
     """Done when: `nelssa decode --hardware FILE` on model devices: a B200, a PNM device of 6
     units on DDR5-8000 (its 1 GHz clock from the grade), Llama-3-70B's widths cut to 2 layers
     (random weights, one set shared by both layers; prompts from the emulated prefill node)."""
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--hardware",
-                           str(EXAMPLE), "--backend", "model", "--devices", "1", "--short", "1",
-                           "--long", "1", "--short-len", "8", "--long-len", "100", "--t-input",
-                           "90", "--steps", "2", "--weight-sets", "1", "--prefill", "emulated",
-                           "--no-accuracy", "--trace", str(tmp_path / "t.json"), "--plot",
-                           str(tmp_path / "p.png")], capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)
+    proc = _cli("decode", "--hardware", str(EXAMPLE), "--backend", "model", "--devices", "1",
+                "--short", "1", "--long", "1", "--short-len", "8", "--long-len", "100",
+                "--t-input", "90", "--steps", "2", "--weight-sets", "1", "--prefill",
+                "emulated", "--no-accuracy", "--trace", str(tmp_path / "t.json"), "--plot",
+                str(tmp_path / "p.png"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert ("llama 2 layers, 64 query / 8 KV heads x 128, hidden 8192, MLP 28672, vocabulary "
