@@ -41,11 +41,13 @@ def decode_run(tmp_path_factory):
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("TMPDIR", str(tmp))  # the node's and the devices' (children's)
             mp.setattr(tempfile, "tempdir", str(tmp))  # this process's
+            # short prompts of 16..64 tokens (default 64..512): they stay on the GPU tier
+            # either way; only their prefill costs less
             proc = run_cli("decode", "--backend", "model", "--devices", "2", "--short", "2",
-                           "--long", "1", "--long-len", "1100", "--t-input", "1024", "--steps",
-                           "3", "--trace", str(folder / "t.json"), "--command-trace",
-                           str(folder / "c.csv"), "--plot", str(folder / "p.png"), "--json",
-                           str(folder / "run.json"))
+                           "--short-len", "16..64", "--long", "1", "--long-len", "1100",
+                           "--t-input", "1024", "--steps", "3", "--trace",
+                           str(folder / "t.json"), "--command-trace", str(folder / "c.csv"),
+                           "--plot", str(folder / "p.png"), "--json", str(folder / "run.json"))
         left = list(tmp.rglob("*"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
