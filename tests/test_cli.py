@@ -1,11 +1,10 @@
-"""The command line: the device demo end to end in its own process, and argument checks."""
+"""The command line: the device demo and decode end to end, serve-sim and crossover, and argument
+checks."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,9 +16,7 @@ from nelssa.cli import main
 
 @pytest.mark.rtl
 def test_device_demo_passes():
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "device", "demo", "--clusters",
-                           "12", "--selected", "5", "--qheads", "2"],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli("device", "demo", "--clusters", "12", "--selected", "5", "--qheads", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "O and LSE bit-identical" in proc.stdout and "PASS" in proc.stdout
 
