@@ -1,25 +1,22 @@
-"""The command line: the device demo end to end in its own process, and argument checks."""
+"""The command line: the device demo and decode end to end, serve-sim and crossover, and argument
+checks."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from nelssa.cli import main
 
 
 @pytest.mark.rtl
 def test_device_demo_passes():
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "device", "demo", "--clusters",
-                           "12", "--selected", "5", "--qheads", "2"],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli("device", "demo", "--clusters", "12", "--selected", "5", "--qheads", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "O and LSE bit-identical" in proc.stdout and "PASS" in proc.stdout
 
@@ -30,22 +27,35 @@ def test_device_demo_rejects_bad_counts(capsys):
     assert "--selected must be in 1..4, got 9" in capsys.readouterr().err
 
 
-def test_decode_end_to_end_on_model_devices(tmp_path):
-    """...and leaves nothing in the temporary folder (the node it booted, its socket, its
-    devices' folder)."""
-    trace, plot, cmds = tmp_path / "t.json", tmp_path / "p.png", tmp_path / "c.csv"
-    run = tmp_path / "run.json"
+@pytest.fixture(scope="module")
+def decode_run(tmp_path_factory):
+    """One `decode` on model devices, in this process (the node and its devices are processes
+    of their own), with a temporary folder of its own to find what it leaves there: its
+    output, its output folder and what it left (both tests below read this one run)."""
+    folder = tmp_path_factory.mktemp("decode")
     tmp = Path(tempfile.mkdtemp(prefix="dt-", dir="/tmp"))  # short: socket paths are limited
     try:
-        proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend",
-                               "model", "--devices", "2", "--short", "2", "--long", "1",
-                               "--long-len", "1100", "--t-input", "1024", "--steps", "3",
-                               "--trace", str(trace), "--command-trace", str(cmds),
-                               "--plot", str(plot), "--json", str(run)], capture_output=True,
-                              text=True, timeout=600, env=dict(os.environ, TMPDIR=str(tmp)))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TMPDIR", str(tmp))  # the node's and the devices' (children's)
+            mp.setattr(tempfile, "tempdir", str(tmp))  # this process's
+            # short prompts of 16..64 tokens (default 64..512): they stay on the GPU tier
+            # either way; only their prefill costs less
+            proc = run_cli("decode", "--backend", "model", "--devices", "2", "--short", "2",
+                           "--short-len", "16..64", "--long", "1", "--long-len", "1100",
+                           "--t-input", "1024", "--steps", "3", "--trace",
+                           str(folder / "t.json"), "--command-trace", str(folder / "c.csv"),
+                           "--plot", str(folder / "p.png"), "--json", str(folder / "run.json"))
         left = list(tmp.rglob("*"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return proc, folder, left
+
+
+def test_decode_end_to_end_on_model_devices(decode_run):
+    """...and leaves nothing in the temporary folder (the node it booted, its socket, its
+    devices' folder)."""
+    proc, tmp_path, left = decode_run
+    trace, plot, run = tmp_path / "t.json", tmp_path / "p.png", tmp_path / "run.json"
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert left == []
     out = proc.stdout
@@ -115,11 +125,12 @@ def _check_counted_ddr5(steps: list[dict], folder: Path, devices: int) -> None:
 
 
 def test_decode_grow_shows_a_migration(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "model",
-                           "--devices", "2", "--short", "2", "--long", "0", "--steps", "7",
-                           "--grow", "--t-input", "1024", "--trace", str(tmp_path / "t.json"),
-                           "--plot", str(tmp_path / "p.png")],
-                          capture_output=True, text=True, timeout=600)
+    # the two short requests of 16..64 tokens (default 64..512): still beside the growing one
+    # on the GPU, so its migration still jitters them; only their prefill costs less
+    proc = run_cli("decode", "--backend", "model", "--devices", "2", "--short", "2",
+                   "--short-len", "16..64", "--long", "0", "--steps", "7", "--grow",
+                   "--t-input", "1024", "--trace", str(tmp_path / "t.json"), "--plot",
+                   str(tmp_path / "p.png"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "migrating request 2" in out and "migration of request 2 complete" in out
@@ -153,9 +164,8 @@ def test_device_serve_command_trace_needs_the_model(capsys, tmp_path):
 
 
 def test_crossover_command(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "crossover", "--plot",
-                           str(tmp_path / "c.png"), "--json", str(tmp_path / "c.json")],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli("crossover", "--plot", str(tmp_path / "c.png"), "--json",
+                   str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "c.json").read_text())
     assert [r["devices"] for r in rows] == list(range(1, 9))
@@ -163,8 +173,7 @@ def test_crossover_command(tmp_path):
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     bad = tmp_path / "hw.json"
     bad.write_text('{"pnm": {"prototype": {"bw_eff_gbs": 0}}}')
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "crossover", "--hardware",
-                           str(bad)], capture_output=True, text=True, timeout=120)
+    proc = run_cli("crossover", "--hardware", str(bad))
     assert proc.returncode == 2 and "missing field 'capacity_gb'" in proc.stderr
 
 
@@ -174,10 +183,8 @@ def test_serve_sim_command(tmp_path):
                          "output_length": 50 + i % 200}) for i in range(300)]
     trace.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                           str(trace), "--t-input", "32000", "--out", str(out), "--sweeps",
-                           "--prefix-caching", "off"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("serve-sim", "--trace", str(trace), "--t-input", "32000", "--out", str(out),
+                   "--sweeps", "--prefix-caching", "off")
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "results.json").read_text())
     lf = res["sweeps"]["long_fraction"]
@@ -197,22 +204,17 @@ def test_serve_sim_command(tmp_path):
                 "fig10_context_batch.png", "fig16_long_fraction.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     trace.write_text(lines[1] + "\n" + lines[0] + "\n")
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                           str(trace), "--out", str(out), "--prefix-caching", "off"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("serve-sim", "--trace", str(trace), "--out", str(out), "--prefix-caching",
+                   "off")
     assert proc.returncode == 2 and "t.jsonl:2: timestamp 0 is before" in proc.stderr
     # prefix caching is on by default (as vLLM's) and reads the hash ids
     trace.write_text(lines[0] + "\n")
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                           str(trace), "--out", str(out)], capture_output=True, text=True,
-                          timeout=300)
+    proc = run_cli("serve-sim", "--trace", str(trace), "--out", str(out))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "t.jsonl:1: missing field 'hash_ids'" in proc.stderr, proc.stderr
     for bad in (["--limit", "0"], ["--t-input", "-5"], ["--rate", "nan"],
                 ["--burst", "1", "-2", "100", "10"], ["--devices", "0"]):
-        proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--trace",
-                               str(trace), "--out", str(out), *bad], capture_output=True,
-                              text=True, timeout=300)
+        proc = run_cli("serve-sim", "--trace", str(trace), "--out", str(out), *bad)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (bad, proc.stderr)
         assert bad[0] in proc.stderr, (bad, proc.stderr)
 
@@ -241,20 +243,16 @@ def test_serve_sim_adaptive_options(tmp_path, capsys):
         assert g["goodput_rps"] == pytest.approx(g["attainment"] * s["requests"] / s["duration_s"])
 
 
-def test_decode_json_is_machine_readable(tmp_path):
-    """`decode --json`: each step's report, each request's tier and outcome, the totals."""
-    out = tmp_path / "run.json"
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "model",
-                           "--devices", "1", "--short", "1", "--long", "1", "--long-len",
-                           "1100", "--t-input", "1024", "--steps", "2", "--no-accuracy",
-                           "--trace", str(tmp_path / "t.json"), "--plot",
-                           str(tmp_path / "p.png"), "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
+def test_decode_json_is_machine_readable(decode_run):
+    """`decode --json`: each step's report, each request's tier and outcome, the totals (of
+    the run above: two short requests and a long one, three steps)."""
+    proc, folder, _ = decode_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = folder / "run.json"
     run = json.loads(out.read_text())
-    assert [r["tier"] for r in run["requests"]] == ["gpu", "pnm"]
-    assert all(r["status"] == "done" and r["generated"] == 3 for r in run["requests"]), run
-    assert len(run["steps"]) == 2 and run["steps"][0]["step_ps"] > 0
+    assert [r["tier"] for r in run["requests"]] == ["gpu", "gpu", "pnm"]
+    assert all(r["status"] == "done" and r["generated"] == 4 for r in run["requests"]), run
+    assert len(run["steps"]) == 3 and run["steps"][0]["step_ps"] > 0
     assert run["total"]["tokens"] == sum(s["tokens"] for s in run["steps"])
     # each step's energy by component (emu/energy.py); the parts add up to the run's total
     parts = {"gpu_compute_j", "gpu_memory_j", "gpu_idle_j", "pnm_engine_j", "ddr5_j", "cxl_j",

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from node_helpers import NodeProcess, pid_alive
 
 from nelssa.cli import main
@@ -24,7 +25,15 @@ from nelssa.cli import main
 CLI = [sys.executable, "-m", "nelssa.cli"]
 
 
-def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """A client command (status, stop, keygen, a refusal at parse time) in this process: what
+    it prints and returns is the check, not its process (cli_helpers)."""
+    return run_cli(*args)
+
+
+def _process(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`node up` in a process of its own, where a regression would serve instead of refusing
+    (in this process it would never return)."""
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
@@ -108,7 +117,7 @@ def test_a_second_node_on_a_live_endpoint_is_refused(short_tmp: Path) -> None:
     endpoint = f"ipc://{short_tmp}/node"
     node = NodeProcess(endpoint, 1, "model")
     try:
-        second = _run("node", "up", "--devices", "1", "--endpoint", endpoint, timeout=20)
+        second = _process("node", "up", "--devices", "1", "--endpoint", endpoint, timeout=20)
         assert second.returncode == 2 and "Traceback" not in second.stderr
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and endpoint in lines[0] and "already" in lines[0], lines
@@ -200,7 +209,7 @@ def test_attached_devices_take_the_node_only_with_their_token(tmp_path: Path) ->
     try:
         for extra, words in (([], "--device-token FILE"), (["--device-token", str(wrong)],
                                                              "wrong token")):
-            out = _run("node", "up", "--endpoint", node_ep, "--attach", ep, *extra)
+            out = _process("node", "up", "--endpoint", node_ep, "--attach", ep, *extra)
             assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
             assert words in out.stderr and "Traceback" not in out.stderr
         node = subprocess.Popen([*CLI, "node", "up", "--endpoint", node_ep, "--attach", ep,
@@ -215,10 +224,11 @@ def test_attached_devices_take_the_node_only_with_their_token(tmp_path: Path) ->
 
 
 def test_binding_beyond_loopback_needs_keys(tmp_path: Path) -> None:
-    out = _run("node", "up", "--devices", "1", "--endpoint", f"tcp://0.0.0.0:{_free_port()}")
+    out = _process("node", "up", "--devices", "1", "--endpoint",
+                   f"tcp://0.0.0.0:{_free_port()}")
     assert out.returncode == 2
     assert "not a loopback address" in out.stderr and "nelssa node keygen" in out.stderr
-    out = _run("device", "serve", "--endpoint", f"tcp://0.0.0.0:{_free_port()}")
+    out = _process("device", "serve", "--endpoint", f"tcp://0.0.0.0:{_free_port()}")
     assert out.returncode == 2 and "not a loopback address" in out.stderr
 
 
@@ -318,6 +328,7 @@ def test_node_up_help_points_into_no_source_file():
         == "marked down (its work does not count)."
     assert user_help("refused with BUSY (emu/link/server.py). A ``twin``") \
         == "refused with BUSY. A twin"
-    out = subprocess.run([sys.executable, "-m", "nelssa.cli", "node", "up", "--help"],
-                         capture_output=True, text=True, check=True).stdout
+    done = _run("node", "up", "--help")
+    assert done.returncode == 0
+    out = done.stdout
     assert ".py" not in out and "``" not in out

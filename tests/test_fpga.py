@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 
 from nelssa.driver import regs
 from nelssa.driver.command import AttnRequest, CommandQueue
@@ -141,9 +142,7 @@ def test_fake_board_in_its_own_process_through_the_cli(tmp_path):
         for line in proc.stdout:
             if line.strip() == "serving":
                 break
-        probe = subprocess.run([sys.executable, "-m", "nelssa.cli", "fpga", "probe", "--bar",
-                                str(tmp_path / "board1" / "resource0")],
-                               capture_output=True, text=True, timeout=60)
+        probe = run_cli("fpga", "probe", "--bar", str(tmp_path / "board1" / "resource0"))
         assert probe.returncode == 0, probe.stderr
         assert "match" in probe.stdout and probe.stdout.rstrip().endswith("OK")
         port = open_board(str(tmp_path / "board0"))
@@ -322,14 +321,11 @@ def test_a_device_that_stops_answering(served):
 def test_cli_probe_refuses_with_a_clear_message(served, tmp_path):
     bad = tmp_path / "m.json"
     bad.write_text("{}")
-    r = subprocess.run([sys.executable, "-m", "nelssa.cli", "fpga", "probe", "--bar",
-                        str(served.board.folder), "--manifest", str(bad)],
-                       capture_output=True, text=True, timeout=60)
+    r = run_cli("fpga", "probe", "--bar", str(served.board.folder), "--manifest", str(bad))
     assert r.returncode == 2
     assert "field 'format' is missing" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "nelssa.cli", "fpga", "manifest", "--board", "u55c",
-                        "--part", "xcu55c", "--build-id", "0x42", "-o", str(tmp_path / "x.json")],
-                       capture_output=True, text=True, timeout=60)
+    r = run_cli("fpga", "manifest", "--board", "u55c", "--part", "xcu55c", "--build-id", "0x42",
+                "-o", str(tmp_path / "x.json"))
     assert r.returncode == 0, r.stderr
     m = Manifest.load(tmp_path / "x.json")
     assert m.build_id == 0x42 and m.interface_sha256 == interface_digest()
@@ -337,9 +333,8 @@ def test_cli_probe_refuses_with_a_clear_message(served, tmp_path):
                            (["--build-id", "0x1ffffffff"], "field 'build_id' must be in"),
                            (["--build-id", "1", "--engines", "0"],
                             "argument --engines: must be an integer in 1..15, got 0")):
-        r = subprocess.run([sys.executable, "-m", "nelssa.cli", "fpga", "manifest", "--board",
-                            "b", "--part", "p", *flags, "-o", str(tmp_path / "y.json")],
-                           capture_output=True, text=True, timeout=60)
+        r = run_cli("fpga", "manifest", "--board", "b", "--part", "p", *flags, "-o",
+                    str(tmp_path / "y.json"))
         assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (tmp_path / "y.json").exists()
     assert served.board.writes_taken == 0
@@ -381,16 +376,16 @@ def test_decode_on_fake_boards_equals_decode_on_model_devices(tmp_path):
         for line in fake.stdout:
             if line.strip() == "serving":
                 break
-        common = ["--short", "1", "--long", "1", "--long-len", "1100..1300", "--t-input", "1024",
-                  "--steps", "2",
+        # a short prompt of 16..64 tokens (default 64..512): it stays on the GPU, so its length
+        # reaches no board; only the prefill it costs is less
+        common = ["--short", "1", "--long", "1", "--short-len", "16..64", "--long-len",
+                  "1100..1300", "--t-input", "1024", "--steps", "2",
                   "--trace", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png"),
                   "--overwrite"]  # the second backend's run replaces the first's files
         boards = [x for i in range(2) for x in ("--bar", str(tmp_path / "boards" / f"board{i}"))]
         runs = {}
         for backend, extra in (("fpga", boards), ("model", ["--devices", "2"])):
-            r = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend",
-                                backend, *extra, *common], capture_output=True, text=True,
-                               timeout=600, cwd=tmp_path)
+            r = run_cli("decode", "--backend", backend, *extra, *common, cwd=tmp_path)
             assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
             assert "-> PNM tier" in r.stdout
             runs[backend] = _step_lines(r.stdout)
@@ -409,12 +404,10 @@ def test_decode_on_fake_boards_equals_decode_on_model_devices(tmp_path):
 
 
 def test_decode_refuses_fpga_without_boards(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "nelssa.cli", "decode", "--backend", "fpga"],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = run_cli("decode", "--backend", "fpga", cwd=tmp_path)
     assert r.returncode == 2 and "--backend fpga needs --bar" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "nelssa.cli", "node", "up", "--backend", "fpga",
-                        "--bar", str(tmp_path / "nothing")],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = run_cli("node", "up", "--backend", "fpga", "--bar", str(tmp_path / "nothing"),
+                cwd=tmp_path)
     assert r.returncode == 2 and "no board at" in r.stderr
 
 
@@ -440,7 +433,6 @@ def test_a_board_served_as_a_remote_device(served, tmp_path):
     want = _workload(ModelDevice())
     want["regs"]["BUILD_ID"] = served.board.config.build_id
     assert got == want
-    bad = subprocess.run([sys.executable, "-m", "nelssa.cli", "device", "serve", "--backend",
-                          "fpga", "--bar", str(tmp_path / "nothing"), "--endpoint", endpoint],
-                         capture_output=True, text=True, timeout=60)
+    bad = run_cli("device", "serve", "--backend", "fpga", "--bar", str(tmp_path / "nothing"),
+                  "--endpoint", endpoint)
     assert bad.returncode == 2 and "no board at" in bad.stderr

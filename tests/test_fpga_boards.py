@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_helpers import run_cli
 
 from nelssa.emu.latency.hardware import HardwareCatalog, HardwareError
 from nelssa.hw.fpga import plan, pnr, vivado
@@ -21,8 +20,7 @@ from nelssa.hw.sim.synth_blocks import TopSize
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "nelssa.cli", "fpga", *args],
-                          capture_output=True, text=True, cwd=cwd)
+    return run_cli("fpga", *args, cwd=cwd)
 
 
 @pytest.mark.parametrize("name", sorted(plan.boards()))

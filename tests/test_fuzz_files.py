@@ -3,6 +3,7 @@ hardware descriptions through HardwareCatalog.load and the latency model."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 
 from tests.fuzz import files
@@ -39,28 +40,20 @@ def test_a_bad_file_accepted_is_caught() -> None:
     assert files.run_hardware_case(bad) == []
 
 
-def test_campaign_pages_are_made_from_the_runs_raw_tallies(tmp_path) -> None:
+def test_campaign_pages_are_made_from_the_runs_raw_tallies(tmp_path, capsys) -> None:
     """The fuzz campaign (tests/fuzz/campaign.py, scripts/fuzz.py its command line): two short
     campaigns' --json, one page from both (--page), each row with its run; a file that is not a
     campaign's is refused in one line, exit 2."""
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.fuzz import campaign
 
-    fuzz = [sys.executable, "-m", "tests.fuzz.campaign"]
-    root = Path(__file__).resolve().parents[1]  # where tests.fuzz imports from
     runs = []
     for i, target in enumerate(("traces:20", "hardware:20")):
         raw = tmp_path / f"{i}.json"
-        done = subprocess.run([*fuzz, "--target", target, "--seed", "3", "--json", str(raw),
-                               "--out", "-"], cwd=root, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
+        assert campaign.main(["--target", target, "--seed", "3", "--json", str(raw), "--out",
+                              "-"]) == 0, capsys.readouterr().err[-2000:]
         runs.append(str(raw))
     page = tmp_path / "fuzz.md"
-    made = subprocess.run([*fuzz, "--page", *runs, "--out", str(page)], cwd=root,
-                          capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr[-2000:]
+    assert campaign.main(["--page", *runs, "--out", str(page)]) == 0
     text = page.read_text()
     assert "Run 1: command: `python scripts/fuzz.py --target traces:20" in text
     assert "Run 2: command: `python scripts/fuzz.py --target hardware:20" in text
@@ -68,6 +61,7 @@ def test_campaign_pages_are_made_from_the_runs_raw_tallies(tmp_path) -> None:
     assert len(rows) == 2 and rows[0].endswith("| 1 |") and rows[1].endswith("| 2 |")
     assert rows[0].split("|")[2].strip().startswith(("20 ", "21 ", "22 "))
     (tmp_path / "bad.json").write_text("[1, 2]")
-    bad = subprocess.run([*fuzz, "--page", str(tmp_path / "bad.json")], cwd=root,
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--page" in bad.stderr and "Traceback" not in bad.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as bad:
+        campaign.main(["--page", str(tmp_path / "bad.json")])
+    assert bad.value.code == 2 and "--page" in capsys.readouterr().err

@@ -131,8 +131,7 @@ def test_the_calibrated_preset_feeds_the_latency_model_and_serve_sim(tmp_path: P
     """The file a calibration writes is a --hardware file: its preset is the latency model's
     GPU (its measured bandwidth prices a decode's GPU attention) and serve-sim's, by the
     file's use section."""
-    import subprocess
-    import sys
+    from cli_helpers import run_cli
 
     from nelssa.emu.latency.model import LatencyModel
 
@@ -148,10 +147,8 @@ def test_the_calibrated_preset_feeds_the_latency_model_and_serve_sim(tmp_path: P
     want = 32768 * lm.model.kv_bytes_per_token / (cal.hbm_gbs * 1e9)
     assert lm.t_gpu(32768) == pytest.approx(want) and lm.t_gpu(32768) != base.t_gpu(32768)
     trace = Path(__file__).parent / "data" / "mooncake_conversation_head.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "nelssa.cli", "serve-sim", "--hardware",
-                           str(out), "--trace", str(trace), "--limit", "5", "--mode", "nelssa",
-                           "--out", str(tmp_path / "sim")], capture_output=True, text=True,
-                          timeout=300)
+    proc = run_cli("serve-sim", "--hardware", str(out), "--trace", str(trace), "--limit", "5",
+                   "--mode", "nelssa", "--out", str(tmp_path / "sim"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert " on cal" in proc.stdout, proc.stdout[-2000:]
     assert base.gpu.name == "h100-nvl"

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from nelssa.emu.latency.hardware import HardwareCatalog
 from nelssa.emu.latency.model import LatencyModel
@@ -29,9 +29,8 @@ EXAMPLE = ROOT / "docs" / "examples" / "b200-ddr5-8000.yaml"
 TRACE = ROOT / "tests" / "data" / "mooncake_conversation_head.jsonl"
 
 
-def _cli(*words: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nelssa.cli", *words], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+def _cli(*words: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(*words, cwd=ROOT)
 
 
 def test_ddr5_grades_keep_6400_and_take_overrides():
@@ -184,7 +183,7 @@ def test_decode_runs_the_example_file(tmp_path):
                 "--short", "1", "--long", "1", "--short-len", "8", "--long-len", "100",
                 "--t-input", "90", "--steps", "2", "--weight-sets", "1", "--prefill",
                 "emulated", "--no-accuracy", "--trace", str(tmp_path / "t.json"), "--plot",
-                str(tmp_path / "p.png"), timeout=600)
+                str(tmp_path / "p.png"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert ("llama 2 layers, 64 query / 8 KV heads x 128, hidden 8192, MLP 28672, vocabulary "

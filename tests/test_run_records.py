@@ -265,19 +265,18 @@ def test_a_changed_hardware_value_under_the_same_name_runs_again(tmp_path: Path)
 
 # -- decode ----------------------------------------------------------------------------------
 def test_decode_writes_its_configuration_and_keeps_an_earlier_run(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+    from cli_helpers import run_cli
 
-    args = [sys.executable, "-m", "nelssa.cli", "decode", "--backend", "model", "--devices",
-            "1", "--short", "1", "--long", "0", "--steps", "1", "--no-accuracy", "--trace",
-            str(tmp_path / "run.json"), "--plot", str(tmp_path / "run.png")]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    args = ["decode", "--backend", "model", "--devices", "1", "--short", "1", "--long", "0",
+            "--steps", "1", "--no-accuracy", "--trace", str(tmp_path / "run.json"), "--plot",
+            str(tmp_path / "run.png")]
+    done = run_cli(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads((tmp_path / "run.config.json").read_text())
     assert doc["command"] == "decode" and doc["hardware"]["pnm"]["name"]
     assert doc["model"]["shape"]["num_hidden_layers"] > 0 and doc["requests"]["seed"] == 0
     assert doc["decode"]["selection"] > 0 and doc["nelssa"]["commit"]
-    again = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    again = run_cli(*args)
     assert again.returncode == 2 and "earlier run" in again.stderr
     assert "--overwrite" in again.stderr and "Traceback" not in again.stderr
 
