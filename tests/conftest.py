@@ -13,6 +13,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "rtl"))
 
+# One OpenMP thread for PyTorch in each test process and the processes it starts (decode and
+# PNM nodes), set before anything imports torch: `make test` keeps both cores busy, where a
+# second thread only spins on the tests' small tensors (tests/test_cosim_vllm.py's scheduler
+# replay: 17 CPU seconds with it, 0.8 without); the figures do not depend on it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 SHOWN_LOGS = ("nelssa.hw.sim.verilator", "cocotb_runner")
 """Loggers whose INFO lines reach the terminal while tests run (between pytest's dots): what a

@@ -40,6 +40,11 @@ class Run:
     layers: int = 2
     model: str = "llama-3-8b"
     """A model preset (a small vocabulary starts a decode node sooner)."""
+    vocab: int | None = None
+    """The model's vocabulary, cut (None: the preset's): the output head's random weights."""
+    prefill: str = "auto"
+    """``--prefill``: ``emulated`` takes the prompts' KV from the emulated prefill node
+    instead of a pass through the model."""
     kmeans_iterations: int = 10
     """k-means rounds of the prefill's clustering (no emulated time depends on them)."""
     long: int = 1
@@ -54,7 +59,8 @@ def decode_argv(run: Run, k: int, steps_json: Path, folder: Path) -> list[str]:
             str(run.devices), "--model", run.model, "--layers", str(run.layers),
             "--short", "0", "--long", str(run.long), "--long-len", str(run.long_len),
             "--t-input", str(run.long_len // 2), "--steps", str(run.steps), "--no-accuracy",
-            "--kmeans-iterations", str(run.kmeans_iterations),
+            "--kmeans-iterations", str(run.kmeans_iterations), "--prefill", run.prefill,
+            *(["--vocab", str(run.vocab)] if run.vocab else []),
             "--trace", str(folder / "trace.json"), "--plot", str(folder / "plot.png"),
             "--steps-json", str(steps_json)]
 
