@@ -5,9 +5,11 @@ ring registers the driver programmed. And the one build of the top both run on."
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import numpy as np
+from buses import ReorderingAxiMemory
 
 from nelssa.driver.command import AttnRequest, CommandQueue
 from nelssa.driver.device import Device
@@ -75,6 +77,11 @@ def model_case(seed: int, shapes=SHAPES, max_tokens: int = 32) -> Case:
     dev.reg_write("CONTROL", 1)
     cq.wait(ids)
     return Case(before, port.mem.image(), ring, sq_tail, len(ids))
+
+
+def channel_memory(dut, rng: random.Random) -> ReorderingAxiMemory:
+    """The memory models behind the top's channels (TOP_PARAMS)."""
+    return ReorderingAxiMemory(dut, dut.clk_i, CHANNELS, PORT_W, CHAN_ADDR_W, rng)
 
 
 def run_top(test_module: str) -> None:

@@ -17,21 +17,12 @@ import random
 
 import cocotb
 import pytest
-from buses import ReorderingAxiMemory, axi_bus, axil_bus, reset_with_memory
+from buses import axi_bus, axil_bus, reset_with_memory
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiLiteMaster, AxiMaster
 from cocotbext.pcie.core import Device, MemoryEndpoint, RootComplex
-from fpga_case import (
-    BUILD_ID,
-    CHAN_ADDR_W,
-    CHANNELS,
-    MEM_BYTES,
-    PORT_W,
-    RING_REGS,
-    model_case,
-    run_top,
-)
+from fpga_case import BUILD_ID, MEM_BYTES, RING_REGS, channel_memory, model_case, run_top
 
 from nelssa.driver import regs
 from nelssa.driver.iface import interface_hash32
@@ -80,8 +71,7 @@ class TB:
 
     def __init__(self, dut, seed: int = 0) -> None:
         self.dut = dut
-        self.mem = ReorderingAxiMemory(dut, dut.clk_i, CHANNELS, PORT_W, CHAN_ADDR_W,
-                                       random.Random(seed))
+        self.mem = channel_memory(dut, random.Random(seed))
         cocotb.start_soon(Clock(dut.clk_i, 4, unit="ns").start())
         for name in ("s_axil", "s_axi", "pcie"):  # per-transfer INFO lines
             logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)

@@ -15,7 +15,6 @@ import random
 import cocotb
 import pytest
 from buses import (
-    ReorderingAxiMemory,
     axi_bus,
     axil_bus,
     random_pauses,
@@ -26,16 +25,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBurstType, AxiLiteMaster, AxiMaster
 from cocotbext.axi.axi_channels import AxiRMonitor
-from fpga_case import (
-    BUILD_ID,
-    CHAN_ADDR_W,
-    CHANNELS,
-    MEM_BYTES,
-    PORT_W,
-    RING_REGS,
-    model_case,
-    run_top,
-)
+from fpga_case import BUILD_ID, MEM_BYTES, RING_REGS, channel_memory, model_case, run_top
 
 from nelssa.driver import regs
 from nelssa.driver.iface import interface_hash32
@@ -56,8 +46,7 @@ class TB:
     def __init__(self, dut, seed: int = 0, pause: float = HOST_PAUSE) -> None:
         self.dut = dut
         self.rng = random.Random(seed)
-        self.mem = ReorderingAxiMemory(dut, dut.clk_i, CHANNELS, PORT_W, CHAN_ADDR_W,
-                                       random.Random(seed + 1))
+        self.mem = channel_memory(dut, random.Random(seed + 1))
         cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
         for bar in ("s_axil", "s_axi"):  # cocotbext-axi's INFO: every burst, its data in hex
             logging.getLogger(f"cocotb.{dut._name}.{bar}").setLevel(logging.WARNING)
