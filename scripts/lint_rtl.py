@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from nelssa.hw.sim.rtl_sources import (
+    DDR5_ADDR_MAPS,
     DDR5_BENCH,
     DDR5_CHECKER,
     DDR5_CTRL,
@@ -48,6 +49,7 @@ def main() -> int:
              ("nelssa_fpga_top", FPGA_TOP, {"NumChannels": 1, "NumUnits": 1, "ChanAddrW": 36})]
     amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
     runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
+    runs.append(("nelssa_ddr5_addr_maps", DDR5_ADDR_MAPS, {}))
     runs = [(top, srcs, params, ()) for top, srcs, params in runs]
     # the engine's composite blocks, and its units as simulation builds use them
     runs += [(part.stem, ENGINE, {}, ()) for part in ENGINE_PARTS]

@@ -40,6 +40,10 @@ DDR5_CHECKER = [
 ]
 """The sim-only DDR5 timing checker and its package."""
 
+DDR5_ADDR_MAPS = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv",
+                  RTL_ROOT / "sim" / "nelssa_ddr5_addr_maps.sv"]
+"""The front end's address map, all three maps side by side (tests/rtl/test_ddr5_addr_map.py)."""
+
 DDR5_CTRL = [RTL_ROOT / "mem" / f"{name}.sv" for name in (
     "nelssa_ddr5_pkg", "nelssa_ddr5_sched_if", "nelssa_ddr5_sched_tries",
     "nelssa_ddr5_sched_parallel", "nelssa_ddr5_ctrl")]

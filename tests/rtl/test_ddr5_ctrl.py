@@ -143,19 +143,31 @@ async def same_line_reads_and_writes(dut):
                                            is_write=rng.random(n) < 0.5))
 
 
-FORMS = {"tries": 0, "parallel": 1}
-"""The scheduler's two forms by the controller's ParallelSched: the tries that simulation builds
-use and the parallel form that synthesis builds use (the controller's default)."""
+FAULTS_VLT = Path(__file__).resolve().parent / "ddr5_ctrl_faults.vlt"
+"""the signals a fault forces (the assertion tests below), marked forceable"""
+BUILDS = {"tries": ({"ParallelSched": 0}, DDR5_VERILATOR_ARGS, False),
+          "parallel": ({"ParallelSched": 1}, [*DDR5_VERILATOR_ARGS, str(FAULTS_VLT)], True)}
+"""The scheduler's two forms by the controller's ParallelSched, each build's parameters, Verilator
+arguments and -O0: the tries that simulation builds use, and the parallel form that synthesis
+builds use (the controller's default). The parallel form's build is the assertion tests' (its
+forceable signals change nothing while no test forces them), at -O0: its runs within the
+contract cost less than a build of their own."""
+
+
+def run_ctrl(form: str, test_filter: str, expect_assertion: set[str] | None = None) -> None:
+    from cocotb_runner import run_cocotb
+
+    params, args, unoptimized = BUILDS[form]
+    run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", params, sources=DDR5_CTRL,
+               build_extra=args, test_filter=test_filter, expect_assertion=expect_assertion,
+               unoptimized=unoptimized)
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("form", list(BUILDS))
 def test_ddr5_ctrl(form):
     """Both forms of the scheduler issue the cycle model's commands."""
-    from cocotb_runner import run_cocotb
-
-    run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", {"ParallelSched": FORMS[form]},
-               sources=DDR5_CTRL, build_extra=DDR5_VERILATOR_ARGS, test_filter=WITHIN_CONTRACT)
+    run_ctrl(form, WITHIN_CONTRACT)
 
 
 # -- the controller's assertions, each shown firing ------------------------------------------------
@@ -164,8 +176,6 @@ def test_ddr5_ctrl(form):
 # test below forces one named fault into a build where those signals are forceable
 # (ddr5_ctrl_faults.vlt), lets one clock edge sample it and resets the controller right after,
 # so what the fault leaves behind breaks no other rule: exactly the named assertion fires.
-FAULTS_VLT = Path(__file__).resolve().parent / "ddr5_ctrl_faults.vlt"
-"""the signals a fault forces, marked forceable for that build only"""
 REQUEST_INPUTS = ("req_valid_i", "req_write_i", "req_bg_i", "req_bank_i", "req_row_i",
                   "req_col_i", "req_tag_i")
 CMD_PRE = 3
@@ -309,9 +319,5 @@ FIRES = [("breaks_taken_when_full", {"QueuesBounded"}),
 def test_ddr5_ctrl_assertion_fires(case: str, fired: set[str]):
     """Each of the controller's assertions fires, alone, on its fault (the synthesis form: it
     keeps no state of its own for a forced output to put out of step)."""
-    from cocotb_runner import run_cocotb
-
-    run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", {"ParallelSched": 1}, sources=DDR5_CTRL,
-               build_extra=[*DDR5_VERILATOR_ARGS, str(FAULTS_VLT)], test_filter=case,
-               expect_assertion=fired, unoptimized=True)
+    run_ctrl("parallel", case, expect_assertion=fired)
 

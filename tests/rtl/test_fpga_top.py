@@ -15,7 +15,6 @@ import random
 import cocotb
 import pytest
 from buses import (
-    ReorderingAxiMemory,
     axi_bus,
     axil_bus,
     random_pauses,
@@ -26,26 +25,14 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBurstType, AxiLiteMaster, AxiMaster
 from cocotbext.axi.axi_channels import AxiRMonitor
-from fpga_case import RING_REGS, model_case
+from fpga_case import BUILD_ID, MEM_BYTES, RING_REGS, channel_memory, model_case, run_top
 
 from nelssa.driver import regs
 from nelssa.driver.iface import interface_hash32
-from nelssa.hw.sim.rtl_sources import FP_GATED_ARGS, FPGA_TOP
 
-CHANNELS = 4
-CHAN_ADDR_W = 28
-MEM_BYTES = CHANNELS << CHAN_ADDR_W  # 1 GiB
-BUILD_ID = 0x0B17_D1D0
-# two units (the top's arbitration between them) of a small engine: the top's own logic does
-# not depend on the engine's size, which test_attn_engine_full and the RTL device's tests
-# cover at the device's (a quarter of the build time, the C++ at -O0)
-PARAMS = {"NumUnits": 2, "NumChannels": CHANNELS, "ChanAddrW": CHAN_ADDR_W, "HeadDim": 64,
-          "NumQHeads": 2, "MaxClusterTokens": 16, "MemBytes": f"64'd{MEM_BYTES}",
-          "BuildId": f"32'h{BUILD_ID:08X}"}
 SHAPES = ((64, 2, 12, 5), (64, 1, 6, 6), (64, 2, 9, 4), (64, 1, 3, 1))
 """Each request's head_dim, query heads, clusters and clusters selected (as fpga_case.SHAPES,
 within the small engine's limits)."""
-PORT_W = 2  # $clog2(NumUnits + 2)
 LINE = 64
 OKAY, SLVERR = 0, 2
 HOST_PAUSE = 0.2  # the host masters' idle and back-pressure: each channel paused 1 cycle in 5
@@ -59,8 +46,7 @@ class TB:
     def __init__(self, dut, seed: int = 0, pause: float = HOST_PAUSE) -> None:
         self.dut = dut
         self.rng = random.Random(seed)
-        self.mem = ReorderingAxiMemory(dut, dut.clk_i, CHANNELS, PORT_W, CHAN_ADDR_W,
-                                       random.Random(seed + 1))
+        self.mem = channel_memory(dut, random.Random(seed + 1))
         cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
         for bar in ("s_axil", "s_axi"):  # cocotbext-axi's INFO: every burst, its data in hex
             logging.getLogger(f"cocotb.{dut._name}.{bar}").setLevel(logging.WARNING)
@@ -234,7 +220,4 @@ async def bar_refusals_touch_nothing(dut):
 
 @pytest.mark.rtl
 def test_fpga_top():
-    from cocotb_runner import run_cocotb
-
-    run_cocotb("nelssa_fpga_top", "test_fpga_top", parameters=PARAMS, sources=FPGA_TOP,
-               build_extra=FP_GATED_ARGS, unoptimized=True)
+    run_top("test_fpga_top")
