@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 UNOPTIMIZED_MAKEFLAGS = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
 """verilated.mk's optimization levels (-Os by default), overridden from MAKEFLAGS"""
+SINGLE_COMPILE_MAKEFLAGS = "VM_PARALLEL_BUILDS=0"
+"""verilated.mk compiles the model's C++ files as one (Vtop__ALL.cpp), as Verilator chooses for a
+small model, instead of one by one behind two precompiled headers"""
 
 
 @contextlib.contextmanager
@@ -116,6 +119,7 @@ def run_cocotb(
     build_extra: Sequence[str] = (),
     expect_assertion: str | Collection[str] | None = None,
     unoptimized: bool = False,
+    single_compile: bool = False,
 ) -> None:
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
@@ -130,6 +134,9 @@ def run_cocotb(
     [<instance>] <name>") must be exactly this one (or this set), none missing, none more.
     ``unoptimized``: compile the C++ at -O0 (a quarter less build time; for a unit whose
     simulation is short, where the build is most of the cost).
+    ``single_compile``: compile the model as one C++ file, without precompiled headers (with
+    ``unoptimized``, a third of the C++ compile's CPU for the small attention engine; Verilator
+    splits a model of its size).
     """
     setup_environment()
     waves = waves or waves_requested()
@@ -142,7 +149,9 @@ def run_cocotb(
         build_args += wave_args()
     hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
     make_flags = UNOPTIMIZED_MAKEFLAGS if unoptimized else ""
-    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, [*build_args, make_flags])
+    model_flags = f"{make_flags} {SINGLE_COMPILE_MAKEFLAGS}".strip() if single_compile else (
+        make_flags)
+    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, [*build_args, model_flags])
     runner = _KeepRuntime()
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
@@ -151,8 +160,9 @@ def run_cocotb(
     # CFLAGS; the optimization level is in the folder's name)
     shared = not waves and not any(a in build_args for a in ("--trace", "--trace-fst",
                                                              "--coverage", "--timing", "-CFLAGS"))
+    # (not on VM_PARALLEL_BUILDS either: the run-time objects are compiled alike both ways)
     runtime = build_root() / f"cocotb-runtime-{source_hash([], None, [make_flags])}"
-    with build_lock(build_dir), _make_flags(make_flags):
+    with build_lock(build_dir), _make_flags(model_flags):
         if shared and _share_runtime(runtime, build_dir, into_build=True):
             runner.keep = [f"{n}.o" for n in RUNTIME_OBJECTS]
         built = (build_dir / top).exists()  # the folder is the design's: its model is cached
