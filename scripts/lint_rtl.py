@@ -20,6 +20,7 @@ from nelssa.hw.sim.rtl_sources import (
     ENGINE_BENCH_TOP,
     ENGINE_PARTS,
     FP_UNITS,
+    FP_UNITS_TOP,
     FPGA_TOP,
     PACKAGES,
     VERILATOR_CONFIG,
@@ -55,6 +56,7 @@ def main() -> int:
     runs += [(part.stem, ENGINE, {}, ()) for part in ENGINE_PARTS]
     runs += [("nelssa_attn_engine", ENGINE, v, ("NELSSA_FP_GATED",)) for v in ENGINE_VARIANTS]
     runs.append(("nelssa_engine_bench_top", [*ENGINE, ENGINE_BENCH_TOP], {}, ("NELSSA_FP_GATED",)))
+    runs.append(("nelssa_fp_units_top", [*PACKAGES, *FP_UNITS, FP_UNITS_TOP], {}, ()))
     for top, srcs, params, defines in runs:
         cmd = ["verilator", "--lint-only", "-Wall", f"-I{RTL_INCLUDE}", "--top-module", top,
                *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),

@@ -31,6 +31,8 @@ ENGINE_PARTS = [CORE / "nelssa_beat_dot.sv", CORE / "nelssa_softmax_weight.sv"]
 
 ENGINE = [*PACKAGES, *FP_UNITS, *ENGINE_PARTS, CORE / "nelssa_attn_engine.sv"]
 """Everything the attention engine elaborates from."""
+FP_UNITS_TOP = RTL_ROOT / "sim" / "nelssa_fp_units_top.sv"
+"""The seven arithmetic units side by side (their cocotb tests share its one build)."""
 ENGINE_BENCH_TOP = RTL_ROOT / "sim" / "nelssa_engine_bench_top.sv"
 """The engine behind registered inputs, for the C++ harness."""
 

@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from cocotb_tools.check_results import get_results
+from cocotb_tools.runner import Verilator
 
 from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG, unit_sources
 from nelssa.hw.sim.verilator import (
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 UNOPTIMIZED_MAKEFLAGS = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
 """verilated.mk's optimization levels (-Os by default), overridden from MAKEFLAGS"""
+SINGLE_COMPILE_MAKEFLAGS = "VM_PARALLEL_BUILDS=0"
+"""verilated.mk compiles the model's C++ files as one (Vtop__ALL.cpp), as Verilator chooses for a
+small model, instead of one by one behind two precompiled headers"""
 
 
 @contextlib.contextmanager
@@ -56,20 +60,33 @@ RUNTIME_OBJECTS = ("verilated", "verilated_dpi", "verilated_threads", "verilated
 unit's build): compiled once per optimization level, shared by the builds"""
 
 
-def _share_runtime(runtime: Path, build_dir: Path, into_build: bool) -> None:
+def _share_runtime(runtime: Path, build_dir: Path, into_build: bool) -> bool:
     """Copy the run-time objects (and make's .d files) from the shared folder into a new
-    build folder, or, after a build, from it into the shared folder if that lacks them. make
-    sees the copies as up to date (their mtimes are kept, later than the wheel's sources)."""
+    build folder, or, after a build, from it into the shared folder if that lacks them.
+    Returns whether the build folder holds them all now (make is then told to keep them:
+    :class:`_KeepRuntime`)."""
     runtime.mkdir(parents=True, exist_ok=True)
     files = [f"{n}{ext}" for n in RUNTIME_OBJECTS for ext in (".o", ".d")]
     with build_lock(runtime):
         src, dst = (runtime, build_dir) if into_build else (build_dir, runtime)
-        if not all((src / f).exists() for f in files) or all((dst / f).exists() for f in files):
-            return
-        for f in files:
-            tmp = dst / f"{f}.tmp"
-            shutil.copy2(src / f, tmp)
-            tmp.replace(dst / f)
+        if all((src / f).exists() for f in files) and not all((dst / f).exists() for f in files):
+            for f in files:
+                tmp = dst / f"{f}.tmp"
+                shutil.copy2(src / f, tmp)
+                tmp.replace(dst / f)
+    return all((build_dir / f"{n}.o").exists() for n in RUNTIME_OBJECTS)
+
+
+class _KeepRuntime(Verilator):
+    """cocotb's Verilator runner whose make keeps the run-time objects already in the build
+    folder (make -o): verilated.mk makes each depend on the Vtop.mk that Verilator has just
+    written, so make would compile the copies again (about 10 s of CPU a build)."""
+
+    keep: Sequence[str] = ()
+
+    def _build_command(self) -> list[list[str]]:
+        *verilate, make = super()._build_command()
+        return [*verilate, [*make, *(a for f in self.keep for a in ("-o", f))]]
 
 
 WAVES_ON = ("NELSSA_WAVES", "WAVES")
@@ -102,6 +119,7 @@ def run_cocotb(
     build_extra: Sequence[str] = (),
     expect_assertion: str | Collection[str] | None = None,
     unoptimized: bool = False,
+    single_compile: bool = False,
 ) -> None:
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
@@ -116,11 +134,12 @@ def run_cocotb(
     [<instance>] <name>") must be exactly this one (or this set), none missing, none more.
     ``unoptimized``: compile the C++ at -O0 (a quarter less build time; for a unit whose
     simulation is short, where the build is most of the cost).
+    ``single_compile``: compile the model as one C++ file, without precompiled headers (with
+    ``unoptimized``, a third of the C++ compile's CPU for the small attention engine; Verilator
+    splits a model of its size).
     """
     setup_environment()
     waves = waves or waves_requested()
-    from cocotb_tools.runner import get_runner
-
     srcs = list(sources) if sources is not None else unit_sources(top)
     params = dict(parameters or {})
     build_args = [str(VERILATOR_CONFIG), "--x-assign", "fast", "--x-initial", "fast", "-O3",
@@ -130,8 +149,10 @@ def run_cocotb(
         build_args += wave_args()
     hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
     make_flags = UNOPTIMIZED_MAKEFLAGS if unoptimized else ""
-    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, [*build_args, make_flags])
-    runner = get_runner("verilator")
+    model_flags = f"{make_flags} {SINGLE_COMPILE_MAKEFLAGS}".strip() if single_compile else (
+        make_flags)
+    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, [*build_args, model_flags])
+    runner = _KeepRuntime()
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
     # one build folder holds the model and the run's results: one process at a time
@@ -139,10 +160,11 @@ def run_cocotb(
     # CFLAGS; the optimization level is in the folder's name)
     shared = not waves and not any(a in build_args for a in ("--trace", "--trace-fst",
                                                              "--coverage", "--timing", "-CFLAGS"))
+    # (not on VM_PARALLEL_BUILDS either: the run-time objects are compiled alike both ways)
     runtime = build_root() / f"cocotb-runtime-{source_hash([], None, [make_flags])}"
-    with build_lock(build_dir), _make_flags(make_flags):
-        if shared:
-            _share_runtime(runtime, build_dir, into_build=True)
+    with build_lock(build_dir), _make_flags(model_flags):
+        if shared and _share_runtime(runtime, build_dir, into_build=True):
+            runner.keep = [f"{n}.o" for n in RUNTIME_OBJECTS]
         built = (build_dir / top).exists()  # the folder is the design's: its model is cached
         with contextlib.nullcontext() if built else announce_build(f"cocotb-{top}", build_dir):
             runner.build(

@@ -1,5 +1,7 @@
 """Shared testbench pieces for the combinational arithmetic units: a TB that applies vectors and
-a scoreboard that compares output bits with the Python model (hw/model/fp.py)."""
+a scoreboard that compares output bits with the Python model (hw/model/fp.py), and the one build
+all seven units' tests share (rtl/sim/nelssa_fp_units_top.sv: every unit side by side, its ports
+named <unit>_<port>; each test file drives its own unit)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from cocotb.triggers import Timer
+
+from nelssa.hw.sim.rtl_sources import FP_UNITS, FP_UNITS_TOP, PACKAGES
+
+UNITS_TOP = FP_UNITS_TOP.stem
 
 SPECIALS32 = np.array(
     [0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000, 0x7FC00000,
@@ -31,10 +37,12 @@ def random_f32_bits(rng: np.random.Generator, n: int) -> np.ndarray:
 class CombTB:
     """Drives a combinational unit's inputs and reads its output, one vector at a time."""
 
-    def __init__(self, dut, inputs: Sequence[str], output: str) -> None:
+    def __init__(self, dut, unit: str, inputs: Sequence[str], output: str) -> None:
+        """``unit``: the module under test, ``nelssa_<unit>``; ``inputs`` and ``output``: its
+        port names (the top's are these prefixed with ``<unit>_``)."""
         self.dut = dut
-        self.inputs = [getattr(dut, name) for name in inputs]
-        self.output = getattr(dut, output)
+        self.inputs = [getattr(dut, f"{unit}_{name}") for name in inputs]
+        self.output = getattr(dut, f"{unit}_{output}")
         dut.en_i.value = 1  # the result is used (a gated simulation computes it only then)
 
     async def apply(self, *values: int) -> int:
@@ -61,3 +69,14 @@ class CombTB:
             + "; ".join(mismatches[:5])
         )
         return len(expected)
+
+
+def run_unit_tests(test_module: str) -> None:
+    """Run ``test_module``'s cocotb tests on the units' shared build. At -O0: a file's run is
+    some 10,000 vectors, each a cocotb round trip far dearer than the model's evaluation (about
+    2 s of CPU a file), while the build is most of the cost (one build of all seven, -O0: about
+    15 s of CPU; seven of one unit each, -O3: 16 to 20 s each)."""
+    from cocotb_runner import run_cocotb
+
+    run_cocotb(UNITS_TOP, test_module, sources=[*PACKAGES, *FP_UNITS, FP_UNITS_TOP],
+               unoptimized=True)

@@ -232,11 +232,15 @@ FIRES = [("breaks_command_changed", {"CmdHeld"}),
 def test_attn_engine_assertion_fires(case: str, fired: set[str]):
     """Each input rule of the engine, broken on purpose, fires its assertion (on the build of
     test_attn_engine_small[gated], so no build of its own)."""
-    _run(_params(64, 2, 16), test_filter=case, expect_assertion=fired)
+    _run(SMALL, test_filter=case, expect_assertion=fired)
 
 
 def _params(head_dim: int, num_qheads: int, max_cluster_tokens: int) -> dict[str, int]:
     return {"HeadDim": head_dim, "NumQHeads": num_qheads, "MaxClusterTokens": max_cluster_tokens}
+
+
+SMALL = _params(64, 2, 16)
+"""test_attn_engine_small's instance (the rule breakers run on its gated build)."""
 
 
 def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = True,
@@ -246,9 +250,13 @@ def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = T
     env = {"NELSSA_ENGINE_PARAMS": json.dumps({
         "head_dim": params["HeadDim"], "num_qheads": params["NumQHeads"],
         "max_cluster_tokens": params["MaxClusterTokens"]})}
+    # -O0, one C++ file: the runs are short (the small instance's some 3 s of CPU, the full
+    # one's 10 s at -Os), and so built the full engine costs some 47 s of CPU with its run
+    # instead of some 70 (-Os, split), the small one some 5 s instead of some 28
     run_cocotb(TOP, "test_attn_engine", parameters=params, extra_env=env,
                test_filter=test_filter or WITHIN_CONTRACT,
-               build_extra=FP_GATED_ARGS if gated else (), expect_assertion=expect_assertion)
+               build_extra=FP_GATED_ARGS if gated else (), expect_assertion=expect_assertion,
+               unoptimized=True, single_compile=True)
 
 
 @pytest.mark.rtl
@@ -266,7 +274,7 @@ def test_attn_engine_small(units):
     built eager, as hardware computes (every unit always), and both builds must match the model
     bit for bit: so no unit output is read while its en_i is low. The en_i conditions do not
     depend on the parameters, so the small instance shows it for all of them."""
-    _run(_params(64, 2, 16), test_filter="directed_shapes|constrained_random|malformed_streams",
+    _run(SMALL, test_filter="directed_shapes|constrained_random|malformed_streams",
          gated=units == "gated")
 
 

@@ -54,4 +54,5 @@ def test_attn_unit_assertion_fires(case: str, fired: set[str]):
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_attn_unit", PARAMS, sources=SOURCES, test_filter=case,
-               build_extra=FP_GATED_ARGS, expect_assertion=fired, unoptimized=True)
+               build_extra=FP_GATED_ARGS, expect_assertion=fired, unoptimized=True,
+               single_compile=True)

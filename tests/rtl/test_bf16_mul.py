@@ -8,15 +8,16 @@ import pytest
 
 from nelssa.hw.model import fp
 
-from fpunit import SPECIALS32, CombTB
+from fpunit import SPECIALS32, CombTB, run_unit_tests
 
-TOP = "nelssa_bf16_mul"
+UNIT = "bf16_mul"
+"""nelssa_bf16_mul, on the units' shared build (fpunit.run_unit_tests)"""
 SPECIALS16 = np.unique((SPECIALS32 >> 16).astype(np.uint16))
 
 
 class TB(CombTB):
     def __init__(self, dut) -> None:
-        super().__init__(dut, ["a_i", "b_i"], "prod_o")
+        super().__init__(dut, UNIT, ["a_i", "b_i"], "prod_o")
 
 
 @cocotb.test()
@@ -46,6 +47,4 @@ async def random_bits(dut):
 
 @pytest.mark.rtl
 def test_bf16_mul():
-    from cocotb_runner import run_cocotb
-
-    run_cocotb(TOP, "test_bf16_mul")
+    run_unit_tests("test_bf16_mul")

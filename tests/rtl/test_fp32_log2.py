@@ -8,14 +8,15 @@ import pytest
 
 from nelssa.hw.model import fp
 
-from fpunit import SPECIALS32, CombTB, random_f32_bits
+from fpunit import SPECIALS32, CombTB, random_f32_bits, run_unit_tests
 
-TOP = "nelssa_fp32_log2"
+UNIT = "fp32_log2"
+"""nelssa_fp32_log2, on the units' shared build (fpunit.run_unit_tests)"""
 
 
 class TB(CombTB):
     def __init__(self, dut) -> None:
-        super().__init__(dut, ["x_i"], "y_o")
+        super().__init__(dut, UNIT, ["x_i"], "y_o")
 
 
 @cocotb.test()
@@ -43,6 +44,4 @@ async def random_bits(dut):
 
 @pytest.mark.rtl
 def test_fp32_log2():
-    from cocotb_runner import run_cocotb
-
-    run_cocotb(TOP, "test_fp32_log2")
+    run_unit_tests("test_fp32_log2")

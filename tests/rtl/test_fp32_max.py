@@ -8,14 +8,15 @@ import pytest
 
 from nelssa.hw.model import fp
 
-from fpunit import SPECIALS32, CombTB, random_f32_bits
+from fpunit import SPECIALS32, CombTB, random_f32_bits, run_unit_tests
 
-TOP = "nelssa_fp32_max"
+UNIT = "fp32_max"
+"""nelssa_fp32_max, on the units' shared build (fpunit.run_unit_tests)"""
 
 
 class TB(CombTB):
     def __init__(self, dut) -> None:
-        super().__init__(dut, ["a_i", "b_i"], "max_o")
+        super().__init__(dut, UNIT, ["a_i", "b_i"], "max_o")
 
 
 @cocotb.test()
@@ -36,6 +37,4 @@ async def random_bits(dut):
 
 @pytest.mark.rtl
 def test_fp32_max():
-    from cocotb_runner import run_cocotb
-
-    run_cocotb(TOP, "test_fp32_max")
+    run_unit_tests("test_fp32_max")
