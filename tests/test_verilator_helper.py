@@ -82,6 +82,30 @@ def test_a_build_killed_part_way_is_redone(monkeypatch, tmp_path):
     assert subprocess.run([again], capture_output=True, text=True).stdout == "built\n"
 
 
+def test_opt_sets_the_hot_code_level_and_builds_the_cold_code_unoptimized(monkeypatch, tmp_path):
+    """``opt`` reaches make as verilated.mk's variables (a -CFLAGS -O would come after them and
+    set every file's level): the hot code and Verilator's runtime at ``opt``, the cold code
+    (__Slow files) at COLD_OPT; a build at another level is another build."""
+    monkeypatch.setenv("NELSSA_BUILD_CACHE", str(tmp_path / "cache"))
+    seen = []
+
+    def fake(name, cmd):
+        seen.append(cmd)
+        out = next(a for a in cmd if a.startswith(str(tmp_path / "cache")))
+        (Path(out) / "Vblink").write_text("")
+
+    sv = tmp_path / "blink.sv"
+    sv.write_text("module blink; endmodule\n")
+    monkeypatch.setattr(vl, "_verilate", fake)
+    hot = vl.build_executable("blink", "blink", [sv], [], opt="-O2")
+    flags = [b for a, b in zip(seen[0], seen[0][1:], strict=False) if a == "-MAKEFLAGS"]
+    assert flags == ["OPT_FAST=-O2", "OPT_GLOBAL=-O2", f"OPT_SLOW={vl.COLD_OPT}"]
+    assert vl.COLD_OPT == "-O0" and "-CFLAGS" not in seen[0]
+    assert vl.build_executable("blink", "blink", [sv], [], opt="-O1").parent != hot.parent
+    assert vl.build_executable("blink", "blink", [sv], []).parent != hot.parent
+    assert not any(a == "-MAKEFLAGS" for a in seen[2])  # no opt: extra_args say the level
+
+
 def test_a_build_says_what_it_builds_and_for_how_long(monkeypatch, tmp_path, caplog):
     """A first build takes minutes: its name, a "still building" line while it lasts, and its
     time when done (or failed) are logged for the command line and the tests to show."""

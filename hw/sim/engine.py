@@ -91,7 +91,8 @@ class RtlEngine:
                 "NumQHeads": self.params.num_qheads,
                 "MaxClusterTokens": self.params.max_cluster_tokens,
             },
-            extra_args=["-CFLAGS", "-O2", *FP_GATED_ARGS],
+            opt="-O2",  # (its cold code at -O0: build_executable)
+            extra_args=FP_GATED_ARGS,
         )
 
     def run(self, cmd: EngineCommand, repeat: int = 1, kv_gap_period: int = 0,
