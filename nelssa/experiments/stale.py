@@ -145,14 +145,17 @@ class PageState:
     """Measured files whose code changed since ``commit``."""
     cosmetic: int = 0
     """Measured files changed since ``commit`` in comments, docstrings or blank space only."""
+    script: str = ""
+    """The script that writes the page (none for a hand-written one)."""
 
     def line(self) -> str:
         at = f" at {self.commit[:10]}" if self.commit else ""
         how = "" if self.named else " (names no commit: dated by its last edit)"
         if self.state is State.STALE:
             shown = ", ".join(self.changed[:5]) + (" ..." if len(self.changed) > 5 else "")
-            return f"{self.page}: stale{at}{how}; changed since: {shown}"
-        return f"{self.page}: {self.state.value}{at}{how}"
+            return f"{self.page}: stale{at}{how}; changed since: {shown}; rerun {self.script}"
+        by = f" (written by {self.script})" if self.script else ""
+        return f"{self.page}: {self.state.value}{at}{how}{by}"
 
 
 def _git(repo: Path, *args: str) -> str | None:
@@ -176,23 +179,23 @@ def check_page(repo: Path, page: str, measured: Measured | None) -> PageState:
         return PageState(page, State.HAND_WRITTEN)
     path = RESULTS / page
     if not (repo / path).is_file():
-        return PageState(page, State.MISSING)
+        return PageState(page, State.MISSING, script=measured.script)
     commit = page_commit((repo / path).read_text(encoding="utf-8", errors="replace"))
     named = commit is not None
     if commit is None:
         commit = (_git(repo, "log", "-1", "--format=%H", "--", str(path)) or "").strip() or None
     full = commit and _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
     if not full:
-        return PageState(page, State.UNKNOWN, commit, named)
+        return PageState(page, State.UNKNOWN, commit, named, script=measured.script)
     full = full.strip()
     head = (_git(repo, "rev-parse", "HEAD") or "").strip()
     diff = _git(repo, "diff", "--name-only", full, head, "--", *measured.paths) if head else None
     if diff is None:
-        return PageState(page, State.UNKNOWN, commit, named)
+        return PageState(page, State.UNKNOWN, commit, named, script=measured.script)
     files = scope(repo, measured.script, measured.modules, diff.split())
     changed = tuple(f for f in files if _code_changed(repo, full, head, f))
     return PageState(page, State.STALE if changed else State.FRESH, commit, named, changed,
-                     len(files) - len(changed))
+                     len(files) - len(changed), measured.script)
 
 
 @functools.lru_cache(maxsize=4096)
