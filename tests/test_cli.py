@@ -299,15 +299,23 @@ def test_one_command_parser_is_the_whole_ones_part():
 
 
 def test_device_serve_and_node_help_import_no_pydantic():
-    """`device serve` (each node's device processes) parses without the hardware description's
+    """`device serve` (each node's device processes) runs without the hardware description's
     pydantic, the serving records or the planner; `node --help` without the decode command's
     modules (it lists the PNM presets, so it reads the description)."""
     probe = ("import sys\nfrom nelssa.cli import main\ntry:\n    main(sys.argv[1:])\n"
              "except SystemExit:\n    pass\n"
              "print(sorted(m for m in ('pydantic', 'torch', 'nelssa.emu.serving.records', "
              "'nelssa.plan.search', 'nelssa.cli_decode') if m in sys.modules), file=sys.stderr)")
-    for argv, heavy in ((["device", "serve", "--help"], "[]"),
-                        (["node", "--help"], "['pydantic']")):
-        proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True,
-                              text=True, check=True)
-        assert proc.stderr.strip() == heavy, (argv, proc.stderr)
+    gone = subprocess.Popen(["true"])  # the device serves until its parent is not this pid
+    gone.wait()
+    folder = Path(tempfile.mkdtemp(prefix="cli-", dir="/tmp"))  # short: a socket path
+    try:
+        serve = ["device", "serve", "--endpoint", f"ipc://{folder}/dev", "--parent-pid",
+                 str(gone.pid)]
+        for argv, heavy in ((serve, "[]"), (["node", "--help"], "['pydantic']")):
+            proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True,
+                                  text=True, check=True, timeout=120)
+            assert proc.stderr.splitlines()[-1] == heavy, (argv, proc.stderr)
+            assert argv != serve or "is gone; device exits" in proc.stderr  # it served
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
