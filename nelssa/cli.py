@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 # PyTorch's CPU allocator on transparent huge pages, read when torch is first imported (so set
 # before any import that brings it in): the KV buffers of a long prompt (a 128K-token head is
@@ -15,31 +17,7 @@ from pathlib import Path
 # here, about a fifth of a 128K run's set-up. A setting the user made is kept; children inherit it.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-import numpy as np
-
 from nelssa import __version__
-from nelssa.cli_decode import add_decode_parser, check_decode_args
-from nelssa.cli_fpga import add_board_args, add_fpga_parser
-from nelssa.cli_latency import add_latency_parser
-from nelssa.cli_node import add_node_parser, check_bind, check_node_args
-from nelssa.cli_plan import add_plan_parser
-from nelssa.cli_presets import add_presets_parser
-from nelssa.cli_serving import add_serving_parser
-from nelssa.cli_sweep import add_sweep_parser
-from nelssa.driver.formats import MAX_IDS
-from nelssa.driver.status import SUPPORTED_HEAD_DIMS
-from nelssa.emu.link.tokens import default_endpoint
-from nelssa.hw.model.device import SIM_CLOCK_HZ, DeviceConfig
-from nelssa.hw.model.drampower import command_trace_option
-from nelssa.hw.model.engine import EngineParams
-from nelssa.hw.ports import (
-    PortOptions,
-    PortSpecError,
-    board_spec,
-    known_forms,
-    open_port,
-    parse_spec,
-)
 from nelssa.hw.sim.verilator import log as verilator_log
 from nelssa.options import (
     PID,
@@ -59,6 +37,9 @@ log = logging.getLogger(__name__)
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """One attention command through the RTL engine and the bit-exact model."""
+    import numpy as np
+
+    from nelssa.hw.model.device import SIM_CLOCK_HZ
     from nelssa.hw.model.engine import EngineParams
     from nelssa.hw.sim.demo import LSE_BOUND, O_BOUND, engine_demo
     from nelssa.hw.sim.engine import RtlEngine
@@ -106,6 +87,8 @@ SERVED = ("model", "rtl", "fpga")
 def served_device(text: str) -> str:
     """``--backend``: a device spec of hw/ports.py that ``device serve`` can serve, or ``fpga``
     (its board from ``--bar``)."""
+    from nelssa.hw.ports import PortSpecError, parse_spec
+
     if text == "fpga":
         return text
     try:
@@ -117,11 +100,13 @@ def served_device(text: str) -> str:
 
 def cmd_device_serve(args: argparse.Namespace) -> int:
     """Serve one device's port over ZeroMQ until a client asks it to shut down."""
+    from nelssa.cli_node import check_bind
     from nelssa.driver.remote_server import serve_port
     from nelssa.emu.launcher import remove_socket_file
     from nelssa.emu.link.security import CurveServerKeys
     from nelssa.emu.link.tokens import AdminTokenError, token_from_file, token_path
     from nelssa.hw.fpga.errors import FpgaError
+    from nelssa.hw.ports import PortOptions, board_spec, open_port
 
     check_bind(args.endpoint, args.curve_secret)  # before the device is made (rtl: built)
     curve = CurveServerKeys(args.curve_secret) if args.curve_secret else None
@@ -188,6 +173,7 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
 def cmd_device_demo(args: argparse.Namespace) -> int:
     """KV written through CXL.mem, attention descriptors through the rings, on the Verilated
     device and on the model, results compared bit for bit."""
+    from nelssa.hw.model.device import SIM_CLOCK_HZ
     from nelssa.hw.sim.demo import device_demo
 
     print(f"NELSSA device demo: {args.kv_heads} KV heads x {args.qheads} query heads, head_dim "
@@ -213,13 +199,9 @@ def _ranged(parser: argparse.ArgumentParser, option: str, most: int, default: in
                         help=f"{what} (1..{most})")
 
 
-def build_parser() -> Parser:
-    """The whole command line: every subcommand and its options."""
-    parser = Parser(
-        prog="nelssa", description="Hardware-in-the-loop emulator of NELSSA (GPU-PNM serving).")
-    parser.add_argument("--version", action="version", version=f"nelssa {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    from nelssa.driver.status import SUPPORTED_HEAD_DIMS
+    from nelssa.hw.model.engine import EngineParams
 
     engine = EngineParams()  # what the demos' engines take (the device's CAPS says the same)
     demo = sub.add_parser("demo", help="one attention command through the RTL engine and model")
@@ -231,6 +213,17 @@ def build_parser() -> Parser:
     demo.add_argument("--seed", type=SEED, default=0)
     demo.set_defaults(func=cmd_demo)
 
+
+def add_device_parser(sub: argparse._SubParsersAction) -> None:
+    from nelssa.cli_fpga import add_board_args
+    from nelssa.driver.formats import MAX_IDS
+    from nelssa.emu.link.tokens import default_endpoint
+    from nelssa.hw.model.device import DeviceConfig
+    from nelssa.hw.model.drampower import command_trace_option
+    from nelssa.hw.model.engine import EngineParams
+    from nelssa.hw.ports import known_forms
+
+    engine = EngineParams()
     device = sub.add_parser("device", help="PNM device processes")
     device_sub = device.add_subparsers(dest="device_command", required=True)
     serve = device_sub.add_parser("serve", help="serve a device's port over ZeroMQ")
@@ -269,23 +262,92 @@ def build_parser() -> Parser:
     ddemo.add_argument("--seed", type=SEED, default=0)
     ddemo.set_defaults(func=cmd_device_demo)
 
-    add_node_parser(sub)
-    add_decode_parser(sub)
-    add_fpga_parser(sub)
-    add_latency_parser(sub)
-    add_serving_parser(sub)
-    add_sweep_parser(sub)
-    add_plan_parser(sub)
-    add_presets_parser(sub)
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": (__name__, "add_demo_parser"),
+    "device": (__name__, "add_device_parser"),
+    "node": ("nelssa.cli_node", "add_node_parser"),
+    "decode": ("nelssa.cli_decode", "add_decode_parser"),
+    "fpga": ("nelssa.cli_fpga", "add_fpga_parser"),
+    "crossover": ("nelssa.cli_latency", "add_latency_parser"),
+    "serve-sim": ("nelssa.cli_serving", "add_serving_parser"),
+    "sweep": ("nelssa.cli_sweep", "add_sweep_parser"),
+    "plan": ("nelssa.cli_plan", "add_plan_parser"),
+    "presets": ("nelssa.cli_presets", "add_presets_parser"),
+}
+"""Each subcommand, in --help's order: the module that adds its parser, and the function. A
+process builds (so imports) only the one it runs: each module's dependencies (pydantic, the
+serving records, the planner, ...) cost a short command more than its work."""
+
+
+class _TopLevelError(Exception):
+    """A refusal of the top-level parser built with one subcommand (its usage would list that
+    one alone)."""
+
+
+class _OneCommandParser(Parser):
+    parsing = True
+    """While it reads the words; after, its refusals (the commands' checks) are Parser's."""
+
+    def error(self, message: str) -> NoReturn:
+        if self.parsing:
+            raise _TopLevelError(message)
+        super().error(message)
+
+
+def build_parser(only: str | None = None) -> Parser:
+    """The whole command line: every subcommand and its options (``only``: that subcommand's
+    alone, the others left out and their modules not imported)."""
+    parser = (Parser if only is None else _OneCommandParser)(
+        prog="nelssa", description="Hardware-in-the-loop emulator of NELSSA (GPU-PNM serving).")
+    parser.add_argument("--version", action="version", version=f"nelssa {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name, (module, adder) in COMMANDS.items():
+        if only is None or name == only:
+            getattr(importlib.import_module(module), adder)(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names, if the words before it are the top level's flags."""
+    for word in argv:
+        if word in COMMANDS:
+            return word
+        if word not in ("-v", "--verbose"):
+            return None
+    return None
+
+
+def parse(argv: list[str]) -> tuple[Parser, argparse.Namespace]:
+    """The parser of ``argv``'s subcommand and what it read. A refusal at the top level
+    (whose usage lists every subcommand) comes from the whole parser."""
+    command = _command(argv)
+    if command is not None:
+        parser = build_parser(command)
+        try:
+            args = parser.parse_args(argv)
+        except _TopLevelError:
+            pass
+        else:
+            parser.parsing = False
+            return parser, args
     parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # for the processes it starts
-    check_node_args(parser, args)
-    check_decode_args(parser, args)
+    return parser, parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, args = parse(argv)
+    args.argv = argv  # for the processes it starts
+    if args.command == "node":
+        from nelssa.cli_node import check_node_args
+
+        check_node_args(parser, args)
+    elif args.command == "decode":
+        from nelssa.cli_decode import check_decode_args
+
+        check_decode_args(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # what a Verilator build is building, and for how long, on stderr

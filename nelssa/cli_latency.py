@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 
 from nelssa.config_args import add_config_options, config_values
-from nelssa.emu.latency.model import Sparsity
+from nelssa.emu.latency.model import DEVICE_COUNT, Sparsity
 from nelssa.hardware_options import add_hardware_args, load_hardware
-from nelssa.options import DEVICES, output_file
+from nelssa.options import number, output_file
 
+DEVICES = number(DEVICE_COUNT)
+"""PNM devices of the latency model (here, not in options.py: the model's module brings pydantic,
+which the other commands' processes need not import)."""
 SPARSITY_OPTIONS = ("selection", "compression")
 """Sparsity fields `crossover` takes as options (name, default and help from the field)."""
 

@@ -15,7 +15,6 @@ from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options, config_values
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
 from nelssa.emu.link.tokens import default_endpoint
-from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg
 from nelssa.host.pnm_node.config import NodeConfig
 from nelssa.hw.model.drampower import command_trace_option
 from nelssa.options import (
@@ -349,6 +348,10 @@ def cmd_node_keygen(args: argparse.Namespace) -> int:
 
 
 def add_node_parser(sub: argparse._SubParsersAction) -> None:
+    # here, not at the top: `device serve` imports this module (check_bind) and needs not the
+    # hardware description's pydantic
+    from nelssa.hardware_options import add_entry_arg, add_hardware_file_arg
+
     node = sub.add_parser("node", help="a PNM node: NelssaHost and its devices")
     node_sub = node.add_subparsers(dest="node_command", required=True)
 

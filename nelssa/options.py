@@ -21,7 +21,6 @@ from typing import NoReturn
 from nelssa.driver.regs import CAPS_MAX_ENGINES
 from nelssa.emu.files import not_a_file
 from nelssa.emu.latency.fields import FieldError, Num
-from nelssa.emu.latency.model import DEVICE_COUNT
 from nelssa.emu.serving.workload import ARRIVAL_S, BURST_COUNT, TOKENS
 from nelssa.host.pnm_node.config import TIMEOUT_S
 from nelssa.hw.model.device import DeviceConfig
@@ -113,8 +112,6 @@ PROBABILITY = number(Num("in [0, 1]", lo=0, hi=1))
 POSITIVE_FLOAT = number(Num("a finite number > 0", lo=0, lo_open=True))
 SECONDS = number(TIMEOUT_S)
 """A wait, at least a millisecond (what the node's timeouts take)."""
-DEVICES = number(DEVICE_COUNT)
-"""PNM devices of the latency model and the serving replay (a node has at most 32)."""
 PID = number(Num("a positive integer", integer=True, lo=1, most=(1 << 22)))
 ENGINES = int_range(1, CAPS_MAX_ENGINES)
 """Attention engines of one device: what CAPS can report (the model device, a board)."""
@@ -144,12 +141,12 @@ def ddr5_override(text: str) -> tuple[str, int]:
 
 def add_ddr5_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
     """``--preset`` (a DDR5 speed grade), ``--ddr5-override`` and ``--subchannels``, their help
-    the PNM device description's fields' (``PnmDevice``)."""
+    the PNM device description's fields' (``PnmDevice``, its docs in pnm_device_docs.py)."""
     from nelssa.config_args import user_help
-    from nelssa.emu.latency.description import PnmDevice
+    from nelssa.emu.latency.pnm_device_docs import PNM_DEVICE_DOCS
     from nelssa.hw.model.ddr5_timing import PRESETS as DDR5_PRESETS
 
-    doc = {name: f.description for name, f in PnmDevice.model_fields.items()}
+    doc = PNM_DEVICE_DOCS
     parser.add_argument("--preset", default=default_preset, choices=list(DDR5_PRESETS),
                         help=user_help(doc["ddr5"])
                         + (f" [default: {default_preset}]" if default_preset else ""))

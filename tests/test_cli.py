@@ -3,15 +3,18 @@ checks."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 from cli_helpers import run_cli
 
-from nelssa.cli import main
+from nelssa.cli import COMMANDS, build_parser, main
 
 
 @pytest.mark.rtl
@@ -264,3 +267,55 @@ def test_decode_json_is_machine_readable(decode_run):
     total = sum(sum(s["energy"].values()) for s in run["steps"])
     assert run["total"]["energy_j"] == pytest.approx(total)
     assert run["total"]["j_per_token"] == pytest.approx(total / run["total"]["tokens"])
+
+
+def _helps(parser) -> dict[str, str]:
+    """Each subcommand's (and sub-subcommand's) --help text, by its words."""
+    out = {}
+    todo = [((), parser)]
+    while todo:
+        words, p = todo.pop()
+        out[" ".join(words)] = p.format_help()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += [((*words, name), sub) for name, sub in action.choices.items()]
+    return out
+
+
+def test_one_command_parser_is_the_whole_ones_part():
+    """A process builds only the subcommand it runs (so imports only its modules): that
+    subcommand's every --help is the whole parser's, and the top level's refusals (during the
+    parse: from the whole parser; after: the commands' checks) are its one-line ones."""
+    whole = _helps(build_parser())
+    for name in COMMANDS:
+        one = _helps(build_parser(name))
+        assert set(one) - {""} == {w for w in whole if w.split(" ")[0] == name}
+        assert all(one[w] == whole[w] for w in one if w), name
+    for argv, err in ((["node", "status", "--bogus"], "unrecognized arguments: --bogus"),
+                      (["decode", "--short", "0", "--long", "0"],  # a check after parsing
+                       "--short and --long are both 0: nothing to decode")):
+        proc = run_cli(*argv)
+        assert (proc.returncode, proc.stderr) == (2, f"nelssa: error: {err}\n"), argv
+
+
+def test_device_serve_and_node_help_import_no_pydantic():
+    """`device serve` (each node's device processes) runs without the hardware description's
+    pydantic, the serving records or the planner; `node --help` without the decode command's
+    modules (it lists the PNM presets, so it reads the description)."""
+    probe = ("import sys\nfrom nelssa.cli import main\ntry:\n    main(sys.argv[1:])\n"
+             "except SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('pydantic', 'torch', 'nelssa.emu.serving.records', "
+             "'nelssa.plan.search', 'nelssa.cli_decode') if m in sys.modules), file=sys.stderr)")
+    gone = subprocess.Popen(["true"])  # the device serves until its parent is not this pid
+    gone.wait()
+    folder = Path(tempfile.mkdtemp(prefix="cli-", dir="/tmp"))  # short: a socket path
+    try:
+        serve = ["device", "serve", "--endpoint", f"ipc://{folder}/dev", "--parent-pid",
+                 str(gone.pid)]
+        for argv, heavy in ((serve, "[]"), (["node", "--help"], "['pydantic']")):
+            proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True,
+                                  text=True, check=True, timeout=120)
+            assert proc.stderr.splitlines()[-1] == heavy, (argv, proc.stderr)
+            assert argv != serve or "is gone; device exits" in proc.stderr  # it served
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nelssa.emu.files import InputFileError, read_bytes
 from nelssa.emu.latency.fields import FieldError, load_json
+from nelssa.emu.latency.pnm_device_docs import PNM_DEVICE_DOCS
 
 MODELS_DIR = Path(__file__).with_name("models")
 """Shipped ``config.json`` files of the model presets (public configurations, written from
@@ -92,15 +93,11 @@ class PnmDevice(Strict):
     """The device a PNM entry describes: what its bandwidth is measured on (the model device's
     cycle model) and what `node up` and `decode` boot."""
 
-    units: int = Field(4, ge=1, le=6, description="attention units (engines) per device, "
-                       "1..6: what the cycle model and the RTL device have")
-    ddr5: str = Field("ddr5-6400", description="DDR5 speed grade, a preset of hw/model/"
-                      "ddr5_timing.py: ddr5-4800, ddr5-5600, ddr5-6400, ddr5-6400an, ddr5-8000")
-    ddr5_overrides: dict[str, int] = Field(
-        default_factory=dict, description="per-field replacements of the grade's timing, in "
-        "tCK (e.g. {nRRD_S: 16, nFAW: 64}), as Ramulator 2 takes them")
-    subchannels: Literal[1, 2, 4, 8] = Field(8, description="DDR5 sub-channels of 32 bits "
-                                             "(4 channels x 2 in the RTL device)")
+    units: int = Field(4, ge=1, le=6, description=PNM_DEVICE_DOCS["units"])
+    ddr5: str = Field("ddr5-6400", description=PNM_DEVICE_DOCS["ddr5"])
+    ddr5_overrides: dict[str, int] = Field(default_factory=dict,
+                                           description=PNM_DEVICE_DOCS["ddr5_overrides"])
+    subchannels: Literal[1, 2, 4, 8] = Field(8, description=PNM_DEVICE_DOCS["subchannels"])
 
     @field_validator("ddr5")
     @classmethod
