@@ -101,3 +101,22 @@ def test_a_prefill_cut_one_token_short_samples_its_first_token_in_the_next_step(
         assert b.first_token_s < b.finish_s and slow.steps == 51  # 64 + 1 prompt tokens, 49 more
         assert (a.first_token_s, a.finish_s, fast.decode_tokens) == (
             b.first_token_s, b.finish_s, slow.decode_tokens)
+
+
+def test_decode_run_terms_price_a_step_as_step_agg_s_does_bit_for_bit() -> None:
+    import numpy as np
+
+    from nelssa.emu.serving.cost import CostModel
+
+    cost = CostModel(LM, 2, 1024, 64.0, 50.0)
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        tokens, pnm_n = int(rng.integers(1, 300)), int(rng.integers(0, 40))
+        gpu_ctx, window = int(rng.integers(0, 1 << 22)), int(rng.integers(0, 1 << 16))
+        pnm_ctx = int(rng.integers(0, 1 << 24)) if pnm_n else 0
+        t_pnm = None if rng.random() < 0.5 else float(rng.random() * 1e-2)
+        base, s_kv, s_centroid, s_pnm, comm = cost.decode_run_terms(tokens, pnm_n)
+        t_attn = (gpu_ctx + window) * s_kv
+        t_tier = pnm_ctx * s_pnm + comm if t_pnm is None else t_pnm
+        step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_tier else t_tier)
+        assert step == cost.step_agg_s(tokens, gpu_ctx, pnm_ctx, pnm_n, window, t_pnm=t_pnm)

@@ -152,6 +152,20 @@ class CostModel:
         return (self.lm.gpu.kernel_us * 1e-6 + t_lin + t_topk + max(t_gpu_attn, t_pnm)
                 + swap_tokens * self._s_per_swap_token)
 
+    def decode_run_terms(self, tokens: int, pnm_n: int) -> tuple[float, float, float, float,
+                                                                  float]:
+        """A run of pure decode steps (no prefill, no swap: ``tokens`` and ``pnm_n`` fixed)
+        priced in the caller's loop without a call a step: (``base``, seconds a KV token of
+        GPU attention, a centroid token, a PNM-tier context token, T_comm or 0). A step with
+        ``gpu_ctx``, ``window``, ``pnm_ctx`` and the PNM tier's time ``t_pnm`` (None:
+        ``pnm_ctx`` times the fourth plus the fifth) costs ``base + pnm_ctx * centroid +
+        max((gpu_ctx + window) * kv, t_pnm)``: ``step_agg_s``'s sum in its order, bit for bit
+        (tests/test_fastpath.py)."""
+        t_lin = max(self._s_weights, tokens * self._flops_per_token * self._s_linear_flop)
+        return (self.lm.gpu.kernel_us * 1e-6 + t_lin, self._s_per_kv_token,
+                self._s_per_centroid_token, self._pnm_s_per_token,
+                self._t_comm if pnm_n else 0.0)
+
     def pnm_s(self, pnm_ctx: int, pnm_n: int, slowdown: float = 1.0) -> float:
         """The PNM tier's part of a step on this model's devices: the sparse attention over
         ``pnm_ctx`` tokens of context of ``pnm_n`` requests, stretched by ``slowdown`` where

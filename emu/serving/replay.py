@@ -500,7 +500,9 @@ class Replay:
         if one:
             assert terms is not None
             c1, k1, p1, f1, t1 = terms[0]
-        step_agg_s = self.cost.step_agg_s
+        # step_agg_s inlined (CostModel.decode_run_terms): a call a step was a tenth of a
+        # fleet's run
+        base, s_kv, s_centroid, s_pnm, comm = self.cost.decode_run_terms(tokens, pnm_n)
         order = sorted(stops)
         si, nxt = 0, order[0] if order else 0
         t_pnm: float | None = None
@@ -516,8 +518,10 @@ class Replay:
                 t_pnm = (c1 + (i - 1) * k1) * p1 * f1 + t1
             elif terms is not None:
                 t_pnm = _terms_max(terms, i - 1)
-            step = step_agg_s(tokens, gpu_ctx0 + i * gpu_n, pnm_ctx0 + (i - 1) * pnm_n, pnm_n,
-                              window, t_pnm=t_pnm)
+            pnm_ctx = pnm_ctx0 + (i - 1) * pnm_n
+            t_attn = (gpu_ctx0 + i * gpu_n + window) * s_kv
+            t_tier = pnm_ctx * s_pnm + comm if t_pnm is None else t_pnm
+            step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_tier else t_tier)
             now += step
             k = i
             times.append(now)
