@@ -128,3 +128,32 @@ def test_the_token_comes_from_a_file_never_the_command_line(tmp_path: Path) -> N
     out, _ = bad.communicate(timeout=60)
     assert bad.returncode == 2 and out.count("\n") == 1, out
     assert "error:" in out and str(token_file) in out and "0600" in out
+
+
+def test_a_token_file_appears_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client waiting for a starting server's token reads it whole or not at all: the file
+    is not at its path while its bytes are written (it once was, empty, and a client under
+    load took the server for a stranger's); a file in the way is still never written."""
+    from nelssa.emu.link import tokens
+
+    path = tmp_path / "dev.admin"
+    seen: list[bool] = []
+    real_fdopen = os.fdopen
+
+    def watching(fd, *args, **kwargs):
+        f = real_fdopen(fd, *args, **kwargs)
+        write = f.write
+        f.write = lambda data: (seen.append(path.exists()), write(data))[1]  # type: ignore
+        return f
+
+    monkeypatch.setattr(os, "fdopen", watching)
+    token = tokens.new_token()
+    tokens.write_token_file(path, token)
+    monkeypatch.undo()
+    assert seen == [False]
+    assert tokens.read_token_file(path) == token and len(list(tmp_path.iterdir())) == 1
+    planted = tmp_path / "planted.admin"
+    planted.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(tokens.AdminTokenError, match="cannot write an admin token"):
+        tokens.write_token_file(planted, token)
+    assert not (tmp_path / "elsewhere").exists() and len(list(tmp_path.iterdir())) == 2

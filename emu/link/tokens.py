@@ -84,13 +84,24 @@ def new_token() -> bytes:
 
 def write_token_file(path: Path, token: bytes) -> None:
     """Write ``token`` to a new file at ``path``, readable by this user alone (a file in the
-    way, even one planted there, is never written through)."""
+    way, even one planted there, is never written through). The file appears whole: written
+    beside it first, then linked into place (a client waiting for a starting server's token
+    never reads it empty)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except OSError as e:
         raise AdminTokenError(f"cannot write an admin token to {path}: {e.strerror}") from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(token)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(token)
+        os.link(tmp, path)  # fails on anything in the way, as O_EXCL did
+    except OSError as e:
+        raise AdminTokenError(f"cannot write an admin token to {path}: {e.strerror}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _wait_for(path: Path, wait_s: float) -> None:
