@@ -32,6 +32,7 @@ from nelssa.hw.model.ddr5_patterns import RAMULATOR, benchmark_patterns, random_
 from nelssa.hw.model.ddr5_power import power_spec
 from nelssa.hw.model.ddr5_subchannel import ControllerConfig, SubchannelModel, requests_from_lines
 from nelssa.hw.model.ddr5_timing import DDR5_6400_MICRON, DDR5_6400AN_RAMULATOR2, PRESETS
+from nelssa.provenance import commit_label
 
 RAMULATOR_LATENCY_NS = {"row hit": 17.2, "closed bank": 31.6, "row conflict": 45.6}
 RAMULATOR_PAGE = Path(__file__).resolve().parent.parent / "docs" / "results" / "ddr5_ramulator.md"
@@ -61,7 +62,8 @@ def ramulator_page(args: argparse.Namespace) -> None:
     text = "\n".join([
         "# DDR5: our cycle model against Ramulator 2, on the same address map",
         "",
-        f"Written by `{command}`.",
+        # the commit, so stale_pages.py dates the figures by the code, not by the page's edit
+        f"Written by `{command}` at {commit_label()}.",
         "",
         "One sub-channel, FR-FCFS, open page, refresh on, "
         f"{args.requests} reads per pattern (% of 25.6 GB/s).",
