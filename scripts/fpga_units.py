@@ -27,11 +27,9 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        board = plan.board(args.board)
+        board = plan.open_flow_board(args.board)
     except plan.PlanError as e:
         parser.error(str(e))
-    if board.family != "ecp5":
-        parser.error(f"board {board.name} is {board.family}: the open flow here is ECP5 only")
     if args.page_only:
         if not RESULTS.is_file():
             parser.error(f"no {RESULTS.relative_to(ROOT)}: run without --page-only first")

@@ -13,6 +13,21 @@
 package nelssa_fp_stages_pkg;
   import nelssa_fp_pkg::*;
 
+  // What an operand is, as add and multiply read it (subnormals read as zero).
+  typedef struct packed {
+    logic zero;
+    logic inf;
+    logic nan;
+  } fp_class_t;
+
+  function automatic fp_class_t fp_class(input logic [31:0] x);
+    fp_class_t c;
+    c.zero = (x[30:23] == 8'd0);
+    c.inf  = (x[30:23] == 8'hFF) && (x[22:0] == '0);
+    c.nan  = (x[30:23] == 8'hFF) && (x[22:0] != '0);
+    return c;
+  endfunction
+
   // ---- add ----------------------------------------------------------------------------------
   typedef struct packed {
     logic        special;        // the result is special_r (NaN, Inf or a zero operand)
@@ -34,26 +49,23 @@ package nelssa_fp_stages_pkg;
   } add_sum_t;
 
   function automatic add_align_t add_align(input logic [31:0] a, input logic [31:0] b);
-    logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, swap;
+    fp_class_t   ca, cb;
+    logic        swap;
     logic [7:0]  small_exp, exp_diff;
     logic [4:0]  shift_amt;
     logic [26:0] small_sig;
     logic [53:0] align_wide;
     add_align_t  s;
-    a_zero = (a[30:23] == 8'd0);
-    b_zero = (b[30:23] == 8'd0);
-    a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
-    b_inf  = (b[30:23] == 8'hFF) && (b[22:0] == '0);
-    a_nan  = (a[30:23] == 8'hFF) && (a[22:0] != '0);
-    b_nan  = (b[30:23] == 8'hFF) && (b[22:0] != '0);
+    ca = fp_class(a);
+    cb = fp_class(b);
     s.sub_op = a[31] ^ b[31];
     s.special = 1'b1;
-    if (a_nan || b_nan || (a_inf && b_inf && s.sub_op)) s.special_r = CANON_NAN;
-    else if (a_inf) s.special_r = {a[31], 8'hFF, 23'd0};
-    else if (b_inf) s.special_r = {b[31], 8'hFF, 23'd0};
-    else if (a_zero && b_zero) s.special_r = {a[31] & b[31], 31'd0};
-    else if (b_zero) s.special_r = a;
-    else if (a_zero) s.special_r = b;
+    if (ca.nan || cb.nan || (ca.inf && cb.inf && s.sub_op)) s.special_r = CANON_NAN;
+    else if (ca.inf) s.special_r = {a[31], 8'hFF, 23'd0};
+    else if (cb.inf) s.special_r = {b[31], 8'hFF, 23'd0};
+    else if (ca.zero && cb.zero) s.special_r = {a[31] & b[31], 31'd0};
+    else if (cb.zero) s.special_r = a;
+    else if (ca.zero) s.special_r = b;
     else begin
       s.special   = 1'b0;
       s.special_r = '0;
@@ -126,20 +138,16 @@ package nelssa_fp_stages_pkg;
   } mul_sum_t;
 
   function automatic mul_parts_t mul_parts(input logic [31:0] a, input logic [31:0] b);
-    logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan;
+    fp_class_t   ca, cb;
     logic [23:0] sig_b;
     mul_parts_t  p;
     p.sign = a[31] ^ b[31];
-    a_zero = (a[30:23] == 8'd0);
-    b_zero = (b[30:23] == 8'd0);
-    a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
-    b_inf  = (b[30:23] == 8'hFF) && (b[22:0] == '0);
-    a_nan  = (a[30:23] == 8'hFF) && (a[22:0] != '0);
-    b_nan  = (b[30:23] == 8'hFF) && (b[22:0] != '0);
+    ca = fp_class(a);
+    cb = fp_class(b);
     p.special = 1'b1;
-    if (a_nan || b_nan || (a_inf && b_zero) || (b_inf && a_zero)) p.special_r = CANON_NAN;
-    else if (a_inf || b_inf) p.special_r = {p.sign, 8'hFF, 23'd0};
-    else if (a_zero || b_zero) p.special_r = {p.sign, 31'd0};
+    if (ca.nan || cb.nan || (ca.inf && cb.zero) || (cb.inf && ca.zero)) p.special_r = CANON_NAN;
+    else if (ca.inf || cb.inf) p.special_r = {p.sign, 8'hFF, 23'd0};
+    else if (ca.zero || cb.zero) p.special_r = {p.sign, 31'd0};
     else begin
       p.special   = 1'b0;
       p.special_r = '0;
