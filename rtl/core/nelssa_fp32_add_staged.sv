@@ -1,7 +1,9 @@
 // fp32 adder (nelssa_fp_pkg fp32_add, bit for bit) in the three stages of nelssa_fp_stages_pkg
 // (alignment | sum and leading zeros | normalisation and rounding), with Latency registers from
 // operands to result: 0 combinational; 1 a register after the rounding; 2 also one after the
-// sum; 3 also one after the alignment; each further one another output register.
+// alignment (cut there, the two halves are closer in delay than cut after the sum:
+// docs/results/fpga_units.md); 3 also one after the sum; each further one another output
+// register.
 // A new operand pair every cycle; the result of cycle t's pair is on sum_o at cycle
 // t + Latency. The model is hw/model/fp.py fadd; tests/rtl/test_fp_stages.py checks it.
 module nelssa_fp32_add_staged
@@ -17,12 +19,12 @@ module nelssa_fp32_add_staged
   add_align_t align_q;
   add_sum_t sum_q;
 
-  nelssa_pipe #(.Width($bits(add_align_t)), .Depth((Latency >= 3) ? 1 : 0)) u_align (
+  nelssa_pipe #(.Width($bits(add_align_t)), .Depth((Latency >= 2) ? 1 : 0)) u_align (
     .clk_i(clk_i),
     .d_i  (add_align(a_i, b_i)),
     .q_o  (align_q)
   );
-  nelssa_pipe #(.Width($bits(add_sum_t)), .Depth((Latency >= 2) ? 1 : 0)) u_sum (
+  nelssa_pipe #(.Width($bits(add_sum_t)), .Depth((Latency >= 3) ? 1 : 0)) u_sum (
     .clk_i(clk_i),
     .d_i  (add_sum(align_q)),
     .q_o  (sum_q)
