@@ -47,12 +47,9 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        board = plan.board(args.board)
+        board = plan.open_flow_board(args.board)
     except plan.PlanError as e:
         parser.error(str(e))
-    if board.family != "ecp5":
-        parser.error(f"board {board.name} is {board.family}: the open flow here is ECP5 only "
-                     "(the AMD boards' flow is hw/fpga/vivado/build.tcl)")
     if args.page_only and args.recover:
         text = Path(args.recover).read_text()
         results = [r for t in pnr.targets()

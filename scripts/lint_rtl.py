@@ -19,6 +19,8 @@ from nelssa.hw.sim.rtl_sources import (
     ENGINE,
     ENGINE_BENCH_TOP,
     ENGINE_PARTS,
+    FP_STAGES,
+    FP_STAGES_TOP,
     FP_UNITS,
     FP_UNITS_TOP,
     FPGA_TOP,
@@ -57,6 +59,9 @@ def main() -> int:
     runs += [("nelssa_attn_engine", ENGINE, v, ("NELSSA_FP_GATED",)) for v in ENGINE_VARIANTS]
     runs.append(("nelssa_engine_bench_top", [*ENGINE, ENGINE_BENCH_TOP], {}, ("NELSSA_FP_GATED",)))
     runs.append(("nelssa_fp_units_top", [*PACKAGES, *FP_UNITS, FP_UNITS_TOP], {}, ()))
+    runs += [(f"nelssa_fp32_{op}_staged", FP_STAGES, {"Latency": n}, ())
+             for op in ("add", "mul") for n in (0, 1, 2, 3, 4)]
+    runs.append(("nelssa_fp_stages_top", [*FP_STAGES, FP_STAGES_TOP], {}, ()))
     for top, srcs, params, defines in runs:
         cmd = ["verilator", "--lint-only", "-Wall", f"-I{RTL_INCLUDE}", "--top-module", top,
                *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),

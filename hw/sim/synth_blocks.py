@@ -17,6 +17,7 @@ from nelssa.hw.sim.rtl_sources import (
     DDR5_CTRL,
     DEVICE,
     ENGINE,
+    FP_STAGES,
     FP_UNITS,
     FPGA_TOP,
     PACKAGES,
@@ -182,6 +183,8 @@ def check_blocks() -> list[Block]:
               {"NumPorts": 1, "AddrW": 37, "TagW": 1, "IdW": 7}),
         Block("DDR5 controller (its synthesis form)", "nelssa_ddr5_ctrl", DDR5_CTRL,
               {**DDR5_CTRL_SMALLEST, "ParallelSched": 1}),
+        *(Block(f"fp32 {op}, hand-staged (Latency 3)", f"nelssa_fp32_{op}_staged", FP_STAGES,
+                {"Latency": 3}) for op in ("add", "mul")),
     ]
 
 

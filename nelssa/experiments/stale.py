@@ -74,6 +74,11 @@ PAGES: dict[str, Measured | None] = {
     "fpga_pnr.md": Measured("scripts/fpga_pnr.py", (
         "hw/fpga/pnr.py", "hw/fpga/plan.py", "hw/fpga/resource_model_ecp5.json", "rtl/core",
         "rtl/cxl", "rtl/mem", "rtl/top")),
+    "fpga_units.md": Measured("scripts/fpga_units.py", (
+        "hw/fpga/units.py", "hw/fpga/pnr.py", "rtl/core/nelssa_fp_tables_pkg.sv",
+        "rtl/core/nelssa_fp_pkg.sv", "rtl/core/nelssa_fp_stages_pkg.sv",
+        "rtl/core/nelssa_fp32_add.sv", "rtl/core/nelssa_fp32_mul.sv",
+        "rtl/core/nelssa_fp32_add_staged.sv", "rtl/core/nelssa_fp32_mul_staged.sv")),
     "fuzz.md": Measured("scripts/fuzz.py", ("tests/fuzz",)),
     "fuzz_before_fixes.md": HAND_WRITTEN,
     "ingest.md": Measured("scripts/bench_ingest.py", (
