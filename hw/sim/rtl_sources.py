@@ -9,11 +9,13 @@ from nelssa.hw.sim.verilator import RTL_ROOT
 CORE = RTL_ROOT / "core"
 
 PACKAGES = [
+    CORE / "nelssa_pipe.sv",
     CORE / "nelssa_fp_tables_pkg.sv",
     CORE / "nelssa_fp_pkg.sv",
     CORE / "nelssa_engine_pkg.sv",
 ]
-"""Packages every core unit may import."""
+"""Packages every core unit may import, and nelssa_pipe (the latency registers of a pipelined
+unit and the engine's delay lines), which every unit's source list needs."""
 
 FP_UNITS = [
     CORE / "nelssa_bf16_mul.sv",

@@ -56,6 +56,17 @@ async def random_bits(dut):
                         label="random")
 
 
+@cocotb.test()
+async def pipelined(dut):
+    """The pipelined instance (fpunit.PIPE_LATENCY): a vector a cycle, each result that many
+    cycles later, bit for bit: specials and random operands."""
+    rng = np.random.default_rng(70)
+    a, b = np.meshgrid(SPECIALS32, SPECIALS32)
+    a = np.concatenate([a.ravel(), random_f32_bits(rng, 1500)])
+    b = np.concatenate([b.ravel(), random_f32_bits(rng, 1500)])
+    await TB(dut).check_pipelined(fp.fadd, a, b, label="pipelined")
+
+
 @pytest.mark.rtl
 def test_fp32_add():
     run_unit_tests("test_fp32_add")

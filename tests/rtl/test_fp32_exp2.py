@@ -44,6 +44,15 @@ async def random_bits(dut):
     await TB(dut).check(fp.exp2, random_f32_bits(rng, 5000), label="random")
 
 
+@cocotb.test()
+async def pipelined(dut):
+    """The pipelined instance (fpunit.PIPE_LATENCY): a vector a cycle, each result that many
+    cycles later, bit for bit: specials and random operands."""
+    rng = np.random.default_rng(72)
+    x = np.concatenate([SPECIALS32, random_f32_bits(rng, 1500)])
+    await TB(dut).check_pipelined(fp.exp2, x, label="pipelined")
+
+
 @pytest.mark.rtl
 def test_fp32_exp2():
     run_unit_tests("test_fp32_exp2")
