@@ -32,6 +32,9 @@ TOPS["nelssa_attn_engine"] = ENGINE
 ENGINE_VARIANTS = [
     {"HeadDim": 128, "NumQHeads": 8, "MaxClusterTokens": 64},
     {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1},
+    # pipelined units: an adder slower than a row (the V spacing), multipliers (result FIFO)
+    {"HeadDim": 128, "NumQHeads": 2, "MaxClusterTokens": 8, "Bf16MulLatency": 1,
+     "AddLatency": 3, "MulLatency": 2, "Exp2Latency": 4, "Log2Latency": 4, "RecipLatency": 4},
 ]
 
 

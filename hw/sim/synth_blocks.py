@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nelssa.hw.model.engine import FpLatency
 from nelssa.hw.sim.rtl_sources import (
     CXL_MEM_SLAVE,
     DDR5_CTRL,
@@ -182,7 +183,15 @@ def check_blocks() -> list[Block]:
               {"NumPorts": 1, "AddrW": 37, "TagW": 1, "IdW": 7}),
         Block("DDR5 controller (its synthesis form)", "nelssa_ddr5_ctrl", DDR5_CTRL,
               {**DDR5_CTRL_SMALLEST, "ParallelSched": 1}),
+        Block("engine with pipelined units", "nelssa_attn_engine", ENGINE,
+              {**SMALLEST_ENGINE, **PIPELINED_CHECK.rtl_params()}, boxes=ENGINE_BOXES),
     ]
+
+
+PIPELINED_CHECK = FpLatency(bf16_mul=1, add=3, mul=2, exp2=4, log2=4, recip=4)
+"""The latencies the check maps the engine at besides 0 (its delay lines, the V spacing of an
+adder slower than a row, the result FIFO): those of tests/rtl/test_attn_engine.py's pipelined
+instance."""
 
 
 NOT_MAPPED = {

@@ -149,6 +149,7 @@ module nelssa_attn_engine
   // ---------------------------------------------------------------------------------------------
   // Handshakes and positions
   logic kv_fire, clu_fire, res_fire;
+  logic v_room;  // a V beat may be taken (the V spacing, below)
   logic row_end, cluster_end, all_popped, final_cluster, prefetch, clu_take, clu_bad;
   logic [7:0] clu_len;
 
@@ -1005,7 +1006,6 @@ module nelssa_attn_engine
   // cycles old, so its add finds that result in o (or at the adder's output); a row then
   // takes max(beats per row, AddLatency) cycles. Only an adder slower than the shortest row
   // (2 beats) needs the wait.
-  logic v_room;
   if (AddLatency > 2) begin : gen_v_spacing
     localparam int unsigned SW = $clog2(AddLatency + 1);
     logic [MAX_BPR-1:0][SW-1:0] age_q;  // cycles since each part's last V beat, saturating
