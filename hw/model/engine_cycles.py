@@ -21,7 +21,7 @@ reciprocal's latencies and bpr = head_dim/32 beats per row:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nelssa.driver.status import ENGINE_LANES
 from nelssa.hw.model.engine import EngineParams, FpLatency
@@ -60,6 +60,32 @@ class EngineTiming:
     def row(self, head_dim: int) -> int:
         """Cycles a V row of ``head_dim`` takes."""
         return self.row_period[head_dim == 128]
+
+    def over_combinational(self, params: EngineParams) -> LatencyCost:
+        """What these phases take beyond the same engine's with combinational units."""
+        base = EngineTiming.of(replace(params, latency=FpLatency()))
+        return LatencyCost(
+            kv_turn=self.kv_turn - base.kv_turn,
+            tail=(self.drain - base.drain) + (self.final_wait - base.final_wait)
+            + (self.out_fill - base.out_fill),
+            row=tuple(a - b for a, b in zip(self.row_period, base.row_period, strict=True)))
+
+
+@dataclass(frozen=True)
+class LatencyCost:
+    """The cycles pipelined units add to a command, beside the combinational engine's."""
+
+    kv_turn: int
+    """At each cluster's K->V turn."""
+    tail: int
+    """Once, after the last V beat (o and l, finalisation, the result FIFO)."""
+    row: tuple[int, int]
+    """At each V row but a cluster's last, at head_dim 64 and 128."""
+
+    def cycles(self, head_dim: int, clusters: int, tokens: int) -> int:
+        """For a command of ``clusters`` clusters of ``tokens`` tokens in all."""
+        return (clusters * self.kv_turn + self.tail
+                + (tokens - clusters) * self.row[head_dim == 128])
 
 
 def command_cycles(params: EngineParams, head_dim: int, num_qheads: int,
