@@ -27,7 +27,8 @@ module nelssa_bf16_mul
     res = '0;
     if (en_i) res = bf16_mul(a_i, b_i);
   end
-  assign prod_o = res_en ? res_q : '0;
+  // (at Latency 0 res is the result, gated already)
+  assign prod_o = (Latency == 0) ? res : res_en ? res_q : '0;
 `else
   logic unused_en;
   assign unused_en = res_en;

@@ -26,7 +26,8 @@ module nelssa_fp32_add
     res = '0;
     if (en_i) res = fp32_add(a_i, b_i);
   end
-  assign sum_o = res_en ? res_q : '0;
+  // (at Latency 0 res is the result, gated already)
+  assign sum_o = (Latency == 0) ? res : res_en ? res_q : '0;
 `else
   logic unused_en;
   assign unused_en = res_en;

@@ -27,7 +27,8 @@ module nelssa_fp32_exp2
     res = '0;
     if (en_i) res = fp32_exp2(x_i);
   end
-  assign y_o = res_en ? res_q : '0;
+  // (at Latency 0 res is the result, gated already)
+  assign y_o = (Latency == 0) ? res : res_en ? res_q : '0;
 `else
   logic unused_en;
   assign unused_en = res_en;

@@ -44,6 +44,16 @@ def random_f32_bits(rng: np.random.Generator, n: int) -> np.ndarray:
     return out.astype(np.uint32)
 
 
+def pipe_vectors(seed: int, arity: int) -> list[np.ndarray]:
+    """The pipelined instance's vectors: the specials (every pair of them for a two-input
+    unit), then random operands."""
+    rng = np.random.default_rng(seed)
+    if arity == 1:
+        return [np.concatenate([SPECIALS32, random_f32_bits(rng, 1500)])]
+    grid = np.meshgrid(SPECIALS32, SPECIALS32)
+    return [np.concatenate([g.ravel(), random_f32_bits(rng, 1500)]) for g in grid]
+
+
 class CombTB:
     """Drives a combinational unit's inputs and reads its output, one vector at a time."""
 

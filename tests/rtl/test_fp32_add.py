@@ -8,7 +8,7 @@ import pytest
 
 from nelssa.hw.model import fp
 
-from fpunit import SPECIALS32, CombTB, random_f32_bits, run_unit_tests
+from fpunit import SPECIALS32, CombTB, pipe_vectors, random_f32_bits, run_unit_tests
 
 UNIT = "fp32_add"
 """nelssa_fp32_add, on the units' shared build (fpunit.run_unit_tests)"""
@@ -59,13 +59,8 @@ async def random_bits(dut):
 @cocotb.test()
 async def pipelined(dut):
     """The pipelined instance (fpunit.PIPE_LATENCY): a vector a cycle, each result that many
-    cycles later, bit for bit: specials and random operands."""
-    rng = np.random.default_rng(70)
-    a, b = np.meshgrid(SPECIALS32, SPECIALS32)
-    a = np.concatenate([a.ravel(), random_f32_bits(rng, 1500)])
-    b = np.concatenate([b.ravel(), random_f32_bits(rng, 1500)])
-    await TB(dut).check_pipelined(fp.fadd, a, b, label="pipelined")
-
+    cycles later, bit for bit."""
+    await TB(dut).check_pipelined(fp.fadd, *pipe_vectors(70, 2), label="pipelined")
 
 @pytest.mark.rtl
 def test_fp32_add():
