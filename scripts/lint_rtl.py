@@ -35,6 +35,8 @@ ENGINE_VARIANTS = [
     # pipelined units: an adder slower than a row (the V spacing), multipliers (result FIFO)
     {"HeadDim": 128, "NumQHeads": 2, "MaxClusterTokens": 8, "Bf16MulLatency": 1,
      "AddLatency": 3, "MulLatency": 2, "Exp2Latency": 4, "Log2Latency": 4, "RecipLatency": 4},
+    {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1, "Bf16MulLatency": 2,
+     "AddLatency": 1, "MulLatency": 1, "Exp2Latency": 0, "Log2Latency": 3, "RecipLatency": 0},
 ]
 
 
