@@ -87,3 +87,18 @@ def test_the_device_models_slow_by_the_latency_cost(timer, lat):
     cost = EngineTiming.of(piped.engine).over_combinational(piped.engine).cycles(128, 32, 512)
     got = _busy(piped) - _busy(base)
     assert abs(got - cost) <= 0.12 * cost, f"{timer}: {got} more cycles, the engine's {cost}"
+
+
+def test_adding_to_zero_is_the_folds_first_step():
+    """The pipelined fold takes ``0 + b_0`` as ``b_0`` with -0 made +0 (docs/numerics.md): true
+    of every value an adder gives (no subnormal, canonical NaN), which a beat sum is."""
+    from nelssa.hw.model.fp import fadd
+
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32)
+    b = np.where(rng.random(a.size) < 0.5, a ^ np.uint32(0x8000_0000),
+                 rng.integers(0, 2**32, a.size, dtype=np.uint64).astype(np.uint32))
+    sums = fadd(a, b)  # every kind of adder result: cancellations to +-0, NaN, Inf, normals
+    assert {0, 0x8000_0000, 0x7FC0_0000, 0x7F80_0000} <= set(sums.tolist())
+    want = np.where(sums == 0x8000_0000, np.uint32(0), sums)
+    assert np.array_equal(fadd(np.zeros_like(sums), sums), want)
