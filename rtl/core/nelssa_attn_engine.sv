@@ -176,11 +176,12 @@ module nelssa_attn_engine
   assign cmd_nq_ok = (cmd_num_qheads_i != 4'd0) && (32'(cmd_num_qheads_i) <= NumQHeads);
 
   // ---------------------------------------------------------------------------------------------
-  // Arithmetic. Every floating-point operation is an instance of a unit (rtl/core), 1,365 at
+  // Arithmetic. Every floating-point operation is an instance of a unit (rtl/core), 1,381 at
   // HeadDim 128 and 8 heads, so synthesis maps each kind of unit once. A unit's en_i is
-  // exactly the condition under which the register it feeds loads: a simulation built with
-  // NELSSA_FP_GATED computes only the active phase's units, and the engine's tests also run
-  // without it, which shows no other unit output is ever read.
+  // exactly the condition under which its result is used (Latency cycles later, by a register
+  // or a later unit; the enable travels with it): a simulation built with NELSSA_FP_GATED
+  // computes only the active phase's units, and the engine's tests also run without it, which
+  // shows no other unit output is ever read.
   logic first_row;
   assign first_row = (tok_q == 8'd0);
 
