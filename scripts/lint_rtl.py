@@ -19,7 +19,6 @@ from nelssa.hw.sim.rtl_sources import (
     ENGINE,
     ENGINE_BENCH_TOP,
     ENGINE_PARTS,
-    FP_STAGES,
     FP_STAGES_TOP,
     FP_UNITS,
     FP_UNITS_TOP,
@@ -34,6 +33,11 @@ TOPS["nelssa_attn_engine"] = ENGINE
 ENGINE_VARIANTS = [
     {"HeadDim": 128, "NumQHeads": 8, "MaxClusterTokens": 64},
     {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1},
+    # pipelined units: an adder slower than a row (the V spacing), multipliers (result FIFO)
+    {"HeadDim": 128, "NumQHeads": 2, "MaxClusterTokens": 8, "Bf16MulLatency": 1,
+     "AddLatency": 3, "MulLatency": 2, "Exp2Latency": 4, "Log2Latency": 4, "RecipLatency": 4},
+    {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1, "Bf16MulLatency": 2,
+     "AddLatency": 1, "MulLatency": 1, "Exp2Latency": 0, "Log2Latency": 3, "RecipLatency": 0},
 ]
 
 
@@ -59,9 +63,9 @@ def main() -> int:
     runs += [("nelssa_attn_engine", ENGINE, v, ("NELSSA_FP_GATED",)) for v in ENGINE_VARIANTS]
     runs.append(("nelssa_engine_bench_top", [*ENGINE, ENGINE_BENCH_TOP], {}, ("NELSSA_FP_GATED",)))
     runs.append(("nelssa_fp_units_top", [*PACKAGES, *FP_UNITS, FP_UNITS_TOP], {}, ()))
-    runs += [(f"nelssa_fp32_{op}_staged", FP_STAGES, {"Latency": n}, ())
+    runs += [(f"nelssa_fp32_{op}_staged", PACKAGES, {"Latency": n}, ())
              for op in ("add", "mul") for n in (0, 1, 2, 3, 4)]
-    runs.append(("nelssa_fp_stages_top", [*FP_STAGES, FP_STAGES_TOP], {}, ()))
+    runs.append(("nelssa_fp_stages_top", [*PACKAGES, FP_STAGES_TOP], {}, ()))
     for top, srcs, params, defines in runs:
         cmd = ["verilator", "--lint-only", "-Wall", f"-I{RTL_INCLUDE}", "--top-module", top,
                *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),

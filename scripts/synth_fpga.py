@@ -4,7 +4,7 @@ of each block, of each instance count, and the total.
 
 Each block is synthesized once with the parameters the top gives it, its sub-blocks kept out as
 black boxes, and counted as often as the top instantiates it, so the table is the top's
-hierarchy. The attention engine's datapath is 1,365 floating-point unit instances
+hierarchy. The attention engine's datapath is 1,381 floating-point unit instances
 (rtl/core/nelssa_fp32_*.sv); the engine row is its registers and control with the units as
 boxes, and each kind of unit is mapped once and counted as often as the engine's netlist holds
 it. ``--only NAME`` runs one block (with the blocks it is counted from, and those counted from

@@ -162,7 +162,7 @@ def test_serve_sim_uses_the_bandwidth_the_device_measured(tmp_path):
     cat = HardwareCatalog.load(EXAMPLE)
     pnm, model = cat.pnm[cat.use["pnm"]], cat.models[cat.use["models"]]
     assert pnm.device == {"units": 6, "ddr5": "ddr5-8000", "ddr5_overrides": {},
-                          "subchannels": 8}
+                          "subchannels": 8, "fp_latency": {}}
     assert (cat.use["gpus"], model.layers, model.hf["num_hidden_layers"]) == ("b200", 2, 2)
     m = measure(DeviceConfig(engines=6, preset="ddr5-8000"), Workload(q_heads=8))
     proc = _cli("serve-sim", "--hardware", str(EXAMPLE), "--trace", str(TRACE), "--limit",

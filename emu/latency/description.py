@@ -98,6 +98,14 @@ class PnmDevice(Strict):
     ddr5_overrides: dict[str, int] = Field(default_factory=dict,
                                            description=PNM_DEVICE_DOCS["ddr5_overrides"])
     subchannels: Literal[1, 2, 4, 8] = Field(8, description=PNM_DEVICE_DOCS["subchannels"])
+    fp_latency: dict[str, int] = Field(default_factory=dict,
+                                       description=PNM_DEVICE_DOCS["fp_latency"])
+
+    @field_validator("fp_latency")
+    @classmethod
+    def _latency(cls, v: dict[str, int]) -> dict[str, int]:
+        fp_latency(v)
+        return v
 
     @field_validator("ddr5")
     @classmethod
@@ -111,17 +119,35 @@ class PnmDevice(Strict):
     def device_config(self):
         """The model device's configuration (hw/model/device.DeviceConfig)."""
         from nelssa.hw.model.device import DeviceConfig
+        from nelssa.hw.model.engine import EngineParams
 
         return DeviceConfig(engines=self.units, preset=self.ddr5, subchannels=self.subchannels,
-                            ddr5_overrides=tuple(sorted(self.ddr5_overrides.items())))
+                            ddr5_overrides=tuple(sorted(self.ddr5_overrides.items())),
+                            engine=EngineParams(latency=fp_latency(self.fp_latency)))
 
     def node_args(self) -> list[str]:
         """The same device as `node up` / `device serve` options."""
+        if fp_latency(self.fp_latency) != fp_latency({}):
+            raise DescriptionError("device.fp_latency: `node up` and `device serve` boot "
+                                   "devices of combinational units only; pipelined units are "
+                                   "the model device's description (DeviceConfig) for now")
         out = ["--engines", str(self.units), "--preset", self.ddr5,
                "--subchannels", str(self.subchannels)]
         for k, v in sorted(self.ddr5_overrides.items()):
             out += ["--ddr5-override", f"{k}={v}"]
         return out
+
+
+def fp_latency(raw: dict[str, int]):
+    """The arithmetic units' latencies (hw/model/engine.FpLatency) a description gives; a
+    ValueError names the bad kind or value."""
+    from nelssa.hw.model.engine import FpLatency
+
+    known = FpLatency.__dataclass_fields__
+    for kind in raw:
+        if kind not in known:
+            raise ValueError(f"unknown unit kind {kind!r} (known: {', '.join(known)})")
+    return FpLatency(**raw)
 
 
 def pnm_device(raw: Any) -> PnmDevice:

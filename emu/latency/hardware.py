@@ -26,6 +26,7 @@ from nelssa.emu.latency.description import (
     DescriptionError,
     ModelEntry,
     ModelShape,
+    fp_latency,
     pnm_device,
     read_config,
     read_document,
@@ -375,16 +376,26 @@ class BoardHw:
     """Where ``clock_mhz`` comes from."""
     source: str
     """Where the part's and the memory's figures come from (data sheets by number)."""
+    fp_latency_source: str
+    """Where ``fp_latency`` comes from (a timing run, or why none)."""
+    fp_latency: dict[str, int] = field(default_factory=dict)
+    """Cycles of each kind of the engines' arithmetic units at ``clock_mhz`` (the engine's
+    *Latency parameters: bf16_mul, add, mul, exp2, log2, recip; omitted: 0, combinational);
+    the engines' cycles follow them (hw/model/engine_cycles.py)."""
 
     def __post_init__(self) -> None:
         _check(self)
+        try:
+            fp_latency(self.fp_latency)
+        except (TypeError, ValueError) as e:
+            raise HardwareError(f"BoardHw {self.name!r}: fp_latency: {e}") from None
         if self.family not in BOARD_FAMILIES:
             raise HardwareError(f"BoardHw {self.name!r}: family {self.family!r}; known: "
                                 f"{', '.join(BOARD_FAMILIES)}")
         if self.mem_channels not in (1, 2, 4, 8):
             raise HardwareError(f"BoardHw {self.name!r}: mem_channels must be 1, 2, 4 or 8 "
                                 f"(the FPGA top's NumChannels), got {self.mem_channels}")
-        for name in ("part", "memory", "pcie", "clock_source", "source"):
+        for name in ("part", "memory", "pcie", "clock_source", "source", "fp_latency_source"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
                 raise HardwareError(f"BoardHw {self.name!r}: {name} must be a non-empty "
                                     "string")

@@ -12,4 +12,7 @@ PNM_DEVICE_DOCS = {
     "ddr5_overrides": "per-field replacements of the grade's timing, in tCK (e.g. {nRRD_S: 16, "
                       "nFAW: 64}), as Ramulator 2 takes them",
     "subchannels": "DDR5 sub-channels of 32 bits (4 channels x 2 in the RTL device)",
+    "fp_latency": "cycles of each kind of the engines' arithmetic units (bf16_mul, add, mul, "
+                  "exp2, log2, recip; 0..15 each, omitted: 0, combinational): the engines' "
+                  "cycles follow them (hw/model/engine_cycles.py), their results do not",
 }

@@ -83,6 +83,7 @@ class Plan:
         return {"board": self.board.name, "units": z.units, "channels": z.channels,
                 "head_dim": z.head_dim, "num_qheads": z.num_qheads,
                 "max_cluster_tokens": z.max_cluster_tokens, "clock_mhz": self.board.clock_mhz,
+                "fp_latency": dict(self.board.fp_latency),
                 "estimated": {c: self.resources[c] for c in CHECKED}, "fits": self.fits}
 
 

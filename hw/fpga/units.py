@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.hw.fpga import pnr
-from nelssa.hw.sim.rtl_sources import FP_STAGES, PACKAGES
+from nelssa.hw.sim.rtl_sources import PACKAGES
 from nelssa.hw.sim.verilator import RTL_ROOT
 
 TARGET_MHZ = 200.0
@@ -54,7 +54,7 @@ class Variant:
     def target(self) -> pnr.Target:
         core = RTL_ROOT / "core"
         if self.how == "hand-staged":
-            return pnr.Target(self.name, f"nelssa_fp32_{self.op}_staged", FP_STAGES,
+            return pnr.Target(self.name, f"nelssa_fp32_{self.op}_staged", PACKAGES,
                               {"Latency": self.latency})
         return pnr.Target(self.name, OUTREGS, [*PACKAGES, core / f"nelssa_fp32_{self.op}.sv"],
                           {"Latency": self.latency})

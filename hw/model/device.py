@@ -158,7 +158,9 @@ class ModelDevice(DevicePort):
         self._now = 0
         self._timer: DeviceTimer = TIMERS[self.config.timer].make(TimerSetup(
             self.geometry, self.config.engines, self.config.order_depth,
-            timing or UnitTiming.load(), cycle_timing, self._out_append))
+            (timing or UnitTiming.load()).for_engine(self.config.engine),
+            (cycle_timing or CycleTiming.load()).for_engine(self.config.engine),
+            self._out_append))
         # in fetch order; done cycles never decrease along it, so the head completes first
         self._inflight: deque[_InFlight] = deque()
         self._completed = 0  # completions written since CQ_SIZE was (their phase)

@@ -9,6 +9,7 @@
 //
 // Built with ddr5_replay.cpp into one library (hw/model/ddr5_replay.py); driven by
 // hw/model/device_cycle.py.
+#include <algorithm>
 #include <deque>
 #include <queue>
 
@@ -21,7 +22,7 @@ namespace {
 // the device's parameters, in the order of device_cycle.py's DEVICE_PARAMS
 enum DevParam {
     D_UNITS, D_ORDER_DEPTH, D_READ_DEPTH, D_HOST_SHARE, D_DOORBELL, D_READ_LATENCY,
-    D_KV_TURN, D_CLUSTER_GAP, D_FINAL, D_OUT_BEAT, D_START, D_COUNT
+    D_KV_TURN, D_CLUSTER_GAP, D_FINAL, D_OUT_BEAT, D_START, D_FINAL_FIXED, D_V_ROW, D_COUNT
 };
 constexpr int SUBS = 8;
 constexpr int HOST_PORT = 0, CMDQ_PORT = 1, FIRST_UNIT_PORT = 2;
@@ -327,11 +328,23 @@ struct Device {
         case E_TURN:  // the cluster's scores and max settle before its V rows
             if (--u.wait <= 0) u.eng = E_V;
             break;
-        case E_V:
-            if (beats_done(d.k_beats[(size_t)u.cluster])) {
+        case E_V: {
+            // a row takes at least D_V_ROW cycles (a pipelined adder's o and l): the engine
+            // waits after a row's last beat
+            const int bpr = std::max(1, d.q_lines / std::max(1, d.q_heads));
+            if (u.wait > 0) {
+                --u.wait;
+                break;
+            }
+            const bool row_end = head_in && (u.beat + 1) % bpr == 0;
+            if (!beats_done(d.k_beats[(size_t)u.cluster])) {
+                if (row_end) u.wait = (int)std::max<i64>(0, dev[D_V_ROW] - bpr);
+                break;
+            }
+            {
                 if (++u.cluster == (int)d.k_beats.size()) {
                     u.eng = E_FINAL;
-                    u.wait = (int)(dev[D_FINAL] * d.q_heads);
+                    u.wait = (int)(dev[D_FINAL] * d.q_heads + dev[D_FINAL_FIXED]);
                 } else if (dev[D_CLUSTER_GAP] > 0) {
                     u.eng = E_CLU;
                     u.wait = (int)dev[D_CLUSTER_GAP];
@@ -340,6 +353,7 @@ struct Device {
                 }
             }
             break;
+        }
         case E_FINAL:  // normalisation, head by head
             if (--u.wait <= 0) {
                 u.eng = d.out.empty() ? E_END : E_OUT;

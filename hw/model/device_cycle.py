@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from nelssa.hw.model import ddr5_replay
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
 from nelssa.hw.model.ddr5_subchannel import BankState, ControllerConfig
 from nelssa.hw.model.device_timing import CALIBRATION_FILE, HOST_SHARE
+from nelssa.hw.model.engine import EngineParams, FpLatency
+from nelssa.hw.model.engine_cycles import EngineTiming
 
 READ_DEPTH = 128
 """Reads each unit's line reader keeps in flight (nelssa_attn_unit ReadDepth)."""
@@ -52,6 +54,12 @@ class CycleTiming:
     """Cycles from the stream's start to the engine taking its first Q beat."""
     doorbell: int = 16
     """Cycles from the doorbell to the command queue seeing it."""
+    final_fixed: int = 0
+    """Cycles once per descriptor beside ``final`` per head: the arithmetic units' pipelines
+    after the last V beat (:meth:`for_engine`; 0 with combinational units)."""
+    v_row: int = 0
+    """Cycles a V row takes at least (an adder's latency, which o and l wait for once a row:
+    :meth:`for_engine`); a row of fewer beats waits the rest."""
 
     @classmethod
     def load(cls) -> CycleTiming:
@@ -62,6 +70,17 @@ class CycleTiming:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    def for_engine(self, params: EngineParams) -> CycleTiming:
+        """These counts (fitted on the RTL device, whose units are combinational) for engines
+        with ``params``' unit latencies: what the pipelines add to the K->V turn, after the
+        last V beat, and to each V row, from the engine's own schedule (hw/model/
+        engine_cycles.py); the same counts at latency 0."""
+        if params.latency == FpLatency():
+            return self
+        extra = EngineTiming.of(params).over_combinational(params)
+        return replace(self, kv_turn=self.kv_turn + extra.kv_turn,
+                       final_fixed=self.final_fixed + extra.tail, v_row=params.latency.add)
 
 
 class CycleSchedule:
@@ -82,7 +101,7 @@ class CycleSchedule:
         mem = ddr5_replay._params(geometry.timing, config or ControllerConfig(), True)
         dev = np.array([engines, order_depth, READ_DEPTH, HOST_SHARE, t.doorbell,
                         t.read_latency, t.kv_turn, t.cluster_gap, t.final, t.out_beat,
-                        t.start], np.int64)
+                        t.start, t.final_fixed, t.v_row], np.int64)
         self._handle = self._so.dc_new(ddr5_replay._ptr(mem, ctypes.c_longlong), mem.size,
                                  ddr5_replay._ptr(dev, ctypes.c_longlong))
         if not self._handle:

@@ -19,7 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from nelssa.driver.formats import DescOpcode
+from nelssa.driver.status import ENGINE_LANES
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
+from nelssa.hw.model.engine import EngineParams, FpLatency
+from nelssa.hw.model.engine_cycles import EngineTiming, LatencyCost
 
 CALIBRATION_FILE = Path(__file__).with_name("device_calibration.json")
 FEATURES = ("fixed", "clusters", "stream_beats", "result_beats")
@@ -64,6 +67,15 @@ class UnitTiming:
     refresh_tail: float = 108.0
     """The last cycles of a descriptor, which need no DDR5 read (its last beats, the engine's
     normalisation, the result written): a refresh there does not hold it."""
+    latency: LatencyCost | None = None
+    """What the engines' pipelined arithmetic adds to a descriptor (:meth:`for_engine`; the
+    coefficients are fitted on combinational units); None: nothing."""
+
+    def for_engine(self, params: EngineParams) -> UnitTiming:
+        """This timing for engines with ``params``' unit latencies (itself at latency 0)."""
+        if params.latency == FpLatency():
+            return self
+        return replace(self, latency=EngineTiming.of(params).over_combinational(params))
 
     @classmethod
     def load(cls) -> UnitTiming:
@@ -81,7 +93,13 @@ class UnitTiming:
                    float(data.get("refresh_tail", cls.refresh_tail)))
 
     def cycles(self, d, lines_read: int) -> int:
-        return round(float(np.dot(features(d, lines_read), self.coefficients)))
+        f = features(d, lines_read)
+        base = round(float(np.dot(f, self.coefficients)))
+        if self.latency is None or not f[2]:
+            return base
+        bpr = d.head_dim // ENGINE_LANES
+        tokens = max(0, int(f[2]) - d.q_heads * bpr) // (2 * bpr)
+        return base + self.latency.cycles(d.head_dim, int(f[1]), tokens)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ including the status it reports for malformed streams.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +31,46 @@ U16 = npt.NDArray[np.uint16]
 U32 = npt.NDArray[np.uint32]
 
 
+FP_LATENCY_MAX = 15
+"""Largest latency of a unit the RTL engine accepts (its elaboration check)."""
+
+
+@dataclass(frozen=True)
+class FpLatency:
+    """Cycles from an arithmetic unit's inputs to its result, per kind of unit (the RTL
+    engine's *Latency parameters; 0: combinational, today's ASIC-like device). The results do
+    not depend on them, only the engine's cycles (hw/model/engine_cycles.py)."""
+
+    bf16_mul: int = 0
+    """Bf16MulLatency: the dot products' bf16 x bf16 multipliers."""
+    add: int = 0
+    """AddLatency: fp32 adders (dot-product tree, row fold, softmax, o and l updates, LSE)."""
+    mul: int = 0
+    """MulLatency: fp32 multipliers (scale, rescale, p*v, LSE, output normalisation)."""
+    exp2: int = 0
+    """Exp2Latency: the softmax weights' exp2."""
+    log2: int = 0
+    """Log2Latency: the LSE's log2."""
+    recip: int = 0
+    """RecipLatency: the output normalisation's reciprocal."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= FP_LATENCY_MAX:
+                raise ValueError(f"fp latency {f.name}: an integer in 0..{FP_LATENCY_MAX} "
+                                 f"cycles, got {v!r}")
+
+    def rtl_params(self) -> dict[str, int]:
+        """The RTL engine's parameters (nelssa_attn_engine) for these latencies."""
+        return {RTL_LATENCY_PARAMS[f.name]: getattr(self, f.name) for f in fields(self)}
+
+
+RTL_LATENCY_PARAMS = {"bf16_mul": "Bf16MulLatency", "add": "AddLatency", "mul": "MulLatency",
+                      "exp2": "Exp2Latency", "log2": "Log2Latency", "recip": "RecipLatency"}
+"""FpLatency's fields by the RTL parameter each sets."""
+
+
 @dataclass(frozen=True)
 class EngineParams:
     """Elaboration-time parameters of one engine instance (the RTL's parameters)."""
@@ -41,6 +81,8 @@ class EngineParams:
     """NumQHeads: largest GQA group (query heads per KV head) the engine accepts, 1..8."""
     max_cluster_tokens: int = 64
     """MaxClusterTokens: largest cluster, in tokens (size of the score buffer)."""
+    latency: FpLatency = field(default_factory=FpLatency)
+    """The arithmetic units' latencies (the *Latency parameters): cycles only, not results."""
 
     def __post_init__(self) -> None:
         if self.head_dim not in SUPPORTED_HEAD_DIMS:
@@ -50,6 +92,8 @@ class EngineParams:
         if not 1 <= self.max_cluster_tokens <= CAPS_MAX_CLUSTER_TOKENS:  # what CAPS can say
             raise ValueError(f"max_cluster_tokens must be in 1..{CAPS_MAX_CLUSTER_TOKENS}, "
                              f"got {self.max_cluster_tokens}")
+        if isinstance(self.latency, dict):  # as a JSON description gives it
+            object.__setattr__(self, "latency", FpLatency(**self.latency))
 
 
 @dataclass(frozen=True)

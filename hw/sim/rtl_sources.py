@@ -9,11 +9,17 @@ from nelssa.hw.sim.verilator import RTL_ROOT
 CORE = RTL_ROOT / "core"
 
 PACKAGES = [
+    CORE / "nelssa_pipe.sv",
     CORE / "nelssa_fp_tables_pkg.sv",
     CORE / "nelssa_fp_pkg.sv",
+    CORE / "nelssa_fp_stages_pkg.sv",
     CORE / "nelssa_engine_pkg.sv",
+    CORE / "nelssa_fp32_add_staged.sv",
+    CORE / "nelssa_fp32_mul_staged.sv",
 ]
-"""Packages every core unit may import."""
+"""Packages every core unit may import, nelssa_pipe (the latency registers of a pipelined
+unit and the engine's delay lines) and the hand-staged fp32 add and multiply (the units at
+Latency 2 and more), which every unit's source list needs."""
 
 FP_UNITS = [
     CORE / "nelssa_bf16_mul.sv",
@@ -33,15 +39,6 @@ ENGINE = [*PACKAGES, *FP_UNITS, *ENGINE_PARTS, CORE / "nelssa_attn_engine.sv"]
 """Everything the attention engine elaborates from."""
 FP_UNITS_TOP = RTL_ROOT / "sim" / "nelssa_fp_units_top.sv"
 """The seven arithmetic units side by side (their cocotb tests share its one build)."""
-FP_STAGES = [
-    CORE / "nelssa_fp_tables_pkg.sv",
-    CORE / "nelssa_fp_pkg.sv",
-    CORE / "nelssa_fp_stages_pkg.sv",
-    CORE / "nelssa_pipe.sv",
-    CORE / "nelssa_fp32_add_staged.sv",
-    CORE / "nelssa_fp32_mul_staged.sv",
-]
-"""fp32 add and multiply cut into pipeline stages, and their registered units (any Latency)."""
 FP_STAGES_TOP = RTL_ROOT / "sim" / "nelssa_fp_stages_top.sv"
 """The staged units at Latency 0..3 beside their reference functions (tests/rtl/test_fp_stages)."""
 ENGINE_BENCH_TOP = RTL_ROOT / "sim" / "nelssa_engine_bench_top.sv"

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nelssa.hw.model.engine import FpLatency
 from nelssa.hw.sim.rtl_sources import (
     CXL_MEM_SLAVE,
     DDR5_CTRL,
     DEVICE,
     ENGINE,
-    FP_STAGES,
     FP_UNITS,
     FPGA_TOP,
     PACKAGES,
@@ -183,9 +183,17 @@ def check_blocks() -> list[Block]:
               {"NumPorts": 1, "AddrW": 37, "TagW": 1, "IdW": 7}),
         Block("DDR5 controller (its synthesis form)", "nelssa_ddr5_ctrl", DDR5_CTRL,
               {**DDR5_CTRL_SMALLEST, "ParallelSched": 1}),
-        *(Block(f"fp32 {op}, hand-staged (Latency 3)", f"nelssa_fp32_{op}_staged", FP_STAGES,
-                {"Latency": 3}) for op in ("add", "mul")),
+        *(Block(f"fp32 {op} unit at Latency 3 (hand-staged)", f"nelssa_fp32_{op}",
+                [*PACKAGES, *FP_UNITS], {"Latency": 3}) for op in ("add", "mul")),
+        Block("engine with pipelined units", "nelssa_attn_engine", ENGINE,
+              {**SMALLEST_ENGINE, **PIPELINED_CHECK.rtl_params()}, boxes=ENGINE_BOXES),
     ]
+
+
+PIPELINED_CHECK = FpLatency(bf16_mul=1, add=3, mul=2, exp2=4, log2=4, recip=4)
+"""The latencies the check maps the engine at besides 0 (its delay lines, the V spacing of an
+adder slower than a row, the result FIFO): those of tests/rtl/test_attn_engine.py's pipelined
+instance."""
 
 
 NOT_MAPPED = {

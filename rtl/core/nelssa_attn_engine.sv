@@ -13,8 +13,13 @@
 // channels (the command's cluster entries, the stream up to kv_last_i) before done_o.
 //
 // The order of floating-point operations is the contract with hw/model/engine.py; see
-// docs/numerics.md. Throughput: one beat per cycle inside a K or V phase; each cluster costs
-// two stall cycles at its K->V turn (last score, softmax set-up); the first cluster one more.
+// docs/numerics.md. Throughput, with every unit combinational (all latencies 0): one beat per
+// cycle inside a K or V phase; each cluster costs two stall cycles at its K->V turn (last
+// score, softmax set-up); the first cluster one more. With pipelined units (the *Latency
+// parameters) the same operations in the same order take longer: the K->V turn waits for the
+// last score and the set-up through their pipelines, a V row takes max(beats per row,
+// AddLatency) cycles (o and l are loop-carried once per row), and finalisation and output pay
+// their units' latencies. hw/model/engine_cycles.py gives every phase's cycles.
 `include "nelssa_assert.svh"
 
 module nelssa_attn_engine
@@ -22,7 +27,15 @@ module nelssa_attn_engine
 #(
   parameter int unsigned HeadDim          = 128,  // largest head_dim accepted: 64 or 128
   parameter int unsigned NumQHeads        = 8,    // largest GQA group (query heads), 1..8
-  parameter int unsigned MaxClusterTokens = 64    // score-buffer depth in tokens, 1..255
+  parameter int unsigned MaxClusterTokens = 64,   // score-buffer depth in tokens, 1..255
+  // Cycles from an arithmetic unit's inputs to its result (0: combinational), 0..15 each; the
+  // PNM device preset's fp_latency (emu/latency/hardware.py) holds them
+  parameter int unsigned Bf16MulLatency   = 0,    // bf16 x bf16 multiplier
+  parameter int unsigned AddLatency       = 0,    // fp32 adder
+  parameter int unsigned MulLatency       = 0,    // fp32 multiplier
+  parameter int unsigned Exp2Latency      = 0,    // exp2
+  parameter int unsigned Log2Latency      = 0,    // log2
+  parameter int unsigned RecipLatency     = 0     // reciprocal
 ) (
   input  logic              clk_i,
   input  logic              rst_ni,
@@ -63,6 +76,10 @@ module nelssa_attn_engine
   if (MaxClusterTokens < 1 || MaxClusterTokens > 255) begin : gen_check_tokens
     $error("nelssa_attn_engine: MaxClusterTokens must be in 1..255");
   end
+  if (Bf16MulLatency > 15 || AddLatency > 15 || MulLatency > 15 || Exp2Latency > 15 ||
+      Log2Latency > 15 || RecipLatency > 15) begin : gen_check_latency
+    $error("nelssa_attn_engine: every unit latency must be in 0..15");
+  end
 
   localparam int unsigned HW = (NumQHeads > 1) ? $clog2(NumQHeads) : 1;  // head index width
   localparam int unsigned TW = (MaxClusterTokens > 1) ? $clog2(MaxClusterTokens) : 1;
@@ -70,8 +87,25 @@ module nelssa_attn_engine
   localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;      // beat-in-row width
   localparam int unsigned OUT_LANES = BEAT_W / 32;                       // fp32 per result beat
 
+  // Pipeline depths (hw/model/engine_cycles.py computes the same)
+  localparam int unsigned DOT_LAT   = Bf16MulLatency + $clog2(LANES) * AddLatency;  // beat sum
+  localparam int unsigned FOLD_LAT  = (MAX_BPR - 1) * AddLatency;  // a row's beat sums folded
+  localparam int unsigned WEIGHT_LAT = AddLatency + Exp2Latency;   // exp2(t - m)
+  localparam int unsigned V_LAT     = MulLatency + AddLatency;     // a V beat into o and l
+  localparam int unsigned LSE_LAT   = Log2Latency + AddLatency + MulLatency;
+  // cycles after the last K beat until the last score is written; set-up; after the last V
+  // beat until o and l are written; after the last finalisation issue
+  localparam int unsigned KDRAIN_CYC = 1 + DOT_LAT + FOLD_LAT + MulLatency;
+  localparam int unsigned SETUP_CYC  = WEIGHT_LAT + 1;
+  localparam int unsigned VDRAIN_CYC = V_LAT;
+  localparam int unsigned FWAIT_CYC  = (LSE_LAT > RecipLatency) ? LSE_LAT : RecipLatency;
+  // an error's drain waits until nothing of the command is left in a pipeline
+  localparam int unsigned FLUSH_CYC  = DOT_LAT + FOLD_LAT + MulLatency + WEIGHT_LAT + V_LAT;
+  localparam int unsigned CW = 10;  // width of the wait counters
+
   typedef enum logic [3:0] {
-    StIdle, StQ, StClu, StK, StKDrain, StSetup, StV, StFinal, StOut, StDrain, StDone
+    StIdle, StQ, StClu, StK, StKDrain, StSetup, StV, StVDrain, StFinal, StFinWait, StOut,
+    StDrain, StDone
   } state_e;
 
   // ---------------------------------------------------------------------------------------------
@@ -88,7 +122,10 @@ module nelssa_attn_engine
   logic [3:0]  head_q, head_d;              // query head (Q load, finalisation, output)
   logic [2:0]  obeat_q, obeat_d;            // result beat within a head
   logic        last_seen_q, last_seen_d;    // kv_last_i consumed (drain)
+  logic [CW-1:0] wait_q, wait_d;            // cycles left in a waiting state, less one
+  logic [CW-1:0] flush_q, flush_d;          // cycles left until the pipelines are empty
   logic [31:0] c_q;            // scale * log2(e)
+  logic        c_ready_q;      // c_q holds this command's c
 
   // Datapath state. Each query head's registers are in gen_head (each lane's output in
   // gen_head.gen_lane), written at constant indices, so synthesis maps them to flip-flops; what
@@ -97,10 +134,13 @@ module nelssa_attn_engine
   logic [31:0] m_head   [NumQHeads];                  // running max (log2 domain)
   logic [31:0] l_head   [NumQHeads];                  // running softmax denominator
   logic [31:0] lse_head [NumQHeads];
+  logic [31:0] inv_head [NumQHeads];                  // 1/l
 
-  // K pipeline: stage 1 holds the beat sums of the last accepted K beat (gen_head's s1_sum_q)
-  logic              s1_valid_q, s1_valid_d, s1_last_row_q;
+  // K pipeline: stage 1 holds the beat sums of a K beat, DOT_LAT + 1 cycles after it was
+  // accepted (gen_head's s1_sum_q)
+  logic              s1_valid_q, s1_last_row_q;
   logic [TW-1:0]     s1_tok_q;
+  logic [PW-1:0]     s1_part_q;
 
   // Cluster entry taken ahead of time
   logic              next_valid_q, next_valid_d;
@@ -109,6 +149,7 @@ module nelssa_attn_engine
   // ---------------------------------------------------------------------------------------------
   // Handshakes and positions
   logic kv_fire, clu_fire, res_fire;
+  logic v_room;  // a V beat may be taken (the V spacing, below)
   logic row_end, cluster_end, all_popped, final_cluster, prefetch, clu_take, clu_bad;
   logic [7:0] clu_len;
 
@@ -135,24 +176,23 @@ module nelssa_attn_engine
   assign cmd_nq_ok = (cmd_num_qheads_i != 4'd0) && (32'(cmd_num_qheads_i) <= NumQHeads);
 
   // ---------------------------------------------------------------------------------------------
-  // Arithmetic. Every floating-point operation is an instance of a unit (rtl/core), 1,365 at
+  // Arithmetic. Every floating-point operation is an instance of a unit (rtl/core), 1,381 at
   // HeadDim 128 and 8 heads, so synthesis maps each kind of unit once. A unit's en_i is
-  // exactly the condition under which the register it feeds loads: a simulation built with
-  // NELSSA_FP_GATED computes only the active phase's units, and the engine's tests also run
-  // without it, which shows no other unit output is ever read.
+  // exactly the condition under which its result is used (Latency cycles later, by a register
+  // or a later unit; the enable travels with it): a simulation built with NELSSA_FP_GATED
+  // computes only the active phase's units, and the engine's tests also run without it, which
+  // shows no other unit output is ever read.
   logic first_row;
   assign first_row = (tok_q == 8'd0);
 
-  logic [TW-1:0] ptok;  // score row of the next V row's weight
-  assign ptok = (32'(tok_q) + 1 < MaxClusterTokens) ? TW'(tok_q + 8'd1) : '0;
-
-  logic cmd_take, k_beat, v_beat, setup, out_beat, lse_step;
+  logic cmd_take, k_beat, v_beat, setup, setup_go, out_beat, out_issue, fin_go;
   assign cmd_take = (state_q == StIdle) && cmd_valid_i;
   assign k_beat   = (state_q == StK) && kv_fire;
   assign v_beat   = (state_q == StV) && kv_fire;
   assign setup    = (state_q == StSetup);
-  assign out_beat = (state_q == StOut) && (head_q != nq_q);  // an O beat (not the LSE beat)
-  assign lse_step = (state_q == StFinal);
+  assign setup_go = setup && (wait_q == CW'(SETUP_CYC - 1));  // the set-up's first cycle
+  assign out_beat = out_issue && (head_q != nq_q);  // an O beat (not the LSE beat) issued
+  assign fin_go   = (state_q == StFinal);
 
   logic [PW-1:0] part;      // beat within the row, as an index
   logic [HW-1:0] out_head;  // head being finalised or output
@@ -161,93 +201,328 @@ module nelssa_attn_engine
 
   // the softmax scale in the log2 domain, c = scale * log2(e)
   logic [31:0] c_d;
-  nelssa_fp32_mul u_scale (
+  logic        c_load, unused_c;
+  nelssa_fp32_mul #(
+    .Latency(MulLatency)
+  ) u_scale (
+    .clk_i,
+    .rst_ni,
     .en_i  (cmd_take),
     .a_i   (cmd_scale_i),
     .b_i   (FP32_LOG2E),
     .prod_o(c_d)
   );
+  nelssa_pipe #(
+    .Width  (1),
+    .Latency(MulLatency)
+  ) u_c_load (
+    .clk_i,
+    .rst_ni,
+    .en_i(cmd_take),
+    .d_i (1'b0),
+    .en_o(c_load),
+    .q_o (unused_c)
+  );
 
-  logic [31:0] l_log2, lse_log2, lse_val;  // finalisation (below)
+  // K: a beat's position travels beside its dot product; then the row's fold, stage k adding
+  // beat k (gen_fold_pos[k].en: the operands of stage k are valid; fold_done: the row folded),
+  // then the scale multiplication (sc_*: the score is written)
+  logic          dot_en, sc_en;
+  logic [TW-1:0] dot_tok, sc_tok;
+  logic [PW-1:0] dot_part;
+  logic          dot_last;
+  logic          fold_go, fold_done;  // a row's fold starts; its folded sum is ready
+  logic [TW-1:0] fold_done_tok;
+
+  nelssa_pipe #(
+    .Width  (TW + PW + 1),
+    .Latency(DOT_LAT)
+  ) u_dot_pos (
+    .clk_i,
+    .rst_ni,
+    .en_i(k_beat),
+    .d_i ({TW'(tok_q), part, row_end}),
+    .en_o(dot_en),
+    .q_o ({dot_tok, dot_part, dot_last})
+  );
+  assign fold_go = s1_valid_q && s1_last_row_q;
+  // (each stage's signals in its own scope: one vector driven from several stages reads to
+  // the simulator as a loop)
+  for (genvar k = 1; k < MAX_BPR; k++) begin : gen_fold_pos
+    logic          en, out_en;  // stage k's operands valid; its sum valid
+    logic          busy;        // this stage or one before holds a row
+    logic [TW-1:0] tok, out_tok;
+    if (k == 1) begin : gen_first
+      assign en   = fold_go;
+      assign tok  = s1_tok_q;
+      assign busy = en;
+    end else begin : gen_next
+      assign en   = gen_fold_pos[k-1].out_en;
+      assign tok  = gen_fold_pos[k-1].out_tok;
+      assign busy = en || gen_fold_pos[k-1].busy;
+    end
+    nelssa_pipe #(
+      .Width  (TW),
+      .Latency(AddLatency)
+    ) u_pos (
+      .clk_i,
+      .rst_ni,
+      .en_i(en),
+      .d_i (tok),
+      .en_o(out_en),
+      .q_o (out_tok)
+    );
+  end
+  assign fold_done     = gen_fold_pos[MAX_BPR-1].out_en;
+  assign fold_done_tok = gen_fold_pos[MAX_BPR-1].out_tok;
+  nelssa_pipe #(
+    .Width  (TW),
+    .Latency(MulLatency)
+  ) u_score_pos (
+    .clk_i,
+    .rst_ni,
+    .en_i(fold_done),
+    .d_i (fold_done_tok),
+    .en_o(sc_en),
+    .q_o (sc_tok)
+  );
+
+  // Set-up: alpha (one per head) at the set-up's first cycle; then the cluster's weights
+  // p_j = exp2(t_j - m), one token a cycle, each written over its score (the scores are not
+  // read again): a V row reads its p there, and V starts when alpha and p_0 are written
+  logic          wl_active_q, wl_active_d, wl_go, wout_en, alpha_load, unused_alpha;
+  logic [7:0]    wl_tok_q, wl_tok_d, wl_idx;
+  logic [TW-1:0] wout_tok;
+  logic [7:0]    p_cnt_q, p_cnt_d;  // weights of the current cluster written
+
+  assign wl_go  = (setup_go || wl_active_q) && (state_q == StSetup || state_q == StV);
+  assign wl_idx = setup_go ? 8'd0 : wl_tok_q;
+  always_comb begin
+    wl_active_d = wl_active_q && (state_q == StSetup || state_q == StV);
+    wl_tok_d    = wl_tok_q;
+    if (wl_go) begin
+      wl_active_d = (wl_idx != ntok_q - 8'd1);
+      wl_tok_d    = wl_idx + 8'd1;
+    end
+    p_cnt_d = (setup_go ? 8'd0 : p_cnt_q) + 8'(wout_en);
+  end
+  nelssa_pipe #(
+    .Width  (TW),
+    .Latency(WEIGHT_LAT)
+  ) u_weight_pos (
+    .clk_i,
+    .rst_ni,
+    .en_i(wl_go),
+    .d_i (TW'(wl_idx)),
+    .en_o(wout_en),
+    .q_o (wout_tok)
+  );
+  nelssa_pipe #(
+    .Width  (1),
+    .Latency(WEIGHT_LAT)
+  ) u_alpha_load (
+    .clk_i,
+    .rst_ni,
+    .en_i(setup_go),
+    .d_i (1'b0),
+    .en_o(alpha_load),
+    .q_o (unused_alpha)
+  );
+
+  // V: a beat's part and whether it is its cluster's first row travel to the issue of its adds
+  // (vi_*, MulLatency later: p*v and the rescale are ready) and to their results (vo_*)
+  logic          vi_en, vi_first, vo_en;
+  logic [PW-1:0] vi_part, vo_part;
+
+  nelssa_pipe #(
+    .Width  (PW + 1),
+    .Latency(MulLatency)
+  ) u_v_issue (
+    .clk_i,
+    .rst_ni,
+    .en_i(v_beat),
+    .d_i ({part, first_row}),
+    .en_o(vi_en),
+    .q_o ({vi_part, vi_first})
+  );
+  nelssa_pipe #(
+    .Width  (PW),
+    .Latency(AddLatency)
+  ) u_v_out (
+    .clk_i,
+    .rst_ni,
+    .en_i(vi_en),
+    .d_i (vi_part),
+    .en_o(vo_en),
+    .q_o (vo_part)
+  );
+
+  logic [31:0] l_log2, lse_log2, lse_val, out_inv;  // finalisation (below)
+  logic          lse_en, inv_en;
+  logic [HW-1:0] lse_at, inv_at;
 
   for (genvar h = 0; h < NumQHeads; h++) begin : gen_head
     logic [MAX_BPR-1:0][BEAT_W-1:0] q_q;     // query row, as it arrived
-    logic [31:0] score_q [MaxClusterTokens];  // scores of the current cluster
+    logic [31:0] score_q [MaxClusterTokens];  // scores of the current cluster, then weights
     logic [31:0] m_q;       // running max (log2 domain)
     logic [31:0] mrun_q;    // max including the current cluster
     logic [31:0] l_q;       // running softmax denominator
-    logic [31:0] acc_q;     // dot-product accumulator of the current row
-    logic [31:0] s1_sum_q;  // K stage 1: sum of the last accepted beat
+    logic [31:0] s1_sum_q;  // K stage 1: sum of a beat
+    logic [MAX_BPR-2:0][31:0] row_q;  // the beat sums of the row so far, at its end aligned
     logic [31:0] alpha_q;   // rescale of the clusters before: exp2(m - mrun)
-    logic [31:0] p_q;       // exp2(t_j - m) of the current V row
     logic [31:0] lse_q;
+    logic [31:0] inv_q;     // 1/l
 
     logic on;  // the head is in this command
-    logic row_score, l_step, p_step;
-    logic [31:0] dot_sum, acc_sum, score, score_max, alpha_w, p_w, l_scaled, l_sum;
-    assign on        = (4'(h) < nq_q);
-    assign row_score = s1_valid_q && s1_last_row_q && on;
-    assign l_step    = v_beat && on && (part_q == 2'd0);
-    assign p_step    = on && (setup || (v_beat && row_end));
+    logic [31:0] dot_sum, score, score_max, alpha_w, p_w, p_cur, p_l, l_scaled, l_src, l_sum;
+    logic [MAX_BPR-1:0][31:0] fold_b;  // a row's beat sums, zeros in front of a short row
+    logic [31:0] fold_x0;              // 0 + b_0
+    logic [PW-1:0] row_slot;           // where beat s1_part_q of a row lies in fold_b
+    logic unused_p;
+    assign on       = (4'(h) < nq_q);
+    assign row_slot = PW'(32'(s1_part_q) + MAX_BPR - 32'(bpr_q));
+    assign p_cur    = score_q[TW'(tok_q)];
 
     assign m_head[h]   = m_q;
     assign l_head[h]   = l_q;
     assign lse_head[h] = lse_q;
+    assign inv_head[h] = inv_q;
 
-    // K: stage 1 forms the beat's sum, stage 2 accumulates it; at a row's end the score is
+    // K: each beat's sum; at a row's end the row's sums are folded in beat order, the score
     // scaled into the log2 domain and the running max updated
-    nelssa_beat_dot u_dot (
+    nelssa_beat_dot #(
+      .Bf16MulLatency(Bf16MulLatency),
+      .AddLatency    (AddLatency)
+    ) u_dot (
+      .clk_i,
+      .rst_ni,
       .en_i (k_beat && on),
       .a_i  (q_q[part]),
       .b_i  (kv_data_i),
       .dot_o(dot_sum)
     );
-    nelssa_fp32_add u_acc (
-      .en_i (s1_valid_q && on),
-      .a_i  (acc_q),
-      .b_i  (s1_sum_q),
-      .sum_o(acc_sum)
-    );
-    nelssa_fp32_mul u_score (
-      .en_i  (row_score),
-      .a_i   (acc_sum),
+    // the fold (((0 + b_0) + b_1) + ...): 0 + b_0 is b_0 with -0 made +0 (a beat sum is an
+    // adder's result: no subnormal, NaN canonical), so the first add needs no adder; a row of
+    // head_dim 64 in an engine of HeadDim 128 is folded behind two zeros, which gives the same
+    // bits ((0 + 0) + 0 = +0), so every row takes the same stages
+    for (genvar k = 0; k < MAX_BPR; k++) begin : gen_fold_b
+      if (k < MAX_BPR - 1) begin : gen_held
+        assign fold_b[k] = (32'(k) < MAX_BPR - 32'(bpr_q)) ? 32'd0 : row_q[k];
+      end else begin : gen_last
+        assign fold_b[k] = s1_sum_q;
+      end
+    end
+    assign fold_x0 = (fold_b[0] == 32'h8000_0000) ? 32'd0 : fold_b[0];
+    for (genvar k = 1; k < MAX_BPR; k++) begin : gen_fold
+      logic [31:0] b_d;  // beat sum k, delayed to its stage
+      logic [31:0] a, x;  // (0 + b_0) + ... + b_(k-1), and + b_k
+      logic unused_b;
+      if (k == 1) begin : gen_first
+        assign a = fold_x0;
+      end else begin : gen_next
+        assign a = gen_fold[k-1].x;
+      end
+      nelssa_pipe #(
+        .Width  (32),
+        .Latency((k - 1) * AddLatency)
+      ) u_b (
+        .clk_i,
+        .rst_ni,
+        .en_i(fold_go && on),
+        .d_i (fold_b[k]),
+        .en_o(unused_b),
+        .q_o (b_d)
+      );
+      nelssa_fp32_add #(
+        .Latency(AddLatency)
+      ) u_add (
+        .clk_i,
+        .rst_ni,
+        .en_i (gen_fold_pos[k].en && on),
+        .a_i  (a),
+        .b_i  (b_d),
+        .sum_o(x)
+      );
+    end
+    nelssa_fp32_mul #(
+      .Latency(MulLatency)
+    ) u_score (
+      .clk_i,
+      .rst_ni,
+      .en_i  (fold_done && on),
+      .a_i   (gen_fold[MAX_BPR-1].x),
       .b_i   (c_q),
       .prod_o(score)
     );
     nelssa_fp32_max u_max (
-      .en_i (row_score),
+      .en_i (sc_en && on),
       .a_i  (mrun_q),
       .b_i  (score),
       .max_o(score_max)
     );
 
-    // set-up: the rescale of what the clusters before gave, and the first V row's weight;
-    // V: the next row's weight at each row's end
-    nelssa_softmax_weight u_alpha (
-      .en_i(setup && on),
+    // set-up: the rescale of what the clusters before gave; the cluster's weights in turn
+    nelssa_softmax_weight #(
+      .AddLatency (AddLatency),
+      .Exp2Latency(Exp2Latency)
+    ) u_alpha (
+      .clk_i,
+      .rst_ni,
+      .en_i(setup_go && on),
       .t_i (m_q),
       .m_i (mrun_q),
       .w_o (alpha_w)
     );
-    nelssa_softmax_weight u_p (
-      .en_i(p_step),
-      .t_i (setup ? score_q[0] : score_q[ptok]),
+    nelssa_softmax_weight #(
+      .AddLatency (AddLatency),
+      .Exp2Latency(Exp2Latency)
+    ) u_p (
+      .clk_i,
+      .rst_ni,
+      .en_i(wl_go && on),
+      .t_i (score_q[TW'(wl_idx)]),
       .m_i (mrun_q),
       .w_o (p_w)
     );
 
     // V: l = l * (first row ? alpha : 1) + p once per row (o alike in gen_lane); x * 1 is x
-    // for every value they can hold
-    nelssa_fp32_mul u_l_scale (
-      .en_i  (l_step && first_row),
+    // for every value they can hold. The add is issued when the row's p and l's rescale have
+    // come through the multipliers; the l it reads is the one of the row before, taken from
+    // the adder's output when it appears in that very cycle (AddLatency = row spacing).
+    nelssa_pipe #(
+      .Width  (32),
+      .Latency(MulLatency)
+    ) u_p_l (
+      .clk_i,
+      .rst_ni,
+      .en_i(v_beat && on && part_q == 2'd0),
+      .d_i (p_cur),
+      .en_o(unused_p),
+      .q_o (p_l)
+    );
+    nelssa_fp32_mul #(
+      .Latency(MulLatency)
+    ) u_l_scale (
+      .clk_i,
+      .rst_ni,
+      .en_i  (v_beat && on && part_q == 2'd0 && first_row),
       .a_i   (l_q),
       .b_i   (alpha_q),
       .prod_o(l_scaled)
     );
-    nelssa_fp32_add u_l (
-      .en_i (l_step),
-      .a_i  (first_row ? l_scaled : l_q),
-      .b_i  (p_q),
+    if (AddLatency > 0) begin : gen_l_fwd
+      assign l_src = (vo_en && vo_part == '0) ? l_sum : l_q;
+    end else begin : gen_l_reg
+      assign l_src = l_q;
+    end
+    nelssa_fp32_add #(
+      .Latency(AddLatency)
+    ) u_l (
+      .clk_i,
+      .rst_ni,
+      .en_i (vi_en && on && vi_part == '0),
+      .a_i  (vi_first ? l_scaled : l_src),
+      .b_i  (p_l),
       .sum_o(l_sum)
     );
 
@@ -261,7 +536,6 @@ module nelssa_attn_engine
             m_q    <= FP32_NEG_INF;
             mrun_q <= FP32_NEG_INF;
             l_q    <= 32'd0;
-            acc_q  <= 32'd0;
           end
         end
         StQ: begin
@@ -273,60 +547,70 @@ module nelssa_attn_engine
           end
         end
         StSetup: begin
-          if (on) begin
-            alpha_q <= alpha_w;
-            p_q     <= p_w;
-            m_q     <= mrun_q;
-          end
-        end
-        StV: begin
-          if (kv_fire && on) begin
-            if (part_q == 2'd0) l_q <= l_sum;
-            if (row_end) p_q <= p_w;
-          end
-        end
-        StFinal: begin
-          if (out_head == HW'(h)) lse_q <= lse_val;
+          if (on) m_q <= mrun_q;
         end
         default: ;
       endcase
 
-      if (k_beat && on) s1_sum_q <= dot_sum;
-      if (s1_valid_q && on) begin
-        if (s1_last_row_q) begin
-          acc_q             <= 32'd0;
-          score_q[s1_tok_q] <= score;
-          mrun_q            <= score_max;
-        end else begin
-          acc_q <= acc_sum;
+      if (alpha_load && on) alpha_q <= alpha_w;
+      if (vo_en && on && vo_part == '0) l_q <= l_sum;
+      if (dot_en && on) s1_sum_q <= dot_sum;
+      if (s1_valid_q && !s1_last_row_q && on) begin
+        // verilator unroll_full
+        for (int b = 0; b < MAX_BPR - 1; b++) begin
+          if (row_slot == PW'(b)) row_q[b] <= s1_sum_q;
         end
       end
+      if (wout_en && on) score_q[wout_tok] <= p_w;
+      if (sc_en && on) begin
+        score_q[sc_tok] <= score;
+        mrun_q          <= score_max;
+      end
+      if (lse_en && lse_at == HW'(h)) lse_q <= lse_val;
+      if (inv_en && inv_at == HW'(h)) inv_q <= out_inv;
     end
 
     // V, per lane: o = o * (first row ? alpha : 1) + p * v
     for (genvar i = 0; i < LANES; i++) begin : gen_lane
       logic [MAX_BPR-1:0][31:0] o_q;  // this lane of each beat of the output row
-      logic [31:0] o_scaled, o_pv, o_sum;
+      logic [31:0] o_scaled, o_pv, o_src, o_sum;
 
       for (genvar b = 0; b < MAX_BPR; b++) begin : gen_part
         assign o_head[h][b][i] = o_q[b];
       end
 
-      nelssa_fp32_mul u_o_scale (
+      nelssa_fp32_mul #(
+        .Latency(MulLatency)
+      ) u_o_scale (
+        .clk_i,
+        .rst_ni,
         .en_i  (v_beat && on && first_row),
         .a_i   (o_q[part]),
         .b_i   (alpha_q),
         .prod_o(o_scaled)
       );
-      nelssa_fp32_mul u_pv (
+      nelssa_fp32_mul #(
+        .Latency(MulLatency)
+      ) u_pv (
+        .clk_i,
+        .rst_ni,
         .en_i  (v_beat && on),
-        .a_i   (p_q),
+        .a_i   (p_cur),
         .b_i   ({kv_data_i[16*i +: 16], 16'h0000}),
         .prod_o(o_pv)
       );
-      nelssa_fp32_add u_o (
-        .en_i (v_beat && on),
-        .a_i  (first_row ? o_scaled : o_q[part]),
+      if (AddLatency > 0) begin : gen_o_fwd
+        assign o_src = (vo_en && vo_part == vi_part) ? o_sum : o_q[vi_part];
+      end else begin : gen_o_reg
+        assign o_src = o_q[vi_part];
+      end
+      nelssa_fp32_add #(
+        .Latency(AddLatency)
+      ) u_o (
+        .clk_i,
+        .rst_ni,
+        .en_i (vi_en && on),
+        .a_i  (vi_first ? o_scaled : o_src),
         .b_i  (o_pv),
         .sum_o(o_sum)
       );
@@ -334,76 +618,200 @@ module nelssa_attn_engine
       always_ff @(posedge clk_i) begin
         if (cmd_take) begin
           o_q <= '0;
-        end else if (v_beat && on) begin
+        end else if (vo_en && on) begin
           // verilator unroll_full
           for (int b = 0; b < MAX_BPR; b++) begin
-            if (part == PW'(b)) o_q[b] <= o_sum;
+            if (vo_part == PW'(b)) o_q[b] <= o_sum;
           end
         end
       end
     end
   end
 
-  // finalisation, one head per cycle: LSE = (m + log2 l) * ln 2
+  // finalisation, one head issued a cycle: LSE = (m + log2 l) * ln 2 and 1/l, each written
+  // into the head's registers when it leaves its pipeline (lse_at, inv_at: which head)
+  logic          fin_add_en, fin_mul_en;
+  logic [HW-1:0] fin_add_at, fin_mul_at;
 
-  nelssa_fp32_log2 u_lse_log2 (
-    .en_i(lse_step),
+  nelssa_fp32_log2 #(
+    .Latency(Log2Latency)
+  ) u_lse_log2 (
+    .clk_i,
+    .rst_ni,
+    .en_i(fin_go),
     .x_i (l_head[out_head]),
     .y_o (l_log2)
   );
-  nelssa_fp32_add u_lse_add (
-    .en_i (lse_step),
-    .a_i  (m_head[out_head]),
+  nelssa_pipe #(
+    .Width  (HW),
+    .Latency(Log2Latency)
+  ) u_fin_add_at (
+    .clk_i,
+    .rst_ni,
+    .en_i(fin_go),
+    .d_i (out_head),
+    .en_o(fin_add_en),
+    .q_o (fin_add_at)
+  );
+  nelssa_fp32_add #(
+    .Latency(AddLatency)
+  ) u_lse_add (
+    .clk_i,
+    .rst_ni,
+    .en_i (fin_add_en),
+    .a_i  (m_head[fin_add_at]),
     .b_i  (l_log2),
     .sum_o(lse_log2)
   );
-  nelssa_fp32_mul u_lse_ln (
-    .en_i  (lse_step),
+  nelssa_pipe #(
+    .Width  (HW),
+    .Latency(AddLatency)
+  ) u_fin_mul_at (
+    .clk_i,
+    .rst_ni,
+    .en_i(fin_add_en),
+    .d_i (fin_add_at),
+    .en_o(fin_mul_en),
+    .q_o (fin_mul_at)
+  );
+  nelssa_fp32_mul #(
+    .Latency(MulLatency)
+  ) u_lse_ln (
+    .clk_i,
+    .rst_ni,
+    .en_i  (fin_mul_en),
     .a_i   (lse_log2),
     .b_i   (FP32_LN2),
     .prod_o(lse_val)
   );
-
-  // ---------------------------------------------------------------------------------------------
-  // Result beats: O of head head_q scaled by 1/l (one reciprocal, OUT_LANES products), then
-  // the LSE beat
-  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
-  logic [PW-1:0] out_part;  // input beat of o_q that holds this result beat
-  logic [31:0]   out_inv;   // 1/l of the head being output
-  logic [31:0]   out_val [OUT_LANES];
-  assign out_part = PW'(obeat_q / 3'(OUT_PER_PART));
-
-  nelssa_fp32_recip u_out_inv (
-    .en_i(out_beat),
+  nelssa_pipe #(
+    .Width  (HW),
+    .Latency(MulLatency)
+  ) u_lse_at (
+    .clk_i,
+    .rst_ni,
+    .en_i(fin_mul_en),
+    .d_i (fin_mul_at),
+    .en_o(lse_en),
+    .q_o (lse_at)
+  );
+  nelssa_fp32_recip #(
+    .Latency(RecipLatency)
+  ) u_inv (
+    .clk_i,
+    .rst_ni,
+    .en_i(fin_go),
     .x_i (l_head[out_head]),
     .y_o (out_inv)
   );
+  nelssa_pipe #(
+    .Width  (HW),
+    .Latency(RecipLatency)
+  ) u_inv_at (
+    .clk_i,
+    .rst_ni,
+    .en_i(fin_go),
+    .d_i (out_head),
+    .en_o(inv_en),
+    .q_o (inv_at)
+  );
+
+  // ---------------------------------------------------------------------------------------------
+  // Result beats: O of head head_q scaled by its 1/l (OUT_LANES products), then the LSE beat.
+  // With combinational multipliers a beat is offered as it is computed; with pipelined ones
+  // a beat is issued into the multipliers only when the result FIFO behind them has room for
+  // it and everything already on its way (credits), so res_ready_i low stops the issue.
+  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
+  logic [PW-1:0] out_part;  // input beat of o_q that holds this result beat
+  logic [31:0]   out_val [OUT_LANES];
+  logic [BEAT_W-1:0] lse_beat, out_data;
+  assign out_part = PW'(obeat_q / 3'(OUT_PER_PART));
+
   for (genvar k = 0; k < OUT_LANES; k++) begin : gen_out
-    nelssa_fp32_mul u_out (
+    nelssa_fp32_mul #(
+      .Latency(MulLatency)
+    ) u_out (
+      .clk_i,
+      .rst_ni,
       .en_i  (out_beat),
       .a_i   (o_head[out_head][out_part][(32'(obeat_q) % OUT_PER_PART) * OUT_LANES + k]),
-      .b_i   (out_inv),
+      .b_i   (inv_head[out_head]),
       .prod_o(out_val[k])
     );
   end
 
   always_comb begin
-    res_data_o = '0;
-    if (state_q == StOut) begin
-      if (head_q == nq_q) begin
-        // verilator unroll_full
-        for (int h = 0; h < NumQHeads; h++) begin
-          if (h < 32'(nq_q)) res_data_o[32*h +: 32] = lse_head[h];
-        end
-      end else begin
-        // verilator unroll_full
-        for (int k = 0; k < OUT_LANES; k++) res_data_o[32*k +: 32] = out_val[k];
-      end
+    lse_beat = '0;
+    // verilator unroll_full
+    for (int h = 0; h < NumQHeads; h++) begin
+      if (h < 32'(nq_q)) lse_beat[32*h +: 32] = lse_head[h];
     end
+    out_data = '0;
+    // verilator unroll_full
+    for (int k = 0; k < OUT_LANES; k++) out_data[32*k +: 32] = out_val[k];
   end
 
-  assign res_valid_o = (state_q == StOut);
-  assign res_last_o  = res_valid_o && (head_q == nq_q);
+  if (MulLatency == 0) begin : gen_res_direct
+    assign out_issue   = (state_q == StOut) && res_ready_i;
+    assign res_valid_o = (state_q == StOut);
+    assign res_last_o  = res_valid_o && (head_q == nq_q);
+    assign res_data_o  = !res_valid_o ? '0 : (head_q == nq_q) ? lse_beat : out_data;
+
+    // a result beat not taken stays, the same beat (its head and beat index, which select its
+    // data from registers that hold still in StOut: cheaper than keeping the 512 data bits)
+    `NELSSA_ASSERT_HOLD(ResHeld, res_valid_o, res_ready_i, {head_q, obeat_q, res_last_o})
+  end else begin : gen_res_fifo
+    localparam int unsigned Depth = MulLatency + 2;  // full rate: MulLatency on the way, 1 out
+    localparam int unsigned AW = $clog2(Depth);
+    localparam int unsigned NW = $clog2(Depth + 1);
+
+    logic [Depth-1:0][BEAT_W:0] mem_q;  // {last, data}
+    logic [AW-1:0] rd_q, wr_q;
+    logic [NW-1:0] cnt_q, fly_q;        // beats held, beats in the multipliers
+    logic          issued_last_q, push, push_last;
+
+    assign out_issue = (state_q == StOut) && !issued_last_q &&
+                       (32'(cnt_q) + 32'(fly_q) < Depth);
+    nelssa_pipe #(
+      .Width  (1),
+      .Latency(MulLatency)
+    ) u_res_pos (
+      .clk_i,
+      .rst_ni,
+      .en_i(out_issue),
+      .d_i (head_q == nq_q),
+      .en_o(push),
+      .q_o (push_last)
+    );
+
+    assign res_valid_o = (cnt_q != '0);
+    assign res_last_o  = res_valid_o && mem_q[rd_q][BEAT_W];
+    assign res_data_o  = res_valid_o ? mem_q[rd_q][BEAT_W-1:0] : '0;
+
+    always_ff @(posedge clk_i) begin
+      if (push) mem_q[wr_q] <= {push_last, push_last ? lse_beat : out_data};
+    end
+    always_ff @(posedge clk_i or negedge rst_ni) begin
+      if (!rst_ni) begin
+        rd_q          <= '0;
+        wr_q          <= '0;
+        cnt_q         <= '0;
+        fly_q         <= '0;
+        issued_last_q <= 1'b0;
+      end else begin
+        if (push) wr_q <= (32'(wr_q) == Depth - 1) ? '0 : wr_q + AW'(1);
+        if (res_fire) rd_q <= (32'(rd_q) == Depth - 1) ? '0 : rd_q + AW'(1);
+        cnt_q <= cnt_q + NW'(push) - NW'(res_fire);
+        fly_q <= fly_q + NW'(out_issue) - NW'(push);
+        if (state_q != StOut) issued_last_q <= 1'b0;
+        else if (out_issue && head_q == nq_q) issued_last_q <= 1'b1;
+      end
+    end
+
+    // the FIFO never takes a beat it has no room for, and a beat not taken stays the same
+    `NELSSA_ASSERT_NEVER(ResFifoOverflow, push && !res_fire && 32'(cnt_q) == Depth)
+    `NELSSA_ASSERT_HOLD(ResHeld, res_valid_o, res_ready_i, {rd_q, res_last_o})
+  end
 
   // ---------------------------------------------------------------------------------------------
   // Control: handshakes and the state machine
@@ -412,9 +820,10 @@ module nelssa_attn_engine
     clu_ready_o = (state_q == StClu && !next_valid_q) || prefetch ||
                   (state_q == StDrain && !all_popped);
     unique case (state_q)
-      StQ, StK, StV: kv_ready_o = 1'b1;
-      StDrain:       kv_ready_o = !last_seen_q;
-      default:       kv_ready_o = 1'b0;
+      StQ, StK: kv_ready_o = 1'b1;
+      StV:      kv_ready_o = v_room;
+      StDrain:  kv_ready_o = !last_seen_q;
+      default:  kv_ready_o = 1'b0;
     endcase
 
     state_d  = state_q;
@@ -466,14 +875,14 @@ module nelssa_attn_engine
           end
         end
       end
-      // the last score and the cluster max are written at the end of this cycle
-      StKDrain: state_d = StSetup;
-      StSetup: state_d = StV;
+      // the last score and the cluster max are written at the end of its last cycle
+      StKDrain: if (wait_q == '0) state_d = StSetup;
+      StSetup:  if (wait_q == '0) state_d = StV;
       StV: begin
         if (kv_fire) begin
           if (cluster_end && final_cluster) begin
             if (kv_last_i) begin
-              state_d = StFinal;
+              state_d = (VDRAIN_CYC > 0) ? StVDrain : StFinal;
             end else begin
               status_d = STATUS_ERR_LONG_STREAM;
               state_d  = StDrain;
@@ -493,14 +902,18 @@ module nelssa_attn_engine
           end
         end
       end
+      // o and l are written at the end of its last cycle
+      StVDrain: if (wait_q == '0) state_d = StFinal;
       StFinal: begin
-        if (head_q == nq_q - 4'd1) state_d = StOut;
+        if (head_q == nq_q - 4'd1) state_d = (FWAIT_CYC > 0) ? StFinWait : StOut;
       end
+      // the last LSE and 1/l are written at the end of its last cycle
+      StFinWait: if (wait_q == '0) state_d = StOut;
       StOut: begin
         if (res_fire && res_last_o) state_d = StDone;
       end
       StDrain: begin
-        if (all_popped && last_seen_q) state_d = StDone;
+        if (all_popped && last_seen_q && flush_q == '0) state_d = StDone;
       end
       StDone:  state_d = StIdle;
       default: state_d = StIdle;
@@ -519,7 +932,8 @@ module nelssa_attn_engine
     head_d       = head_q;
     obeat_d      = obeat_q;
     last_seen_d  = last_seen_q || (kv_fire && kv_last_i);
-    s1_valid_d   = (state_q == StK) && kv_fire;
+    wait_d       = (wait_q == '0) ? '0 : wait_q - CW'(1);
+    flush_d      = (flush_q == '0) ? '0 : flush_q - CW'(1);
     next_valid_d = next_valid_q || (clu_fire && prefetch);
     next_ntok_d  = (clu_fire && prefetch) ? clu_tokens_i : next_ntok_q;
     unique case (state_q)
@@ -558,14 +972,14 @@ module nelssa_attn_engine
           ntok_d       = next_ntok_q;
           next_valid_d = 1'b0;
         end
-        if (state_d == StFinal) head_d = 4'd0;
+        if (state_d == StFinal || state_d == StVDrain) head_d = 4'd0;
       end
       StFinal: begin
         head_d  = (head_q == nq_q - 4'd1) ? 4'd0 : head_q + 4'd1;
         obeat_d = 3'd0;
       end
       StOut: begin
-        if (res_fire) begin
+        if (out_issue) begin
           if (32'(obeat_q) == 32'(bpr_q) * 2 - 1) begin
             obeat_d = 3'd0;
             head_d  = head_q + 4'd1;
@@ -576,6 +990,44 @@ module nelssa_attn_engine
       end
       default: ;
     endcase
+    // a waiting state's length, set as it is entered
+    if (state_d != state_q) begin
+      unique case (state_d)
+        StKDrain:  wait_d = CW'(KDRAIN_CYC - 1);
+        StSetup:   wait_d = CW'(SETUP_CYC - 1);
+        StVDrain:  wait_d = CW'(VDRAIN_CYC - 1);
+        StFinWait: wait_d = CW'(FWAIT_CYC - 1);
+        StDrain:   flush_d = CW'(FLUSH_CYC);
+        default: ;
+      endcase
+    end
+  end
+
+  // V rows in flight: a beat waits until the one of its part in the row before is AddLatency
+  // cycles old, so its add finds that result in o (or at the adder's output); a row then
+  // takes max(beats per row, AddLatency) cycles. Only an adder slower than the shortest row
+  // (2 beats) needs the wait.
+  if (AddLatency > 2) begin : gen_v_spacing
+    localparam int unsigned SW = $clog2(AddLatency + 1);
+    logic [MAX_BPR-1:0][SW-1:0] age_q;  // cycles since each part's last V beat, saturating
+
+    assign v_room = (32'(age_q[part]) >= AddLatency);
+    always_ff @(posedge clk_i or negedge rst_ni) begin
+      if (!rst_ni) begin
+        age_q <= '0;
+      end else begin
+        // verilator unroll_full
+        for (int b = 0; b < MAX_BPR; b++) begin
+          if (setup || (v_beat && part == PW'(b))) begin
+            age_q[b] <= setup ? SW'(AddLatency) : SW'(1);
+          end else if (32'(age_q[b]) < AddLatency) begin
+            age_q[b] <= age_q[b] + SW'(1);
+          end
+        end
+      end
+    end
+  end else begin : gen_v_full_rate
+    assign v_room = 1'b1;
   end
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
@@ -592,9 +1044,15 @@ module nelssa_attn_engine
       head_q       <= 4'd0;
       obeat_q      <= 3'd0;
       last_seen_q  <= 1'b0;
+      wait_q       <= '0;
+      flush_q      <= '0;
       s1_valid_q   <= 1'b0;
       next_valid_q <= 1'b0;
       next_ntok_q  <= 8'd0;
+      wl_active_q  <= 1'b0;
+      wl_tok_q     <= 8'd0;
+      p_cnt_q      <= 8'd0;
+      c_ready_q    <= 1'b0;
     end else begin
       state_q      <= state_d;
       status_q     <= status_d;
@@ -608,9 +1066,15 @@ module nelssa_attn_engine
       head_q       <= head_d;
       obeat_q      <= obeat_d;
       last_seen_q  <= last_seen_d;
-      s1_valid_q   <= s1_valid_d;
+      wait_q       <= wait_d;
+      flush_q      <= flush_d;
+      s1_valid_q   <= dot_en;
       next_valid_q <= next_valid_d;
       next_ntok_q  <= next_ntok_d;
+      wl_active_q  <= wl_active_d;
+      wl_tok_q     <= wl_tok_d;
+      p_cnt_q      <= p_cnt_d;
+      c_ready_q    <= c_load || (c_ready_q && !cmd_take);
     end
   end
 
@@ -618,9 +1082,10 @@ module nelssa_attn_engine
   // Shared datapath registers (no reset: every command initialises what it reads; the heads'
   // registers are in gen_head)
   always_ff @(posedge clk_i) begin
-    s1_tok_q      <= TW'(tok_q);
-    s1_last_row_q <= row_end;
-    if (cmd_take) c_q <= c_d;
+    s1_tok_q      <= dot_tok;
+    s1_part_q     <= dot_part;
+    s1_last_row_q <= dot_last;
+    if (c_load) c_q <= c_d;
   end
 
   assign done_o   = (state_q == StDone);
@@ -643,7 +1108,18 @@ module nelssa_attn_engine
   // stays, the same beat (its head and beat index, which select its data from registers that
   // hold still in StOut: cheaper than keeping the 512 data bits of the last cycle); the cluster
   // entries consumed never exceed the command's clusters; done_o is a one-cycle pulse.
-  `NELSSA_ASSERT_HOLD(ResHeld, res_valid_o, res_ready_i, {head_q, obeat_q, res_last_o})
   `NELSSA_ASSERT(CluPoppedBounded, state_q == StIdle || clu_popped_q <= nclu_q)
   `NELSSA_ASSERT_NEVER(DoneTwice, done_o && $past(done_o))
+  logic fold_busy;
+  assign fold_busy = fold_done || gen_fold_pos[MAX_BPR-1].busy;
+  // The pipelines' own: a score is scaled by this command's c; a V row's weight is written
+  // before the row reads it; a score and a weight are never written in one cycle (the weights
+  // overwrite the scores they come from); nothing of a command is left in a pipeline when
+  // the next is taken.
+  `NELSSA_ASSERT(ScaleReady, !fold_done || c_ready_q)
+  `NELSSA_ASSERT(WeightReady, !v_beat || tok_q < p_cnt_q)
+  `NELSSA_ASSERT_NEVER(ScoreWeightClash, sc_en && wout_en)
+  `NELSSA_ASSERT_NEVER(PipeBusyAtTake, cmd_take &&
+                       (dot_en || s1_valid_q || fold_busy || sc_en || wl_go || wout_en ||
+                        vi_en || vo_en))
 endmodule

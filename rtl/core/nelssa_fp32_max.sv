@@ -1,5 +1,8 @@
 // fp32 maximum: NaN if either input is NaN, max(+0, -0) = +0.
-// Combinational; the implementation is nelssa_fp_pkg, the model hw/model/fp.py fmax.
+// Combinational, without a latency parameter: a compare and a select (the depth of an
+// adder's exponent compare), and the engine's running max over a cluster's rows is
+// loop-carried, so registers here would only slow the K phase.
+// The implementation is nelssa_fp_pkg, the model hw/model/fp.py fmax.
 // en_i: the result is used this cycle. Hardware ignores it. A simulation built with
 // NELSSA_FP_GATED computes only then and outputs zero otherwise, which is what makes a
 // Verilated engine evaluate only its active phase; tests run the engine both ways.

@@ -1,25 +1,56 @@
-// Depth registers in a row (0: a wire): the pipeline registers of the staged arithmetic units.
-// No reset: the units' users know from the schedule which cycles' results are valid.
+// Latency registers of a pipelined arithmetic unit, or a delay line beside one: d_i and en_i of
+// cycle t appear on q_o and en_o at cycle t + Latency; Latency 0 is a wire. The data registers
+// have no reset and no function between them, so a vendor flow's retiming may move them into
+// the logic in front (the unit's function). en_o's registers are reset: a delay line's en_o
+// marks the data that is valid.
+// A simulation built with NELSSA_FP_GATED loads the data registers only with en_i (the enable
+// travels down the pipe with the data), so an idle unit's pipe does not toggle; hardware loads
+// them every cycle (no enable in front of the retimed logic).
 module nelssa_pipe #(
-  parameter int unsigned Width = 32,  // bits of d_i and q_o
-  parameter int unsigned Depth = 1    // registers from d_i to q_o (cycles)
+  parameter int unsigned Width   = 32,  // data bits
+  parameter int unsigned Latency = 0    // register stages between d_i and q_o
 ) (
   input  logic             clk_i,
+  input  logic             rst_ni,
+  input  logic             en_i,
   input  logic [Width-1:0] d_i,
+  output logic             en_o,
   output logic [Width-1:0] q_o
 );
-  if (Depth == 0) begin : gen_wire
-    /* verilator lint_off UNUSEDSIGNAL */
-    logic unused_clk;  // no register to clock
-    /* verilator lint_on UNUSEDSIGNAL */
-    assign unused_clk = clk_i;
-    assign q_o = d_i;
+  // (Latency 0 reads neither clk_i nor rst_ni: rtl/verilator.vlt waives that, as a signal
+  // made of them would be evaluated at every clock edge in each of the engine's many pipes)
+  if (Latency == 0) begin : gen_wire
+    assign en_o = en_i;
+    assign q_o  = d_i;
   end else begin : gen_regs
-    logic [Depth-1:0][Width-1:0] q;
-    always_ff @(posedge clk_i) begin
-      q[0] <= d_i;
-      for (int unsigned i = 1; i < Depth; i++) q[i] <= q[i-1];
+    logic [Latency-1:0]            en_q;
+    logic [Latency-1:0][Width-1:0] d_q;
+
+    always_ff @(posedge clk_i or negedge rst_ni) begin
+      if (!rst_ni) begin
+        en_q <= '0;
+      end else begin
+        en_q[0] <= en_i;
+        // verilator unroll_full
+        for (int s = 1; s < Latency; s++) en_q[s] <= en_q[s-1];
+      end
     end
-    assign q_o = q[Depth-1];
+
+    always_ff @(posedge clk_i) begin
+`ifdef NELSSA_FP_GATED
+      if (en_i) d_q[0] <= d_i;
+      // verilator unroll_full
+      for (int s = 1; s < Latency; s++) begin
+        if (en_q[s-1]) d_q[s] <= d_q[s-1];
+      end
+`else
+      d_q[0] <= d_i;
+      // verilator unroll_full
+      for (int s = 1; s < Latency; s++) d_q[s] <= d_q[s-1];
+`endif
+    end
+
+    assign en_o = en_q[Latency-1];
+    assign q_o  = d_q[Latency-1];
   end
 endmodule

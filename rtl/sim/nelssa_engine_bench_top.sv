@@ -8,7 +8,13 @@ module nelssa_engine_bench_top
 #(
   parameter int unsigned HeadDim          = 128,  // nelssa_attn_engine's HeadDim
   parameter int unsigned NumQHeads        = 8,    // nelssa_attn_engine's NumQHeads
-  parameter int unsigned MaxClusterTokens = 64    // nelssa_attn_engine's MaxClusterTokens
+  parameter int unsigned MaxClusterTokens = 64,   // nelssa_attn_engine's MaxClusterTokens
+  parameter int unsigned Bf16MulLatency   = 0,    // nelssa_attn_engine's Bf16MulLatency
+  parameter int unsigned AddLatency       = 0,    // nelssa_attn_engine's AddLatency
+  parameter int unsigned MulLatency       = 0,    // nelssa_attn_engine's MulLatency
+  parameter int unsigned Exp2Latency      = 0,    // nelssa_attn_engine's Exp2Latency
+  parameter int unsigned Log2Latency      = 0,    // nelssa_attn_engine's Log2Latency
+  parameter int unsigned RecipLatency     = 0     // nelssa_attn_engine's RecipLatency
 ) (
   input  logic              clk_i,
   input  logic              rst_ni,
@@ -69,7 +75,13 @@ module nelssa_engine_bench_top
   nelssa_attn_engine #(
     .HeadDim         (HeadDim),
     .NumQHeads       (NumQHeads),
-    .MaxClusterTokens(MaxClusterTokens)
+    .MaxClusterTokens(MaxClusterTokens),
+    .Bf16MulLatency  (Bf16MulLatency),
+    .AddLatency      (AddLatency),
+    .MulLatency      (MulLatency),
+    .Exp2Latency     (Exp2Latency),
+    .Log2Latency     (Log2Latency),
+    .RecipLatency    (RecipLatency)
   ) u_engine (
     .clk_i,
     .rst_ni,

@@ -78,21 +78,29 @@ module nelssa_fp_stages_top
   assign a_o = gen_i ? ga : a_i;
   assign b_o = gen_i ? gb : b_i;
 
+  logic [MaxLatency:0] add_en, mul_en;  // the units' enables, delayed with their results
+
   for (genvar l = 0; l <= MaxLatency; l++) begin : gen_lat
     nelssa_fp32_add_staged #(
       .Latency(l)
     ) u_add (
-      .clk_i(clk_i),
-      .a_i  (a_o),
-      .b_i  (b_o),
-      .sum_o(add_o[l])
+      .clk_i (clk_i),
+      .rst_ni(rst_ni),
+      .en_i  (1'b1),
+      .a_i   (a_o),
+      .b_i   (b_o),
+      .en_o  (add_en[l]),
+      .sum_o (add_o[l])
     );
     nelssa_fp32_mul_staged #(
       .Latency(l)
     ) u_mul (
       .clk_i (clk_i),
+      .rst_ni(rst_ni),
+      .en_i  (1'b1),
       .a_i   (a_o),
       .b_i   (b_o),
+      .en_o  (mul_en[l]),
       .prod_o(mul_o[l])
     );
   end
@@ -109,12 +117,15 @@ module nelssa_fp_stages_top
     end else begin
       automatic logic [31:0] n = 32'd2;
       automatic logic [31:0] bad = 32'(add_o[0] != (fp32_add(a_o, b_o) ^ 32'(inject_i)))
-                                   + 32'(mul_o[0] != fp32_mul(a_o, b_o));
+                                   + 32'(mul_o[0] != fp32_mul(a_o, b_o))
+                                   + 32'(!add_en[0] || !mul_en[0]);
       for (int unsigned l = 1; l <= MaxLatency; l++) begin
         if (valid_q[l-1]) begin
           n += 2;
           bad += 32'(add_o[l] != add_ref_q[l-1]) + 32'(mul_o[l] != mul_ref_q[l-1]);
         end
+        // an enable arrives with its result: valid exactly l cycles after the reset
+        bad += 32'(add_en[l] != valid_q[l-1]) + 32'(mul_en[l] != valid_q[l-1]);
       end
       checked_o    <= checked_o + n;
       mismatches_o <= mismatches_o + bad;

@@ -4,6 +4,7 @@ throughput, and malformed streams (error status, never a hang, engine usable aft
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import cocotb
 import numpy as np
@@ -12,7 +13,8 @@ from buses import clock_and_reset, wait_cycles
 
 from nelssa.driver.status import AttnStatus
 from nelssa.hw.model import fp
-from nelssa.hw.model.engine import pack_stream
+from nelssa.hw.model.engine import FpLatency, pack_stream
+from nelssa.hw.model.engine_cycles import command_cycles
 from nelssa.hw.sim.rtl_sources import FP_GATED_ARGS
 
 from engine_tb import TB, Command, Workload, assert_error_bound
@@ -135,6 +137,26 @@ async def long_context(dut):
         assert rate >= 0.95, f"beat rate {rate:.3f} below 0.95"
 
 
+@cocotb.test()
+async def cycle_counts(dut):
+    """The engine's cycles for a command equal the model's (hw/model/engine_cycles.py) at the
+    latencies it was built with: head_dim 64 and 128, one and all heads, clusters of 1 token,
+    full ones and mixed lengths, stream never gapping and results taken as offered."""
+    tb = TB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(106)
+    mx = tb.params.max_cluster_tokens
+    for d in _dims(tb):
+        for h in sorted({1, tb.params.num_qheads}):
+            for lens in ([1], [mx, mx], [3, 1, mx, 2, 5 % mx + 1]):
+                wl = Workload.random(rng, d, h, lens)
+                out = await tb.check_workload(wl)
+                want = command_cycles(tb.params, d, h, lens)
+                assert out.cycles == want, (
+                    f"head_dim {d}, {h} heads, clusters {lens}: {out.cycles} cycles, the model "
+                    f"says {want}")
+
+
 def _malformed(tb: TB, rng: np.random.Generator) -> list[tuple[str, Command]]:
     d, h, mx = _dims(tb)[-1], tb.params.num_qheads, tb.params.max_cluster_tokens
     wl = Workload.random(rng, d, h, [3, 2])
@@ -243,13 +265,22 @@ SMALL = _params(64, 2, 16)
 """test_attn_engine_small's instance (the rule breakers run on its gated build)."""
 
 
+PIPELINED = FpLatency(bf16_mul=1, add=3, mul=2, exp2=4, log2=4, recip=4)
+"""test_attn_engine_pipelined's latencies: an adder slower than a row of head_dim 64 (the
+engine waits, and takes o from the adder's output) but not of 128."""
+
+
 def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = True,
-         expect_assertion: set[str] | None = None) -> None:
+         expect_assertion: set[str] | None = None,
+         latency: FpLatency | None = None) -> None:
     from cocotb_runner import run_cocotb
 
+    latency = latency or FpLatency()
+    if latency != FpLatency():
+        params = {**params, **latency.rtl_params()}
     env = {"NELSSA_ENGINE_PARAMS": json.dumps({
         "head_dim": params["HeadDim"], "num_qheads": params["NumQHeads"],
-        "max_cluster_tokens": params["MaxClusterTokens"]})}
+        "max_cluster_tokens": params["MaxClusterTokens"], "latency": asdict(latency)})}
     # -O0, one C++ file: the runs are short (the small instance's some 3 s of CPU, the full
     # one's 10 s at -Os), and so built the full engine costs some 47 s of CPU with its run
     # instead of some 70 (-Os, split), the small one some 5 s instead of some 28
@@ -274,8 +305,20 @@ def test_attn_engine_small(units):
     built eager, as hardware computes (every unit always), and both builds must match the model
     bit for bit: so no unit output is read while its en_i is low. The en_i conditions do not
     depend on the parameters, so the small instance shows it for all of them."""
-    _run(SMALL, test_filter="directed_shapes|constrained_random|malformed_streams",
+    _run(SMALL, test_filter="directed_shapes|constrained_random|malformed_streams|cycle_counts",
          gated=units == "gated")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("units", ["gated", "eager"])
+def test_attn_engine_pipelined(units):
+    """A small instance with pipelined units (PIPELINED; HeadDim 128 for both head_dims, 2
+    query heads, clusters up to 8): the model's bits, the error paths, and the cycles the
+    model gives for these latencies; eager too (as test_attn_engine_small), which shows that
+    each enable travels with its data (no pipelined result read while its enable is low)."""
+    tests = ("directed_shapes|special_values|constrained_random|malformed_streams|cycle_counts"
+             if units == "gated" else "directed_shapes|constrained_random")
+    _run(_params(128, 2, 8), latency=PIPELINED, test_filter=tests, gated=units == "gated")
 
 
 def test_pack_stream_layout():

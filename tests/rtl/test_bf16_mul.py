@@ -45,6 +45,17 @@ async def random_bits(dut):
     await TB(dut).check(fp.bf16_mul, a, b, label="random")
 
 
+@cocotb.test()
+async def pipelined(dut):
+    """The pipelined instance (fpunit.PIPE_LATENCY): a vector a cycle, each result that many
+    cycles later, bit for bit: specials and random pairs."""
+    rng = np.random.default_rng(75)
+    a, b = np.meshgrid(SPECIALS16, SPECIALS16)
+    a = np.concatenate([a.ravel(), rng.integers(0, 2**16, 1500).astype(np.uint16)])
+    b = np.concatenate([b.ravel(), rng.integers(0, 2**16, 1500).astype(np.uint16)])
+    await TB(dut).check_pipelined(fp.bf16_mul, a, b, label="pipelined")
+
+
 @pytest.mark.rtl
 def test_bf16_mul():
     run_unit_tests("test_bf16_mul")

@@ -8,7 +8,7 @@ import pytest
 
 from nelssa.hw.model import fp
 
-from fpunit import SPECIALS32, CombTB, random_f32_bits, run_unit_tests
+from fpunit import SPECIALS32, CombTB, pipe_vectors, random_f32_bits, run_unit_tests
 
 UNIT = "fp32_exp2"
 """nelssa_fp32_exp2, on the units' shared build (fpunit.run_unit_tests)"""
@@ -43,6 +43,12 @@ async def random_bits(dut):
     rng = np.random.default_rng(42)
     await TB(dut).check(fp.exp2, random_f32_bits(rng, 5000), label="random")
 
+
+@cocotb.test()
+async def pipelined(dut):
+    """The pipelined instance (fpunit.PIPE_LATENCY): a vector a cycle, each result that many
+    cycles later, bit for bit."""
+    await TB(dut).check_pipelined(fp.exp2, *pipe_vectors(72, 1), label="pipelined")
 
 @pytest.mark.rtl
 def test_fp32_exp2():

@@ -8,7 +8,7 @@ import pytest
 
 from nelssa.hw.model import fp
 
-from fpunit import SPECIALS32, CombTB, random_f32_bits, run_unit_tests
+from fpunit import SPECIALS32, CombTB, pipe_vectors, random_f32_bits, run_unit_tests
 
 UNIT = "fp32_mul"
 """nelssa_fp32_mul, on the units' shared build (fpunit.run_unit_tests)"""
@@ -47,6 +47,12 @@ async def random_bits(dut):
     await TB(dut).check(fp.fmul, random_f32_bits(rng, 6000), random_f32_bits(rng, 6000),
                         label="random")
 
+
+@cocotb.test()
+async def pipelined(dut):
+    """The pipelined instance (fpunit.PIPE_LATENCY): a vector a cycle, each result that many
+    cycles later, bit for bit."""
+    await TB(dut).check_pipelined(fp.fmul, *pipe_vectors(71, 2), label="pipelined")
 
 @pytest.mark.rtl
 def test_fp32_mul():

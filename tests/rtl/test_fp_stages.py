@@ -14,7 +14,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from nelssa.hw.model import fp
-from nelssa.hw.sim.rtl_sources import FP_STAGES, FP_STAGES_TOP
+from nelssa.hw.sim.rtl_sources import FP_STAGES_TOP, PACKAGES
 
 from fpunit import SPECIALS32, random_f32_bits
 
@@ -155,4 +155,4 @@ async def the_mismatch_count_counts(dut):
 def test_fp_stages():
     from cocotb_runner import run_cocotb
 
-    run_cocotb(TOP, "test_fp_stages", sources=[*FP_STAGES, FP_STAGES_TOP], unoptimized=True)
+    run_cocotb(TOP, "test_fp_stages", sources=[*PACKAGES, FP_STAGES_TOP], unoptimized=True)
