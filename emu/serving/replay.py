@@ -63,6 +63,12 @@ class _Req:
     node: PnmNode | None = None
     """The PNM node its reservation is on."""
     migrating_until: float | None = None
+    gaps: Any = None
+    """Its gaps between output tokens so far, an ``array('d')``, where a ``TimedReplay``
+    records them (None before its second token); kept here, not looked up by id, as every
+    token of a busy replay appends one."""
+    last_s: float = 0.0
+    """When its latest token was made (with ``gaps``)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -133,6 +139,9 @@ class Replay:
         fleet settles it (``settle``): whole, or cut at an arrival dispatched to it."""
         self.run_times: list[float] = []
         """The end of each step of the run of pure decode steps taken last."""
+        self.run_jobs: list[_Job] = []
+        """The jobs of the run of pure decode steps planned last, in the scheduler's running
+        order (they do not change until it is taken)."""
         self._pending: tuple[list[float], int] | None = None
         """A planned run: each step's end time, and the tokens a step makes."""
         self.sched = make_replay_scheduler(sim, aggregate=fast)
@@ -288,8 +297,9 @@ class Replay:
         finishes)."""
         gpu_ctx = 0
         pnm_ctxs: list[int] = []
-        on: list[PnmNode | None] = []  # each PNM context's node, when priced node by node
+        on: list[PnmNode | None] = []  # each PNM context's node, with several nodes
         by_node = self._node_priced
+        many = by_node and len(self.nodes) > 1
         chunks: list[Chunk] = []
         jobs = self.jobs
         decodes = 0
@@ -299,7 +309,7 @@ class Replay:
             rq = job.rq
             if job.kind is resident:
                 pnm_ctxs.append(rq.req.input_len + rq.generated)
-                if by_node:
+                if many:
                     on.append(rq.node)
             else:
                 decodes += 1
@@ -318,7 +328,7 @@ class Replay:
                 if samples:
                     if job.kind is JobKind.PNM_RESIDENT:
                         pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
-                        if by_node:
+                        if many:
                             on.append(job.rq.node)
                     else:
                         gpu_ctx += end
@@ -332,7 +342,10 @@ class Replay:
         self.out.activity.count_step(agg, plan.swap_in_tokens)
         if not by_node:
             return self.cost.step_agg_s(*agg, plan.swap_in_tokens)
-        sums = _node_sums(zip(on, pnm_ctxs, strict=True))
+        if not many:  # (one node: _node_sums without a pass over the contexts)
+            sums = [(self.nodes[0], agg[2], agg[3])] if pnm_ctxs else []
+        else:
+            sums = _node_sums(zip(on, pnm_ctxs, strict=True))
         key = id(self) if self.contended else None
         t_pnm = _pnm_time(sums, 0, key)
         if self.port is not None:  # the shared switch's wait for the step's queries
@@ -443,8 +456,11 @@ class Replay:
         pnm: list[int] = []
         sums: dict[PnmNode, list[int]] | None = {} if self._node_priced else None
         jobs, resident = self.jobs, JobKind.PNM_RESIDENT
+        self.run_jobs = run_jobs = []
+        keep = run_jobs.append
         for j in sched.running:
             job = jobs[j.spec.jid]
+            keep(job)
             if job.kind is resident:
                 rq = job.rq
                 ctx = rq.req.input_len + rq.generated
@@ -497,15 +513,17 @@ class Replay:
             if wait:
                 terms = [(c, n, p, f, t + wait) for c, n, p, f, t in terms]
         one = terms is not None and len(terms) == 1  # the common case, priced inline
+        t_pnm: float | None = None
         if one:
             assert terms is not None
             c1, k1, p1, f1, t1 = terms[0]
+        elif terms is not None and not terms:  # no PNM-tier request: _terms_max's 0.0
+            t_pnm, terms = 0.0, None
         # step_agg_s inlined (CostModel.decode_run_terms): a call a step was a tenth of a
         # fleet's run
         base, s_kv, s_centroid, s_pnm, comm = self.cost.decode_run_terms(tokens, pnm_n)
         order = sorted(stops)
         si, nxt = 0, order[0] if order else 0
-        t_pnm: float | None = None
         step = 0.0
         for i in range(1, k_max + 1):
             if i > 1:
@@ -559,8 +577,7 @@ class Replay:
         self.out.steps += k
         self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
         self.work_left -= k * len(sched.running)
-        for j in sched.running:
-            job = self.jobs[j.spec.jid]
+        for job in self.run_jobs:
             job.outputs += k
             job.rq.generated += k
 
