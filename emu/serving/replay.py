@@ -525,25 +525,27 @@ class Replay:
         order = sorted(stops)
         si, nxt = 0, order[0] if order else 0
         step = 0.0
+        # step i's sums, stepped on from step 1 (integers: the same as from i): GPU attention
+        # context gpu_ctx0 + i * gpu_n + window, PNM context pnm_ctx0 + (i - 1) * pnm_n, and
+        # the one node's c1 + (i - 1) * k1
+        gpu_att = gpu_ctx0 + gpu_n + window
+        pnm_ctx = pnm_ctx0
+        if not one:
+            c1 = k1 = 0
+        c_one = c1
+        until = arrival if arrival < next_sample else next_sample
+        add = times.append
         for i in range(1, k_max + 1):
-            if i > 1:
-                window += growing
-                if i == nxt:
-                    growing -= stops[i]
-                    si += 1
-                    nxt = order[si] if si < len(order) else 0
             if one:
-                t_pnm = (c1 + (i - 1) * k1) * p1 * f1 + t1
+                t_pnm = c_one * p1 * f1 + t1
             elif terms is not None:
                 t_pnm = _terms_max(terms, i - 1)
-            pnm_ctx = pnm_ctx0 + (i - 1) * pnm_n
-            t_attn = (gpu_ctx0 + i * gpu_n + window) * s_kv
+            t_attn = gpu_att * s_kv
             t_tier = pnm_ctx * s_pnm + comm if t_pnm is None else t_pnm
             step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_tier else t_tier)
             now += step
-            k = i
-            times.append(now)
-            if now >= arrival or now >= next_sample:
+            add(now)
+            if now >= until:
                 break
             if watch:
                 used += per_step[i]
@@ -552,6 +554,15 @@ class Replay:
                 if (can_start and best is not None and policy.pressure(used, capacity)
                         and router.past(best[0] + i)):
                     break
+            # on to step i + 1: the windows that still grow grow by a token
+            gpu_att += gpu_n + growing
+            pnm_ctx += pnm_n
+            c_one += k1
+            if i + 1 == nxt:
+                growing -= stops[nxt]
+                si += 1
+                nxt = order[si] if si < len(order) else 0
+        k = len(times)
         if self.port is not None:
             self.port.book(pnm_n, step)
         if self.lazy:
