@@ -61,9 +61,7 @@ class TimedReplay(Replay):
     def _step_cost(self, plan: Any) -> float:
         cost = super()._step_cost(plan)
         t = self.now + cost  # the step's decodes sample at its end
-        jobs = self.jobs
-        for jid in plan.decodes:  # (_gap, inlined: every step of a busy replay comes here)
-            rq = jobs[jid].rq
+        for rq in self.decoded:  # (_gap, inlined: every step of a busy replay comes here)
             gaps = rq.gaps
             if gaps is None:
                 gaps = rq.gaps = self._gaps[rq.req.rid] = array("d", (t - rq.first_token_s,))

@@ -139,6 +139,8 @@ class Replay:
         fleet settles it (``settle``): whole, or cut at an arrival dispatched to it."""
         self.run_times: list[float] = []
         """The end of each step of the run of pure decode steps taken last."""
+        self.decoded: list[_Req] = []
+        """The requests of the last step's ``plan.decodes``, in its order."""
         self.run_jobs: list[_Job] = []
         """The jobs of the run of pure decode steps planned last, in the scheduler's running
         order (they do not change until it is taken)."""
@@ -304,9 +306,12 @@ class Replay:
         jobs = self.jobs
         decodes = 0
         resident = JobKind.PNM_RESIDENT
+        self.decoded = decoded = []
+        keep = decoded.append
         for jid in plan.decodes:
             job = jobs[jid]
             rq = job.rq
+            keep(rq)
             if job.kind is resident:
                 pnm_ctxs.append(rq.req.input_len + rq.generated)
                 if many:
@@ -785,13 +790,17 @@ class Replay:
 
 
 def _node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNode, int, int]]:
-    """Each node with the contexts placed on it: (node, their sum, how many)."""
+    """Each node with the contexts placed on it: (node, their sum, how many), in the order
+    the nodes first come."""
     sums: dict[PnmNode, list[int]] = {}
     for node, ctx in placed:
-        assert node is not None
-        s = sums.setdefault(node, [0, 0])
-        s[0] += ctx
-        s[1] += 1
+        s = sums.get(node)  # type: ignore[arg-type]
+        if s is None:
+            assert node is not None
+            sums[node] = [ctx, 1]
+        else:
+            s[0] += ctx
+            s[1] += 1
     return [(n, c, k) for n, (c, k) in sums.items()]
 
 
@@ -841,11 +850,21 @@ def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,
     """The PNM tier's time of a step, ``ahead`` steps on (each context a token longer a step):
     the slowest node's, as the nodes work in parallel; with ``key`` (an instance whose nodes
     others share), each node's attention stretched by what the others' load queues ahead of
-    it (pnm_nodes.contention_s)."""
-    if key is None:
-        return max((n.cost.pnm_s(c + ahead * k, k) for n, c, k in sums), default=0.0)
-    return max((n.cost.pnm_s(c + ahead * k, k, n.slowdown(key)) for n, c, k in sums),
-               default=0.0)
+    it (pnm_nodes.contention_s). (``CostModel.pnm_s`` and ``PnmNode.slowdown`` inlined, from
+    the node's copies of the cost model's line: every step of a fleet's instance comes here.)"""
+    top = 0.0
+    first = True
+    for n, c, k in sums:
+        f = 1.0
+        if key is not None:
+            rho = n.load.get(key, 0.0)
+            if rho > 0.0:
+                others = n.load_sum - rho
+                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
+        t = (c + ahead * k) * n.s_per_token * f + (n.t_comm_s if k else 0.0)
+        if first or t > top:  # (max's choice: the first of the largest)
+            top, first = t, False
+    return top
 
 
 def replay(sim: ServingSim, requests: list[TraceRequest],
