@@ -41,6 +41,7 @@ from nelssa.emu.policy.v1_scheduler import V1Scheduler
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.fabric import SwitchPort
+from nelssa.emu.serving.gcscope import fewer_collections
 from nelssa.emu.serving.pnm_nodes import PnmNode, place
 from nelssa.emu.serving.results import Activity, RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
@@ -782,7 +783,8 @@ class Replay:
         self.progress = progress
         self.next_sample = self.cfg.sample_s
         self.tokens_since = 0
-        self.advance()
+        with fewer_collections():
+            self.advance()
         if self.pnm_queue:
             raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
         self.out.end_s = self.now
