@@ -299,17 +299,17 @@ def test_bad_switch_bandwidth_is_refused_by_field(tmp_path, bad: str) -> None:
 
 
 def test_a_steps_pnm_time_is_the_slowest_nodes_pnm_s_bit_for_bit(cat, lm) -> None:
-    """``replay._pnm_time`` prices each node inline (every step of a fleet's instance): the
+    """``pnm_nodes.pnm_time`` prices each node inline (every step of a fleet's instance): the
     same float as the cost model's ``pnm_s`` stretched by the node's ``slowdown``, the
     slowest node's, for random loads and contexts (0.0 with no PNM-tier context)."""
-    from nelssa.emu.serving.replay import _pnm_time
+    from nelssa.emu.serving.pnm_nodes import pnm_time
 
     spec = FleetSpec(instances=[{"count": 3}],
                      pnm_nodes=[{"name": "n", "count": 3, "devices": 4},
                                 {"name": "m", "devices": 2}])
     nodes = FleetSim(spec, cat, lm, ServingConfig(mode="nelssa")).nodes
     rng = np.random.default_rng(11)
-    assert _pnm_time([], 0, 1) == 0.0
+    assert pnm_time([], 0, 1) == 0.0
     for _ in range(500):
         for n in nodes:
             for key in (1, 2, 3):
@@ -320,4 +320,4 @@ def test_a_steps_pnm_time_is_the_slowest_nodes_pnm_s_bit_for_bit(cat, lm) -> Non
             want = max((n.cost.pnm_s(c, k) if key is None
                         else n.cost.pnm_s(c, k, n.slowdown(key)) for n, c, k in sums),
                        default=0.0)
-            assert _pnm_time(sums, 0, key) == want
+            assert pnm_time(sums, 0, key) == want

@@ -26,7 +26,7 @@ import heapq
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.fabric import SwitchPort
 from nelssa.emu.serving.gcscope import fewer_collections
-from nelssa.emu.serving.pnm_nodes import PnmNode, place
+from nelssa.emu.serving.pnm_nodes import PnmNode, node_sums, place, pnm_terms, pnm_time, terms_max
 from nelssa.emu.serving.results import Activity, RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
 
@@ -348,12 +348,12 @@ class Replay:
         self.out.activity.count_step(agg, plan.swap_in_tokens)
         if not by_node:
             return self.cost.step_agg_s(*agg, plan.swap_in_tokens)
-        if not many:  # (one node: _node_sums without a pass over the contexts)
+        if not many:  # (one node: node_sums without a pass over the contexts)
             sums = [(self.nodes[0], agg[2], agg[3])] if pnm_ctxs else []
         else:
-            sums = _node_sums(zip(on, pnm_ctxs, strict=True))
+            sums = node_sums(zip(on, pnm_ctxs, strict=True))
         key = id(self) if self.contended else None
-        t_pnm = _pnm_time(sums, 0, key)
+        t_pnm = pnm_time(sums, 0, key)
         if self.port is not None:  # the shared switch's wait for the step's queries
             t_pnm += self.port.wait_s(len(pnm_ctxs), self.now)
         step = self.cost.step_agg_s(*agg, plan.swap_in_tokens, t_pnm)
@@ -471,7 +471,7 @@ class Replay:
                 rq = job.rq
                 ctx = rq.req.input_len + rq.generated
                 pnm.append(ctx)
-                if sums is not None:  # (_node_sums, inlined)
+                if sums is not None:  # (node_sums, inlined)
                     s = sums.get(rq.node)
                     if s is None:
                         sums[rq.node] = [ctx, 1]
@@ -513,7 +513,7 @@ class Replay:
         self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm)
         k = 0
         key = id(self) if self.contended else None
-        terms = None if placed is None else _pnm_terms(placed, key, k_max)
+        terms = None if placed is None else pnm_terms(placed, key, k_max)
         if self.port is not None and terms:  # the shared switch's wait, the same each step
             wait = self.port.wait_s(pnm_n, now)
             if wait:
@@ -523,7 +523,7 @@ class Replay:
         if one:
             assert terms is not None
             c1, k1, p1, f1, t1 = terms[0]
-        elif terms is not None and not terms:  # no PNM-tier request: _terms_max's 0.0
+        elif terms is not None and not terms:  # no PNM-tier request: terms_max's 0.0
             t_pnm, terms = 0.0, None
         # step_agg_s inlined (CostModel.decode_run_terms): a call a step was a tenth of a
         # fleet's run
@@ -545,7 +545,7 @@ class Replay:
             if one:
                 t_pnm = c_one * p1 * f1 + t1
             elif terms is not None:
-                t_pnm = _terms_max(terms, i - 1)
+                t_pnm = terms_max(terms, i - 1)
             t_attn = gpu_att * s_kv
             t_tier = pnm_ctx * s_pnm + comm if t_pnm is None else t_pnm
             step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_tier else t_tier)
@@ -789,84 +789,6 @@ class Replay:
             raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
         self.out.end_s = self.now
         return self.out
-
-
-def _node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNode, int, int]]:
-    """Each node with the contexts placed on it: (node, their sum, how many), in the order
-    the nodes first come."""
-    sums: dict[PnmNode, list[int]] = {}
-    for node, ctx in placed:
-        s = sums.get(node)  # type: ignore[arg-type]
-        if s is None:
-            assert node is not None
-            sums[node] = [ctx, 1]
-        else:
-            s[0] += ctx
-            s[1] += 1
-    return [(n, c, k) for n, (c, k) in sums.items()]
-
-
-def _pnm_terms(sums: list[tuple[PnmNode, int, int]], key: int | None,
-               steps: int) -> list[tuple[int, int, float, float, float]]:
-    """``_pnm_time``'s terms for a run of up to ``steps`` steps, node by node (the nodes'
-    loads do not move while a run is planned): (context, requests, seconds per token,
-    slowdown, T_comm); the step ``ahead`` on costs ``max((c + ahead * k) * per_token * f +
-    comm)``, as ``CostModel.pnm_s`` computes it. Each term is a line in ``ahead``: those that
-    the line highest at the run's start or at its end stays above over the whole run (by
-    more than rounding) can never be the slowest node's, and are left out."""
-    last = steps - 1
-    terms, start, end = [], [], []
-    for n, c, k in sums:  # (PnmNode.slowdown inlined: every planned run of a fleet comes here)
-        f = 1.0
-        if key is not None:
-            load = n.load
-            rho = load.get(key, 0.0)
-            if rho > 0.0:
-                others = n.load_sum - rho
-                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
-        p = n.s_per_token
-        t = n.t_comm_s if k else 0.0
-        terms.append((c, k, p, f, t))
-        start.append(c * p * f + t)
-        end.append((c + last * k) * p * f + t)
-    if len(terms) < 2:
-        return terms
-    top_end = max(end)
-    tol = 1e-9 * top_end
-    j0, j1 = start.index(max(start)), end.index(top_end)
-    a0, a1, b0, b1 = start[j0], end[j0], start[j1], end[j1]
-    return [x for x, s, e in zip(terms, start, end, strict=True)
-            if not ((a0 > s + tol and a1 > e + tol) or (b0 > s + tol and b1 > e + tol))]
-
-
-def _terms_max(terms: list[tuple[int, int, float, float, float]], ahead: int) -> float:
-    """The slowest node's PNM time ``ahead`` steps on (``_pnm_terms``)."""
-    if len(terms) == 1:
-        c, k, p, f, t = terms[0]
-        return (c + ahead * k) * p * f + t
-    return max(((c + ahead * k) * p * f + t for c, k, p, f, t in terms), default=0.0)
-
-
-def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,
-              key: int | None = None) -> float:
-    """The PNM tier's time of a step, ``ahead`` steps on (each context a token longer a step):
-    the slowest node's, as the nodes work in parallel; with ``key`` (an instance whose nodes
-    others share), each node's attention stretched by what the others' load queues ahead of
-    it (pnm_nodes.contention_s). (``CostModel.pnm_s`` and ``PnmNode.slowdown`` inlined, from
-    the node's copies of the cost model's line: every step of a fleet's instance comes here.)"""
-    top = 0.0
-    first = True
-    for n, c, k in sums:
-        f = 1.0
-        if key is not None:
-            rho = n.load.get(key, 0.0)
-            if rho > 0.0:
-                others = n.load_sum - rho
-                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
-        t = (c + ahead * k) * n.s_per_token * f + (n.t_comm_s if k else 0.0)
-        if first or t > top:  # (max's choice: the first of the largest)
-            top, first = t, False
-    return top
 
 
 def replay(sim: ServingSim, requests: list[TraceRequest],
