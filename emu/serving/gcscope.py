@@ -5,7 +5,8 @@ A replay makes container objects by the million (a step's plan and lists, a run'
 times) and keeps long ones alive (a job's KV block list, thousands of ints with prefix
 caching): at Python's default (a collection of the youngest generation every 700 net
 allocations) each collection walks every young list's references, which took 5 % of a
-16-instance fleet's CPU time and 2 % of a single run's (issue 42, item 7). A threshold of
+16-instance fleet's CPU time and 2 % of a single run's (issue 42, item 7: the study of
+scripts/fleet_scale.py timed with ``gc.callbacks``, at 9adae92). A threshold of
 ``YOUNG`` allocations walks them a small fraction as often; memory stays bounded (the young
 generation at most ``YOUNG`` objects), and what a collection frees is unchanged: results are
 the same bit for bit.
