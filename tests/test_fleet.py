@@ -296,3 +296,28 @@ def test_bad_switch_bandwidth_is_refused_by_field(tmp_path, bad: str) -> None:
                            str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "fabric.switch_gbs" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_steps_pnm_time_is_the_slowest_nodes_pnm_s_bit_for_bit(cat, lm) -> None:
+    """``pnm_nodes.pnm_time`` prices each node inline (every step of a fleet's instance): the
+    same float as the cost model's ``pnm_s`` stretched by the node's ``slowdown``, the
+    slowest node's, for random loads and contexts (0.0 with no PNM-tier context)."""
+    from nelssa.emu.serving.pnm_nodes import pnm_time
+
+    spec = FleetSpec(instances=[{"count": 3}],
+                     pnm_nodes=[{"name": "n", "count": 3, "devices": 4},
+                                {"name": "m", "devices": 2}])
+    nodes = FleetSim(spec, cat, lm, ServingConfig(mode="nelssa")).nodes
+    rng = np.random.default_rng(11)
+    assert pnm_time([], 0, 1) == 0.0
+    for _ in range(500):
+        for n in nodes:
+            for key in (1, 2, 3):
+                n.set_load(key, float(rng.random() * 1.5) if rng.random() < 0.8 else 0.0)
+        sums = [(n, int(rng.integers(0, 1 << 20)), int(rng.integers(0, 30)))
+                for n in nodes if rng.random() < 0.7]
+        for key in (None, 1, 2):
+            want = max((n.cost.pnm_s(c, k) if key is None
+                        else n.cost.pnm_s(c, k, n.slowdown(key)) for n, c, k in sums),
+                       default=0.0)
+            assert pnm_time(sums, 0, key) == want

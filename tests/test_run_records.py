@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -293,3 +294,16 @@ def test_requests_parquet_where_pyarrow_is_installed(tmp_path: Path, capsys) -> 
     assert [(r["trace_line"], r["status"]) for r in table] == [
         (1, "finished"), (2, "rejected"), (3, "finished")]
     assert table[1]["ttft_s"] is None and table[0]["ttft_s"] > 0
+
+
+def test_csv_cells_write_each_cell_as_a_records_cell() -> None:
+    """``csv_cells`` (a streamed run's row a request, ``_cell`` inlined) writes what ``_cell``
+    writes: no value and non-finite floats empty, floats rounded to 9 places, others as
+    they are."""
+    from nelssa.emu.serving.records import _cell, csv_cells
+
+    values = [None, math.nan, math.inf, -math.inf, 0.0, -0.0, 1.5, 1 / 3, 1e-12, 123456.789e9,
+              np.float64(0.1 + 0.2), 7, True, "pnm", ""]
+    row = {f"c{i}": v for i, v in enumerate(values)}
+    cols = [*row, "missing"]
+    assert csv_cells(row, cols) == [_cell(row.get(c)) for c in cols]

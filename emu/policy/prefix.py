@@ -28,6 +28,7 @@ of blocks) at a time, so that a prompt's thousand blocks cost a few dozen dict o
 from __future__ import annotations
 
 import enum
+import functools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -137,6 +138,14 @@ class BlockKeys:
             k = end
 
 
+@functools.lru_cache(maxsize=8)
+def _block_ids(blocks: int) -> tuple[int, ...]:
+    """Block ids ``blocks - 1`` down to 1, int objects that every pool of that size shares:
+    a fleet's instances hash and compare the same ones (32 bytes a block), not a copy each
+    that all compete for the processor's caches."""
+    return tuple(range(blocks - 1, 0, -1))
+
+
 class BlockPool:
     """vLLM's block pool in miniature: the free queue (uncached blocks, then cached ones in
     eviction order), cached full blocks by key, the holders of the cached blocks that more than
@@ -148,7 +157,7 @@ class BlockPool:
     __slots__ = ("cached", "dups", "evictable", "queue", "shared", "stale", "uncached")
 
     def __init__(self, blocks: int) -> None:
-        self.uncached: list[int] = list(range(blocks - 1, 0, -1))
+        self.uncached: list[int] = list(_block_ids(blocks))
         """Free blocks without a key (a stack; block 0 is the null block)."""
         self.queue: deque[list] = deque()
         """The free cached blocks, the first to be evicted first: segments ``[blocks, keys,

@@ -15,6 +15,7 @@ times its peaks (``linear_efficiency``, ``attn_efficiency``, ``mem_efficiency``)
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from itertools import repeat
 
 from nelssa.emu.energy import EngineOps
 from nelssa.emu.latency.model import LatencyModel, Sparsity
@@ -134,7 +135,7 @@ class CostModel:
                 if c.tokens > 1:
                     prefill_pairs += c.tokens * (c.start + c.tokens / 2)
         tokens += len(pnm_ctxs)
-        window = sum(min(x, self.window_tokens) for x in pnm_ctxs)
+        window = sum(map(min, pnm_ctxs, repeat(self.window_tokens)))
         return tokens, gpu_ctx, sum(pnm_ctxs), len(pnm_ctxs), window, prefill_pairs
 
     def step_agg_s(self, tokens: int, gpu_ctx: int, pnm_ctx: int, pnm_n: int, window: int,

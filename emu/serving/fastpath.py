@@ -57,12 +57,13 @@ def steady_steps(sched: V1Scheduler, limit: int) -> int:
     if newest.computed != newest.num_tokens - 1:
         return 0
     k = limit
+    running_ = Status.RUNNING
     for job in running:
         c = job.computed
         # a decode follows a token sampled (a prefill cut one token short samples its first)
-        if c != job.num_tokens - 1 or c < job.prompt or job.status is not Status.RUNNING:
+        if c != job.num_tokens - 1 or c < job.prompt or job.status is not running_:
             return 0
-        left = job.prompt + job.max_tokens - c - 2  # steps before the one that finishes it
+        left = job.last - c  # steps before the one that finishes it
         if left < k:
             k = left
     if k < 1 or not _head_blocked(sched):

@@ -40,6 +40,7 @@ from nelssa.emu.policy.dispatch import InstanceLoad, make_dispatcher
 from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.cost import CostModel
 from nelssa.emu.serving.fabric import Switch, SwitchPort
+from nelssa.emu.serving.gcscope import fewer_collections
 from nelssa.emu.serving.itl import TimedReplay
 from nelssa.emu.serving.orchestration import FleetOrchestration
 from nelssa.emu.serving.pnm_nodes import PnmNode
@@ -265,6 +266,11 @@ class FleetSim:
         checked when it comes, in arrival order or refused by its line), which with ``sink``
         (finished requests and samples written out, not kept) keeps the run's memory to the
         requests in flight. ``total`` (the requests to come) drives ``progress``."""
+        with fewer_collections():
+            return self._run(requests, progress, sink, total)
+
+    def _run(self, requests: Iterable[TraceRequest], progress: Callable[[float], None] | None,
+             sink: RecordSink | None, total: int | None) -> FleetResult:
         t0, c0 = time.perf_counter(), time.process_time()
         sims: list[ServingSim] | None = None
         if isinstance(requests, list):

@@ -35,9 +35,8 @@ class TimedReplay(Replay):
     of its RunResult)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._last: dict[int, float] = {}
-        """Each request's latest token time, by rid."""
         self._gaps: dict[int, array] = {}
+        """Each request's gaps by rid (the arrays its ``_Req.gaps`` holds)."""
         self._run_start = 0.0
         """When the run of pure decode steps being planned started."""
         self._planned: list[float] | None = None
@@ -47,39 +46,35 @@ class TimedReplay(Replay):
 
     def pop_gaps(self, rid: int) -> array | None:
         """A finished request's gaps, no longer kept (a streamed run writes them out)."""
-        self._last.pop(rid, None)
         return self._gaps.pop(rid, None)
 
     def _gap(self, rq: Any, t: float) -> None:
-        """A token of ``rq`` at ``t``, after its first."""
-        rid = rq.req.rid
-        gaps = self._gaps.get(rid)
+        """A token of ``rq`` at ``t``, after its first (the gaps start from its first token:
+        its latest token's time until it has a gap)."""
+        gaps = rq.gaps
         if gaps is None:
-            gaps = self._gaps[rid] = array("d")
-        gaps.append(t - self._last.get(rid, rq.first_token_s))
-        self._last[rid] = t
+            gaps = rq.gaps = self._gaps[rq.req.rid] = array("d", (t - rq.first_token_s,))
+        else:
+            gaps.append(t - rq.last_s)
+        rq.last_s = t
 
     def _step_cost(self, plan: Any) -> float:
         cost = super()._step_cost(plan)
         t = self.now + cost  # the step's decodes sample at its end
-        jobs, all_gaps, last = self.jobs, self._gaps, self._last
-        for jid in plan.decodes:  # (_gap, inlined: every step of a busy replay comes here)
-            rq = jobs[jid].rq
-            rid = rq.req.rid
-            gaps = all_gaps.get(rid)
+        for rq in self.decoded:  # (_gap, inlined: every step of a busy replay comes here)
+            gaps = rq.gaps
             if gaps is None:
-                gaps = all_gaps[rid] = array("d")
-            gaps.append(t - last.get(rid, rq.first_token_s))
-            last[rid] = t
+                gaps = rq.gaps = self._gaps[rq.req.rid] = array("d", (t - rq.first_token_s,))
+            else:
+                gaps.append(t - rq.last_s)
+            rq.last_s = t
         return cost
 
     def _on_tokens(self, events: list[tuple[str, bool]], now: float) -> int:
         jobs = self.jobs
         for jid, _ in events:
             rq = jobs[jid].rq
-            if rq.first_token_s is None:  # its first token: the gaps start from it
-                self._last[rq.req.rid] = now
-            else:
+            if rq.first_token_s is not None:  # (its first token starts the gaps)
                 self._gap(rq, now)
         return super()._on_tokens(events, now)
 
@@ -100,18 +95,19 @@ class TimedReplay(Replay):
         start = self._run_start
         ends = (self._planned if self._planned is not None else self.run_times)[:k]
         steps = array("d", [b - a for a, b in zip([start, *ends], ends, strict=False)])
-        # (_gaps_of_run, inlined: the run's gaps after each request's first are the same)
+        # (_gap, inlined: the run's gaps after each request's first are the same)
         first_end, tail = start + steps[0], steps[1:]
-        jobs, all_gaps, last = self.jobs, self._gaps, self._last
-        for j in sched.running:
-            rq = jobs[j.spec.jid].rq
-            rid = rq.req.rid
-            gaps = all_gaps.get(rid)
+        all_gaps = self._gaps
+        for job in self.run_jobs:
+            rq = job.rq
+            gaps = rq.gaps
             if gaps is None:
-                gaps = all_gaps[rid] = array("d")
-            gaps.append(first_end - last.get(rid, rq.first_token_s))
+                gaps = rq.gaps = all_gaps[rq.req.rid] = array("d", (first_end
+                                                                    - rq.first_token_s,))
+            else:
+                gaps.append(first_end - rq.last_s)
             gaps.extend(tail)
-            last[rid] = now
+            rq.last_s = now
         super()._take_run(k, now, placed, key, step)
 
 

@@ -21,12 +21,12 @@ room among those its instance reaches (``place``), and a migration likewise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from nelssa.emu.serving.cost import CostModel
 
-__all__ = ["PnmNode", "contention_s", "place"]
+__all__ = ["PnmNode", "contention_s", "node_sums", "place", "pnm_terms", "pnm_time", "terms_max"]
 
 
 def contention_s(attn_s: float, step_s: float, others_load: float) -> float:
@@ -117,3 +117,82 @@ def place(need: int, nodes: Sequence[PnmNode],
             if k > key:
                 best, key = n, k
     return best
+
+
+# -- a step's PNM time over several nodes (the replay of a fleet's instance) -----------------
+def node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNode, int, int]]:
+    """Each node with the contexts placed on it: (node, their sum, how many), in the order
+    the nodes first come."""
+    sums: dict[PnmNode, list[int]] = {}
+    for node, ctx in placed:
+        s = sums.get(node)  # type: ignore[arg-type]
+        if s is None:
+            assert node is not None
+            sums[node] = [ctx, 1]
+        else:
+            s[0] += ctx
+            s[1] += 1
+    return [(n, c, k) for n, (c, k) in sums.items()]
+
+
+def pnm_terms(sums: list[tuple[PnmNode, int, int]], key: int | None,
+              steps: int) -> list[tuple[int, int, float, float, float]]:
+    """``pnm_time``'s terms for a run of up to ``steps`` steps, node by node (the nodes'
+    loads do not move while a run is planned): (context, requests, seconds per token,
+    slowdown, T_comm); the step ``ahead`` on costs ``max((c + ahead * k) * per_token * f +
+    comm)``, as ``CostModel.pnm_s`` computes it. Each term is a line in ``ahead``: those that
+    the line highest at the run's start or at its end stays above over the whole run (by
+    more than rounding) can never be the slowest node's, and are left out."""
+    last = steps - 1
+    terms, start, end = [], [], []
+    for n, c, k in sums:  # (PnmNode.slowdown inlined: every planned run of a fleet comes here)
+        f = 1.0
+        if key is not None:
+            load = n.load
+            rho = load.get(key, 0.0)
+            if rho > 0.0:
+                others = n.load_sum - rho
+                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
+        p = n.s_per_token
+        t = n.t_comm_s if k else 0.0
+        terms.append((c, k, p, f, t))
+        start.append(c * p * f + t)
+        end.append((c + last * k) * p * f + t)
+    if len(terms) < 2:
+        return terms
+    top_end = max(end)
+    tol = 1e-9 * top_end
+    j0, j1 = start.index(max(start)), end.index(top_end)
+    a0, a1, b0, b1 = start[j0], end[j0], start[j1], end[j1]
+    return [x for x, s, e in zip(terms, start, end, strict=True)
+            if not ((a0 > s + tol and a1 > e + tol) or (b0 > s + tol and b1 > e + tol))]
+
+
+def terms_max(terms: list[tuple[int, int, float, float, float]], ahead: int) -> float:
+    """The slowest node's PNM time ``ahead`` steps on (``pnm_terms``)."""
+    if len(terms) == 1:
+        c, k, p, f, t = terms[0]
+        return (c + ahead * k) * p * f + t
+    return max(((c + ahead * k) * p * f + t for c, k, p, f, t in terms), default=0.0)
+
+
+def pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,
+             key: int | None = None) -> float:
+    """The PNM tier's time of a step, ``ahead`` steps on (each context a token longer a step):
+    the slowest node's, as the nodes work in parallel; with ``key`` (an instance whose nodes
+    others share), each node's attention stretched by what the others' load queues ahead of
+    it (``contention_s``). (``CostModel.pnm_s`` and ``PnmNode.slowdown`` inlined, from
+    the node's copies of the cost model's line: every step of a fleet's instance comes here.)"""
+    top = 0.0
+    first = True
+    for n, c, k in sums:
+        f = 1.0
+        if key is not None:
+            rho = n.load.get(key, 0.0)
+            if rho > 0.0:
+                others = n.load_sum - rho
+                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
+        t = (c + ahead * k) * n.s_per_token * f + (n.t_comm_s if k else 0.0)
+        if first or t > top:  # (max's choice: the first of the largest)
+            top, first = t, False
+    return top

@@ -76,8 +76,19 @@ def rejected_row(mode: str, x: Rejection) -> dict[str, Any]:
 
 
 def csv_cells(row: dict[str, Any], cols: list[str]) -> list[Any]:
-    """A row's cells in ``cols``' order, as requests.csv writes them."""
-    return [_cell(row.get(c)) for c in cols]
+    """A row's cells in ``cols``' order, as requests.csv writes them (``_cell``, inlined: a
+    streamed run writes a row a request)."""
+    out: list[Any] = []
+    add, get, finite = out.append, row.get, math.isfinite
+    for c in cols:
+        v = get(c)
+        if v is None:
+            add("")
+        elif isinstance(v, float):
+            add(repr(round(v, 9)) if finite(v) else "")
+        else:
+            add(v)
+    return out
 
 
 def _unserved(mode: str, r: TraceRequest, status: str, why: str) -> dict[str, Any]:

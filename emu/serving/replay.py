@@ -26,7 +26,7 @@ import heapq
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,8 @@ from nelssa.emu.policy.v1_scheduler import V1Scheduler
 from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.fabric import SwitchPort
-from nelssa.emu.serving.pnm_nodes import PnmNode, place
+from nelssa.emu.serving.gcscope import fewer_collections
+from nelssa.emu.serving.pnm_nodes import PnmNode, node_sums, place, pnm_terms, pnm_time, terms_max
 from nelssa.emu.serving.results import Activity, RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
 
@@ -63,6 +64,12 @@ class _Req:
     node: PnmNode | None = None
     """The PNM node its reservation is on."""
     migrating_until: float | None = None
+    gaps: Any = None
+    """Its gaps between output tokens so far, an ``array('d')``, where a ``TimedReplay``
+    records them (None before its second token); kept here, not looked up by id, as every
+    token of a busy replay appends one."""
+    last_s: float = 0.0
+    """When its latest token was made (with ``gaps``)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -133,6 +140,11 @@ class Replay:
         fleet settles it (``settle``): whole, or cut at an arrival dispatched to it."""
         self.run_times: list[float] = []
         """The end of each step of the run of pure decode steps taken last."""
+        self.decoded: list[_Req] = []
+        """The requests of the last step's ``plan.decodes``, in its order."""
+        self.run_jobs: list[_Job] = []
+        """The jobs of the run of pure decode steps planned last, in the scheduler's running
+        order (they do not change until it is taken)."""
         self._pending: tuple[list[float], int] | None = None
         """A planned run: each step's end time, and the tokens a step makes."""
         self.sched = make_replay_scheduler(sim, aggregate=fast)
@@ -288,18 +300,22 @@ class Replay:
         finishes)."""
         gpu_ctx = 0
         pnm_ctxs: list[int] = []
-        on: list[PnmNode | None] = []  # each PNM context's node, when priced node by node
+        on: list[PnmNode | None] = []  # each PNM context's node, with several nodes
         by_node = self._node_priced
+        many = by_node and len(self.nodes) > 1
         chunks: list[Chunk] = []
         jobs = self.jobs
         decodes = 0
         resident = JobKind.PNM_RESIDENT
+        self.decoded = decoded = []
+        keep = decoded.append
         for jid in plan.decodes:
             job = jobs[jid]
             rq = job.rq
+            keep(rq)
             if job.kind is resident:
                 pnm_ctxs.append(rq.req.input_len + rq.generated)
-                if by_node:
+                if many:
                     on.append(rq.node)
             else:
                 decodes += 1
@@ -318,7 +334,7 @@ class Replay:
                 if samples:
                     if job.kind is JobKind.PNM_RESIDENT:
                         pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
-                        if by_node:
+                        if many:
                             on.append(job.rq.node)
                     else:
                         gpu_ctx += end
@@ -332,9 +348,12 @@ class Replay:
         self.out.activity.count_step(agg, plan.swap_in_tokens)
         if not by_node:
             return self.cost.step_agg_s(*agg, plan.swap_in_tokens)
-        sums = _node_sums(zip(on, pnm_ctxs, strict=True))
+        if not many:  # (one node: node_sums without a pass over the contexts)
+            sums = [(self.nodes[0], agg[2], agg[3])] if pnm_ctxs else []
+        else:
+            sums = node_sums(zip(on, pnm_ctxs, strict=True))
         key = id(self) if self.contended else None
-        t_pnm = _pnm_time(sums, 0, key)
+        t_pnm = pnm_time(sums, 0, key)
         if self.port is not None:  # the shared switch's wait for the step's queries
             t_pnm += self.port.wait_s(len(pnm_ctxs), self.now)
         step = self.cost.step_agg_s(*agg, plan.swap_in_tokens, t_pnm)
@@ -443,13 +462,16 @@ class Replay:
         pnm: list[int] = []
         sums: dict[PnmNode, list[int]] | None = {} if self._node_priced else None
         jobs, resident = self.jobs, JobKind.PNM_RESIDENT
+        self.run_jobs = run_jobs = []
+        keep = run_jobs.append
         for j in sched.running:
             job = jobs[j.spec.jid]
+            keep(job)
             if job.kind is resident:
                 rq = job.rq
                 ctx = rq.req.input_len + rq.generated
                 pnm.append(ctx)
-                if sums is not None:  # (_node_sums, inlined)
+                if sums is not None:  # (node_sums, inlined)
                     s = sums.get(rq.node)
                     if s is None:
                         sums[rq.node] = [ctx, 1]
@@ -491,41 +513,45 @@ class Replay:
         self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm)
         k = 0
         key = id(self) if self.contended else None
-        terms = None if placed is None else _pnm_terms(placed, key, k_max)
+        terms = None if placed is None else pnm_terms(placed, key, k_max)
         if self.port is not None and terms:  # the shared switch's wait, the same each step
             wait = self.port.wait_s(pnm_n, now)
             if wait:
                 terms = [(c, n, p, f, t + wait) for c, n, p, f, t in terms]
         one = terms is not None and len(terms) == 1  # the common case, priced inline
+        t_pnm: float | None = None
         if one:
             assert terms is not None
             c1, k1, p1, f1, t1 = terms[0]
+        elif terms is not None and not terms:  # no PNM-tier request: terms_max's 0.0
+            t_pnm, terms = 0.0, None
         # step_agg_s inlined (CostModel.decode_run_terms): a call a step was a tenth of a
         # fleet's run
         base, s_kv, s_centroid, s_pnm, comm = self.cost.decode_run_terms(tokens, pnm_n)
         order = sorted(stops)
         si, nxt = 0, order[0] if order else 0
-        t_pnm: float | None = None
         step = 0.0
+        # step i's sums, stepped on from step 1 (integers: the same as from i): GPU attention
+        # context gpu_ctx0 + i * gpu_n + window, PNM context pnm_ctx0 + (i - 1) * pnm_n, and
+        # the one node's c1 + (i - 1) * k1
+        gpu_att = gpu_ctx0 + gpu_n + window
+        pnm_ctx = pnm_ctx0
+        if not one:
+            c1 = k1 = 0
+        c_one = c1
+        until = arrival if arrival < next_sample else next_sample
+        add = times.append
         for i in range(1, k_max + 1):
-            if i > 1:
-                window += growing
-                if i == nxt:
-                    growing -= stops[i]
-                    si += 1
-                    nxt = order[si] if si < len(order) else 0
             if one:
-                t_pnm = (c1 + (i - 1) * k1) * p1 * f1 + t1
+                t_pnm = c_one * p1 * f1 + t1
             elif terms is not None:
-                t_pnm = _terms_max(terms, i - 1)
-            pnm_ctx = pnm_ctx0 + (i - 1) * pnm_n
-            t_attn = (gpu_ctx0 + i * gpu_n + window) * s_kv
+                t_pnm = terms_max(terms, i - 1)
+            t_attn = gpu_att * s_kv
             t_tier = pnm_ctx * s_pnm + comm if t_pnm is None else t_pnm
             step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_tier else t_tier)
             now += step
-            k = i
-            times.append(now)
-            if now >= arrival or now >= next_sample:
+            add(now)
+            if now >= until:
                 break
             if watch:
                 used += per_step[i]
@@ -534,6 +560,15 @@ class Replay:
                 if (can_start and best is not None and policy.pressure(used, capacity)
                         and router.past(best[0] + i)):
                     break
+            # on to step i + 1: the windows that still grow grow by a token
+            gpu_att += gpu_n + growing
+            pnm_ctx += pnm_n
+            c_one += k1
+            if i + 1 == nxt:
+                growing -= stops[nxt]
+                si += 1
+                nxt = order[si] if si < len(order) else 0
+        k = len(times)
         if self.port is not None:
             self.port.book(pnm_n, step)
         if self.lazy:
@@ -559,8 +594,7 @@ class Replay:
         self.out.steps += k
         self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
         self.work_left -= k * len(sched.running)
-        for j in sched.running:
-            job = self.jobs[j.spec.jid]
+        for job in self.run_jobs:
             job.outputs += k
             job.rq.generated += k
 
@@ -749,75 +783,12 @@ class Replay:
         self.progress = progress
         self.next_sample = self.cfg.sample_s
         self.tokens_since = 0
-        self.advance()
+        with fewer_collections():
+            self.advance()
         if self.pnm_queue:
             raise RuntimeError("the PNM tier cannot hold the request at its queue's head")
         self.out.end_s = self.now
         return self.out
-
-
-def _node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNode, int, int]]:
-    """Each node with the contexts placed on it: (node, their sum, how many)."""
-    sums: dict[PnmNode, list[int]] = {}
-    for node, ctx in placed:
-        assert node is not None
-        s = sums.setdefault(node, [0, 0])
-        s[0] += ctx
-        s[1] += 1
-    return [(n, c, k) for n, (c, k) in sums.items()]
-
-
-def _pnm_terms(sums: list[tuple[PnmNode, int, int]], key: int | None,
-               steps: int) -> list[tuple[int, int, float, float, float]]:
-    """``_pnm_time``'s terms for a run of up to ``steps`` steps, node by node (the nodes'
-    loads do not move while a run is planned): (context, requests, seconds per token,
-    slowdown, T_comm); the step ``ahead`` on costs ``max((c + ahead * k) * per_token * f +
-    comm)``, as ``CostModel.pnm_s`` computes it. Each term is a line in ``ahead``: those that
-    the line highest at the run's start or at its end stays above over the whole run (by
-    more than rounding) can never be the slowest node's, and are left out."""
-    last = steps - 1
-    terms, start, end = [], [], []
-    for n, c, k in sums:  # (PnmNode.slowdown inlined: every planned run of a fleet comes here)
-        f = 1.0
-        if key is not None:
-            load = n.load
-            rho = load.get(key, 0.0)
-            if rho > 0.0:
-                others = n.load_sum - rho
-                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
-        p = n.s_per_token
-        t = n.t_comm_s if k else 0.0
-        terms.append((c, k, p, f, t))
-        start.append(c * p * f + t)
-        end.append((c + last * k) * p * f + t)
-    if len(terms) < 2:
-        return terms
-    top_end = max(end)
-    tol = 1e-9 * top_end
-    j0, j1 = start.index(max(start)), end.index(top_end)
-    a0, a1, b0, b1 = start[j0], end[j0], start[j1], end[j1]
-    return [x for x, s, e in zip(terms, start, end, strict=True)
-            if not ((a0 > s + tol and a1 > e + tol) or (b0 > s + tol and b1 > e + tol))]
-
-
-def _terms_max(terms: list[tuple[int, int, float, float, float]], ahead: int) -> float:
-    """The slowest node's PNM time ``ahead`` steps on (``_pnm_terms``)."""
-    if len(terms) == 1:
-        c, k, p, f, t = terms[0]
-        return (c + ahead * k) * p * f + t
-    return max(((c + ahead * k) * p * f + t for c, k, p, f, t in terms), default=0.0)
-
-
-def _pnm_time(sums: list[tuple[PnmNode, int, int]], ahead: int = 0,
-              key: int | None = None) -> float:
-    """The PNM tier's time of a step, ``ahead`` steps on (each context a token longer a step):
-    the slowest node's, as the nodes work in parallel; with ``key`` (an instance whose nodes
-    others share), each node's attention stretched by what the others' load queues ahead of
-    it (pnm_nodes.contention_s)."""
-    if key is None:
-        return max((n.cost.pnm_s(c + ahead * k, k) for n, c, k in sums), default=0.0)
-    return max((n.cost.pnm_s(c + ahead * k, k, n.slowdown(key)) for n, c, k in sums),
-               default=0.0)
 
 
 def replay(sim: ServingSim, requests: list[TraceRequest],
