@@ -84,6 +84,13 @@ def daz(bits: npt.ArrayLike) -> U32:
     return _flush(b)
 
 
+def _read(bits: npt.ArrayLike) -> U32:
+    """What an operation reads of its input: ``daz`` without the copy where nothing changes
+    (the operations never write their inputs)."""
+    b = np.asarray(bits, dtype=np.uint32)
+    return _flush(b) if has_special(b) else b
+
+
 def _flush(b: U32) -> U32:
     exp = b & EXP_MASK
     mant_set = (b & MANT_MASK) != 0
@@ -101,7 +108,7 @@ def _finish(f: npt.NDArray[np.float32] | U32) -> U32:
 def fadd(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
     """fp32 a + b, RNE. Tiny sums of normals are exact, so IEEE-then-flush equals the RTL."""
     with np.errstate(all="ignore"):
-        r = as_f32(daz(a)) + as_f32(daz(b))
+        r = as_f32(_read(a)) + as_f32(_read(b))
     return _finish(np.asarray(r, dtype=np.float32))
 
 
@@ -113,7 +120,7 @@ def fsub(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
 def fmul(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
     """fp32 a * b, RNE; a result whose exact value is below 2**-126 flushes to signed zero."""
     with np.errstate(all="ignore"):
-        exact = as_f32(daz(a)).astype(np.float64) * as_f32(daz(b)).astype(np.float64)
+        exact = as_f32(_read(a)).astype(np.float64) * as_f32(_read(b)).astype(np.float64)
         bits = exact.astype(np.float32).view(np.uint32)
     # below 2**-126 exactly is a float32 exponent of 0 (flushed by daz), but for products
     # that round up to the smallest normal: those alone need the exact value
@@ -137,8 +144,8 @@ def bf16_mul(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
 
 def fmax(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
     """Maximum; NaN if either is NaN; max(+0, -0) is +0."""
-    a = daz(a)
-    b = daz(b)
+    a = _read(a)
+    b = _read(b)
     fa, fb = as_f32(a), as_f32(b)
     r = np.where(fa > fb, a, np.where(fb > fa, b, a & b))
     return np.where(np.isnan(fa) | np.isnan(fb), CANON_NAN, r).astype(np.uint32)
