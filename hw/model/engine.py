@@ -165,6 +165,7 @@ def attend(
     m = m_after[-1]
     m_before = np.concatenate([np.full((1, h), fp.NEG_INF, dtype=np.uint32), m_after[:-1]])
     alpha = _weight(m_before, m_after)  # (clusters, h)
+    rescale = (alpha != fp.ONE).any(axis=1).tolist()  # O and l are canonical, so times 1
     p_all = _weight(t_all, np.repeat(m_after, sizes, axis=0))  # (tokens, h)
     p_in = fp.daz(p_all)  # what fadd reads of each p_j
     lsum = np.zeros(h, dtype=np.uint32)
@@ -175,8 +176,10 @@ def attend(
                      fp.bf16_to_f32_bits(np.concatenate(vs[gi:gj]))[:, None, :])
         for i in range(gi, gj):
             a, b = int(starts[i]), int(ends[i])
-            o = _chain(fp.fmul(o, alpha[i][:, None]), pv[a - base:b - base])
-            lsum = _chain(fp.fmul(lsum, alpha[i]), p_in[a:b])
+            if rescale[i]:  # else alpha is 1 for every head: O*1 and l*1 are their own bits
+                o, lsum = fp.fmul(o, alpha[i][:, None]), fp.fmul(lsum, alpha[i])
+            o = _chain(o, pv[a - base:b - base])
+            lsum = _chain(lsum, p_in[a:b])
     o = fp.fmul(o, fp.recip(lsum)[:, None])
     lse = fp.fmul(fp.fadd(m, fp.log2(lsum)), fp.LN2_BITS)
     return AttnResult(AttnStatus.OK, o, lse)
