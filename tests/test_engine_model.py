@@ -198,3 +198,21 @@ def test_batched_attend_is_the_op_by_op_engine_bit_for_bit(case):
         res = attend(PARAMS, q, ks, vs, scale)
         o, lse = _attend_op_by_op(q, ks, vs, scale)
         assert np.array_equal(res.o, o) and np.array_equal(res.lse, lse), (case, trial)
+
+
+@pytest.mark.parametrize("group", [1, 40, 97])
+def test_attend_in_groups_of_clusters_is_the_op_by_op_engine_bit_for_bit(group, monkeypatch):
+    """The per-token products are made in groups of whole clusters (``GROUP_TOKENS``): a group
+    per cluster, and groups of several, give the bits of the operations one by one."""
+    from nelssa.hw.model import engine
+
+    monkeypatch.setattr(engine, "GROUP_TOKENS", group)
+    rng = np.random.default_rng(group)
+    q = _bf(rng, (4, 128))
+    sizes = rng.integers(1, 40, 12)
+    ks = [_bf(rng, (int(n), 128), 3.0) for n in sizes]
+    vs = [_bf(rng, (int(n), 128)) for n in sizes]
+    assert len(engine._groups(sizes.tolist())) > 1
+    res = attend(PARAMS, q, ks, vs, 0.09)
+    o, lse = _attend_op_by_op(q, ks, vs, 0.09)
+    assert np.array_equal(res.o, o) and np.array_equal(res.lse, lse)

@@ -175,7 +175,8 @@ def attend(
     """Run one well-formed command: ``q`` (H, D) bf16 bits, per-cluster K and V (n, D) bf16.
 
     The RTL's operations in its order, batched where the order does not matter: the scores,
-    ``p_j`` and ``p_j*v_j`` of every token at once (each is its own operation), each
+    ``p_j`` and ``p_j*v_j`` of many tokens at once (each is its own operation; groups of
+    whole clusters, GROUP_TOKENS, bound the temporaries), each
     cluster's max as a tree (max is associative and commutative, signed zeros and NaN
     included), and each cluster's chain of ``O += p_j*v_j`` as one float32 running sum,
     which rounds as the adds one by one do unless a partial sum is subnormal (flushed) or
@@ -187,7 +188,8 @@ def attend(
     sizes = [k.shape[0] for k in ks]
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    t_all = scores(qa, np.concatenate(ks), c)  # (tokens, h)
+    groups = _groups(sizes)
+    t_all = np.concatenate([scores(qa, np.concatenate(ks[i:j]), c) for i, j in groups])
     # each cluster's max: clusters padded with -Inf (the identity of fmax) to the longest
     longest = max(sizes)
     padded = np.full((len(ks), longest, h), fp.NEG_INF, dtype=np.uint32)
@@ -197,23 +199,53 @@ def attend(
         half = padded.shape[1] // 2
         top = fp.fmax(padded[:, :half], padded[:, half:2 * half])
         padded = np.concatenate([top, padded[:, 2 * half:]], axis=1)
-    m_after = np.empty((len(ks), h), dtype=np.uint32)  # the running max after each cluster
-    m = np.full(h, fp.NEG_INF, dtype=np.uint32)
-    for i in range(len(ks)):
-        m = m_after[i] = fp.fmax(m, padded[i, 0])
+    # the running max after each cluster, from -Inf: a prefix scan (fmax is associative) in
+    # log2(clusters) steps instead of one fmax per cluster
+    m_after = fp.fmax(np.full((len(ks), h), fp.NEG_INF, dtype=np.uint32), padded[:, 0])
+    step = 1
+    while step < len(ks):
+        m_after = np.concatenate([m_after[:step], fp.fmax(m_after[step:], m_after[:-step])])
+        step *= 2
+    m = m_after[-1]
     m_before = np.concatenate([np.full((1, h), fp.NEG_INF, dtype=np.uint32), m_after[:-1]])
     alpha = _weight(m_before, m_after)  # (clusters, h)
+    rescale = (alpha != fp.ONE).any(axis=1).tolist()  # O and l are canonical, so times 1
     p_all = _weight(t_all, np.repeat(m_after, sizes, axis=0))  # (tokens, h)
-    pv_all = fp.fmul(p_all[:, :, None], fp.bf16_to_f32_bits(np.concatenate(vs))[:, None, :])
     p_in = fp.daz(p_all)  # what fadd reads of each p_j
     lsum = np.zeros(h, dtype=np.uint32)
     o = np.zeros((h, d), dtype=np.uint32)
-    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        o = _chain(fp.fmul(o, alpha[i][:, None]), pv_all[a:b])
-        lsum = _chain(fp.fmul(lsum, alpha[i]), p_in[a:b])
+    for gi, gj in groups:
+        base = int(starts[gi])
+        pv = fp.fmul(p_all[base:int(ends[gj - 1]), :, None],
+                     fp.bf16_to_f32_bits(np.concatenate(vs[gi:gj]))[:, None, :])
+        for i in range(gi, gj):
+            a, b = int(starts[i]), int(ends[i])
+            if rescale[i]:  # else alpha is 1 for every head: O*1 and l*1 are their own bits
+                o, lsum = fp.fmul(o, alpha[i][:, None]), fp.fmul(lsum, alpha[i])
+            o = _chain(o, pv[a - base:b - base])
+            lsum = _chain(lsum, p_in[a:b])
     o = fp.fmul(o, fp.recip(lsum)[:, None])
     lse = fp.fmul(fp.fadd(m, fp.log2(lsum)), fp.LN2_BITS)
     return AttnResult(AttnStatus.OK, o, lse)
+
+
+GROUP_TOKENS = 512
+"""Tokens whose products (scores, p_j * v_j) are made at once: per-token work in groups of
+whole clusters keeps the temporaries at a few MiB, reused from the heap, where a whole
+descriptor's (131,072 tokens x 8 heads x 128: gigabytes in float64) made fresh pages, faulted
+in and unmapped per operation (the model backend's system time)."""
+
+
+def _groups(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """[first, end) cluster ranges of about GROUP_TOKENS tokens (at least one cluster each)."""
+    groups, first, tokens = [], 0, 0
+    for i, n in enumerate(sizes):
+        if tokens and tokens + n > GROUP_TOKENS:
+            groups.append((first, i))
+            first, tokens = i, 0
+        tokens += n
+    groups.append((first, len(sizes)))
+    return groups
 
 
 def _chain(acc: U32, terms: U32) -> U32:
@@ -221,10 +253,16 @@ def _chain(acc: U32, terms: U32) -> U32:
     bits: no subnormal, canonical NaN): one float32 running sum, the same bits unless a
     partial sum is subnormal or NaN, where the adds run one by one."""
     stacked = np.concatenate([acc[None], terms]).view(np.float32)
+    # the same adds either way: np.add.accumulate along axis 0 is the faster for narrow rows
+    # (l), and 9x slower than adding row by row in place for wide ones (O, 1,024 lanes)
     with np.errstate(all="ignore"):
-        sums = np.add.accumulate(stacked, axis=0, dtype=np.float32)[1:].view(np.uint32)
-    exp, mant = sums & fp.EXP_MASK, sums & fp.MANT_MASK
-    if not ((mant != 0) & ((exp == 0) | (exp == fp.EXP_MASK))).any():
+        if stacked[0].size <= 64:
+            np.add.accumulate(stacked, axis=0, out=stacked)
+        else:
+            for j in range(1, len(stacked)):
+                np.add(stacked[j - 1], stacked[j], out=stacked[j])
+    sums = stacked[1:].view(np.uint32)
+    if not fp.has_special(sums):
         return sums[-1].copy()
     for term in terms:
         acc = fp.fadd(acc, term)

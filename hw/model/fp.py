@@ -61,27 +61,54 @@ def f32_to_bf16_bits(x: npt.ArrayLike) -> U16:
     return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
 
 
+def has_special(bits: U32) -> bool:
+    """Whether any of these fp32 bit patterns is subnormal or NaN (what ``daz`` changes).
+
+    With the sign cleared, a NaN is above +Inf, and minus one (wrapping) takes +0 to the top
+    and a subnormal below the smallest normal: a max and a min, one temporary, where the
+    fields one by one took six."""
+    if bits.size == 0:
+        return False
+    mag = bits & ~_SIGN
+    if mag.max() > POS_INF:
+        return True
+    mag -= np.uint32(1)
+    return bool(mag.min() < MANT_MASK)
+
+
 def daz(bits: npt.ArrayLike) -> U32:
     """Subnormal inputs become signed zero, NaNs become the canonical NaN."""
     b = np.asarray(bits, dtype=np.uint32)
+    if not has_special(b):
+        return b.copy()  # the common case: no subnormal, no NaN (zeros have no mantissa)
+    return _flush(b)
+
+
+def _read(bits: npt.ArrayLike) -> U32:
+    """What an operation reads of its input: ``daz`` without the copy where nothing changes
+    (the operations never write their inputs)."""
+    b = np.asarray(bits, dtype=np.uint32)
+    return _flush(b) if has_special(b) else b
+
+
+def _flush(b: U32) -> U32:
     exp = b & EXP_MASK
     mant_set = (b & MANT_MASK) != 0
-    if not (mant_set & ((exp == 0) | (exp == EXP_MASK))).any():
-        return b.copy()  # the common case: no subnormal, no NaN (zeros have no mantissa)
     out = np.where(exp == 0, b & _SIGN, b)
     return np.where((exp == EXP_MASK) & mant_set, CANON_NAN, out).astype(np.uint32)
 
 
-def _finish(f: npt.NDArray[np.float32]) -> U32:
-    """Flush tiny results to signed zero and canonicalise NaN."""
-    b = f.view(np.uint32)
-    return daz(b)
+def _finish(f: npt.NDArray[np.float32] | U32) -> U32:
+    """Flush tiny results to signed zero and canonicalise NaN: ``daz`` of an array of the
+    caller's own, returned as it is in the common case (no copy)."""
+    b = np.asarray(f).view(np.uint32)
+    return _flush(b) if has_special(b) else b
 
 
 def fadd(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
     """fp32 a + b, RNE. Tiny sums of normals are exact, so IEEE-then-flush equals the RTL."""
     with np.errstate(all="ignore"):
-        r = as_f32(daz(a)) + as_f32(daz(b))
+        r = as_f32(_read(a)) + as_f32(_read(b))
     return _finish(np.asarray(r, dtype=np.float32))
 
 
@@ -93,22 +120,32 @@ def fsub(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
 def fmul(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
     """fp32 a * b, RNE; a result whose exact value is below 2**-126 flushes to signed zero."""
     with np.errstate(all="ignore"):
-        exact = as_f32(daz(a)).astype(np.float64) * as_f32(daz(b)).astype(np.float64)
-        r = exact.astype(np.float32)
-    tiny = np.abs(exact) < 2.0**-126
-    r = np.where(tiny, np.copysign(np.float32(0), r), r).astype(np.float32)
-    return _finish(r)
+        exact = as_f32(_read(a)).astype(np.float64) * as_f32(_read(b)).astype(np.float64)
+        bits = exact.astype(np.float32).view(np.uint32)
+    # below 2**-126 exactly is a float32 exponent of 0 (flushed by daz), but for products
+    # that round up to the smallest normal: those alone need the exact value
+    edge = (bits & ~_SIGN) == MIN_NORMAL.view(np.uint32)
+    if edge.any():
+        bits = np.where(edge & (np.abs(exact) < 2.0**-126), bits & _SIGN, bits)
+    return _finish(bits)
 
 
 def bf16_mul(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
-    """bf16 a * bf16 b into fp32; exact except for overflow (Inf) and flush of tiny results."""
-    return fmul(bf16_to_f32_bits(a), bf16_to_f32_bits(b))
+    """bf16 a * bf16 b into fp32; exact except for overflow (Inf) and flush of tiny results.
+
+    Two 8-bit significands make 16 bits, so float32 holds the product exactly wherever it is
+    normal; below 2**-126 it is representable down to 2**-134 and never rounds up to 2**-126,
+    so a float32 exponent of 0 is exactly a product to flush (fmul's result in float32
+    arithmetic, without its float64 temporaries)."""
+    with np.errstate(all="ignore"):
+        r = as_f32(bf16_to_f32_bits(a)) * as_f32(bf16_to_f32_bits(b))
+    return _finish(r)
 
 
 def fmax(a: npt.ArrayLike, b: npt.ArrayLike) -> U32:
     """Maximum; NaN if either is NaN; max(+0, -0) is +0."""
-    a = daz(a)
-    b = daz(b)
+    a = _read(a)
+    b = _read(b)
     fa, fb = as_f32(a), as_f32(b)
     r = np.where(fa > fb, a, np.where(fb > fa, b, a & b))
     return np.where(np.isnan(fa) | np.isnan(fb), CANON_NAN, r).astype(np.uint32)
