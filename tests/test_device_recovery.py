@@ -25,12 +25,13 @@ from nelssa.host.pnm_node.errors import DeviceDownError
 HEAD_DIM, QHEADS, CLUSTER = 128, 8, 64
 
 
-def _big_head(seed: int, clusters: int) -> HeadData:
-    """``clusters`` full 64-token clusters, 8 query heads, every cluster selected."""
+def _big_head(seed: int, clusters: int, times: int = 1) -> HeadData:
+    """``clusters`` full 64-token clusters, 8 query heads, every cluster selected ``times``
+    times (an ATTEND's work without more KV to load)."""
     rng = np.random.default_rng(seed)
     keys = [bf16(rng, (CLUSTER, HEAD_DIM)) for _ in range(clusters)]
     values = [bf16(rng, (CLUSTER, HEAD_DIM)) for _ in range(clusters)]
-    return HeadData(keys, values, bf16(rng, (QHEADS, HEAD_DIM)), list(range(clusters)))
+    return HeadData(keys, values, bf16(rng, (QHEADS, HEAD_DIM)), list(range(clusters)) * times)
 
 
 def _load(c: NodeClient, heads: dict[int, HeadData]) -> int:
@@ -52,12 +53,14 @@ def _close_to_float64(o: np.ndarray, lse: np.ndarray, d: HeadData) -> bool:
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory):
     """Two model devices with a 1 s device timeout; one session, head-wise: KV head 0 (512
-    clusters of 64 tokens: seconds of work for the model device) on device 0, KV head 1 (8
-    clusters) on device 1. The tests below run in this order (the second kills device 0)."""
+    clusters of 64 tokens, each selected 8 times: 4,096 ids, the most an ATTEND takes, seconds
+    of work for the model device, which does 512 clusters once in about half a second) on
+    device 0, KV head 1 (8 clusters) on device 1. The tests below run in this order (the second
+    kills device 0)."""
     node = NodeProcess(f"ipc://{tmp_path_factory.mktemp('recovery')}/node", 2, "model",
                        device_timeout=1.0)
     try:
-        heads = {0: _big_head(1, 512), 1: _big_head(2, 8)}
+        heads = {0: _big_head(1, 512, times=8), 1: _big_head(2, 8)}
         with NodeClient(node.endpoint, timeout_s=300) as c:
             yield node, c, _load(c, heads), heads
     finally:

@@ -36,9 +36,10 @@ RANKS: dict[str, float] = {
     "nelssa.host.pnm_node": 5, "nelssa.host.gpu": 5.5,
     "nelssa.emu.serving": 6,
     # building for a board (resource plans from the hardware description's boards, the open
-    # place-and-route flow, the vendor project): tools over the device, like the command line
+    # place-and-route flow and its arithmetic-unit runs, the vendor project): tools over the
+    # device, like the command line
     "nelssa.hw.fpga.plan": TOP, "nelssa.hw.fpga.pnr": TOP,
-    "nelssa.hw.fpga.vivado": TOP,
+    "nelssa.hw.fpga.vivado": TOP, "nelssa.hw.fpga.units": TOP,
 }
 """Rank of each package prefix, bottom (1) to top; longest prefix wins."""
 SUBPACKAGE_ROOTS = ("nelssa.emu", "nelssa.host", "nelssa.hw", "nelssa.driver")

@@ -185,13 +185,13 @@ module nelssa_attn_engine
   logic first_row;
   assign first_row = (tok_q == 8'd0);
 
-  logic cmd_take, k_beat, v_beat, setup, setup_go, out_beat, out_issue, fin_go;
+  logic cmd_take, k_beat, v_beat, setup, setup_go, out_beat, out_issue, out_offer, fin_go;
   assign cmd_take = (state_q == StIdle) && cmd_valid_i;
   assign k_beat   = (state_q == StK) && kv_fire;
   assign v_beat   = (state_q == StV) && kv_fire;
   assign setup    = (state_q == StSetup);
   assign setup_go = setup && (wait_q == CW'(SETUP_CYC - 1));  // the set-up's first cycle
-  assign out_beat = out_issue && (head_q != nq_q);  // an O beat (not the LSE beat) issued
+  assign out_beat = out_offer && (head_q != nq_q);  // an O beat (not the LSE beat) computed
   assign fin_go   = (state_q == StFinal);
 
   logic [PW-1:0] part;      // beat within the row, as an index
@@ -753,6 +753,10 @@ module nelssa_attn_engine
 
   if (MulLatency == 0) begin : gen_res_direct
     assign out_issue   = (state_q == StOut) && res_ready_i;
+    // the beat is computed while it is offered, taken or not: its multipliers' enable must not
+    // read res_ready_i, or a gated simulation's result data would depend on the ready that a
+    // consumer may derive from it (a combinational loop in the FPGA top's memory port)
+    assign out_offer   = (state_q == StOut);
     assign res_valid_o = (state_q == StOut);
     assign res_last_o  = res_valid_o && (head_q == nq_q);
     assign res_data_o  = !res_valid_o ? '0 : (head_q == nq_q) ? lse_beat : out_data;
@@ -772,6 +776,7 @@ module nelssa_attn_engine
 
     assign out_issue = (state_q == StOut) && !issued_last_q &&
                        (32'(cnt_q) + 32'(fly_q) < Depth);
+    assign out_offer = out_issue;  // (from registers only: no path from res_ready_i)
     nelssa_pipe #(
       .Width  (1),
       .Latency(MulLatency)
