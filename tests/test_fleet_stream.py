@@ -107,3 +107,28 @@ def test_serve_sim_streams_a_resampling_through_a_fleet(tmp_path) -> None:
                           str(TRACE), "--requests", "10", "--out", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--requests" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_window_meter_passes_the_stream_unchanged_and_counts_collections_by_window() -> None:
+    """The fleet_scale script's meter of a long run (CPU by window, garbage collections by
+    generation): the run sees the same requests; each whole window is measured; a collection
+    made inside a window is counted there; its callback is gone afterwards."""
+    import gc
+
+    from nelssa.experiments.fleet_scale import WindowMeter
+
+    src = load_trace(TRACE, hash_ids=True)
+    reqs = list(resample(src, 25, 10.0, seed=1))
+    meter = WindowMeter(10)
+    seen = []
+    for k, r in enumerate(meter.meter(iter(reqs))):
+        if k == 12:  # inside the second window
+            gc.collect(2)
+        seen.append(r)
+    assert seen == reqs
+    assert len(meter.windows) == 2  # 0..9, 10..19 (the last five are no whole window)
+    assert all(w["cpu_s"] >= 0 and w["load1"] >= 0 for w in meter.windows)
+    assert meter.windows[1]["gc_n"][2] >= 1 and meter.windows[1]["gc_s"][2] >= 0
+    assert meter._on_gc not in gc.callbacks
+    with pytest.raises(ValueError, match="at least one"):
+        WindowMeter(0)

@@ -8,15 +8,17 @@ docs/results/fleet_scale.md (``scripts/fleet_scale.py`` is the command line)."""
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
+import os
 import platform
 import resource
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,54 @@ def study(reqs: list[TraceRequest], factor: float, instances: int, nodes: int, d
             "shared": last["shared"], "requests": len(reqs)}
 
 
+@dataclass
+class WindowMeter:
+    """CPU time of a streamed run by window of ``size`` requests taken from its stream, with
+    the cyclic garbage collector's collections and time by generation (``gc.callbacks``) and
+    the machine's load average at each window's end: whether a long run's cost per request
+    grows, and whether from its own work or from other processes (on a shared machine
+    ``time.process_time`` rises with their load)."""
+
+    size: int
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    """Per window: ``cpu_s``, ``gc_s`` and ``gc_n`` (by generation), ``load1``."""
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"a window holds at least one request, got {self.size}")
+        self._gc_s, self._gc_n, self._gc_t0 = [0.0] * 3, [0] * 3, 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_t0 = time.process_time()
+        else:
+            g = info["generation"]
+            self._gc_s[g] += time.process_time() - self._gc_t0
+            self._gc_n[g] += 1
+
+    def meter(self, stream: Iterable[TraceRequest]) -> Iterator[TraceRequest]:
+        """``stream`` unchanged, each whole window of it measured (from taking its first
+        request to taking the next window's first)."""
+        gc.callbacks.append(self._on_gc)
+        try:
+            t, s0, n0 = time.process_time(), list(self._gc_s), list(self._gc_n)
+            for k, r in enumerate(stream):
+                if k and not k % self.size:
+                    now = time.process_time()
+                    self.windows.append({
+                        "cpu_s": now - t,
+                        "gc_s": [a - b for a, b in zip(self._gc_s, s0, strict=True)],
+                        "gc_n": [a - b for a, b in zip(self._gc_n, n0, strict=True)],
+                        "load1": os.getloadavg()[0]})
+                    log.info("requests %d..%d: %.1f s CPU, gc %s, load %.2f",
+                             k - self.size, k, now - t, self.windows[-1]["gc_n"],
+                             self.windows[-1]["load1"])
+                    t, s0, n0 = now, list(self._gc_s), list(self._gc_n)
+                yield r
+        finally:
+            gc.callbacks.remove(self._on_gc)
+
+
 def _peak_mib() -> float:
     """This process's peak resident memory so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -120,17 +170,19 @@ def million(src: list[TraceRequest], args: argparse.Namespace,
     rate = len(src) / src[-1].arrival_s * args.big_instances
     out: dict[str, Any] = {"rate": rate, "baseline_mib": _peak_mib(), "runs": []}
     for n in (max(1, args.million // 10), args.million):
+        meter = WindowMeter(args.window)
         with RecordSink(records / f"{n}") as sink:
             c0, w0 = time.process_time(), time.perf_counter()
-            res = FleetSim(spec, cat, lm, cfg).run(resample(src, n, rate, seed=1), sink=sink,
-                                                   total=n)
+            res = FleetSim(spec, cat, lm, cfg).run(meter.meter(resample(src, n, rate, seed=1)),
+                                                   sink=sink, total=n)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         merged = res.merged()
         out["runs"].append({
             "requests": n, "finished": sink.requests, "cpu_s": cpu, "wall_s": wall,
             "steps": merged.steps, "end_s": merged.end_s, "attainment": sink.met / n,
             "ttft": sink.ttft.stats(), "tpot": sink.tpot.stats(), "peak_mib": _peak_mib(),
-            "csv_mib": (records / f"{n}" / "requests.csv").stat().st_size / 2**20})
+            "csv_mib": (records / f"{n}" / "requests.csv").stat().st_size / 2**20,
+            "windows": meter.windows})
         log.info("%d requests: %.1f s CPU, peak %.0f MiB", n, cpu, _peak_mib())
     return out
 
@@ -181,7 +233,21 @@ def _million_page(big: dict[str, Any] | None, args: argparse.Namespace) -> str:
         instances=args.big_instances, nodes=args.big_nodes, devices=args.big_devices,
         pool=args.big_pool, rate=f"{big['rate']:,.0f}", rows=_million_rows(big),
         minutes=f"{full['cpu_s'] / 60:.1f}", baseline=f"{big['baseline_mib']:,.0f}",
+        window=f"{args.window:,}", windows=_windows_line(full["windows"], args.window),
         growth=f"{full['peak_mib'] - small['peak_mib']:+,.0f}") + "\n"
+
+
+def _windows_line(windows: list[dict[str, Any]], size: int) -> str:
+    """The whole run's CPU ms per request window by window, the load average at each
+    window's end, and the garbage collections by generation over them."""
+    if not windows:
+        return "(the run is shorter than one window)"
+    ms = ", ".join(f"{w['cpu_s'] / size * 1e3:.3f}" for w in windows)
+    load = ", ".join(f"{w['load1']:.1f}" for w in windows)
+    n = [sum(w["gc_n"][g] for w in windows) for g in range(3)]
+    gc_s = sum(sum(w["gc_s"]) for w in windows)
+    return (f"{ms} (load average at each window's end: {load}); garbage collections by "
+            f"generation {n[0]} / {n[1]} / {n[2]}, {gc_s:.1f} s in all")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="devices per PNM node of the large fleet")
     p.add_argument("--big-pool", type=NON_NEGATIVE_INT, default=128,
                    help="prefill GPUs the large fleet's instances share (0: colocated prefill)")
+    p.add_argument("--window", type=POSITIVE_INT, default=100_000,
+                   help="requests per window of the streamed runs' CPU time by window")
     p.add_argument("--records", type=Path,
                    help="keep the streamed runs' requests.csv and samples.csv here")
     p.add_argument("--write", action="store_true", help=f"write {PAGE.relative_to(ROOT)}")
