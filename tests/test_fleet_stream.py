@@ -132,3 +132,15 @@ def test_window_meter_passes_the_stream_unchanged_and_counts_collections_by_wind
     assert meter._on_gc not in gc.callbacks
     with pytest.raises(ValueError, match="at least one"):
         WindowMeter(0)
+
+
+def test_the_page_says_which_windows_ran_beside_other_work() -> None:
+    """The fleet_scale page's note on the windows follows their load averages: busy windows
+    are named, and only an idle run calls its growth its own."""
+    from nelssa.experiments.fleet_scale import _load_note
+
+    idle = [{"load1": 1.0}, {"load1": 1.2}]
+    assert "otherwise idle in every window" in _load_note(idle)
+    busy = _load_note([{"load1": 1.0}, {"load1": 2.3}, {"load1": 1.9}])
+    assert "during windows 2, 3" in busy and "idle" not in busy
+    assert _load_note([]) == ""

@@ -307,3 +307,27 @@ def test_csv_cells_write_each_cell_as_a_records_cell() -> None:
     row = {f"c{i}": v for i, v in enumerate(values)}
     cols = [*row, "missing"]
     assert csv_cells(row, cols) == [_cell(row.get(c)) for c in cols]
+
+
+@pytest.mark.parametrize("gaps", [None, [], [0.02], [0.01, 0.03, 0.02, math.inf, 0.5, 1e-9]])
+@pytest.mark.parametrize("output_len", [1, 2, 40])
+def test_a_streamed_row_is_the_records_row(gaps, output_len: int) -> None:
+    """``finished_cells`` (a streamed run's row, built without the dict between) writes
+    what ``csv_cells(finished_row(...))`` writes, ITL figures from ``itl_stats`` as
+    ``request_itl`` gives them: with and without gaps, one gap, a non-finite one; TPOT of a
+    request of one output token (None)."""
+    from array import array
+
+    from nelssa.emu.serving.itl import itl_stats, request_itl
+    from nelssa.emu.serving.records import columns, csv_cells, finished_cells, finished_row
+    from nelssa.emu.serving.results import RequestResult
+
+    pct = MetricsConfig(percentiles=(90.0, 99.9)).all_percentiles
+    g = None if gaps is None else array("d", gaps)
+    for r in (RequestResult(7, 1000, output_len, "pnm", 1.25, 1.5, 3.0 + 1 / 3, 2, True),
+              RequestResult(8, 10, output_len, "gpu", 0.0, 0.0, 0.0, 0)):
+        for line in ("", 12):
+            want = csv_cells(finished_row("nelssa", "i-0", r, line, request_itl(g, pct), pct),
+                             columns(pct))
+            got = finished_cells("nelssa", "i-0", r, line, itl_stats(g, pct), len(pct))
+            assert got == want

@@ -33,6 +33,9 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress, count
+from operator import itemgetter
+
+import numpy as np
 
 HASH_BLOCK_TOKENS = 512
 """Tokens per hash id of a trace's prompt (Mooncake traces hash 512-token blocks)."""
@@ -154,7 +157,8 @@ class BlockPool:
     its key's group, and a freed job's cached blocks enter the queue as one segment. Bulk
     operations run in the dict, set and list builtins, a group of keys at a time."""
 
-    __slots__ = ("cached", "dups", "evictable", "queue", "shared", "stale", "uncached")
+    __slots__ = ("_flags", "cached", "dups", "evictable", "free_cached", "queue", "shared",
+                 "stale", "uncached")
 
     def __init__(self, blocks: int) -> None:
         self.uncached: list[int] = list(_block_ids(blocks))
@@ -164,8 +168,15 @@ class BlockPool:
         n, done]``, a freed job's first ``n`` blocks tail first (``blocks``: block ``i`` is
         the job's block ``n - 1 - i``), ``done`` of them gone. Entries of blocks that were held
         when freed, or that a hit took out of the queue since, are stale (``stale``)."""
-        self.evictable: set[int] = set()
-        """The free cached blocks."""
+        self.free_cached = bytearray(blocks)
+        """1 for a free cached block, by block id. A flag a block, not a set: a fleet's
+        full pools then take 1 byte a block, not the 30-60 of a set's slots and spare room,
+        and their bookkeeping stays in the processor's caches (issue 42: 64 instances' sets
+        were 64 MB, and the cost per request grew by a third as they filled)."""
+        self._flags = np.frombuffer(self.free_cached, dtype=np.uint8)
+        """``free_cached`` as an array: flags set or cleared for a list of blocks at once."""
+        self.evictable = 0
+        """How many blocks are free cached ones (flagged in ``free_cached``)."""
         self.stale: dict[int, int] = {}
         """Block -> its entries in ``queue`` that are stale (always its oldest)."""
         self.shared: dict[int, int] = {}
@@ -177,7 +188,16 @@ class BlockPool:
         """Group key -> its positions cached in several blocks (only groups with some)."""
 
     def free_blocks(self) -> int:
-        return len(self.uncached) + len(self.evictable)
+        return len(self.uncached) + self.evictable
+
+    def _flag(self, bs: list[int], v: int) -> None:
+        """Set the free flag of blocks ``bs`` to ``v`` (a few one by one; many in one call)."""
+        if len(bs) < 16:
+            f = self.free_cached
+            for b in bs:
+                f[b] = v
+        else:
+            self._flags[bs] = v
 
     def cached_keys(self) -> dict[tuple[int, int], int]:
         """Blocks cached under each key."""
@@ -205,17 +225,22 @@ class BlockPool:
             out += part
         if self.dups:
             out = [b[0] if b.__class__ is list else b for b in out]
-        return out, sum(map(self.evictable.__contains__, out))
+        if len(out) > 1:
+            return out, itemgetter(*out)(self.free_cached).count(1)
+        return out, self.free_cached[out[0]] if out else 0
 
     def touch(self, blocks: list[int]) -> None:
         """A job takes ``blocks`` (hits): free ones leave the free queue."""
-        ev, sh, stale = self.evictable, self.shared, self.stale
+        ev, sh, stale = self.free_cached, self.shared, self.stale
+        took = 0
         for b in blocks:
-            if b in ev:
-                ev.remove(b)
+            if ev[b]:
+                ev[b] = 0
+                took += 1
                 stale[b] = stale.get(b, 0) + 1
             else:
                 sh[b] = sh.get(b, 0) + 1
+        self.evictable -= took
 
     def allocate(self, n: int) -> list[int]:
         """``n`` free blocks (they are known to be there), uncached ones first, then cached
@@ -230,7 +255,7 @@ class BlockPool:
         queue, stale = self.queue, self.stale
         m = n - len(out)
         if m < 8:  # one by one
-            ev = self.evictable
+            ev = self.free_cached
             while m:
                 seg = queue[0]
                 bl, keys, nc, done = seg
@@ -246,7 +271,8 @@ class BlockPool:
                     else:
                         del stale[b]
                     continue
-                ev.remove(b)
+                ev[b] = 0
+                self.evictable -= 1
                 self._drop(b, *keys.at(nc - 1 - done))
                 out.append(b)
                 m -= 1
@@ -290,7 +316,8 @@ class BlockPool:
     def _evict(self, bs: list[int], keys: BlockKeys, lo: int, hi: int) -> None:
         """Free cached blocks ``bs``, a job's blocks ``hi - 1`` down to ``lo``, lose their
         keys."""
-        self.evictable.difference_update(bs)
+        self._flag(bs, 0)
+        self.evictable -= len(bs)
         cached, dups = self.cached, self.dups
         for gk, p0, p1 in keys.spans(lo, hi):
             if dups and gk in dups:  # a key of several blocks keeps those not evicted
@@ -375,13 +402,12 @@ class BlockPool:
         if not nc:
             return
         rb = blocks[nc - 1::-1]
-        ev = self.evictable
-        ev.update(rb)
         sh = self.shared
-        # held cached blocks are never free: those of rb now in ev are exactly rb's in sh
-        held = sh.keys() & ev if sh else None
-        if held:  # still held by others: their entries are stale from the start
-            ev.difference_update(held)
+        held = (sh.keys() & rb) if sh else None
+        if held:  # still held by others: not free, their entries are stale from the start
+            self._flag(rb, 1)
+            self._flag(list(held), 0)
+            self.evictable += len(rb) - len(held)
             stale = self.stale
             for b in held:
                 c = sh[b]
@@ -390,4 +416,7 @@ class BlockPool:
                 else:
                     del sh[b]
                 stale[b] = stale.get(b, 0) + 1
+        else:
+            self._flag(rb, 1)
+            self.evictable += len(rb)
         self.queue.append([rb, keys, nc, 0])

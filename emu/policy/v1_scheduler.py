@@ -121,7 +121,7 @@ class V1Scheduler:
 
     def _free(self) -> int:
         pool = self.pool
-        return self.free if pool is None else len(pool.uncached) + len(pool.evictable)
+        return self.free if pool is None else len(pool.uncached) + pool.evictable
 
     def add(self, spec: JobSpec, front: bool = False) -> None:
         keys = (spec.content.block_keys(spec.prompt_tokens, self.bt) if self.pool is not None

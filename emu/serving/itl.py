@@ -124,21 +124,36 @@ def timed_replay(sim: ServingSim, requests: list[TraceRequest],
 def request_itl(gaps: Sequence[float] | None, percentiles: tuple[float, ...]
                 ) -> dict[str, float]:
     """One request's ITL: mean, max and ``percentiles`` of its gaps (linear interpolation
-    between the closest ranks, numpy's default; empty with none). Sorted in Python: a
-    request's few hundred gaps take less than numpy's call costs."""
-    if gaps is None:
+    between the closest ranks, numpy's default; empty with none)."""
+    stats = itl_stats(gaps, percentiles)
+    if stats is None:
         return {}
+    mean, top, at = stats
+    out = {"mean": mean, "max": top}
+    for p, v in zip(percentiles, at, strict=True):
+        out[pkey(p)] = v
+    return out
+
+
+def itl_stats(gaps: Sequence[float] | None, percentiles: tuple[float, ...]
+              ) -> tuple[float, float, list[float]] | None:
+    """``request_itl``'s figures as mean, max and the percentiles in order (None without
+    gaps). Sorted in Python: a request's few hundred gaps take less than numpy's call costs,
+    and its runs of decode steps are sorted already (timsort takes them whole)."""
+    if gaps is None:
+        return None
     values = sorted(gaps)
     if not values:
-        return {}
+        return None
     last = len(values) - 1
-    out = {"mean": math.fsum(values) / len(values), "max": values[-1]}
+    floor = math.floor
+    at = []
     for p in percentiles:
-        at = p / 100 * last
-        lo = math.floor(at)
-        hi = min(lo + 1, last)
-        out[pkey(p)] = values[lo] + (values[hi] - values[lo]) * (at - lo)
-    return out
+        x = p / 100 * last
+        lo = floor(x)
+        hi = lo + 1 if lo < last else last
+        at.append(values[lo] + (values[hi] - values[lo]) * (x - lo))
+    return math.fsum(values) / len(values), values[-1], at
 
 
 def expand(gaps: list[Sequence[float]]) -> np.ndarray:

@@ -71,6 +71,26 @@ def finished_row(mode: str, instance: str, r: RequestResult, line: int | str,
     return row
 
 
+def finished_cells(mode: str, instance: str, r: RequestResult, line: int | str,
+                   itl: tuple[float, float, list[float]] | None, n_percentiles: int
+                   ) -> list[Any]:
+    """``csv_cells(finished_row(...), columns(percentiles))`` without the row between
+    (``itl``: ``itl_stats``'s figures, None without gaps): a streamed run writes a row a
+    request."""
+    if itl is None:
+        mean = top = None
+        at: list[Any] = [None] * n_percentiles
+    else:
+        mean, top, at = itl
+    finite = math.isfinite
+    return ["" if v is None else (repr(round(v, 9)) if finite(v) else "")
+            if isinstance(v, float) else v
+            for v in (mode, instance, r.rid, line, FINISHED, r.arrival_s, r.input_len,
+                      r.output_len, r.tier, r.first_token_s, r.finish_s, r.ttft_s, r.tpot_s,
+                      mean, *at, top, r.finish_s - r.arrival_s, r.preemptions,
+                      int(r.migrated), None)]
+
+
 def rejected_row(mode: str, x: Rejection) -> dict[str, Any]:
     return _unserved(mode, x.request, REJECTED, x.reason)
 

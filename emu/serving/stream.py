@@ -22,9 +22,9 @@ from typing import IO, Any
 import numpy as np
 
 from nelssa.emu.serving.config import MetricsConfig
-from nelssa.emu.serving.itl import request_itl
+from nelssa.emu.serving.itl import itl_stats
 from nelssa.emu.serving.metrics import slo_met
-from nelssa.emu.serving.records import columns, csv_cells, finished_row, rejected_row
+from nelssa.emu.serving.records import columns, csv_cells, finished_cells, rejected_row
 from nelssa.emu.serving.results import RequestResult, Sample
 from nelssa.emu.serving.sim import Rejection
 
@@ -116,7 +116,7 @@ class RecordSink:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.metrics, self.percentiles, self.mode = metrics, metrics.all_percentiles, mode
         self._slo = (metrics.goodput_ttft_s, metrics.goodput_tpot_s, metrics.goodput_e2el_s)
-        self.ttft, self.tpot, self.e2e, self.itl = (QuantileSketch(rel) for _ in range(4))
+        self._ttft, self._tpot, self._e2e, self.itl = (QuantileSketch(rel) for _ in range(4))
         self.requests = 0
         """Requests finished."""
         self.rejected = 0
@@ -126,6 +126,9 @@ class RecordSink:
         self.output_tokens = 0
         self._itl_buf = array("d")
         """Gaps not yet in the ITL sketch."""
+        self._ttft_buf, self._tpot_buf, self._e2e_buf = array("d"), array("d"), array("d")
+        """Latencies not yet in their sketches."""
+        self._npct = len(self.percentiles)
         self._files: list[IO[str]] = []
         self._cols = columns(self.percentiles)
         self._req = self._writer("requests.csv", tuple(self._cols))
@@ -143,22 +146,24 @@ class RecordSink:
                 gaps: array | None = None) -> None:
         """One finished request (``gaps``: its inter-token gaps, if they were recorded): a
         row, and its figures into the sketches."""
-        itl = request_itl(gaps, self.percentiles) if gaps is not None else {}
-        self._req.writerow(csv_cells(finished_row(self.mode, instance, r, line, itl,
-                                                  self.percentiles), self._cols))
-        ttft, tpot = r.ttft_s, r.tpot_s
+        self._req.writerow(finished_cells(self.mode, instance, r, line,
+                                          itl_stats(gaps, self.percentiles), self._npct))
+        tpot = r.tpot_s
         self.requests += 1
         self.pnm_requests += r.tier == "pnm"
         self.input_tokens += r.input_len
         self.output_tokens += r.output_len
-        self.ttft.add(max(ttft, 0.0))
-        self.e2e.add(max(r.finish_s - r.arrival_s, 0.0))
+        # into the sketches a batch at a time (their cost is per call)
+        self._ttft_buf.append(r.ttft_s)
+        self._e2e_buf.append(r.finish_s - r.arrival_s)
         if tpot is not None:
-            self.tpot.add(max(tpot, 0.0))
-        if gaps is not None:  # into the sketch a batch at a time (its cost is per call)
+            self._tpot_buf.append(tpot)
+        if gaps is not None:
             self._itl_buf.extend(gaps)
             if len(self._itl_buf) >= 1 << 18:
                 self._flush_itl()
+        if len(self._ttft_buf) >= 1 << 14:
+            self._flush()
         self.met += slo_met(r, *self._slo)
 
     def _flush_itl(self) -> None:
@@ -166,10 +171,37 @@ class RecordSink:
             self.itl.add_many(np.maximum(np.frombuffer(self._itl_buf, dtype=np.float64), 0.0))
         self._itl_buf = array("d")
 
+    def _flush(self) -> None:
+        """The buffered TTFT, TPOT and end-to-end latencies into their sketches (a negative
+        one, a clock's rounding, as 0)."""
+        for sketch, buf in ((self._ttft, self._ttft_buf), (self._tpot, self._tpot_buf),
+                            (self._e2e, self._e2e_buf)):
+            if buf:
+                sketch.add_many(np.maximum(np.frombuffer(buf, dtype=np.float64), 0.0))
+        self._ttft_buf, self._tpot_buf, self._e2e_buf = array("d"), array("d"), array("d")
+
     def itl_stats(self) -> dict[str, float]:
         """ITL over every gap of every request so far."""
         self._flush_itl()
         return self.itl.stats()
+
+    @property
+    def ttft(self) -> QuantileSketch:
+        """TTFT of the requests so far."""
+        self._flush()
+        return self._ttft
+
+    @property
+    def tpot(self) -> QuantileSketch:
+        """TPOT of the requests so far (those of two output tokens or more)."""
+        self._flush()
+        return self._tpot
+
+    @property
+    def e2e(self) -> QuantileSketch:
+        """End-to-end latency of the requests so far."""
+        self._flush()
+        return self._e2e
 
     def reject(self, x: Rejection) -> None:
         """A request refused before it ran (it misses the SLO)."""
@@ -187,6 +219,7 @@ class RecordSink:
 
     def close(self) -> None:
         self._flush_itl()
+        self._flush()
         for fh in self._files:
             fh.close()
         self._files = []

@@ -237,7 +237,23 @@ def _million_page(big: dict[str, Any] | None, args: argparse.Namespace) -> str:
         pool=args.big_pool, rate=f"{big['rate']:,.0f}", rows=_million_rows(big),
         minutes=f"{full['cpu_s'] / 60:.1f}", baseline=f"{big['baseline_mib']:,.0f}",
         window=f"{args.window:,}", windows=_windows_line(full["windows"], args.window),
+        load_note=_load_note(full["windows"]),
         growth=f"{full['peak_mib'] - small['peak_mib']:+,.0f}") + "\n"
+
+
+def _load_note(windows: list[dict[str, Any]]) -> str:
+    """What the load averages say of the windows' CPU times: on this two-core machine another
+    busy process (a load above 1.5) slows this one's CPU time too (they share caches and
+    cores), so a growth measured then is not the run's own."""
+    if not windows:
+        return ""
+    busy = [k + 1 for k, w in enumerate(windows) if w["load1"] > 1.5]
+    if busy:
+        return (f"Other processes were busy during windows {', '.join(map(str, busy))} (load "
+                "average above 1.5 on two cores): they slow this process's CPU time too, so "
+                "those windows' figures are not the run's own.")
+    return ("The machine was otherwise idle in every window (load average at most 1.5): the "
+            "windows' differences are the run's own work.")
 
 
 def _windows_line(windows: list[dict[str, Any]], size: int) -> str:
