@@ -255,7 +255,7 @@ def test_sweep_reads_the_files_choices(tmp_path):
         ("b200", "six-unit-ddr5-8000", "llama-3-70b-2l", d, "ok") for d in ("1", "2")]
 
 
-def test_a_pnm_entry_with_pipelined_units_boots_with_them(tmp_path):
+def test_a_pnm_entry_with_pipelined_units_boots_with_them(tmp_path, monkeypatch):
     """A description's fp_latency reaches `node up` (from the PNM entry, to every device
     process and rtl twin as `device serve --fp-latency`) and the devices it opens: the model
     device times the same latencies (CycleTiming.for_engine), the rtl device is built with
@@ -286,6 +286,10 @@ def test_a_pnm_entry_with_pipelined_units_boots_with_them(tmp_path):
     assert port.config.engine.latency == lat
     assert port.schedule.timing == CycleTiming.load().for_engine(EngineParams(latency=lat))
     assert port.schedule.timing != CycleTiming.load()
+    built = {}  # the rtl opener builds its device with them (no build here: recorded)
+    monkeypatch.setattr("nelssa.hw.sim.device.RtlDevice", lambda *a, **kw: built.update(kw))
+    open_port("rtl", PortOptions(engines=1, fp_latency=(("add", 3), ("mul", 2))))
+    assert built == {"units": 1, "latency": lat}
     for bad, words in (("add=16", "fp latency add: an integer in 0..15"),
                        ("adder=1", "unknown unit kind 'adder'"), ("add=x", "KIND=N"),
                        ("add=1,add=2", "add given twice")):
