@@ -182,10 +182,10 @@ class DeviceProcesses:
         """``engines``: attention units per device (None: `device serve`'s default, the
         device's own); ``file_memory``: model devices hold their memory in sparse files in
         the private folder (`device serve --memory-file`), removed with it; ``device_args``:
-        more `device serve` options (the DDR5 overrides and sub-channels); ``token_file``: the
-        devices' token (default: a new one in the private folder, never on a command line);
-        ``command_trace``: each model device writes its DDR5 commands to its own file named
-        from it (per_device_trace) when it stops."""
+        more `device serve` options (the DDR5 overrides, sub-channels, units' latencies);
+        ``token_file``: the devices' token (default: a new one in the private folder, never
+        on a command line); ``command_trace``: each model device writes its DDR5 commands to
+        its own file named from it (per_device_trace) when it stops."""
         from nelssa.emu.link.tokens import new_token, write_token_file
 
         if count < 1:

@@ -42,6 +42,10 @@ class PortOptions:
     """``model``: (field, value) pairs replacing fields of the preset."""
     subchannels: int = 8
     """``model``: DDR5 sub-channels (the RTL device has 8)."""
+    fp_latency: tuple[tuple[str, int], ...] = ()
+    """``model``, ``rtl``: (kind, cycles) of the engines' arithmetic units (hw/model/engine.
+    FpLatency; the kinds not named 0): the model times them, the rtl device is built with
+    them."""
     memory_file: Path | None = None
     """``model``: hold device memory in a new sparse file here instead of RAM."""
     manifest: str | None = None
@@ -83,11 +87,18 @@ class PortSpec:
         return OPENERS[self.name]
 
 
+def _latency(o: PortOptions):
+    from nelssa.hw.model.engine import FpLatency
+
+    return FpLatency(**dict(o.fp_latency))
+
+
 def _open_model(_: str, o: PortOptions) -> DevicePort:
     from nelssa.hw.model.device import DeviceConfig, ModelDevice
+    from nelssa.hw.model.engine import EngineParams
 
     config = DeviceConfig(engines=o.engines, preset=o.preset, ddr5_overrides=o.ddr5_overrides,
-                          subchannels=o.subchannels)
+                          subchannels=o.subchannels, engine=EngineParams(latency=_latency(o)))
     memory = None
     if o.memory_file is not None:
         from nelssa.hw.model.sparse_memory import SparseFileMemory
@@ -102,7 +113,7 @@ def _open_rtl(_: str, o: PortOptions) -> DevicePort:
     if o.ddr5_overrides or o.subchannels != 8:
         raise ValueError("--ddr5-override and --subchannels go with the model backend (the rtl "
                          "device takes a preset and has 8 sub-channels)")
-    return RtlDevice(o.preset, units=o.engines)
+    return RtlDevice(o.preset, units=o.engines, latency=_latency(o))
 
 
 def _open_fpga(board: str, o: PortOptions) -> DevicePort:

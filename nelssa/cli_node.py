@@ -22,6 +22,7 @@ from nelssa.options import (
     UsageError,
     add_ddr5_args,
     add_engines,
+    add_fp_latency_arg,
     check_rtl_engines,
     endpoint,
     input_dir,
@@ -148,7 +149,7 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             from nelssa.hw.sim.device import build_library
 
             print("building the Verilated device (cached after the first run) ...", flush=True)
-            build_library(args.preset, args.engines)
+            build_library(args.preset, args.engines, latency=_latency(args))
         procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose,
                                 file_memory=args.device_memory == "file",
                                 device_args=_device_args(args),
@@ -160,9 +161,11 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         from nelssa.hw.sim.device import build_library
 
         print("building the Verilated device (cached after the first run) ...", flush=True)
-        build_library(args.preset, args.engines)
+        build_library(args.preset, args.engines, latency=_latency(args))
+        # the twins' engines are the model devices' (their cycles are compared)
         twins = DeviceProcesses(args.devices, "rtl", args.engines, args.preset, args.verbose,
-                                token_file=procs.token_file if procs else None)
+                                token_file=procs.token_file if procs else None,
+                                device_args=_latency_args(args))
     try:
         config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
                             twins=tuple(twins.endpoints) if twins else (),
@@ -232,25 +235,39 @@ def _device_token(args: argparse.Namespace) -> str | None:
     return args.device_token
 
 
+def _latency(args: argparse.Namespace):
+    from nelssa.hw.model.engine import FpLatency
+
+    return FpLatency(**dict(args.fp_latency or ()))
+
+
 def _device_config(args: argparse.Namespace):
     from nelssa.hw.model.device import DeviceConfig
+    from nelssa.hw.model.engine import EngineParams
 
     return DeviceConfig(engines=args.engines, preset=args.preset,
                         ddr5_overrides=tuple(args.ddr5_override or ()),
-                        subchannels=args.subchannels or DeviceConfig.subchannels)
+                        subchannels=args.subchannels or DeviceConfig.subchannels,
+                        engine=EngineParams(latency=_latency(args)))
+
+
+def _latency_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The units' latencies as a `device serve` option (none when all are 0)."""
+    given = [f"{k}={v}" for k, v in args.fp_latency or () if v]
+    return ("--fp-latency", ",".join(given)) if given else ()
 
 
 def _device_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """The DDR5 overrides and sub-channels as `device serve` options."""
+    """The DDR5 overrides, sub-channels and units' latencies as `device serve` options."""
     out = [x for k, v in args.ddr5_override or () for x in ("--ddr5-override", f"{k}={v}")]
     if args.subchannels:
         out += ["--subchannels", str(args.subchannels)]
-    return tuple(out)
+    return (*out, *_latency_args(args))
 
 
 def resolve_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--engines, --preset, --ddr5-override and --subchannels: as given, else the device of
-    the PNM entry (--pnm, else the --hardware files' use.pnm, else the default's)."""
+    """--engines, --preset, --ddr5-override, --subchannels and --fp-latency: as given, else
+    the device of the PNM entry (--pnm, else the --hardware files' use.pnm, else the default's)."""
     from nelssa.hardware_options import chosen, load_catalog
     from nelssa.hw.model.device import DeviceConfig
 
@@ -267,6 +284,8 @@ def resolve_device(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         args.ddr5_override = sorted(dev.get("ddr5_overrides", {}).items())
     if args.subchannels is None and dev.get("subchannels", 8) != 8:
         args.subchannels = dev["subchannels"]
+    if args.fp_latency is None:
+        args.fp_latency = tuple(sorted(dev.get("fp_latency", {}).items()))
     try:
         _device_config(args)
     except ValueError as e:
@@ -361,10 +380,11 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--backend", choices=("model", "rtl", "fpga"), default="model")
     add_board_args(up, several=True)
     add_hardware_file_arg(up)
-    add_entry_arg(up, "pnm", "; its device sets what --engines, --preset, --ddr5-override "
-                  "and --subchannels do not")
+    add_entry_arg(up, "pnm", "; its device sets what --engines, --preset, --ddr5-override, "
+                  "--subchannels and --fp-latency do not")
     add_engines(up, default=None)
     add_ddr5_args(up, None)
+    add_fp_latency_arg(up)
     up.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=LINKS,
                     help="link preset toward the GPU node")
     up.add_argument("--endpoint", type=endpoint, default=DEFAULT_ENDPOINT,

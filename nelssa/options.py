@@ -139,6 +139,37 @@ def ddr5_override(text: str) -> tuple[str, int]:
     return name.strip(), int(value)
 
 
+def fp_latency_option(text: str) -> tuple[tuple[str, int], ...]:
+    """``KIND=N[,KIND=N...]``: cycles of kinds of the engines' arithmetic units (the others 0),
+    as a description's ``fp_latency`` gives them; sorted (kind, cycles) pairs."""
+    from nelssa.emu.latency.description import fp_latency
+
+    pairs = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        kind, eq, value = item.partition("=")
+        if not eq or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"must be KIND=N[,KIND=N...] (e.g. add=3,mul=2), "
+                                             f"got {text!r}")
+        if kind.strip() in pairs:
+            raise argparse.ArgumentTypeError(f"{kind.strip()} given twice in {text!r}")
+        pairs[kind.strip()] = int(value)
+    try:
+        fp_latency(pairs)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return tuple(sorted(pairs.items()))
+
+
+def add_fp_latency_arg(parser: argparse.ArgumentParser) -> None:
+    """``--fp-latency``, its help the PNM device description's field's (``fp_latency``)."""
+    from nelssa.emu.latency.pnm_device_docs import PNM_DEVICE_DOCS
+
+    parser.add_argument("--fp-latency", type=fp_latency_option, default=None,
+                        metavar="KIND=N[,KIND=N...]",
+                        help=f"{PNM_DEVICE_DOCS['fp_latency']}; e.g. add=3,mul=2 [default: all "
+                             "0]")
+
+
 def add_ddr5_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
     """``--preset`` (a DDR5 speed grade), ``--ddr5-override`` and ``--subchannels``, their help
     the PNM device description's fields' (``PnmDevice``, its docs in pnm_device_docs.py)."""

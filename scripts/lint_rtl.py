@@ -39,6 +39,8 @@ ENGINE_VARIANTS = [
     {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1, "Bf16MulLatency": 2,
      "AddLatency": 1, "MulLatency": 1, "Exp2Latency": 0, "Log2Latency": 3, "RecipLatency": 0},
 ]
+PIPELINED_DEVICE = {"Bf16MulLatency": 1, "AddLatency": 3, "MulLatency": 2, "Exp2Latency": 1,
+                    "Log2Latency": 0, "RecipLatency": 2}
 
 
 def main() -> int:
@@ -53,7 +55,10 @@ def main() -> int:
              ("nelssa_ddr5_bench_top", DDR5_BENCH, {}), ("nelssa_ddr5_mem", DDR5_MEM, {}),
              ("nelssa_ddr5_system", DDR5_SYSTEM, {}), ("nelssa_device", DEVICE, {}),
              ("nelssa_device_sim", DEVICE_SIM, {}), ("nelssa_fpga_top", FPGA_TOP, {}),
-             ("nelssa_fpga_top", FPGA_TOP, {"NumChannels": 1, "NumUnits": 1, "ChanAddrW": 36})]
+             ("nelssa_fpga_top", FPGA_TOP, {"NumChannels": 1, "NumUnits": 1, "ChanAddrW": 36}),
+             # the latencies passed down to every engine (a board's, a described device's)
+             ("nelssa_device_sim", DEVICE_SIM, {"NumUnits": 1, **PIPELINED_DEVICE}),
+             ("nelssa_fpga_top", FPGA_TOP, {"NumUnits": 2, **PIPELINED_DEVICE})]
     amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
     runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
     runs.append(("nelssa_ddr5_addr_maps", DDR5_ADDR_MAPS, {}))

@@ -172,3 +172,61 @@ def test_scan_chains_are_cut_so_yosys_maps_a_wide_block(tmp_path):
                            f"{pnr.WRAPPER}; synth_ecp5 -top {pnr.WRAPPER}; stat"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-400:]
+
+
+def _fmax(unit: str, pipeline: str, latency: int) -> float:
+    """A row's Fmax of docs/results/fpga_units.md (scripts/fpga_units.py's ECP5 runs)."""
+    from nelssa.emu.latency.hardware import PRESETS_FILE
+
+    page = PRESETS_FILE.parents[2] / "docs" / "results" / "fpga_units.md"
+    for line in page.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:3] == [unit, pipeline, str(latency)]:
+            return float(cells[6])
+    raise AssertionError(f"no row {unit}, {pipeline}, {latency} in {page}")
+
+
+def test_the_ecp5_latencies_reach_its_clock_by_the_units_page():
+    """ECP5: one register after each fp32 adder and multiplier (latency 1, the function then
+    its register: the page's unit between flip-flops) reaches the board's clock; the AMD
+    boards' rule takes the page's deepest staging (adder 3, multiplier 2)."""
+    ecp5 = plan.board("ecp5-5g-versa")
+    assert ecp5.fp_latency["add"] == ecp5.fp_latency["mul"] == 1
+    for unit in ("fp32 add", "fp32 mul"):
+        assert _fmax(unit, "combinational", 0) >= ecp5.clock_mhz
+        assert f"{_fmax(unit, 'combinational', 0)} MHz" in ecp5.fp_latency_source
+    for name in ("alveo-u250", "alveo-u55c"):
+        b = plan.board(name)
+        assert (b.fp_latency["add"], b.fp_latency["mul"]) == (3, 2)
+        assert "a rule, not a timing result" in b.fp_latency_source
+        assert f"{_fmax('fp32 add', 'hand-staged', 3)} MHz" in b.fp_latency_source
+        assert f"{_fmax('fp32 mul', 'hand-staged', 2)} MHz" in b.fp_latency_source
+
+
+def test_the_plan_takes_the_boards_latencies():
+    """The plan's compute is the engine's beats per cycle with the board's units (its
+    schedule's cycles per cluster, hw/model/engine_cycles.py), printed and in the manifest;
+    the vendor flow's wrapper sets them on the top."""
+    from dataclasses import replace
+
+    from nelssa.hw.model.engine import EngineParams, FpLatency
+    from nelssa.hw.model.engine_cycles import command_cycles
+
+    b = plan.board("alveo-u250")
+    p = plan.plan(b)
+    comb = plan.plan(replace(b, fp_latency={}))
+    assert comb.rate == 1.0 and p.latency == FpLatency(**b.fp_latency)
+    z = p.size
+    n = z.max_cluster_tokens
+    cycles = [command_cycles(EngineParams(latency=lat), z.head_dim, z.num_qheads, [n] * 3)
+              - command_cycles(EngineParams(latency=lat), z.head_dim, z.num_qheads, [n] * 2)
+              for lat in (FpLatency(), p.latency)]
+    assert p.rate == pytest.approx(cycles[0] / cycles[1]) and p.rate < 0.99
+    assert p.compute_gbs == pytest.approx(z.units * 64 * b.clock_mhz * 1e6 * p.rate / 1e9)
+    assert p.needed_units > comb.needed_units
+    assert p.to_dict()["fp_latency"] == b.fp_latency
+    out = _cli("plan", "--board", "alveo-u250").stdout
+    assert "arithmetic latencies (cycles): bf16_mul 1, add 3, mul 2, exp2 1" in out
+    assert f"x {p.rate:.3f} = {p.compute_gbs:.1f} GB/s" in out
+    text = vivado.wrapper(p)
+    assert ".AddLatency(3)" in text and ".MulLatency(2)" in text

@@ -253,3 +253,46 @@ def test_sweep_reads_the_files_choices(tmp_path):
     rows = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
     assert [(r["gpu"], r["pnm"], r["model"], r["devices"], r["status"]) for r in rows] == [
         ("b200", "six-unit-ddr5-8000", "llama-3-70b-2l", d, "ok") for d in ("1", "2")]
+
+
+def test_a_pnm_entry_with_pipelined_units_boots_with_them(tmp_path, monkeypatch):
+    """A description's fp_latency reaches `node up` (from the PNM entry, to every device
+    process and rtl twin as `device serve --fp-latency`) and the devices it opens: the model
+    device times the same latencies (CycleTiming.for_engine), the rtl device is built with
+    them (tests/test_rtl_device_latency.py). Bad values name the option, exit 2."""
+    from nelssa.cli import build_parser
+    from nelssa.cli_node import _device_args, _device_config, resolve_device
+    from nelssa.emu.latency.description import pnm_device
+    from nelssa.hw.model.device_cycle import CycleTiming
+    from nelssa.hw.model.engine import EngineParams, FpLatency
+    from nelssa.hw.ports import PortOptions, open_port
+
+    dev = {"units": 2, "ddr5": "ddr5-6400", "fp_latency": {"add": 3, "mul": 2, "log2": 0}}
+    assert pnm_device(dev).node_args()[-2:] == ["--fp-latency", "add=3,mul=2"]
+    f = tmp_path / "hw.yaml"
+    f.write_text(f"pnm:\n  p: {{device: {json.dumps(dev)}, t_base_us: 1, t_dev_us: 1, "
+                 "t_host_us: 1, bw_eff_gbs: 100}\n")
+    parser = build_parser()
+    args = parser.parse_args(["node", "up", "--hardware", str(f), "--pnm", "p"])
+    resolve_device(parser, args)
+    lat = FpLatency(add=3, mul=2)
+    assert _device_config(args).engine.latency == lat
+    assert _device_args(args) == ("--fp-latency", "add=3,mul=2")
+    args = parser.parse_args(["node", "up", "--hardware", str(f), "--pnm", "p",
+                              "--fp-latency", "exp2=4"])
+    resolve_device(parser, args)  # the option wins over the entry
+    assert _device_config(args).engine.latency == FpLatency(exp2=4)
+    port = open_port("model", PortOptions(engines=2, fp_latency=(("add", 3), ("mul", 2))))
+    assert port.config.engine.latency == lat
+    assert port.schedule.timing == CycleTiming.load().for_engine(EngineParams(latency=lat))
+    assert port.schedule.timing != CycleTiming.load()
+    built = {}  # the rtl opener builds its device with them (no build here: recorded)
+    monkeypatch.setattr("nelssa.hw.sim.device.RtlDevice", lambda *a, **kw: built.update(kw))
+    open_port("rtl", PortOptions(engines=1, fp_latency=(("add", 3), ("mul", 2))))
+    assert built == {"units": 1, "latency": lat}
+    for bad, words in (("add=16", "fp latency add: an integer in 0..15"),
+                       ("adder=1", "unknown unit kind 'adder'"), ("add=x", "KIND=N"),
+                       ("add=1,add=2", "add given twice")):
+        proc = _cli("device", "serve", "--fp-latency", bad)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert "argument --fp-latency" in proc.stderr and words in proc.stderr, proc.stderr

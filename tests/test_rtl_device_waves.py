@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from device_builds import SMALL_PIPELINED
 
 from nelssa.driver.device import Device
 
@@ -13,8 +14,8 @@ def test_waveform_of_a_stretch_of_traffic(tmp_path):
     from nelssa.hw.sim.device import RtlDevice
     from nelssa.hw.sim.verilator import LZ4_HEADER
 
-    # memory traffic only: one unit builds faster, and at -O0 (65 s of compiler instead of 165)
-    port = RtlDevice(units=1, waves=True, optimize=False)
+    # memory traffic only: the smallest build, shared with test_rtl_device_latency.py
+    port = RtlDevice(**SMALL_PIPELINED)
     try:
         dev = Device(port)
         dev.mem_write(0x1000, b"before")

@@ -127,14 +127,13 @@ class PnmDevice(Strict):
 
     def node_args(self) -> list[str]:
         """The same device as `node up` / `device serve` options."""
-        if fp_latency(self.fp_latency) != fp_latency({}):
-            raise DescriptionError("device.fp_latency: `node up` and `device serve` boot "
-                                   "devices of combinational units only; pipelined units are "
-                                   "the model device's description (DeviceConfig) for now")
         out = ["--engines", str(self.units), "--preset", self.ddr5,
                "--subchannels", str(self.subchannels)]
         for k, v in sorted(self.ddr5_overrides.items()):
             out += ["--ddr5-override", f"{k}={v}"]
+        given = [f"{k}={v}" for k, v in sorted(self.fp_latency.items()) if v]
+        if given:
+            out += ["--fp-latency", ",".join(given)]
         return out
 
 

@@ -4,7 +4,9 @@ memory bandwidth and whose resources stay within ``BUDGET`` of the part's LUTs, 
 
 Compute: an attention unit takes one 64-byte beat of K or V per cycle (the engine's throughput,
 rtl/core/nelssa_attn_engine.sv), so ``units`` units at ``clock`` consume at most
-``units x 64 B x clock``; the plan wants that to reach the board's memory bandwidth.
+``units x 64 B x clock``, less what the board's arithmetic latencies (``fp_latency``) add to
+each cluster (:func:`stream_rate`, from the engine's schedule, hw/model/engine_cycles.py); the
+plan wants that to reach the board's memory bandwidth.
 
 Resources: the model of hw/fpga/resource_model.json, block-by-block results of the synthesis
 ``make synth`` runs (``scripts/synth_fpga.py --fit`` maps one unit at each engine size at 1 and
@@ -21,12 +23,15 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from nelssa.emu.latency.description import fp_latency
 from nelssa.emu.latency.hardware import BoardHw, HardwareCatalog
 from nelssa.hw.fpga.errors import FpgaError
+from nelssa.hw.model.engine import EngineParams, FpLatency
+from nelssa.hw.model.engine_cycles import command_cycles
 from nelssa.hw.sim.synth_blocks import TopSize
 
 MODEL_FILE = Path(__file__).with_name("resource_model.json")
@@ -66,8 +71,18 @@ class Plan:
     """Units whose compute would match the memory bandwidth at the board's clock."""
 
     @property
+    def latency(self) -> FpLatency:
+        """The board's arithmetic units' latencies (its profile's ``fp_latency``)."""
+        return fp_latency(self.board.fp_latency)
+
+    @property
+    def rate(self) -> float:
+        """Beats a unit takes per cycle, of the one it takes with combinational units."""
+        return stream_rate(self.size, self.latency)
+
+    @property
     def compute_gbs(self) -> float:
-        return self.size.units * BEAT_BYTES * self.board.clock_mhz * 1e6 / 1e9
+        return self.size.units * BEAT_BYTES * self.board.clock_mhz * 1e6 * self.rate / 1e9
 
     @property
     def bandwidth_matched(self) -> bool:
@@ -83,8 +98,25 @@ class Plan:
         return {"board": self.board.name, "units": z.units, "channels": z.channels,
                 "head_dim": z.head_dim, "num_qheads": z.num_qheads,
                 "max_cluster_tokens": z.max_cluster_tokens, "clock_mhz": self.board.clock_mhz,
-                "fp_latency": dict(self.board.fp_latency),
+                "fp_latency": dict(self.board.fp_latency), "stream_rate": round(self.rate, 4),
                 "estimated": {c: self.resources[c] for c in CHECKED}, "fits": self.fits}
+
+
+def stream_rate(size: TopSize, latency: FpLatency) -> float:
+    """What ``latency`` leaves of a unit's beat per cycle in a long stream of full clusters
+    (``size``'s largest, head_dim and query heads): one such cluster's cycles in the engine's
+    schedule with combinational units over its cycles with these (1 at latency 0)."""
+    if latency == FpLatency():
+        return 1.0
+
+    def cluster(lat: FpLatency) -> int:  # one more cluster's cycles
+        p = EngineParams(head_dim=size.head_dim, num_qheads=size.num_qheads,
+                         max_cluster_tokens=size.max_cluster_tokens, latency=lat)
+        n = size.max_cluster_tokens
+        return (command_cycles(p, size.head_dim, size.num_qheads, [n, n])
+                - command_cycles(p, size.head_dim, size.num_qheads, [n]))
+
+    return cluster(FpLatency()) / cluster(latency)
 
 
 def boards(catalog: HardwareCatalog | None = None) -> dict[str, BoardHw]:
@@ -165,7 +197,12 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
     if b.family == "ecp5" and m["ecp5"] is None:
         raise PlanError(f"board {b.name}: no ECP5 synthesis yet ({ECP5_FILE.name}: `make "
                         "fpga-pnr` writes it)")
-    need = max(1, math.ceil(b.mem_gbs * 1e9 / (BEAT_BYTES * b.clock_mhz * 1e6)))
+    lat = fp_latency(b.fp_latency)
+
+    def need(z: TopSize) -> int:  # units whose beats at this clock reach the bandwidth
+        return max(1, math.ceil(b.mem_gbs * 1e9 / (BEAT_BYTES * b.clock_mhz * 1e6
+                                                   * stream_rate(z, lat))))
+
     chan_w = max(12, math.ceil(math.log2(b.mem_gb * 1e9 / b.mem_channels)))
     sizes = [TopSize(units=u, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=hd,
                      num_qheads=h) for hd, h in m["engine_sizes"]
@@ -176,18 +213,18 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
         hd, h, tokens = (64, 1, 1) if b.family == "ecp5" else (*min(m["engine_sizes"]), 64)
         z = TopSize(units=1, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=hd,
                     num_qheads=h, max_cluster_tokens=tokens)
-        return Plan(b, z, estimate(z, b.family, m), False, need)
+        return Plan(b, z, estimate(z, b.family, m), False, need(z))
     if b.family == "ecp5":
         raise PlanError(f"board {b.name}: the smallest engine fits ({ECP5_FILE.name}); the ECP5 "
                         "plan has no model of larger tops")
 
     def key(item):
         z = item[0]
-        return (z.head_dim == 128 and z.num_qheads >= PREFERRED_GROUP, min(z.units, need),
+        return (z.head_dim == 128 and z.num_qheads >= PREFERRED_GROUP, min(z.units, need(z)),
                 z.head_dim, z.num_qheads, -z.units)
 
     z, r = max(fitting, key=key)
-    return Plan(b, z, r, True, need)
+    return Plan(b, z, r, True, need(z))
 
 
 def report(p: Plan, model: dict[str, Any] | None = None) -> list[str]:
@@ -204,8 +241,19 @@ def report(p: Plan, model: dict[str, Any] | None = None) -> list[str]:
     if not p.fits:
         lines.append(f"  does NOT fit: even this smallest top exceeds {BUDGET:.0%} of the part "
                      "(docs/results/fpga_pnr.md: what does)")
+    lat = {k: v for k, v in asdict(p.latency).items() if v}
+    lines.append("  arithmetic latencies (cycles): "
+                 + (", ".join(f"{k} {v}" for k, v in lat.items()) if lat else
+                    "none, combinational units")
+                 + f" ({b.fp_latency_source})")
+    if lat:
+        lines.append(f"  a unit takes {p.rate:.3f} beat per cycle in a stream of "
+                     f"{z.max_cluster_tokens}-token clusters (hw/model/engine_cycles.py: the "
+                     "latencies' cost at each K->V turn and V row); the resource estimate is "
+                     "of combinational units, without their stage registers")
     match = ("matches" if p.bandwidth_matched else "falls short of")
-    lines.append(f"  compute {z.units} x {BEAT_BYTES} B x {b.clock_mhz:g} MHz = "
+    rate = f" x {p.rate:.3f}" if lat else ""
+    lines.append(f"  compute {z.units} x {BEAT_BYTES} B x {b.clock_mhz:g} MHz{rate} = "
                  f"{p.compute_gbs:.1f} GB/s {match} the memory's {b.mem_gbs:g} GB/s "
                  f"({p.needed_units} unit(s) would match at this clock)")
     lines.append(f"  {'resource':<10}{'estimate':>12}{'part':>12}{'share':>8}"

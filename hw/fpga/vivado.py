@@ -79,7 +79,8 @@ def wrapper(plan: Plan, ports: list[Port] | None = None) -> str:
 def _params(plan: Plan) -> dict[str, object]:
     z = plan.size
     mem = min(round(plan.board.mem_gb * 1e9), z.channels << z.chan_addr_w)
-    return {**z.top_params, "MemBytes": f"64'd{mem}"}
+    # the board's arithmetic latencies (its profile's fp_latency), as the plan's cycles take them
+    return {**z.top_params, "MemBytes": f"64'd{mem}", **plan.latency.rtl_params()}
 
 
 def write(plan: Plan, folder: Path) -> list[Path]:

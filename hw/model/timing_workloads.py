@@ -56,10 +56,12 @@ def _bf16(rng: np.random.Generator, shape) -> np.ndarray:
     return fp.f32_to_bf16_bits(rng.standard_normal(shape).astype(np.float32))
 
 
-def run_workload(port, w: TimingWorkload, start_at: int | None = None) -> dict[str, int]:
+def run_workload(port, w: TimingWorkload, start_at: int | None = None,
+                 outputs: list[tuple[int, bytes, bytes]] | None = None) -> dict[str, int]:
     """Write the workload's KV, run its descriptors (and its traffic) on ``port``; the busy
     cycles, bytes read, descriptors, and ``started``: the device cycle its submission ended
-    at. Same data and order on every port.
+    at. Same data and order on every port. ``outputs``: a list each descriptor's status, O
+    and LSE (their bits) are appended to, in submission order, for scoreboards.
 
     ``start_at``: first run the port up to that cycle, so that the batch meets DDR5 refresh
     (due at fixed cycles from reset) where another port's did: give a model the RTL's
@@ -89,7 +91,10 @@ def run_workload(port, w: TimingWorkload, start_at: int | None = None) -> dict[s
     if traffic:
         dev.bulk = False  # every line over CXL.mem, beside the units: the point of it
         dev.mem_write(scratch, traffic)
-    cq.wait(ids, timeout_cycles=50_000_000)
+    got = cq.wait(ids, timeout_cycles=50_000_000)
+    if outputs is not None:
+        outputs += [(int(got[i].status), *(b"" if a is None else a.view(np.uint32).tobytes()
+                                          for a in (got[i].o, got[i].lse))) for i in ids]
     return {"cycles": dev.reg_read64("PERF_BUSY") - busy0,
             "bytes": dev.reg_read64("PERF_BYTES_READ") - bytes0, "descriptors": len(ids),
             "started": started}

@@ -16,6 +16,7 @@ from nelssa.driver.port import DDR5_COUNTERS, DevicePort
 from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, decode, encode
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig
+from nelssa.hw.model.engine import FpLatency
 from nelssa.hw.sim.rtl_sources import (
     DDR5_STORE_CPP,
     DDR5_VERILATOR_ARGS,
@@ -42,8 +43,11 @@ two backends are the same device."""
 
 
 def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
-                  waves: bool = False, optimize: bool = True) -> Path:
-    """Build (or reuse) the device library for a DDR5 preset and unit count; ``waves`` adds
+                  waves: bool = False, optimize: bool = True,
+                  latency: FpLatency | None = None) -> Path:
+    """Build (or reuse) the device library for a DDR5 preset and unit count; ``latency``: the
+    engines' arithmetic units' (their *Latency parameters; None or all 0: combinational, the
+    cache key of a build without them); ``waves`` adds
     waveform support (FST when the lz4 headers are installed, VCD otherwise); without
     ``optimize`` the C++ is compiled at -O0 (a build that runs briefly: 2.5 times less
     compile time, a slower simulation); with it, the model's hot code at -O2 and its cold
@@ -60,7 +64,8 @@ def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
     return build_executable(
         "device-lib", "nelssa_device_sim", [VERILATOR_CONFIG, *DEVICE_SIM],
         [HARNESS_CPP, DDR5_STORE_CPP],
-        parameters={"PresetId": list(PRESETS).index(preset), "NumUnits": units},
+        parameters={"PresetId": list(PRESETS).index(preset), "NumUnits": units,
+                    **({} if latency in (None, FpLatency()) else latency.rtl_params())},
         # -O2 for the hot code only: the cold code (a third of the C++) and what goes with it
         # compiled in 30 s of CPU instead of 82 at -O2 (build_executable's opt)
         opt="-O2" if optimize else "-O0",
@@ -87,11 +92,13 @@ class RtlDevice(DevicePort):
     """A simulated device in this process."""
 
     def __init__(self, preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
-                 waves: bool = False, optimize: bool = True) -> None:
+                 waves: bool = False, optimize: bool = True,
+                 latency: FpLatency | None = None) -> None:
         self.units = units
+        self.latency = latency or FpLatency()
         self.geometry = DeviceGeometry(PRESETS[preset])
         self._clock_hz = DeviceConfig(preset=preset).clock_hz  # the RTL's clocking is the model's
-        self.lib_path = build_library(preset, units, waves, optimize)
+        self.lib_path = build_library(preset, units, waves, optimize, self.latency)
         lib = ctypes.CDLL(str(self.lib_path))
         lib.nelssa_dev_create.restype = ctypes.c_void_p
         lib.nelssa_dev_destroy.argtypes = [ctypes.c_void_p]

@@ -5,7 +5,15 @@ module nelssa_device_sim
   import nelssa_dev_pkg::*;
 #(
   parameter int unsigned PresetId = 0,  // DDR5 timing preset (hw/model/ddr5_timing.PRESETS)
-  parameter int unsigned NumUnits = 4   // attention units (nelssa_device)
+  parameter int unsigned NumUnits = 4,  // attention units (nelssa_device)
+  // each engine's arithmetic units' latencies (nelssa_attn_engine), cycles 0..15, 0: combinational;
+  // hw/sim/device.py sets them from the device's description (hw/model/engine.FpLatency)
+  parameter int unsigned Bf16MulLatency = 0,  // bf16 x bf16 multipliers
+  parameter int unsigned AddLatency     = 0,  // fp32 adders
+  parameter int unsigned MulLatency     = 0,  // fp32 multipliers
+  parameter int unsigned Exp2Latency    = 0,  // exp2
+  parameter int unsigned Log2Latency    = 0,  // log2
+  parameter int unsigned RecipLatency   = 0   // reciprocal
 ) (
   input  logic         clk_i,
   input  logic         rst_ni,
@@ -86,8 +94,14 @@ module nelssa_device_sim
   assign drs_data_o = drs.data;
 
   nelssa_device_wrap #(
-    .NumUnits(NumUnits),
-    .AddrW   (ADDR_W)
+    .NumUnits      (NumUnits),
+    .AddrW         (ADDR_W),
+    .Bf16MulLatency(Bf16MulLatency),
+    .AddLatency    (AddLatency),
+    .MulLatency    (MulLatency),
+    .Exp2Latency   (Exp2Latency),
+    .Log2Latency   (Log2Latency),
+    .RecipLatency  (RecipLatency)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

@@ -18,7 +18,14 @@ module nelssa_attn_unit
   parameter int unsigned NumQHeads        = 8,    // engine: largest GQA group
   parameter int unsigned MaxClusterTokens = 64,   // engine: largest cluster
   parameter int unsigned ReadDepth        = 128,  // reads in flight (covers the memory latency)
-  parameter int unsigned Lanes            = MEM_LANES  // memory read-data lanes in use
+  parameter int unsigned Lanes            = MEM_LANES, // memory read-data lanes in use
+  // the engine's arithmetic units' latencies (nelssa_attn_engine): cycles, 0..15, 0 combinational
+  parameter int unsigned Bf16MulLatency   = 0,    // engine: bf16 x bf16 multipliers
+  parameter int unsigned AddLatency       = 0,    // engine: fp32 adders
+  parameter int unsigned MulLatency       = 0,    // engine: fp32 multipliers
+  parameter int unsigned Exp2Latency      = 0,    // engine: exp2
+  parameter int unsigned Log2Latency      = 0,    // engine: log2
+  parameter int unsigned RecipLatency     = 0     // engine: reciprocal
 ) (
   input  logic              clk_i,
   input  logic              rst_ni,
@@ -129,7 +136,13 @@ module nelssa_attn_unit
   nelssa_attn_engine #(
     .HeadDim         (HeadDim),
     .NumQHeads       (NumQHeads),
-    .MaxClusterTokens(MaxClusterTokens)
+    .MaxClusterTokens(MaxClusterTokens),
+    .Bf16MulLatency  (Bf16MulLatency),
+    .AddLatency      (AddLatency),
+    .MulLatency      (MulLatency),
+    .Exp2Latency     (Exp2Latency),
+    .Log2Latency     (Log2Latency),
+    .RecipLatency    (RecipLatency)
   ) u_engine (
     .clk_i             (clk_i),
     .rst_ni            (rst_ni),

@@ -19,6 +19,13 @@ module nelssa_device
   parameter int unsigned HostShare   = 8,             // while attention runs, the host's
                                                       // CXL.mem may start a request every
                                                       // HostShare cycles
+  // each engine's arithmetic units' latencies (nelssa_attn_engine), cycles 0..15, 0: combinational
+  parameter int unsigned Bf16MulLatency = 0,          // bf16 x bf16 multipliers
+  parameter int unsigned AddLatency  = 0,             // fp32 adders
+  parameter int unsigned MulLatency  = 0,             // fp32 multipliers
+  parameter int unsigned Exp2Latency = 0,             // exp2
+  parameter int unsigned Log2Latency = 0,             // log2
+  parameter int unsigned RecipLatency = 0,            // reciprocal
   localparam int unsigned NumMemPorts = NumUnits + 2, // memory ports used
   localparam int unsigned PortW      = $clog2(NumMemPorts)   // port id width
 ) (
@@ -234,7 +241,13 @@ module nelssa_device
       .HeadDim         (HeadDim),
       .NumQHeads       (NumQHeads),
       .MaxClusterTokens(MaxClusterTokens),
-      .Lanes           (MemLanes)
+      .Lanes           (MemLanes),
+      .Bf16MulLatency  (Bf16MulLatency),
+      .AddLatency      (AddLatency),
+      .MulLatency      (MulLatency),
+      .Exp2Latency     (Exp2Latency),
+      .Log2Latency     (Log2Latency),
+      .RecipLatency    (RecipLatency)
     ) u_unit (
       .clk_i      (clk_i),
       .rst_ni     (rst_ni),

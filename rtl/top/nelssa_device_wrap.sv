@@ -14,6 +14,13 @@ module nelssa_device_wrap
   parameter longint      MemBytes  = 64'd1 << 36,   // HDM window (64 GiB)
   parameter logic [31:0] BuildId   = 32'h0,         // BUILD_ID register (bitstream build id)
   parameter int unsigned MemLanes  = MEM_LANES,     // read-data lanes the memory uses
+  // each engine's arithmetic units' latencies (nelssa_attn_engine), cycles 0..15, 0: combinational
+  parameter int unsigned Bf16MulLatency = 0,        // bf16 x bf16 multipliers
+  parameter int unsigned AddLatency  = 0,           // fp32 adders
+  parameter int unsigned MulLatency  = 0,           // fp32 multipliers
+  parameter int unsigned Exp2Latency = 0,           // exp2
+  parameter int unsigned Log2Latency = 0,           // log2
+  parameter int unsigned RecipLatency = 0,          // reciprocal
   localparam int unsigned NumPorts = NumUnits + 2,  // memory ports
   localparam int unsigned PortW    = $clog2(NumPorts)  // port id width
 ) (
@@ -66,7 +73,13 @@ module nelssa_device_wrap
     .AddrW           (AddrW),
     .MemBytes        (MemBytes),
     .BuildId         (BuildId),
-    .MemLanes        (MemLanes)
+    .MemLanes        (MemLanes),
+    .Bf16MulLatency  (Bf16MulLatency),
+    .AddLatency      (AddLatency),
+    .MulLatency      (MulLatency),
+    .Exp2Latency     (Exp2Latency),
+    .Log2Latency     (Log2Latency),
+    .RecipLatency    (RecipLatency)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

@@ -27,6 +27,14 @@ module nelssa_fpga_top
   parameter int unsigned HostIdW     = 4,             // AXI ID width of the host AXI4 slave
   parameter int unsigned HostAddrW   = 64,            // address width of the host AXI4 slave
   parameter int unsigned Outstanding = 32,            // memory reads per port and channel
+  // each engine's arithmetic units' latencies (nelssa_attn_engine), cycles 0..15, 0: combinational;
+  // a board's profile names those its clock needs (hardware.json, fp_latency)
+  parameter int unsigned Bf16MulLatency = 0,          // bf16 x bf16 multipliers
+  parameter int unsigned AddLatency  = 0,             // fp32 adders
+  parameter int unsigned MulLatency  = 0,             // fp32 multipliers
+  parameter int unsigned Exp2Latency = 0,             // exp2
+  parameter int unsigned Log2Latency = 0,             // log2
+  parameter int unsigned RecipLatency = 0,            // reciprocal
   localparam int unsigned AddrW      = 40,            // device byte-address width
   localparam int unsigned NumPorts   = NumUnits + 2,  // device memory ports
   localparam int unsigned PortW      = $clog2(NumPorts)  // memory AXI ID width
@@ -229,7 +237,13 @@ module nelssa_fpga_top
     .AddrW           (AddrW),
     .MemBytes        (MemBytes),
     .BuildId         (BuildId),
-    .MemLanes        (NumChannels)
+    .MemLanes        (NumChannels),
+    .Bf16MulLatency  (Bf16MulLatency),
+    .AddLatency      (AddLatency),
+    .MulLatency      (MulLatency),
+    .Exp2Latency     (Exp2Latency),
+    .Log2Latency     (Log2Latency),
+    .RecipLatency    (RecipLatency)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),
