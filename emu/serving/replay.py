@@ -370,8 +370,14 @@ class Replay:
         for n in self._loaded - now:
             n.set_load(key, 0.0)
         for n, c, k in sums:
-            # (CostModel.pnm_attn_s from the node's copy of its slope)
-            n.set_load(key, (c + ahead * k) * n.s_per_token / step_s if step_s > 0 else 0.0)
+            # (CostModel.pnm_attn_s from the node's copy of its slope; PnmNode.set_load
+            # inlined: every planned run of a fleet's instance books each of its nodes)
+            rho = (c + ahead * k) * n.s_per_token / step_s if step_s > 0 else 0.0
+            load = n.load
+            old = load.get(key, 0.0)
+            if rho != old:
+                load[key] = rho
+                n.load_sum += rho - old
         self._loaded = now
 
     def _on_preempted(self, plan: Any) -> None:
@@ -486,12 +492,15 @@ class Replay:
         placed = (None if sums is None
                   else [(n, c, k) for n, (c, k) in sums.items()])
         w = self.cost.window_tokens
-        window = sum(min(x, w) for x in pnm)
-        growing = sum(1 for x in pnm if x < w)  # windows that still grow, and when they stop
+        window = growing = 0  # the windows' sum, those that still grow, and when they stop
         stops: dict[int, int] = {}
         for x in pnm:
             if x < w:
+                window += x
+                growing += 1
                 stops[w - x + 1] = stops.get(w - x + 1, 0) + 1
+            else:
+                window += w
         tokens = gpu_n + pnm_n
         watch = self.cfg.migration
         if watch:
