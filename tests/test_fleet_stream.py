@@ -119,7 +119,7 @@ def test_window_meter_passes_the_stream_unchanged_and_counts_collections_by_wind
 
     src = load_trace(TRACE, hash_ids=True)
     reqs = list(resample(src, 25, 10.0, seed=1))
-    meter = WindowMeter(10)
+    meter = WindowMeter(10, reference=lambda: 0.25)
     seen = []
     for k, r in enumerate(meter.meter(iter(reqs))):
         if k == 12:  # inside the second window
@@ -127,7 +127,9 @@ def test_window_meter_passes_the_stream_unchanged_and_counts_collections_by_wind
         seen.append(r)
     assert seen == reqs
     assert len(meter.windows) == 2  # 0..9, 10..19 (the last five are no whole window)
-    assert all(w["cpu_s"] >= 0 and w["load1"] >= 0 for w in meter.windows)
+    assert all(w["cpu_s"] >= 0 and w["load1"] >= 0 and w["ref_s"] == 0.25
+               for w in meter.windows)
+    assert meter.ref0_s == 0.25
     assert meter.windows[1]["gc_n"][2] >= 1 and meter.windows[1]["gc_s"][2] >= 0
     assert meter._on_gc not in gc.callbacks
     with pytest.raises(ValueError, match="at least one"):
@@ -139,8 +141,21 @@ def test_the_page_says_which_windows_ran_beside_other_work() -> None:
     are named, and only an idle run calls its growth its own."""
     from nelssa.experiments.fleet_scale import _load_note
 
-    idle = [{"load1": 1.0}, {"load1": 1.2}]
-    assert "otherwise idle in every window" in _load_note(idle)
-    busy = _load_note([{"load1": 1.0}, {"load1": 2.3}, {"load1": 1.9}])
-    assert "during windows 2, 3" in busy and "idle" not in busy
-    assert _load_note([]) == ""
+    w = {"cpu_s": 10.0, "ref_s": 0.05}
+    idle = [{**w, "load1": 1.0}, {**w, "load1": 1.2, "cpu_s": 12.0, "ref_s": 0.06}]
+    note = _load_note(idle, 1000)
+    # the second window cost 20 % more and so did the reference work: no growth of its own
+    assert "otherwise idle in every window" in note and "50 to 60 ms (+20%" in note
+    assert "differ by up to 0%" in note
+    busy = _load_note([{**w, "load1": 1.0}, {**w, "load1": 2.3, "cpu_s": 13.0},
+                       {**w, "load1": 1.9}], 1000)
+    assert "during windows 2, 3" in busy and "idle" not in busy and "up to 30%" in busy
+    assert _load_note([], 1000) == ""
+
+
+def test_the_reference_work_takes_cpu_time() -> None:
+    """The fleet_scale meter's yardstick of the machine's speed does its work (some tens of
+    milliseconds of CPU, not nothing)."""
+    from nelssa.experiments.fleet_scale import reference_work
+
+    assert 0.005 < reference_work() < 5.0

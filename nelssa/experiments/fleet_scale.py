@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import math
 import os
 import platform
 import resource
@@ -96,17 +97,38 @@ def study(reqs: list[TraceRequest], factor: float, instances: int, nodes: int, d
             "shared": last["shared"], "requests": len(reqs)}
 
 
+def reference_work() -> float:
+    """CPU seconds of a fixed piece of interpreter work (dict building, sorting, float sums
+    over 20,000 values, some 60 ms): run at each window's end, it measures the machine's own
+    speed then. A window whose run costs more per request while this costs the same is the
+    run's own growth; both growing together is the machine (its clock, its other tenants)."""
+    values = [((k * 7919) % 20011) / 20011 for k in range(20_000)]
+    t = time.process_time()
+    for _ in range(24):
+        table = {k: v for k, v in enumerate(values)}
+        ordered = sorted(values)
+        total = math.fsum(table.values()) + ordered[len(ordered) // 2]
+    took = time.process_time() - t
+    if total < 0:  # (keeps the work from being skipped; never true)
+        raise AssertionError
+    return took
+
+
 @dataclass
 class WindowMeter:
     """CPU time of a streamed run by window of ``size`` requests taken from its stream, with
-    the cyclic garbage collector's collections and time by generation (``gc.callbacks``) and
-    the machine's load average at each window's end: whether a long run's cost per request
-    grows, and whether from its own work or from other processes (on a shared machine
-    ``time.process_time`` rises with their load)."""
+    the cyclic garbage collector's collections and time by generation (``gc.callbacks``), the
+    machine's load average at each window's end, and ``reference_work``'s CPU time there (not
+    counted in any window): whether a long run's cost per request grows, and whether from its
+    own work or from the machine (on a shared machine ``time.process_time`` rises with the
+    other processes' load)."""
 
     size: int
     windows: list[dict[str, Any]] = field(default_factory=list)
-    """Per window: ``cpu_s``, ``gc_s`` and ``gc_n`` (by generation), ``load1``."""
+    """Per window: ``cpu_s``, ``gc_s`` and ``gc_n`` (by generation), ``load1``, ``ref_s``."""
+    reference: Callable[[], float] = reference_work
+    ref0_s: float = 0.0
+    """``reference``'s CPU time before the first window."""
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -124,21 +146,23 @@ class WindowMeter:
     def meter(self, stream: Iterable[TraceRequest]) -> Iterator[TraceRequest]:
         """``stream`` unchanged, each whole window of it measured (from taking its first
         request to taking the next window's first)."""
+        self.ref0_s = self.reference()
         gc.callbacks.append(self._on_gc)
         try:
             t, s0, n0 = time.process_time(), list(self._gc_s), list(self._gc_n)
             for k, r in enumerate(stream):
                 if k and not k % self.size:
                     now = time.process_time()
+                    ref = self.reference()
                     self.windows.append({
                         "cpu_s": now - t,
                         "gc_s": [a - b for a, b in zip(self._gc_s, s0, strict=True)],
                         "gc_n": [a - b for a, b in zip(self._gc_n, n0, strict=True)],
-                        "load1": os.getloadavg()[0]})
-                    log.info("requests %d..%d: %.1f s CPU, gc %s, load %.2f",
-                             k - self.size, k, now - t, self.windows[-1]["gc_n"],
-                             self.windows[-1]["load1"])
-                    t, s0, n0 = now, list(self._gc_s), list(self._gc_n)
+                        "load1": os.getloadavg()[0], "ref_s": ref})
+                    log.info("requests %d..%d: %.1f s CPU, gc %s, load %.2f, reference "
+                             "%.1f ms", k - self.size, k, now - t, self.windows[-1]["gc_n"],
+                             self.windows[-1]["load1"], ref * 1e3)
+                    t, s0, n0 = time.process_time(), list(self._gc_s), list(self._gc_n)
                 yield r
         finally:
             gc.callbacks.remove(self._on_gc)
@@ -182,7 +206,7 @@ def million(src: list[TraceRequest], args: argparse.Namespace,
             "steps": merged.steps, "end_s": merged.end_s, "attainment": sink.met / n,
             "ttft": sink.ttft.stats(), "tpot": sink.tpot.stats(), "peak_mib": _peak_mib(),
             "csv_mib": (records / f"{n}" / "requests.csv").stat().st_size / 2**20,
-            "windows": meter.windows})
+            "windows": meter.windows, "ref0_s": meter.ref0_s})
         log.info("%d requests: %.1f s CPU, peak %.0f MiB", n, cpu, _peak_mib())
         # the tenth's fleet (its block pools, its instances) must not be held through the whole
         # run: the peak after that run is then what a run of its own holds
@@ -236,36 +260,50 @@ def _million_page(big: dict[str, Any] | None, args: argparse.Namespace) -> str:
         instances=args.big_instances, nodes=args.big_nodes, devices=args.big_devices,
         pool=args.big_pool, rate=f"{big['rate']:,.0f}", rows=_million_rows(big),
         minutes=f"{full['cpu_s'] / 60:.1f}", baseline=f"{big['baseline_mib']:,.0f}",
-        window=f"{args.window:,}", windows=_windows_line(full["windows"], args.window),
-        load_note=_load_note(full["windows"]),
+        window=f"{args.window:,}",
+        windows=_windows_line(full["windows"], args.window, full["ref0_s"]),
+        load_note=_load_note(full["windows"], args.window),
         growth=f"{full['peak_mib'] - small['peak_mib']:+,.0f}") + "\n"
 
 
-def _load_note(windows: list[dict[str, Any]]) -> str:
-    """What the load averages say of the windows' CPU times: on this two-core machine another
-    busy process (a load above 1.5) slows this one's CPU time too (they share caches and
-    cores), so a growth measured then is not the run's own."""
+def _load_note(windows: list[dict[str, Any]], size: int) -> str:
+    """What the load averages and the reference work say of the windows' CPU times: on this
+    two-core machine another busy process (a load above 1.5) slows this one's CPU time too
+    (they share caches and cores), and the machine's own speed may move (the reference work's
+    CPU time); each window's cost per request in units of the reference work takes that
+    out."""
     if not windows:
         return ""
     busy = [k + 1 for k, w in enumerate(windows) if w["load1"] > 1.5]
     if busy:
-        return (f"Other processes were busy during windows {', '.join(map(str, busy))} (load "
-                "average above 1.5 on two cores): they slow this process's CPU time too, so "
-                "those windows' figures are not the run's own.")
-    return ("The machine was otherwise idle in every window (load average at most 1.5): the "
-            "windows' differences are the run's own work.")
+        note = (f"Other processes were busy during windows {', '.join(map(str, busy))} (load "
+                "average above 1.5 on two cores): they slow this process's CPU time too.")
+    else:
+        note = "The machine was otherwise idle in every window (load average at most 1.5)."
+    refs = [w["ref_s"] for w in windows]
+    lo, hi = min(refs), max(refs)
+    per = [w["cpu_s"] / size / w["ref_s"] for w in windows]
+    own = max(per) / min(per) - 1
+    return (f"{note} The reference work took {lo * 1e3:.0f} to {hi * 1e3:.0f} ms "
+            f"({hi / lo - 1:+.0%} from its fastest window to its slowest); each window's CPU "
+            "per request in thousandths of its reference work: "
+            f"{', '.join(f'{x * 1e3:.2f}' for x in per)}, which differ by up to {own:.0%}: the "
+            "run's own growth, the machine's speed taken out.")
 
 
-def _windows_line(windows: list[dict[str, Any]], size: int) -> str:
-    """The whole run's CPU ms per request window by window, the load average at each
-    window's end, and the garbage collections by generation over them."""
+def _windows_line(windows: list[dict[str, Any]], size: int, ref0_s: float) -> str:
+    """The whole run's CPU ms per request window by window, the load average and the
+    reference work's CPU time at each window's end, and the garbage collections by
+    generation over them."""
     if not windows:
         return "(the run is shorter than one window)"
     ms = ", ".join(f"{w['cpu_s'] / size * 1e3:.3f}" for w in windows)
     load = ", ".join(f"{w['load1']:.1f}" for w in windows)
+    ref = ", ".join(f"{w['ref_s'] * 1e3:.0f}" for w in windows)
     n = [sum(w["gc_n"][g] for w in windows) for g in range(3)]
     gc_s = sum(sum(w["gc_s"]) for w in windows)
-    return (f"{ms} (load average at each window's end: {load}); garbage collections by "
+    return (f"{ms} (load average at each window's end: {load}; the reference work's CPU "
+            f"there, ms: {ref}, {ref0_s * 1e3:.0f} before the first); garbage collections by "
             f"generation {n[0]} / {n[1]} / {n[2]}, {gc_s:.1f} s in all")
 
 
