@@ -255,7 +255,7 @@ class BlockPool:
         queue, stale = self.queue, self.stale
         m = n - len(out)
         if m < 8:  # one by one
-            ev = self.free_cached
+            ev, cached = self.free_cached, self.cached
             while m:
                 seg = queue[0]
                 bl, keys, nc, done = seg
@@ -273,7 +273,18 @@ class BlockPool:
                     continue
                 ev[b] = 0
                 self.evictable -= 1
-                self._drop(b, *keys.at(nc - 1 - done))
+                # (keys.at and _drop inlined for a key of one block: a full pool evicts
+                # here for every block a decode step starts)
+                k = nc - 1 - done
+                g, p = divmod(k, keys.per)
+                gk = keys.chain[g] if k < keys.nshared else keys.own - g
+                slots = cached[gk]
+                if slots[p].__class__ is list:
+                    self._drop(b, gk, p)
+                else:
+                    slots[p] = None
+                    if slots.count(None) == len(slots):
+                        del cached[gk]
                 out.append(b)
                 m -= 1
             return out
