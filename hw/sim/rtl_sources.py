@@ -12,7 +12,6 @@ PACKAGES = [
     CORE / "nelssa_pipe.sv",
     CORE / "nelssa_fp_tables_pkg.sv",
     CORE / "nelssa_fp_pkg.sv",
-    CORE / "nelssa_fp_stages_pkg.sv",
     CORE / "nelssa_engine_pkg.sv",
     CORE / "nelssa_fp32_add_staged.sv",
     CORE / "nelssa_fp32_mul_staged.sv",
