@@ -28,18 +28,18 @@ package nelssa_fp_pkg;
     return (x == '0) ? 5'd0 : n;
   endfunction
 
-  // ---- fp32 add and multiply, cut into pipeline stages ---------------------------------------
-  // Each stage is a function from the previous stage's packed struct to the next one's;
-  // fp32_add and fp32_mul (below) are their composition, and the staged units
-  // (nelssa_fp32_add_staged, nelssa_fp32_mul_staged) register between them: one definition for
-  // the combinational and the pipelined units (tests/rtl/test_fp_stages.py checks both against
-  // the model hw/model/fp.py).
+  // ---- fp32 add and multiply ----------------------------------------------------------------
+  // Each is defined once, in steps that are functions of scalars (at most 64 bits, so the
+  // Verilated model keeps them in machine words): fp32_add and fp32_mul call them in turn, and
+  // the hand-staged units (nelssa_fp32_add_staged, nelssa_fp32_mul_staged) register between the
+  // stage functions below, which call the same steps (tests/rtl/test_fp_stages.py checks both
+  // against the model hw/model/fp.py):
   //   add: add_align (classify, order by magnitude, align with sticky)
   //        | add_sum (add or subtract, count leading zeros) | add_round (normalise, round, pack)
   //   mul: mul_parts (classify, exponent, two 24x12 partial products)
   //        | mul_sum (the 48-bit product) | mul_round (normalise, round, pack)
-  // Results that the operands alone decide (NaN, Inf, zero operands) are chosen in the first
-  // stage and carried, so the later stages only see finite nonzero operands' arithmetic.
+  // Results that the operands alone decide (NaN, Inf, zero operands) are chosen first and
+  // carried, so the later steps only see finite nonzero operands' arithmetic.
 
   // What an operand is, as add and multiply read it (subnormals read as zero).
   typedef struct packed {
@@ -57,14 +57,19 @@ package nelssa_fp_pkg;
   endfunction
 
   // ---- add ----------------------------------------------------------------------------------
+  // The operands ordered by magnitude (so the subtraction never goes negative) and aligned.
   typedef struct packed {
-    logic        special;        // the result is special_r (NaN, Inf or a zero operand)
-    logic [31:0] special_r;
     logic        sub_op;         // the signs differ: subtract the magnitudes
     logic        big_sign;       // sign of the larger magnitude (the result's)
     logic [7:0]  big_exp;
     logic [26:0] big_sig;        // 1.m with guard, round and sticky bits
     logic [26:0] small_aligned;  // the smaller significand shifted to big_exp, sticky in bit 0
+  } add_ops_t;
+
+  typedef struct packed {
+    logic        special;        // the result is special_r (NaN, Inf or a zero operand)
+    logic [31:0] special_r;
+    add_ops_t    ops;
   } add_align_t;
 
   typedef struct packed {
@@ -76,40 +81,89 @@ package nelssa_fp_pkg;
     logic [4:0]  lead_zeros;     // of raw_sum[26:0]
   } add_sum_t;
 
-  function automatic add_align_t add_align(input logic [31:0] a, input logic [31:0] b);
-    fp_class_t   ca, cb;
+  // {1, the result} when the operands alone decide it (NaN, Inf, a zero operand), else 0.
+  function automatic logic [32:0] add_special(input logic [31:0] a, input logic [31:0] b);
+    fp_class_t ca, cb;
+    ca = fp_class(a);
+    cb = fp_class(b);
+    if (ca.nan || cb.nan || (ca.inf && cb.inf && (a[31] ^ b[31]))) return {1'b1, CANON_NAN};
+    if (ca.inf) return {1'b1, a[31], 8'hFF, 23'd0};
+    if (cb.inf) return {1'b1, b[31], 8'hFF, 23'd0};
+    if (ca.zero && cb.zero) return {1'b1, a[31] & b[31], 31'd0};
+    if (cb.zero) return {1'b1, a};
+    if (ca.zero) return {1'b1, b};
+    return '0;
+  endfunction
+
+  function automatic add_ops_t add_order(input logic [31:0] a, input logic [31:0] b);
     logic        swap;
     logic [7:0]  small_exp, exp_diff;
     logic [4:0]  shift_amt;
     logic [26:0] small_sig;
     logic [53:0] align_wide;
-    add_align_t  s;
-    ca = fp_class(a);
-    cb = fp_class(b);
-    s.sub_op = a[31] ^ b[31];
-    s.special = 1'b1;
-    if (ca.nan || cb.nan || (ca.inf && cb.inf && s.sub_op)) s.special_r = CANON_NAN;
-    else if (ca.inf) s.special_r = {a[31], 8'hFF, 23'd0};
-    else if (cb.inf) s.special_r = {b[31], 8'hFF, 23'd0};
-    else if (ca.zero && cb.zero) s.special_r = {a[31] & b[31], 31'd0};
-    else if (cb.zero) s.special_r = a;
-    else if (ca.zero) s.special_r = b;
-    else begin
-      s.special   = 1'b0;
-      s.special_r = '0;
-    end
-    // order by magnitude so the subtraction never goes negative
-    swap        = b[30:0] > a[30:0];
-    s.big_sign  = swap ? b[31] : a[31];
-    s.big_exp   = swap ? b[30:23] : a[30:23];
-    small_exp   = swap ? a[30:23] : b[30:23];
-    s.big_sig   = {1'b1, (swap ? b[22:0] : a[22:0]), 3'b000};
-    small_sig   = {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
-    exp_diff    = s.big_exp - small_exp;
-    shift_amt   = (exp_diff > 8'd31) ? 5'd31 : exp_diff[4:0];
+    add_ops_t    s;
+    s.sub_op  = a[31] ^ b[31];
+    swap      = b[30:0] > a[30:0];
+    s.big_sign = swap ? b[31] : a[31];
+    s.big_exp  = swap ? b[30:23] : a[30:23];
+    small_exp  = swap ? a[30:23] : b[30:23];
+    s.big_sig  = {1'b1, (swap ? b[22:0] : a[22:0]), 3'b000};
+    small_sig  = {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
+    exp_diff   = s.big_exp - small_exp;
+    shift_amt  = (exp_diff > 8'd31) ? 5'd31 : exp_diff[4:0];
     // align with guard, round and sticky: bits shifted out are ORed into the LSB
     align_wide      = {small_sig, 27'd0} >> shift_amt;
     s.small_aligned = align_wide[53:27] | {26'd0, |align_wide[26:0]};
+    return s;
+  endfunction
+
+  function automatic logic [27:0] add_raw(input add_ops_t s);
+    return s.sub_op ? ({1'b0, s.big_sig} - {1'b0, s.small_aligned})
+                    : ({1'b0, s.big_sig} + {1'b0, s.small_aligned});
+  endfunction
+
+  // Normalise, round to nearest even and pack the sum of two finite nonzero operands.
+  function automatic logic [31:0] add_pack(input logic big_sign, input logic [7:0] big_exp,
+                                           input logic [27:0] raw_sum,
+                                           input logic [4:0] lead_zeros);
+    logic              round_up;
+    logic [26:0]       norm_sig;
+    logic [24:0]       rounded;
+    logic signed [9:0] norm_exp, final_exp;
+    if (raw_sum[27]) begin
+      norm_sig = {raw_sum[27:2], raw_sum[1] | raw_sum[0]};
+      norm_exp = $signed({2'b00, big_exp}) + 10'sd1;
+    end else begin
+      norm_sig = raw_sum[26:0] << lead_zeros;
+      norm_exp = $signed({2'b00, big_exp}) - $signed({5'd0, lead_zeros});
+    end
+    round_up  = norm_sig[2] & (norm_sig[1] | norm_sig[0] | norm_sig[3]);
+    rounded   = {1'b0, norm_sig[26:3]} + {24'd0, round_up};
+    final_exp = rounded[24] ? norm_exp + 10'sd1 : norm_exp;
+    if (raw_sum == '0) return 32'd0;
+    if (final_exp >= 10'sd255) return {big_sign, 8'hFF, 23'd0};
+    if (final_exp <= 10'sd0) return {big_sign, 31'd0};
+    return {big_sign, final_exp[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
+  endfunction
+
+  // fp32 a + b.
+  function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
+    /*verilator no_inline_task*/
+    logic [32:0] special;
+    add_ops_t    s;
+    logic [27:0] raw_sum;
+    special = add_special(a, b);
+    s       = add_order(a, b);
+    raw_sum = add_raw(s);
+    if (special[32]) return special[31:0];
+    return add_pack(s.big_sign, s.big_exp, raw_sum, lead_zeros27(raw_sum[26:0]));
+  endfunction
+
+  // The add's stages.
+  function automatic add_align_t add_align(input logic [31:0] a, input logic [31:0] b);
+    add_align_t s;
+    {s.special, s.special_r} = add_special(a, b);
+    s.ops = add_order(a, b);
     return s;
   endfunction
 
@@ -117,34 +171,16 @@ package nelssa_fp_pkg;
     add_sum_t t;
     t.special    = s.special;
     t.special_r  = s.special_r;
-    t.big_sign   = s.big_sign;
-    t.big_exp    = s.big_exp;
-    t.raw_sum    = s.sub_op ? ({1'b0, s.big_sig} - {1'b0, s.small_aligned})
-                            : ({1'b0, s.big_sig} + {1'b0, s.small_aligned});
+    t.big_sign   = s.ops.big_sign;
+    t.big_exp    = s.ops.big_exp;
+    t.raw_sum    = add_raw(s.ops);
     t.lead_zeros = lead_zeros27(t.raw_sum[26:0]);
     return t;
   endfunction
 
   function automatic logic [31:0] add_round(input add_sum_t t);
-    logic              round_up;
-    logic [26:0]       norm_sig;
-    logic [24:0]       rounded;
-    logic signed [9:0] norm_exp, final_exp;
-    if (t.raw_sum[27]) begin
-      norm_sig = {t.raw_sum[27:2], t.raw_sum[1] | t.raw_sum[0]};
-      norm_exp = $signed({2'b00, t.big_exp}) + 10'sd1;
-    end else begin
-      norm_sig = t.raw_sum[26:0] << t.lead_zeros;
-      norm_exp = $signed({2'b00, t.big_exp}) - $signed({5'd0, t.lead_zeros});
-    end
-    round_up  = norm_sig[2] & (norm_sig[1] | norm_sig[0] | norm_sig[3]);
-    rounded   = {1'b0, norm_sig[26:3]} + {24'd0, round_up};
-    final_exp = rounded[24] ? norm_exp + 10'sd1 : norm_exp;
     if (t.special) return t.special_r;
-    if (t.raw_sum == '0) return 32'd0;
-    if (final_exp >= 10'sd255) return {t.big_sign, 8'hFF, 23'd0};
-    if (final_exp <= 10'sd0) return {t.big_sign, 31'd0};
-    return {t.big_sign, final_exp[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
+    return add_pack(t.big_sign, t.big_exp, t.raw_sum, t.lead_zeros);
   endfunction
 
   // ---- multiply -----------------------------------------------------------------------------
@@ -165,22 +201,70 @@ package nelssa_fp_pkg;
     logic [47:0]        sig_prod;  // 1.ma * 1.mb, exact
   } mul_sum_t;
 
+  // {1, the result} when the operands alone decide it (NaN, Inf, a zero operand), else 0.
+  function automatic logic [32:0] mul_special(input logic [31:0] a, input logic [31:0] b);
+    fp_class_t ca, cb;
+    logic      sign;
+    ca   = fp_class(a);
+    cb   = fp_class(b);
+    sign = a[31] ^ b[31];
+    if (ca.nan || cb.nan || (ca.inf && cb.zero) || (cb.inf && ca.zero)) return {1'b1, CANON_NAN};
+    if (ca.inf || cb.inf) return {1'b1, sign, 8'hFF, 23'd0};
+    if (ca.zero || cb.zero) return {1'b1, sign, 31'd0};
+    return '0;
+  endfunction
+
+  // The product's exponent before normalisation, ea + eb - 127.
+  function automatic logic signed [10:0] mul_exp(input logic [31:0] a, input logic [31:0] b);
+    return $signed({3'b000, a[30:23]}) + $signed({3'b000, b[30:23]}) - 11'sd127;
+  endfunction
+
+  // Normalise, round to nearest even and pack the product 1.ma * 1.mb (exact, 48 bits) of two
+  // finite nonzero operands; below 2^-126 it flushes to signed zero.
+  function automatic logic [31:0] mul_pack(input logic sign, input logic signed [10:0] exp_in,
+                                           input logic [47:0] sig_prod);
+    logic               guard, sticky, round_up;
+    logic [23:0]        kept;
+    logic [24:0]        rounded;
+    logic signed [10:0] exp_pre, exp_fin;
+    exp_pre = exp_in;
+    if (sig_prod[47]) begin
+      kept    = sig_prod[47:24];
+      guard   = sig_prod[23];
+      sticky  = |sig_prod[22:0];
+      exp_pre = exp_pre + 11'sd1;
+    end else begin
+      kept    = sig_prod[46:23];
+      guard   = sig_prod[22];
+      sticky  = |sig_prod[21:0];
+    end
+    round_up = guard & (sticky | kept[0]);
+    rounded  = {1'b0, kept} + {24'd0, round_up};
+    exp_fin  = rounded[24] ? exp_pre + 11'sd1 : exp_pre;
+    if (exp_pre <= 11'sd0) return {sign, 31'd0};
+    if (exp_fin >= 11'sd255) return {sign, 8'hFF, 23'd0};
+    return {sign, exp_fin[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
+  endfunction
+
+  // fp32 a * b; a product whose exact value is below 2^-126 flushes to signed zero. (The
+  // staged multiplier forms the same product from two partial products, mul_parts.)
+  function automatic logic [31:0] fp32_mul(input logic [31:0] a, input logic [31:0] b);
+    /*verilator no_inline_task*/
+    logic [32:0] special;
+    logic [47:0] sig_prod;
+    special  = mul_special(a, b);
+    sig_prod = {24'd0, 1'b1, a[22:0]} * {24'd0, 1'b1, b[22:0]};
+    if (special[32]) return special[31:0];
+    return mul_pack(a[31] ^ b[31], mul_exp(a, b), sig_prod);
+  endfunction
+
+  // The multiply's stages.
   function automatic mul_parts_t mul_parts(input logic [31:0] a, input logic [31:0] b);
-    fp_class_t   ca, cb;
     logic [23:0] sig_b;
     mul_parts_t  p;
-    p.sign = a[31] ^ b[31];
-    ca = fp_class(a);
-    cb = fp_class(b);
-    p.special = 1'b1;
-    if (ca.nan || cb.nan || (ca.inf && cb.zero) || (cb.inf && ca.zero)) p.special_r = CANON_NAN;
-    else if (ca.inf || cb.inf) p.special_r = {p.sign, 8'hFF, 23'd0};
-    else if (ca.zero || cb.zero) p.special_r = {p.sign, 31'd0};
-    else begin
-      p.special   = 1'b0;
-      p.special_r = '0;
-    end
-    p.exp_pre = $signed({3'b000, a[30:23]}) + $signed({3'b000, b[30:23]}) - 11'sd127;
+    {p.special, p.special_r} = mul_special(a, b);
+    p.sign    = a[31] ^ b[31];
+    p.exp_pre = mul_exp(a, b);
     sig_b     = {1'b1, b[22:0]};
     p.prod_lo = {12'd0, 1'b1, a[22:0]} * {24'd0, sig_b[11:0]};
     p.prod_hi = {12'd0, 1'b1, a[22:0]} * {24'd0, sig_b[23:12]};
@@ -198,41 +282,8 @@ package nelssa_fp_pkg;
   endfunction
 
   function automatic logic [31:0] mul_round(input mul_sum_t s);
-    logic               guard, sticky, round_up;
-    logic [23:0]        kept;
-    logic [24:0]        rounded;
-    logic signed [10:0] exp_pre, exp_fin;
-    exp_pre = s.exp_pre;
-    if (s.sig_prod[47]) begin
-      kept    = s.sig_prod[47:24];
-      guard   = s.sig_prod[23];
-      sticky  = |s.sig_prod[22:0];
-      exp_pre = exp_pre + 11'sd1;
-    end else begin
-      kept    = s.sig_prod[46:23];
-      guard   = s.sig_prod[22];
-      sticky  = |s.sig_prod[21:0];
-    end
-    round_up = guard & (sticky | kept[0]);
-    rounded  = {1'b0, kept} + {24'd0, round_up};
-    exp_fin  = rounded[24] ? exp_pre + 11'sd1 : exp_pre;
     if (s.special) return s.special_r;
-    if (exp_pre <= 11'sd0) return {s.sign, 31'd0};
-    if (exp_fin >= 11'sd255) return {s.sign, 8'hFF, 23'd0};
-    return {s.sign, exp_fin[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
-  endfunction
-
-  // fp32 a + b: its three stages composed (the staged adder registers between them).
-  function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
-    /*verilator no_inline_task*/
-    return add_round(add_sum(add_align(a, b)));
-  endfunction
-
-  // fp32 a * b; a product whose exact value is below 2^-126 flushes to signed zero: its three
-  // stages composed.
-  function automatic logic [31:0] fp32_mul(input logic [31:0] a, input logic [31:0] b);
-    /*verilator no_inline_task*/
-    return mul_round(mul_sum(mul_parts(a, b)));
+    return mul_pack(s.sign, s.exp_pre, s.sig_prod);
   endfunction
 
   // bf16 a * bf16 b into fp32: exact but for overflow (signed Inf) and flush of tiny products.
