@@ -42,18 +42,16 @@ package nelssa_fp_pkg;
   // carried, so the later steps only see finite nonzero operands' arithmetic.
 
   // What an operand is, as add and multiply read it (subnormals read as zero).
-  typedef struct packed {
-    logic zero;
-    logic inf;
-    logic nan;
-  } fp_class_t;
+  function automatic logic fp_zero(input logic [31:0] x);
+    return x[30:23] == 8'd0;
+  endfunction
 
-  function automatic fp_class_t fp_class(input logic [31:0] x);
-    fp_class_t c;
-    c.zero = (x[30:23] == 8'd0);
-    c.inf  = (x[30:23] == 8'hFF) && (x[22:0] == '0);
-    c.nan  = (x[30:23] == 8'hFF) && (x[22:0] != '0);
-    return c;
+  function automatic logic fp_inf(input logic [31:0] x);
+    return (x[30:23] == 8'hFF) && (x[22:0] == '0);
+  endfunction
+
+  function automatic logic fp_nan(input logic [31:0] x);
+    return (x[30:23] == 8'hFF) && (x[22:0] != '0);
   endfunction
 
   // ---- add ----------------------------------------------------------------------------------
@@ -83,43 +81,45 @@ package nelssa_fp_pkg;
 
   // {1, the result} when the operands alone decide it (NaN, Inf, a zero operand), else 0.
   function automatic logic [32:0] add_special(input logic [31:0] a, input logic [31:0] b);
-    fp_class_t ca, cb;
-    ca = fp_class(a);
-    cb = fp_class(b);
-    if (ca.nan || cb.nan || (ca.inf && cb.inf && (a[31] ^ b[31]))) return {1'b1, CANON_NAN};
-    if (ca.inf) return {1'b1, a[31], 8'hFF, 23'd0};
-    if (cb.inf) return {1'b1, b[31], 8'hFF, 23'd0};
-    if (ca.zero && cb.zero) return {1'b1, a[31] & b[31], 31'd0};
-    if (cb.zero) return {1'b1, a};
-    if (ca.zero) return {1'b1, b};
+    if (fp_nan(a) || fp_nan(b) || (fp_inf(a) && fp_inf(b) && (a[31] ^ b[31]))) begin
+      return {1'b1, CANON_NAN};
+    end
+    if (fp_inf(a)) return {1'b1, a[31], 8'hFF, 23'd0};
+    if (fp_inf(b)) return {1'b1, b[31], 8'hFF, 23'd0};
+    if (fp_zero(a) && fp_zero(b)) return {1'b1, a[31] & b[31], 31'd0};
+    if (fp_zero(b)) return {1'b1, a};
+    if (fp_zero(a)) return {1'b1, b};
     return '0;
   endfunction
 
-  function automatic add_ops_t add_order(input logic [31:0] a, input logic [31:0] b);
+  // (outputs, not a struct: a Verilated model packs a struct field by field)
+  function automatic void add_order(input logic [31:0] a, input logic [31:0] b,
+                                    output logic sub_op, output logic big_sign,
+                                    output logic [7:0] big_exp, output logic [26:0] big_sig,
+                                    output logic [26:0] small_aligned);
     logic        swap;
     logic [7:0]  small_exp, exp_diff;
     logic [4:0]  shift_amt;
     logic [26:0] small_sig;
     logic [53:0] align_wide;
-    add_ops_t    s;
-    s.sub_op  = a[31] ^ b[31];
+    sub_op    = a[31] ^ b[31];
     swap      = b[30:0] > a[30:0];
-    s.big_sign = swap ? b[31] : a[31];
-    s.big_exp  = swap ? b[30:23] : a[30:23];
-    small_exp  = swap ? a[30:23] : b[30:23];
-    s.big_sig  = {1'b1, (swap ? b[22:0] : a[22:0]), 3'b000};
-    small_sig  = {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
-    exp_diff   = s.big_exp - small_exp;
-    shift_amt  = (exp_diff > 8'd31) ? 5'd31 : exp_diff[4:0];
+    big_sign  = swap ? b[31] : a[31];
+    big_exp   = swap ? b[30:23] : a[30:23];
+    small_exp = swap ? a[30:23] : b[30:23];
+    big_sig   = {1'b1, (swap ? b[22:0] : a[22:0]), 3'b000};
+    small_sig = {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
+    exp_diff  = big_exp - small_exp;
+    shift_amt = (exp_diff > 8'd31) ? 5'd31 : exp_diff[4:0];
     // align with guard, round and sticky: bits shifted out are ORed into the LSB
-    align_wide      = {small_sig, 27'd0} >> shift_amt;
-    s.small_aligned = align_wide[53:27] | {26'd0, |align_wide[26:0]};
-    return s;
+    align_wide    = {small_sig, 27'd0} >> shift_amt;
+    small_aligned = align_wide[53:27] | {26'd0, |align_wide[26:0]};
   endfunction
 
-  function automatic logic [27:0] add_raw(input add_ops_t s);
-    return s.sub_op ? ({1'b0, s.big_sig} - {1'b0, s.small_aligned})
-                    : ({1'b0, s.big_sig} + {1'b0, s.small_aligned});
+  function automatic logic [27:0] add_raw(input logic sub_op, input logic [26:0] big_sig,
+                                          input logic [26:0] small_aligned);
+    return sub_op ? ({1'b0, big_sig} - {1'b0, small_aligned})
+                  : ({1'b0, big_sig} + {1'b0, small_aligned});
   endfunction
 
   // Normalise, round to nearest even and pack the sum of two finite nonzero operands.
@@ -150,20 +150,23 @@ package nelssa_fp_pkg;
   function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
     /*verilator no_inline_task*/
     logic [32:0] special;
-    add_ops_t    s;
+    logic        sub_op, big_sign;
+    logic [7:0]  big_exp;
+    logic [26:0] big_sig, small_aligned;
     logic [27:0] raw_sum;
     special = add_special(a, b);
-    s       = add_order(a, b);
-    raw_sum = add_raw(s);
+    add_order(a, b, sub_op, big_sign, big_exp, big_sig, small_aligned);
+    raw_sum = add_raw(sub_op, big_sig, small_aligned);
     if (special[32]) return special[31:0];
-    return add_pack(s.big_sign, s.big_exp, raw_sum, lead_zeros27(raw_sum[26:0]));
+    return add_pack(big_sign, big_exp, raw_sum, lead_zeros27(raw_sum[26:0]));
   endfunction
 
   // The add's stages.
   function automatic add_align_t add_align(input logic [31:0] a, input logic [31:0] b);
     add_align_t s;
     {s.special, s.special_r} = add_special(a, b);
-    s.ops = add_order(a, b);
+    add_order(a, b, s.ops.sub_op, s.ops.big_sign, s.ops.big_exp, s.ops.big_sig,
+              s.ops.small_aligned);
     return s;
   endfunction
 
@@ -173,7 +176,7 @@ package nelssa_fp_pkg;
     t.special_r  = s.special_r;
     t.big_sign   = s.ops.big_sign;
     t.big_exp    = s.ops.big_exp;
-    t.raw_sum    = add_raw(s.ops);
+    t.raw_sum    = add_raw(s.ops.sub_op, s.ops.big_sig, s.ops.small_aligned);
     t.lead_zeros = lead_zeros27(t.raw_sum[26:0]);
     return t;
   endfunction
@@ -203,14 +206,13 @@ package nelssa_fp_pkg;
 
   // {1, the result} when the operands alone decide it (NaN, Inf, a zero operand), else 0.
   function automatic logic [32:0] mul_special(input logic [31:0] a, input logic [31:0] b);
-    fp_class_t ca, cb;
-    logic      sign;
-    ca   = fp_class(a);
-    cb   = fp_class(b);
+    logic sign;
     sign = a[31] ^ b[31];
-    if (ca.nan || cb.nan || (ca.inf && cb.zero) || (cb.inf && ca.zero)) return {1'b1, CANON_NAN};
-    if (ca.inf || cb.inf) return {1'b1, sign, 8'hFF, 23'd0};
-    if (ca.zero || cb.zero) return {1'b1, sign, 31'd0};
+    if (fp_nan(a) || fp_nan(b) || (fp_inf(a) && fp_zero(b)) || (fp_inf(b) && fp_zero(a))) begin
+      return {1'b1, CANON_NAN};
+    end
+    if (fp_inf(a) || fp_inf(b)) return {1'b1, sign, 8'hFF, 23'd0};
+    if (fp_zero(a) || fp_zero(b)) return {1'b1, sign, 31'd0};
     return '0;
   endfunction
 
