@@ -4,8 +4,9 @@ followed by output registers (what a Latency parameter of registers after the un
 synth_ecp5 maps it, with synth_ecp5 -dff, and retimed by yosys' legacy abc (pnr.synth_script
 ``retime``), and hand-staged (rtl/core/nelssa_fp32_{add,mul}_staged.sv: registers between the
 stage functions of rtl/core/nelssa_fp_pkg.sv, made of the same steps as its fp32_add /
-fp32_mul). Each variant is one place and route of hw/fpga/pnr.py (the unit between scan chains whose flip-flops have a clock enable, so that the
-retiming cannot borrow them), so every path starts and ends at a flip-flop.
+fp32_mul). Each variant is one place and route of hw/fpga/pnr.py (the unit between scan
+chains whose flip-flops have a clock enable, so that the retiming cannot borrow them), so every
+path starts and ends at a flip-flop.
 """
 
 from __future__ import annotations
