@@ -29,9 +29,8 @@ package nelssa_fp_pkg;
   endfunction
 
   // ---- fp32 add and multiply ----------------------------------------------------------------
-  // Each is defined once, in steps that are functions of scalars (at most 64 bits, so the
-  // Verilated model keeps them in machine words): fp32_add and fp32_mul call them in turn, and
-  // the hand-staged units (nelssa_fp32_add_staged, nelssa_fp32_mul_staged) register between the
+  // Each is defined once, in steps: fp32_add and fp32_mul call them in turn, and the
+  // hand-staged units (nelssa_fp32_add_staged, nelssa_fp32_mul_staged) register between the
   // stage functions below, which call the same steps (tests/rtl/test_fp_stages.py checks both
   // against the model hw/model/fp.py):
   //   add: add_align (classify, order by magnitude, align with sticky)
@@ -39,20 +38,10 @@ package nelssa_fp_pkg;
   //   mul: mul_parts (classify, exponent, two 24x12 partial products)
   //        | mul_sum (the 48-bit product) | mul_round (normalise, round, pack)
   // Results that the operands alone decide (NaN, Inf, zero operands) are chosen first and
-  // carried, so the later steps only see finite nonzero operands' arithmetic.
-
-  // What an operand is, as add and multiply read it (subnormals read as zero).
-  function automatic logic fp_zero(input logic [31:0] x);
-    return x[30:23] == 8'd0;
-  endfunction
-
-  function automatic logic fp_inf(input logic [31:0] x);
-    return (x[30:23] == 8'hFF) && (x[22:0] == '0);
-  endfunction
-
-  function automatic logic fp_nan(input logic [31:0] x);
-    return (x[30:23] == 8'hFF) && (x[22:0] != '0);
-  endfunction
+  // carried, so the later steps only see finite nonzero operands' arithmetic. The steps hand
+  // scalars to each other (outputs, not structs), few and large: a Verilated model packs a
+  // struct field by field, and copies every argument of every call it inlines (at -O0, as the
+  // cocotb builds compile, each copy costs).
 
   // ---- add ----------------------------------------------------------------------------------
   // The operands ordered by magnitude (so the subtraction never goes negative) and aligned.
@@ -79,30 +68,36 @@ package nelssa_fp_pkg;
     logic [4:0]  lead_zeros;     // of raw_sum[26:0]
   } add_sum_t;
 
-  // {1, the result} when the operands alone decide it (NaN, Inf, a zero operand), else 0.
-  function automatic logic [32:0] add_special(input logic [31:0] a, input logic [31:0] b);
-    if (fp_nan(a) || fp_nan(b) || (fp_inf(a) && fp_inf(b) && (a[31] ^ b[31]))) begin
-      return {1'b1, CANON_NAN};
-    end
-    if (fp_inf(a)) return {1'b1, a[31], 8'hFF, 23'd0};
-    if (fp_inf(b)) return {1'b1, b[31], 8'hFF, 23'd0};
-    if (fp_zero(a) && fp_zero(b)) return {1'b1, a[31] & b[31], 31'd0};
-    if (fp_zero(b)) return {1'b1, a};
-    if (fp_zero(a)) return {1'b1, b};
-    return '0;
-  endfunction
-
-  // (outputs, not a struct: a Verilated model packs a struct field by field)
-  function automatic void add_order(input logic [31:0] a, input logic [31:0] b,
+  // Classify (subnormals read as zero), choose what the operands alone decide, order by
+  // magnitude and align with guard, round and sticky.
+  function automatic void add_front(input logic [31:0] a, input logic [31:0] b,
+                                    output logic special, output logic [31:0] special_r,
                                     output logic sub_op, output logic big_sign,
                                     output logic [7:0] big_exp, output logic [26:0] big_sig,
                                     output logic [26:0] small_aligned);
-    logic        swap;
+    logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, swap;
     logic [7:0]  small_exp, exp_diff;
     logic [4:0]  shift_amt;
     logic [26:0] small_sig;
     logic [53:0] align_wide;
-    sub_op    = a[31] ^ b[31];
+    a_zero = (a[30:23] == 8'd0);
+    b_zero = (b[30:23] == 8'd0);
+    a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
+    b_inf  = (b[30:23] == 8'hFF) && (b[22:0] == '0);
+    a_nan  = (a[30:23] == 8'hFF) && (a[22:0] != '0);
+    b_nan  = (b[30:23] == 8'hFF) && (b[22:0] != '0);
+    sub_op = a[31] ^ b[31];
+    special = 1'b1;
+    if (a_nan || b_nan || (a_inf && b_inf && sub_op)) special_r = CANON_NAN;
+    else if (a_inf) special_r = {a[31], 8'hFF, 23'd0};
+    else if (b_inf) special_r = {b[31], 8'hFF, 23'd0};
+    else if (a_zero && b_zero) special_r = {a[31] & b[31], 31'd0};
+    else if (b_zero) special_r = a;
+    else if (a_zero) special_r = b;
+    else begin
+      special   = 1'b0;
+      special_r = '0;
+    end
     swap      = b[30:0] > a[30:0];
     big_sign  = swap ? b[31] : a[31];
     big_exp   = swap ? b[30:23] : a[30:23];
@@ -111,7 +106,7 @@ package nelssa_fp_pkg;
     small_sig = {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
     exp_diff  = big_exp - small_exp;
     shift_amt = (exp_diff > 8'd31) ? 5'd31 : exp_diff[4:0];
-    // align with guard, round and sticky: bits shifted out are ORed into the LSB
+    // bits shifted out are ORed into the LSB
     align_wide    = {small_sig, 27'd0} >> shift_amt;
     small_aligned = align_wide[53:27] | {26'd0, |align_wide[26:0]};
   endfunction
@@ -122,8 +117,9 @@ package nelssa_fp_pkg;
                   : ({1'b0, big_sig} + {1'b0, small_aligned});
   endfunction
 
-  // Normalise, round to nearest even and pack the sum of two finite nonzero operands.
-  function automatic logic [31:0] add_pack(input logic big_sign, input logic [7:0] big_exp,
+  // Normalise, round to nearest even and pack; or the result the operands decided.
+  function automatic logic [31:0] add_back(input logic special, input logic [31:0] special_r,
+                                           input logic big_sign, input logic [7:0] big_exp,
                                            input logic [27:0] raw_sum,
                                            input logic [4:0] lead_zeros);
     logic              round_up;
@@ -140,6 +136,7 @@ package nelssa_fp_pkg;
     round_up  = norm_sig[2] & (norm_sig[1] | norm_sig[0] | norm_sig[3]);
     rounded   = {1'b0, norm_sig[26:3]} + {24'd0, round_up};
     final_exp = rounded[24] ? norm_exp + 10'sd1 : norm_exp;
+    if (special) return special_r;
     if (raw_sum == '0) return 32'd0;
     if (final_exp >= 10'sd255) return {big_sign, 8'hFF, 23'd0};
     if (final_exp <= 10'sd0) return {big_sign, 31'd0};
@@ -149,24 +146,21 @@ package nelssa_fp_pkg;
   // fp32 a + b.
   function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
     /*verilator no_inline_task*/
-    logic [32:0] special;
-    logic        sub_op, big_sign;
+    logic        special, sub_op, big_sign;
+    logic [31:0] special_r;
     logic [7:0]  big_exp;
     logic [26:0] big_sig, small_aligned;
     logic [27:0] raw_sum;
-    special = add_special(a, b);
-    add_order(a, b, sub_op, big_sign, big_exp, big_sig, small_aligned);
+    add_front(a, b, special, special_r, sub_op, big_sign, big_exp, big_sig, small_aligned);
     raw_sum = add_raw(sub_op, big_sig, small_aligned);
-    if (special[32]) return special[31:0];
-    return add_pack(big_sign, big_exp, raw_sum, lead_zeros27(raw_sum[26:0]));
+    return add_back(special, special_r, big_sign, big_exp, raw_sum, lead_zeros27(raw_sum[26:0]));
   endfunction
 
   // The add's stages.
   function automatic add_align_t add_align(input logic [31:0] a, input logic [31:0] b);
     add_align_t s;
-    {s.special, s.special_r} = add_special(a, b);
-    add_order(a, b, s.ops.sub_op, s.ops.big_sign, s.ops.big_exp, s.ops.big_sig,
-              s.ops.small_aligned);
+    add_front(a, b, s.special, s.special_r, s.ops.sub_op, s.ops.big_sign, s.ops.big_exp,
+              s.ops.big_sig, s.ops.small_aligned);
     return s;
   endfunction
 
@@ -182,8 +176,7 @@ package nelssa_fp_pkg;
   endfunction
 
   function automatic logic [31:0] add_round(input add_sum_t t);
-    if (t.special) return t.special_r;
-    return add_pack(t.big_sign, t.big_exp, t.raw_sum, t.lead_zeros);
+    return add_back(t.special, t.special_r, t.big_sign, t.big_exp, t.raw_sum, t.lead_zeros);
   endfunction
 
   // ---- multiply -----------------------------------------------------------------------------
@@ -204,26 +197,34 @@ package nelssa_fp_pkg;
     logic [47:0]        sig_prod;  // 1.ma * 1.mb, exact
   } mul_sum_t;
 
-  // {1, the result} when the operands alone decide it (NaN, Inf, a zero operand), else 0.
-  function automatic logic [32:0] mul_special(input logic [31:0] a, input logic [31:0] b);
-    logic sign;
-    sign = a[31] ^ b[31];
-    if (fp_nan(a) || fp_nan(b) || (fp_inf(a) && fp_zero(b)) || (fp_inf(b) && fp_zero(a))) begin
-      return {1'b1, CANON_NAN};
+  // Classify (subnormals read as zero), choose what the operands alone decide, and the
+  // product's sign and exponent before normalisation, ea + eb - 127.
+  function automatic void mul_front(input logic [31:0] a, input logic [31:0] b,
+                                    output logic special, output logic [31:0] special_r,
+                                    output logic sign, output logic signed [10:0] exp_pre);
+    logic a_zero, b_zero, a_inf, b_inf, a_nan, b_nan;
+    a_zero = (a[30:23] == 8'd0);
+    b_zero = (b[30:23] == 8'd0);
+    a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
+    b_inf  = (b[30:23] == 8'hFF) && (b[22:0] == '0);
+    a_nan  = (a[30:23] == 8'hFF) && (a[22:0] != '0);
+    b_nan  = (b[30:23] == 8'hFF) && (b[22:0] != '0);
+    sign   = a[31] ^ b[31];
+    special = 1'b1;
+    if (a_nan || b_nan || (a_inf && b_zero) || (b_inf && a_zero)) special_r = CANON_NAN;
+    else if (a_inf || b_inf) special_r = {sign, 8'hFF, 23'd0};
+    else if (a_zero || b_zero) special_r = {sign, 31'd0};
+    else begin
+      special   = 1'b0;
+      special_r = '0;
     end
-    if (fp_inf(a) || fp_inf(b)) return {1'b1, sign, 8'hFF, 23'd0};
-    if (fp_zero(a) || fp_zero(b)) return {1'b1, sign, 31'd0};
-    return '0;
+    exp_pre = $signed({3'b000, a[30:23]}) + $signed({3'b000, b[30:23]}) - 11'sd127;
   endfunction
 
-  // The product's exponent before normalisation, ea + eb - 127.
-  function automatic logic signed [10:0] mul_exp(input logic [31:0] a, input logic [31:0] b);
-    return $signed({3'b000, a[30:23]}) + $signed({3'b000, b[30:23]}) - 11'sd127;
-  endfunction
-
-  // Normalise, round to nearest even and pack the product 1.ma * 1.mb (exact, 48 bits) of two
-  // finite nonzero operands; below 2^-126 it flushes to signed zero.
-  function automatic logic [31:0] mul_pack(input logic sign, input logic signed [10:0] exp_in,
+  // Normalise, round to nearest even and pack the exact product 1.ma * 1.mb (below 2^-126 it
+  // flushes to signed zero); or the result the operands decided.
+  function automatic logic [31:0] mul_back(input logic special, input logic [31:0] special_r,
+                                           input logic sign, input logic signed [10:0] exp_in,
                                            input logic [47:0] sig_prod);
     logic               guard, sticky, round_up;
     logic [23:0]        kept;
@@ -243,6 +244,7 @@ package nelssa_fp_pkg;
     round_up = guard & (sticky | kept[0]);
     rounded  = {1'b0, kept} + {24'd0, round_up};
     exp_fin  = rounded[24] ? exp_pre + 11'sd1 : exp_pre;
+    if (special) return special_r;
     if (exp_pre <= 11'sd0) return {sign, 31'd0};
     if (exp_fin >= 11'sd255) return {sign, 8'hFF, 23'd0};
     return {sign, exp_fin[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
@@ -252,21 +254,19 @@ package nelssa_fp_pkg;
   // staged multiplier forms the same product from two partial products, mul_parts.)
   function automatic logic [31:0] fp32_mul(input logic [31:0] a, input logic [31:0] b);
     /*verilator no_inline_task*/
-    logic [32:0] special;
-    logic [47:0] sig_prod;
-    special  = mul_special(a, b);
-    sig_prod = {24'd0, 1'b1, a[22:0]} * {24'd0, 1'b1, b[22:0]};
-    if (special[32]) return special[31:0];
-    return mul_pack(a[31] ^ b[31], mul_exp(a, b), sig_prod);
+    logic               special, sign;
+    logic [31:0]        special_r;
+    logic signed [10:0] exp_pre;
+    mul_front(a, b, special, special_r, sign, exp_pre);
+    return mul_back(special, special_r, sign, exp_pre,
+                    {24'd0, 1'b1, a[22:0]} * {24'd0, 1'b1, b[22:0]});
   endfunction
 
   // The multiply's stages.
   function automatic mul_parts_t mul_parts(input logic [31:0] a, input logic [31:0] b);
     logic [23:0] sig_b;
     mul_parts_t  p;
-    {p.special, p.special_r} = mul_special(a, b);
-    p.sign    = a[31] ^ b[31];
-    p.exp_pre = mul_exp(a, b);
+    mul_front(a, b, p.special, p.special_r, p.sign, p.exp_pre);
     sig_b     = {1'b1, b[22:0]};
     p.prod_lo = {12'd0, 1'b1, a[22:0]} * {24'd0, sig_b[11:0]};
     p.prod_hi = {12'd0, 1'b1, a[22:0]} * {24'd0, sig_b[23:12]};
@@ -284,8 +284,7 @@ package nelssa_fp_pkg;
   endfunction
 
   function automatic logic [31:0] mul_round(input mul_sum_t s);
-    if (s.special) return s.special_r;
-    return mul_pack(s.sign, s.exp_pre, s.sig_prod);
+    return mul_back(s.special, s.special_r, s.sign, s.exp_pre, s.sig_prod);
   endfunction
 
   // bf16 a * bf16 b into fp32: exact but for overflow (signed Inf) and flush of tiny products.
