@@ -135,7 +135,7 @@ module nelssa_attn_engine
   // Datapath state. Each query head's registers are in its stages (gen_head), written at
   // constant indices, so synthesis maps them to flip-flops; what the finalisation and the
   // result beats read by head is gathered here.
-  logic [31:0] o_head [NumQHeads][MAX_BPR][LANES];  // unnormalised output
+  logic [BEAT_W-1:0] o_beat [NumQHeads];  // result beat obeat_q of the unnormalised output
   logic [31:0] m_head [NumQHeads];                  // running max (log2 domain)
   logic [31:0] l_head [NumQHeads];                  // running softmax denominator
 
@@ -260,9 +260,8 @@ module nelssa_attn_engine
   };
 
   for (genvar h = 0; h < NumQHeads; h++) begin : gen_head
-    logic                           on;  // the head is in this command
-    logic [31:0]                    score, p, alpha;
-    logic [MAX_BPR-1:0][LANES-1:0][31:0] o;
+    logic        on;  // the head is in this command
+    logic [31:0] score, p, alpha;
     assign on = (4'(h) < nq_q);
 
     nelssa_attn_kscore #(
@@ -306,14 +305,10 @@ module nelssa_attn_engine
       .kv_data_i,
       .p_i      (p),
       .alpha_i  (alpha),
-      .o_o      (o),
+      .rd_beat_i(obeat_q),
+      .o_beat_o (o_beat[h]),
       .l_o      (l_head[h])
     );
-    for (genvar b = 0; b < MAX_BPR; b++) begin : gen_part
-      for (genvar i = 0; i < LANES; i++) begin : gen_lane
-        assign o_head[h][b][i] = o[b][i];
-      end
-    end
   end
 
   nelssa_attn_out #(
@@ -329,7 +324,7 @@ module nelssa_attn_engine
     .ctrl_i     (out_ctrl),
     .m_i        (m_head),
     .l_i        (l_head),
-    .o_i        (o_head),
+    .o_beat_i   (o_beat),
     .out_issue_o(out_issue),
     .res_valid_o,
     .res_ready_i,

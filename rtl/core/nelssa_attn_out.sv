@@ -22,10 +22,11 @@ module nelssa_attn_out
   input  logic              clk_i,
   input  logic              rst_ni,
   input  out_ctrl_t         ctrl_i,
-  // each head's running max (log2 domain), denominator and unnormalised output
+  // each head's running max (log2 domain), denominator, and result beat ctrl_i.obeat of its
+  // unnormalised output
   input  logic [31:0]       m_i [NumQHeads],
   input  logic [31:0]       l_i [NumQHeads],
-  input  logic [31:0]       o_i [NumQHeads][HeadDim/LANES][LANES],
+  input  logic [BEAT_W-1:0] o_beat_i [NumQHeads],
   output logic              out_issue_o,
   // result beats
   output logic              res_valid_o,
@@ -45,15 +46,13 @@ module nelssa_attn_out
   end
 
   localparam int unsigned HW = (NumQHeads > 1) ? $clog2(NumQHeads) : 1;  // head index width
-  localparam int unsigned MAX_BPR = HeadDim / LANES;                     // beats per row
-  localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;      // beat-in-row width
   localparam int unsigned OUT_LANES = BEAT_W / 32;                       // fp32 per result beat
-  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
 
   logic [31:0]   lse_q [NumQHeads];
   logic [31:0]   inv_q [NumQHeads];  // 1/l
   logic [HW-1:0] out_head;           // head being finalised or output
-  logic          out_offer, out_beat;
+  logic          out_offer, out_beat, unused_obeat;
+  assign unused_obeat = ^ctrl_i.obeat;  // (the heads' stages select the beat; read by ResHeld)
   assign out_head = HW'(ctrl_i.head);
   assign out_beat = out_offer && (ctrl_i.head != ctrl_i.nq);  // an O beat (not the LSE beat)
 
@@ -158,10 +157,8 @@ module nelssa_attn_out
 
   // ---------------------------------------------------------------------------------------------
   // Result beats
-  logic [PW-1:0]     out_part;  // input beat of o that holds this result beat
   logic [31:0]       out_val [OUT_LANES];
   logic [BEAT_W-1:0] lse_beat, out_data;
-  assign out_part = PW'(ctrl_i.obeat / 3'(OUT_PER_PART));
 
   for (genvar k = 0; k < OUT_LANES; k++) begin : gen_out
     nelssa_fp32_mul #(
@@ -170,7 +167,7 @@ module nelssa_attn_out
       .clk_i,
       .rst_ni,
       .en_i  (out_beat),
-      .a_i   (o_i[out_head][out_part][(32'(ctrl_i.obeat) % OUT_PER_PART) * OUT_LANES + k]),
+      .a_i   (o_beat_i[out_head][32*k +: 32]),
       .b_i   (inv_q[out_head]),
       .prod_o(out_val[k])
     );

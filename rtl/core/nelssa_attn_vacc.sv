@@ -18,9 +18,12 @@ module nelssa_attn_vacc
   input  vacc_ctrl_t                              ctrl_i,
   input  logic [BEAT_W-1:0]                       kv_data_i,  // the V beat
   input  logic [31:0]                             p_i,        // the weight of its row
-  input  logic [31:0]                             alpha_i,    // the rescale of the rows before
-  output logic [HeadDim/LANES-1:0][LANES-1:0][31:0] o_o,      // unnormalised output row
-  output logic [31:0]                             l_o         // softmax denominator
+  input  logic [31:0]       alpha_i,    // the rescale of the rows before
+  // result beat rd_beat_i of the unnormalised output row: lanes 16 * (rd_beat_i % 2) and on of
+  // its beat rd_beat_i / 2
+  input  logic [2:0]        rd_beat_i,
+  output logic [BEAT_W-1:0] o_beat_o,
+  output logic [31:0]       l_o         // softmax denominator
 );
   if (HeadDim != 64 && HeadDim != 128) begin : gen_check_head_dim
     $error("nelssa_attn_vacc: HeadDim must be 64 or 128");
@@ -32,7 +35,12 @@ module nelssa_attn_vacc
   localparam int unsigned MAX_BPR = HeadDim / LANES;                 // beats per row
   localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;  // beat-in-row width
 
+  localparam int unsigned OUT_LANES = BEAT_W / 32;           // fp32 per result beat
+  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
+
   logic [31:0]   l_q;  // running softmax denominator
+  logic [31:0]   o_row [MAX_BPR][LANES];  // the output row, gathered from the lanes
+  logic [PW-1:0] rd_part;
   logic [31:0]   p_l, l_scaled, l_src, l_sum;
   logic [PW-1:0] part, vi_part, vo_part;
   logic          unused_p, unused_ctrl;
@@ -41,6 +49,10 @@ module nelssa_attn_vacc
   assign vo_part     = PW'(ctrl_i.vo_part);
   assign unused_ctrl = ^{ctrl_i.vi_part, ctrl_i.vo_part};  // (the high bits at HeadDim 64)
   assign l_o         = l_q;
+  assign rd_part     = PW'(rd_beat_i / 3'(OUT_PER_PART));
+  for (genvar k = 0; k < OUT_LANES; k++) begin : gen_rd
+    assign o_beat_o[32*k +: 32] = o_row[rd_part][(32'(rd_beat_i) % OUT_PER_PART) * OUT_LANES + k];
+  end
 
   nelssa_pipe #(
     .Width  (32),
@@ -90,7 +102,7 @@ module nelssa_attn_vacc
     logic [31:0] o_scaled, o_pv, o_src, o_sum;
 
     for (genvar b = 0; b < MAX_BPR; b++) begin : gen_part
-      assign o_o[b][i] = o_q[b];
+      assign o_row[b][i] = o_q[b];
     end
 
     nelssa_fp32_mul #(
