@@ -3,9 +3,10 @@ docs/results/fpga_units.md): combinational (the units as the engine has them), t
 followed by output registers (what a Latency parameter of registers after the unit gives), as
 synth_ecp5 maps it, with synth_ecp5 -dff, and retimed by yosys' legacy abc (pnr.synth_script
 ``retime``), and hand-staged (rtl/core/nelssa_fp32_{add,mul}_staged.sv: registers between the
-stages of rtl/core/nelssa_fp_stages_pkg.sv). Each variant is one place and route of
-hw/fpga/pnr.py (the unit between scan chains whose flip-flops have a clock enable, so that the
-retiming cannot borrow them), so every path starts and ends at a flip-flop.
+stage functions of rtl/core/nelssa_fp_pkg.sv, made of the same steps as its fp32_add /
+fp32_mul). Each variant is one place and route of hw/fpga/pnr.py (the unit between scan
+chains whose flip-flops have a clock enable, so that the retiming cannot borrow them), so every
+path starts and ends at a flip-flop.
 """
 
 from __future__ import annotations

@@ -12,14 +12,15 @@ PACKAGES = [
     CORE / "nelssa_pipe.sv",
     CORE / "nelssa_fp_tables_pkg.sv",
     CORE / "nelssa_fp_pkg.sv",
-    CORE / "nelssa_fp_stages_pkg.sv",
     CORE / "nelssa_engine_pkg.sv",
+    CORE / "nelssa_attn_pkg.sv",
     CORE / "nelssa_fp32_add_staged.sv",
     CORE / "nelssa_fp32_mul_staged.sv",
 ]
-"""Packages every core unit may import, nelssa_pipe (the latency registers of a pipelined
-unit and the engine's delay lines) and the hand-staged fp32 add and multiply (the units at
-Latency 2 and more), which every unit's source list needs."""
+"""Packages every core unit may import (the arithmetic, the engine's geometry and status, the
+buses between the engine's stages), nelssa_pipe (the latency registers of a pipelined unit and
+the engine's delay lines) and the hand-staged fp32 add and multiply (the units at Latency 2 and
+more), which every unit's source list needs."""
 
 FP_UNITS = [
     CORE / "nelssa_bf16_mul.sv",
@@ -32,8 +33,12 @@ FP_UNITS = [
 ]
 """Arithmetic units, each its own module."""
 
-ENGINE_PARTS = [CORE / "nelssa_beat_dot.sv", CORE / "nelssa_softmax_weight.sv"]
-"""The engine's composite datapath blocks, made of arithmetic units."""
+ENGINE_PARTS = [CORE / f"{name}.sv" for name in (
+    "nelssa_beat_dot", "nelssa_softmax_weight", "nelssa_attn_pos", "nelssa_attn_kscore",
+    "nelssa_attn_softmax", "nelssa_attn_vacc", "nelssa_attn_out")]
+"""The engine's composite blocks: a beat's dot product and a softmax weight (made of arithmetic
+units), and the engine's stages: the positions beside its pipelines, per query head its K
+stage, softmax state and V accumulation, the finalisation and result beats."""
 
 ENGINE = [*PACKAGES, *FP_UNITS, *ENGINE_PARTS, CORE / "nelssa_attn_engine.sv"]
 """Everything the attention engine elaborates from."""

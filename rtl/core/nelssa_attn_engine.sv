@@ -20,10 +20,17 @@
 // last score and the set-up through their pipelines, a V row takes max(beats per row,
 // AddLatency) cycles (o and l are loop-carried once per row), and finalisation and output pay
 // their units' latencies. hw/model/engine_cycles.py gives every phase's cycles.
+//
+// This module is the control (the state machine, the counters, the handshakes) and the
+// positions that travel beside the datapath's pipelines; the datapath is in its stages, fed by
+// packed buses (nelssa_attn_pkg): per query head nelssa_attn_kscore (Q row, dot products, fold,
+// score), nelssa_attn_softmax (running max, the cluster's scores then weights, alpha) and
+// nelssa_attn_vacc (o and l); for all heads nelssa_attn_out (LSE, 1/l, result beats).
 `include "nelssa_assert.svh"
 
 module nelssa_attn_engine
   import nelssa_engine_pkg::*;
+  import nelssa_attn_pkg::*;
 #(
   parameter int unsigned HeadDim          = 128,  // largest head_dim accepted: 64 or 128
   parameter int unsigned NumQHeads        = 8,    // largest GQA group (query heads), 1..8
@@ -82,10 +89,8 @@ module nelssa_attn_engine
   end
 
   localparam int unsigned HW = (NumQHeads > 1) ? $clog2(NumQHeads) : 1;  // head index width
-  localparam int unsigned TW = (MaxClusterTokens > 1) ? $clog2(MaxClusterTokens) : 1;
   localparam int unsigned MAX_BPR = HeadDim / LANES;                     // beats per row
   localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;      // beat-in-row width
-  localparam int unsigned OUT_LANES = BEAT_W / 32;                       // fp32 per result beat
 
   // Pipeline depths (hw/model/engine_cycles.py computes the same)
   localparam int unsigned DOT_LAT   = Bf16MulLatency + $clog2(LANES) * AddLatency;  // beat sum
@@ -127,20 +132,12 @@ module nelssa_attn_engine
   logic [31:0] c_q;            // scale * log2(e)
   logic        c_ready_q;      // c_q holds this command's c
 
-  // Datapath state. Each query head's registers are in gen_head (each lane's output in
-  // gen_head.gen_lane), written at constant indices, so synthesis maps them to flip-flops; what
-  // the finalisation and the result beats read by head is gathered here.
-  logic [31:0] o_head   [NumQHeads][MAX_BPR][LANES];  // unnormalised output
-  logic [31:0] m_head   [NumQHeads];                  // running max (log2 domain)
-  logic [31:0] l_head   [NumQHeads];                  // running softmax denominator
-  logic [31:0] lse_head [NumQHeads];
-  logic [31:0] inv_head [NumQHeads];                  // 1/l
-
-  // K pipeline: stage 1 holds the beat sums of a K beat, DOT_LAT + 1 cycles after it was
-  // accepted (gen_head's s1_sum_q)
-  logic              s1_valid_q, s1_last_row_q;
-  logic [TW-1:0]     s1_tok_q;
-  logic [PW-1:0]     s1_part_q;
+  // Datapath state. Each query head's registers are in its stages (gen_head), written at
+  // constant indices, so synthesis maps them to flip-flops; what the finalisation and the
+  // result beats read by head is gathered here.
+  logic [BEAT_W-1:0] o_beat [NumQHeads];  // result beat obeat_q of the unnormalised output
+  logic [31:0] m_head [NumQHeads];                  // running max (log2 domain)
+  logic [31:0] l_head [NumQHeads];                  // running softmax denominator
 
   // Cluster entry taken ahead of time
   logic              next_valid_q, next_valid_d;
@@ -182,22 +179,13 @@ module nelssa_attn_engine
   // or a later unit; the enable travels with it): a simulation built with NELSSA_FP_GATED
   // computes only the active phase's units, and the engine's tests also run without it, which
   // shows no other unit output is ever read.
-  logic first_row;
-  assign first_row = (tok_q == 8'd0);
-
-  logic cmd_take, k_beat, v_beat, setup, setup_go, out_beat, out_issue, out_offer, fin_go;
+  logic cmd_take, k_beat, v_beat, setup, setup_go, out_issue, fin_go;
   assign cmd_take = (state_q == StIdle) && cmd_valid_i;
   assign k_beat   = (state_q == StK) && kv_fire;
   assign v_beat   = (state_q == StV) && kv_fire;
   assign setup    = (state_q == StSetup);
   assign setup_go = setup && (wait_q == CW'(SETUP_CYC - 1));  // the set-up's first cycle
-  assign out_beat = out_offer && (head_q != nq_q);  // an O beat (not the LSE beat) computed
   assign fin_go   = (state_q == StFinal);
-
-  logic [PW-1:0] part;      // beat within the row, as an index
-  logic [HW-1:0] out_head;  // head being finalised or output
-  assign part     = PW'(part_q);
-  assign out_head = HW'(head_q);
 
   // the softmax scale in the log2 domain, c = scale * log2(e)
   logic [31:0] c_d;
@@ -224,599 +212,125 @@ module nelssa_attn_engine
     .q_o (unused_c)
   );
 
-  // K: a beat's position travels beside its dot product; then the row's fold, stage k adding
-  // beat k (gen_fold_pos[k].en: the operands of stage k are valid; fold_done: the row folded),
-  // then the scale multiplication (sc_*: the score is written)
-  logic          dot_en, sc_en;
-  logic [TW-1:0] dot_tok, sc_tok;
-  logic [PW-1:0] dot_part;
-  logic          dot_last;
-  logic          fold_go, fold_done;  // a row's fold starts; its folded sum is ready
-  logic [TW-1:0] fold_done_tok;
+  // The positions that travel beside the datapath's pipelines, from the phase events here
+  phase_t        phase;
+  kscore_ctrl_t  kscore_ctrl;
+  softmax_ctrl_t softmax_ctrl;
+  vacc_ctrl_t    vacc_ctrl;
+  out_ctrl_t     out_ctrl;
 
-  nelssa_pipe #(
-    .Width  (TW + PW + 1),
-    .Latency(DOT_LAT)
-  ) u_dot_pos (
+  assign phase = '{
+    cmd_take:   cmd_take,
+    k_beat:     k_beat,
+    v_beat:     v_beat,
+    part:       part_q,
+    row_end:    row_end,
+    tok:        tok_q,
+    ntok:       ntok_q,
+    bpr:        bpr_q,
+    setup:      setup,
+    setup_go:   setup_go,
+    weights_on: (state_q == StSetup || state_q == StV)
+  };
+  nelssa_attn_pos #(
+    .HeadDim         (HeadDim),
+    .MaxClusterTokens(MaxClusterTokens),
+    .AddLatency      (AddLatency),
+    .MulLatency      (MulLatency),
+    .DotLatency      (DOT_LAT),
+    .WeightLatency   (WEIGHT_LAT)
+  ) u_pos (
     .clk_i,
     .rst_ni,
-    .en_i(k_beat),
-    .d_i ({TW'(tok_q), part, row_end}),
-    .en_o(dot_en),
-    .q_o ({dot_tok, dot_part, dot_last})
-  );
-  assign fold_go = s1_valid_q && s1_last_row_q;
-  // (each stage's signals in its own scope: one vector driven from several stages reads to
-  // the simulator as a loop)
-  for (genvar k = 1; k < MAX_BPR; k++) begin : gen_fold_pos
-    logic          en, out_en;  // stage k's operands valid; its sum valid
-    logic          busy;        // this stage or one before holds a row
-    logic [TW-1:0] tok, out_tok;
-    if (k == 1) begin : gen_first
-      assign en   = fold_go;
-      assign tok  = s1_tok_q;
-      assign busy = en;
-    end else begin : gen_next
-      assign en   = gen_fold_pos[k-1].out_en;
-      assign tok  = gen_fold_pos[k-1].out_tok;
-      assign busy = en || gen_fold_pos[k-1].busy;
-    end
-    nelssa_pipe #(
-      .Width  (TW),
-      .Latency(AddLatency)
-    ) u_pos (
-      .clk_i,
-      .rst_ni,
-      .en_i(en),
-      .d_i (tok),
-      .en_o(out_en),
-      .q_o (out_tok)
-    );
-  end
-  assign fold_done     = gen_fold_pos[MAX_BPR-1].out_en;
-  assign fold_done_tok = gen_fold_pos[MAX_BPR-1].out_tok;
-  nelssa_pipe #(
-    .Width  (TW),
-    .Latency(MulLatency)
-  ) u_score_pos (
-    .clk_i,
-    .rst_ni,
-    .en_i(fold_done),
-    .d_i (fold_done_tok),
-    .en_o(sc_en),
-    .q_o (sc_tok)
+    .phase_i  (phase),
+    .kscore_o (kscore_ctrl),
+    .softmax_o(softmax_ctrl),
+    .vacc_o   (vacc_ctrl)
   );
 
-  // Set-up: alpha (one per head) at the set-up's first cycle; then the cluster's weights
-  // p_j = exp2(t_j - m), one token a cycle, each written over its score (the scores are not
-  // read again): a V row reads its p there, and V starts when alpha and p_0 are written
-  logic          wl_active_q, wl_active_d, wl_go, wout_en, alpha_load, unused_alpha;
-  logic [7:0]    wl_tok_q, wl_tok_d, wl_idx;
-  logic [TW-1:0] wout_tok;
-  logic [7:0]    p_cnt_q, p_cnt_d;  // weights of the current cluster written
-
-  assign wl_go  = (setup_go || wl_active_q) && (state_q == StSetup || state_q == StV);
-  assign wl_idx = setup_go ? 8'd0 : wl_tok_q;
-  always_comb begin
-    wl_active_d = wl_active_q && (state_q == StSetup || state_q == StV);
-    wl_tok_d    = wl_tok_q;
-    if (wl_go) begin
-      wl_active_d = (wl_idx != ntok_q - 8'd1);
-      wl_tok_d    = wl_idx + 8'd1;
-    end
-    p_cnt_d = (setup_go ? 8'd0 : p_cnt_q) + 8'(wout_en);
-  end
-  nelssa_pipe #(
-    .Width  (TW),
-    .Latency(WEIGHT_LAT)
-  ) u_weight_pos (
-    .clk_i,
-    .rst_ni,
-    .en_i(wl_go),
-    .d_i (TW'(wl_idx)),
-    .en_o(wout_en),
-    .q_o (wout_tok)
-  );
-  nelssa_pipe #(
-    .Width  (1),
-    .Latency(WEIGHT_LAT)
-  ) u_alpha_load (
-    .clk_i,
-    .rst_ni,
-    .en_i(setup_go),
-    .d_i (1'b0),
-    .en_o(alpha_load),
-    .q_o (unused_alpha)
-  );
-
-  // V: a beat's part and whether it is its cluster's first row travel to the issue of its adds
-  // (vi_*, MulLatency later: p*v and the rescale are ready) and to their results (vo_*)
-  logic          vi_en, vi_first, vo_en;
-  logic [PW-1:0] vi_part, vo_part;
-
-  nelssa_pipe #(
-    .Width  (PW + 1),
-    .Latency(MulLatency)
-  ) u_v_issue (
-    .clk_i,
-    .rst_ni,
-    .en_i(v_beat),
-    .d_i ({part, first_row}),
-    .en_o(vi_en),
-    .q_o ({vi_part, vi_first})
-  );
-  nelssa_pipe #(
-    .Width  (PW),
-    .Latency(AddLatency)
-  ) u_v_out (
-    .clk_i,
-    .rst_ni,
-    .en_i(vi_en),
-    .d_i (vi_part),
-    .en_o(vo_en),
-    .q_o (vo_part)
-  );
-
-  logic [31:0] l_log2, lse_log2, lse_val, out_inv;  // finalisation (below)
-  logic          lse_en, inv_en;
-  logic [HW-1:0] lse_at, inv_at;
+  // The datapath stages: per query head its K stage (Q row, dot products, fold, score), its
+  // softmax state (running max, scores then weights, alpha) and its V accumulation (o and l);
+  // then the finalisation and the result beats of all heads
+  assign out_ctrl = '{
+    fin_go: fin_go,
+    out:    (state_q == StOut),
+    head:   head_q,
+    nq:     nq_q,
+    obeat:  obeat_q
+  };
 
   for (genvar h = 0; h < NumQHeads; h++) begin : gen_head
-    logic [MAX_BPR-1:0][BEAT_W-1:0] q_q;     // query row, as it arrived
-    logic [31:0] score_q [MaxClusterTokens];  // scores of the current cluster, then weights
-    logic [31:0] m_q;       // running max (log2 domain)
-    logic [31:0] mrun_q;    // max including the current cluster
-    logic [31:0] l_q;       // running softmax denominator
-    logic [31:0] s1_sum_q;  // K stage 1: sum of a beat
-    logic [MAX_BPR-2:0][31:0] row_q;  // the beat sums of the row so far, at its end aligned
-    logic [31:0] alpha_q;   // rescale of the clusters before: exp2(m - mrun)
-    logic [31:0] lse_q;
-    logic [31:0] inv_q;     // 1/l
+    logic        on;  // the head is in this command
+    logic [31:0] score, p, alpha;
+    assign on = (4'(h) < nq_q);
 
-    logic on;  // the head is in this command
-    logic [31:0] dot_sum, score, score_max, alpha_w, p_w, p_cur, p_l, l_scaled, l_src, l_sum;
-    logic [MAX_BPR-1:0][31:0] fold_b;  // a row's beat sums, zeros in front of a short row
-    logic [31:0] fold_x0;              // 0 + b_0
-    logic [PW-1:0] row_slot;           // where beat s1_part_q of a row lies in fold_b
-    logic unused_p;
-    assign on       = (4'(h) < nq_q);
-    assign row_slot = PW'(32'(s1_part_q) + MAX_BPR - 32'(bpr_q));
-    assign p_cur    = score_q[TW'(tok_q)];
-
-    assign m_head[h]   = m_q;
-    assign l_head[h]   = l_q;
-    assign lse_head[h] = lse_q;
-    assign inv_head[h] = inv_q;
-
-    // K: each beat's sum; at a row's end the row's sums are folded in beat order, the score
-    // scaled into the log2 domain and the running max updated
-    nelssa_beat_dot #(
+    nelssa_attn_kscore #(
+      .HeadDim       (HeadDim),
       .Bf16MulLatency(Bf16MulLatency),
-      .AddLatency    (AddLatency)
-    ) u_dot (
+      .AddLatency    (AddLatency),
+      .MulLatency    (MulLatency)
+    ) u_kscore (
       .clk_i,
       .rst_ni,
-      .en_i (k_beat && on),
-      .a_i  (q_q[part]),
-      .b_i  (kv_data_i),
-      .dot_o(dot_sum)
+      .on_i     (on),
+      .q_load_i ((state_q == StQ) && kv_fire && HW'(head_q) == HW'(h)),
+      .ctrl_i   (kscore_ctrl),
+      .kv_data_i,
+      .c_i      (c_q),
+      .score_o  (score)
     );
-    // the fold (((0 + b_0) + b_1) + ...): 0 + b_0 is b_0 with -0 made +0 (a beat sum is an
-    // adder's result: no subnormal, NaN canonical), so the first add needs no adder; a row of
-    // head_dim 64 in an engine of HeadDim 128 is folded behind two zeros, which gives the same
-    // bits ((0 + 0) + 0 = +0), so every row takes the same stages
-    for (genvar k = 0; k < MAX_BPR; k++) begin : gen_fold_b
-      if (k < MAX_BPR - 1) begin : gen_held
-        assign fold_b[k] = (32'(k) < MAX_BPR - 32'(bpr_q)) ? 32'd0 : row_q[k];
-      end else begin : gen_last
-        assign fold_b[k] = s1_sum_q;
-      end
-    end
-    assign fold_x0 = (fold_b[0] == 32'h8000_0000) ? 32'd0 : fold_b[0];
-    for (genvar k = 1; k < MAX_BPR; k++) begin : gen_fold
-      logic [31:0] b_d;  // beat sum k, delayed to its stage
-      logic [31:0] a, x;  // (0 + b_0) + ... + b_(k-1), and + b_k
-      logic unused_b;
-      if (k == 1) begin : gen_first
-        assign a = fold_x0;
-      end else begin : gen_next
-        assign a = gen_fold[k-1].x;
-      end
-      nelssa_pipe #(
-        .Width  (32),
-        .Latency((k - 1) * AddLatency)
-      ) u_b (
-        .clk_i,
-        .rst_ni,
-        .en_i(fold_go && on),
-        .d_i (fold_b[k]),
-        .en_o(unused_b),
-        .q_o (b_d)
-      );
-      nelssa_fp32_add #(
-        .Latency(AddLatency)
-      ) u_add (
-        .clk_i,
-        .rst_ni,
-        .en_i (gen_fold_pos[k].en && on),
-        .a_i  (a),
-        .b_i  (b_d),
-        .sum_o(x)
-      );
-    end
-    nelssa_fp32_mul #(
-      .Latency(MulLatency)
-    ) u_score (
+    nelssa_attn_softmax #(
+      .MaxClusterTokens(MaxClusterTokens),
+      .AddLatency      (AddLatency),
+      .Exp2Latency     (Exp2Latency)
+    ) u_softmax (
       .clk_i,
       .rst_ni,
-      .en_i  (fold_done && on),
-      .a_i   (gen_fold[MAX_BPR-1].x),
-      .b_i   (c_q),
-      .prod_o(score)
+      .on_i   (on),
+      .ctrl_i (softmax_ctrl),
+      .score_i(score),
+      .p_o    (p),
+      .alpha_o(alpha),
+      .m_o    (m_head[h])
     );
-    nelssa_fp32_max u_max (
-      .en_i (sc_en && on),
-      .a_i  (mrun_q),
-      .b_i  (score),
-      .max_o(score_max)
-    );
-
-    // set-up: the rescale of what the clusters before gave; the cluster's weights in turn
-    nelssa_softmax_weight #(
-      .AddLatency (AddLatency),
-      .Exp2Latency(Exp2Latency)
-    ) u_alpha (
+    nelssa_attn_vacc #(
+      .HeadDim   (HeadDim),
+      .AddLatency(AddLatency),
+      .MulLatency(MulLatency)
+    ) u_vacc (
       .clk_i,
       .rst_ni,
-      .en_i(setup_go && on),
-      .t_i (m_q),
-      .m_i (mrun_q),
-      .w_o (alpha_w)
-    );
-    nelssa_softmax_weight #(
-      .AddLatency (AddLatency),
-      .Exp2Latency(Exp2Latency)
-    ) u_p (
-      .clk_i,
-      .rst_ni,
-      .en_i(wl_go && on),
-      .t_i (score_q[TW'(wl_idx)]),
-      .m_i (mrun_q),
-      .w_o (p_w)
-    );
-
-    // V: l = l * (first row ? alpha : 1) + p once per row (o alike in gen_lane); x * 1 is x
-    // for every value they can hold. The add is issued when the row's p and l's rescale have
-    // come through the multipliers; the l it reads is the one of the row before, taken from
-    // the adder's output when it appears in that very cycle (AddLatency = row spacing).
-    nelssa_pipe #(
-      .Width  (32),
-      .Latency(MulLatency)
-    ) u_p_l (
-      .clk_i,
-      .rst_ni,
-      .en_i(v_beat && on && part_q == 2'd0),
-      .d_i (p_cur),
-      .en_o(unused_p),
-      .q_o (p_l)
-    );
-    nelssa_fp32_mul #(
-      .Latency(MulLatency)
-    ) u_l_scale (
-      .clk_i,
-      .rst_ni,
-      .en_i  (v_beat && on && part_q == 2'd0 && first_row),
-      .a_i   (l_q),
-      .b_i   (alpha_q),
-      .prod_o(l_scaled)
-    );
-    if (AddLatency > 0) begin : gen_l_fwd
-      assign l_src = (vo_en && vo_part == '0) ? l_sum : l_q;
-    end else begin : gen_l_reg
-      assign l_src = l_q;
-    end
-    nelssa_fp32_add #(
-      .Latency(AddLatency)
-    ) u_l (
-      .clk_i,
-      .rst_ni,
-      .en_i (vi_en && on && vi_part == '0),
-      .a_i  (vi_first ? l_scaled : l_src),
-      .b_i  (p_l),
-      .sum_o(l_sum)
-    );
-
-    // This head's registers (no reset: every command initialises what it reads). mrun_q equals
-    // m_q outside a K phase (set-up copies it back), so a cluster's running max starts from the
-    // max of all clusters before it.
-    always_ff @(posedge clk_i) begin
-      unique case (state_q)
-        StIdle: begin
-          if (cmd_take) begin
-            m_q    <= FP32_NEG_INF;
-            mrun_q <= FP32_NEG_INF;
-            l_q    <= 32'd0;
-          end
-        end
-        StQ: begin
-          if (kv_fire && HW'(head_q) == HW'(h)) begin
-            // verilator unroll_full
-            for (int b = 0; b < MAX_BPR; b++) begin
-              if (part == PW'(b)) q_q[b] <= kv_data_i;
-            end
-          end
-        end
-        StSetup: begin
-          if (on) m_q <= mrun_q;
-        end
-        default: ;
-      endcase
-
-      if (alpha_load && on) alpha_q <= alpha_w;
-      if (vo_en && on && vo_part == '0) l_q <= l_sum;
-      if (dot_en && on) s1_sum_q <= dot_sum;
-      if (s1_valid_q && !s1_last_row_q && on) begin
-        // verilator unroll_full
-        for (int b = 0; b < MAX_BPR - 1; b++) begin
-          if (row_slot == PW'(b)) row_q[b] <= s1_sum_q;
-        end
-      end
-      if (wout_en && on) score_q[wout_tok] <= p_w;
-      if (sc_en && on) begin
-        score_q[sc_tok] <= score;
-        mrun_q          <= score_max;
-      end
-      if (lse_en && lse_at == HW'(h)) lse_q <= lse_val;
-      if (inv_en && inv_at == HW'(h)) inv_q <= out_inv;
-    end
-
-    // V, per lane: o = o * (first row ? alpha : 1) + p * v
-    for (genvar i = 0; i < LANES; i++) begin : gen_lane
-      logic [MAX_BPR-1:0][31:0] o_q;  // this lane of each beat of the output row
-      logic [31:0] o_scaled, o_pv, o_src, o_sum;
-
-      for (genvar b = 0; b < MAX_BPR; b++) begin : gen_part
-        assign o_head[h][b][i] = o_q[b];
-      end
-
-      nelssa_fp32_mul #(
-        .Latency(MulLatency)
-      ) u_o_scale (
-        .clk_i,
-        .rst_ni,
-        .en_i  (v_beat && on && first_row),
-        .a_i   (o_q[part]),
-        .b_i   (alpha_q),
-        .prod_o(o_scaled)
-      );
-      nelssa_fp32_mul #(
-        .Latency(MulLatency)
-      ) u_pv (
-        .clk_i,
-        .rst_ni,
-        .en_i  (v_beat && on),
-        .a_i   (p_cur),
-        .b_i   ({kv_data_i[16*i +: 16], 16'h0000}),
-        .prod_o(o_pv)
-      );
-      if (AddLatency > 0) begin : gen_o_fwd
-        assign o_src = (vo_en && vo_part == vi_part) ? o_sum : o_q[vi_part];
-      end else begin : gen_o_reg
-        assign o_src = o_q[vi_part];
-      end
-      nelssa_fp32_add #(
-        .Latency(AddLatency)
-      ) u_o (
-        .clk_i,
-        .rst_ni,
-        .en_i (vi_en && on),
-        .a_i  (vi_first ? o_scaled : o_src),
-        .b_i  (o_pv),
-        .sum_o(o_sum)
-      );
-
-      always_ff @(posedge clk_i) begin
-        if (cmd_take) begin
-          o_q <= '0;
-        end else if (vo_en && on) begin
-          // verilator unroll_full
-          for (int b = 0; b < MAX_BPR; b++) begin
-            if (vo_part == PW'(b)) o_q[b] <= o_sum;
-          end
-        end
-      end
-    end
-  end
-
-  // finalisation, one head issued a cycle: LSE = (m + log2 l) * ln 2 and 1/l, each written
-  // into the head's registers when it leaves its pipeline (lse_at, inv_at: which head)
-  logic          fin_add_en, fin_mul_en;
-  logic [HW-1:0] fin_add_at, fin_mul_at;
-
-  nelssa_fp32_log2 #(
-    .Latency(Log2Latency)
-  ) u_lse_log2 (
-    .clk_i,
-    .rst_ni,
-    .en_i(fin_go),
-    .x_i (l_head[out_head]),
-    .y_o (l_log2)
-  );
-  nelssa_pipe #(
-    .Width  (HW),
-    .Latency(Log2Latency)
-  ) u_fin_add_at (
-    .clk_i,
-    .rst_ni,
-    .en_i(fin_go),
-    .d_i (out_head),
-    .en_o(fin_add_en),
-    .q_o (fin_add_at)
-  );
-  nelssa_fp32_add #(
-    .Latency(AddLatency)
-  ) u_lse_add (
-    .clk_i,
-    .rst_ni,
-    .en_i (fin_add_en),
-    .a_i  (m_head[fin_add_at]),
-    .b_i  (l_log2),
-    .sum_o(lse_log2)
-  );
-  nelssa_pipe #(
-    .Width  (HW),
-    .Latency(AddLatency)
-  ) u_fin_mul_at (
-    .clk_i,
-    .rst_ni,
-    .en_i(fin_add_en),
-    .d_i (fin_add_at),
-    .en_o(fin_mul_en),
-    .q_o (fin_mul_at)
-  );
-  nelssa_fp32_mul #(
-    .Latency(MulLatency)
-  ) u_lse_ln (
-    .clk_i,
-    .rst_ni,
-    .en_i  (fin_mul_en),
-    .a_i   (lse_log2),
-    .b_i   (FP32_LN2),
-    .prod_o(lse_val)
-  );
-  nelssa_pipe #(
-    .Width  (HW),
-    .Latency(MulLatency)
-  ) u_lse_at (
-    .clk_i,
-    .rst_ni,
-    .en_i(fin_mul_en),
-    .d_i (fin_mul_at),
-    .en_o(lse_en),
-    .q_o (lse_at)
-  );
-  nelssa_fp32_recip #(
-    .Latency(RecipLatency)
-  ) u_inv (
-    .clk_i,
-    .rst_ni,
-    .en_i(fin_go),
-    .x_i (l_head[out_head]),
-    .y_o (out_inv)
-  );
-  nelssa_pipe #(
-    .Width  (HW),
-    .Latency(RecipLatency)
-  ) u_inv_at (
-    .clk_i,
-    .rst_ni,
-    .en_i(fin_go),
-    .d_i (out_head),
-    .en_o(inv_en),
-    .q_o (inv_at)
-  );
-
-  // ---------------------------------------------------------------------------------------------
-  // Result beats: O of head head_q scaled by its 1/l (OUT_LANES products), then the LSE beat.
-  // With combinational multipliers a beat is offered as it is computed; with pipelined ones
-  // a beat is issued into the multipliers only when the result FIFO behind them has room for
-  // it and everything already on its way (credits), so res_ready_i low stops the issue.
-  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
-  logic [PW-1:0] out_part;  // input beat of o_q that holds this result beat
-  logic [31:0]   out_val [OUT_LANES];
-  logic [BEAT_W-1:0] lse_beat, out_data;
-  assign out_part = PW'(obeat_q / 3'(OUT_PER_PART));
-
-  for (genvar k = 0; k < OUT_LANES; k++) begin : gen_out
-    nelssa_fp32_mul #(
-      .Latency(MulLatency)
-    ) u_out (
-      .clk_i,
-      .rst_ni,
-      .en_i  (out_beat),
-      .a_i   (o_head[out_head][out_part][(32'(obeat_q) % OUT_PER_PART) * OUT_LANES + k]),
-      .b_i   (inv_head[out_head]),
-      .prod_o(out_val[k])
+      .on_i     (on),
+      .ctrl_i   (vacc_ctrl),
+      .kv_data_i,
+      .p_i      (p),
+      .alpha_i  (alpha),
+      .rd_beat_i(obeat_q),
+      .o_beat_o (o_beat[h]),
+      .l_o      (l_head[h])
     );
   end
 
-  always_comb begin
-    lse_beat = '0;
-    // verilator unroll_full
-    for (int h = 0; h < NumQHeads; h++) begin
-      if (h < 32'(nq_q)) lse_beat[32*h +: 32] = lse_head[h];
-    end
-    out_data = '0;
-    // verilator unroll_full
-    for (int k = 0; k < OUT_LANES; k++) out_data[32*k +: 32] = out_val[k];
-  end
-
-  if (MulLatency == 0) begin : gen_res_direct
-    assign out_issue   = (state_q == StOut) && res_ready_i;
-    // the beat is computed while it is offered, taken or not: its multipliers' enable must not
-    // read res_ready_i, or a gated simulation's result data would depend on the ready that a
-    // consumer may derive from it (a combinational loop in the FPGA top's memory port)
-    assign out_offer   = (state_q == StOut);
-    assign res_valid_o = (state_q == StOut);
-    assign res_last_o  = res_valid_o && (head_q == nq_q);
-    assign res_data_o  = !res_valid_o ? '0 : (head_q == nq_q) ? lse_beat : out_data;
-
-    // a result beat not taken stays, the same beat (its head and beat index, which select its
-    // data from registers that hold still in StOut: cheaper than keeping the 512 data bits)
-    `NELSSA_ASSERT_HOLD(ResHeld, res_valid_o, res_ready_i, {head_q, obeat_q, res_last_o})
-  end else begin : gen_res_fifo
-    localparam int unsigned Depth = MulLatency + 2;  // full rate: MulLatency on the way, 1 out
-    localparam int unsigned AW = $clog2(Depth);
-    localparam int unsigned NW = $clog2(Depth + 1);
-
-    logic [Depth-1:0][BEAT_W:0] mem_q;  // {last, data}
-    logic [AW-1:0] rd_q, wr_q;
-    logic [NW-1:0] cnt_q, fly_q;        // beats held, beats in the multipliers
-    logic          issued_last_q, push, push_last;
-
-    assign out_issue = (state_q == StOut) && !issued_last_q &&
-                       (32'(cnt_q) + 32'(fly_q) < Depth);
-    assign out_offer = out_issue;  // (from registers only: no path from res_ready_i)
-    nelssa_pipe #(
-      .Width  (1),
-      .Latency(MulLatency)
-    ) u_res_pos (
-      .clk_i,
-      .rst_ni,
-      .en_i(out_issue),
-      .d_i (head_q == nq_q),
-      .en_o(push),
-      .q_o (push_last)
-    );
-
-    assign res_valid_o = (cnt_q != '0);
-    assign res_last_o  = res_valid_o && mem_q[rd_q][BEAT_W];
-    assign res_data_o  = res_valid_o ? mem_q[rd_q][BEAT_W-1:0] : '0;
-
-    always_ff @(posedge clk_i) begin
-      if (push) mem_q[wr_q] <= {push_last, push_last ? lse_beat : out_data};
-    end
-    always_ff @(posedge clk_i or negedge rst_ni) begin
-      if (!rst_ni) begin
-        rd_q          <= '0;
-        wr_q          <= '0;
-        cnt_q         <= '0;
-        fly_q         <= '0;
-        issued_last_q <= 1'b0;
-      end else begin
-        if (push) wr_q <= (32'(wr_q) == Depth - 1) ? '0 : wr_q + AW'(1);
-        if (res_fire) rd_q <= (32'(rd_q) == Depth - 1) ? '0 : rd_q + AW'(1);
-        cnt_q <= cnt_q + NW'(push) - NW'(res_fire);
-        fly_q <= fly_q + NW'(out_issue) - NW'(push);
-        if (state_q != StOut) issued_last_q <= 1'b0;
-        else if (out_issue && head_q == nq_q) issued_last_q <= 1'b1;
-      end
-    end
-
-    // the FIFO never takes a beat it has no room for, and a beat not taken stays the same
-    `NELSSA_ASSERT_NEVER(ResFifoOverflow, push && !res_fire && 32'(cnt_q) == Depth)
-    `NELSSA_ASSERT_HOLD(ResHeld, res_valid_o, res_ready_i, {rd_q, res_last_o})
-  end
+  nelssa_attn_out #(
+    .HeadDim     (HeadDim),
+    .NumQHeads   (NumQHeads),
+    .AddLatency  (AddLatency),
+    .MulLatency  (MulLatency),
+    .Log2Latency (Log2Latency),
+    .RecipLatency(RecipLatency)
+  ) u_out (
+    .clk_i,
+    .rst_ni,
+    .ctrl_i     (out_ctrl),
+    .m_i        (m_head),
+    .l_i        (l_head),
+    .o_beat_i   (o_beat),
+    .out_issue_o(out_issue),
+    .res_valid_o,
+    .res_ready_i,
+    .res_data_o,
+    .res_last_o
+  );
 
   // ---------------------------------------------------------------------------------------------
   // Control: handshakes and the state machine
@@ -1014,6 +528,8 @@ module nelssa_attn_engine
   // (2 beats) needs the wait.
   if (AddLatency > 2) begin : gen_v_spacing
     localparam int unsigned SW = $clog2(AddLatency + 1);
+    logic [PW-1:0] part;  // the V beat's part, as an index
+    assign part = PW'(part_q);
     logic [MAX_BPR-1:0][SW-1:0] age_q;  // cycles since each part's last V beat, saturating
 
     assign v_room = (32'(age_q[part]) >= AddLatency);
@@ -1051,12 +567,8 @@ module nelssa_attn_engine
       last_seen_q  <= 1'b0;
       wait_q       <= '0;
       flush_q      <= '0;
-      s1_valid_q   <= 1'b0;
       next_valid_q <= 1'b0;
       next_ntok_q  <= 8'd0;
-      wl_active_q  <= 1'b0;
-      wl_tok_q     <= 8'd0;
-      p_cnt_q      <= 8'd0;
       c_ready_q    <= 1'b0;
     end else begin
       state_q      <= state_d;
@@ -1073,23 +585,15 @@ module nelssa_attn_engine
       last_seen_q  <= last_seen_d;
       wait_q       <= wait_d;
       flush_q      <= flush_d;
-      s1_valid_q   <= dot_en;
       next_valid_q <= next_valid_d;
       next_ntok_q  <= next_ntok_d;
-      wl_active_q  <= wl_active_d;
-      wl_tok_q     <= wl_tok_d;
-      p_cnt_q      <= p_cnt_d;
       c_ready_q    <= c_load || (c_ready_q && !cmd_take);
     end
   end
 
   // ---------------------------------------------------------------------------------------------
-  // Shared datapath registers (no reset: every command initialises what it reads; the heads'
-  // registers are in gen_head)
+  // The scale (no reset: every command loads it before its first score)
   always_ff @(posedge clk_i) begin
-    s1_tok_q      <= dot_tok;
-    s1_part_q     <= dot_part;
-    s1_last_row_q <= dot_last;
     if (c_load) c_q <= c_d;
   end
 
@@ -1109,22 +613,11 @@ module nelssa_attn_engine
   // device's simulation about a percent, four engines each cycle)
   `NELSSA_ASSERT(KvKeptStable, !(kv_valid_i && $past(kv_valid_i && !kv_ready_o)) ||
                                $stable({kv_data_i[63:0], kv_last_i}))
-  // The engine's own, which no input can break (checked in every run): a result beat not taken
-  // stays, the same beat (its head and beat index, which select its data from registers that
-  // hold still in StOut: cheaper than keeping the 512 data bits of the last cycle); the cluster
-  // entries consumed never exceed the command's clusters; done_o is a one-cycle pulse.
+  // The engine's own, which no input can break (checked in every run; those of the result
+  // beats and of the positions are in nelssa_attn_out and nelssa_attn_pos): the cluster
+  // entries consumed never exceed the command's clusters; done_o is a one-cycle pulse; a score
+  // is scaled by this command's c.
   `NELSSA_ASSERT(CluPoppedBounded, state_q == StIdle || clu_popped_q <= nclu_q)
   `NELSSA_ASSERT_NEVER(DoneTwice, done_o && $past(done_o))
-  logic fold_busy;
-  assign fold_busy = fold_done || gen_fold_pos[MAX_BPR-1].busy;
-  // The pipelines' own: a score is scaled by this command's c; a V row's weight is written
-  // before the row reads it; a score and a weight are never written in one cycle (the weights
-  // overwrite the scores they come from); nothing of a command is left in a pipeline when
-  // the next is taken.
-  `NELSSA_ASSERT(ScaleReady, !fold_done || c_ready_q)
-  `NELSSA_ASSERT(WeightReady, !v_beat || tok_q < p_cnt_q)
-  `NELSSA_ASSERT_NEVER(ScoreWeightClash, sc_en && wout_en)
-  `NELSSA_ASSERT_NEVER(PipeBusyAtTake, cmd_take &&
-                       (dot_en || s1_valid_q || fold_busy || sc_en || wl_go || wout_en ||
-                        vi_en || vo_en))
+  `NELSSA_ASSERT(ScaleReady, !kscore_ctrl.fold_done || c_ready_q)
 endmodule

@@ -1,4 +1,4 @@
-// fp32 adder (nelssa_fp_pkg fp32_add, bit for bit) in the three stages of nelssa_fp_stages_pkg
+// fp32 adder (nelssa_fp_pkg fp32_add, bit for bit) in the three stages of nelssa_fp_pkg
 // (alignment | sum and leading zeros | normalisation and rounding), with Latency registers from
 // operands to result: 0 combinational; 1 a register after the rounding; 2 also one after the
 // alignment (cut there, the two halves are closer in delay than cut after the sum:
@@ -9,7 +9,7 @@
 // stage loads only with its enable). The model is hw/model/fp.py fadd;
 // tests/rtl/test_fp_stages.py checks it.
 module nelssa_fp32_add_staged
-  import nelssa_fp_stages_pkg::*;
+  import nelssa_fp_pkg::*;
 #(
   parameter int unsigned Latency = 3  // registers from a_i/b_i to sum_o (cycles)
 ) (

@@ -1,5 +1,5 @@
 // fp32 multiplier (nelssa_fp_pkg fp32_mul, bit for bit) in the three stages of
-// nelssa_fp_stages_pkg (partial products | product | normalisation and rounding), with Latency
+// nelssa_fp_pkg (partial products | product | normalisation and rounding), with Latency
 // registers from operands to result: 0 combinational; 1 a register after the rounding; 2 also
 // one after the product; 3 also one after the partial products; each further one another
 // output register. nelssa_fp32_mul uses it at Latency 2 and more.
@@ -8,7 +8,7 @@
 // stage loads only with its enable). The model is hw/model/fp.py fmul;
 // tests/rtl/test_fp_stages.py checks it.
 module nelssa_fp32_mul_staged
-  import nelssa_fp_stages_pkg::*;
+  import nelssa_fp_pkg::*;
 #(
   parameter int unsigned Latency = 3  // registers from a_i/b_i to prod_o (cycles)
 ) (

@@ -28,18 +28,58 @@ package nelssa_fp_pkg;
     return (x == '0) ? 5'd0 : n;
   endfunction
 
-  // fp32 a + b.
-  function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
-    /*verilator no_inline_task*/
-    logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, swap, sub_op, big_sign, round_up;
-    logic [7:0]  big_exp, small_exp, exp_diff;
-    logic [4:0]  shift_amt, lead_zeros;
-    logic [26:0] big_sig, small_sig, small_aligned, norm_sig;
+  // ---- fp32 add and multiply ----------------------------------------------------------------
+  // Each is defined once, in steps: fp32_add and fp32_mul call them in turn, and the
+  // hand-staged units (nelssa_fp32_add_staged, nelssa_fp32_mul_staged) register between the
+  // stage functions below, which call the same steps (tests/rtl/test_fp_stages.py checks both
+  // against the model hw/model/fp.py):
+  //   add: add_align (classify, order by magnitude, align with sticky)
+  //        | add_sum (add or subtract, count leading zeros) | add_round (normalise, round, pack)
+  //   mul: mul_parts (classify, exponent, two 24x12 partial products)
+  //        | mul_sum (the 48-bit product) | mul_round (normalise, round, pack)
+  // Results that the operands alone decide (NaN, Inf, zero operands) are chosen first and
+  // carried, so the later steps only see finite nonzero operands' arithmetic. The steps hand
+  // scalars to each other (outputs, not structs), few and large: a Verilated model packs a
+  // struct field by field, and copies every argument of every call it inlines (at -O0, as the
+  // cocotb builds compile, each copy costs).
+
+  // ---- add ----------------------------------------------------------------------------------
+  // The operands ordered by magnitude (so the subtraction never goes negative) and aligned.
+  typedef struct packed {
+    logic        sub_op;         // the signs differ: subtract the magnitudes
+    logic        big_sign;       // sign of the larger magnitude (the result's)
+    logic [7:0]  big_exp;
+    logic [26:0] big_sig;        // 1.m with guard, round and sticky bits
+    logic [26:0] small_aligned;  // the smaller significand shifted to big_exp, sticky in bit 0
+  } add_ops_t;
+
+  typedef struct packed {
+    logic        special;        // the result is special_r (NaN, Inf or a zero operand)
+    logic [31:0] special_r;
+    add_ops_t    ops;
+  } add_align_t;
+
+  typedef struct packed {
+    logic        special;
+    logic [31:0] special_r;
+    logic        big_sign;
+    logic [7:0]  big_exp;
+    logic [27:0] raw_sum;        // big_sig +/- small_aligned, carry in bit 27
+    logic [4:0]  lead_zeros;     // of raw_sum[26:0]
+  } add_sum_t;
+
+  // Classify (subnormals read as zero), choose what the operands alone decide, order by
+  // magnitude and align with guard, round and sticky.
+  function automatic void add_front(input logic [31:0] a, input logic [31:0] b,
+                                    output logic special, output logic [31:0] special_r,
+                                    output logic sub_op, output logic big_sign,
+                                    output logic [7:0] big_exp, output logic [26:0] big_sig,
+                                    output logic [26:0] small_aligned);
+    logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, swap;
+    logic [7:0]  small_exp, exp_diff;
+    logic [4:0]  shift_amt;
+    logic [26:0] small_sig;
     logic [53:0] align_wide;
-    logic [27:0] raw_sum;
-    logic [24:0] rounded;
-    logic signed [9:0] norm_exp, final_exp;
-    logic [31:0] r;
     a_zero = (a[30:23] == 8'd0);
     b_zero = (b[30:23] == 8'd0);
     a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
@@ -47,7 +87,17 @@ package nelssa_fp_pkg;
     a_nan  = (a[30:23] == 8'hFF) && (a[22:0] != '0);
     b_nan  = (b[30:23] == 8'hFF) && (b[22:0] != '0);
     sub_op = a[31] ^ b[31];
-    // order by magnitude so the subtraction never goes negative
+    special = 1'b1;
+    if (a_nan || b_nan || (a_inf && b_inf && sub_op)) special_r = CANON_NAN;
+    else if (a_inf) special_r = {a[31], 8'hFF, 23'd0};
+    else if (b_inf) special_r = {b[31], 8'hFF, 23'd0};
+    else if (a_zero && b_zero) special_r = {a[31] & b[31], 31'd0};
+    else if (b_zero) special_r = a;
+    else if (a_zero) special_r = b;
+    else begin
+      special   = 1'b0;
+      special_r = '0;
+    end
     swap      = b[30:0] > a[30:0];
     big_sign  = swap ? b[31] : a[31];
     big_exp   = swap ? b[30:23] : a[30:23];
@@ -56,12 +106,26 @@ package nelssa_fp_pkg;
     small_sig = {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
     exp_diff  = big_exp - small_exp;
     shift_amt = (exp_diff > 8'd31) ? 5'd31 : exp_diff[4:0];
-    // align with guard, round and sticky: bits shifted out are ORed into the LSB
+    // bits shifted out are ORed into the LSB
     align_wide    = {small_sig, 27'd0} >> shift_amt;
     small_aligned = align_wide[53:27] | {26'd0, |align_wide[26:0]};
-    raw_sum = sub_op ? ({1'b0, big_sig} - {1'b0, small_aligned})
-                     : ({1'b0, big_sig} + {1'b0, small_aligned});
-    lead_zeros = lead_zeros27(raw_sum[26:0]);
+  endfunction
+
+  function automatic logic [27:0] add_raw(input logic sub_op, input logic [26:0] big_sig,
+                                          input logic [26:0] small_aligned);
+    return sub_op ? ({1'b0, big_sig} - {1'b0, small_aligned})
+                  : ({1'b0, big_sig} + {1'b0, small_aligned});
+  endfunction
+
+  // Normalise, round to nearest even and pack; or the result the operands decided.
+  function automatic logic [31:0] add_back(input logic special, input logic [31:0] special_r,
+                                           input logic big_sign, input logic [7:0] big_exp,
+                                           input logic [27:0] raw_sum,
+                                           input logic [4:0] lead_zeros);
+    logic              round_up;
+    logic [26:0]       norm_sig;
+    logic [24:0]       rounded;
+    logic signed [9:0] norm_exp, final_exp;
     if (raw_sum[27]) begin
       norm_sig = {raw_sum[27:2], raw_sum[1] | raw_sum[0]};
       norm_exp = $signed({2'b00, big_exp}) + 10'sd1;
@@ -72,37 +136,101 @@ package nelssa_fp_pkg;
     round_up  = norm_sig[2] & (norm_sig[1] | norm_sig[0] | norm_sig[3]);
     rounded   = {1'b0, norm_sig[26:3]} + {24'd0, round_up};
     final_exp = rounded[24] ? norm_exp + 10'sd1 : norm_exp;
-    if (a_nan || b_nan || (a_inf && b_inf && sub_op)) r = CANON_NAN;
-    else if (a_inf) r = {a[31], 8'hFF, 23'd0};
-    else if (b_inf) r = {b[31], 8'hFF, 23'd0};
-    else if (a_zero && b_zero) r = {a[31] & b[31], 31'd0};
-    else if (b_zero) r = a;
-    else if (a_zero) r = b;
-    else if (raw_sum == '0) r = 32'd0;
-    else if (final_exp >= 10'sd255) r = {big_sign, 8'hFF, 23'd0};
-    else if (final_exp <= 10'sd0) r = {big_sign, 31'd0};
-    else r = {big_sign, final_exp[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
-    return r;
+    if (special) return special_r;
+    if (raw_sum == '0) return 32'd0;
+    if (final_exp >= 10'sd255) return {big_sign, 8'hFF, 23'd0};
+    if (final_exp <= 10'sd0) return {big_sign, 31'd0};
+    return {big_sign, final_exp[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
   endfunction
 
-  // fp32 a * b; a product whose exact value is below 2^-126 flushes to signed zero.
-  function automatic logic [31:0] fp32_mul(input logic [31:0] a, input logic [31:0] b);
+  // fp32 a + b.
+  function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
     /*verilator no_inline_task*/
-    logic        sign, a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, guard, sticky, round_up;
-    logic [47:0] sig_prod;
-    logic [23:0] kept;
-    logic [24:0] rounded;
-    logic signed [10:0] exp_pre, exp_fin;
-    logic [31:0] r;
-    sign   = a[31] ^ b[31];
+    logic        special, sub_op, big_sign;
+    logic [31:0] special_r;
+    logic [7:0]  big_exp;
+    logic [26:0] big_sig, small_aligned;
+    logic [27:0] raw_sum;
+    add_front(a, b, special, special_r, sub_op, big_sign, big_exp, big_sig, small_aligned);
+    raw_sum = add_raw(sub_op, big_sig, small_aligned);
+    return add_back(special, special_r, big_sign, big_exp, raw_sum, lead_zeros27(raw_sum[26:0]));
+  endfunction
+
+  // The add's stages.
+  function automatic add_align_t add_align(input logic [31:0] a, input logic [31:0] b);
+    add_align_t s;
+    add_front(a, b, s.special, s.special_r, s.ops.sub_op, s.ops.big_sign, s.ops.big_exp,
+              s.ops.big_sig, s.ops.small_aligned);
+    return s;
+  endfunction
+
+  function automatic add_sum_t add_sum(input add_align_t s);
+    add_sum_t t;
+    t.special    = s.special;
+    t.special_r  = s.special_r;
+    t.big_sign   = s.ops.big_sign;
+    t.big_exp    = s.ops.big_exp;
+    t.raw_sum    = add_raw(s.ops.sub_op, s.ops.big_sig, s.ops.small_aligned);
+    t.lead_zeros = lead_zeros27(t.raw_sum[26:0]);
+    return t;
+  endfunction
+
+  function automatic logic [31:0] add_round(input add_sum_t t);
+    return add_back(t.special, t.special_r, t.big_sign, t.big_exp, t.raw_sum, t.lead_zeros);
+  endfunction
+
+  // ---- multiply -----------------------------------------------------------------------------
+  typedef struct packed {
+    logic               special;   // the result is special_r (NaN, Inf or a zero operand)
+    logic [31:0]        special_r;
+    logic               sign;
+    logic signed [10:0] exp_pre;   // ea + eb - 127, before normalisation
+    logic [35:0]        prod_lo;   // 1.ma * (1.mb)[11:0]
+    logic [35:0]        prod_hi;   // 1.ma * (1.mb)[23:12]
+  } mul_parts_t;
+
+  typedef struct packed {
+    logic               special;
+    logic [31:0]        special_r;
+    logic               sign;
+    logic signed [10:0] exp_pre;
+    logic [47:0]        sig_prod;  // 1.ma * 1.mb, exact
+  } mul_sum_t;
+
+  // Classify (subnormals read as zero), choose what the operands alone decide, and the
+  // product's sign and exponent before normalisation, ea + eb - 127.
+  function automatic void mul_front(input logic [31:0] a, input logic [31:0] b,
+                                    output logic special, output logic [31:0] special_r,
+                                    output logic sign, output logic signed [10:0] exp_pre);
+    logic a_zero, b_zero, a_inf, b_inf, a_nan, b_nan;
     a_zero = (a[30:23] == 8'd0);
     b_zero = (b[30:23] == 8'd0);
     a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
     b_inf  = (b[30:23] == 8'hFF) && (b[22:0] == '0);
     a_nan  = (a[30:23] == 8'hFF) && (a[22:0] != '0);
     b_nan  = (b[30:23] == 8'hFF) && (b[22:0] != '0);
-    sig_prod = {24'd0, 1'b1, a[22:0]} * {24'd0, 1'b1, b[22:0]};
-    exp_pre  = $signed({3'b000, a[30:23]}) + $signed({3'b000, b[30:23]}) - 11'sd127;
+    sign   = a[31] ^ b[31];
+    special = 1'b1;
+    if (a_nan || b_nan || (a_inf && b_zero) || (b_inf && a_zero)) special_r = CANON_NAN;
+    else if (a_inf || b_inf) special_r = {sign, 8'hFF, 23'd0};
+    else if (a_zero || b_zero) special_r = {sign, 31'd0};
+    else begin
+      special   = 1'b0;
+      special_r = '0;
+    end
+    exp_pre = $signed({3'b000, a[30:23]}) + $signed({3'b000, b[30:23]}) - 11'sd127;
+  endfunction
+
+  // Normalise, round to nearest even and pack the exact product 1.ma * 1.mb (below 2^-126 it
+  // flushes to signed zero); or the result the operands decided.
+  function automatic logic [31:0] mul_back(input logic special, input logic [31:0] special_r,
+                                           input logic sign, input logic signed [10:0] exp_in,
+                                           input logic [47:0] sig_prod);
+    logic               guard, sticky, round_up;
+    logic [23:0]        kept;
+    logic [24:0]        rounded;
+    logic signed [10:0] exp_pre, exp_fin;
+    exp_pre = exp_in;
     if (sig_prod[47]) begin
       kept    = sig_prod[47:24];
       guard   = sig_prod[23];
@@ -116,12 +244,47 @@ package nelssa_fp_pkg;
     round_up = guard & (sticky | kept[0]);
     rounded  = {1'b0, kept} + {24'd0, round_up};
     exp_fin  = rounded[24] ? exp_pre + 11'sd1 : exp_pre;
-    if (a_nan || b_nan || (a_inf && b_zero) || (b_inf && a_zero)) r = CANON_NAN;
-    else if (a_inf || b_inf) r = {sign, 8'hFF, 23'd0};
-    else if (a_zero || b_zero || exp_pre <= 11'sd0) r = {sign, 31'd0};
-    else if (exp_fin >= 11'sd255) r = {sign, 8'hFF, 23'd0};
-    else r = {sign, exp_fin[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
-    return r;
+    if (special) return special_r;
+    if (exp_pre <= 11'sd0) return {sign, 31'd0};
+    if (exp_fin >= 11'sd255) return {sign, 8'hFF, 23'd0};
+    return {sign, exp_fin[7:0], rounded[24] ? 23'd0 : rounded[22:0]};
+  endfunction
+
+  // fp32 a * b; a product whose exact value is below 2^-126 flushes to signed zero. (The
+  // staged multiplier forms the same product from two partial products, mul_parts.)
+  function automatic logic [31:0] fp32_mul(input logic [31:0] a, input logic [31:0] b);
+    /*verilator no_inline_task*/
+    logic               special, sign;
+    logic [31:0]        special_r;
+    logic signed [10:0] exp_pre;
+    mul_front(a, b, special, special_r, sign, exp_pre);
+    return mul_back(special, special_r, sign, exp_pre,
+                    {24'd0, 1'b1, a[22:0]} * {24'd0, 1'b1, b[22:0]});
+  endfunction
+
+  // The multiply's stages.
+  function automatic mul_parts_t mul_parts(input logic [31:0] a, input logic [31:0] b);
+    logic [23:0] sig_b;
+    mul_parts_t  p;
+    mul_front(a, b, p.special, p.special_r, p.sign, p.exp_pre);
+    sig_b     = {1'b1, b[22:0]};
+    p.prod_lo = {12'd0, 1'b1, a[22:0]} * {24'd0, sig_b[11:0]};
+    p.prod_hi = {12'd0, 1'b1, a[22:0]} * {24'd0, sig_b[23:12]};
+    return p;
+  endfunction
+
+  function automatic mul_sum_t mul_sum(input mul_parts_t p);
+    mul_sum_t s;
+    s.special   = p.special;
+    s.special_r = p.special_r;
+    s.sign      = p.sign;
+    s.exp_pre   = p.exp_pre;
+    s.sig_prod  = {12'd0, p.prod_lo} + {p.prod_hi, 12'd0};
+    return s;
+  endfunction
+
+  function automatic logic [31:0] mul_round(input mul_sum_t s);
+    return mul_back(s.special, s.special_r, s.sign, s.exp_pre, s.sig_prod);
   endfunction
 
   // bf16 a * bf16 b into fp32: exact but for overflow (signed Inf) and flush of tiny products.

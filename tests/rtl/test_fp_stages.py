@@ -1,7 +1,8 @@
-"""The staged fp32 units (rtl/core/nelssa_fp_stages_pkg.sv, nelssa_fp32_{add,mul}_staged) at
-Latency 0 to 3, bit for bit: against the model hw/model/fp.py (fadd, fmul) on specials,
-cancellation, alignment and random vectors driven from Python, and against nelssa_fp_pkg's
-fp32_add / fp32_mul on 2^18 generated pairs (every exponent pair twice with four kinds of
+"""The staged fp32 units (nelssa_fp32_{add,mul}_staged: registers between the stage functions
+of rtl/core/nelssa_fp_pkg.sv) at Latency 0 to 3, bit for bit: against the model hw/model/fp.py
+(fadd, fmul) on specials, cancellation, alignment and random vectors driven from Python, and
+against nelssa_fp_pkg's fp32_add / fp32_mul (the same steps without registers, so this checks
+the staging) on 2^18 generated pairs (every exponent pair twice with four kinds of
 significand, near-cancelling pairs, random bits), compared inside the simulation
 (rtl/sim/nelssa_fp_stages_top.sv)."""
 

@@ -1,0 +1,155 @@
+// The V accumulation of one query head of the attention engine (nelssa_attn_engine): per lane
+// o = o * (first row ? alpha : 1) + p * v for every V beat, and the denominator
+// l = l * (first row ? alpha : 1) + p once per row; x * 1 is x for every value they can hold.
+// A beat's adds are issued when its products have come through the multipliers (ctrl_i.vi_*);
+// the o (and l) they read is the one of the row before, taken from the adder's output when it
+// appears in that very cycle (the engine spaces a part's beats AddLatency cycles apart).
+module nelssa_attn_vacc
+  import nelssa_engine_pkg::*;
+  import nelssa_attn_pkg::*;
+#(
+  parameter int unsigned HeadDim    = 128,  // largest head_dim accepted: 64 or 128
+  parameter int unsigned AddLatency = 0,    // cycles of the fp32 adder
+  parameter int unsigned MulLatency = 0     // cycles of the fp32 multiplier
+) (
+  input  logic                                    clk_i,
+  input  logic                                    rst_ni,
+  input  logic                                    on_i,       // the head is in this command
+  input  vacc_ctrl_t                              ctrl_i,
+  input  logic [BEAT_W-1:0]                       kv_data_i,  // the V beat
+  input  logic [31:0]                             p_i,        // the weight of its row
+  input  logic [31:0]       alpha_i,    // the rescale of the rows before
+  // result beat rd_beat_i of the unnormalised output row: lanes 16 * (rd_beat_i % 2) and on of
+  // its beat rd_beat_i / 2
+  input  logic [2:0]        rd_beat_i,
+  output logic [BEAT_W-1:0] o_beat_o,
+  output logic [31:0]       l_o         // softmax denominator
+);
+  if (HeadDim != 64 && HeadDim != 128) begin : gen_check_head_dim
+    $error("nelssa_attn_vacc: HeadDim must be 64 or 128");
+  end
+  if (AddLatency > 15 || MulLatency > 15) begin : gen_check_latency
+    $error("nelssa_attn_vacc: every unit latency must be in 0..15");
+  end
+
+  localparam int unsigned MAX_BPR = HeadDim / LANES;                 // beats per row
+  localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;  // beat-in-row width
+
+  localparam int unsigned OUT_LANES = BEAT_W / 32;           // fp32 per result beat
+  localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
+
+  logic [31:0]   l_q;  // running softmax denominator
+  logic [31:0]   o_row [MAX_BPR][LANES];  // the output row, gathered from the lanes
+  logic [PW-1:0] rd_part;
+  logic [31:0]   p_l, l_scaled, l_src, l_sum;
+  logic [PW-1:0] part, vi_part, vo_part;
+  logic          unused_p, unused_ctrl;
+  assign part        = PW'(ctrl_i.part);
+  assign vi_part     = PW'(ctrl_i.vi_part);
+  assign vo_part     = PW'(ctrl_i.vo_part);
+  assign unused_ctrl = ^{ctrl_i.vi_part, ctrl_i.vo_part};  // (the high bits at HeadDim 64)
+  assign l_o         = l_q;
+  assign rd_part     = PW'(rd_beat_i / 3'(OUT_PER_PART));
+  for (genvar k = 0; k < OUT_LANES; k++) begin : gen_rd
+    assign o_beat_o[32*k +: 32] = o_row[rd_part][(32'(rd_beat_i) % OUT_PER_PART) * OUT_LANES + k];
+  end
+
+  nelssa_pipe #(
+    .Width  (32),
+    .Latency(MulLatency)
+  ) u_p_l (
+    .clk_i,
+    .rst_ni,
+    .en_i(ctrl_i.v_beat && on_i && ctrl_i.part == 2'd0),
+    .d_i (p_i),
+    .en_o(unused_p),
+    .q_o (p_l)
+  );
+  nelssa_fp32_mul #(
+    .Latency(MulLatency)
+  ) u_l_scale (
+    .clk_i,
+    .rst_ni,
+    .en_i  (ctrl_i.v_beat && on_i && ctrl_i.part == 2'd0 && ctrl_i.first_row),
+    .a_i   (l_q),
+    .b_i   (alpha_i),
+    .prod_o(l_scaled)
+  );
+  if (AddLatency > 0) begin : gen_l_fwd
+    assign l_src = (ctrl_i.vo_en && vo_part == '0) ? l_sum : l_q;
+  end else begin : gen_l_reg
+    assign l_src = l_q;
+  end
+  nelssa_fp32_add #(
+    .Latency(AddLatency)
+  ) u_l (
+    .clk_i,
+    .rst_ni,
+    .en_i (ctrl_i.vi_en && on_i && vi_part == '0),
+    .a_i  (ctrl_i.vi_first ? l_scaled : l_src),
+    .b_i  (p_l),
+    .sum_o(l_sum)
+  );
+
+  // (no reset: every command initialises what it reads)
+  always_ff @(posedge clk_i) begin
+    if (ctrl_i.cmd_take) l_q <= 32'd0;
+    if (ctrl_i.vo_en && on_i && vo_part == '0) l_q <= l_sum;
+  end
+
+  for (genvar i = 0; i < LANES; i++) begin : gen_lane
+    logic [MAX_BPR-1:0][31:0] o_q;  // this lane of each beat of the output row
+    logic [31:0] o_scaled, o_pv, o_src, o_sum;
+
+    for (genvar b = 0; b < MAX_BPR; b++) begin : gen_part
+      assign o_row[b][i] = o_q[b];
+    end
+
+    nelssa_fp32_mul #(
+      .Latency(MulLatency)
+    ) u_o_scale (
+      .clk_i,
+      .rst_ni,
+      .en_i  (ctrl_i.v_beat && on_i && ctrl_i.first_row),
+      .a_i   (o_q[part]),
+      .b_i   (alpha_i),
+      .prod_o(o_scaled)
+    );
+    nelssa_fp32_mul #(
+      .Latency(MulLatency)
+    ) u_pv (
+      .clk_i,
+      .rst_ni,
+      .en_i  (ctrl_i.v_beat && on_i),
+      .a_i   (p_i),
+      .b_i   ({kv_data_i[16*i +: 16], 16'h0000}),
+      .prod_o(o_pv)
+    );
+    if (AddLatency > 0) begin : gen_o_fwd
+      assign o_src = (ctrl_i.vo_en && vo_part == vi_part) ? o_sum : o_q[vi_part];
+    end else begin : gen_o_reg
+      assign o_src = o_q[vi_part];
+    end
+    nelssa_fp32_add #(
+      .Latency(AddLatency)
+    ) u_o (
+      .clk_i,
+      .rst_ni,
+      .en_i (ctrl_i.vi_en && on_i),
+      .a_i  (ctrl_i.vi_first ? o_scaled : o_src),
+      .b_i  (o_pv),
+      .sum_o(o_sum)
+    );
+
+    always_ff @(posedge clk_i) begin
+      if (ctrl_i.cmd_take) begin
+        o_q <= '0;
+      end else if (ctrl_i.vo_en && on_i) begin
+        // verilator unroll_full
+        for (int b = 0; b < MAX_BPR; b++) begin
+          if (vo_part == PW'(b)) o_q[b] <= o_sum;
+        end
+      end
+    end
+  end
+endmodule
