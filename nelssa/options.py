@@ -162,12 +162,14 @@ def fp_latency_option(text: str) -> tuple[tuple[str, int], ...]:
 
 def add_fp_latency_arg(parser: argparse.ArgumentParser) -> None:
     """``--fp-latency``, its help the PNM device description's field's (``fp_latency``)."""
+    from nelssa.config_args import user_help
     from nelssa.emu.latency.pnm_device_docs import PNM_DEVICE_DOCS
 
+    # (user_help: the description's pointer into the source is for the code's readers)
     parser.add_argument("--fp-latency", type=fp_latency_option, default=None,
                         metavar="KIND=N[,KIND=N...]",
-                        help=f"{PNM_DEVICE_DOCS['fp_latency']}; e.g. add=3,mul=2 [default: all "
-                             "0]")
+                        help=f"{user_help(PNM_DEVICE_DOCS['fp_latency'])}; e.g. add=3,mul=2 "
+                             "[default: all 0]")
 
 
 def add_ddr5_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
