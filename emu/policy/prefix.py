@@ -413,12 +413,13 @@ class BlockPool:
         if not nc:
             return
         rb = blocks[nc - 1::-1]
+        self._flag(rb, 1)
+        self.evictable += len(rb)
         sh = self.shared
         held = (sh.keys() & rb) if sh else None
         if held:  # still held by others: not free, their entries are stale from the start
-            self._flag(rb, 1)
             self._flag(list(held), 0)
-            self.evictable += len(rb) - len(held)
+            self.evictable -= len(held)
             stale = self.stale
             for b in held:
                 c = sh[b]
@@ -427,7 +428,4 @@ class BlockPool:
                 else:
                     del sh[b]
                 stale[b] = stale.get(b, 0) + 1
-        else:
-            self._flag(rb, 1)
-            self.evictable += len(rb)
         self.queue.append([rb, keys, nc, 0])
