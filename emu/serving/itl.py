@@ -18,6 +18,7 @@ import math
 import time
 from array import array
 from collections.abc import Callable, Sequence
+from operator import sub
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -88,18 +89,16 @@ class TimedReplay(Replay):
         super().settle(t)
         self._planned = None
 
-    def _take_run(self, k: int, now: float, placed: Any, key: int | None,
-                  step: float) -> None:
-        sched = self.fast
-        assert sched is not None
+    def _jobs_took(self, k: int, now: float) -> None:
         start = self._run_start
         ends = (self._planned if self._planned is not None else self.run_times)[:k]
-        steps = array("d", [b - a for a, b in zip([start, *ends], ends, strict=False)])
         # (_gap, inlined: the run's gaps after each request's first are the same)
-        first_end, tail = start + steps[0], steps[1:]
+        first_end, tail = start + (ends[0] - start), array("d", map(sub, ends[1:], ends))
         all_gaps = self._gaps
         for job in self.run_jobs:
+            job.outputs += k
             rq = job.rq
+            rq.generated += k
             gaps = rq.gaps
             if gaps is None:
                 gaps = rq.gaps = all_gaps[rq.req.rid] = array("d", (first_end
@@ -108,7 +107,6 @@ class TimedReplay(Replay):
                 gaps.append(first_end - rq.last_s)
             gaps.extend(tail)
             rq.last_s = now
-        super()._take_run(k, now, placed, key, step)
 
 
 def timed_replay(sim: ServingSim, requests: list[TraceRequest],

@@ -471,7 +471,7 @@ class Replay:
         self.run_jobs = run_jobs = []
         keep = run_jobs.append
         for j in sched.running:
-            job = jobs[j.spec.jid]
+            job = jobs[j.jid]
             keep(job)
             if job.kind is resident:
                 rq = job.rq
@@ -603,6 +603,10 @@ class Replay:
         self.out.steps += k
         self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
         self.work_left -= k * len(sched.running)
+        self._jobs_took(k, now)
+
+    def _jobs_took(self, k: int, now: float) -> None:
+        """The run's jobs each made ``k`` tokens, the last at ``now``."""
         for job in self.run_jobs:
             job.outputs += k
             job.rq.generated += k
