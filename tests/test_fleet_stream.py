@@ -8,6 +8,7 @@ import csv
 import math
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from nelssa.emu.serving.config import ServingConfig
 from nelssa.emu.serving.fleet import FleetSim
 from nelssa.emu.serving.stream import QuantileSketch, RecordSink
 from nelssa.emu.serving.workload import TraceRequest, load_trace, resample
+from nelssa.experiments.fleet_scale import WindowMeter, fleet_work
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "tests/data/mooncake_conversation_head.jsonl"
@@ -67,9 +69,17 @@ def test_a_streamed_run_gives_the_list_runs_figures(tmp_path, cat, lm) -> None:
     reqs = list(resample(src, 400, 12.0, seed=5))
     cfg = ServingConfig(mode="nelssa", devices=2)
     whole = FleetSim(SPEC, cat, lm, cfg).run(list(reqs)).merged()
+    fleet = FleetSim(SPEC, cat, lm, cfg)
+    # the fleet_scale page's meter, reading the fleet's work as the stream is taken
+    meter = WindowMeter(150, reference=lambda: 0.0, counters=partial(fleet_work, fleet))
     with RecordSink(tmp_path) as sink:
-        streamed = FleetSim(SPEC, cat, lm, cfg).run(iter(reqs), sink=sink, total=len(reqs))
+        streamed = fleet.run(meter.meter(iter(reqs)), sink=sink, total=len(reqs))
     assert all(not run.results and not run.samples for _, run in streamed.instances)  # dropped
+    total = fleet_work(fleet)
+    assert total["steps"] == whole.steps and total["preemptions"] == whole.preemptions
+    assert len(meter.windows) == 2 and all(w["work"]["steps"] > 0 for w in meter.windows)
+    # the windows' work adds up to the work done by the time the last window closed
+    assert sum(w["work"]["steps"] for w in meter.windows) < whole.steps
     rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
     assert len(rows) == sink.requests == len(whole.results) == len(reqs)
     by_id = {int(r["request_id"]): r for r in rows}
@@ -151,6 +161,9 @@ def test_the_page_says_which_windows_ran_beside_other_work() -> None:
                        {**w, "load1": 1.9}], 1000)
     assert "during windows 2, 3" in busy and "idle" not in busy and "up to 30%" in busy
     assert _load_note([], 1000) == ""
+    worked = _load_note([{**w, "load1": 1.0, "work": {"steps": 100}},
+                         {**w, "load1": 1.0, "cpu_s": 12.0, "work": {"steps": 110}}], 1000)
+    assert "work itself moved by 10.0%" in worked
 
 
 def test_the_reference_work_takes_cpu_time() -> None:

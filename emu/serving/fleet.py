@@ -161,6 +161,9 @@ class FleetSim:
         self.nodes: list[PnmNode] = []
         self.node_groups: dict[str, list[PnmNode]] = {}
         self._build_nodes()
+        self.replays: list[TimedReplay] = []
+        """The instances' replays of the run in progress or last run (a meter reads their
+        counters as it goes)."""
         self.pool_cost: CostModel | None = None
         self.pool_gpus = 0
         if spec.prefill_pool is not None:
@@ -283,6 +286,7 @@ class FleetSim:
             stream = iter(requests)
         self._build_nodes()
         insts = self._instances()
+        self.replays = [x.replay for x in insts]
         if sink is not None:
             for inst in insts:
                 rep = inst.replay

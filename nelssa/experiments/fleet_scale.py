@@ -8,6 +8,7 @@ docs/results/fleet_scale.md (``scripts/fleet_scale.py`` is the command line)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import logging
 import math
@@ -125,10 +126,14 @@ class WindowMeter:
 
     size: int
     windows: list[dict[str, Any]] = field(default_factory=list)
-    """Per window: ``cpu_s``, ``gc_s`` and ``gc_n`` (by generation), ``load1``, ``ref_s``."""
+    """Per window: ``cpu_s``, ``gc_s`` and ``gc_n`` (by generation), ``load1``, ``ref_s``,
+    and ``work``: how much each of ``counters`` grew in it."""
     reference: Callable[[], float] = reference_work
     ref0_s: float = 0.0
     """``reference``'s CPU time before the first window."""
+    counters: Callable[[], dict[str, int]] | None = None
+    """The run's work so far (steps, preemptions...), read at each window's end: whether a
+    window that costs more per request had more to do."""
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -143,6 +148,9 @@ class WindowMeter:
             self._gc_s[g] += time.process_time() - self._gc_t0
             self._gc_n[g] += 1
 
+    def _work(self) -> dict[str, int]:
+        return self.counters() if self.counters is not None else {}
+
     def meter(self, stream: Iterable[TraceRequest]) -> Iterator[TraceRequest]:
         """``stream`` unchanged, each whole window of it measured (from taking its first
         request to taking the next window's first)."""
@@ -150,15 +158,19 @@ class WindowMeter:
         gc.callbacks.append(self._on_gc)
         try:
             t, s0, n0 = time.process_time(), list(self._gc_s), list(self._gc_n)
+            w0 = self._work()
             for k, r in enumerate(stream):
                 if k and not k % self.size:
                     now = time.process_time()
+                    work = self._work()
                     ref = self.reference()
                     self.windows.append({
                         "cpu_s": now - t,
                         "gc_s": [a - b for a, b in zip(self._gc_s, s0, strict=True)],
                         "gc_n": [a - b for a, b in zip(self._gc_n, n0, strict=True)],
-                        "load1": os.getloadavg()[0], "ref_s": ref})
+                        "load1": os.getloadavg()[0], "ref_s": ref,
+                        "work": {name: v - w0.get(name, 0) for name, v in work.items()}})
+                    w0 = work
                     log.info("requests %d..%d: %.1f s CPU, gc %s, load %.2f, reference "
                              "%.1f ms", k - self.size, k, now - t, self.windows[-1]["gc_n"],
                              self.windows[-1]["load1"], ref * 1e3)
@@ -166,6 +178,15 @@ class WindowMeter:
                 yield r
         finally:
             gc.callbacks.remove(self._on_gc)
+
+
+def fleet_work(fleet: FleetSim) -> dict[str, int]:
+    """The fleet's steps (a run of pure decode steps counts each), preemptions and decode
+    tokens so far, over its instances."""
+    outs = [r.out for r in fleet.replays]
+    return {"steps": sum(o.steps for o in outs),
+            "preemptions": sum(o.preemptions for o in outs),
+            "decode_tokens": sum(o.decode_tokens for o in outs)}
 
 
 def _peak_mib() -> float:
@@ -194,11 +215,11 @@ def million(src: list[TraceRequest], args: argparse.Namespace,
     rate = len(src) / src[-1].arrival_s * args.big_instances
     out: dict[str, Any] = {"rate": rate, "baseline_mib": _peak_mib(), "runs": []}
     for n in (max(1, args.million // 10), args.million):
-        meter = WindowMeter(args.window)
+        fleet = FleetSim(spec, cat, lm, cfg)
+        meter = WindowMeter(args.window, counters=functools.partial(fleet_work, fleet))
         with RecordSink(records / f"{n}") as sink:
             c0, w0 = time.process_time(), time.perf_counter()
-            res = FleetSim(spec, cat, lm, cfg).run(meter.meter(resample(src, n, rate, seed=1)),
-                                                   sink=sink, total=n)
+            res = fleet.run(meter.meter(resample(src, n, rate, seed=1)), sink=sink, total=n)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         merged = res.merged()
         out["runs"].append({
@@ -284,11 +305,18 @@ def _load_note(windows: list[dict[str, Any]], size: int) -> str:
     lo, hi = min(refs), max(refs)
     per = [w["cpu_s"] / size / w["ref_s"] for w in windows]
     own = max(per) / min(per) - 1
+    steps = [w.get("work", {}).get("steps") for w in windows]
+    work = ""
+    if all(steps):
+        spread = max(steps) / min(steps) - 1
+        work = (f" The work itself moved by {spread:.1%} between windows (their steps, "
+                "above)" + (": a window that costs more per request did not have more to do."
+                            if spread < 0.05 else "."))
     return (f"{note} The reference work took {lo * 1e3:.0f} to {hi * 1e3:.0f} ms "
             f"({hi / lo - 1:+.0%} from its fastest window to its slowest); each window's CPU "
             "per request in thousandths of its reference work: "
             f"{', '.join(f'{x * 1e3:.2f}' for x in per)}, which differ by up to {own:.0%}: the "
-            "run's own growth, the machine's speed taken out.")
+            f"run's own growth, the machine's speed taken out.{work}")
 
 
 def _windows_line(windows: list[dict[str, Any]], size: int, ref0_s: float) -> str:
@@ -302,9 +330,15 @@ def _windows_line(windows: list[dict[str, Any]], size: int, ref0_s: float) -> st
     ref = ", ".join(f"{w['ref_s'] * 1e3:.0f}" for w in windows)
     n = [sum(w["gc_n"][g] for w in windows) for g in range(3)]
     gc_s = sum(sum(w["gc_s"]) for w in windows)
+    work = ""
+    if all("work" in w and w["work"] for w in windows):
+        steps = ", ".join(f"{w['work']['steps'] / size:.1f}" for w in windows)
+        pre = ", ".join(f"{w['work']['preemptions']:,}" for w in windows)
+        work = (f"; the fleet's steps per request of each window: {steps}, its preemptions: "
+                f"{pre}")
     return (f"{ms} (load average at each window's end: {load}; the reference work's CPU "
             f"there, ms: {ref}, {ref0_s * 1e3:.0f} before the first); garbage collections by "
-            f"generation {n[0]} / {n[1]} / {n[2]}, {gc_s:.1f} s in all")
+            f"generation {n[0]} / {n[1]} / {n[2]}, {gc_s:.1f} s in all{work}")
 
 
 def main(argv: list[str] | None = None) -> int:
