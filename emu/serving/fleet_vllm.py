@@ -7,7 +7,7 @@ and the cost model are the same code as under ours.
 
 What crosses: the fleet description, the hardware the fleet names (its GPUs, its PNM entries
 as their figures, the bandwidth measured here and without their device model, as
-``replay.job_to_json`` sends them; its link), the latency model, the serving configuration and
+``replay_json.job_to_json`` sends them; its link), the latency model, the serving configuration and
 the requests. ``python -m nelssa.emu.serving.fleet_vllm`` is the vLLM environment's end.
 
 ``run_fleet`` picks the process by the configuration's scheduler (``RUNNERS``).

@@ -27,7 +27,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nelssa.emu.policy.adaptive import AdaptiveThreshold, TierLoad
@@ -38,11 +38,11 @@ from nelssa.emu.policy.schedule import JobScheduler
 from nelssa.emu.policy.schedulers import SchedulerSpec, make_scheduler
 from nelssa.emu.policy.shed import Shedder
 from nelssa.emu.policy.v1_scheduler import V1Scheduler
-from nelssa.emu.serving import fastpath
 from nelssa.emu.serving.cost import Chunk, Tier
+from nelssa.emu.serving.decode_runs import DecodeRuns
 from nelssa.emu.serving.fabric import SwitchPort
 from nelssa.emu.serving.gcscope import fewer_collections
-from nelssa.emu.serving.pnm_nodes import PnmNode, node_sums, place, pnm_terms, pnm_time, terms_max
+from nelssa.emu.serving.pnm_nodes import PnmNode, node_sums, place, pnm_time
 from nelssa.emu.serving.results import Activity, RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
 
@@ -109,7 +109,7 @@ def prefill_ready(sim: ServingSim, requests: list[TraceRequest],
     return sorted(ready, key=lambda x: (x[0], x[1].rid))
 
 
-class Replay:
+class Replay(DecodeRuns):
     """One run of ``requests`` through ``sim``'s configuration; with ``nodes``, one decode
     instance of a fleet (``fleet.py``), its PNM-tier requests placed on those nodes and its
     arrivals handed to it (``offer``) as the fleet's dispatcher routes them."""
@@ -363,23 +363,6 @@ class Replay:
             self.port.book(len(pnm_ctxs), step)
         return step
 
-    def _book(self, sums: list[tuple[PnmNode, int, int]], ahead: int, step_s: float) -> None:
-        """Its offered load on each node, from a step of ``step_s`` (the others' slowdown)."""
-        key = id(self)
-        now = {n for n, _, _ in sums}
-        for n in self._loaded - now:
-            n.set_load(key, 0.0)
-        for n, c, k in sums:
-            # (CostModel.pnm_attn_s from the node's copy of its slope; PnmNode.set_load
-            # inlined: every planned run of a fleet's instance books each of its nodes)
-            rho = (c + ahead * k) * n.s_per_token / step_s if step_s > 0 else 0.0
-            load = n.load
-            old = load.get(key, 0.0)
-            if rho != old:
-                load[key] = rho
-                n.load_sum += rho - old
-        self._loaded = now
-
     def _on_preempted(self, plan: Any) -> None:
         for jid, tokens in plan.preempted:
             job = self.jobs[jid]
@@ -455,188 +438,6 @@ class Replay:
             if (job.kind in (JobKind.GPU, JobKind.GPU_KV_IN) and job.decoding
                     and rq.migrating_until is None):
                 yield rq.req.input_len + rq.generated, rq
-
-    def _decode_run(self, next_sample: float) -> int:
-        """Take the pure decode steps ahead, up to the first event this replay watches (an
-        arrival, a sample, a migration that starts or ends); the number taken, 0 if none."""
-        sched = self.fast
-        assert sched is not None
-        k_max = fastpath.steady_steps(sched, 4096)
-        if k_max < 2:
-            return 0
-        gpu_n = gpu_ctx0 = pnm_ctx0 = 0
-        pnm: list[int] = []
-        sums: dict[PnmNode, list[int]] | None = {} if self._node_priced else None
-        jobs, resident = self.jobs, JobKind.PNM_RESIDENT
-        self.run_jobs = run_jobs = []
-        keep = run_jobs.append
-        for j in sched.running:
-            job = jobs[j.jid]
-            keep(job)
-            if job.kind is resident:
-                rq = job.rq
-                ctx = rq.req.input_len + rq.generated
-                pnm.append(ctx)
-                if sums is not None:  # (node_sums, inlined)
-                    s = sums.get(rq.node)
-                    if s is None:
-                        sums[rq.node] = [ctx, 1]
-                    else:
-                        s[0] += ctx
-                        s[1] += 1
-            else:
-                gpu_n += 1
-                gpu_ctx0 += j.computed
-        pnm_n = len(pnm)
-        pnm_ctx0 = sum(pnm)
-        placed = (None if sums is None
-                  else [(n, c, k) for n, (c, k) in sums.items()])
-        w = self.cost.window_tokens
-        window = growing = 0  # the windows' sum, those that still grow, and when they stop
-        stops: dict[int, int] = {}
-        for x in pnm:
-            if x < w:
-                window += x
-                growing += 1
-                stops[w - x + 1] = stops.get(w - x + 1, 0) + 1
-            else:
-                window += w
-        tokens = gpu_n + pnm_n
-        watch = self.cfg.migration
-        if watch:
-            busy_until = min((rq.migrating_until for rq in self.live
-                              if rq.migrating_until is not None), default=None)
-            per_step = fastpath.alloc_per_step(sched, k_max)
-            used = sched.used_blocks()
-            policy, router, capacity = self.sim.migration, self.router, self.sim.gpu_blocks
-            # the longest stays the longest in a run
-            best = policy.longest(self._decoding_gpu_requests())
-            can_start = (best is not None and busy_until is None and place(
-                best[1].req.input_len + best[1].req.output_len, self.nodes) is not None)
-        arrival = self.arrivals[0][0] if self.arrivals else math.inf
-        if not self.lazy:  # a lazy run may pass the horizon: the fleet cuts it (settle)
-            arrival = min(arrival, self.horizon)
-        times: list[float] = []
-        """Each step's end (a lazy run is settled from them; ``run_times`` otherwise)."""
-        now = self.now
-        self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm)
-        k = 0
-        key = id(self) if self.contended else None
-        terms = None if placed is None else pnm_terms(placed, key, k_max)
-        if self.port is not None and terms:  # the shared switch's wait, the same each step
-            wait = self.port.wait_s(pnm_n, now)
-            if wait:
-                terms = [(c, n, p, f, t + wait) for c, n, p, f, t in terms]
-        one = terms is not None and len(terms) == 1  # the common case, priced inline
-        t_pnm: float | None = None
-        if one:
-            assert terms is not None
-            c1, k1, p1, f1, t1 = terms[0]
-        elif terms is not None and not terms:  # no PNM-tier request: terms_max's 0.0
-            t_pnm, terms = 0.0, None
-        # step_agg_s inlined (CostModel.decode_run_terms): a call a step was a tenth of a
-        # fleet's run
-        base, s_kv, s_centroid, s_pnm, comm = self.cost.decode_run_terms(tokens, pnm_n)
-        order = sorted(stops)
-        si, nxt = 0, order[0] if order else 0
-        step = 0.0
-        # step i's sums, stepped on from step 1 (integers: the same as from i): GPU attention
-        # context gpu_ctx0 + i * gpu_n + window, PNM context pnm_ctx0 + (i - 1) * pnm_n, and
-        # the one node's c1 + (i - 1) * k1
-        gpu_att = gpu_ctx0 + gpu_n + window
-        pnm_ctx = pnm_ctx0
-        if not one:
-            c1 = k1 = 0
-        c_one = c1
-        until = arrival if arrival < next_sample else next_sample
-        add = times.append
-        for i in range(1, k_max + 1):
-            if one:
-                t_pnm = c_one * p1 * f1 + t1
-            elif terms is not None:
-                t_pnm = terms_max(terms, i - 1)
-            t_attn = gpu_att * s_kv
-            t_tier = pnm_ctx * s_pnm + comm if t_pnm is None else t_pnm
-            step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_tier else t_tier)
-            now += step
-            add(now)
-            if now >= until:
-                break
-            if watch:
-                used += per_step[i]
-                if busy_until is not None and now >= busy_until:
-                    break
-                if (can_start and best is not None and policy.pressure(used, capacity)
-                        and router.past(best[0] + i)):
-                    break
-            # on to step i + 1: the windows that still grow grow by a token
-            gpu_att += gpu_n + growing
-            pnm_ctx += pnm_n
-            c_one += k1
-            if i + 1 == nxt:
-                growing -= stops[nxt]
-                si += 1
-                nxt = order[si] if si < len(order) else 0
-        k = len(times)
-        if self.port is not None:
-            self.port.book(pnm_n, step)
-        if self.lazy:
-            if key is not None and placed is not None:  # its load while the run lasts
-                self._book(placed, k - 1, step)
-            self._pending = (times, len(sched.running))
-            self.now = now  # tentative: settle may cut it
-            return k
-        self.run_times = times
-        self._take_run(k, now, placed, key, step)
-        return k
-
-    def _take_run(self, k: int, now: float, placed: Any, key: int | None,
-                  step: float) -> None:
-        """Take ``k`` planned pure decode steps, the last ending at ``now``."""
-        sched = self.fast
-        assert sched is not None
-        fastpath.advance(sched, k)
-        if key is not None and placed is not None:
-            self._book(placed, k - 1, step)
-        self._count_run(k, now)
-        self.now = now
-        self.out.steps += k
-        self.out.peak_gpu_blocks = max(self.out.peak_gpu_blocks, sched.used_blocks())
-        self.work_left -= k * len(sched.running)
-        self._jobs_took(k, now)
-
-    def _jobs_took(self, k: int, now: float) -> None:
-        """The run's jobs each made ``k`` tokens, the last at ``now``."""
-        for job in self.run_jobs:
-            job.outputs += k
-            job.rq.generated += k
-
-    def _count_run(self, k: int, end: float) -> None:
-        """The activity of the first ``k`` steps of the run planned last (``_decode_run``):
-        step ``i`` (from 1) has ``gpu_ctx0 + i * gpu_n`` GPU context, ``pnm_ctx0 + (i - 1) *
-        pnm_n`` PNM context, and each PNM window ``min(x + i - 1, w)``, summed in closed form."""
-        start, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm = self._run_work
-        a, w = self.out.activity, self.cost.window_tokens
-        a.busy_s += end - start
-        a.steps += k
-        a.tokens += k * tokens
-        a.gpu_ctx += k * gpu_ctx0 + gpu_n * k * (k + 1) // 2
-        a.pnm_ctx += k * pnm_ctx0 + pnm_n * k * (k - 1) // 2
-        a.pnm_decodes += k * pnm_n
-        for x in pnm:  # j steps below the cap, then w
-            j = min(k, max(0, w - x))
-            a.window += j * x + j * (j - 1) // 2 + (k - j) * w
-
-    def settle(self, t: float = math.inf) -> None:
-        """Take the planned run: whole, or up to the step it is in at ``t`` (a request handed
-        to it at ``t`` would have stopped it there)."""
-        if self._pending is None:
-            return
-        times, batch = self._pending
-        k = min(bisect.bisect_left(times, t) + 1, len(times))
-        self._pending = None
-        self._take_run(k, times[k - 1], None, None, 0.0)  # its load was booked when planned
-        self._after_step(k * batch)
 
     def _after_step(self, made: int) -> None:
         """What follows every step: decode tokens counted, migration, a sample when due."""
@@ -814,33 +615,3 @@ def replay(sim: ServingSim, requests: list[TraceRequest],
     run = Replay(sim, requests, fast).run(progress)
     run.wall_s, run.cpu_s = time.perf_counter() - t0, time.process_time() - c0
     return run
-
-
-# -- the replay as JSON, for the vLLM environment's process ------------------------------------
-def job_to_json(sim: ServingSim, requests: list[TraceRequest]) -> dict[str, Any]:
-    lm = sim.lm
-    cfg = {f.name: getattr(sim.cfg, f.name) for f in fields(sim.cfg)}
-    cfg["scheduler"] = sim.cfg.scheduler.value
-    # the PNM tier as its figures: the vLLM environment has no device model to derive them
-    return {"config": cfg, "gpu": asdict(lm.gpu), "pnm": {**asdict(lm.pnm), "device": None},
-            "model": asdict(lm.model), "link": asdict(lm.link) if lm.link else None,
-            "sparsity": asdict(lm.sparsity),
-            "requests": [[r.rid, r.arrival_s, r.input_len, r.output_len, r.line,
-                          list(r.hash_ids) if r.hash_ids is not None else None]
-                         for r in requests]}
-
-
-def job_from_json(job: dict[str, Any]) -> tuple[ServingSim, list[TraceRequest]]:
-    from nelssa.emu.latency.hardware import GpuHw, LinkHw, ModelHw, PnmHw
-    from nelssa.emu.latency.model import LatencyModel, Sparsity
-    from nelssa.emu.serving.config import SchedulerKind, ServingConfig
-    from nelssa.emu.serving.sim import ServingSim
-
-    lm = LatencyModel(GpuHw(**job["gpu"]), PnmHw(**job["pnm"]), ModelHw(**job["model"]),
-                      Sparsity(**job["sparsity"]),
-                      LinkHw(**job["link"]) if job["link"] else None)
-    cfg = ServingConfig(**{**job["config"],
-                           "scheduler": SchedulerKind(job["config"]["scheduler"])})
-    reqs = [TraceRequest(rid, t, i, o, line, tuple(h) if h is not None else None)
-            for rid, t, i, o, line, h in job["requests"]]
-    return ServingSim(lm, cfg), reqs

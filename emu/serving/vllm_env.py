@@ -29,7 +29,7 @@ def run_in_vllm_env(sim: ServingSim, requests: list[TraceRequest],
 
 def run_many_in_vllm_env(replays: list[tuple[ServingSim, list[TraceRequest]]]) -> list[RunResult]:
     """Several replays in one process of the vLLM environment (its start takes seconds)."""
-    from nelssa.emu.serving.replay import job_to_json
+    from nelssa.emu.serving.replay_json import job_to_json
 
     python = vllm_python()
     job = json.dumps({"jobs": [job_to_json(sim, reqs) for sim, reqs in replays]})

@@ -16,7 +16,7 @@ def main() -> int:
     ``{"runs": [...]}`` with their results and wall and CPU times (``replay`` measures them, as
     for ours) on stdout."""
     from nelssa.emu.serving.itl import timed_replay
-    from nelssa.emu.serving.replay import job_from_json
+    from nelssa.emu.serving.replay_json import job_from_json
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     runs = []
