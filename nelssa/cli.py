@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
 
         check_node_args(parser, args)
     elif args.command == "decode":
-        from nelssa.cli_decode import check_decode_args
+        from nelssa.cli_decode_args import check_decode_args
 
         check_decode_args(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,

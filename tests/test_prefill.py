@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from nelssa.cli import build_parser, main
-from nelssa.cli_decode import check_decode_args
+from nelssa.cli_decode_args import check_decode_args
 from nelssa.host.gpu import prefill as prefill_mod
 from nelssa.host.gpu.config import (
     LLAMA3_ROPE_SCALING,

@@ -58,7 +58,7 @@ PAGES: dict[str, Measured | None] = {
     "ddr5_ramulator.md": Measured("scripts/bench_ddr5.py", (
         "hw/model/ddr5_replay.py", "hw/model/ddr5_timing.py")),
     "decode.md": Measured("scripts/needle_report.py", (
-        "host/gpu", "host/pnm_node", "nelssa/cli_decode.py")),
+        "host/gpu", "host/pnm_node", "nelssa/cli_decode.py", "nelssa/cli_decode_args.py")),
     "device.md": HAND_WRITTEN,  # the two-unit device's figures, kept (it says so); no script
     "device_bench.md": Measured("scripts/bench_device.py", (
         "hw/model/device.py", "hw/model/bandwidth.py")),
