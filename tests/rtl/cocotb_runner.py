@@ -77,15 +77,37 @@ def _share_runtime(runtime: Path, build_dir: Path, into_build: bool) -> bool:
     return all((build_dir / f"{n}.o").exists() for n in RUNTIME_OBJECTS)
 
 
+PUBLIC_FLAT_RW = "--public-flat-rw"
+"""What cocotb's runner makes of every signal of the design: public, readable and writable
+through VPI. Verilator must then keep each one as it is, which tripled the C++ of the
+attention engine with pipelined units (76 MB, 26 without); the tests drive and sample the
+top's ports and read its parameters only, so the runner makes just those public
+(:func:`_public_top`)."""
+PUBLIC_TOP = "public-top"
+"""The cache key's word for a build whose top alone is public."""
+
+
+def _public_top(build_dir: Path, top: str) -> list[str]:
+    """Verilator arguments that make ``top``'s own signals and every parameter public (a
+    control file in ``build_dir``), instead of every signal of the design."""
+    vlt = build_dir / "public_top.vlt"
+    text = f'`verilator_config\npublic_flat_rw -module "{top}" -var "*"\n'
+    if not vlt.exists() or vlt.read_text() != text:  # (a new time would verilate again)
+        vlt.write_text(text)
+    return [str(vlt), "--public-params"]
+
+
 class _KeepRuntime(Verilator):
     """cocotb's Verilator runner whose make keeps the run-time objects already in the build
     folder (make -o): verilated.mk makes each depend on the Vtop.mk that Verilator has just
-    written, so make would compile the copies again (about 10 s of CPU a build)."""
+    written, so make would compile the copies again (about 10 s of CPU a build); and whose
+    Verilator makes only the top's signals public (PUBLIC_FLAT_RW)."""
 
     keep: Sequence[str] = ()
 
     def _build_command(self) -> list[list[str]]:
         *verilate, make = super()._build_command()
+        verilate = [[a for a in cmd if a != PUBLIC_FLAT_RW] for cmd in verilate]
         return [*verilate, [*make, *(a for f in self.keep for a in ("-o", f))]]
 
 
@@ -151,7 +173,8 @@ def run_cocotb(
     make_flags = UNOPTIMIZED_MAKEFLAGS if unoptimized else ""
     model_flags = f"{make_flags} {SINGLE_COMPILE_MAKEFLAGS}".strip() if single_compile else (
         make_flags)
-    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, [*build_args, model_flags])
+    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params,
+                                 [*build_args, model_flags, PUBLIC_TOP])
     runner = _KeepRuntime()
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
@@ -172,7 +195,7 @@ def run_cocotb(
                 hdl_toplevel=top,
                 parameters=params,
                 build_dir=build_dir,
-                build_args=build_args,
+                build_args=[*build_args, *_public_top(build_dir, top)],
                 waves=waves,
             )
         if shared:

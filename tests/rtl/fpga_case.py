@@ -89,4 +89,4 @@ def run_top(test_module: str) -> None:
     from cocotb_runner import run_cocotb
 
     run_cocotb("nelssa_fpga_top", test_module, parameters=TOP_PARAMS, sources=FPGA_TOP,
-               build_extra=FP_GATED_ARGS, unoptimized=True)
+               build_extra=FP_GATED_ARGS, unoptimized=True, single_compile=True)
