@@ -79,9 +79,9 @@ def _share_runtime(runtime: Path, build_dir: Path, into_build: bool) -> bool:
 
 PUBLIC_FLAT_RW = "--public-flat-rw"
 """What cocotb's runner makes of every signal of the design: public, readable and writable
-through VPI. Verilator must then keep each one as it is, which tripled the C++ of the
-attention engine with pipelined units (76 MB, 26 without); the tests drive and sample the
-top's ports and read its parameters only, so the runner makes just those public
+through VPI. Verilator must then keep each one as it is: the attention engine with
+pipelined units was 76 MB of C++ (30 without), the FPGA top 34 (14). The tests drive and
+sample the top's ports and read its parameters, so the runner makes just those public
 (:func:`_public_top`)."""
 PUBLIC_TOP = "public-top"
 """The cache key's word for a build whose top alone is public."""
@@ -101,13 +101,15 @@ class _KeepRuntime(Verilator):
     """cocotb's Verilator runner whose make keeps the run-time objects already in the build
     folder (make -o): verilated.mk makes each depend on the Vtop.mk that Verilator has just
     written, so make would compile the copies again (about 10 s of CPU a build); and whose
-    Verilator makes only the top's signals public (PUBLIC_FLAT_RW)."""
+    Verilator makes only the top's signals public (PUBLIC_FLAT_RW) unless ``public_all``."""
 
     keep: Sequence[str] = ()
+    public_all = False
 
     def _build_command(self) -> list[list[str]]:
         *verilate, make = super()._build_command()
-        verilate = [[a for a in cmd if a != PUBLIC_FLAT_RW] for cmd in verilate]
+        if not self.public_all:
+            verilate = [[a for a in cmd if a != PUBLIC_FLAT_RW] for cmd in verilate]
         return [*verilate, [*make, *(a for f in self.keep for a in ("-o", f))]]
 
 
@@ -142,6 +144,7 @@ def run_cocotb(
     expect_assertion: str | Collection[str] | None = None,
     unoptimized: bool = False,
     single_compile: bool = False,
+    public_all: bool = False,
 ) -> None:
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
@@ -159,6 +162,8 @@ def run_cocotb(
     ``single_compile``: compile the model as one C++ file, without precompiled headers (with
     ``unoptimized``, a third of the C++ compile's CPU for the small attention engine; Verilator
     splits a model of its size).
+    ``public_all``: every signal public through VPI (cocotb's own way), not only the top's
+    (PUBLIC_FLAT_RW): for a design whose C++ grows when Verilator may optimize its insides.
     """
     setup_environment()
     waves = waves or waves_requested()
@@ -174,8 +179,9 @@ def run_cocotb(
     model_flags = f"{make_flags} {SINGLE_COMPILE_MAKEFLAGS}".strip() if single_compile else (
         make_flags)
     build_dir = cached_build_dir(f"cocotb-{top}", hashed, params,
-                                 [*build_args, model_flags, PUBLIC_TOP])
+                                 [*build_args, model_flags, *([] if public_all else [PUBLIC_TOP])])
     runner = _KeepRuntime()
+    runner.public_all = public_all
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
     # one build folder holds the model and the run's results: one process at a time
@@ -195,7 +201,7 @@ def run_cocotb(
                 hdl_toplevel=top,
                 parameters=params,
                 build_dir=build_dir,
-                build_args=[*build_args, *_public_top(build_dir, top)],
+                build_args=[*build_args, *([] if public_all else _public_top(build_dir, top))],
                 waves=waves,
             )
         if shared:
