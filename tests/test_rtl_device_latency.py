@@ -4,13 +4,16 @@ engine): its ATTEND results are the model device's bit for bit, and its busy cyc
 model device's cycle model (CycleTiming.for_engine, from hw/model/engine_cycles.py) gives for
 the same latencies, within test_device_timing.py's median bound (measured: 4,624 RTL cycles,
 the model 4,632, +0.17 %; the combinational model's 3,527, 24 % short). The smallest device
-(one unit) at -O0: a short simulation and a cheaper build, the one test_rtl_device_waves.py
-takes (tests/device_builds.py)."""
+(one unit whose engine holds the workload's 2 query heads and 16-token clusters) at -O0: a
+short simulation and a cheaper build, the one test_rtl_device_waves.py takes
+(tests/device_builds.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from device_builds import SMALL_LATENCY, SMALL_PIPELINED
+from device_builds import SMALL_ENGINE, SMALL_LATENCY, SMALL_PIPELINED
 
 from nelssa.driver.formats import DescStatus
 from nelssa.hw.model.device import DeviceConfig, ModelDevice
@@ -29,7 +32,8 @@ BOUND = 1.5
 
 
 def _model(latency: FpLatency) -> ModelDevice:
-    return ModelDevice(DeviceConfig(engines=1, engine=EngineParams(latency=latency)))
+    """The model of the RTL device's one unit (its engine's limits: SMALL_ENGINE's)."""
+    return ModelDevice(DeviceConfig(engines=1, engine=replace(SMALL_ENGINE, latency=latency)))
 
 
 def test_a_pipelined_rtl_device_matches_the_model_in_bits_and_cycles():

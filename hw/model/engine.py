@@ -95,6 +95,13 @@ class EngineParams:
         if isinstance(self.latency, dict):  # as a JSON description gives it
             object.__setattr__(self, "latency", FpLatency(**self.latency))
 
+    def rtl_params(self) -> dict[str, int]:
+        """The RTL engine's parameters (nelssa_attn_engine) for this instance; the latencies
+        only where a unit is pipelined (a combinational build's cache key names none)."""
+        return {"HeadDim": self.head_dim, "NumQHeads": self.num_qheads,
+                "MaxClusterTokens": self.max_cluster_tokens,
+                **({} if self.latency == FpLatency() else self.latency.rtl_params())}
+
 
 @dataclass(frozen=True)
 class AttnResult:

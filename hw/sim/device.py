@@ -16,7 +16,7 @@ from nelssa.driver.port import DDR5_COUNTERS, DevicePort
 from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, decode, encode
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig
-from nelssa.hw.model.engine import FpLatency
+from nelssa.hw.model.engine import EngineParams, FpLatency
 from nelssa.hw.sim.rtl_sources import (
     DDR5_STORE_CPP,
     DDR5_VERILATOR_ARGS,
@@ -44,10 +44,12 @@ two backends are the same device."""
 
 def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
                   waves: bool = False, optimize: bool = True,
-                  latency: FpLatency | None = None) -> Path:
+                  latency: FpLatency | None = None, engine: EngineParams | None = None) -> Path:
     """Build (or reuse) the device library for a DDR5 preset and unit count; ``latency``: the
-    engines' arithmetic units' (their *Latency parameters; None or all 0: combinational, the
-    cache key of a build without them); ``waves`` adds
+    engines' arithmetic units' (their *Latency parameters; None or all 0: combinational);
+    ``engine``: the engines' parameters, latencies included (give ``latency`` or ``engine``;
+    a test's smaller engines build faster); the cache key names only the parameters that
+    differ from the device's defaults; ``waves`` adds
     waveform support (FST when the lz4 headers are installed, VCD otherwise); without
     ``optimize`` the C++ is compiled at -O0 (a build that runs briefly: 2.5 times less
     compile time, a slower simulation); with it, the model's hot code at -O2 and its cold
@@ -56,6 +58,8 @@ def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
         raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     if not 1 <= units <= RTL_MAX_UNITS:
         raise ValueError(f"units must be 1..{RTL_MAX_UNITS}, got {units}")
+    engine = _engine(latency, engine)
+    default = EngineParams().rtl_params()
     trace: list[str] = []
     if waves:
         fst = fst_available()
@@ -65,7 +69,7 @@ def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
         "device-lib", "nelssa_device_sim", [VERILATOR_CONFIG, *DEVICE_SIM],
         [HARNESS_CPP, DDR5_STORE_CPP],
         parameters={"PresetId": list(PRESETS).index(preset), "NumUnits": units,
-                    **({} if latency in (None, FpLatency()) else latency.rtl_params())},
+                    **{k: v for k, v in engine.rtl_params().items() if default.get(k) != v}},
         # -O2 for the hot code only: the cold code (a third of the C++) and what goes with it
         # compiled in 30 s of CPU instead of 82 at -O2 (build_executable's opt)
         opt="-O2" if optimize else "-O0",
@@ -75,6 +79,15 @@ def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
                     "-CFLAGS", "-fno-semantic-interposition",
                     "-LDFLAGS", "-Wl,-Bsymbolic-functions",
                     *DDR5_VERILATOR_ARGS, *trace])
+
+
+def _engine(latency: FpLatency | None, engine: EngineParams | None) -> EngineParams:
+    """The engines' parameters from ``latency`` or ``engine`` (not both)."""
+    if engine is None:
+        return EngineParams(latency=latency or FpLatency())
+    if latency is not None:
+        raise ValueError("give the engines' latency or their parameters (engine), not both")
+    return engine
 
 
 def store_image(keys: npt.NDArray[np.int64], data: npt.NDArray[np.uint8],
@@ -93,12 +106,13 @@ class RtlDevice(DevicePort):
 
     def __init__(self, preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
                  waves: bool = False, optimize: bool = True,
-                 latency: FpLatency | None = None) -> None:
+                 latency: FpLatency | None = None, engine: EngineParams | None = None) -> None:
         self.units = units
-        self.latency = latency or FpLatency()
+        self.engine = _engine(latency, engine)
+        self.latency = self.engine.latency
         self.geometry = DeviceGeometry(PRESETS[preset])
         self._clock_hz = DeviceConfig(preset=preset).clock_hz  # the RTL's clocking is the model's
-        self.lib_path = build_library(preset, units, waves, optimize, self.latency)
+        self.lib_path = build_library(preset, units, waves, optimize, engine=self.engine)
         lib = ctypes.CDLL(str(self.lib_path))
         lib.nelssa_dev_create.restype = ctypes.c_void_p
         lib.nelssa_dev_destroy.argtypes = [ctypes.c_void_p]

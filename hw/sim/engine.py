@@ -12,7 +12,7 @@ import numpy as np
 from construct import Bytes, Const, Float64l, Int32ul, Int64ul, Struct
 
 from nelssa.driver.status import ENGINE_BEAT_BYTES, AttnStatus
-from nelssa.hw.model.engine import AttnResult, EngineCommand, EngineParams, FpLatency
+from nelssa.hw.model.engine import AttnResult, EngineCommand, EngineParams
 from nelssa.hw.sim.rtl_sources import ENGINE, ENGINE_BENCH_TOP, FP_GATED_ARGS, VERILATOR_CONFIG
 from nelssa.hw.sim.verilator import build_executable, run_harness
 
@@ -86,14 +86,7 @@ class RtlEngine:
             "nelssa_engine_bench_top",
             [VERILATOR_CONFIG, *ENGINE, ENGINE_BENCH_TOP],
             [HARNESS_CPP],
-            parameters={
-                "HeadDim": self.params.head_dim,
-                "NumQHeads": self.params.num_qheads,
-                "MaxClusterTokens": self.params.max_cluster_tokens,
-                # (only pipelined units name their latencies: the default build keeps its key)
-                **({} if self.params.latency == FpLatency() else
-                   self.params.latency.rtl_params()),
-            },
+            parameters=self.params.rtl_params(),
             opt="-O2",  # (its cold code at -O0: build_executable)
             extra_args=FP_GATED_ARGS,
         )

@@ -6,6 +6,11 @@ module nelssa_device_sim
 #(
   parameter int unsigned PresetId = 0,  // DDR5 timing preset (hw/model/ddr5_timing.PRESETS)
   parameter int unsigned NumUnits = 4,  // attention units (nelssa_device)
+  // each engine's shape (nelssa_attn_engine): the device's is the default; a test may build
+  // smaller engines (hw/sim/device.py, from hw/model/engine.EngineParams)
+  parameter int unsigned HeadDim = 128,  // largest head_dim (64, 128)
+  parameter int unsigned NumQHeads = 8,  // largest GQA group (1..8)
+  parameter int unsigned MaxClusterTokens = 64,  // largest cluster (1..255)
   // each engine's arithmetic units' latencies (nelssa_attn_engine), cycles 0..15, 0: combinational;
   // hw/sim/device.py sets them from the device's description (hw/model/engine.FpLatency)
   parameter int unsigned Bf16MulLatency = 0,  // bf16 x bf16 multipliers
@@ -94,14 +99,17 @@ module nelssa_device_sim
   assign drs_data_o = drs.data;
 
   nelssa_device_wrap #(
-    .NumUnits      (NumUnits),
-    .AddrW         (ADDR_W),
-    .Bf16MulLatency(Bf16MulLatency),
-    .AddLatency    (AddLatency),
-    .MulLatency    (MulLatency),
-    .Exp2Latency   (Exp2Latency),
-    .Log2Latency   (Log2Latency),
-    .RecipLatency  (RecipLatency)
+    .NumUnits        (NumUnits),
+    .HeadDim         (HeadDim),
+    .NumQHeads       (NumQHeads),
+    .MaxClusterTokens(MaxClusterTokens),
+    .AddrW           (ADDR_W),
+    .Bf16MulLatency  (Bf16MulLatency),
+    .AddLatency      (AddLatency),
+    .MulLatency      (MulLatency),
+    .Exp2Latency     (Exp2Latency),
+    .Log2Latency     (Log2Latency),
+    .RecipLatency    (RecipLatency)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

@@ -77,15 +77,39 @@ def _share_runtime(runtime: Path, build_dir: Path, into_build: bool) -> bool:
     return all((build_dir / f"{n}.o").exists() for n in RUNTIME_OBJECTS)
 
 
+PUBLIC_FLAT_RW = "--public-flat-rw"
+"""What cocotb's runner makes of every signal of the design: public, readable and writable
+through VPI. Verilator must then keep each one as it is: the attention engine with
+pipelined units was 76 MB of C++ (30 without), the FPGA top 34 (14). The tests drive and
+sample the top's ports and read its parameters, so the runner makes just those public
+(:func:`_public_top`)."""
+PUBLIC_TOP = "public-top"
+"""The cache key's word for a build whose top alone is public."""
+
+
+def _public_top(build_dir: Path, top: str) -> list[str]:
+    """Verilator arguments that make ``top``'s own signals and every parameter public (a
+    control file in ``build_dir``), instead of every signal of the design."""
+    vlt = build_dir / "public_top.vlt"
+    text = f'`verilator_config\npublic_flat_rw -module "{top}" -var "*"\n'
+    if not vlt.exists() or vlt.read_text() != text:  # (a new time would verilate again)
+        vlt.write_text(text)
+    return [str(vlt), "--public-params"]
+
+
 class _KeepRuntime(Verilator):
     """cocotb's Verilator runner whose make keeps the run-time objects already in the build
     folder (make -o): verilated.mk makes each depend on the Vtop.mk that Verilator has just
-    written, so make would compile the copies again (about 10 s of CPU a build)."""
+    written, so make would compile the copies again (about 10 s of CPU a build); and whose
+    Verilator makes only the top's signals public (PUBLIC_FLAT_RW) unless ``public_all``."""
 
     keep: Sequence[str] = ()
+    public_all = False
 
     def _build_command(self) -> list[list[str]]:
         *verilate, make = super()._build_command()
+        if not self.public_all:
+            verilate = [[a for a in cmd if a != PUBLIC_FLAT_RW] for cmd in verilate]
         return [*verilate, [*make, *(a for f in self.keep for a in ("-o", f))]]
 
 
@@ -119,7 +143,8 @@ def run_cocotb(
     build_extra: Sequence[str] = (),
     expect_assertion: str | Collection[str] | None = None,
     unoptimized: bool = False,
-    single_compile: bool = False,
+    single_compile: bool | None = None,
+    public_all: bool = False,
 ) -> None:
     """Build ``top`` (reusing a cached build) and run the cocotb tests in ``test_module``.
 
@@ -134,9 +159,12 @@ def run_cocotb(
     [<instance>] <name>") must be exactly this one (or this set), none missing, none more.
     ``unoptimized``: compile the C++ at -O0 (a quarter less build time; for a unit whose
     simulation is short, where the build is most of the cost).
-    ``single_compile``: compile the model as one C++ file, without precompiled headers (with
-    ``unoptimized``, a third of the C++ compile's CPU for the small attention engine; Verilator
-    splits a model of its size).
+    ``single_compile``: compile the model as one C++ file, without precompiled headers
+    (Verilator splits a model of some size); by default with ``unoptimized``, where it costs
+    less: a third of the C++ compile's CPU for the small attention engine, cold CPU of
+    test_ddr5_mem 7 s instead of 19, of test_ddr5_system 36 instead of 50.
+    ``public_all``: every signal public through VPI (cocotb's own way), not only the top's
+    (PUBLIC_FLAT_RW): for a design whose C++ grows when Verilator may optimize its insides.
     """
     setup_environment()
     waves = waves or waves_requested()
@@ -149,10 +177,14 @@ def run_cocotb(
         build_args += wave_args()
     hashed = [*srcs, VERILATOR_CONFIG, *(Path(x) for x in build_extra if Path(x).is_file())]
     make_flags = UNOPTIMIZED_MAKEFLAGS if unoptimized else ""
+    if single_compile is None:
+        single_compile = unoptimized
     model_flags = f"{make_flags} {SINGLE_COMPILE_MAKEFLAGS}".strip() if single_compile else (
         make_flags)
-    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params, [*build_args, model_flags])
+    build_dir = cached_build_dir(f"cocotb-{top}", hashed, params,
+                                 [*build_args, model_flags, *([] if public_all else [PUBLIC_TOP])])
     runner = _KeepRuntime()
+    runner.public_all = public_all
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS_RTL), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
     # one build folder holds the model and the run's results: one process at a time
@@ -172,7 +204,7 @@ def run_cocotb(
                 hdl_toplevel=top,
                 parameters=params,
                 build_dir=build_dir,
-                build_args=build_args,
+                build_args=[*build_args, *([] if public_all else _public_top(build_dir, top))],
                 waves=waves,
             )
         if shared:

@@ -1,5 +1,7 @@
 """nelssa_attn_engine: bit equality with hw/model/engine.py, error bound against float64,
-throughput, and malformed streams (error status, never a hang, engine usable afterwards)."""
+cycles, and malformed streams (error status, never a hang, engine usable afterwards). A long
+context (4096 tokens) is tests/test_rtl_engine.py's, on the same engine through its C++
+harness: some 20 s of CPU here, under a second there."""
 
 from __future__ import annotations
 
@@ -119,22 +121,6 @@ async def constrained_random(dut):
                                 kv_gap=float(rng.choice([0.0, 0.3])),
                                 res_stall=float(rng.choice([0.0, 0.5])),
                                 clu_gap=float(rng.choice([0.0, 0.5, 0.98])))
-
-
-@cocotb.test()
-async def long_context(dut):
-    """4096 tokens in 256 clusters of 16, N(0,1) data: bit-exact, bounded, and the beat rate."""
-    tb = TB(dut)
-    await tb.reset()
-    rng = np.random.default_rng(104)
-    d, h = _dims(tb)[-1], min(4, tb.params.num_qheads)
-    wl = Workload.random(rng, d, h, [16] * 256)
-    out = await tb.check_workload(wl)
-    rate = out.kv_consumed / out.kv_span
-    dut._log.info("4096 tokens, head_dim %d, %d heads: %d beats in %d cycles (%.3f beats/cycle)",
-                  d, h, out.kv_consumed, out.kv_span, rate)
-    if d == 128:
-        assert rate >= 0.95, f"beat rate {rate:.3f} below 0.95"
 
 
 @cocotb.test()

@@ -158,9 +158,11 @@ def run_ctrl(form: str, test_filter: str, expect_assertion: set[str] | None = No
     from cocotb_runner import run_cocotb
 
     params, args, unoptimized = BUILDS[form]
+    # every signal public: Verilator free to optimize the controller's insides makes 20 to 40 %
+    # more C++ of it (the parallel form's build and run: some 9 s more CPU)
     run_cocotb("nelssa_ddr5_ctrl", "test_ddr5_ctrl", params, sources=DDR5_CTRL,
                build_extra=args, test_filter=test_filter, expect_assertion=expect_assertion,
-               unoptimized=unoptimized)
+               unoptimized=unoptimized, public_all=True)
 
 
 @pytest.mark.rtl
