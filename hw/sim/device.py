@@ -13,10 +13,11 @@ import numpy.typing as npt
 
 from nelssa.driver.formats import LINE_BYTES
 from nelssa.driver.port import DDR5_COUNTERS, DevicePort
+from nelssa.driver.status import ENGINE_LANES
 from nelssa.hw.model.ddr5_addr import Decoded, DeviceGeometry, decode, encode
 from nelssa.hw.model.ddr5_timing import PRESETS
 from nelssa.hw.model.device import DeviceConfig
-from nelssa.hw.model.engine import FpLatency
+from nelssa.hw.model.engine import EngineParams, FpLatency
 from nelssa.hw.sim.rtl_sources import (
     DDR5_STORE_CPP,
     DDR5_VERILATOR_ARGS,
@@ -44,10 +45,11 @@ two backends are the same device."""
 
 def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
                   waves: bool = False, optimize: bool = True,
-                  latency: FpLatency | None = None) -> Path:
+                  latency: FpLatency | None = None, lanes: int = ENGINE_LANES) -> Path:
     """Build (or reuse) the device library for a DDR5 preset and unit count; ``latency``: the
     engines' arithmetic units' (their *Latency parameters; None or all 0: combinational, the
-    cache key of a build without them); ``waves`` adds
+    cache key of a build without them); ``lanes``: the lanes each engine computes a cycle (its
+    ComputeLanes; 32, a beat a cycle, is the cache key of a build without it); ``waves`` adds
     waveform support (FST when the lz4 headers are installed, VCD otherwise); without
     ``optimize`` the C++ is compiled at -O0 (a build that runs briefly: 2.5 times less
     compile time, a slower simulation); with it, the model's hot code at -O2 and its cold
@@ -65,7 +67,8 @@ def build_library(preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
         "device-lib", "nelssa_device_sim", [VERILATOR_CONFIG, *DEVICE_SIM],
         [HARNESS_CPP, DDR5_STORE_CPP],
         parameters={"PresetId": list(PRESETS).index(preset), "NumUnits": units,
-                    **({} if latency in (None, FpLatency()) else latency.rtl_params())},
+                    **({} if latency in (None, FpLatency()) else latency.rtl_params()),
+                    **({} if lanes == ENGINE_LANES else {"ComputeLanes": lanes})},
         # -O2 for the hot code only: the cold code (a third of the C++) and what goes with it
         # compiled in 30 s of CPU instead of 82 at -O2 (build_executable's opt)
         opt="-O2" if optimize else "-O0",
@@ -93,12 +96,13 @@ class RtlDevice(DevicePort):
 
     def __init__(self, preset: str = "ddr5-6400", units: int = DEVICE_UNITS,
                  waves: bool = False, optimize: bool = True,
-                 latency: FpLatency | None = None) -> None:
+                 latency: FpLatency | None = None, lanes: int = ENGINE_LANES) -> None:
         self.units = units
         self.latency = latency or FpLatency()
+        self.lanes = EngineParams(latency=self.latency, compute_lanes=lanes).compute_lanes
         self.geometry = DeviceGeometry(PRESETS[preset])
         self._clock_hz = DeviceConfig(preset=preset).clock_hz  # the RTL's clocking is the model's
-        self.lib_path = build_library(preset, units, waves, optimize, self.latency)
+        self.lib_path = build_library(preset, units, waves, optimize, self.latency, self.lanes)
         lib = ctypes.CDLL(str(self.lib_path))
         lib.nelssa_dev_create.restype = ctypes.c_void_p
         lib.nelssa_dev_destroy.argtypes = [ctypes.c_void_p]
