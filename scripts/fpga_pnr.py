@@ -112,9 +112,14 @@ def main() -> int:
     why = _manifest(board, carried, manifest) if carried else "nothing was routed"
     if why:
         print(f"no manifest: {why}", file=sys.stderr)
+    extra = []
+    if lanes_model:
+        from nelssa.hw.fpga.lanes_model import page_section
+
+        extra = page_section(json.loads(plan.ECP5_FILE.read_text()), board)
     pnr.write_page(results, board, PAGE, "scripts/fpga_pnr.py", pnr.commit(),
                    None if why else manifest.relative_to(ROOT), carried,
-                   f"{platform.machine()}, {platform.system()}", counted)
+                   f"{platform.machine()}, {platform.system()}", counted, extra)
     print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 

