@@ -41,6 +41,9 @@ def main() -> int:
     parser.add_argument("--engine-counted", action="store_true",
                         help="count the smallest engine's arithmetic on ECP5 (pnr."
                              "engine_counted) instead of synthesizing the engine whole")
+    parser.add_argument("--lanes-model", action="store_true",
+                        help="only write the ECP5 resource model by engine lanes (hw/fpga/"
+                             "lanes_model.py) that the plan reads; no place and route, no page")
     parser.add_argument("--recover", metavar="LOG",
                         help="with --page-only: rebuild the results of a run stopped early from "
                              "its target folders and its log (the steps' CPU times)")
@@ -50,18 +53,25 @@ def main() -> int:
         board = plan.open_flow_board(args.board)
     except plan.PlanError as e:
         parser.error(str(e))
+    if args.lanes_model:
+        from nelssa.hw.fpga.lanes_model import lanes_model
+
+        doc = lanes_model(board, OUT / "lanes_model")
+        plan.ECP5_FILE.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {plan.ECP5_FILE.relative_to(ROOT)} ({doc['cpu_s']:.0f} s of CPU)")
+        return 0
     if args.page_only and args.recover:
         text = Path(args.recover).read_text()
-        results = [r for t in pnr.targets()
+        results = [r for t in pnr.targets(board)
                    if (r := pnr.recover(t, OUT / t.module, text, board.luts, board.dsps))]
         RESULTS.write_text(json.dumps([pnr.to_dict(r) for r in results], indent=1) + "\n")
     elif args.page_only:
         results = [pnr.from_dict(d) for d in json.loads(RESULTS.read_text())]
     else:
-        todo = [t for t in pnr.targets() if args.only in (None, t.module)]
+        todo = [t for t in pnr.targets(board) if args.only in (None, t.module)]
         if not todo:
             parser.error(f"no target {args.only!r}; targets: "
-                         + ", ".join(t.module for t in pnr.targets()))
+                         + ", ".join(t.module for t in pnr.targets(board)))
         results = []
         for t in todo:
             r = pnr.run_target(t, board.part, OUT / t.module, board.clock_mhz, board.luts,
@@ -84,7 +94,10 @@ def main() -> int:
     elif args.page_only and counted_file.exists():
         counted = json.loads(counted_file.read_text())
     engine = next((r for r in results if r.target.module == "nelssa_attn_engine"), None)
-    if engine is not None and engine.cells:
+    lanes_model = plan.ECP5_FILE.exists() and "per_unit" in json.loads(plan.ECP5_FILE.read_text())
+    if lanes_model:  # (--lanes-model's, which the plan reads: kept)
+        pass
+    elif engine is not None and engine.cells:
         plan.ECP5_FILE.write_text(json.dumps(pnr.ecp5_figures(engine, board), indent=1) + "\n")
     elif counted is not None:
         plan.ECP5_FILE.write_text(json.dumps({
@@ -99,9 +112,14 @@ def main() -> int:
     why = _manifest(board, carried, manifest) if carried else "nothing was routed"
     if why:
         print(f"no manifest: {why}", file=sys.stderr)
+    extra = []
+    if lanes_model:
+        from nelssa.hw.fpga.lanes_model import page_section
+
+        extra = page_section(json.loads(plan.ECP5_FILE.read_text()), board)
     pnr.write_page(results, board, PAGE, "scripts/fpga_pnr.py", pnr.commit(),
                    None if why else manifest.relative_to(ROOT), carried,
-                   f"{platform.machine()}, {platform.system()}", counted)
+                   f"{platform.machine()}, {platform.system()}", counted, extra)
     print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 

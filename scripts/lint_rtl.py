@@ -38,6 +38,11 @@ ENGINE_VARIANTS = [
      "AddLatency": 3, "MulLatency": 2, "Exp2Latency": 4, "Log2Latency": 4, "RecipLatency": 4},
     {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1, "Bf16MulLatency": 2,
      "AddLatency": 1, "MulLatency": 1, "Exp2Latency": 0, "Log2Latency": 3, "RecipLatency": 0},
+    # narrow datapaths: chunks of a beat, result beats in chunks; one lane, pipelined
+    {"HeadDim": 128, "NumQHeads": 2, "MaxClusterTokens": 8, "ComputeLanes": 4},
+    {"HeadDim": 64, "NumQHeads": 1, "MaxClusterTokens": 1, "ComputeLanes": 1,
+     "Bf16MulLatency": 1, "AddLatency": 3, "MulLatency": 2, "Exp2Latency": 1, "Log2Latency": 0,
+     "RecipLatency": 2},
 ]
 PIPELINED_DEVICE = {"Bf16MulLatency": 1, "AddLatency": 3, "MulLatency": 2, "Exp2Latency": 1,
                     "Log2Latency": 0, "RecipLatency": 2}
@@ -58,7 +63,11 @@ def main() -> int:
              ("nelssa_fpga_top", FPGA_TOP, {"NumChannels": 1, "NumUnits": 1, "ChanAddrW": 36}),
              # the latencies passed down to every engine (a board's, a described device's)
              ("nelssa_device_sim", DEVICE_SIM, {"NumUnits": 1, **PIPELINED_DEVICE}),
-             ("nelssa_fpga_top", FPGA_TOP, {"NumUnits": 2, **PIPELINED_DEVICE})]
+             ("nelssa_fpga_top", FPGA_TOP, {"NumUnits": 2, **PIPELINED_DEVICE}),
+             # and the lanes (a narrow engine in each unit)
+             ("nelssa_device_sim", DEVICE_SIM, {"NumUnits": 1, "ComputeLanes": 4}),
+             ("nelssa_fpga_top", FPGA_TOP, {"NumUnits": 1, "NumChannels": 1, "ChanAddrW": 36,
+                                            "ComputeLanes": 1, **PIPELINED_DEVICE})]
     amap = [RTL_ROOT / "mem" / "nelssa_ddr5_addr_map.sv"]
     runs += [("nelssa_ddr5_addr_map", amap, {"AddressMap": m}) for m in (0, 1, 2)]
     runs.append(("nelssa_ddr5_addr_maps", DDR5_ADDR_MAPS, {}))

@@ -24,21 +24,27 @@ from nelssa.hw.model.engine_cycles import EngineTiming, command_cycles
 PIPELINED = FpLatency(bf16_mul=1, add=3, mul=2, exp2=4, log2=4, recip=4)
 SLOW_ADDER = FpLatency(add=6, mul=1)
 """An adder slower than a row at both head_dims: every V row waits."""
+NARROW = {"compute_lanes": 4}
+"""A narrow datapath: a K or V beat takes 8 cycles, a result beat 4."""
 
 
-@pytest.mark.parametrize("lat", [PIPELINED, SLOW_ADDER], ids=["pipelined", "slow_adder"])
+@pytest.mark.parametrize(("lat", "lanes"),
+                         [(PIPELINED, {}), (SLOW_ADDER, {}), (FpLatency(), NARROW),
+                          (PIPELINED, NARROW), (SLOW_ADDER, {"compute_lanes": 16})],
+                         ids=["pipelined", "slow_adder", "narrow", "narrow_pipelined",
+                              "16_lanes_slow_adder"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_the_latency_cost_is_the_difference_of_the_cycles(lat, head_dim):
+def test_the_latency_cost_is_the_difference_of_the_cycles(lat, lanes, head_dim):
     rng = np.random.default_rng(head_dim)
     comb = EngineParams()
-    piped = replace(comb, latency=lat)
+    piped = replace(comb, latency=lat, **lanes)
     cost = EngineTiming.of(piped).over_combinational(piped)
     for _ in range(20):
         heads = int(rng.integers(1, 9))
         lens = rng.integers(1, 65, rng.integers(1, 9)).tolist()
         extra = command_cycles(piped, head_dim, heads, lens) - command_cycles(
             comb, head_dim, heads, lens)
-        assert extra == cost.cycles(head_dim, len(lens), sum(lens)) > 0
+        assert extra == cost.cycles(head_dim, len(lens), sum(lens), heads) > 0
 
 
 def test_the_phases():
@@ -51,6 +57,14 @@ def test_the_phases():
     # the fold is the engine's (HeadDim), not the command's: 1 add at HeadDim 64
     small = EngineTiming.of(EngineParams(head_dim=64, latency=PIPELINED))
     assert small.kv_turn == t.kv_turn - 2 * 3
+    # 4 lanes: 8 cycles a K or V beat, 4 a result beat (through the result FIFO); the turn
+    # counts from the last chunk, so it does not change
+    t = EngineTiming.of(EngineParams(latency=PIPELINED, **NARROW))
+    assert (t.beat, t.out_beat, t.row_period, t.out_fill) == (8, 4, (16, 32), 3)
+    assert t.kv_turn == 1 + 16 + 9 + 2 + 8
+    t = EngineTiming.of(EngineParams(compute_lanes=1))
+    assert (t.beat, t.out_beat, t.row_period, t.out_fill) == (32, 16, (64, 128), 1)
+    assert EngineTiming.of(EngineParams(compute_lanes=16)).out_fill == 0  # whole result beats
 
 
 def test_latency_0_changes_no_timing():
@@ -59,6 +73,9 @@ def test_latency_0_changes_no_timing():
         assert timing.for_engine(p) is timing
     with pytest.raises(ValueError, match=r"fp latency add: an integer in 0\.\.15 cycles, got 16"):
         FpLatency(add=16)
+    for bad in (0, 3, 64, True):
+        with pytest.raises(ValueError, match=r"compute_lanes must be one of \(1, 2, 4, 8, 16, "):
+            EngineParams(compute_lanes=bad)
 
 
 def _busy(config: DeviceConfig) -> int:
@@ -77,14 +94,17 @@ def _busy(config: DeviceConfig) -> int:
 
 
 @pytest.mark.parametrize("timer", ["cycle", "fluid"])
-@pytest.mark.parametrize("lat", [PIPELINED, SLOW_ADDER], ids=["pipelined", "slow_adder"])
-def test_the_device_models_slow_by_the_latency_cost(timer, lat):
+@pytest.mark.parametrize(("lat", "lanes"), [(PIPELINED, {}), (SLOW_ADDER, {}),
+                                            (FpLatency(), NARROW)],
+                         ids=["pipelined", "slow_adder", "narrow"])
+def test_the_device_models_slow_by_the_latency_cost(timer, lat, lanes):
     """Not to the cycle: the longer run meets DDR5 refresh elsewhere (the fluid schedule gave
     9 % more for the slow adder, a refresh window), and the cycle model's engine waits overlap
     waits for data the combinational one had (it gave 8 % less for PIPELINED's turns)."""
     base = DeviceConfig(timer=timer)
-    piped = replace(base, engine=replace(base.engine, latency=lat))
-    cost = EngineTiming.of(piped.engine).over_combinational(piped.engine).cycles(128, 32, 512)
+    piped = replace(base, engine=replace(base.engine, latency=lat, **lanes))
+    cost = EngineTiming.of(piped.engine).over_combinational(piped.engine).cycles(128, 32, 512,
+                                                                                 4)
     got = _busy(piped) - _busy(base)
     assert abs(got - cost) <= 0.12 * cost, f"{timer}: {got} more cycles, the engine's {cost}"
 

@@ -230,3 +230,49 @@ def test_the_plan_takes_the_boards_latencies():
     assert f"x {p.rate:.3f} = {p.compute_gbs:.1f} GB/s" in out
     text = vivado.wrapper(p)
     assert ".AddLatency(3)" in text and ".MulLatency(2)" in text
+
+
+def test_the_ecp5_plan_sizes_by_lanes_and_the_board_records_them():
+    """ECP5 (issue 46): the plan sizes the smallest engine's top by its lanes from the lanes
+    model (hw/fpga/resource_model_ecp5.json, synth_ecp5 by scripts/fpga_pnr.py --lanes-model):
+    the estimate is the top at one unit plus the units more; a narrower engine costs fewer
+    LUT4s and multipliers and computes less; the plan takes the most compute within the budget,
+    else the narrowest top (marked not fitting); the board profile's compute_lanes is the
+    plan's, and the manifest and the printed plan carry it."""
+    from dataclasses import replace
+
+    b = plan.board("ecp5-5g-versa")
+    m = plan.load_model()
+    e = m["ecp5"]
+    assert "per_unit" in e and set(e["per_unit"]) == {"1", "2", "4", "8", "16", "32"}
+    p = plan.plan(b, m)
+    z = p.size
+    assert z.compute_lanes == b.compute_lanes
+    assert b.compute_lanes_source.startswith("nelssa fpga plan")
+    unit = e["per_unit"][str(z.compute_lanes)]
+    assert p.resources["DSP"] == e["rest"]["DSP"] + z.units * unit["DSP"]
+    by_lanes = [plan.estimate(replace(z, compute_lanes=n), "ecp5", m) for n in (1, 2, 4, 8)]
+    assert all(a[c] < w[c] for a, w in itertools.pairwise(by_lanes) for c in ("LUT", "DSP"))
+    rates = [plan.stream_rate(replace(z, compute_lanes=n), p.latency) for n in (1, 2, 4, 32)]
+    assert rates == sorted(rates) and rates[-1] < 1  # (the board's latencies cost some)
+    within = [n for n in (1, 2, 4, 8, 16, 32)
+              if all(plan.estimate(replace(z, units=1, compute_lanes=n), "ecp5", m)[c]
+                     <= plan.BUDGET * have for c, have in p.available().items())]
+    assert p.fits == bool(within)
+    if within:  # no fitting top computes more (up to the memory's bandwidth)
+        best = replace(z, units=1, compute_lanes=max(within))
+        cap = b.mem_gbs * 1e9 / (plan.BEAT_BYTES * b.clock_mhz * 1e6)
+        assert min(z.units * p.rate, cap) >= min(plan.stream_rate(best, p.latency), cap)
+    else:
+        assert (z.units, z.compute_lanes) == (1, 1)
+    assert p.to_dict()["compute_lanes"] == z.compute_lanes
+    out = _cli("plan", "--board", b.name).stdout
+    assert f"ComputeLanes={z.compute_lanes}," in out
+
+
+def test_a_board_with_bad_lanes_is_refused_naming_the_field(tmp_path):
+    f = tmp_path / "hw.json"
+    for bad in (3, 64, True):
+        f.write_text(json.dumps({"boards": {"x": {**_u250(), "compute_lanes": bad}}}))
+        with pytest.raises(HardwareError, match=r"'x': compute_lanes must be one of \(1, 2, 4"):
+            HardwareCatalog.load(f)

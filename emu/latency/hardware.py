@@ -382,6 +382,13 @@ class BoardHw:
     """Cycles of each kind of the engines' arithmetic units at ``clock_mhz`` (the engine's
     *Latency parameters: bf16_mul, add, mul, exp2, log2, recip; omitted: 0, combinational);
     the engines' cycles follow them (hw/model/engine_cycles.py)."""
+    compute_lanes: int = 32
+    """Lanes of a beat each engine computes a cycle (the engine's ComputeLanes: 1, 2, 4, ...,
+    32; 32, a beat a cycle, unless the part holds no full-width engine): the lanes ``nelssa
+    fpga plan`` chooses for the board (hw/fpga/plan.py, tests/test_fpga_boards.py holds the
+    two equal)."""
+    compute_lanes_source: str = "a beat a cycle: the full-width engine"
+    """Where ``compute_lanes`` comes from."""
 
     def __post_init__(self) -> None:
         _check(self)
@@ -392,10 +399,16 @@ class BoardHw:
         if self.family not in BOARD_FAMILIES:
             raise HardwareError(f"BoardHw {self.name!r}: family {self.family!r}; known: "
                                 f"{', '.join(BOARD_FAMILIES)}")
+        from nelssa.hw.model.engine import COMPUTE_LANES
+
+        if isinstance(self.compute_lanes, bool) or self.compute_lanes not in COMPUTE_LANES:
+            raise HardwareError(f"BoardHw {self.name!r}: compute_lanes must be one of "
+                                f"{COMPUTE_LANES}, got {self.compute_lanes!r}")
         if self.mem_channels not in (1, 2, 4, 8):
             raise HardwareError(f"BoardHw {self.name!r}: mem_channels must be 1, 2, 4 or 8 "
                                 f"(the FPGA top's NumChannels), got {self.mem_channels}")
-        for name in ("part", "memory", "pcie", "clock_source", "source", "fp_latency_source"):
+        for name in ("part", "memory", "pcie", "clock_source", "source", "fp_latency_source",
+                     "compute_lanes_source"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
                 raise HardwareError(f"BoardHw {self.name!r}: {name} must be a non-empty "
                                     "string")

@@ -15,8 +15,10 @@ unit's blocks (control, line reader, engine registers and arithmetic units) time
 plus the rest of the top as measured. At a measured engine size it uses that point; between 1
 and 8 query heads of one head_dim it interpolates linearly (the engine's datapath is one copy
 per head). ``scripts/synth_fpga.py --board NAME`` maps the planned top whole, to check the
-model against a full run. ECP5 parts: the smallest engine's synth_ecp5 figures
-(hw/fpga/resource_model_ecp5.json, ``make fpga-pnr``), a lower bound.
+model against a full run. ECP5 parts: the smallest engine's top, by the lanes its engine
+computes a cycle (ComputeLanes), synth_ecp5's figures (hw/fpga/resource_model_ecp5.json,
+``scripts/fpga_pnr.py --lanes-model``, hw/fpga/lanes_model.py); the plan takes the lanes and
+units that fit with the most compute (a narrow engine takes a beat in 32 / lanes cycles).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 from nelssa.emu.latency.description import fp_latency
 from nelssa.emu.latency.hardware import BoardHw, HardwareCatalog
 from nelssa.hw.fpga.errors import FpgaError
-from nelssa.hw.model.engine import EngineParams, FpLatency
+from nelssa.hw.model.engine import COMPUTE_LANES, EngineParams, FpLatency
 from nelssa.hw.model.engine_cycles import command_cycles
 from nelssa.hw.sim.synth_blocks import TopSize
 
@@ -77,7 +79,8 @@ class Plan:
 
     @property
     def rate(self) -> float:
-        """Beats a unit takes per cycle, of the one it takes with combinational units."""
+        """Beats a unit takes per cycle, of the one it takes with combinational units and all
+        32 lanes."""
         return stream_rate(self.size, self.latency)
 
     @property
@@ -97,26 +100,40 @@ class Plan:
         z = self.size
         return {"board": self.board.name, "units": z.units, "channels": z.channels,
                 "head_dim": z.head_dim, "num_qheads": z.num_qheads,
-                "max_cluster_tokens": z.max_cluster_tokens, "clock_mhz": self.board.clock_mhz,
+                "max_cluster_tokens": z.max_cluster_tokens, "compute_lanes": z.compute_lanes,
+                "clock_mhz": self.board.clock_mhz,
                 "fp_latency": dict(self.board.fp_latency), "stream_rate": round(self.rate, 4),
                 "estimated": {c: self.resources[c] for c in CHECKED}, "fits": self.fits}
 
 
 def stream_rate(size: TopSize, latency: FpLatency) -> float:
-    """What ``latency`` leaves of a unit's beat per cycle in a long stream of full clusters
-    (``size``'s largest, head_dim and query heads): one such cluster's cycles in the engine's
-    schedule with combinational units over its cycles with these (1 at latency 0)."""
-    if latency == FpLatency():
+    """What ``latency`` and ``size``'s lanes leave of a unit's beat per cycle in a long stream
+    of full clusters (``size``'s largest, head_dim and query heads): one such cluster's cycles
+    in the engine's schedule with combinational units and all 32 lanes over its cycles with
+    these (1 for that engine)."""
+    if latency == FpLatency() and size.compute_lanes == 32:
         return 1.0
 
-    def cluster(lat: FpLatency) -> int:  # one more cluster's cycles
+    def cluster(lat: FpLatency, lanes: int) -> int:  # one more cluster's cycles
         p = EngineParams(head_dim=size.head_dim, num_qheads=size.num_qheads,
-                         max_cluster_tokens=size.max_cluster_tokens, latency=lat)
+                         max_cluster_tokens=size.max_cluster_tokens, latency=lat,
+                         compute_lanes=lanes)
         n = size.max_cluster_tokens
         return (command_cycles(p, size.head_dim, size.num_qheads, [n, n])
                 - command_cycles(p, size.head_dim, size.num_qheads, [n]))
 
-    return cluster(FpLatency()) / cluster(latency)
+    return cluster(FpLatency(), 32) / cluster(latency, size.compute_lanes)
+
+
+def ecp5_size(b: BoardHw, lanes: int = 32, units: int = 1) -> TopSize:
+    """The top an ECP5 board's plan sizes: the smallest engine (the part holds no larger
+    one) at ``lanes``, the board's memory channels and address bits."""
+    return TopSize(units=units, channels=b.mem_channels, chan_addr_w=_chan_addr_w(b),
+                   head_dim=64, num_qheads=1, max_cluster_tokens=1, compute_lanes=lanes)
+
+
+def _chan_addr_w(b: BoardHw) -> int:
+    return max(12, math.ceil(math.log2(b.mem_gb * 1e9 / b.mem_channels)))
 
 
 def boards(catalog: HardwareCatalog | None = None) -> dict[str, BoardHw]:
@@ -165,8 +182,13 @@ def estimate(size: TopSize, family: str, model: dict[str, Any] | None = None
     """Resources of the top at ``size``: units x one unit's (interpolated in query heads) plus
     the rest, in the family's units."""
     m = model or load_model()
-    if family == "ecp5":  # the UltraScale+ model does not convert: the measured lower bound
-        return dict.fromkeys(COLUMNS, 0) | {c: m["ecp5"][c] for c in CHECKED}
+    if family == "ecp5":  # the UltraScale+ model does not convert: synth_ecp5's figures
+        e = m["ecp5"]
+        if "per_unit" not in e:  # the smallest engine's arithmetic alone: a lower bound
+            return dict.fromkeys(COLUMNS, 0) | {c: e[c] for c in CHECKED}
+        unit = e["per_unit"][str(size.compute_lanes)]
+        return dict.fromkeys(COLUMNS, 0) | {c: e["rest"][c] + size.units * unit[c]
+                                            for c in CHECKED}
     key = (size.head_dim, size.num_qheads)
     if key in m["by_size"]:
         lo = hi = m["by_size"][key]
@@ -203,7 +225,9 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
         return max(1, math.ceil(b.mem_gbs * 1e9 / (BEAT_BYTES * b.clock_mhz * 1e6
                                                    * stream_rate(z, lat))))
 
-    chan_w = max(12, math.ceil(math.log2(b.mem_gb * 1e9 / b.mem_channels)))
+    chan_w = _chan_addr_w(b)
+    if b.family == "ecp5" and "per_unit" in m["ecp5"]:
+        return _plan_lanes(b, m, need)
     sizes = [TopSize(units=u, channels=b.mem_channels, chan_addr_w=chan_w, head_dim=hd,
                      num_qheads=h) for hd, h in m["engine_sizes"]
              for u in range(1, MAX_UNITS + 1)]
@@ -227,6 +251,27 @@ def plan(b: BoardHw, model: dict[str, Any] | None = None) -> Plan:
     return Plan(b, z, r, True, need(z))
 
 
+def _plan_lanes(b: BoardHw, m: dict[str, Any], need) -> Plan:
+    """ECP5: the smallest engine's top at each lane count and unit count; of those within
+    BUDGET, the most compute up to the memory bandwidth, then the widest lanes, then the fewest
+    units; if none fits, the narrowest one-unit top (marked not fitting)."""
+    sizes = [ecp5_size(b, lanes, u) for lanes in COMPUTE_LANES for u in range(1, MAX_UNITS + 1)]
+    fitting = [(z, r) for z in sizes if _fits(r := estimate(z, b.family, m), b)]
+    if not fitting:
+        z = ecp5_size(b, min(COMPUTE_LANES))
+        return Plan(b, z, estimate(z, b.family, m), False, need(z))
+    lat = fp_latency(b.fp_latency)
+
+    def key(item):
+        z = item[0]
+        return (min(z.units * stream_rate(z, lat), b.mem_gbs * 1e9 / (BEAT_BYTES * b.clock_mhz
+                                                                       * 1e6)),
+                z.compute_lanes, -z.units)
+
+    z, r = max(fitting, key=key)
+    return Plan(b, z, r, True, need(z))
+
+
 def report(p: Plan, model: dict[str, Any] | None = None) -> list[str]:
     """The plan as lines for people: the configuration, the bandwidth match, the resources."""
     m = model or load_model()
@@ -236,8 +281,8 @@ def report(p: Plan, model: dict[str, Any] | None = None) -> list[str]:
              f"channel(s), {b.mem_gbs:g} GB/s, PCIe {b.pcie}",
              f"  NumUnits={z.units} NumChannels={z.channels} ChanAddrW={z.chan_addr_w} "
              f"HeadDim={z.head_dim} NumQHeads={z.num_qheads} "
-             f"MaxClusterTokens={z.max_cluster_tokens}, clock {b.clock_mhz:g} MHz "
-             f"({b.clock_source})"]
+             f"MaxClusterTokens={z.max_cluster_tokens} ComputeLanes={z.compute_lanes}, "
+             f"clock {b.clock_mhz:g} MHz ({b.clock_source})"]
     if not p.fits:
         lines.append(f"  does NOT fit: even this smallest top exceeds {BUDGET:.0%} of the part "
                      "(docs/results/fpga_pnr.md: what does)")
@@ -246,13 +291,16 @@ def report(p: Plan, model: dict[str, Any] | None = None) -> list[str]:
                  + (", ".join(f"{k} {v}" for k, v in lat.items()) if lat else
                     "none, combinational units")
                  + f" ({b.fp_latency_source})")
-    if lat:
+    if lat or z.compute_lanes != 32:
         lines.append(f"  a unit takes {p.rate:.3f} beat per cycle in a stream of "
                      f"{z.max_cluster_tokens}-token clusters (hw/model/engine_cycles.py: the "
-                     "latencies' cost at each K->V turn and V row); the resource estimate is "
-                     "of combinational units, without their stage registers")
+                     "latencies' cost at each K->V turn and V row, a K or V beat in "
+                     f"{32 // z.compute_lanes} cycle(s))"
+                     + ("" if b.family == "ecp5" and "per_unit" in m["ecp5"] else
+                        "; the resource estimate is of combinational units, without their "
+                        "stage registers"))
     match = ("matches" if p.bandwidth_matched else "falls short of")
-    rate = f" x {p.rate:.3f}" if lat else ""
+    rate = f" x {p.rate:.3f}" if p.rate != 1 else ""
     lines.append(f"  compute {z.units} x {BEAT_BYTES} B x {b.clock_mhz:g} MHz{rate} = "
                  f"{p.compute_gbs:.1f} GB/s {match} the memory's {b.mem_gbs:g} GB/s "
                  f"({p.needed_units} unit(s) would match at this clock)")
@@ -262,7 +310,11 @@ def report(p: Plan, model: dict[str, Any] | None = None) -> list[str]:
         name = lut if c == "LUT" else c
         lines.append(f"  {name:<10}{p.resources[c]:>12,}{have:>12,}"
                      f"{p.resources[c] / have:>8.0%}{BUDGET:>8.0%}")
-    if b.family == "ecp5":
+    if b.family == "ecp5" and "per_unit" in m["ecp5"]:
+        e = m["ecp5"]
+        lines.append(f"  estimate: the {e['what']}, by {e['command']} at {e['commit']} "
+                     f"({ECP5_FILE.name}): the top at one unit, {z.units - 1} more unit(s)")
+    elif b.family == "ecp5":
         e = m["ecp5"]
         lines.append(f"  estimate: at least the {e['what']} alone, synth_ecp5 by {e['command']} "
                      f"at {e['commit']} ({ECP5_FILE.name})")

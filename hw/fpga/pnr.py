@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nelssa.hw.sim.rtl_sources import CXL_MEM_SLAVE, ENGINE, REGS
+from nelssa.hw.sim.rtl_sources import CXL_MEM_SLAVE, ENGINE, FPGA_TOP, REGS
 from nelssa.hw.sim.synth_blocks import DEV_PKG, FIFO, SMALLEST_ENGINE, TOP, Block
 from nelssa.hw.sim.verilator import RTL_ROOT
 
@@ -40,10 +40,29 @@ Target = Block
 """A P&R target: a block (synth_blocks.Block: name, module, files, parameters)."""
 
 
-def targets() -> list[Target]:
+def targets(board: Any = None) -> list[Target]:
     """The device's blocks at the smallest top's parameters (SMALLEST_TOP), each placed and
     routed on its own, the attention engine last: the smallest engine is part of every
-    configuration of the device, so if it does not fit, no configuration does."""
+    configuration of the device, so if it does not fit, no configuration does. With a
+    ``board`` whose engines are narrow (its ``compute_lanes``): that engine at the board's
+    latencies, then the whole FPGA top of one unit the board's plan sizes, in its place."""
+    blocks = _blocks()
+    if board is None or board.compute_lanes == 32:
+        return blocks
+    from nelssa.emu.latency.description import fp_latency
+    from nelssa.hw.fpga.plan import ecp5_size
+
+    z = ecp5_size(board, board.compute_lanes)
+    lat = fp_latency(board.fp_latency).rtl_params()
+    lanes = board.compute_lanes
+    return [*blocks[:-1],
+            Target(f"attention engine, smallest, {lanes} lane(s), the board's latencies",
+                   "nelssa_attn_engine", ENGINE, {**z.engine, **lat}),
+            Target(f"FPGA top: the device of one unit, {lanes} lane(s)", "nelssa_fpga_top",
+                   FPGA_TOP, {**z.top_params, "MemBytes": round(board.mem_gb * 1e9), **lat})]
+
+
+def _blocks() -> list[Target]:
     return [
         Target("register BAR (AXI4-Lite)", "nelssa_axil_regs",
                [DEV_PKG, TOP / "nelssa_axil_regs.sv"], {"AddrW": 12}),
@@ -410,9 +429,10 @@ def _ffs(cells: dict[str, int]) -> int:
 
 def write_page(results: list[Result], board: Any, path: Path, command: str, commit: str,
                manifest: Path | None, carried: Result | None, machine: str,
-               counted: dict[str, Any] | None = None) -> None:
+               counted: dict[str, Any] | None = None, extra: list[str] = ()) -> None:
     """docs/results/fpga_pnr.md: per target its synthesis, placement, timing and bitstream;
-    ``counted``: the smallest engine's arithmetic counted (engine_counted)."""
+    ``counted``: the smallest engine's arithmetic counted (engine_counted); ``extra``: more
+    lines (a section) before the manifest's."""
     total_cpu_s = sum(s.cpu_s for r in results for s in r.steps) + (counted or {}).get(
         "cpu_s", 0)
     part_caps: dict[str, int] = {}
@@ -492,6 +512,7 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
                   "hw/fpga/resource_model_ecp5.json)."
                   if counted["lut4"] > board.luts or counted["mult"] > board.dsps else
                   f"The part has {board.luts:,} LUT4 and {board.dsps} multipliers."]
+    lines += list(extra)
     if carried is not None and manifest is not None:
         lines += ["", f"The manifest `{manifest}` (`nelssa fpga manifest --board {board.name} "
                   "--bitstream ...`) carries the bitstream of the largest routed target, "

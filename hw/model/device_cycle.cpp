@@ -22,7 +22,8 @@ namespace {
 // the device's parameters, in the order of device_cycle.py's DEVICE_PARAMS
 enum DevParam {
     D_UNITS, D_ORDER_DEPTH, D_READ_DEPTH, D_HOST_SHARE, D_DOORBELL, D_READ_LATENCY,
-    D_KV_TURN, D_CLUSTER_GAP, D_FINAL, D_OUT_BEAT, D_START, D_FINAL_FIXED, D_V_ROW, D_COUNT
+    D_KV_TURN, D_CLUSTER_GAP, D_FINAL, D_OUT_BEAT, D_START, D_FINAL_FIXED, D_V_ROW, D_BEAT,
+    D_COUNT
 };
 constexpr int SUBS = 8;
 constexpr int HOST_PORT = 0, CMDQ_PORT = 1, FIRST_UNIT_PORT = 2;
@@ -320,36 +321,49 @@ struct Device {
             if (--u.wait <= 0) u.eng = E_K;
             break;
         case E_K:
+            // a K beat takes D_BEAT cycles (the engine's chunks of its lanes): the engine
+            // waits after each
+            if (u.wait > 0) {
+                --u.wait;
+                break;
+            }
             if (beats_done(d.k_beats[(size_t)u.cluster])) {
                 u.eng = E_TURN;
-                u.wait = (int)dev[D_KV_TURN];
+                u.wait = (int)(dev[D_KV_TURN] + dev[D_BEAT] - 1);
+            } else if (head_in) {
+                u.wait = (int)(dev[D_BEAT] - 1);
             }
             break;
         case E_TURN:  // the cluster's scores and max settle before its V rows
             if (--u.wait <= 0) u.eng = E_V;
             break;
         case E_V: {
-            // a row takes at least D_V_ROW cycles (a pipelined adder's o and l): the engine
-            // waits after a row's last beat
+            // a beat takes D_BEAT cycles, a row at least D_V_ROW (a pipelined adder's o and
+            // l): the engine waits after each beat, the longer after a row's last
             const int bpr = std::max(1, d.q_lines / std::max(1, d.q_heads));
+            const i64 beat = dev[D_BEAT];
             if (u.wait > 0) {
                 --u.wait;
                 break;
             }
             const bool row_end = head_in && (u.beat + 1) % bpr == 0;
             if (!beats_done(d.k_beats[(size_t)u.cluster])) {
-                if (row_end) u.wait = (int)std::max<i64>(0, dev[D_V_ROW] - bpr);
+                if (head_in)
+                    u.wait = (int)(row_end ? std::max<i64>(beat - 1,
+                                                           dev[D_V_ROW] - (bpr - 1) * beat - 1)
+                                           : beat - 1);
                 break;
             }
             {
                 if (++u.cluster == (int)d.k_beats.size()) {
                     u.eng = E_FINAL;
-                    u.wait = (int)(dev[D_FINAL] * d.q_heads + dev[D_FINAL_FIXED]);
+                    u.wait = (int)(dev[D_FINAL] * d.q_heads + dev[D_FINAL_FIXED] + beat - 1);
                 } else if (dev[D_CLUSTER_GAP] > 0) {
                     u.eng = E_CLU;
-                    u.wait = (int)dev[D_CLUSTER_GAP];
+                    u.wait = (int)(dev[D_CLUSTER_GAP] + beat - 1);
                 } else {
                     u.eng = E_K;
+                    u.wait = (int)(beat - 1);
                 }
             }
             break;

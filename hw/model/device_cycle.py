@@ -23,7 +23,7 @@ from nelssa.hw.model import ddr5_replay
 from nelssa.hw.model.ddr5_addr import DeviceGeometry, decode
 from nelssa.hw.model.ddr5_subchannel import BankState, ControllerConfig
 from nelssa.hw.model.device_timing import CALIBRATION_FILE, HOST_SHARE
-from nelssa.hw.model.engine import EngineParams, FpLatency
+from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.model.engine_cycles import EngineTiming
 
 READ_DEPTH = 128
@@ -60,6 +60,8 @@ class CycleTiming:
     v_row: int = 0
     """Cycles a V row takes at least (an adder's latency, which o and l wait for once a row:
     :meth:`for_engine`); a row of fewer beats waits the rest."""
+    beat: int = 1
+    """Cycles a K or V beat takes: 32 / the engine's compute lanes (:meth:`for_engine`)."""
 
     @classmethod
     def load(cls) -> CycleTiming:
@@ -72,15 +74,19 @@ class CycleTiming:
         return asdict(self)
 
     def for_engine(self, params: EngineParams) -> CycleTiming:
-        """These counts (fitted on the RTL device, whose units are combinational) for engines
-        with ``params``' unit latencies: what the pipelines add to the K->V turn, after the
-        last V beat, and to each V row, from the engine's own schedule (hw/model/
-        engine_cycles.py); the same counts at latency 0."""
-        if params.latency == FpLatency():
+        """These counts (fitted on the RTL device, whose units are combinational and take a
+        beat a cycle) for engines with ``params``' unit latencies and lanes: what the pipelines
+        add to the K->V turn, after the last V beat, and to each V row, and the cycles of a
+        K, V and result beat, from the engine's own schedule (hw/model/engine_cycles.py); the
+        same counts for the fitted engine. (A result beat's chunks are charged between
+        every two writes: one beat's too many before the LSE beat.)"""
+        if params.as_fitted:
             return self
-        extra = EngineTiming.of(params).over_combinational(params)
+        t = EngineTiming.of(params)
+        extra = t.over_combinational(params)
         return replace(self, kv_turn=self.kv_turn + extra.kv_turn,
-                       final_fixed=self.final_fixed + extra.tail, v_row=params.latency.add)
+                       final_fixed=self.final_fixed + extra.tail, v_row=params.latency.add,
+                       beat=t.beat, out_beat=self.out_beat + extra.out_beat)
 
 
 class CycleSchedule:
@@ -101,7 +107,7 @@ class CycleSchedule:
         mem = ddr5_replay._params(geometry.timing, config or ControllerConfig(), True)
         dev = np.array([engines, order_depth, READ_DEPTH, HOST_SHARE, t.doorbell,
                         t.read_latency, t.kv_turn, t.cluster_gap, t.final, t.out_beat,
-                        t.start, t.final_fixed, t.v_row], np.int64)
+                        t.start, t.final_fixed, t.v_row, t.beat], np.int64)
         self._handle = self._so.dc_new(ddr5_replay._ptr(mem, ctypes.c_longlong), mem.size,
                                  ddr5_replay._ptr(dev, ctypes.c_longlong))
         if not self._handle:

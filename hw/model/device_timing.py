@@ -21,7 +21,7 @@ import numpy as np
 from nelssa.driver.formats import DescOpcode
 from nelssa.driver.status import ENGINE_LANES
 from nelssa.hw.model.ddr5_subchannel import TCK_PER_CYCLE
-from nelssa.hw.model.engine import EngineParams, FpLatency
+from nelssa.hw.model.engine import EngineParams
 from nelssa.hw.model.engine_cycles import EngineTiming, LatencyCost
 
 CALIBRATION_FILE = Path(__file__).with_name("device_calibration.json")
@@ -72,8 +72,9 @@ class UnitTiming:
     coefficients are fitted on combinational units); None: nothing."""
 
     def for_engine(self, params: EngineParams) -> UnitTiming:
-        """This timing for engines with ``params``' unit latencies (itself at latency 0)."""
-        if params.latency == FpLatency():
+        """This timing for engines with ``params``' unit latencies and lanes (itself for the
+        fitted engine: combinational, a beat a cycle)."""
+        if params.as_fitted:
             return self
         return replace(self, latency=EngineTiming.of(params).over_combinational(params))
 
@@ -99,7 +100,7 @@ class UnitTiming:
             return base
         bpr = d.head_dim // ENGINE_LANES
         tokens = max(0, int(f[2]) - d.q_heads * bpr) // (2 * bpr)
-        return base + self.latency.cycles(d.head_dim, int(f[1]), tokens)
+        return base + self.latency.cycles(d.head_dim, int(f[1]), tokens, d.q_heads)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ U32 = npt.NDArray[np.uint32]
 FP_LATENCY_MAX = 15
 """Largest latency of a unit the RTL engine accepts (its elaboration check)."""
 
+COMPUTE_LANES = tuple(1 << k for k in range(ENGINE_LANES.bit_length()))
+"""The lane counts the RTL engine's datapath may have (ComputeLanes: powers of two up to a
+beat's 32 lanes)."""
+
 
 @dataclass(frozen=True)
 class FpLatency:
@@ -83,6 +87,10 @@ class EngineParams:
     """MaxClusterTokens: largest cluster, in tokens (size of the score buffer)."""
     latency: FpLatency = field(default_factory=FpLatency)
     """The arithmetic units' latencies (the *Latency parameters): cycles only, not results."""
+    compute_lanes: int = ENGINE_LANES
+    """ComputeLanes: lanes of a beat the datapath computes a cycle (a K or V beat takes
+    32 / compute_lanes cycles, a result beat 16 / min(compute_lanes, 16)); cycles only, not
+    results: every lane's operations and the dot products' tree are the same."""
 
     def __post_init__(self) -> None:
         if self.head_dim not in SUPPORTED_HEAD_DIMS:
@@ -94,13 +102,25 @@ class EngineParams:
                              f"got {self.max_cluster_tokens}")
         if isinstance(self.latency, dict):  # as a JSON description gives it
             object.__setattr__(self, "latency", FpLatency(**self.latency))
+        if isinstance(self.compute_lanes, bool) or self.compute_lanes not in COMPUTE_LANES:
+            raise ValueError(f"compute_lanes must be one of {COMPUTE_LANES}, "
+                             f"got {self.compute_lanes!r}")
+
+    @property
+    def as_fitted(self) -> bool:
+        """The engine's cycles are those the device models are fitted on: combinational
+        units, a beat a cycle (hw/model/engine_cycles.py gives what the others add)."""
+        return self.latency == FpLatency() and self.compute_lanes == ENGINE_LANES
 
     def rtl_params(self) -> dict[str, int]:
         """The RTL engine's parameters (nelssa_attn_engine) for this instance; the latencies
-        only where a unit is pipelined (a combinational build's cache key names none)."""
+        only where a unit is pipelined and the lanes only where narrower than a beat (a
+        combinational beat-a-cycle build's cache key names neither)."""
         return {"HeadDim": self.head_dim, "NumQHeads": self.num_qheads,
                 "MaxClusterTokens": self.max_cluster_tokens,
-                **({} if self.latency == FpLatency() else self.latency.rtl_params())}
+                **({} if self.latency == FpLatency() else self.latency.rtl_params()),
+                **({} if self.compute_lanes == ENGINE_LANES
+                   else {"ComputeLanes": self.compute_lanes})}
 
 
 @dataclass(frozen=True)

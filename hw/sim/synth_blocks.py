@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nelssa.hw.model.engine import FpLatency
+from nelssa.hw.model.engine import EngineParams, FpLatency
 from nelssa.hw.sim.rtl_sources import (
     CXL_MEM_SLAVE,
     DDR5_CTRL,
@@ -49,12 +49,16 @@ class TopSize:
     """NumQHeads: each engine's largest GQA group (1..8)."""
     max_cluster_tokens: int = 64
     """MaxClusterTokens: each engine's score buffer, in tokens."""
+    compute_lanes: int = 32
+    """ComputeLanes: the lanes each engine computes a cycle (32: a beat a cycle)."""
 
     @property
     def engine(self) -> dict[str, object]:
-        """The engine's parameters (nelssa_attn_engine, and the blocks that pass them on)."""
+        """The engine's parameters (nelssa_attn_engine, and the blocks that pass them on);
+        ComputeLanes only where narrow (the full-width tops keep their cache keys)."""
         return {"HeadDim": self.head_dim, "NumQHeads": self.num_qheads,
-                "MaxClusterTokens": self.max_cluster_tokens}
+                "MaxClusterTokens": self.max_cluster_tokens,
+                **({} if self.compute_lanes == 32 else {"ComputeLanes": self.compute_lanes})}
 
     @property
     def top_params(self) -> dict[str, object]:
@@ -108,7 +112,7 @@ def blocks(size: TopSize | None = None) -> list[Block]:
     # the engine's parameters at their defaults are left out, so that the default top's
     # blocks keep the cache keys of their earlier runs (scripts/synth.py --cache)
     units, channels = z.units, z.channels
-    engine = {k: v for k, v in z.engine.items() if v != TopSize().engine[k]}
+    engine = {k: v for k, v in z.engine.items() if v != TopSize().engine.get(k)}
     unit_files = [*ENGINE, DEV_PKG, TOP / "nelssa_line_reader.sv", TOP / "nelssa_attn_unit.sv"]
     return [
         Block("register BAR (AXI4-Lite)", "nelssa_axil_regs",
@@ -187,6 +191,8 @@ def check_blocks() -> list[Block]:
                 [*PACKAGES, *FP_UNITS], {"Latency": 3}) for op in ("add", "mul")),
         Block("engine with pipelined units", "nelssa_attn_engine", ENGINE,
               {**SMALLEST_ENGINE, **PIPELINED_CHECK.rtl_params()}, boxes=ENGINE_BOXES),
+        Block("engine with a narrow datapath", "nelssa_attn_engine", ENGINE,
+              NARROW_CHECK.rtl_params(), boxes=ENGINE_BOXES),
     ]
 
 
@@ -194,6 +200,10 @@ PIPELINED_CHECK = FpLatency(bf16_mul=1, add=3, mul=2, exp2=4, log2=4, recip=4)
 """The latencies the check maps the engine at besides 0 (its delay lines, the V spacing of an
 adder slower than a row, the result FIFO): those of tests/rtl/test_attn_engine.py's pipelined
 instance."""
+NARROW_CHECK = EngineParams(head_dim=64, num_qheads=1, max_cluster_tokens=1,
+                            latency=PIPELINED_CHECK, compute_lanes=2)
+"""The lanes the check maps the engine at besides 32, with the pipelined latencies: a beat's
+chunks, a dot product's lower and upper tree levels, result beats gathered from chunks."""
 
 
 NOT_MAPPED = {

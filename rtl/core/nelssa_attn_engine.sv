@@ -13,7 +13,11 @@
 // channels (the command's cluster entries, the stream up to kv_last_i) before done_o.
 //
 // The order of floating-point operations is the contract with hw/model/engine.py; see
-// docs/numerics.md. Throughput, with every unit combinational (all latencies 0): one beat per
+// docs/numerics.md. Lanes: the datapath computes ComputeLanes of a beat's 32 lanes a cycle (a
+// chunk), so a K or V beat takes 32 / ComputeLanes cycles (chunk 0 in the cycle it is taken,
+// the others from a register) and a result beat 16 / min(ComputeLanes, 16); the dot products'
+// tree and every lane's operations are the same ones in the same order at every lane count.
+// Throughput, with every unit combinational (all latencies 0) and all 32 lanes: one beat per
 // cycle inside a K or V phase; each cluster costs two stall cycles at its K->V turn (last
 // score, softmax set-up); the first cluster one more. With pipelined units (the *Latency
 // parameters) the same operations in the same order take longer: the K->V turn waits for the
@@ -35,6 +39,10 @@ module nelssa_attn_engine
   parameter int unsigned HeadDim          = 128,  // largest head_dim accepted: 64 or 128
   parameter int unsigned NumQHeads        = 8,    // largest GQA group (query heads), 1..8
   parameter int unsigned MaxClusterTokens = 64,   // score-buffer depth in tokens, 1..255
+  // Lanes of a beat the datapath computes a cycle: a power of two, 1..32 (32: a beat a cycle);
+  // the dot products' multipliers and the V, o, l and output lanes are that many units. The
+  // PNM device preset's compute_lanes (emu/latency/hardware.py) holds it
+  parameter int unsigned ComputeLanes     = 32,
   // Cycles from an arithmetic unit's inputs to its result (0: combinational), 0..15 each; the
   // PNM device preset's fp_latency (emu/latency/hardware.py) holds them
   parameter int unsigned Bf16MulLatency   = 0,    // bf16 x bf16 multiplier
@@ -83,6 +91,10 @@ module nelssa_attn_engine
   if (MaxClusterTokens < 1 || MaxClusterTokens > 255) begin : gen_check_tokens
     $error("nelssa_attn_engine: MaxClusterTokens must be in 1..255");
   end
+  if (ComputeLanes < 1 || ComputeLanes > LANES || (ComputeLanes & (ComputeLanes - 1)) != 0)
+  begin : gen_check_lanes
+    $error("nelssa_attn_engine: ComputeLanes must be a power of two in 1..32");
+  end
   if (Bf16MulLatency > 15 || AddLatency > 15 || MulLatency > 15 || Exp2Latency > 15 ||
       Log2Latency > 15 || RecipLatency > 15) begin : gen_check_latency
     $error("nelssa_attn_engine: every unit latency must be in 0..15");
@@ -91,6 +103,9 @@ module nelssa_attn_engine
   localparam int unsigned HW = (NumQHeads > 1) ? $clog2(NumQHeads) : 1;  // head index width
   localparam int unsigned MAX_BPR = HeadDim / LANES;                     // beats per row
   localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;      // beat-in-row width
+  localparam int unsigned CHUNKS = LANES / ComputeLanes;  // cycles a K or V beat takes
+  localparam int unsigned CHW = (CHUNKS > 1) ? $clog2(CHUNKS) : 1;  // chunk index width
+  localparam int unsigned CB = 16 * ComputeLanes;         // bits of a chunk
 
   // Pipeline depths (hw/model/engine_cycles.py computes the same)
   localparam int unsigned DOT_LAT   = Bf16MulLatency + $clog2(LANES) * AddLatency;  // beat sum
@@ -98,14 +113,16 @@ module nelssa_attn_engine
   localparam int unsigned WEIGHT_LAT = AddLatency + Exp2Latency;   // exp2(t - m)
   localparam int unsigned V_LAT     = MulLatency + AddLatency;     // a V beat into o and l
   localparam int unsigned LSE_LAT   = Log2Latency + AddLatency + MulLatency;
-  // cycles after the last K beat until the last score is written; set-up; after the last V
-  // beat until o and l are written; after the last finalisation issue
-  localparam int unsigned KDRAIN_CYC = 1 + DOT_LAT + FOLD_LAT + MulLatency;
+  // cycles after the last K beat is taken until the last score is written (its other chunks
+  // first); set-up; after the last V beat is taken until o and l are written; after the last
+  // finalisation issue
+  localparam int unsigned KDRAIN_CYC = (CHUNKS - 1) + 1 + DOT_LAT + FOLD_LAT + MulLatency;
   localparam int unsigned SETUP_CYC  = WEIGHT_LAT + 1;
-  localparam int unsigned VDRAIN_CYC = V_LAT;
+  localparam int unsigned VDRAIN_CYC = (CHUNKS - 1) + V_LAT;
   localparam int unsigned FWAIT_CYC  = (LSE_LAT > RecipLatency) ? LSE_LAT : RecipLatency;
-  // an error's drain waits until nothing of the command is left in a pipeline
-  localparam int unsigned FLUSH_CYC  = DOT_LAT + FOLD_LAT + MulLatency + WEIGHT_LAT + V_LAT;
+  // an error's drain waits until nothing of the command is left in a chunk or a pipeline
+  localparam int unsigned FLUSH_CYC  = (CHUNKS - 1) + DOT_LAT + FOLD_LAT + MulLatency +
+                                       WEIGHT_LAT + V_LAT;
   localparam int unsigned CW = 10;  // width of the wait counters
 
   typedef enum logic [3:0] {
@@ -183,6 +200,54 @@ module nelssa_attn_engine
   assign cmd_take = (state_q == StIdle) && cmd_valid_i;
   assign k_beat   = (state_q == StK) && kv_fire;
   assign v_beat   = (state_q == StV) && kv_fire;
+
+  // The chunks of a K or V beat: chunk 0 from kv_data_i in the cycle the beat is taken, then
+  // one a cycle from the beat's register (ch_busy_q; the next beat waits), beside the beat's
+  // position in the row and the cluster, captured as it was taken
+  logic           ch_busy_q;  // chunks ch_q.. of the beat taken before are being issued
+  logic           ch_v_q;     // ... of a V beat
+  logic [CHW-1:0] ch_q;
+  logic [1:0]     ch_part_q;
+  logic [7:0]     ch_tok_q;
+  logic           ch_row_end_q;
+  logic [CHW-1:0] chunk;      // the chunk issued now (if any)
+  logic [CB-1:0]  kv_chunk;   // ... its lanes
+  logic           chunk_last;
+  if (CHUNKS == 1) begin : gen_whole_beat
+    assign ch_busy_q    = 1'b0;
+    assign ch_v_q       = 1'b0;
+    assign ch_q         = '0;
+    assign ch_part_q    = 2'd0;
+    assign ch_tok_q     = 8'd0;
+    assign ch_row_end_q = 1'b0;
+    assign kv_chunk     = kv_data_i;
+  end else begin : gen_chunks
+    logic [BEAT_W-1:CB] beat_q;  // the beat's chunks after the first (no reset: written first)
+    assign kv_chunk = ch_busy_q ? beat_q[32'(ch_q) * CB +: CB] : kv_data_i[CB-1:0];
+    always_ff @(posedge clk_i or negedge rst_ni) begin
+      if (!rst_ni) begin
+        ch_busy_q <= 1'b0;
+        ch_q      <= '0;
+      end else if (k_beat || v_beat) begin
+        ch_busy_q <= 1'b1;
+        ch_q      <= CHW'(1);
+      end else if (ch_busy_q) begin
+        ch_busy_q <= (32'(ch_q) != CHUNKS - 1);
+        ch_q      <= ch_q + CHW'(1);
+      end
+    end
+    always_ff @(posedge clk_i) begin
+      if (k_beat || v_beat) begin
+        beat_q       <= kv_data_i[BEAT_W-1:CB];
+        ch_v_q       <= v_beat;
+        ch_part_q    <= part_q;
+        ch_tok_q     <= tok_q;
+        ch_row_end_q <= row_end;
+      end
+    end
+  end
+  assign chunk      = ch_busy_q ? ch_q : '0;
+  assign chunk_last = (32'(chunk) == CHUNKS - 1);
   assign setup    = (state_q == StSetup);
   assign setup_go = setup && (wait_q == CW'(SETUP_CYC - 1));  // the set-up's first cycle
   assign fin_go   = (state_q == StFinal);
@@ -221,11 +286,13 @@ module nelssa_attn_engine
 
   assign phase = '{
     cmd_take:   cmd_take,
-    k_beat:     k_beat,
-    v_beat:     v_beat,
-    part:       part_q,
-    row_end:    row_end,
-    tok:        tok_q,
+    k_chunk:    k_beat || (ch_busy_q && !ch_v_q),
+    v_chunk:    v_beat || (ch_busy_q && ch_v_q),
+    chunk:      5'(chunk),
+    last_chunk: chunk_last,
+    part:       ch_busy_q ? ch_part_q : part_q,
+    row_end:    ch_busy_q ? ch_row_end_q : row_end,
+    tok:        ch_busy_q ? ch_tok_q : tok_q,
     ntok:       ntok_q,
     bpr:        bpr_q,
     setup:      setup,
@@ -235,6 +302,7 @@ module nelssa_attn_engine
   nelssa_attn_pos #(
     .HeadDim         (HeadDim),
     .MaxClusterTokens(MaxClusterTokens),
+    .ComputeLanes    (ComputeLanes),
     .AddLatency      (AddLatency),
     .MulLatency      (MulLatency),
     .DotLatency      (DOT_LAT),
@@ -266,18 +334,20 @@ module nelssa_attn_engine
 
     nelssa_attn_kscore #(
       .HeadDim       (HeadDim),
+      .ComputeLanes  (ComputeLanes),
       .Bf16MulLatency(Bf16MulLatency),
       .AddLatency    (AddLatency),
       .MulLatency    (MulLatency)
     ) u_kscore (
       .clk_i,
       .rst_ni,
-      .on_i     (on),
-      .q_load_i ((state_q == StQ) && kv_fire && HW'(head_q) == HW'(h)),
-      .ctrl_i   (kscore_ctrl),
+      .on_i      (on),
+      .q_load_i  ((state_q == StQ) && kv_fire && HW'(head_q) == HW'(h)),
+      .ctrl_i    (kscore_ctrl),
       .kv_data_i,
-      .c_i      (c_q),
-      .score_o  (score)
+      .kv_chunk_i(kv_chunk),
+      .c_i       (c_q),
+      .score_o   (score)
     );
     nelssa_attn_softmax #(
       .MaxClusterTokens(MaxClusterTokens),
@@ -294,26 +364,28 @@ module nelssa_attn_engine
       .m_o    (m_head[h])
     );
     nelssa_attn_vacc #(
-      .HeadDim   (HeadDim),
-      .AddLatency(AddLatency),
-      .MulLatency(MulLatency)
+      .HeadDim     (HeadDim),
+      .ComputeLanes(ComputeLanes),
+      .AddLatency  (AddLatency),
+      .MulLatency  (MulLatency)
     ) u_vacc (
       .clk_i,
       .rst_ni,
-      .on_i     (on),
-      .ctrl_i   (vacc_ctrl),
-      .kv_data_i,
-      .p_i      (p),
-      .alpha_i  (alpha),
-      .rd_beat_i(obeat_q),
-      .o_beat_o (o_beat[h]),
-      .l_o      (l_head[h])
+      .on_i      (on),
+      .ctrl_i    (vacc_ctrl),
+      .kv_chunk_i(kv_chunk),
+      .p_i       (p),
+      .alpha_i   (alpha),
+      .rd_beat_i (obeat_q),
+      .o_beat_o  (o_beat[h]),
+      .l_o       (l_head[h])
     );
   end
 
   nelssa_attn_out #(
     .HeadDim     (HeadDim),
     .NumQHeads   (NumQHeads),
+    .ComputeLanes(ComputeLanes),
     .AddLatency  (AddLatency),
     .MulLatency  (MulLatency),
     .Log2Latency (Log2Latency),
@@ -339,8 +411,9 @@ module nelssa_attn_engine
     clu_ready_o = (state_q == StClu && !next_valid_q) || prefetch ||
                   (state_q == StDrain && !all_popped);
     unique case (state_q)
-      StQ, StK: kv_ready_o = 1'b1;
-      StV:      kv_ready_o = v_room;
+      StQ:      kv_ready_o = 1'b1;
+      StK:      kv_ready_o = !ch_busy_q;
+      StV:      kv_ready_o = v_room && !ch_busy_q;
       StDrain:  kv_ready_o = !last_seen_q;
       default:  kv_ready_o = 1'b0;
     endcase

@@ -1,11 +1,12 @@
 // Finalisation and result beats of the attention engine (nelssa_attn_engine). Finalisation, one
 // head issued a cycle (ctrl_i.fin_go): LSE = (m + log2 l) * ln 2 and 1/l, each written into the
 // head's registers when it leaves its pipeline. Result beats (ctrl_i.out): O of head ctrl_i.head
-// scaled by its 1/l (OUT_LANES products a beat), then one beat with the LSE of every head.
-// With combinational multipliers a beat is offered as it is computed; with pipelined ones a
-// beat is issued into the multipliers only when the result FIFO behind them has room for it
+// scaled by its 1/l (OUT_LANES products a beat, min(ComputeLanes, OUT_LANES) a cycle), then one
+// beat with the LSE of every head. With combinational multipliers that take a beat in one
+// cycle a beat is offered as it is computed; otherwise a beat is issued into the multipliers
+// (a chunk a cycle, gathered behind them) only when the result FIFO behind them has room for it
 // and everything already on its way (credits), so res_ready_i low stops the issue; out_issue_o
-// says a beat was issued (the engine steps its head and beat counters).
+// says a beat's last chunk was issued (the engine steps its head and beat counters).
 `include "nelssa_assert.svh"
 
 module nelssa_attn_out
@@ -14,6 +15,7 @@ module nelssa_attn_out
 #(
   parameter int unsigned HeadDim      = 128,  // largest head_dim accepted: 64 or 128
   parameter int unsigned NumQHeads    = 8,    // largest GQA group (query heads), 1..8
+  parameter int unsigned ComputeLanes = 32,   // lanes computed a cycle: a power of two, 1..32
   parameter int unsigned AddLatency   = 0,    // cycles of the fp32 adder
   parameter int unsigned MulLatency   = 0,    // cycles of the fp32 multiplier
   parameter int unsigned Log2Latency  = 0,    // cycles of log2
@@ -46,7 +48,16 @@ module nelssa_attn_out
   end
 
   localparam int unsigned HW = (NumQHeads > 1) ? $clog2(NumQHeads) : 1;  // head index width
+  if (ComputeLanes < 1 || ComputeLanes > LANES || (ComputeLanes & (ComputeLanes - 1)) != 0)
+  begin : gen_check_lanes
+    $error("nelssa_attn_out: ComputeLanes must be a power of two in 1..32");
+  end
+
   localparam int unsigned OUT_LANES = BEAT_W / 32;                       // fp32 per result beat
+  // output multipliers, and the cycles (chunks) a result beat takes through them
+  localparam int unsigned OUT_UNITS = (ComputeLanes < OUT_LANES) ? ComputeLanes : OUT_LANES;
+  localparam int unsigned OCH = OUT_LANES / OUT_UNITS;
+  localparam int unsigned OCW = (OCH > 1) ? $clog2(OCH) : 1;             // chunk index width
 
   logic [31:0]   lse_q [NumQHeads];
   logic [31:0]   inv_q [NumQHeads];  // 1/l
@@ -157,17 +168,25 @@ module nelssa_attn_out
 
   // ---------------------------------------------------------------------------------------------
   // Result beats
-  logic [31:0]       out_val [OUT_LANES];
-  logic [BEAT_W-1:0] lse_beat, out_data;
+  logic [31:0]       out_val [OUT_UNITS];
+  logic [BEAT_W-1:0] lse_beat, o_beat;
+  logic [OCW-1:0]    och;  // the output chunk issued
+  assign o_beat = o_beat_i[out_head];
 
-  for (genvar k = 0; k < OUT_LANES; k++) begin : gen_out
+  for (genvar k = 0; k < OUT_UNITS; k++) begin : gen_out
+    logic [31:0] a;
+    if (OCH == 1) begin : gen_whole
+      assign a = o_beat[32*k +: 32];
+    end else begin : gen_chunk
+      assign a = o_beat[32 * (32'(och) * OUT_UNITS + k) +: 32];
+    end
     nelssa_fp32_mul #(
       .Latency(MulLatency)
     ) u_out (
       .clk_i,
       .rst_ni,
       .en_i  (out_beat),
-      .a_i   (o_beat_i[out_head][32*k +: 32]),
+      .a_i   (a),
       .b_i   (inv_q[out_head]),
       .prod_o(out_val[k])
     );
@@ -179,12 +198,18 @@ module nelssa_attn_out
     for (int h = 0; h < NumQHeads; h++) begin
       if (h < 32'(ctrl_i.nq)) lse_beat[32*h +: 32] = lse_q[h];
     end
-    out_data = '0;
-    // verilator unroll_full
-    for (int k = 0; k < OUT_LANES; k++) out_data[32*k +: 32] = out_val[k];
   end
 
-  if (MulLatency == 0) begin : gen_res_direct
+  if (MulLatency == 0 && OCH == 1) begin : gen_res_direct
+    logic [BEAT_W-1:0] out_data;
+    always_comb begin
+      out_data = '0;
+      // verilator unroll_full
+      for (int k = 0; k < OUT_LANES; k++) out_data[32*k +: 32] = out_val[k];
+    end
+    logic unused_och;
+    assign och         = '0;
+    assign unused_och  = ^och;
     assign out_issue_o = ctrl_i.out && res_ready_i;
     // the beat is computed while it is offered, taken or not: its multipliers' enable must not
     // read res_ready_i, or a gated simulation's result data would depend on the ready that a
@@ -203,34 +228,87 @@ module nelssa_attn_out
     localparam int unsigned Depth = MulLatency + 2;  // full rate: MulLatency on the way, 1 out
     localparam int unsigned AW = $clog2(Depth);
     localparam int unsigned NW = $clog2(Depth + 1);
+    localparam int unsigned CB = 32 * OUT_UNITS;     // bits of a chunk
 
     logic [Depth-1:0][BEAT_W:0] mem_q;  // {last, data}
     logic [AW-1:0] rd_q, wr_q;
     logic [NW-1:0] cnt_q, fly_q;        // beats held, beats in the multipliers
-    logic          issued_last_q, push, push_last, res_fire;
+    logic          issued_last_q, push, push_last, res_fire, lse_now;
+    logic          start, issue, chunk_end, push_end;
+    logic [OCW-1:0] push_och;
+    logic [BEAT_W-1:0] push_data;  // the beat's earlier chunks gathered, its last one arriving
 
-    assign res_fire    = res_valid_o && res_ready_i;
-
-    assign out_issue_o = ctrl_i.out && !issued_last_q && (32'(cnt_q) + 32'(fly_q) < Depth);
-    assign out_offer   = out_issue_o;  // (from registers only: no path from res_ready_i)
+    assign res_fire  = res_valid_o && res_ready_i;
+    assign lse_now   = (ctrl_i.head == ctrl_i.nq);
+    // (from registers only: no path from res_ready_i) a beat starts when its credits allow;
+    // its other chunks follow in the next cycles
+    if (OCH == 1) begin : gen_one_chunk
+      logic unused_och;
+      assign och = '0;
+      assign unused_och = ^och;
+      assign start = ctrl_i.out && !issued_last_q && (32'(cnt_q) + 32'(fly_q) < Depth);
+      assign issue = start;
+      assign chunk_end = 1'b1;
+    end else begin : gen_chunks
+      logic [OCW-1:0] och_q;
+      assign och = och_q;
+      assign start = ctrl_i.out && !issued_last_q && och_q == '0 &&
+                     (32'(cnt_q) + 32'(fly_q) < Depth);
+      assign issue = start || (och_q != '0);
+      assign chunk_end = lse_now || (32'(och_q) == OCH - 1);
+      always_ff @(posedge clk_i or negedge rst_ni) begin
+        if (!rst_ni) och_q <= '0;
+        else if (issue) och_q <= chunk_end ? '0 : och_q + OCW'(1);
+      end
+    end
+    assign out_issue_o = issue && chunk_end;
+    assign out_offer   = issue;
     nelssa_pipe #(
-      .Width  (1),
+      .Width  (2 + OCW),
       .Latency(MulLatency)
     ) u_res_pos (
       .clk_i,
       .rst_ni,
-      .en_i(out_issue_o),
-      .d_i (ctrl_i.head == ctrl_i.nq),
+      .en_i(issue),
+      .d_i ({lse_now, chunk_end, och}),
       .en_o(push),
-      .q_o (push_last)
+      .q_o ({push_last, push_end, push_och})
     );
+
+    if (OCH == 1) begin : gen_no_gather
+      logic unused_push;
+      assign unused_push = ^{push_end, push_och};
+      always_comb begin
+        push_data = '0;
+        // verilator unroll_full
+        for (int k = 0; k < OUT_UNITS; k++) push_data[32*k +: 32] = out_val[k];
+      end
+    end else begin : gen_gather
+      logic [BEAT_W-CB-1:0] gather_q;  // the chunks before the last (no reset: written first)
+      logic [CB-1:0] last_chunk;
+      always_comb begin
+        last_chunk = '0;
+        // verilator unroll_full
+        for (int k = 0; k < OUT_UNITS; k++) last_chunk[32*k +: 32] = out_val[k];
+      end
+      // chunk c lies at bits CB * c
+      assign push_data = {last_chunk, gather_q};
+      always_ff @(posedge clk_i) begin
+        if (push && !push_end) begin
+          // verilator unroll_full
+          for (int c = 0; c < OCH - 1; c++) begin
+            if (push_och == OCW'(c)) gather_q[CB * c +: CB] <= last_chunk;
+          end
+        end
+      end
+    end
 
     assign res_valid_o = (cnt_q != '0);
     assign res_last_o  = res_valid_o && mem_q[rd_q][BEAT_W];
     assign res_data_o  = res_valid_o ? mem_q[rd_q][BEAT_W-1:0] : '0;
 
     always_ff @(posedge clk_i) begin
-      if (push) mem_q[wr_q] <= {push_last, push_last ? lse_beat : out_data};
+      if (push && push_end) mem_q[wr_q] <= {push_last, push_last ? lse_beat : push_data};
     end
     always_ff @(posedge clk_i or negedge rst_ni) begin
       if (!rst_ni) begin
@@ -240,17 +318,17 @@ module nelssa_attn_out
         fly_q         <= '0;
         issued_last_q <= 1'b0;
       end else begin
-        if (push) wr_q <= (32'(wr_q) == Depth - 1) ? '0 : wr_q + AW'(1);
+        if (push && push_end) wr_q <= (32'(wr_q) == Depth - 1) ? '0 : wr_q + AW'(1);
         if (res_fire) rd_q <= (32'(rd_q) == Depth - 1) ? '0 : rd_q + AW'(1);
-        cnt_q <= cnt_q + NW'(push) - NW'(res_fire);
-        fly_q <= fly_q + NW'(out_issue_o) - NW'(push);
+        cnt_q <= cnt_q + NW'(push && push_end) - NW'(res_fire);
+        fly_q <= fly_q + NW'(start) - NW'(push && push_end);
         if (!ctrl_i.out) issued_last_q <= 1'b0;
-        else if (out_issue_o && ctrl_i.head == ctrl_i.nq) issued_last_q <= 1'b1;
+        else if (out_issue_o && lse_now) issued_last_q <= 1'b1;
       end
     end
 
     // the FIFO never takes a beat it has no room for, and a beat not taken stays the same
-    `NELSSA_ASSERT_NEVER(ResFifoOverflow, push && !res_fire && 32'(cnt_q) == Depth)
+    `NELSSA_ASSERT_NEVER(ResFifoOverflow, push && push_end && !res_fire && 32'(cnt_q) == Depth)
     `NELSSA_ASSERT_HOLD(ResHeld, res_valid_o, res_ready_i, {rd_q, res_last_o})
   end
 endmodule

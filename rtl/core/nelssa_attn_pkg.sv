@@ -2,15 +2,19 @@
 // the K stage (nelssa_attn_kscore, one per query head), the softmax state (nelssa_attn_softmax,
 // one per head), the V accumulation (nelssa_attn_vacc, one per head) and the finalisation and
 // result beats (nelssa_attn_out). Fields have the widths of the engine's largest instance
-// (beats per row up to 4, clusters up to 255 tokens, up to 8 query heads); a stage casts them
-// to its own parameters' widths.
+// (beats per row up to 4, clusters up to 255 tokens, up to 8 query heads, 32 chunks a beat at
+// one compute lane); a stage casts them to its own parameters' widths. A K or V beat is
+// computed a chunk of ComputeLanes lanes a cycle (nelssa_attn_engine), chunk 0 in the cycle
+// the beat is taken.
 package nelssa_attn_pkg;
   // The control's phase events, from which the positions (nelssa_attn_pos) follow
   typedef struct packed {
     logic       cmd_take;     // a command is taken
-    logic       k_beat;       // a K beat is taken
-    logic       v_beat;       // a V beat is taken
-    logic [1:0] part;         // ... its beat within the row
+    logic       k_chunk;      // a chunk of a K beat is issued
+    logic       v_chunk;      // a chunk of a V beat is issued
+    logic [4:0] chunk;        // ... its chunk within the beat
+    logic       last_chunk;   // ... the beat's last chunk
+    logic [1:0] part;         // ... its beat within the row (of a Q beat too)
     logic       row_end;      // ... the row's last beat
     logic [7:0] tok;          // ... its token within the cluster
     logic [7:0] ntok;         // tokens of the current cluster
@@ -22,8 +26,9 @@ package nelssa_attn_pkg;
 
   // K stage of one head
   typedef struct packed {
-    logic       k_beat;       // a K beat is taken: its beat dot product starts
-    logic [1:0] part;         // beat within the row of a Q or K beat
+    logic       k_chunk;      // a chunk of a K beat is issued into the dot product
+    logic [4:0] chunk;        // ... its chunk within the beat
+    logic [1:0] part;         // beat within the row of a Q beat or a K chunk
     logic       dot_en;       // a beat sum leaves the dot product (stage 1 loads it)
     logic       s1_valid;     // stage 1 holds a beat sum
     logic       s1_last_row;  // ... the last of its row
@@ -52,13 +57,16 @@ package nelssa_attn_pkg;
   // V accumulation of one head
   typedef struct packed {
     logic       cmd_take;     // a command is taken: o starts at zero, l at zero
-    logic       v_beat;       // a V beat is taken: its products are issued
+    logic       v_chunk;      // a chunk of a V beat is issued: its products are issued
+    logic [4:0] chunk;        // ... its chunk within the beat
     logic [1:0] part;         // ... its beat within the row
     logic       first_row;    // ... of the cluster's first row: o and l are rescaled by alpha
-    logic       vi_en;        // a beat's adds are issued
+    logic       vi_en;        // a chunk's adds are issued
+    logic [4:0] vi_chunk;     // ... its chunk within the beat
     logic [1:0] vi_part;      // ... its beat within the row
     logic       vi_first;     // ... of the cluster's first row
-    logic       vo_en;        // a beat's sums are written
+    logic       vo_en;        // a chunk's sums are written
+    logic [4:0] vo_chunk;     // ... its chunk within the beat
     logic [1:0] vo_part;      // ... its beat within the row
   } vacc_ctrl_t;
 

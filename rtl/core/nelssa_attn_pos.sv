@@ -1,11 +1,12 @@
 // The positions of the attention engine (nelssa_attn_engine): what travels beside the datapath's
 // pipelines, from the control's phase events (phase_i) to the buses that tell each stage when
-// its operands are valid. K: a beat's position beside its dot product (DotLatency), stage 1 that
+// its operands are valid. A K or V beat is issued a chunk of ComputeLanes lanes a cycle.
+// K: a beat's position beside its dot product (DotLatency, from its last chunk), stage 1 that
 // holds its beat sum, the row's fold (stage k adds beat k, AddLatency each), the scaling
 // (MulLatency: the score is written). Set-up: alpha at its first cycle, then the cluster's
-// weights, one token a cycle (WeightLatency: each written over its score). V: a beat's part and
-// whether it is its cluster's first row, to the issue of its adds (MulLatency later) and to
-// their results (AddLatency later).
+// weights, one token a cycle (WeightLatency: each written over its score). V: a chunk's part,
+// chunk and whether it is of its cluster's first row, to the issue of its adds (MulLatency
+// later) and to their results (AddLatency later).
 `include "nelssa_assert.svh"
 
 module nelssa_attn_pos
@@ -14,6 +15,7 @@ module nelssa_attn_pos
 #(
   parameter int unsigned HeadDim          = 128,  // largest head_dim accepted: 64 or 128
   parameter int unsigned MaxClusterTokens = 64,   // score-buffer depth in tokens, 1..255
+  parameter int unsigned ComputeLanes     = 32,   // lanes computed a cycle: a power of two
   parameter int unsigned AddLatency       = 0,    // cycles of the fp32 adder
   parameter int unsigned MulLatency       = 0,    // cycles of the fp32 multiplier
   parameter int unsigned DotLatency       = 0,    // cycles of a beat's dot product
@@ -35,6 +37,10 @@ module nelssa_attn_pos
   if (AddLatency > 15 || MulLatency > 15) begin : gen_check_latency
     $error("nelssa_attn_pos: every unit latency must be in 0..15");
   end
+  if (ComputeLanes < 1 || ComputeLanes > LANES || (ComputeLanes & (ComputeLanes - 1)) != 0)
+  begin : gen_check_lanes
+    $error("nelssa_attn_pos: ComputeLanes must be a power of two in 1..32");
+  end
   // a beat's dot product is a bf16 multiply and a tree of five adds (nelssa_beat_dot); a
   // weight one subtraction and an exp2 (nelssa_softmax_weight)
   if (DotLatency < $clog2(LANES) * AddLatency || DotLatency > 15 + $clog2(LANES) * AddLatency)
@@ -48,16 +54,20 @@ module nelssa_attn_pos
   localparam int unsigned TW = (MaxClusterTokens > 1) ? $clog2(MaxClusterTokens) : 1;
   localparam int unsigned MAX_BPR = HeadDim / LANES;                 // beats per row
   localparam int unsigned PW = (MAX_BPR > 1) ? $clog2(MAX_BPR) : 1;  // beat-in-row width
+  localparam int unsigned CHUNKS = LANES / ComputeLanes;             // chunks a beat
+  localparam int unsigned CW = (CHUNKS > 1) ? $clog2(CHUNKS) : 1;    // chunk index width
 
   logic [PW-1:0] part;       // beat within the row, as an index
+  logic [CW-1:0] chunk;      // chunk within the beat, as an index
   logic          first_row;  // the beat is of its cluster's first row
   logic          unused_phase;
   assign part         = PW'(phase_i.part);
+  assign chunk        = CW'(phase_i.chunk);
   assign first_row    = (phase_i.tok == 8'd0);
-  assign unused_phase = ^phase_i.part;  // (its high bit at HeadDim 64)
+  assign unused_phase = ^{phase_i.part, phase_i.chunk};  // (its high bits)
 
   // ---------------------------------------------------------------------------------------------
-  // K: stage 1 holds the beat sums of a K beat, DotLatency + 1 cycles after it was taken
+  // K: stage 1 holds the beat sums of a K beat, DotLatency + 1 cycles after its last chunk
   logic          s1_valid_q, s1_last_row_q;
   logic [TW-1:0] s1_tok_q;
   logic [PW-1:0] s1_part_q;
@@ -75,7 +85,7 @@ module nelssa_attn_pos
   ) u_dot_pos (
     .clk_i,
     .rst_ni,
-    .en_i(phase_i.k_beat),
+    .en_i(phase_i.k_chunk && phase_i.last_chunk),
     .d_i ({TW'(phase_i.tok), part, phase_i.row_end}),
     .en_o(dot_en),
     .q_o ({dot_tok, dot_part, dot_last})
@@ -173,37 +183,40 @@ module nelssa_attn_pos
   );
 
   // ---------------------------------------------------------------------------------------------
-  // V: the issue of a beat's adds (vi_*: p*v and the rescale are ready) and their results (vo_*)
+  // V: the issue of a chunk's adds (vi_*: p*v and the rescale are ready) and their results
+  // (vo_*)
   logic          vi_en, vi_first, vo_en;
   logic [PW-1:0] vi_part, vo_part;
+  logic [CW-1:0] vi_chunk, vo_chunk;
 
   nelssa_pipe #(
-    .Width  (PW + 1),
+    .Width  (PW + CW + 1),
     .Latency(MulLatency)
   ) u_v_issue (
     .clk_i,
     .rst_ni,
-    .en_i(phase_i.v_beat),
-    .d_i ({part, first_row}),
+    .en_i(phase_i.v_chunk),
+    .d_i ({part, chunk, first_row}),
     .en_o(vi_en),
-    .q_o ({vi_part, vi_first})
+    .q_o ({vi_part, vi_chunk, vi_first})
   );
   nelssa_pipe #(
-    .Width  (PW),
+    .Width  (PW + CW),
     .Latency(AddLatency)
   ) u_v_out (
     .clk_i,
     .rst_ni,
     .en_i(vi_en),
-    .d_i (vi_part),
+    .d_i ({vi_part, vi_chunk}),
     .en_o(vo_en),
-    .q_o (vo_part)
+    .q_o ({vo_part, vo_chunk})
   );
 
   // ---------------------------------------------------------------------------------------------
   // The stages' buses
   assign kscore_o = '{
-    k_beat:      phase_i.k_beat,
+    k_chunk:     phase_i.k_chunk,
+    chunk:       phase_i.chunk,
     part:        phase_i.part,
     dot_en:      dot_en,
     s1_valid:    s1_valid_q,
@@ -229,13 +242,16 @@ module nelssa_attn_pos
   };
   assign vacc_o = '{
     cmd_take:  phase_i.cmd_take,
-    v_beat:    phase_i.v_beat,
+    v_chunk:   phase_i.v_chunk,
+    chunk:     phase_i.chunk,
     part:      phase_i.part,
     first_row: first_row,
     vi_en:     vi_en,
+    vi_chunk:  5'(vi_chunk),
     vi_part:   2'(vi_part),
     vi_first:  vi_first,
     vo_en:     vo_en,
+    vo_chunk:  5'(vo_chunk),
     vo_part:   2'(vo_part)
   };
 
@@ -264,7 +280,7 @@ module nelssa_attn_pos
   // command is left in a pipeline when the next is taken.
   logic fold_busy;
   assign fold_busy = fold_done || gen_fold_pos[MAX_BPR-1].busy;
-  `NELSSA_ASSERT(WeightReady, !phase_i.v_beat || phase_i.tok < p_cnt_q)
+  `NELSSA_ASSERT(WeightReady, !phase_i.v_chunk || phase_i.tok < p_cnt_q)
   `NELSSA_ASSERT_NEVER(ScoreWeightClash, sc_en && wout_en)
   `NELSSA_ASSERT_NEVER(PipeBusyAtTake, phase_i.cmd_take &&
                        (dot_en || s1_valid_q || fold_busy || sc_en || wl_go || wout_en ||

@@ -18,7 +18,8 @@ module nelssa_device_sim
   parameter int unsigned MulLatency     = 0,  // fp32 multipliers
   parameter int unsigned Exp2Latency    = 0,  // exp2
   parameter int unsigned Log2Latency    = 0,  // log2
-  parameter int unsigned RecipLatency   = 0   // reciprocal
+  parameter int unsigned RecipLatency   = 0,  // reciprocal
+  parameter int unsigned ComputeLanes   = 32  // engine lanes computed a cycle (1..32)
 ) (
   input  logic         clk_i,
   input  logic         rst_ni,
@@ -109,7 +110,8 @@ module nelssa_device_sim
     .MulLatency      (MulLatency),
     .Exp2Latency     (Exp2Latency),
     .Log2Latency     (Log2Latency),
-    .RecipLatency    (RecipLatency)
+    .RecipLatency    (RecipLatency),
+    .ComputeLanes    (ComputeLanes)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

@@ -14,7 +14,8 @@ module nelssa_engine_bench_top
   parameter int unsigned MulLatency       = 0,    // nelssa_attn_engine's MulLatency
   parameter int unsigned Exp2Latency      = 0,    // nelssa_attn_engine's Exp2Latency
   parameter int unsigned Log2Latency      = 0,    // nelssa_attn_engine's Log2Latency
-  parameter int unsigned RecipLatency     = 0     // nelssa_attn_engine's RecipLatency
+  parameter int unsigned RecipLatency     = 0,    // nelssa_attn_engine's RecipLatency
+  parameter int unsigned ComputeLanes     = 32    // nelssa_attn_engine's ComputeLanes
 ) (
   input  logic              clk_i,
   input  logic              rst_ni,
@@ -81,7 +82,8 @@ module nelssa_engine_bench_top
     .MulLatency      (MulLatency),
     .Exp2Latency     (Exp2Latency),
     .Log2Latency     (Log2Latency),
-    .RecipLatency    (RecipLatency)
+    .RecipLatency    (RecipLatency),
+    .ComputeLanes    (ComputeLanes)
   ) u_engine (
     .clk_i,
     .rst_ni,

@@ -25,7 +25,8 @@ module nelssa_attn_unit
   parameter int unsigned MulLatency       = 0,    // engine: fp32 multipliers
   parameter int unsigned Exp2Latency      = 0,    // engine: exp2
   parameter int unsigned Log2Latency      = 0,    // engine: log2
-  parameter int unsigned RecipLatency     = 0     // engine: reciprocal
+  parameter int unsigned RecipLatency     = 0,    // engine: reciprocal
+  parameter int unsigned ComputeLanes     = 32    // engine: lanes computed a cycle (1..32)
 ) (
   input  logic              clk_i,
   input  logic              rst_ni,
@@ -142,7 +143,8 @@ module nelssa_attn_unit
     .MulLatency      (MulLatency),
     .Exp2Latency     (Exp2Latency),
     .Log2Latency     (Log2Latency),
-    .RecipLatency    (RecipLatency)
+    .RecipLatency    (RecipLatency),
+    .ComputeLanes    (ComputeLanes)
   ) u_engine (
     .clk_i             (clk_i),
     .rst_ni            (rst_ni),

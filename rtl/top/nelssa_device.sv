@@ -26,6 +26,7 @@ module nelssa_device
   parameter int unsigned Exp2Latency = 0,             // exp2
   parameter int unsigned Log2Latency = 0,             // log2
   parameter int unsigned RecipLatency = 0,            // reciprocal
+  parameter int unsigned ComputeLanes = 32,           // engine lanes computed a cycle (1..32)
   localparam int unsigned NumMemPorts = NumUnits + 2, // memory ports used
   localparam int unsigned PortW      = $clog2(NumMemPorts)   // port id width
 ) (
@@ -247,7 +248,8 @@ module nelssa_device
       .MulLatency      (MulLatency),
       .Exp2Latency     (Exp2Latency),
       .Log2Latency     (Log2Latency),
-      .RecipLatency    (RecipLatency)
+      .RecipLatency    (RecipLatency),
+      .ComputeLanes    (ComputeLanes)
     ) u_unit (
       .clk_i      (clk_i),
       .rst_ni     (rst_ni),

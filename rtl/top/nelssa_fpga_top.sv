@@ -35,6 +35,7 @@ module nelssa_fpga_top
   parameter int unsigned Exp2Latency = 0,             // exp2
   parameter int unsigned Log2Latency = 0,             // log2
   parameter int unsigned RecipLatency = 0,            // reciprocal
+  parameter int unsigned ComputeLanes = 32,           // engine lanes computed a cycle (1..32)
   localparam int unsigned AddrW      = 40,            // device byte-address width
   localparam int unsigned NumPorts   = NumUnits + 2,  // device memory ports
   localparam int unsigned PortW      = $clog2(NumPorts)  // memory AXI ID width
@@ -243,7 +244,8 @@ module nelssa_fpga_top
     .MulLatency      (MulLatency),
     .Exp2Latency     (Exp2Latency),
     .Log2Latency     (Log2Latency),
-    .RecipLatency    (RecipLatency)
+    .RecipLatency    (RecipLatency),
+    .ComputeLanes    (ComputeLanes)
   ) u_device (
     .clk_i           (clk_i),
     .rst_ni          (rst_ni),

@@ -258,15 +258,18 @@ engine waits, and takes o from the adder's output) but not of 128."""
 
 def _run(params: dict[str, int], test_filter: str | None = None, gated: bool = True,
          expect_assertion: set[str] | None = None,
-         latency: FpLatency | None = None) -> None:
+         latency: FpLatency | None = None, lanes: int = 32) -> None:
     from cocotb_runner import run_cocotb
 
     latency = latency or FpLatency()
     if latency != FpLatency():
         params = {**params, **latency.rtl_params()}
+    if lanes != 32:
+        params = {**params, "ComputeLanes": lanes}
     env = {"NELSSA_ENGINE_PARAMS": json.dumps({
         "head_dim": params["HeadDim"], "num_qheads": params["NumQHeads"],
-        "max_cluster_tokens": params["MaxClusterTokens"], "latency": asdict(latency)})}
+        "max_cluster_tokens": params["MaxClusterTokens"], "latency": asdict(latency),
+        "compute_lanes": lanes})}
     # -O0, one C++ file: the runs are short (the small instance's some 3 s of CPU, the full
     # one's 10 s at -Os), and so built the full engine costs some 47 s of CPU with its run
     # instead of some 70 (-Os, split), the small one some 5 s instead of some 28
@@ -305,6 +308,23 @@ def test_attn_engine_pipelined(units):
     tests = ("directed_shapes|special_values|constrained_random|malformed_streams|cycle_counts"
              if units == "gated" else "directed_shapes|constrained_random")
     _run(_params(128, 2, 8), latency=PIPELINED, test_filter=tests, gated=units == "gated")
+
+
+NARROW = FpLatency(bf16_mul=1, add=9, mul=2, exp2=1, log2=2, recip=3)
+"""test_attn_engine_narrow's latencies: an adder slower than a row of head_dim 64 at 8 lanes
+(4 beats of 2 cycles: the engine waits, and takes o from the adder's output)."""
+
+
+@pytest.mark.rtl
+def test_attn_engine_narrow():
+    """A narrow datapath (8 of a beat's 32 lanes a cycle: 4 cycles a K or V beat, 2 a result
+    beat) with pipelined units, on a small instance (HeadDim 64, 1 query head, clusters up to
+    8; the heads' datapaths are copies): the model's bits (the dot products' tree cut in
+    chunks, each lane's o and l) and the cycles the model gives for these lanes and latencies;
+    the error paths too (a beat's chunks still in flight when the stream ends early). Its
+    build and run: 35 s of CPU (cold cache)."""
+    _run(_params(64, 1, 8), latency=NARROW, lanes=8,
+         test_filter="directed_shapes|special_values|malformed_streams|cycle_counts")
 
 
 def test_pack_stream_layout():
