@@ -39,7 +39,7 @@ RANKS: dict[str, float] = {
     # place-and-route flow and its arithmetic-unit runs, the vendor project): tools over the
     # device, like the command line
     "nelssa.hw.fpga.plan": TOP, "nelssa.hw.fpga.pnr": TOP,
-    "nelssa.hw.fpga.vivado": TOP, "nelssa.hw.fpga.units": TOP,
+    "nelssa.hw.fpga.vivado": TOP, "nelssa.hw.fpga.units": TOP, "nelssa.hw.fpga.lanes_model": TOP,
 }
 """Rank of each package prefix, bottom (1) to top; longest prefix wins."""
 SUBPACKAGE_ROOTS = ("nelssa.emu", "nelssa.host", "nelssa.hw", "nelssa.driver")
