@@ -92,7 +92,8 @@ class TimedReplay(Replay):
     def _jobs_took(self, k: int, now: float) -> None:
         start = self._run_start
         ends = (self._planned if self._planned is not None else self.run_times)[:k]
-        # (_gap, inlined: the run's gaps after each request's first are the same)
+        # (_gap, inlined: the run's gaps after each request's first are the same; the first
+        # step's end as start plus that step, the sum stepping makes, not ends[0])
         first_end, tail = start + (ends[0] - start), array("d", map(sub, ends[1:], ends))
         all_gaps = self._gaps
         for job in self.run_jobs:
