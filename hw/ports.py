@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nelssa.driver.status import ENGINE_LANES
+
 if TYPE_CHECKING:
     from nelssa.driver.port import DevicePort
 
@@ -46,6 +48,9 @@ class PortOptions:
     """``model``, ``rtl``: (kind, cycles) of the engines' arithmetic units (hw/model/engine.
     FpLatency; the kinds not named 0): the model times them, the rtl device is built with
     them."""
+    compute_lanes: int = ENGINE_LANES
+    """``model``, ``rtl``: the engines' ComputeLanes (hw/model/engine.EngineParams): the model
+    times them, the rtl device is built with them."""
     memory_file: Path | None = None
     """``model``: hold device memory in a new sparse file here instead of RAM."""
     manifest: str | None = None
@@ -87,18 +92,17 @@ class PortSpec:
         return OPENERS[self.name]
 
 
-def _latency(o: PortOptions):
-    from nelssa.hw.model.engine import FpLatency
+def _engine(o: PortOptions):
+    from nelssa.hw.model.engine import EngineParams, FpLatency
 
-    return FpLatency(**dict(o.fp_latency))
+    return EngineParams(latency=FpLatency(**dict(o.fp_latency)), compute_lanes=o.compute_lanes)
 
 
 def _open_model(_: str, o: PortOptions) -> DevicePort:
     from nelssa.hw.model.device import DeviceConfig, ModelDevice
-    from nelssa.hw.model.engine import EngineParams
 
     config = DeviceConfig(engines=o.engines, preset=o.preset, ddr5_overrides=o.ddr5_overrides,
-                          subchannels=o.subchannels, engine=EngineParams(latency=_latency(o)))
+                          subchannels=o.subchannels, engine=_engine(o))
     memory = None
     if o.memory_file is not None:
         from nelssa.hw.model.sparse_memory import SparseFileMemory
@@ -113,7 +117,7 @@ def _open_rtl(_: str, o: PortOptions) -> DevicePort:
     if o.ddr5_overrides or o.subchannels != 8:
         raise ValueError("--ddr5-override and --subchannels go with the model backend (the rtl "
                          "device takes a preset and has 8 sub-channels)")
-    return RtlDevice(o.preset, units=o.engines, latency=_latency(o))
+    return RtlDevice(o.preset, units=o.engines, engine=_engine(o))
 
 
 def _open_fpga(board: str, o: PortOptions) -> DevicePort:

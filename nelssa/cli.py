@@ -24,9 +24,9 @@ from nelssa.options import (
     SEED,
     Parser,
     UsageError,
+    add_datapath_args,
     add_ddr5_args,
     add_engines,
-    add_fp_latency_arg,
     check_rtl_engines,
     endpoint,
     input_file,
@@ -133,6 +133,7 @@ def cmd_device_serve(args: argparse.Namespace) -> int:
                           ddr5_overrides=tuple(args.ddr5_override or ()),
                           subchannels=args.subchannels or PortOptions.subchannels,
                           fp_latency=args.fp_latency or (),
+                          compute_lanes=args.compute_lanes or PortOptions.compute_lanes,
                           memory_file=args.memory_file, manifest=args.manifest)
     try:
         port = open_port(spec, options)
@@ -236,7 +237,7 @@ def add_device_parser(sub: argparse._SubParsersAction) -> None:
                        help="ZeroMQ endpoint to bind (ipc://PATH or tcp://127.0.0.1:PORT)")
     add_engines(serve)
     add_ddr5_args(serve, DeviceConfig.preset)
-    add_fp_latency_arg(serve)
+    add_datapath_args(serve)
     serve.add_argument("--parent-pid", type=PID,
                        help="exit when this process (the node that started the device) is gone")
     serve.add_argument("--curve-secret", type=input_file,

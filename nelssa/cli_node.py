@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nelssa.cli_fpga import add_board_args
 from nelssa.config_args import add_config_options, config_values
+from nelssa.driver.status import ENGINE_LANES
 from nelssa.emu.link.model import DEFAULT_GPU_PNM_LINK, GPU_PNM_LINKS
 from nelssa.emu.link.tokens import default_endpoint
 from nelssa.host.pnm_node.config import NodeConfig
@@ -20,9 +21,9 @@ from nelssa.hw.model.drampower import command_trace_option
 from nelssa.options import (
     SECONDS,
     UsageError,
+    add_datapath_args,
     add_ddr5_args,
     add_engines,
-    add_fp_latency_arg,
     check_rtl_engines,
     endpoint,
     input_dir,
@@ -149,7 +150,7 @@ def cmd_node_up(args: argparse.Namespace) -> int:
             from nelssa.hw.sim.device import build_library
 
             print("building the Verilated device (cached after the first run) ...", flush=True)
-            build_library(args.preset, args.engines, latency=_latency(args))
+            build_library(args.preset, args.engines, engine=_engine(args))
         procs = DeviceProcesses(args.devices, backend, args.engines, args.preset, args.verbose,
                                 file_memory=args.device_memory == "file",
                                 device_args=_device_args(args),
@@ -161,11 +162,11 @@ def cmd_node_up(args: argparse.Namespace) -> int:
         from nelssa.hw.sim.device import build_library
 
         print("building the Verilated device (cached after the first run) ...", flush=True)
-        build_library(args.preset, args.engines, latency=_latency(args))
+        build_library(args.preset, args.engines, engine=_engine(args))
         # the twins' engines are the model devices' (their cycles are compared)
         twins = DeviceProcesses(args.devices, "rtl", args.engines, args.preset, args.verbose,
                                 token_file=procs.token_file if procs else None,
-                                device_args=_latency_args(args))
+                                device_args=_datapath_args(args))
     try:
         config = NodeConfig(tuple(endpoints), link=args.link, backend=backend,
                             twins=tuple(twins.endpoints) if twins else (),
@@ -235,26 +236,30 @@ def _device_token(args: argparse.Namespace) -> str | None:
     return args.device_token
 
 
-def _latency(args: argparse.Namespace):
-    from nelssa.hw.model.engine import FpLatency
+def _engine(args: argparse.Namespace):
+    """The engines' parameters --fp-latency and --compute-lanes give."""
+    from nelssa.hw.model.engine import EngineParams, FpLatency
 
-    return FpLatency(**dict(args.fp_latency or ()))
+    return EngineParams(latency=FpLatency(**dict(args.fp_latency or ())),
+                        **({"compute_lanes": args.compute_lanes} if args.compute_lanes else {}))
 
 
 def _device_config(args: argparse.Namespace):
     from nelssa.hw.model.device import DeviceConfig
-    from nelssa.hw.model.engine import EngineParams
 
     return DeviceConfig(engines=args.engines, preset=args.preset,
                         ddr5_overrides=tuple(args.ddr5_override or ()),
                         subchannels=args.subchannels or DeviceConfig.subchannels,
-                        engine=EngineParams(latency=_latency(args)))
+                        engine=_engine(args))
 
 
-def _latency_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """The units' latencies as a `device serve` option (none when all are 0)."""
+def _datapath_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The units' latencies and the engines' lanes as `device serve` options (none where they
+    are the defaults)."""
     given = [f"{k}={v}" for k, v in args.fp_latency or () if v]
-    return ("--fp-latency", ",".join(given)) if given else ()
+    lanes = _engine(args).compute_lanes
+    return (*(("--fp-latency", ",".join(given)) if given else ()),
+            *(("--compute-lanes", str(lanes)) if lanes != ENGINE_LANES else ()))
 
 
 def _device_args(args: argparse.Namespace) -> tuple[str, ...]:
@@ -262,12 +267,13 @@ def _device_args(args: argparse.Namespace) -> tuple[str, ...]:
     out = [x for k, v in args.ddr5_override or () for x in ("--ddr5-override", f"{k}={v}")]
     if args.subchannels:
         out += ["--subchannels", str(args.subchannels)]
-    return (*out, *_latency_args(args))
+    return (*out, *_datapath_args(args))
 
 
 def resolve_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--engines, --preset, --ddr5-override, --subchannels and --fp-latency: as given, else
-    the device of the PNM entry (--pnm, else the --hardware files' use.pnm, else the default's)."""
+    """--engines, --preset, --ddr5-override, --subchannels, --fp-latency and --compute-lanes: as
+    given, else the device of the PNM entry (--pnm, else the --hardware files' use.pnm, else the
+    default's)."""
     from nelssa.hardware_options import chosen, load_catalog
     from nelssa.hw.model.device import DeviceConfig
 
@@ -286,6 +292,8 @@ def resolve_device(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         args.subchannels = dev["subchannels"]
     if args.fp_latency is None:
         args.fp_latency = tuple(sorted(dev.get("fp_latency", {}).items()))
+    if args.compute_lanes is None:
+        args.compute_lanes = dev.get("compute_lanes", ENGINE_LANES)
     try:
         _device_config(args)
     except ValueError as e:
@@ -384,7 +392,7 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
                   "--subchannels and --fp-latency do not")
     add_engines(up, default=None)
     add_ddr5_args(up, None)
-    add_fp_latency_arg(up)
+    add_datapath_args(up)
     up.add_argument("--link", default=DEFAULT_GPU_PNM_LINK, choices=LINKS,
                     help="link preset toward the GPU node")
     up.add_argument("--endpoint", type=endpoint, default=DEFAULT_ENDPOINT,

@@ -160,9 +160,21 @@ def fp_latency_option(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(pairs.items()))
 
 
-def add_fp_latency_arg(parser: argparse.ArgumentParser) -> None:
-    """``--fp-latency``, its help the PNM device description's field's (``fp_latency``)."""
+def compute_lanes_option(text: str) -> int:
+    """``N``: the engines' ComputeLanes, one of hw/model/engine.COMPUTE_LANES."""
+    from nelssa.hw.model.engine import COMPUTE_LANES
+
+    if text.strip().isdigit() and int(text) in COMPUTE_LANES:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"must be one of {', '.join(map(str, COMPUTE_LANES))}, "
+                                     f"got {text!r}")
+
+
+def add_datapath_args(parser: argparse.ArgumentParser) -> None:
+    """``--fp-latency`` and ``--compute-lanes``, the engines' datapath, their help the PNM
+    device description's fields' (``fp_latency``, ``compute_lanes``)."""
     from nelssa.config_args import user_help
+    from nelssa.driver.status import ENGINE_LANES
     from nelssa.emu.latency.pnm_device_docs import PNM_DEVICE_DOCS
 
     # (user_help: the description's pointer into the source is for the code's readers)
@@ -170,6 +182,10 @@ def add_fp_latency_arg(parser: argparse.ArgumentParser) -> None:
                         metavar="KIND=N[,KIND=N...]",
                         help=f"{user_help(PNM_DEVICE_DOCS['fp_latency'])}; e.g. add=3,mul=2 "
                              "[default: all 0]")
+    parser.add_argument("--compute-lanes", type=compute_lanes_option, default=None,
+                        metavar="N",
+                        help=f"{user_help(PNM_DEVICE_DOCS['compute_lanes'])} "
+                             f"[default: {ENGINE_LANES}]")
 
 
 def add_ddr5_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:

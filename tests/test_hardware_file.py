@@ -162,7 +162,7 @@ def test_serve_sim_uses_the_bandwidth_the_device_measured(tmp_path):
     cat = HardwareCatalog.load(EXAMPLE)
     pnm, model = cat.pnm[cat.use["pnm"]], cat.models[cat.use["models"]]
     assert pnm.device == {"units": 6, "ddr5": "ddr5-8000", "ddr5_overrides": {},
-                          "subchannels": 8, "fp_latency": {}}
+                          "subchannels": 8, "fp_latency": {}, "compute_lanes": 32}
     assert (cat.use["gpus"], model.layers, model.hf["num_hidden_layers"]) == ("b200", 2, 2)
     m = measure(DeviceConfig(engines=6, preset="ddr5-8000"), Workload(q_heads=8))
     proc = _cli("serve-sim", "--hardware", str(EXAMPLE), "--trace", str(TRACE), "--limit",
@@ -289,10 +289,57 @@ def test_a_pnm_entry_with_pipelined_units_boots_with_them(tmp_path, monkeypatch)
     built = {}  # the rtl opener builds its device with them (no build here: recorded)
     monkeypatch.setattr("nelssa.hw.sim.device.RtlDevice", lambda *a, **kw: built.update(kw))
     open_port("rtl", PortOptions(engines=1, fp_latency=(("add", 3), ("mul", 2))))
-    assert built == {"units": 1, "latency": lat}
+    assert built == {"units": 1, "engine": EngineParams(latency=lat)}
     for bad, words in (("add=16", "fp latency add: an integer in 0..15"),
                        ("adder=1", "unknown unit kind 'adder'"), ("add=x", "KIND=N"),
                        ("add=1,add=2", "add given twice")):
         proc = _cli("device", "serve", "--fp-latency", bad)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert "argument --fp-latency" in proc.stderr and words in proc.stderr, proc.stderr
+
+
+def test_a_pnm_entry_with_narrow_engines_boots_and_measures_with_them(tmp_path, monkeypatch):
+    """A description's compute_lanes reaches `node up` (as `device serve --compute-lanes`), the
+    devices it opens (the model times the narrow datapath, the rtl device is built with it) and
+    the bandwidth its cycle model measures: one lane a cycle cannot keep up with DDR5. Bad values
+    name the option or the field, exit 2."""
+    from nelssa.cli import build_parser
+    from nelssa.cli_node import _device_args, _device_config, resolve_device
+    from nelssa.emu.latency.description import DescriptionError, pnm_device
+    from nelssa.hw.model.device_cycle import CycleTiming
+    from nelssa.hw.model.engine import EngineParams
+    from nelssa.hw.ports import PortOptions, open_port
+
+    dev = {"units": 1, "ddr5": "ddr5-6400", "compute_lanes": 4}
+    assert pnm_device(dev).node_args()[-2:] == ["--compute-lanes", "4"]
+    assert "--compute-lanes" not in pnm_device({"units": 1}).node_args()
+    f = tmp_path / "hw.yaml"
+    f.write_text(f"pnm:\n  p: {{device: {json.dumps(dev)}, t_base_us: 1, t_dev_us: 1, "
+                 "t_host_us: 1}\n")
+    parser = build_parser()
+    args = parser.parse_args(["node", "up", "--hardware", str(f), "--pnm", "p"])
+    resolve_device(parser, args)
+    assert _device_config(args).engine == EngineParams(compute_lanes=4)
+    assert _device_args(args) == ("--compute-lanes", "4")
+    args = parser.parse_args(["node", "up", "--hardware", str(f), "--pnm", "p",
+                              "--compute-lanes", "32"])
+    resolve_device(parser, args)  # the option wins over the entry
+    assert _device_config(args).engine == EngineParams() and _device_args(args) == ()
+    port = open_port("model", PortOptions(engines=1, compute_lanes=4))
+    assert port.schedule.timing == CycleTiming.load().for_engine(EngineParams(compute_lanes=4))
+    assert port.schedule.timing != CycleTiming.load()
+    built = {}  # the rtl opener builds its device with them (no build here: recorded)
+    monkeypatch.setattr("nelssa.hw.sim.device.RtlDevice", lambda *a, **kw: built.update(kw))
+    open_port("rtl", PortOptions(engines=1, compute_lanes=4))
+    assert built == {"units": 1, "engine": EngineParams(compute_lanes=4)}
+    # the entry's bandwidth is measured on its narrow device
+    cat = HardwareCatalog.load(f)
+    wide = measure(DeviceConfig(engines=1), Workload()).gbs
+    narrow = measure(cat.get("pnm", "p").device_config(), Workload()).gbs
+    assert narrow < wide / 2, (narrow, wide)
+    for bad in ("3", "64", "x"):
+        proc = _cli("device", "serve", "--compute-lanes", bad)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert "argument --compute-lanes: must be one of 1, 2, 4, 8, 16, 32" in proc.stderr
+    with pytest.raises(DescriptionError, match=r"device\.compute_lanes: must be one of"):
+        pnm_device({"compute_lanes": 3})

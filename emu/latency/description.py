@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from nelssa.driver.status import ENGINE_LANES
 from nelssa.emu.files import InputFileError, read_bytes
 from nelssa.emu.latency.fields import FieldError, load_json
 from nelssa.emu.latency.pnm_device_docs import PNM_DEVICE_DOCS
@@ -100,6 +101,16 @@ class PnmDevice(Strict):
     subchannels: Literal[1, 2, 4, 8] = Field(8, description=PNM_DEVICE_DOCS["subchannels"])
     fp_latency: dict[str, int] = Field(default_factory=dict,
                                        description=PNM_DEVICE_DOCS["fp_latency"])
+    compute_lanes: int = Field(ENGINE_LANES, description=PNM_DEVICE_DOCS["compute_lanes"])
+
+    @field_validator("compute_lanes")
+    @classmethod
+    def _lanes(cls, v: int) -> int:
+        from nelssa.hw.model.engine import COMPUTE_LANES
+
+        if v not in COMPUTE_LANES:
+            raise ValueError(f"must be one of {', '.join(map(str, COMPUTE_LANES))}")
+        return v
 
     @field_validator("fp_latency")
     @classmethod
@@ -123,7 +134,8 @@ class PnmDevice(Strict):
 
         return DeviceConfig(engines=self.units, preset=self.ddr5, subchannels=self.subchannels,
                             ddr5_overrides=tuple(sorted(self.ddr5_overrides.items())),
-                            engine=EngineParams(latency=fp_latency(self.fp_latency)))
+                            engine=EngineParams(latency=fp_latency(self.fp_latency),
+                                                compute_lanes=self.compute_lanes))
 
     def node_args(self) -> list[str]:
         """The same device as `node up` / `device serve` options."""
@@ -134,6 +146,8 @@ class PnmDevice(Strict):
         given = [f"{k}={v}" for k, v in sorted(self.fp_latency.items()) if v]
         if given:
             out += ["--fp-latency", ",".join(given)]
+        if self.compute_lanes != ENGINE_LANES:
+            out += ["--compute-lanes", str(self.compute_lanes)]
         return out
 
 

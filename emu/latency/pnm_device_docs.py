@@ -1,5 +1,6 @@
 """The help of the PNM device description's fields (``description.PnmDevice``), here without
-pydantic so that the command line's --preset, --ddr5-override and --subchannels can show it
+pydantic so that the command line's --preset, --ddr5-override, --subchannels, --fp-latency
+and --compute-lanes can show it
 without importing the description (a tenth of a second for each process)."""
 
 from __future__ import annotations
@@ -15,4 +16,8 @@ PNM_DEVICE_DOCS = {
     "fp_latency": "cycles of each kind of the engines' arithmetic units (bf16_mul, add, mul, "
                   "exp2, log2, recip; 0..15 each, omitted: 0, combinational): the engines' "
                   "cycles follow them (hw/model/engine_cycles.py), their results do not",
+    "compute_lanes": "lanes of a 32-lane K or V beat that each engine's datapath computes a "
+                     "cycle (1, 2, 4, 8, 16 or 32; 32: a beat a cycle): a narrower datapath has "
+                     "fewer multipliers and adders and takes 32/lanes cycles a beat; its results "
+                     "do not change, its cycles and so the measured bandwidth do",
 }
