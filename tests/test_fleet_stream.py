@@ -164,6 +164,12 @@ def test_the_page_says_which_windows_ran_beside_other_work() -> None:
     worked = _load_note([{**w, "load1": 1.0, "work": {"steps": 100}},
                          {**w, "load1": 1.0, "cpu_s": 12.0, "work": {"steps": 110}}], 1000)
     assert "work itself moved by 10.0%" in worked
+    assert "+20% from the first third of the windows to the last: the run's own growth" in worked
+    # costs that jump about without a trend (as on a VM whose speed moves): not called growth
+    jumpy = _load_note([{**w, "load1": 1.0, "cpu_s": c} for c in (10, 12.4, 7.3, 11, 9.9, 10)],
+                       1000)
+    assert "up to 70%" in jumpy and "-11% from the first third" in jumpy
+    assert "a spread without a trend" in jumpy and "own growth" not in jumpy
 
 
 def test_the_reference_work_takes_cpu_time() -> None:

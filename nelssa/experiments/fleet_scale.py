@@ -312,11 +312,20 @@ def _load_note(windows: list[dict[str, Any]], size: int) -> str:
         work = (f" The work itself moved by {spread:.1%} between windows (their steps, "
                 "above)" + (": a window that costs more per request did not have more to do."
                             if spread < 0.05 else "."))
+    third = max(1, len(per) // 3)
+    trend = (sum(per[-third:]) / sum(per[:third])) - 1  # first third to last, equal counts
+    if own < 0.05 or abs(trend) >= own / 2:
+        meaning = (f"{trend:+.0%} from the first third of the windows to the last: the run's "
+                   "own growth, as far as the reference work takes the machine's speed out")
+    else:  # a spread with no trend is the machine's, not a growth of the run's
+        meaning = (f"but {trend:+.0%} from the first third of the windows to the last: a spread "
+                   "without a trend, so the reference work did not take all of the machine's "
+                   "moves out, and the spread is no growth of the run's")
     return (f"{note} The reference work took {lo * 1e3:.0f} to {hi * 1e3:.0f} ms "
             f"({hi / lo - 1:+.0%} from its fastest window to its slowest); each window's CPU "
             "per request in thousandths of its reference work: "
-            f"{', '.join(f'{x * 1e3:.2f}' for x in per)}, which differ by up to {own:.0%}: the "
-            f"run's own growth, the machine's speed taken out.{work}")
+            f"{', '.join(f'{x * 1e3:.2f}' for x in per)}, which differ by up to {own:.0%}, "
+            f"{meaning}.{work}")
 
 
 def _windows_line(windows: list[dict[str, Any]], size: int, ref0_s: float) -> str:
