@@ -354,8 +354,7 @@ class FleetSim:
                     assert self.pool_cost is not None
                     start = max(heapq.heappop(pool), t)
                     took = self.pool_cost.prefill_s(r.input_len, self.cfg.max_batched_tokens)
-                    pool_work.add(Activity.prefill(r.input_len, self.cfg.max_batched_tokens,
-                                                   took))
+                    pool_work.count_prefill(r.input_len, self.cfg.max_batched_tokens, took)
                     t = start + took
                     heapq.heappush(pool, t)
                     if self.switch is not None and inst.replay.router.past(r.input_len):

@@ -551,7 +551,10 @@ class Replay(DecodeRuns):
             while self.arrivals and self.arrivals[0][0] <= self.now:
                 t, _, _, r = heapq.heappop(self.arrivals)
                 self._arrive(t, r)
-            self._admit_pnm()
+            if self.pnm_queue:
+                self._admit_pnm()
+            elif self.pnm_held > out.peak_pnm_tokens:  # (_admit_pnm's peak, without a call)
+                out.peak_pnm_tokens = self.pnm_held
             if not self.jobs:
                 if not self.arrivals:  # idle, or waiting for a PNM node's room
                     return
