@@ -42,7 +42,7 @@ from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.decode_runs import DecodeRuns
 from nelssa.emu.serving.fabric import SwitchPort
 from nelssa.emu.serving.gcscope import fewer_collections
-from nelssa.emu.serving.pnm_nodes import PnmNode, node_sums, place, pnm_time
+from nelssa.emu.serving.pnm_nodes import PnmNode, place, pnm_time
 from nelssa.emu.serving.results import Activity, RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
 
@@ -300,9 +300,9 @@ class Replay(DecodeRuns):
         finishes)."""
         gpu_ctx = 0
         pnm_ctxs: list[int] = []
-        on: list[PnmNode | None] = []  # each PNM context's node, with several nodes
         by_node = self._node_priced
-        many = by_node and len(self.nodes) > 1
+        # with several nodes, each node's PNM contexts: (node_sums, inlined)
+        on: dict[PnmNode, list[int]] | None = {} if by_node and len(self.nodes) > 1 else None
         chunks: list[Chunk] = []
         jobs = self.jobs
         decodes = 0
@@ -314,9 +314,15 @@ class Replay(DecodeRuns):
             rq = job.rq
             keep(rq)
             if job.kind is resident:
-                pnm_ctxs.append(rq.req.input_len + rq.generated)
-                if many:
-                    on.append(rq.node)
+                ctx = rq.req.input_len + rq.generated
+                pnm_ctxs.append(ctx)
+                if on is not None:
+                    s = on.get(rq.node)  # type: ignore[arg-type]
+                    if s is None:
+                        on[rq.node] = [ctx, 1]  # type: ignore[index]
+                    else:
+                        s[0] += ctx
+                        s[1] += 1
             else:
                 decodes += 1
                 gpu_ctx += job.prompt + job.outputs
@@ -333,9 +339,15 @@ class Replay(DecodeRuns):
                 # KV that arrived: only the step that samples computes (one decode token)
                 if samples:
                     if job.kind is JobKind.PNM_RESIDENT:
-                        pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
-                        if many:
-                            on.append(job.rq.node)
+                        ctx = job.rq.req.input_len + job.rq.generated
+                        pnm_ctxs.append(ctx)
+                        if on is not None:
+                            s = on.get(job.rq.node)  # type: ignore[arg-type]
+                            if s is None:
+                                on[job.rq.node] = [ctx, 1]  # type: ignore[index]
+                            else:
+                                s[0] += ctx
+                                s[1] += 1
                     else:
                         gpu_ctx += end
                         chunks.append(Chunk(end - 1, 1))
@@ -348,10 +360,10 @@ class Replay(DecodeRuns):
         self.out.activity.count_step(agg, plan.swap_in_tokens)
         if not by_node:
             return self.cost.step_agg_s(*agg, plan.swap_in_tokens)
-        if not many:  # (one node: node_sums without a pass over the contexts)
+        if on is None:  # (one node: node_sums without a pass over the contexts)
             sums = [(self.nodes[0], agg[2], agg[3])] if pnm_ctxs else []
         else:
-            sums = node_sums(zip(on, pnm_ctxs, strict=True))
+            sums = [(n, c, k) for n, (c, k) in on.items()]
         key = id(self) if self.contended else None
         t_pnm = pnm_time(sums, 0, key)
         if self.port is not None:  # the shared switch's wait for the step's queries
