@@ -131,8 +131,8 @@ class DecodeRuns:
         arrival = self.arrivals[0][0] if self.arrivals else math.inf
         if not self.lazy:  # a lazy run may pass the horizon: the fleet cuts it (settle)
             arrival = min(arrival, self.horizon)
-        times: list[float] = []
-        """Each step's end (a lazy run is settled from them; ``run_times`` otherwise)."""
+        self.run_times = times = []
+        """Each step's end (a lazy run is settled from them)."""
         now = self.now
         self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm)
         k = 0
@@ -201,7 +201,6 @@ class DecodeRuns:
             self._pending = (times, len(sched.running))
             self.now = now  # tentative: settle may cut it
             return k
-        self.run_times = times
         self._take_run(k, now, placed, key, step)
         return k
 

@@ -378,11 +378,11 @@ class FleetSim:
             before = rep.finished
             rep.advance(horizon, steps=1)
             done += rep.finished - before
-            if rep.blocked():
-                waiting.add(i)
-            elif rep.busy():
+            if rep.jobs or rep.arrivals:  # (busy, and not blocked: inlined)
                 queued.add(i)
                 push(i)
+            elif rep.pnm_queue:  # blocked on PNM node room
+                waiting.add(i)
             # a node given back room: the instances waiting for it try again from then
             now_released = self._released[0]
             if waiting and now_released != releases:

@@ -139,7 +139,7 @@ class Replay(DecodeRuns):
         """A fleet's instance: a run of pure decode steps is planned, not taken, until the
         fleet settles it (``settle``): whole, or cut at an arrival dispatched to it."""
         self.run_times: list[float] = []
-        """The end of each step of the run of pure decode steps taken last."""
+        """The end of each step of the run of pure decode steps planned last."""
         self.decoded: list[_Req] = []
         """The requests of the last step's ``plan.decodes``, in its order."""
         self.run_jobs: list[_Job] = []
