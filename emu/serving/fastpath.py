@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from nelssa.emu.policy.v1_scheduler import Status, V1Scheduler, _Job
 
+_RUNNING = Status.RUNNING
+
 
 def _first_alloc(job: _Job, bt: int) -> int:
     """The step of the run (1-based) at which ``job`` next takes a block: step ``i`` computes
@@ -28,7 +30,7 @@ def allocations(sched: V1Scheduler, k: int) -> int:
     bt = sched.bt
     total = 0
     for job in sched.running:
-        i0 = _first_alloc(job, bt)
+        i0 = (-job.computed) % bt + 1  # (_first_alloc, inlined)
         if k >= i0:
             total += (k - i0) // bt + 1
     return total
@@ -57,7 +59,7 @@ def steady_steps(sched: V1Scheduler, limit: int) -> int:
     if newest.computed != newest.num_tokens - 1:
         return 0
     k = limit
-    running_ = Status.RUNNING
+    running_ = _RUNNING
     for job in running:
         c = job.computed
         # a decode follows a token sampled (a prefill cut one token short samples its first)
