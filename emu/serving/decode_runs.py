@@ -109,11 +109,13 @@ class DecodeRuns:
         w = self.cost.window_tokens
         window = growing = 0  # the windows' sum, those that still grow, and when they stop
         stops: dict[int, int] = {}
+        short = []  # the contexts shorter than the window
         for x in pnm:
             if x < w:
                 window += x
                 growing += 1
                 stops[w - x + 1] = stops.get(w - x + 1, 0) + 1
+                short.append(x)
             else:
                 window += w
         tokens = gpu_n + pnm_n
@@ -134,7 +136,7 @@ class DecodeRuns:
         self.run_times = times = []
         """Each step's end (a lazy run is settled from them)."""
         now = self.now
-        self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm)
+        self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, short)
         k = 0
         key = id(self) if self.contended else None
         terms = None if placed is None else pnm_terms(placed, key, k_max)
@@ -229,7 +231,7 @@ class DecodeRuns:
         """The activity of the first ``k`` steps of the run planned last (``_decode_run``):
         step ``i`` (from 1) has ``gpu_ctx0 + i * gpu_n`` GPU context, ``pnm_ctx0 + (i - 1) *
         pnm_n`` PNM context, and each PNM window ``min(x + i - 1, w)``, summed in closed form."""
-        start, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm = self._run_work
+        start, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, short = self._run_work
         a, w = self.out.activity, self.cost.window_tokens
         a.busy_s += end - start
         a.steps += k
@@ -237,8 +239,9 @@ class DecodeRuns:
         a.gpu_ctx += k * gpu_ctx0 + gpu_n * k * (k + 1) // 2
         a.pnm_ctx += k * pnm_ctx0 + pnm_n * k * (k - 1) // 2
         a.pnm_decodes += k * pnm_n
-        for x in pnm:  # j steps below the cap, then w
-            j = min(k, max(0, w - x))
+        a.window += (pnm_n - len(short)) * k * w  # the windows full from the start
+        for x in short:  # j steps below the cap, then w
+            j = min(k, w - x)
             a.window += j * x + j * (j - 1) // 2 + (k - j) * w
 
     def settle(self, t: float = math.inf) -> None:

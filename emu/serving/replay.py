@@ -154,6 +154,8 @@ class Replay(DecodeRuns):
         self.resident_jobs = 0
         """Jobs of PNM-tier requests decoding (for the time series)."""
         self.pnm_queue: deque[tuple[_Req, JobKind]] = deque()
+        self._stuck: tuple[int, _Req | None] = (-1, None)
+        """The nodes' releases when the PNM queue's head found no room, and that head."""
         self.router = sim.router
         """Routes arrivals and bounds migrations; with ``adaptive`` its T_input moves."""
         self.adaptive = (AdaptiveThreshold(sim.t_input) if self.cfg.adaptive
@@ -244,11 +246,20 @@ class Replay(DecodeRuns):
             self.pnm_queue.append((rq, JobKind.PNM_RESIDENT if disagg else JobKind.PNM_PREFILL))
 
     def _admit_pnm(self) -> None:
-        """The PNM tier's FCFS queue: a request enters vLLM once a node can hold it."""
+        """The PNM tier's FCFS queue: a request enters vLLM once a node can hold it. A head
+        that no node could hold is not tried again until a node gives room back (a fleet's
+        nodes count every release: ``PnmNode.tally``); reservations only take room."""
+        tally = self.nodes[0].tally
+        releases, head = self._stuck
+        if tally is not None and head is self.pnm_queue[0][0] and releases == tally[0]:
+            self.out.peak_pnm_tokens = max(self.out.peak_pnm_tokens, self.pnm_held)
+            return
         while self.pnm_queue:
             rq, kind = self.pnm_queue[0]
             need = rq.req.input_len + rq.req.output_len
             if not self._reserve(rq, need):
+                if tally is not None:
+                    self._stuck = (tally[0], rq)
                 break
             self.pnm_queue.popleft()
             self._add_job(rq, kind)
