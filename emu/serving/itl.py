@@ -128,7 +128,9 @@ def itl_stats(gaps: Sequence[float] | None, percentiles: tuple[float, ...]
     taken back; the mean is ``math.fsum``'s, exact in any order."""
     if gaps is None or not len(gaps):
         return None
-    values = np.array(gaps, dtype=np.float64)
+    values = (np.frombuffer(gaps, dtype=np.float64).copy()
+              if isinstance(gaps, array) and gaps.typecode == "d"
+              else np.array(gaps, dtype=np.float64))
     values.sort(kind="stable")
     last = len(values) - 1
     floor = math.floor
@@ -139,7 +141,7 @@ def itl_stats(gaps: Sequence[float] | None, percentiles: tuple[float, ...]
         lo = floor(x)
         ranks += (lo, lo + 1 if lo < last else last)
         fracs.append(x - lo)
-    at = values[ranks].tolist()
+    at = list(map(values.item, ranks))
     return (math.fsum(gaps) / len(values), float(values[last]),
             [at[2 * i] + (at[2 * i + 1] - at[2 * i]) * f for i, f in enumerate(fracs)])
 
