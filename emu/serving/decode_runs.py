@@ -58,12 +58,15 @@ class DecodeRuns:
         """Its offered load on each node, from a step of ``step_s`` (the others' slowdown)."""
         key = id(self)
         now = {n for n, _, _ in sums}
-        for n in self._loaded - now:
-            n.set_load(key, 0.0)
+        gone = self._loaded - now
+        if gone:
+            for n in gone:
+                n.set_load(key, 0.0)
+        positive = step_s > 0
         for n, c, k in sums:
             # (CostModel.pnm_attn_s from the node's copy of its slope; PnmNode.set_load
             # inlined: every planned run of a fleet's instance books each of its nodes)
-            rho = (c + ahead * k) * n.s_per_token / step_s if step_s > 0 else 0.0
+            rho = (c + ahead * k) * n.s_per_token / step_s if positive else 0.0
             load = n.load
             old = load.get(key, 0.0)
             if rho != old:
@@ -144,37 +147,35 @@ class DecodeRuns:
             wait = self.port.wait_s(pnm_n, now)
             if wait:
                 terms = [(c, n, p, f, t + wait) for c, n, p, f, t in terms]
-        one = terms is not None and len(terms) == 1  # the common case, priced inline
-        t_pnm: float | None = None
-        if one:
-            assert terms is not None
-            c1, k1, p1, f1, t1 = terms[0]
-        elif terms is not None and not terms:  # no PNM-tier request: terms_max's 0.0
-            t_pnm, terms = 0.0, None
         # step_agg_s inlined (CostModel.decode_run_terms): a call a step was a tenth of a
         # fleet's run
         base, s_kv, s_centroid, s_pnm, comm = self.cost.decode_run_terms(tokens, pnm_n)
-        order = sorted(stops)
+        # the PNM tier's time of step i is one line, c1 + (i - 1) * k1 tokens of context at
+        # p1 a token times f1 plus t1, in the common cases: one node's term, no PNM-tier
+        # request (terms_max's 0.0), or priced on this model's devices (pnm_ctx * s_pnm +
+        # comm: times 1.0 is exact); several nodes' terms are terms_max's
+        many = terms if terms is not None and len(terms) > 1 else []
+        p1 = f1 = t1 = 0.0
+        c1 = k1 = 0
+        if terms is None:
+            c1, k1, p1, f1, t1 = pnm_ctx0, pnm_n, s_pnm, 1.0, comm
+        elif len(terms) == 1:
+            c1, k1, p1, f1, t1 = terms[0]
+        order = sorted(stops) if stops else []
         si, nxt = 0, order[0] if order else 0
         step = 0.0
         # step i's sums, stepped on from step 1 (integers: the same as from i): GPU attention
         # context gpu_ctx0 + i * gpu_n + window, PNM context pnm_ctx0 + (i - 1) * pnm_n, and
-        # the one node's c1 + (i - 1) * k1
+        # the one line's c1 + (i - 1) * k1
         gpu_att = gpu_ctx0 + gpu_n + window
         pnm_ctx = pnm_ctx0
-        if not one:
-            c1 = k1 = 0
         c_one = c1
         until = arrival if arrival < next_sample else next_sample
         add = times.append
         for i in range(1, k_max + 1):
-            if one:
-                t_pnm = c_one * p1 * f1 + t1
-            elif terms is not None:
-                t_pnm = terms_max(terms, i - 1)
+            t_pnm = terms_max(many, i - 1) if many else c_one * p1 * f1 + t1
             t_attn = gpu_att * s_kv
-            t_tier = pnm_ctx * s_pnm + comm if t_pnm is None else t_pnm
-            step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_tier else t_tier)
+            step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_pnm else t_pnm)
             now += step
             add(now)
             if now >= until:
