@@ -15,7 +15,8 @@ from __future__ import annotations
 import csv
 import math
 from array import array
-from dataclasses import astuple, dataclass, field, fields
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +30,10 @@ from nelssa.emu.serving.results import RequestResult, Sample
 from nelssa.emu.serving.sim import Rejection
 
 __all__ = ["QuantileSketch", "RecordSink"]
+
+_SAMPLE_FIELDS = attrgetter(*(f.name for f in fields(Sample)))
+"""A sample's fields in order (all numbers or None: what ``astuple`` gives, without its
+recursive copy)."""
 
 
 @dataclass
@@ -214,7 +219,7 @@ class RecordSink:
         self.rejected += 1
 
     def sample(self, instance: str, s: Sample) -> None:
-        self._smp.writerow((instance, *astuple(s)))
+        self._smp.writerow((instance, *_SAMPLE_FIELDS(s)))  # (astuple's, of its scalars)
 
     @property
     def attainment(self) -> float:
