@@ -42,12 +42,21 @@ def _head_blocked(sched: V1Scheduler) -> bool:
     if len(sched.running) >= sched.max_running or sched.budget - len(sched.running) <= 0:
         return True
     job = sched.waiting[0]
+    memo = sched.head_memo
+    if memo is not None and memo[1] is job and memo[0] == sched.epoch:
+        # blocked when the runs since began, and a run only takes free blocks: the blocks it
+        # needs less its hits (fewer, once their keys are evicted) plus its free hits grow
+        # at least as fast as the free blocks fall
+        return True
     hits: list[int] = []
     evictable = 0
     if not job.swapped and sched.pool is not None:
         assert job.keys is not None
         hits, evictable = sched.pool.lookup(job.keys, (job.num_tokens - 1) // sched.bt)
-    return sched._blocks(job.num_tokens) - len(hits) + evictable > sched._free()
+    blocked = sched._blocks(job.num_tokens) - len(hits) + evictable > sched._free()
+    if blocked:
+        sched.head_memo = (sched.epoch, job)
+    return blocked
 
 
 def steady_steps(sched: V1Scheduler, limit: int) -> int:
