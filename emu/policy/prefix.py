@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from itertools import compress, count
 from operator import itemgetter
 
-import numpy as np
-
 HASH_BLOCK_TOKENS = 512
 """Tokens per hash id of a trace's prompt (Mooncake traces hash 512-token blocks)."""
 
@@ -157,7 +155,7 @@ class BlockPool:
     its key's group, and a freed job's cached blocks enter the queue as one segment. Bulk
     operations run in the dict, set and list builtins, a group of keys at a time."""
 
-    __slots__ = ("_flags", "cached", "dups", "evictable", "free_cached", "queue", "shared",
+    __slots__ = ("cached", "dups", "evictable", "free_cached", "queue", "shared",
                  "stale", "uncached")
 
     def __init__(self, blocks: int) -> None:
@@ -173,8 +171,6 @@ class BlockPool:
         full pools then take 1 byte a block, not the 30-60 of a set's slots and spare room,
         and their bookkeeping stays in the processor's caches (issue 42: 64 instances' sets
         were 64 MB, and the cost per request grew by a third as they filled)."""
-        self._flags = np.frombuffer(self.free_cached, dtype=np.uint8)
-        """``free_cached`` as an array: flags set or cleared for a list of blocks at once."""
         self.evictable = 0
         """How many blocks are free cached ones (flagged in ``free_cached``)."""
         self.stale: dict[int, int] = {}
@@ -191,13 +187,11 @@ class BlockPool:
         return len(self.uncached) + self.evictable
 
     def _flag(self, bs: list[int], v: int) -> None:
-        """Set the free flag of blocks ``bs`` to ``v`` (a few one by one; many in one call)."""
-        if len(bs) < 16:
-            f = self.free_cached
-            for b in bs:
-                f[b] = v
-        else:
-            self._flags[bs] = v
+        """Set the free flag of blocks ``bs`` to ``v`` (one by one: numpy's indexing with a
+        list converts it first, which costs more than the loop)."""
+        f = self.free_cached
+        for b in bs:
+            f[b] = v
 
     def cached_keys(self) -> dict[tuple[int, int], int]:
         """Blocks cached under each key."""

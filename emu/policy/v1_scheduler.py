@@ -115,6 +115,13 @@ class V1Scheduler:
         """The jobs of the last plan's ``scheduled``, in its order."""
         self._decoding: list[_Job] = []
         """The jobs of the last plan's ``decodes``."""
+        self.epoch = 0
+        """Bumped by every change of its state but a run of pure decode steps'
+        (``fastpath.advance``, which only takes free blocks): a memo of what the state
+        decides holds while it stands."""
+        self.head_memo: tuple[int, _Job] | None = None
+        """(epoch, head): the waiting queue's head found blocked then (``fastpath``); taking
+        free blocks never unblocks it."""
 
     def _blocks(self, tokens: int) -> int:
         return blocks_for(tokens, self.bt)
@@ -124,6 +131,7 @@ class V1Scheduler:
         return self.free if pool is None else len(pool.uncached) + pool.evictable
 
     def add(self, spec: JobSpec, front: bool = False) -> None:
+        self.epoch += 1
         keys = (spec.content.block_keys(spec.prompt_tokens, self.bt) if self.pool is not None
                 else None)
         job = _Job(spec, keys)
@@ -134,11 +142,13 @@ class V1Scheduler:
             self.waiting.append(job)
 
     def set_budget(self, tokens: int) -> None:
+        self.epoch += 1
         self.budget = tokens
 
     def set_blocks(self, blocks: int) -> None:
         """The GPU holds ``blocks`` KV blocks from now on (what is held stays); without prefix
         caching."""
+        self.epoch += 1
         used = self.used_blocks()
         if self.pool is not None:
             raise ValueError("the block pool of prefix caching is fixed when it starts")
@@ -223,6 +233,7 @@ class V1Scheduler:
         return i
 
     def schedule(self) -> StepPlan:
+        self.epoch += 1
         plan = StepPlan()
         scheduled = plan.scheduled
         planned: list[_Job] = []
@@ -310,6 +321,7 @@ class V1Scheduler:
         return plan
 
     def update(self, plan: StepPlan) -> list[tuple[str, bool]]:
+        self.epoch += 1
         if plan is self._plan:
             jobs = self._planned
             for job in self._decoding:
@@ -337,6 +349,7 @@ class V1Scheduler:
         return out
 
     def abort(self, jid: str) -> None:
+        self.epoch += 1
         job = self.jobs.pop(jid)
         self._release(job)
         if job.status is _RUNNING:

@@ -112,6 +112,10 @@ class CostModel:
         self._s_per_swap_token = self.kv_bytes / (pcie_gbs * 1e9)
         self._s_per_link_token = self.kv_bytes / (link_gbs * 1e9)
         self._s_per_key_pass = self.kv_bytes / 2 / (g.hbm_gbs * 1e9)
+        self._prefill_memo: dict[tuple[int, int], float] = {}
+        """``prefill_s`` by its arguments: a fleet's prefill pool prices every request's
+        prompt, and a resampled trace repeats its prompts' lengths (at most one entry a
+        prompt length)."""
 
     def step_s(self, gpu_ctx: int, pnm_ctxs: list[int], chunks: list[Chunk],
                swap_tokens: int = 0, decodes: int = 0, t_pnm: float | None = None) -> float:
@@ -238,12 +242,16 @@ class CostModel:
 
     def prefill_s(self, tokens: int, chunk: int) -> float:
         """Seconds to prefill ``tokens`` alone in chunks of ``chunk`` tokens."""
+        memo = self._prefill_memo.get((tokens, chunk))
+        if memo is not None:
+            return memo
         total, done = 0.0, 0
         while done < tokens:
             c = min(chunk, tokens - done)
             total += self.step_s(0, [], [Chunk(done, c)]) if c > 1 else self.step_s(done, [], [
                 Chunk(done, 1)])
             done += c
+        self._prefill_memo[tokens, chunk] = total
         return total
 
     def migration_s(self, tokens: int) -> float:

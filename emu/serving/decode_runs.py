@@ -58,12 +58,15 @@ class DecodeRuns:
         """Its offered load on each node, from a step of ``step_s`` (the others' slowdown)."""
         key = id(self)
         now = {n for n, _, _ in sums}
-        for n in self._loaded - now:
-            n.set_load(key, 0.0)
+        gone = self._loaded - now
+        if gone:
+            for n in gone:
+                n.set_load(key, 0.0)
+        positive = step_s > 0
         for n, c, k in sums:
             # (CostModel.pnm_attn_s from the node's copy of its slope; PnmNode.set_load
             # inlined: every planned run of a fleet's instance books each of its nodes)
-            rho = (c + ahead * k) * n.s_per_token / step_s if step_s > 0 else 0.0
+            rho = (c + ahead * k) * n.s_per_token / step_s if positive else 0.0
             load = n.load
             old = load.get(key, 0.0)
             if rho != old:
@@ -109,11 +112,13 @@ class DecodeRuns:
         w = self.cost.window_tokens
         window = growing = 0  # the windows' sum, those that still grow, and when they stop
         stops: dict[int, int] = {}
+        short = []  # the contexts shorter than the window
         for x in pnm:
             if x < w:
                 window += x
                 growing += 1
                 stops[w - x + 1] = stops.get(w - x + 1, 0) + 1
+                short.append(x)
             else:
                 window += w
         tokens = gpu_n + pnm_n
@@ -131,10 +136,10 @@ class DecodeRuns:
         arrival = self.arrivals[0][0] if self.arrivals else math.inf
         if not self.lazy:  # a lazy run may pass the horizon: the fleet cuts it (settle)
             arrival = min(arrival, self.horizon)
-        times: list[float] = []
-        """Each step's end (a lazy run is settled from them; ``run_times`` otherwise)."""
+        self.run_times = times = []
+        """Each step's end (a lazy run is settled from them)."""
         now = self.now
-        self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm)
+        self._run_work = (self.now, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, short)
         k = 0
         key = id(self) if self.contended else None
         terms = None if placed is None else pnm_terms(placed, key, k_max)
@@ -142,37 +147,35 @@ class DecodeRuns:
             wait = self.port.wait_s(pnm_n, now)
             if wait:
                 terms = [(c, n, p, f, t + wait) for c, n, p, f, t in terms]
-        one = terms is not None and len(terms) == 1  # the common case, priced inline
-        t_pnm: float | None = None
-        if one:
-            assert terms is not None
-            c1, k1, p1, f1, t1 = terms[0]
-        elif terms is not None and not terms:  # no PNM-tier request: terms_max's 0.0
-            t_pnm, terms = 0.0, None
         # step_agg_s inlined (CostModel.decode_run_terms): a call a step was a tenth of a
         # fleet's run
         base, s_kv, s_centroid, s_pnm, comm = self.cost.decode_run_terms(tokens, pnm_n)
-        order = sorted(stops)
+        # the PNM tier's time of step i is one line, c1 + (i - 1) * k1 tokens of context at
+        # p1 a token times f1 plus t1, in the common cases: one node's term, no PNM-tier
+        # request (terms_max's 0.0), or priced on this model's devices (pnm_ctx * s_pnm +
+        # comm: times 1.0 is exact); several nodes' terms are terms_max's
+        many = terms if terms is not None and len(terms) > 1 else []
+        p1 = f1 = t1 = 0.0
+        c1 = k1 = 0
+        if terms is None:
+            c1, k1, p1, f1, t1 = pnm_ctx0, pnm_n, s_pnm, 1.0, comm
+        elif len(terms) == 1:
+            c1, k1, p1, f1, t1 = terms[0]
+        order = sorted(stops) if stops else []
         si, nxt = 0, order[0] if order else 0
         step = 0.0
         # step i's sums, stepped on from step 1 (integers: the same as from i): GPU attention
         # context gpu_ctx0 + i * gpu_n + window, PNM context pnm_ctx0 + (i - 1) * pnm_n, and
-        # the one node's c1 + (i - 1) * k1
+        # the one line's c1 + (i - 1) * k1
         gpu_att = gpu_ctx0 + gpu_n + window
         pnm_ctx = pnm_ctx0
-        if not one:
-            c1 = k1 = 0
         c_one = c1
         until = arrival if arrival < next_sample else next_sample
         add = times.append
         for i in range(1, k_max + 1):
-            if one:
-                t_pnm = c_one * p1 * f1 + t1
-            elif terms is not None:
-                t_pnm = terms_max(terms, i - 1)
+            t_pnm = terms_max(many, i - 1) if many else c_one * p1 * f1 + t1
             t_attn = gpu_att * s_kv
-            t_tier = pnm_ctx * s_pnm + comm if t_pnm is None else t_pnm
-            step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_tier else t_tier)
+            step = base + pnm_ctx * s_centroid + (t_attn if t_attn >= t_pnm else t_pnm)
             now += step
             add(now)
             if now >= until:
@@ -201,7 +204,6 @@ class DecodeRuns:
             self._pending = (times, len(sched.running))
             self.now = now  # tentative: settle may cut it
             return k
-        self.run_times = times
         self._take_run(k, now, placed, key, step)
         return k
 
@@ -230,7 +232,7 @@ class DecodeRuns:
         """The activity of the first ``k`` steps of the run planned last (``_decode_run``):
         step ``i`` (from 1) has ``gpu_ctx0 + i * gpu_n`` GPU context, ``pnm_ctx0 + (i - 1) *
         pnm_n`` PNM context, and each PNM window ``min(x + i - 1, w)``, summed in closed form."""
-        start, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, pnm = self._run_work
+        start, tokens, gpu_n, gpu_ctx0, pnm_n, pnm_ctx0, short = self._run_work
         a, w = self.out.activity, self.cost.window_tokens
         a.busy_s += end - start
         a.steps += k
@@ -238,8 +240,9 @@ class DecodeRuns:
         a.gpu_ctx += k * gpu_ctx0 + gpu_n * k * (k + 1) // 2
         a.pnm_ctx += k * pnm_ctx0 + pnm_n * k * (k - 1) // 2
         a.pnm_decodes += k * pnm_n
-        for x in pnm:  # j steps below the cap, then w
-            j = min(k, max(0, w - x))
+        a.window += (pnm_n - len(short)) * k * w  # the windows full from the start
+        for x in short:  # j steps below the cap, then w
+            j = min(k, w - x)
             a.window += j * x + j * (j - 1) // 2 + (k - j) * w
 
     def settle(self, t: float = math.inf) -> None:

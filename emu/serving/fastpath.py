@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from nelssa.emu.policy.v1_scheduler import Status, V1Scheduler, _Job
 
+_RUNNING = Status.RUNNING
+
 
 def _first_alloc(job: _Job, bt: int) -> int:
     """The step of the run (1-based) at which ``job`` next takes a block: step ``i`` computes
@@ -28,7 +30,7 @@ def allocations(sched: V1Scheduler, k: int) -> int:
     bt = sched.bt
     total = 0
     for job in sched.running:
-        i0 = _first_alloc(job, bt)
+        i0 = (-job.computed) % bt + 1  # (_first_alloc, inlined)
         if k >= i0:
             total += (k - i0) // bt + 1
     return total
@@ -40,12 +42,21 @@ def _head_blocked(sched: V1Scheduler) -> bool:
     if len(sched.running) >= sched.max_running or sched.budget - len(sched.running) <= 0:
         return True
     job = sched.waiting[0]
+    memo = sched.head_memo
+    if memo is not None and memo[1] is job and memo[0] == sched.epoch:
+        # blocked when the runs since began, and a run only takes free blocks: the blocks it
+        # needs less its hits (fewer, once their keys are evicted) plus its free hits grow
+        # at least as fast as the free blocks fall
+        return True
     hits: list[int] = []
     evictable = 0
     if not job.swapped and sched.pool is not None:
         assert job.keys is not None
         hits, evictable = sched.pool.lookup(job.keys, (job.num_tokens - 1) // sched.bt)
-    return sched._blocks(job.num_tokens) - len(hits) + evictable > sched._free()
+    blocked = sched._blocks(job.num_tokens) - len(hits) + evictable > sched._free()
+    if blocked:
+        sched.head_memo = (sched.epoch, job)
+    return blocked
 
 
 def steady_steps(sched: V1Scheduler, limit: int) -> int:
@@ -57,7 +68,7 @@ def steady_steps(sched: V1Scheduler, limit: int) -> int:
     if newest.computed != newest.num_tokens - 1:
         return 0
     k = limit
-    running_ = Status.RUNNING
+    running_ = _RUNNING
     for job in running:
         c = job.computed
         # a decode follows a token sampled (a prefill cut one token short samples its first)

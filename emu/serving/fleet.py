@@ -293,6 +293,8 @@ class FleetSim:
                 rep.record = functools.partial(_record, sink, inst.name, rep)
                 rep.record_sample = functools.partial(sink.sample, inst.name)
         rejected = 0
+        fits: set[tuple[int, int]] = set()
+        """Prompt and output lengths a streamed request was admitted with."""
         dispatcher = make_dispatcher(self.spec.dispatch)
         orch = (FleetOrchestration(self.spec.orchestrator, [x.replay for x in insts], self.nodes)
                 if self.spec.orchestrator != "static" and self.nodes else None)
@@ -335,13 +337,18 @@ class FleetSim:
                             f"{r.arrival_s:g} s, before the one before it ({last:g} s): a "
                             "streamed trace must be in arrival order")
                     last = r.arrival_s
-                    _, refused = admit([r], sims)
-                    if refused:  # rejected, as vLLM answers it; the run goes on
-                        rejected += 1
-                        if sink is not None:
-                            sink.reject(refused[0])
-                        r = next(stream, None)
-                        continue
+                    lengths = (r.input_len, r.output_len)
+                    if lengths not in fits:  # (admit's answer depends on them only)
+                        _, refused = admit([r], sims)
+                        if refused:  # rejected, as vLLM answers it; the run goes on
+                            rejected += 1
+                            if sink is not None:
+                                sink.reject(refused[0])
+                            r = next(stream, None)
+                            continue
+                        if len(fits) >= 1 << 16:  # (bounded: a stream's lengths may not repeat)
+                            fits.clear()
+                        fits.add(lengths)
                 last = t = r.arrival_s
                 i = dispatcher.choose(len(insts), lambda j, r=r, t=t: InstanceLoad(
                     insts[j].replay.outstanding_at(t),
@@ -354,8 +361,7 @@ class FleetSim:
                     assert self.pool_cost is not None
                     start = max(heapq.heappop(pool), t)
                     took = self.pool_cost.prefill_s(r.input_len, self.cfg.max_batched_tokens)
-                    pool_work.add(Activity.prefill(r.input_len, self.cfg.max_batched_tokens,
-                                                   took))
+                    pool_work.count_prefill(r.input_len, self.cfg.max_batched_tokens, took)
                     t = start + took
                     heapq.heappush(pool, t)
                     if self.switch is not None and inst.replay.router.past(r.input_len):
@@ -379,11 +385,12 @@ class FleetSim:
             before = rep.finished
             rep.advance(horizon, steps=1)
             done += rep.finished - before
-            if rep.blocked():
-                waiting.add(i)
-            elif rep.busy():
+            if rep.jobs or rep.arrivals:  # (busy, and not blocked: inlined)
                 queued.add(i)
-                push(i)
+                version[i] += 1  # (push, inlined)
+                heapq.heappush(ready, (rep.now, i, version[i]))
+            elif rep.pnm_queue:  # blocked on PNM node room
+                waiting.add(i)
             # a node given back room: the instances waiting for it try again from then
             now_released = self._released[0]
             if waiting and now_released != releases:

@@ -4,8 +4,8 @@ measures it (ITL, the gaps between a request's successive tokens).
 ``TimedReplay`` is the replay (``replay.Replay``) watching where tokens are credited: a step's
 decodes (its end), the scheduler's token events (first tokens, prefill chunks that sample,
 requests that finish) and runs of pure decode steps taken many at a time (``fastpath.py``).
-A run's steps end where the replay priced them (``Replay.run_times``; a fleet's planned
-run, ``_pending``), so every gap is the replay's own step time. A gap that spans a preemption
+A run's steps end where the replay priced them (``Replay.run_times``, a fleet's planned run's
+as well), so every gap is the replay's own step time. A gap that spans a preemption
 or a migration is one long gap, as a client streaming the request sees it. The gaps of a
 request add up to its time from first token to last: their mean is its TPOT.
 
@@ -38,10 +38,6 @@ class TimedReplay(Replay):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._gaps: dict[int, array] = {}
         """Each request's gaps by rid (the arrays its ``_Req.gaps`` holds)."""
-        self._run_start = 0.0
-        """When the run of pure decode steps being planned started."""
-        self._planned: list[float] | None = None
-        """The end of each step of the planned run being settled (a fleet's instance)."""
         super().__init__(*args, **kwargs)
         self.out.token_gaps = self._gaps  # type: ignore[assignment]
 
@@ -79,19 +75,9 @@ class TimedReplay(Replay):
                 self._gap(rq, now)
         return super()._on_tokens(events, now)
 
-    def _decode_run(self, next_sample: float) -> int:
-        self._run_start = self.now
-        return super()._decode_run(next_sample)
-
-    def settle(self, t: float = math.inf) -> None:
-        if self._pending is not None:  # a fleet's planned run: each step's end time is known
-            self._planned = self._pending[0]
-        super().settle(t)
-        self._planned = None
-
     def _jobs_took(self, k: int, now: float) -> None:
-        start = self._run_start
-        ends = (self._planned if self._planned is not None else self.run_times)[:k]
+        start = self._run_work[0]  # (when the run started)
+        ends = self.run_times[:k]
         # (_gap, inlined: the run's gaps after each request's first are the same; the first
         # step's end as start plus that step, the sum stepping makes, not ends[0])
         first_end, tail = start + (ends[0] - start), array("d", map(sub, ends[1:], ends))
@@ -137,22 +123,27 @@ def request_itl(gaps: Sequence[float] | None, percentiles: tuple[float, ...]
 def itl_stats(gaps: Sequence[float] | None, percentiles: tuple[float, ...]
               ) -> tuple[float, float, list[float]] | None:
     """``request_itl``'s figures as mean, max and the percentiles in order (None without
-    gaps). Sorted in Python: a request's few hundred gaps take less than numpy's call costs,
-    and its runs of decode steps are sorted already (timsort takes them whole)."""
-    if gaps is None:
+    gaps). Sorted by numpy, stably (equal gaps in their order, as Python's ``sorted`` keeps
+    them; its runs of decode steps are sorted already), only the ranks the percentiles read
+    taken back; the mean is ``math.fsum``'s, exact in any order."""
+    if gaps is None or not len(gaps):
         return None
-    values = sorted(gaps)
-    if not values:
-        return None
+    values = (np.frombuffer(gaps, dtype=np.float64).copy()
+              if isinstance(gaps, array) and gaps.typecode == "d"
+              else np.array(gaps, dtype=np.float64))
+    values.sort(kind="stable")
     last = len(values) - 1
     floor = math.floor
-    at = []
+    ranks: list[int] = []
+    fracs: list[float] = []
     for p in percentiles:
         x = p / 100 * last
         lo = floor(x)
-        hi = lo + 1 if lo < last else last
-        at.append(values[lo] + (values[hi] - values[lo]) * (x - lo))
-    return math.fsum(values) / len(values), values[-1], at
+        ranks += (lo, lo + 1 if lo < last else last)
+        fracs.append(x - lo)
+    at = list(map(values.item, ranks))
+    return (math.fsum(gaps) / len(values), float(values[last]),
+            [at[2 * i] + (at[2 * i + 1] - at[2 * i]) * f for i, f in enumerate(fracs)])
 
 
 def expand(gaps: list[Sequence[float]]) -> np.ndarray:

@@ -21,6 +21,7 @@ room among those its instance reaches (``place``), and a migration likewise.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -145,25 +146,31 @@ def pnm_terms(sums: list[tuple[PnmNode, int, int]], key: int | None,
     more than rounding) can never be the slowest node's, and are left out."""
     last = steps - 1
     terms, start, end = [], [], []
+    j0 = j1 = 0  # the first of the highest starts, of the highest ends
+    s0 = e1 = -math.inf
     for n, c, k in sums:  # (PnmNode.slowdown inlined: every planned run of a fleet comes here)
         f = 1.0
         if key is not None:
-            load = n.load
-            rho = load.get(key, 0.0)
+            rho = n.load.get(key, 0.0)
             if rho > 0.0:
                 others = n.load_sum - rho
-                f = 1.0 + max(0.0, 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho)
+                x = 1.0 - (1.0 - (others if others > 0.0 else 0.0)) / rho
+                f = 1.0 + (x if x > 0.0 else 0.0)
         p = n.s_per_token
         t = n.t_comm_s if k else 0.0
         terms.append((c, k, p, f, t))
-        start.append(c * p * f + t)
-        end.append((c + last * k) * p * f + t)
+        a = c * p * f + t
+        e = (c + last * k) * p * f + t
+        if a > s0:
+            s0, j0 = a, len(start)
+        if e > e1:
+            e1, j1 = e, len(end)
+        start.append(a)
+        end.append(e)
     if len(terms) < 2:
         return terms
-    top_end = max(end)
-    tol = 1e-9 * top_end
-    j0, j1 = start.index(max(start)), end.index(top_end)
-    a0, a1, b0, b1 = start[j0], end[j0], start[j1], end[j1]
+    tol = 1e-9 * e1
+    a0, a1, b0, b1 = s0, end[j0], start[j1], e1
     return [x for x, s, e in zip(terms, start, end, strict=True)
             if not ((a0 > s + tol and a1 > e + tol) or (b0 > s + tol and b1 > e + tol))]
 

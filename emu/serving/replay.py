@@ -42,7 +42,7 @@ from nelssa.emu.serving.cost import Chunk, Tier
 from nelssa.emu.serving.decode_runs import DecodeRuns
 from nelssa.emu.serving.fabric import SwitchPort
 from nelssa.emu.serving.gcscope import fewer_collections
-from nelssa.emu.serving.pnm_nodes import PnmNode, node_sums, place, pnm_time
+from nelssa.emu.serving.pnm_nodes import PnmNode, place, pnm_time
 from nelssa.emu.serving.results import Activity, RequestResult, RunResult, Sample
 from nelssa.emu.serving.workload import TraceRequest
 
@@ -139,7 +139,7 @@ class Replay(DecodeRuns):
         """A fleet's instance: a run of pure decode steps is planned, not taken, until the
         fleet settles it (``settle``): whole, or cut at an arrival dispatched to it."""
         self.run_times: list[float] = []
-        """The end of each step of the run of pure decode steps taken last."""
+        """The end of each step of the run of pure decode steps planned last."""
         self.decoded: list[_Req] = []
         """The requests of the last step's ``plan.decodes``, in its order."""
         self.run_jobs: list[_Job] = []
@@ -154,6 +154,8 @@ class Replay(DecodeRuns):
         self.resident_jobs = 0
         """Jobs of PNM-tier requests decoding (for the time series)."""
         self.pnm_queue: deque[tuple[_Req, JobKind]] = deque()
+        self._stuck: tuple[int, _Req | None] = (-1, None)
+        """The nodes' releases when the PNM queue's head found no room, and that head."""
         self.router = sim.router
         """Routes arrivals and bounds migrations; with ``adaptive`` its T_input moves."""
         self.adaptive = (AdaptiveThreshold(sim.t_input) if self.cfg.adaptive
@@ -244,11 +246,20 @@ class Replay(DecodeRuns):
             self.pnm_queue.append((rq, JobKind.PNM_RESIDENT if disagg else JobKind.PNM_PREFILL))
 
     def _admit_pnm(self) -> None:
-        """The PNM tier's FCFS queue: a request enters vLLM once a node can hold it."""
+        """The PNM tier's FCFS queue: a request enters vLLM once a node can hold it. A head
+        that no node could hold is not tried again until a node gives room back (a fleet's
+        nodes count every release: ``PnmNode.tally``); reservations only take room."""
+        tally = self.nodes[0].tally
+        releases, head = self._stuck
+        if tally is not None and head is self.pnm_queue[0][0] and releases == tally[0]:
+            self.out.peak_pnm_tokens = max(self.out.peak_pnm_tokens, self.pnm_held)
+            return
         while self.pnm_queue:
             rq, kind = self.pnm_queue[0]
             need = rq.req.input_len + rq.req.output_len
             if not self._reserve(rq, need):
+                if tally is not None:
+                    self._stuck = (tally[0], rq)
                 break
             self.pnm_queue.popleft()
             self._add_job(rq, kind)
@@ -300,9 +311,9 @@ class Replay(DecodeRuns):
         finishes)."""
         gpu_ctx = 0
         pnm_ctxs: list[int] = []
-        on: list[PnmNode | None] = []  # each PNM context's node, with several nodes
         by_node = self._node_priced
-        many = by_node and len(self.nodes) > 1
+        # with several nodes, each node's PNM contexts: (node_sums, inlined)
+        on: dict[PnmNode, list[int]] | None = {} if by_node and len(self.nodes) > 1 else None
         chunks: list[Chunk] = []
         jobs = self.jobs
         decodes = 0
@@ -314,9 +325,15 @@ class Replay(DecodeRuns):
             rq = job.rq
             keep(rq)
             if job.kind is resident:
-                pnm_ctxs.append(rq.req.input_len + rq.generated)
-                if many:
-                    on.append(rq.node)
+                ctx = rq.req.input_len + rq.generated
+                pnm_ctxs.append(ctx)
+                if on is not None:
+                    s = on.get(rq.node)  # type: ignore[arg-type]
+                    if s is None:
+                        on[rq.node] = [ctx, 1]  # type: ignore[index]
+                    else:
+                        s[0] += ctx
+                        s[1] += 1
             else:
                 decodes += 1
                 gpu_ctx += job.prompt + job.outputs
@@ -333,9 +350,15 @@ class Replay(DecodeRuns):
                 # KV that arrived: only the step that samples computes (one decode token)
                 if samples:
                     if job.kind is JobKind.PNM_RESIDENT:
-                        pnm_ctxs.append(job.rq.req.input_len + job.rq.generated)
-                        if many:
-                            on.append(job.rq.node)
+                        ctx = job.rq.req.input_len + job.rq.generated
+                        pnm_ctxs.append(ctx)
+                        if on is not None:
+                            s = on.get(job.rq.node)  # type: ignore[arg-type]
+                            if s is None:
+                                on[job.rq.node] = [ctx, 1]  # type: ignore[index]
+                            else:
+                                s[0] += ctx
+                                s[1] += 1
                     else:
                         gpu_ctx += end
                         chunks.append(Chunk(end - 1, 1))
@@ -348,10 +371,10 @@ class Replay(DecodeRuns):
         self.out.activity.count_step(agg, plan.swap_in_tokens)
         if not by_node:
             return self.cost.step_agg_s(*agg, plan.swap_in_tokens)
-        if not many:  # (one node: node_sums without a pass over the contexts)
+        if on is None:  # (one node: node_sums without a pass over the contexts)
             sums = [(self.nodes[0], agg[2], agg[3])] if pnm_ctxs else []
         else:
-            sums = node_sums(zip(on, pnm_ctxs, strict=True))
+            sums = [(n, c, k) for n, (c, k) in on.items()]
         key = id(self) if self.contended else None
         t_pnm = pnm_time(sums, 0, key)
         if self.port is not None:  # the shared switch's wait for the step's queries
@@ -551,7 +574,10 @@ class Replay(DecodeRuns):
             while self.arrivals and self.arrivals[0][0] <= self.now:
                 t, _, _, r = heapq.heappop(self.arrivals)
                 self._arrive(t, r)
-            self._admit_pnm()
+            if self.pnm_queue:
+                self._admit_pnm()
+            elif self.pnm_held > out.peak_pnm_tokens:  # (_admit_pnm's peak, without a call)
+                out.peak_pnm_tokens = self.pnm_held
             if not self.jobs:
                 if not self.arrivals:  # idle, or waiting for a PNM node's room
                     return

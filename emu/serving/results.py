@@ -99,8 +99,17 @@ class Activity:
         """A prefill GPU's work on one prompt of ``tokens`` in chunks of ``chunk``
         (``CostModel.prefill_s``): the weights read per chunk, every token computed, the
         causal pairs."""
-        return cls(busy_s=busy_s, steps=-(-tokens // chunk), tokens=tokens,
-                   prefill_pairs=tokens * tokens / 2)
+        out = cls()
+        out.count_prefill(tokens, chunk, busy_s)
+        return out
+
+    def count_prefill(self, tokens: int, chunk: int, busy_s: float) -> None:
+        """``add(Activity.prefill(tokens, chunk, busy_s))`` without the Activity between (a
+        fleet's prefill pool counts every request's)."""
+        self.busy_s += busy_s
+        self.steps += -(-tokens // chunk)
+        self.tokens += tokens
+        self.prefill_pairs += tokens * tokens / 2
 
 
 @dataclass

@@ -120,22 +120,21 @@ class ServingSim:
     def _check(self, r: TraceRequest, tier: Tier) -> None:
         colocated = self.cfg.prefill == "colocated"
         total = r.input_len + r.output_len
-        where = _where(r)
         if tier is Tier.GPU:
             if self._blocks(total) > self.gpu_blocks:
                 raise CapacityError(
-                    f"{where}: {total} tokens exceed the GPU's KV capacity of "
+                    f"{_where(r)}: {total} tokens exceed the GPU's KV capacity of "
                     f"{self.gpu_blocks * self.cfg.block_tokens} tokens"
                     + ("" if self.cfg.mode == "nelssa" else
                        " (a GPU-only run cannot serve it; cap the trace)"))
             return
         if total > self.pnm_tokens:
-            raise CapacityError(f"{where}: {total} tokens exceed the PNM tier's capacity of "
+            raise CapacityError(f"{_where(r)}: {total} tokens exceed the PNM tier's capacity of "
                                 f"{self.pnm_tokens} tokens")
         resident = self.cost.pnm_resident_tokens(total) + r.output_len
         if self._blocks(max(resident, r.input_len if colocated else 0)) > self.gpu_blocks:
             raise CapacityError(
-                f"{where}: its prefill needs the KV of {r.input_len} tokens on the GPU, "
+                f"{_where(r)}: its prefill needs the KV of {r.input_len} tokens on the GPU, "
                 f"more than its {self.gpu_blocks * self.cfg.block_tokens} tokens"
                 " (prefill it on separate GPUs: --prefill disaggregated)")
 
