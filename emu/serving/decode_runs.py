@@ -95,7 +95,7 @@ class DecodeRuns:
                 rq = job.rq
                 ctx = rq.req.input_len + rq.generated
                 pnm.append(ctx)
-                if sums is not None:  # (node_sums, inlined)
+                if sums is not None:  # each node's [sum, how many] (pnm_terms' sums)
                     s = sums.get(rq.node)
                     if s is None:
                         sums[rq.node] = [ctx, 1]

@@ -22,12 +22,12 @@ room among those its instance reaches (``place``), and a migration likewise.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nelssa.emu.serving.cost import CostModel
 
-__all__ = ["PnmNode", "contention_s", "node_sums", "place", "pnm_terms", "pnm_time", "terms_max"]
+__all__ = ["PnmNode", "contention_s", "place", "pnm_terms", "pnm_time", "terms_max"]
 
 
 def contention_s(attn_s: float, step_s: float, others_load: float) -> float:
@@ -121,21 +121,6 @@ def place(need: int, nodes: Sequence[PnmNode],
 
 
 # -- a step's PNM time over several nodes (the replay of a fleet's instance) -----------------
-def node_sums(placed: Iterable[tuple[PnmNode | None, int]]) -> list[tuple[PnmNode, int, int]]:
-    """Each node with the contexts placed on it: (node, their sum, how many), in the order
-    the nodes first come."""
-    sums: dict[PnmNode, list[int]] = {}
-    for node, ctx in placed:
-        s = sums.get(node)  # type: ignore[arg-type]
-        if s is None:
-            assert node is not None
-            sums[node] = [ctx, 1]
-        else:
-            s[0] += ctx
-            s[1] += 1
-    return [(n, c, k) for n, (c, k) in sums.items()]
-
-
 def pnm_terms(sums: list[tuple[PnmNode, int, int]], key: int | None,
               steps: int) -> list[tuple[int, int, float, float, float]]:
     """``pnm_time``'s terms for a run of up to ``steps`` steps, node by node (the nodes'

@@ -312,7 +312,8 @@ class Replay(DecodeRuns):
         gpu_ctx = 0
         pnm_ctxs: list[int] = []
         by_node = self._node_priced
-        # with several nodes, each node's PNM contexts: (node_sums, inlined)
+        # with several nodes, each node's PNM contexts: [their sum, how many], in the order the
+        # nodes first come (pnm_terms' sums)
         on: dict[PnmNode, list[int]] | None = {} if by_node and len(self.nodes) > 1 else None
         chunks: list[Chunk] = []
         jobs = self.jobs
@@ -371,7 +372,7 @@ class Replay(DecodeRuns):
         self.out.activity.count_step(agg, plan.swap_in_tokens)
         if not by_node:
             return self.cost.step_agg_s(*agg, plan.swap_in_tokens)
-        if on is None:  # (one node: node_sums without a pass over the contexts)
+        if on is None:  # one node: its sums are the step's, no pass over the contexts
             sums = [(self.nodes[0], agg[2], agg[3])] if pnm_ctxs else []
         else:
             sums = [(n, c, k) for n, (c, k) in on.items()]
