@@ -71,12 +71,15 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     own0, kids0 = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    start = time.time()
     t0 = time.monotonic()
     yield
     own1, kids1 = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     row = {"test": item.nodeid, "wall": time.monotonic() - t0,
            "own": own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime,
-           "children": kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime}
+           "children": kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime,
+           # when and on which pytest-xdist worker: the workers' timelines (their idle gaps)
+           "start": start, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
     with open(path, "a") as fh:  # one short append per test: whole lines from both workers
         fh.write(json.dumps(row) + "\n")
 
