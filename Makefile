@@ -49,9 +49,13 @@ vllm: $(VLLM_STAMP)
 demo: venv
 	$(VENV)/bin/nelssa decode --t-input 1024 --overwrite
 
-# pytest and the synthesis check side by side (one single-threaded yosys at a time): each
-# target's output is printed whole when it ends
-test: lint gen-check
+# the environment, then the lints and the generated files' check with the vLLM environment
+# installed beside them (its downloads and unpacking fill the gaps of the lint's two Verilators;
+# one pip at a time), then pytest and the synthesis check side by side (one single-threaded
+# yosys at a time): each target's output is printed whole when it ends
+test:
+	$(MAKE) --no-print-directory venv
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint gen-check vllm
 	$(MAKE) --no-print-directory -j2 --output-sync=target pytest synth-check
 
 # pytest-xdist workers (2: a third made make test 1.5 minutes slower), a test file per worker at

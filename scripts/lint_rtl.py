@@ -4,8 +4,10 @@ Waivers live in rtl/verilator.vlt, each with its reason."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from nelssa.hw.sim.rtl_sources import (
     DDR5_ADDR_MAPS,
@@ -48,6 +50,16 @@ PIPELINED_DEVICE = {"Bf16MulLatency": 1, "AddLatency": 3, "MulLatency": 2, "Exp2
                     "Log2Latency": 0, "RecipLatency": 2}
 
 
+def _lint(run: tuple) -> tuple[str, subprocess.CompletedProcess]:
+    """One top's lint: its label and Verilator's exit."""
+    top, srcs, params, defines = run
+    cmd = ["verilator", "--lint-only", "-Wall", f"-I{RTL_INCLUDE}", "--top-module", top,
+           *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),
+           str(VERILATOR_CONFIG), *map(str, srcs)]
+    label = top + (f" {params}" if params else "") + "".join(f" +{d}" for d in defines)
+    return label, subprocess.run(cmd, capture_output=True, text=True)
+
+
 def main() -> int:
     setup_environment()
     failed = []
@@ -80,17 +92,15 @@ def main() -> int:
     runs += [(f"nelssa_fp32_{op}_staged", PACKAGES, {"Latency": n}, ())
              for op in ("add", "mul") for n in (0, 1, 2, 3, 4)]
     runs.append(("nelssa_fp_stages_top", [*PACKAGES, FP_STAGES_TOP], {}, ()))
-    for top, srcs, params, defines in runs:
-        cmd = ["verilator", "--lint-only", "-Wall", f"-I{RTL_INCLUDE}", "--top-module", top,
-               *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),
-               str(VERILATOR_CONFIG), *map(str, srcs)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        label = top + (f" {params}" if params else "") + "".join(f" +{d}" for d in defines)
-        if proc.returncode != 0:
-            failed.append(label)
-            print(f"FAIL {label}\n{proc.stderr.strip()}")
-        else:
-            print(f"ok   {label}")
+    # a Verilator at a time per core (each is single-threaded): 94 s of CPU in all at df491d4,
+    # which `make test` waits for before its tests
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        for label, proc in pool.map(_lint, runs):  # in order
+            if proc.returncode != 0:
+                failed.append(label)
+                print(f"FAIL {label}\n{proc.stderr.strip()}")
+            else:
+                print(f"ok   {label}")
     if failed:
         print(f"lint: {len(failed)} of {len(runs)} tops have warnings")
         return 1

@@ -39,6 +39,8 @@ class _TerminalLines(logging.Handler):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "rtl: builds and simulates RTL with Verilator")
+    config.addinivalue_line("markers", "shared_build: builds a Verilated model that other test "
+                            "files reuse (its file runs first: see pytest_collection_modifyitems)")
 
 
 @pytest.hookimpl(trylast=True)
@@ -69,12 +71,15 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     own0, kids0 = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    start = time.time()
     t0 = time.monotonic()
     yield
     own1, kids1 = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     row = {"test": item.nodeid, "wall": time.monotonic() - t0,
            "own": own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime,
-           "children": kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime}
+           "children": kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime,
+           # when and on which pytest-xdist worker: the workers' timelines (their idle gaps)
+           "start": start, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
     with open(path, "a") as fh:  # one short append per test: whole lines from both workers
         fh.write(json.dumps(row) + "\n")
 
@@ -83,9 +88,24 @@ def pytest_collection_modifyitems(session, config, items):
     """Files with RTL tests first (they build the large Verilated models and take the longest),
     each file's tests in their own order: with `--dist loadfile --no-loadscope-reorder` the
     pytest-xdist workers then start on the long files and end on short ones, instead of meeting
-    a long file last while the other worker idles."""
+    a long file last while the other worker idles. Among them, in this order: the files with a
+    ``shared_build`` test (each starts a build that later files reuse), tests/rtl's (cocotb
+    benches with builds of their own: the other worker's work while the shared builds compile),
+    then the rest, most of which reuse a shared build: a file that needs a build another
+    worker is still compiling waits on its lock, a core idle (the default device, 217 s of CPU
+    at c3e2f3a, had test_cli.py wait 202 s)."""
     rtl_files = {item.path for item in items if item.get_closest_marker("rtl") is not None}
-    items.sort(key=lambda item: item.path not in rtl_files)  # stable: keeps the order within
+    builders = {item.path for item in items if item.get_closest_marker("shared_build")}
+    benches = Path(__file__).resolve().parent / "rtl"
+
+    def rank(item: pytest.Item) -> int:
+        if item.path in builders:
+            return 0
+        if item.path in rtl_files:
+            return 1 if benches in item.path.parents else 2
+        return 3
+
+    items.sort(key=rank)  # stable: keeps the order within
 
 
 @pytest.fixture

@@ -79,6 +79,7 @@ def test_model_backdoor_refuses_outside_memory():
 
 
 @pytest.mark.rtl
+@pytest.mark.shared_build  # the default device, which most RTL test files use
 def test_rtl_front_and_back_door_agree():
     """One Verilated device (one per process): the clusters written by the front door, then
     other data by backdoor over the same bytes, then the clusters again by backdoor: the

@@ -36,6 +36,7 @@ def _model(latency: FpLatency) -> ModelDevice:
     return ModelDevice(DeviceConfig(engines=1, engine=replace(SMALL_ENGINE, latency=latency)))
 
 
+@pytest.mark.shared_build  # SMALL_PIPELINED, test_rtl_device_waves.py's too
 def test_a_pipelined_rtl_device_matches_the_model_in_bits_and_cycles():
     from nelssa.hw.sim.device import RtlDevice
 
