@@ -76,15 +76,16 @@ module nelssa_attn_unit
   logic [63:0]  lo_q, hi_q;
 
   // the selected ids as the lines they arrive in, and the directory entries as they are
-  // checked: RAMs (one write a cycle, one registered read each)
+  // checked: RAMs (one write a cycle, one registered read each). A read of the entry written
+  // on the same edge is never used (no_rw_check: yosys adds no logic to define it)
   localparam int unsigned ID_LINES = (MaxIds + 15) / 16;
   localparam int unsigned ILW = (ID_LINES > 1) ? $clog2(ID_LINES) : 1;
   localparam int unsigned TokW = $clog2(MaxClusterTokens + 1);  // a checked token count
   localparam int unsigned KvW = AddrW - 6;  // a checked K/V address: its line, in AddrW bits
-  logic [511:0]     id_lines_q [ID_LINES];  // the ids, for the directory reads' addresses
-  logic [31:0]      id_lo_q [ID_LINES];     // each id's low 2 bits: its entry within a line
-  logic [TokW+KvW-1:0] ent_q [MaxIds];      // per selected cluster {tokens, K/V line}
-  logic [TokW-1:0]  tok_q [MaxIds];         // per selected cluster, its tokens (for the engine)
+  (* no_rw_check *) logic [511:0] id_lines_q [ID_LINES];  // the ids (the directory reads)
+  (* no_rw_check *) logic [31:0] id_lo_q [ID_LINES];  // each id's low 2 bits: its entry's place
+  (* no_rw_check *) logic [TokW+KvW-1:0] ent_q [MaxIds];  // per cluster {tokens, K/V line}
+  (* no_rw_check *) logic [TokW-1:0] tok_q [MaxIds];  // per cluster, its tokens (the engine's)
   logic [31:0]      kv_sum_q;  // KV lines of the clusters read from the directory so far
   // the registered reads, and id 0 (read the cycle its line is written, when that is the
   // only line)
