@@ -1,8 +1,10 @@
 // 2^x: range reduction x = n + f (floor, 24 fraction bits), 2^f from a 128-interval
 // piecewise quadratic, rounded half up; below 2^-126 flushes to +0, from 2^128 on is +Inf.
 // Error bound: 1.25 ulp.
-// Latency 0: combinational; Latency L: the result of the inputs of cycle t at t + L, the
-// function followed by L registers (nelssa_pipe) that a vendor flow's retiming moves into it.
+// Latency 0: combinational; Latency L: the result of the inputs of cycle t at t + L. At 1 the
+// function followed by a register; from 2 on staged (nelssa_fp_pkg's exp2_reduce | exp2_poly |
+// exp2_round): 2 a register after the range reduction and one after the rounding; 3 also one
+// after the quadratic; each further one another output register.
 // The implementation is nelssa_fp_pkg, the model hw/model/fp.py exp2.
 // en_i: the result is used (Latency cycles later). Hardware ignores it. A simulation built with
 // NELSSA_FP_GATED computes only then and outputs zero otherwise (en_i travels down the pipe
@@ -19,32 +21,77 @@ module nelssa_fp32_exp2
   input  logic [31:0] x_i,
   output logic [31:0] y_o
 );
-  logic [31:0] res, res_q;
-  logic        res_en;
+  logic [31:0] res_q;  // the result, Latency cycles after its inputs
+  logic        res_en;  // en_i of those inputs
 
 `ifdef NELSSA_FP_GATED
-  always_comb begin
-    res = '0;
-    if (en_i) res = fp32_exp2(x_i);
-  end
-  // (at Latency 0 res is the result, gated already)
-  assign y_o = (Latency == 0) ? res : res_en ? res_q : '0;
+  // (at Latency 0 the function's output is gated already)
+  assign y_o = (Latency == 0 || res_en) ? res_q : '0;
 `else
   logic unused_en;
   assign unused_en = res_en;
-  assign res = fp32_exp2(x_i);
   assign y_o = res_q;
 `endif
 
-  nelssa_pipe #(
-    .Width  (32),
-    .Latency(Latency)
-  ) u_pipe (
-    .clk_i,
-    .rst_ni,
-    .en_i,
-    .d_i (res),
-    .en_o(res_en),
-    .q_o (res_q)
-  );
+  if (Latency >= 2) begin : gen_staged
+    exp2_red_t  red_q;
+    exp2_poly_t poly_q;
+    logic       red_en, poly_en;
+
+    nelssa_pipe #(
+      .Width  ($bits(exp2_red_t)),
+      .Latency(1)
+    ) u_red (
+      .clk_i,
+      .rst_ni,
+      .en_i,
+      .d_i (exp2_reduce(x_i)),
+      .en_o(red_en),
+      .q_o (red_q)
+    );
+    nelssa_pipe #(
+      .Width  ($bits(exp2_poly_t)),
+      .Latency((Latency >= 3) ? 1 : 0)
+    ) u_poly (
+      .clk_i,
+      .rst_ni,
+      .en_i(red_en),
+      .d_i (exp2_poly(red_q)),
+      .en_o(poly_en),
+      .q_o (poly_q)
+    );
+    // the rounding's register, and those beyond three
+    nelssa_pipe #(
+      .Width  (32),
+      .Latency((Latency >= 3) ? Latency - 2 : 1)
+    ) u_out (
+      .clk_i,
+      .rst_ni,
+      .en_i(poly_en),
+      .d_i (exp2_round(poly_q)),
+      .en_o(res_en),
+      .q_o (res_q)
+    );
+  end else begin : gen_func
+    logic [31:0] res;
+`ifdef NELSSA_FP_GATED
+    always_comb begin
+      res = '0;
+      if (en_i) res = fp32_exp2(x_i);
+    end
+`else
+    assign res = fp32_exp2(x_i);
+`endif
+    nelssa_pipe #(
+      .Width  (32),
+      .Latency(Latency)
+    ) u_pipe (
+      .clk_i,
+      .rst_ni,
+      .en_i,
+      .d_i (res),
+      .en_o(res_en),
+      .q_o (res_q)
+    );
+  end
 endmodule

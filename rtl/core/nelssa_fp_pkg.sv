@@ -319,9 +319,25 @@ package nelssa_fp_pkg;
     return p + $signed({{19{c.c0[COEF_WIDTH-1]}}, c.c0});
   endfunction
 
-  // 2^x: x = n + f (floor) on 24 fraction bits, 2^f from the table, rounded half up.
-  function automatic logic [31:0] fp32_exp2(input logic [31:0] x);
-    /*verilator no_inline_task*/
+  // 2^x: x = n + f (floor) on 24 fraction bits, 2^f from the table, rounded half up. In three
+  // stages (nelssa_fp32_exp2 puts registers between them from Latency 2 on): the range
+  // reduction and the special results (exp2_reduce), the table's quadratic (exp2_poly), the
+  // rounding and the exponent (exp2_round).
+  typedef struct packed {
+    logic              special;    // the result is special_r
+    logic [31:0]       special_r;
+    logic signed [8:0] n;          // floor(x)
+    logic [23:0]       f;          // x - n, 24 fraction bits
+  } exp2_red_t;
+
+  typedef struct packed {
+    logic              special;
+    logic [31:0]       special_r;
+    logic signed [8:0] n;
+    logic signed [51:0] y;         // 2^f, COEF_FRAC fraction bits
+  } exp2_poly_t;
+
+  function automatic exp2_red_t exp2_reduce(input logic [31:0] x);
     logic [7:0]  e;
     logic [23:0] sig;
     logic [5:0]  rshift;
@@ -330,10 +346,7 @@ package nelssa_fp_pkg;
     logic [30:0] mag;
     logic        sticky;
     logic signed [32:0] xfx;
-    logic signed [8:0]  n;
-    logic signed [51:0] y;
-    logic [24:0]        m24;
-    logic signed [10:0] biased;
+    exp2_red_t r;
     e   = x[30:23];
     sig = {1'b1, x[22:0]};
     // floor(|x| * 2^24) and whether nonzero bits were dropped, valid for |x| < 128
@@ -348,16 +361,42 @@ package nelssa_fp_pkg;
       sticky = |shifted_wide[39:0];
     end
     xfx = x[31] ? -($signed({2'b00, mag}) + $signed({32'd0, sticky})) : $signed({2'b00, mag});
-    n   = 9'(xfx >>> 24);
-    y   = quad_eval(exp2_coef(xfx[23:17]), xfx[16:0], 24);
-    m24 = 25'((y + 52'sd64) >>> (COEF_FRAC - 23));
-    biased = $signed({{2{n[8]}}, n}) + 11'sd127 + $signed({10'd0, m24[24]});
-    if ((e == 8'hFF) && (x[22:0] != '0)) return CANON_NAN;
-    if (e == 8'd0) return 32'h3F80_0000;
-    if (e >= 8'd134) return x[31] ? 32'd0 : POS_INF;  // |x| >= 128, Inf included
+    r.n = 9'(xfx >>> 24);
+    r.f = xfx[23:0];
+    r.special = 1'b1;
+    if ((e == 8'hFF) && (x[22:0] != '0)) r.special_r = CANON_NAN;
+    else if (e == 8'd0) r.special_r = 32'h3F80_0000;
+    else if (e >= 8'd134) r.special_r = x[31] ? 32'd0 : POS_INF;  // |x| >= 128, Inf included
+    else begin
+      r.special = 1'b0;
+      r.special_r = '0;
+    end
+    return r;
+  endfunction
+
+  function automatic exp2_poly_t exp2_poly(input exp2_red_t r);
+    exp2_poly_t p;
+    p.special = r.special;
+    p.special_r = r.special_r;
+    p.n = r.n;
+    p.y = quad_eval(exp2_coef(r.f[23:17]), r.f[16:0], 24);
+    return p;
+  endfunction
+
+  function automatic logic [31:0] exp2_round(input exp2_poly_t p);
+    logic [24:0]        m24;
+    logic signed [10:0] biased;
+    m24 = 25'((p.y + 52'sd64) >>> (COEF_FRAC - 23));
+    biased = $signed({{2{p.n[8]}}, p.n}) + 11'sd127 + $signed({10'd0, m24[24]});
+    if (p.special) return p.special_r;
     if (biased <= 11'sd0) return 32'd0;
     if (biased >= 11'sd255) return POS_INF;
     return {1'b0, biased[7:0], m24[24] ? 23'd0 : m24[22:0]};
+  endfunction
+
+  function automatic logic [31:0] fp32_exp2(input logic [31:0] x);
+    /*verilator no_inline_task*/
+    return exp2_round(exp2_poly(exp2_reduce(x)));
   endfunction
 
   // Signed fixed point with 30 fraction bits (|v| < 2^39) to fp32, magnitude rounded half up.

@@ -6,6 +6,9 @@
 // Only then does it stream Q and every cluster's K and V rows into the engine (in address
 // order, through the reorder buffer of nelssa_line_reader) and write the result beats (O, then
 // LSE) to out_addr. A failed descriptor writes nothing.
+// Its buffers (the selected ids, the directory entries) are RAMs with one write and one
+// registered read port (block RAM on an FPGA). Each read is made a cycle ahead, at the index
+// its reader holds the next cycle, so the stream keeps the cycles of an asynchronous read.
 `include "nelssa_assert.svh"
 
 module nelssa_attn_unit
@@ -72,17 +75,32 @@ module nelssa_attn_unit
   logic [63:0]  q_addr_q, dir_addr_q, ids_addr_q, out_addr_q;
   logic [63:0]  lo_q, hi_q;
 
-  // the selected ids as the lines they arrive in (one write per cycle: RAM on an FPGA)
+  // the selected ids as the lines they arrive in, and the directory entries as they are
+  // checked: RAMs (one write a cycle, one registered read each). A read of the entry written
+  // on the same edge is never used (no_rw_check: yosys adds no logic to define it)
   localparam int unsigned ID_LINES = (MaxIds + 15) / 16;
   localparam int unsigned ILW = (ID_LINES > 1) ? $clog2(ID_LINES) : 1;
-  logic [511:0]     id_lines_q [ID_LINES];
-  logic [15:0]      tok_q [MaxIds];
-  logic [63:0]      kv_q [MaxIds];
+  localparam int unsigned TokW = $clog2(MaxClusterTokens + 1);  // a checked token count
+  localparam int unsigned KvW = AddrW - 6;  // a checked K/V address: its line, in AddrW bits
+  (* no_rw_check *) logic [511:0] id_lines_q [ID_LINES];  // the ids (the directory reads)
+  (* no_rw_check *) logic [31:0] id_lo_q [ID_LINES];  // each id's low 2 bits: its entry's place
+  (* no_rw_check *) logic [TokW+KvW-1:0] ent_q [MaxIds];  // per cluster {tokens, K/V line}
+  (* no_rw_check *) logic [TokW-1:0] tok_q [MaxIds];  // per cluster, its tokens (the engine's)
   logic [31:0]      kv_sum_q;  // KV lines of the clusters read from the directory so far
-
-  function automatic logic [31:0] id_at(logic [IDW-1:0] j);
-    return id_lines_q[ILW'(j >> 4)][32*j[3:0] +: 32];
-  endfunction
+  // the registered reads, and id 0 (read the cycle its line is written, when that is the
+  // only line)
+  logic [511:0]     gen_line_q;             // the ids' line of the generator's next id
+  logic [31:0]      use_lo_q;               // the low bits' line of the consumer's next entry
+  logic [TokW+KvW-1:0] ent_rd_q;            // the entry of the generator's next cluster
+  logic [TokW-1:0]  tok_rd_q;               // the tokens of the engine's next cluster
+  logic [31:0]      id0_q;
+  logic [31:0]      gen_j_next;
+  logic [IDW-1:0]   use_j_next, clu_next;
+  logic [IDW-1:0]   ent_raddr;
+  logic [63:0]      cur_kv;                 // the generator's cluster's K/V address
+  logic [15:0]      cur_tok;                // and its tokens
+  logic [5:0]       dir_off;
+  logic [79:0]      dir_ent;
   logic             id_bad_q, len_bad_q;
   logic [7:0]       first_fail_q;
 
@@ -156,7 +174,7 @@ module nelssa_attn_unit
     .cmd_scale_i       (scale_q),
     .clu_valid_i       (clu_valid),
     .clu_ready_o       (clu_ready),
-    .clu_tokens_i      (tok_q[clu_sent_q[IDW-1:0]][7:0]),
+    .clu_tokens_i      (8'(tok_rd_q)),
     .kv_valid_i        (kv_valid),
     .kv_ready_o        (kv_ready),
     .kv_data_i         (rd_out_data),
@@ -246,17 +264,57 @@ module nelssa_attn_unit
         ra_addr = AddrW'(ids_addr_q + 64'(gen_i_q) * 64);
       end
       StDir: begin
-        automatic logic [63:0] a = dir_addr_q + 64'(id_at(gen_j_q[IDW-1:0])) * 16;
+        automatic logic [31:0] id = (gen_j_q == 0) ? id0_q : gen_line_q[32*gen_j_q[3:0] +: 32];
+        automatic logic [63:0] a = dir_addr_q + 64'(id) * 16;
         ra_valid = !gen_done_q && !id_bad_q;  // a bad id ends the descriptor: read no more
         ra_addr = AddrW'(a & ~64'd63);
       end
       StRun: begin
         ra_valid = !gen_done_q;
         if (gen_j_q == 0) ra_addr = AddrW'(q_addr_q + 64'(gen_i_q) * 64);
-        else ra_addr = AddrW'(kv_q[gen_j_q[IDW-1:0] - 1'b1] + 64'(gen_i_q) * 64);
+        else ra_addr = AddrW'(cur_kv + 64'(gen_i_q) * 64);
       end
       default: ;
     endcase
+  end
+
+  // ---- buffers ---------------------------------------------------------------------------------
+  // each reader's index the next cycle: the generator's and the consumer's ids in StDir (both
+  // 0 through StIds), the generator's cluster in StRun (its entry is that less one: 0 is Q),
+  // the engine's next cluster
+  logic gen_adv, run_adv, dir_take;
+  assign gen_adv = state_q == StDir && ra_valid && ra_ready;
+  assign dir_take = state_q == StDir && !id_bad_q && rd_out_valid;
+  assign run_adv = state_q == StRun && ra_valid && ra_ready &&
+                   gen_i_q + 1 == ((gen_j_q == 0) ? q_lines : kv_lines(cur_tok, row_bytes));
+  assign gen_j_next = gen_j_q + 32'(gen_adv || run_adv);
+  assign use_j_next = use_j_q[IDW-1:0] + IDW'(dir_take);
+  assign clu_next = clu_sent_q[IDW-1:0] + IDW'(clu_valid && clu_ready);
+  assign ent_raddr = IDW'(gen_j_next - 1);
+  assign cur_kv = {(64 - AddrW)'(0), ent_rd_q[KvW-1:0], 6'd0};
+  assign cur_tok = 16'(ent_rd_q[TokW+KvW-1 -: TokW]);
+  // the consumer's directory entry: its offset in the line is its id's low bits times 16
+  // (dir_addr is line aligned)
+  assign dir_off = {(use_j_q == 0) ? id0_q[1:0] : use_lo_q[2*use_j_q[3:0] +: 2], 4'd0};
+  assign dir_ent = rd_out_data[8*dir_off +: 80];
+
+  always_ff @(posedge clk_i) begin  // no reset: RAM
+    if (state_q == StIds && rd_out_valid) begin
+      automatic logic [31:0] lo;
+      // verilator unroll_full
+      for (int k = 0; k < 16; k++) lo[2*k +: 2] = rd_out_data[32*k +: 2];
+      id_lines_q[ILW'(use_i_q)] <= rd_out_data;
+      id_lo_q[ILW'(use_i_q)] <= lo;
+      if (use_i_q == 0) id0_q <= rd_out_data[31:0];
+    end
+    if (dir_take) begin
+      ent_q[use_j_q[IDW-1:0]] <= {dir_ent[64 +: TokW], dir_ent[6 +: KvW]};
+      tok_q[use_j_q[IDW-1:0]] <= dir_ent[64 +: TokW];
+    end
+    gen_line_q <= id_lines_q[ILW'(gen_j_next[IDW-1:0] >> 4)];
+    use_lo_q <= id_lo_q[ILW'(use_j_next >> 4)];
+    ent_rd_q <= ent_q[ent_raddr];
+    tok_rd_q <= tok_q[clu_next];
   end
 
   // ---- data consumption --------------------------------------------------------------------------
@@ -342,8 +400,7 @@ module nelssa_attn_unit
             if (gen_i_q + 1 == id_lines) gen_done_q <= 1'b1;
           end
           if (rd_out_valid) begin
-            // words past num_ids are stored too but never read
-            id_lines_q[ILW'(use_i_q)] <= rd_out_data;
+            // (the line is stored by the buffers' block: words past num_ids are never read)
             // verilator unroll_full
             for (int k = 0; k < 16; k++) begin
               automatic int unsigned j = use_i_q * 16 + k;
@@ -367,14 +424,9 @@ module nelssa_attn_unit
               if (gen_j_q + 1 == 32'(num_ids_q)) gen_done_q <= 1'b1;
             end
             if (rd_out_valid) begin
-              // the entry's offset in its line (dir_addr is line aligned)
-              automatic logic [5:0] off = 6'(id_at(use_j_q[IDW-1:0]) * 16);
-              automatic logic [79:0] e = rd_out_data[8*off +: 80];
-              automatic logic [63:0] kv = e[63:0];
-              automatic logic [15:0] tok = e[79:64];
+              automatic logic [63:0] kv = dir_ent[63:0];
+              automatic logic [15:0] tok = dir_ent[79:64];
               automatic logic [63:0] len = 64'(tok) * 64'(row_bytes) * 2;
-              tok_q[use_j_q[IDW-1:0]] <= tok;
-              kv_q[use_j_q[IDW-1:0]] <= kv;
               kv_sum_q <= kv_sum_q + kv_lines(tok, row_bytes);
               if (tok == 0 || 32'(tok) > MaxClusterTokens) len_bad_q <= 1'b1;
               if (first_fail_q == 0) begin
@@ -403,9 +455,7 @@ module nelssa_attn_unit
           if (clu_valid && clu_ready) clu_sent_q <= clu_sent_q + 1;
           if (kv_valid && kv_ready) kv_beats_q <= kv_beats_q + 1;
           if (ra_valid && ra_ready) begin
-            automatic logic [31:0] n = (gen_j_q == 0) ? q_lines
-                                     : kv_lines(tok_q[gen_j_q[IDW-1:0] - 1'b1], row_bytes);
-            if (gen_i_q + 1 == n) begin
+            if (run_adv) begin
               gen_i_q <= '0;
               gen_j_q <= gen_j_q + 1;
               if (gen_j_q == 32'(num_ids_q)) gen_done_q <= 1'b1;

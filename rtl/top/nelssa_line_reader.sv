@@ -3,7 +3,9 @@
 // sub-channels answer in (a reorder buffer indexed by tag). Its user takes all the data it asked
 // for before it asks for more of something else. The buffer has a bank per lane, each written
 // by its lane only (one write port: RAM on an FPGA), and a small table of which bank holds
-// each line.
+// each line. A bank's read is registered (block RAM on an FPGA) and made a cycle ahead, at
+// the line to deliver the next cycle; a line written on that same edge comes from a bypass
+// register instead, so a line still leaves the cycle after it arrives.
 `include "nelssa_assert.svh"
 
 module nelssa_line_reader
@@ -49,13 +51,34 @@ module nelssa_line_reader
   logic [LW-1:0] bank_of_q [Depth];  // which lane's bank holds each line
   logic [Lanes-1:0][LINE_W-1:0] bank_out;
   logic [MEM_TAG_W-1:0] in_flight;
+  logic [IW-1:0] next_idx;          // the line delivered the next cycle
+  logic [Lanes-1:0] byp_hit;        // a lane writes that line now
+  logic byp_sel_q;                  // the line out is the bypass register's
+  logic [LINE_W-1:0] byp_q, byp_d;
+
+  assign next_idx = deliver_q[IW-1:0] + IW'(out_valid_o && out_ready_i);
 
   for (genvar l = 0; l < Lanes; l++) begin : gen_bank
-    logic [LINE_W-1:0] bank_q [Depth];  // no reset: RAM
+    // no reset: RAM; a read of the line written on the same edge is never used (the bypass
+    // gives it): no_rw_check, yosys adds no logic to define it
+    (* no_rw_check *) logic [LINE_W-1:0] bank_q [Depth];
+    logic [LINE_W-1:0] rd_q;
     always_ff @(posedge clk_i) begin
       if (rd_valid_i[l]) bank_q[rd_tag_i[l][IW-1:0]] <= rd_data_i[l];
+      rd_q <= bank_q[next_idx];
     end
-    assign bank_out[l] = bank_q[deliver_q[IW-1:0]];
+    assign bank_out[l] = rd_q;
+    assign byp_hit[l] = rd_valid_i[l] && rd_tag_i[l][IW-1:0] == next_idx;
+  end
+
+  always_comb begin
+    byp_d = byp_q;
+    // verilator unroll_full
+    for (int l = 0; l < Lanes; l++) if (byp_hit[l]) byp_d = rd_data_i[l];
+  end
+
+  always_ff @(posedge clk_i) begin  // no reset: data
+    byp_q <= byp_d;
   end
 
   assign in_flight = issue_q - deliver_q;
@@ -64,7 +87,8 @@ module nelssa_line_reader
   assign mem_tag_o = issue_q;
   assign addr_ready_o = mem_valid_o && mem_ready_i;
   assign out_valid_o = have_q[deliver_q[IW-1:0]];
-  assign out_data_o = bank_out[(Lanes > 1) ? int'(bank_of_q[deliver_q[IW-1:0]]) : 0];
+  assign out_data_o = byp_sel_q ? byp_q
+                                 : bank_out[(Lanes > 1) ? int'(bank_of_q[deliver_q[IW-1:0]]) : 0];
   assign idle_o = in_flight == '0;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
@@ -72,6 +96,7 @@ module nelssa_line_reader
       issue_q <= '0;
       deliver_q <= '0;
       have_q <= '0;
+      byp_sel_q <= 1'b0;
     end else begin
       automatic logic [Depth-1:0] have = have_q;
       if (out_valid_o && out_ready_i) begin
@@ -86,6 +111,7 @@ module nelssa_line_reader
         end
       end
       have_q <= have;
+      byp_sel_q <= |byp_hit;
       if (addr_ready_o) issue_q <= issue_q + 1'b1;
     end
   end
