@@ -169,7 +169,7 @@ def test_the_page_says_which_windows_ran_beside_other_work() -> None:
     jumpy = _load_note([{**w, "load1": 1.0, "cpu_s": c} for c in (10, 12.4, 7.3, 11, 9.9, 10)],
                        1000)
     assert "up to 70%" in jumpy and "-11% from the first third" in jumpy
-    assert "a spread without a trend" in jumpy and "own growth" not in jumpy
+    assert "more spread than trend" in jumpy and "the run's own growth," not in jumpy
 
 
 def test_the_reference_work_takes_cpu_time() -> None:

@@ -331,3 +331,24 @@ def test_a_streamed_row_is_the_records_row(gaps, output_len: int) -> None:
                              columns(pct))
             got = finished_cells("nelssa", "i-0", r, line, itl_stats(g, pct), len(pct))
             assert got == want
+
+
+def test_a_float_cell_is_repr_of_round_to_nine_decimals() -> None:
+    """requests.csv's fast float cell (records.float_cell) writes what ``repr(round(v, 9))``
+    writes, over the range it formats itself, its edges and beyond, both signs: random doubles
+    of every decade, the doubles beside 1e-4 and 1e6, and halfway cases of the ninth decimal."""
+    from nelssa.emu.serving.records import float_cell
+
+    rng = np.random.default_rng(7)
+    values = (10.0 ** rng.uniform(-6, 8, 200_000)).tolist()  # Python floats, as the rows hold
+    values += [k * 1e-9 for k in rng.integers(1, 10**9, 20_000).tolist()]
+    values += [(k + 0.5) * 1e-9 for k in rng.integers(1, 10**6, 20_000).tolist()]
+    for edge in (1e-4, 1e6, 999999.9999999996, 0.5, 1.0):
+        x = edge
+        for _ in range(4):
+            values += [x, math.nextafter(x, 0.0), math.nextafter(x, math.inf)]
+            x = math.nextafter(x, math.inf)
+    values += [0.0, -0.0]
+    values += [-v for v in values]
+    wrong = [v for v in values if float_cell(v) != repr(round(v, 9))]
+    assert not wrong, wrong[:5]

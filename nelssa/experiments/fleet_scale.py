@@ -317,10 +317,11 @@ def _load_note(windows: list[dict[str, Any]], size: int) -> str:
     if own < 0.05 or abs(trend) >= own / 2:
         meaning = (f"{trend:+.0%} from the first third of the windows to the last: the run's "
                    "own growth, as far as the reference work takes the machine's speed out")
-    else:  # a spread with no trend is the machine's, not a growth of the run's
-        meaning = (f"but {trend:+.0%} from the first third of the windows to the last: a spread "
-                   "without a trend, so the reference work did not take all of the machine's "
-                   "moves out, and the spread is no growth of the run's")
+    else:  # more spread than trend: the machine's moves the yardstick missed are in it
+        meaning = (f"but {trend:+.0%} from the first third of the windows to the last: more "
+                   "spread than trend, so part of the spread is the machine's moves that the "
+                   "reference work did not take out, and at most the trend is the run's own "
+                   "growth")
     return (f"{note} The reference work took {lo * 1e3:.0f} to {hi * 1e3:.0f} ms "
             f"({hi / lo - 1:+.0%} from its fastest window to its slowest); each window's CPU "
             "per request in thousandths of its reference work: "

@@ -7,9 +7,9 @@
 // after the quadratic; each further one another output register.
 // The implementation is nelssa_fp_pkg, the model hw/model/fp.py exp2.
 // en_i: the result is used (Latency cycles later). Hardware ignores it. A simulation built with
-// NELSSA_FP_GATED computes only then and outputs zero otherwise (en_i travels down the pipe
-// with the result), which is what makes a Verilated engine evaluate only its active phase;
-// tests run the engine both ways.
+// NELSSA_FP_GATED registers only then and outputs zero otherwise (en_i travels down the pipe
+// with the result), which is what makes a Verilated engine evaluate only its active phase (the
+// staged form's range reduction follows its input regardless); tests run the engine both ways.
 module nelssa_fp32_exp2
   import nelssa_fp_pkg::*;
 #(
