@@ -241,6 +241,9 @@ def synth_script(t: Target, wrapper: Path, generated: list[str] = (), flags: str
         "techmap -map +/cmp2lut.v -D LUT_WIDTH=4", "opt_expr", "opt_clean",
         "techmap -map +/mul2dsp.v -map +/lattice/dsp_map_18x18.v -D DSP_A_MAXWIDTH=18 "
         "-D DSP_B_MAXWIDTH=18 -D DSP_A_MINWIDTH=2 -D DSP_B_MINWIDTH=2 -D DSP_NAME=$__MUL18X18",
+        # what mul2dsp left to logic (an operand below DSP_*_MINWIDTH) back to $mul, as
+        # synth_lattice does after it: no map knows $__soft_mul
+        "chtype -set $mul t:$__soft_mul",
         "alumacc", "opt", "memory -nomap", "opt_clean",
         *([f"synth_ecp5 -top {top} {flags} -run map_ram:map_ffs",
            "dfflegalize -cell $_DFF_P_ 01 -cell $_DFFE_PP_ 01",
@@ -250,6 +253,20 @@ def synth_script(t: Target, wrapper: Path, generated: list[str] = (), flags: str
         f"tee -q -o {OUT}/stat.json stat -json",
         f"write_json {OUT}/netlist.json",
     ]
+
+
+def _why(proc: subprocess.CompletedProcess, log: Path) -> str:
+    """Why a step failed: the end of what it printed, else its log's last ERROR line (yosys -q
+    and nextpnr -q print nothing of it)."""
+    said = (proc.stdout + proc.stderr).strip()
+    if said:
+        return said[-400:]
+    try:
+        errors = [ln for ln in log.read_text(errors="replace").splitlines()
+                  if ln.startswith("ERROR")]
+    except OSError:
+        errors = []
+    return errors[-1][:400] if errors else f"no message (its log: {log})"
 
 
 def lut4_count(cells: dict[str, int]) -> int:
@@ -289,7 +306,7 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
     proc = _run("elaborate", [*yosys, "-l", f"{OUT}/ports.log", "-s", f"{OUT}/ports.ys"],
                 work, res, env=mount)
     if proc.returncode != 0:
-        res.note = "elaboration failed: " + (proc.stdout + proc.stderr).strip()[-400:]
+        res.note = "elaboration failed: " + _why(proc, work / "ports.log")
         return res
     ports = json.loads((work / "ports.json").read_text())["modules"][t.module]["ports"]
     res.scan_bits = sum(len(p["bits"]) for n, p in ports.items() if n not in SCAN_PORTS)
@@ -300,7 +317,7 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
     proc = _run("synth_ecp5", [*yosys, "-l", f"{OUT}/synth.log", "-s", f"{OUT}/synth.ys"],
                 work, res, env=mount)
     if proc.returncode != 0:
-        res.note = "synthesis failed: " + (proc.stdout + proc.stderr).strip()[-400:]
+        res.note = "synthesis failed: " + _why(proc, work / "synth.log")
         return res
     stat = json.loads((work / "stat.json").read_text())["modules"]
     mod = stat.get("\\" + WRAPPER) or next(iter(stat.values()))
@@ -316,7 +333,7 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
             "nextpnr.log", "-q"]
     proc = _run("nextpnr-ecp5", argv, work, res)
     if proc.returncode != 0 or not (work / "report.json").exists():
-        res.note = "place and route failed: " + (proc.stdout + proc.stderr).strip()[-400:]
+        res.note = "place and route failed: " + _why(proc, work / "nextpnr.log")
         return res
     report = json.loads((work / "report.json").read_text())
     res.routed = True
