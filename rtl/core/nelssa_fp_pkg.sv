@@ -13,19 +13,22 @@ package nelssa_fp_pkg;
   localparam logic [31:0] CANON_NAN = 32'h7FC0_0000;
   localparam logic [31:0] POS_INF   = 32'h7F80_0000;
 
-  // Leading zeros of a 27-bit value (0 for zero), halving the window: five steps where a bit
-  // loop takes 27, in gates and in a Verilated model (which keeps loops as loops).
-  function automatic logic [4:0] lead_zeros27(input logic [26:0] x);
+  // Leading zeros of a 27-bit value (0 for zero) and the value shifted left by them (its
+  // normalised form), halving the window: five steps where a bit loop takes 27, in gates and in
+  // a Verilated model (which keeps loops as loops). The steps' shifts are the normalisation: no
+  // second shifter by the count.
+  function automatic void lead_norm27(input logic [26:0] x, output logic [4:0] n,
+                                      output logic [26:0] norm);
     logic [31:0] w;
-    logic [4:0]  n;
     w = {x, 5'd0};
     n = '0;
     if (w[31:16] == '0) begin n[4] = 1'b1; w = w << 16; end
     if (w[31:24] == '0) begin n[3] = 1'b1; w = w << 8; end
     if (w[31:28] == '0) begin n[2] = 1'b1; w = w << 4; end
     if (w[31:30] == '0) begin n[1] = 1'b1; w = w << 2; end
-    if (!w[31]) n[0] = 1'b1;
-    return (x == '0) ? 5'd0 : n;
+    if (!w[31]) begin n[0] = 1'b1; w = w << 1; end
+    if (x == '0) n = '0;
+    norm = w[31:5];
   endfunction
 
   // ---- fp32 add and multiply ----------------------------------------------------------------
@@ -66,6 +69,7 @@ package nelssa_fp_pkg;
     logic [7:0]  big_exp;
     logic [27:0] raw_sum;        // big_sig +/- small_aligned, carry in bit 27
     logic [4:0]  lead_zeros;     // of raw_sum[26:0]
+    logic [26:0] norm_sum;       // raw_sum[26:0] shifted left by lead_zeros
   } add_sum_t;
 
   // Classify (subnormals read as zero), choose what the operands alone decide, order by
@@ -75,11 +79,9 @@ package nelssa_fp_pkg;
                                     output logic sub_op, output logic big_sign,
                                     output logic [7:0] big_exp, output logic [26:0] big_sig,
                                     output logic [26:0] small_aligned);
-    logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, swap;
+    logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, swap, small_zero;
     logic [7:0]  small_exp, exp_diff;
-    logic [4:0]  shift_amt;
-    logic [26:0] small_sig;
-    logic [53:0] align_wide;
+    logic [26:0] small_sig, lost;
     a_zero = (a[30:23] == 8'd0);
     b_zero = (b[30:23] == 8'd0);
     a_inf  = (a[30:23] == 8'hFF) && (a[22:0] == '0);
@@ -92,8 +94,6 @@ package nelssa_fp_pkg;
     else if (a_inf) special_r = {a[31], 8'hFF, 23'd0};
     else if (b_inf) special_r = {b[31], 8'hFF, 23'd0};
     else if (a_zero && b_zero) special_r = {a[31] & b[31], 31'd0};
-    else if (b_zero) special_r = a;
-    else if (a_zero) special_r = b;
     else begin
       special   = 1'b0;
       special_r = '0;
@@ -103,12 +103,15 @@ package nelssa_fp_pkg;
     big_exp   = swap ? b[30:23] : a[30:23];
     small_exp = swap ? a[30:23] : b[30:23];
     big_sig   = {1'b1, (swap ? b[22:0] : a[22:0]), 3'b000};
-    small_sig = {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
+    // a zero operand (never the larger: both zero is special) adds a zero significand, so
+    // the sum is the other operand exactly
+    small_zero = swap ? a_zero : b_zero;
+    small_sig = small_zero ? 27'd0 : {1'b1, (swap ? a[22:0] : b[22:0]), 3'b000};
     exp_diff  = big_exp - small_exp;
-    shift_amt = (exp_diff > 8'd31) ? 5'd31 : exp_diff[4:0];
-    // bits shifted out are ORed into the LSB
-    align_wide    = {small_sig, 27'd0} >> shift_amt;
-    small_aligned = align_wide[53:27] | {26'd0, |align_wide[26:0]};
+    // bits shifted out are ORed into the LSB (the sticky bit); from 27 on all are
+    lost = small_sig & ~(27'h7FF_FFFF << exp_diff[4:0]);
+    small_aligned = (exp_diff >= 8'd27) ? {26'd0, !small_zero}
+                                        : (small_sig >> exp_diff[4:0]) | {26'd0, |lost};
   endfunction
 
   function automatic logic [27:0] add_raw(input logic sub_op, input logic [26:0] big_sig,
@@ -121,7 +124,8 @@ package nelssa_fp_pkg;
   function automatic logic [31:0] add_back(input logic special, input logic [31:0] special_r,
                                            input logic big_sign, input logic [7:0] big_exp,
                                            input logic [27:0] raw_sum,
-                                           input logic [4:0] lead_zeros);
+                                           input logic [4:0] lead_zeros,
+                                           input logic [26:0] norm_sum);
     logic              round_up;
     logic [26:0]       norm_sig;
     logic [24:0]       rounded;
@@ -130,7 +134,7 @@ package nelssa_fp_pkg;
       norm_sig = {raw_sum[27:2], raw_sum[1] | raw_sum[0]};
       norm_exp = $signed({2'b00, big_exp}) + 10'sd1;
     end else begin
-      norm_sig = raw_sum[26:0] << lead_zeros;
+      norm_sig = norm_sum;
       norm_exp = $signed({2'b00, big_exp}) - $signed({5'd0, lead_zeros});
     end
     round_up  = norm_sig[2] & (norm_sig[1] | norm_sig[0] | norm_sig[3]);
@@ -151,9 +155,12 @@ package nelssa_fp_pkg;
     logic [7:0]  big_exp;
     logic [26:0] big_sig, small_aligned;
     logic [27:0] raw_sum;
+    logic [4:0]  lead_zeros;
+    logic [26:0] norm_sum;
     add_front(a, b, special, special_r, sub_op, big_sign, big_exp, big_sig, small_aligned);
     raw_sum = add_raw(sub_op, big_sig, small_aligned);
-    return add_back(special, special_r, big_sign, big_exp, raw_sum, lead_zeros27(raw_sum[26:0]));
+    lead_norm27(raw_sum[26:0], lead_zeros, norm_sum);
+    return add_back(special, special_r, big_sign, big_exp, raw_sum, lead_zeros, norm_sum);
   endfunction
 
   // The add's stages.
@@ -171,12 +178,13 @@ package nelssa_fp_pkg;
     t.big_sign   = s.ops.big_sign;
     t.big_exp    = s.ops.big_exp;
     t.raw_sum    = add_raw(s.ops.sub_op, s.ops.big_sig, s.ops.small_aligned);
-    t.lead_zeros = lead_zeros27(t.raw_sum[26:0]);
+    lead_norm27(t.raw_sum[26:0], t.lead_zeros, t.norm_sum);
     return t;
   endfunction
 
   function automatic logic [31:0] add_round(input add_sum_t t);
-    return add_back(t.special, t.special_r, t.big_sign, t.big_exp, t.raw_sum, t.lead_zeros);
+    return add_back(t.special, t.special_r, t.big_sign, t.big_exp, t.raw_sum, t.lead_zeros,
+                    t.norm_sum);
   endfunction
 
   // ---- multiply -----------------------------------------------------------------------------

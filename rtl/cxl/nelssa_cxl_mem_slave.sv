@@ -125,10 +125,12 @@ module nelssa_cxl_mem_slave
   logic [DRS_SRCS-1:0]  drs_full;  // checked only: requests are taken only with room (below)
   logic [1:0]           ndr_full;
 
+  // a memory lane's DRS FIFO holds its lines: block RAM (the slave's own carry no data)
   for (genvar i = 0; i < DRS_SRCS; i++) begin : gen_drs
     nelssa_fifo #(
-      .Width($bits(drs_t)),
-      .Depth(RspDepth)
+      .Width   ($bits(drs_t)),
+      .Depth   (RspDepth),
+      .BlockRam(i < ReadLanes)
     ) u_fifo (
       .clk_i  (clk_i),
       .rst_ni (rst_ni),

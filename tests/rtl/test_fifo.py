@@ -72,11 +72,13 @@ async def breaks_pop_when_empty(dut):
 
 
 @pytest.mark.rtl
-def test_fifo():
+@pytest.mark.parametrize("block_ram", [0, 1])
+def test_fifo(block_ram: int):
+    """Both storage reads: asynchronous, and registered with its bypass (BlockRam)."""
     from cocotb_runner import run_cocotb
 
-    run_cocotb(TOP, "test_fifo", PARAMS, sources=FIFO, test_filter=WITHIN_CONTRACT,
-               unoptimized=True)
+    run_cocotb(TOP, "test_fifo", {**PARAMS, "BlockRam": block_ram}, sources=FIFO,
+               test_filter=WITHIN_CONTRACT, unoptimized=True)
 
 
 @pytest.mark.rtl

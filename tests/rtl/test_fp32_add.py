@@ -49,6 +49,25 @@ async def alignment_and_rounding(dut):
 
 
 @cocotb.test()
+async def zero_and_far_operands(dut):
+    """A zero or subnormal operand beside a random normal one (the sum is that one, through
+    the ordinary path), and exponent gaps 24..40 (every bit of the smaller one shifted out,
+    the sticky bit alone, its edge at 27)."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    normal = ((rng.integers(0, 2, n) << 31) | (rng.integers(1, 255, n) << 23)
+              | rng.integers(0, 2**23, n))
+    tiny = (rng.integers(0, 2, n) << 31) | rng.integers(0, 2**23, n) * rng.integers(0, 2, n)
+    ea = rng.integers(60, 254, n)
+    eb = ea - rng.integers(24, 41, n)
+    far = (rng.integers(0, 2, n) << 31) | (eb << 23) | rng.integers(0, 2**23, n)
+    near = (rng.integers(0, 2, n) << 31) | (ea << 23) | rng.integers(0, 2**23, n)
+    a = np.concatenate([normal, tiny, near, far]).astype(np.uint32)
+    b = np.concatenate([tiny, normal, far, near]).astype(np.uint32)
+    await TB(dut).check(fp.fadd, a, b, label="zero and far")
+
+
+@cocotb.test()
 async def random_bits(dut):
     """Constrained-random operands."""
     rng = np.random.default_rng(3)
