@@ -152,7 +152,9 @@ module nelssa_attn_engine
   // Datapath state. Each query head's registers are in its stages (gen_head), written at
   // constant indices, so synthesis maps them to flip-flops; what the finalisation and the
   // result beats read by head is gathered here.
-  logic [BEAT_W-1:0] o_beat [NumQHeads];  // result beat obeat_q of the unnormalised output
+  // the chunk out_och of result beat obeat_q of the unnormalised output
+  logic [32*((ComputeLanes < BEAT_W / 32) ? ComputeLanes : BEAT_W / 32)-1:0] o_chunk [NumQHeads];
+  logic [3:0] out_och;
   logic [31:0] m_head [NumQHeads];                  // running max (log2 domain)
   logic [31:0] l_head [NumQHeads];                  // running softmax denominator
 
@@ -377,7 +379,8 @@ module nelssa_attn_engine
       .p_i       (p),
       .alpha_i   (alpha),
       .rd_beat_i (obeat_q),
-      .o_beat_o  (o_beat[h]),
+      .rd_chunk_i(out_och),
+      .o_chunk_o (o_chunk[h]),
       .l_o       (l_head[h])
     );
   end
@@ -396,7 +399,8 @@ module nelssa_attn_engine
     .ctrl_i     (out_ctrl),
     .m_i        (m_head),
     .l_i        (l_head),
-    .o_beat_i   (o_beat),
+    .o_chunk_i  (o_chunk),
+    .och_o      (out_och),
     .out_issue_o(out_issue),
     .res_valid_o,
     .res_ready_i,

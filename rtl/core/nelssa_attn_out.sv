@@ -24,11 +24,13 @@ module nelssa_attn_out
   input  logic              clk_i,
   input  logic              rst_ni,
   input  out_ctrl_t         ctrl_i,
-  // each head's running max (log2 domain), denominator, and result beat ctrl_i.obeat of its
-  // unnormalised output
+  // each head's running max (log2 domain), denominator, and chunk och_o of result beat
+  // ctrl_i.obeat of its unnormalised output (OUT_UNITS words: nelssa_attn_vacc's o_chunk_o)
   input  logic [31:0]       m_i [NumQHeads],
   input  logic [31:0]       l_i [NumQHeads],
-  input  logic [BEAT_W-1:0] o_beat_i [NumQHeads],
+  input  logic [32*((ComputeLanes < BEAT_W / 32) ? ComputeLanes : BEAT_W / 32)-1:0]
+                            o_chunk_i [NumQHeads],
+  output logic [3:0]        och_o,     // the result beat's chunk issued (0 with one a beat)
   output logic              out_issue_o,
   // result beats
   output logic              res_valid_o,
@@ -169,17 +171,15 @@ module nelssa_attn_out
   // ---------------------------------------------------------------------------------------------
   // Result beats
   logic [31:0]       out_val [OUT_UNITS];
-  logic [BEAT_W-1:0] lse_beat, o_beat;
+  logic [BEAT_W-1:0] lse_beat;
+  logic [32*OUT_UNITS-1:0] o_chunk;
   logic [OCW-1:0]    och;  // the output chunk issued
-  assign o_beat = o_beat_i[out_head];
+  assign o_chunk = o_chunk_i[out_head];
+  assign och_o = 4'(och);
 
   for (genvar k = 0; k < OUT_UNITS; k++) begin : gen_out
     logic [31:0] a;
-    if (OCH == 1) begin : gen_whole
-      assign a = o_beat[32*k +: 32];
-    end else begin : gen_chunk
-      assign a = o_beat[32 * (32'(och) * OUT_UNITS + k) +: 32];
-    end
+    assign a = o_chunk[32*k +: 32];
     nelssa_fp32_mul #(
       .Latency(MulLatency)
     ) u_out (

@@ -6,6 +6,12 @@
 // products have come through the multipliers (ctrl_i.vi_*); the o (and l) they read is the one
 // of the row before, taken from the adder's output when it appears in that very cycle (the
 // engine spaces a part's beats AddLatency cycles apart).
+// The output row is read a result chunk at a time (min(ComputeLanes, 16) words of result beat
+// rd_beat_i, chunk rd_chunk_i: nelssa_attn_out's). Where a lane holds 16 or more of the row's
+// words (narrow lanes), they are a RAM (distributed RAM on an FPGA: three asynchronous reads,
+// each a copy) with a flag per word set by its first write of the command, so that the command's
+// clear is the flags' (a word not yet written reads 0); otherwise flip-flops. Same values in
+// every cycle either way.
 module nelssa_attn_vacc
   import nelssa_engine_pkg::*;
   import nelssa_attn_pkg::*;
@@ -22,10 +28,12 @@ module nelssa_attn_vacc
   input  logic [16*ComputeLanes-1:0]              kv_chunk_i,  // the V chunk
   input  logic [31:0]                             p_i,        // the weight of its row
   input  logic [31:0]                             alpha_i,    // the rescale of the rows before
-  // result beat rd_beat_i of the unnormalised output row: lanes 16 * (rd_beat_i % 2) and on of
-  // its beat rd_beat_i / 2
+  // chunk rd_chunk_i of result beat rd_beat_i of the unnormalised output row: its words
+  // rd_beat_i * 16 + rd_chunk_i * OUT_UNITS and on (result beat b: lanes 16 * (b % 2) and on
+  // of the row's beat b / 2)
   input  logic [2:0]        rd_beat_i,
-  output logic [BEAT_W-1:0] o_beat_o,
+  input  logic [3:0]        rd_chunk_i,
+  output logic [32*((ComputeLanes < BEAT_W / 32) ? ComputeLanes : BEAT_W / 32)-1:0] o_chunk_o,
   output logic [31:0]       l_o         // softmax denominator
 );
   if (HeadDim != 64 && HeadDim != 128) begin : gen_check_head_dim
@@ -47,9 +55,16 @@ module nelssa_attn_vacc
 
   localparam int unsigned OUT_LANES = BEAT_W / 32;           // fp32 per result beat
   localparam int unsigned OUT_PER_PART = LANES / OUT_LANES;  // result beats per input beat
+  // words of a result chunk (nelssa_attn_out's multipliers), and chunks a result beat
+  localparam int unsigned OUT_UNITS = (ComputeLanes < OUT_LANES) ? ComputeLanes : OUT_LANES;
+  localparam int unsigned OCH = OUT_LANES / OUT_UNITS;
+  localparam int unsigned ENT = MAX_BPR * CHUNKS;   // the row's words a lane holds
+  localparam bit RowRam = (ENT >= 16);              // ... as a RAM (see above)
+  localparam int unsigned EW = $clog2(ENT);
 
   logic [31:0]   l_q;  // running softmax denominator
-  logic [31:0]   o_row [MAX_BPR][LANES];  // the output row, gathered from the lanes
+  // the output row, gathered from the lanes' flip-flops (not with RowRam: one word, unused)
+  logic [31:0]   o_row [RowRam ? 1 : MAX_BPR][RowRam ? 1 : LANES];
   logic [PW-1:0] rd_part;
   logic [31:0]   p_l, l_scaled, l_src, l_sum;
   logic [PW-1:0] part, vi_part, vo_part;
@@ -69,8 +84,23 @@ module nelssa_attn_vacc
   assign unused_ctrl  = ^{ctrl_i.vi_part, ctrl_i.vo_part, ctrl_i.vi_chunk, ctrl_i.vo_chunk};
   assign l_o         = l_q;
   assign rd_part     = PW'(rd_beat_i / 3'(OUT_PER_PART));
-  for (genvar k = 0; k < OUT_LANES; k++) begin : gen_rd
-    assign o_beat_o[32*k +: 32] = o_row[rd_part][(32'(rd_beat_i) % OUT_PER_PART) * OUT_LANES + k];
+  logic unused_rd_chunk;
+  assign unused_rd_chunk = ^rd_chunk_i;  // (its high bits, or all of it with one chunk a beat)
+  if (RowRam) begin : gen_no_row
+    logic unused_row;
+    assign o_row[0][0] = '0;
+    assign unused_row = ^{o_row[0][0], rd_part};
+  end else begin : gen_rd
+    for (genvar k = 0; k < OUT_UNITS; k++) begin : gen_word
+      if (OCH == 1) begin : gen_whole
+        assign o_chunk_o[32*k +: 32] =
+            o_row[rd_part][(32'(rd_beat_i) % OUT_PER_PART) * OUT_LANES + k];
+      end else begin : gen_part
+        assign o_chunk_o[32*k +: 32] =
+            o_row[rd_part][(32'(rd_beat_i) % OUT_PER_PART) * OUT_LANES
+                           + (32'(rd_chunk_i) % OCH) * OUT_UNITS + k];
+      end
+    end
   end
 
   nelssa_pipe #(
@@ -118,12 +148,52 @@ module nelssa_attn_vacc
 
   // unit u computes lane c * ComputeLanes + u of chunk c
   for (genvar u = 0; u < ComputeLanes; u++) begin : gen_lane
-    logic [MAX_BPR-1:0][CHUNKS-1:0][31:0] o_q;  // this unit's lane of each chunk of the row
     logic [31:0] o_scaled, o_pv, o_src, o_sum;
+    logic [31:0] o_at_chunk, o_at_vi;  // this lane's word of (part, chunk), of (vi_part, vi_chunk)
 
-    for (genvar b = 0; b < MAX_BPR; b++) begin : gen_part
-      for (genvar c = 0; c < CHUNKS; c++) begin : gen_chunk
-        assign o_row[b][c * ComputeLanes + u] = o_q[b][c];
+    if (RowRam) begin : gen_ram
+      // (no reset: a word is read only once its flag is set)
+      (* no_rw_check *) logic [31:0] o_mem [ENT];  // this lane's word of each chunk of the row
+      logic [ENT-1:0] o_set_q;    // ... written in this command
+      logic [EW-1:0]  e_chunk, e_vi, e_vo, e_rd;
+      assign e_chunk = EW'(32'(part) * CHUNKS + 32'(chunk));
+      assign e_vi    = EW'(32'(vi_part) * CHUNKS + 32'(vi_chunk));
+      assign e_vo    = EW'(32'(vo_part) * CHUNKS + 32'(vo_chunk));
+      // the result chunk's words lie at rd_beat * 16 + rd_chunk * ComputeLanes + u: this lane's
+      // entry rd_beat * (16 / ComputeLanes) + rd_chunk (RowRam: ComputeLanes <= 8)
+      assign e_rd    = EW'(32'(rd_beat_i) * OCH + 32'(rd_chunk_i) % OCH);
+      assign o_at_chunk = o_set_q[e_chunk] ? o_mem[e_chunk] : '0;
+      assign o_at_vi    = o_set_q[e_vi] ? o_mem[e_vi] : '0;
+      assign o_chunk_o[32*u +: 32] = o_set_q[e_rd] ? o_mem[e_rd] : '0;
+      always_ff @(posedge clk_i) begin
+        if (!ctrl_i.cmd_take && ctrl_i.vo_en && on_i) o_mem[e_vo] <= o_sum;
+      end
+      always_ff @(posedge clk_i or negedge rst_ni) begin
+        if (!rst_ni) o_set_q <= '0;
+        else if (ctrl_i.cmd_take) o_set_q <= '0;
+        else if (ctrl_i.vo_en && on_i) o_set_q[e_vo] <= 1'b1;
+      end
+    end else begin : gen_ffs
+      logic [MAX_BPR-1:0][CHUNKS-1:0][31:0] o_q;  // this unit's lane of each chunk of the row
+      assign o_at_chunk = o_q[part][chunk];
+      assign o_at_vi    = o_q[vi_part][vi_chunk];
+      for (genvar b = 0; b < MAX_BPR; b++) begin : gen_part
+        for (genvar c = 0; c < CHUNKS; c++) begin : gen_chunk
+          assign o_row[b][c * ComputeLanes + u] = o_q[b][c];
+        end
+      end
+      always_ff @(posedge clk_i) begin
+        if (ctrl_i.cmd_take) begin
+          o_q <= '0;
+        end else if (ctrl_i.vo_en && on_i) begin
+          // verilator unroll_full
+          for (int b = 0; b < MAX_BPR; b++) begin
+            // verilator unroll_full
+            for (int c = 0; c < CHUNKS; c++) begin
+              if (vo_part == PW'(b) && vo_chunk == CW'(c)) o_q[b][c] <= o_sum;
+            end
+          end
+        end
       end
     end
 
@@ -133,7 +203,7 @@ module nelssa_attn_vacc
       .clk_i,
       .rst_ni,
       .en_i  (ctrl_i.v_chunk && on_i && ctrl_i.first_row),
-      .a_i   (o_q[part][chunk]),
+      .a_i   (o_at_chunk),
       .b_i   (alpha_i),
       .prod_o(o_scaled)
     );
@@ -149,9 +219,9 @@ module nelssa_attn_vacc
     );
     if (AddLatency > 0) begin : gen_o_fwd
       assign o_src = (ctrl_i.vo_en && vo_part == vi_part && vo_chunk == vi_chunk)
-                   ? o_sum : o_q[vi_part][vi_chunk];
+                   ? o_sum : o_at_vi;
     end else begin : gen_o_reg
-      assign o_src = o_q[vi_part][vi_chunk];
+      assign o_src = o_at_vi;
     end
     nelssa_fp32_add #(
       .Latency(AddLatency)
@@ -163,19 +233,5 @@ module nelssa_attn_vacc
       .b_i  (o_pv),
       .sum_o(o_sum)
     );
-
-    always_ff @(posedge clk_i) begin
-      if (ctrl_i.cmd_take) begin
-        o_q <= '0;
-      end else if (ctrl_i.vo_en && on_i) begin
-        // verilator unroll_full
-        for (int b = 0; b < MAX_BPR; b++) begin
-          // verilator unroll_full
-          for (int c = 0; c < CHUNKS; c++) begin
-            if (vo_part == PW'(b) && vo_chunk == CW'(c)) o_q[b][c] <= o_sum;
-          end
-        end
-      end
-    end
   end
 endmodule

@@ -327,6 +327,16 @@ def test_attn_engine_narrow():
          test_filter="directed_shapes|special_values|malformed_streams|cycle_counts")
 
 
+@pytest.mark.rtl
+def test_attn_engine_narrow_row_ram():
+    """4 lanes (8 cycles a K or V beat, 4 a result beat): each lane holds 16 words of the
+    output row, so nelssa_attn_vacc keeps them in its RAM form (written-word flags for the
+    command's clear, the result read a chunk at a time), which the 8-lane instance does not
+    reach: the model's bits and cycles."""
+    _run(_params(64, 1, 8), latency=NARROW, lanes=4,
+         test_filter="directed_shapes|special_values|cycle_counts")
+
+
 def test_pack_stream_layout():
     """Q rows, then K rows and V rows per cluster, 32 lanes per beat."""
     q = np.arange(2 * 64, dtype=np.uint16).reshape(2, 64)
