@@ -27,6 +27,16 @@ REG_DOC_PATH = ROOT / "docs" / "registers.md"
 _TIMING_FIELDS = ("bank_groups", "banks_per_group", "row_bytes", "rows", "nCL", "nCWL", "nRCD",
                   "nRP", "nRAS", "nRC", "nWR", "nRTP", "nCCD_S", "nCCD_L", "nCCD_L_WR", "nRRD_S",
                   "nRRD_L", "nFAW", "nWTR_S", "nWTR_L", "nRFC", "nREFI", "max_postponed_refresh")
+"""nelssa_ddr5_pkg::timing_t's fields, most significant first"""
+
+
+def timing_param(timing) -> str:
+    """``timing`` (hw/model/ddr5_timing.DDR5Timing) as a literal of the packed timing_t, for a
+    Verilator -G value of a T parameter (tests/test_elab_checks.py breaks the presets so)."""
+    value = 0
+    for f in _TIMING_FIELDS:
+        value = (value << 32) | (getattr(timing, f) & 0xFFFFFFFF)
+    return f"{32 * len(_TIMING_FIELDS)}'h{value:x}"
 
 
 _QUEUE_W = 32

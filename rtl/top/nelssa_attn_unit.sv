@@ -15,8 +15,8 @@ module nelssa_attn_unit
   import nelssa_dev_pkg::*;
   import nelssa_engine_pkg::*;
 #(
-  parameter int unsigned AddrW            = 40,   // device-memory address width
-  parameter int unsigned MaxIds           = 4096, // most clusters per descriptor (MAX_IDS)
+  parameter int unsigned AddrW            = 40,   // device-memory address width (7..64)
+  parameter int unsigned MaxIds           = 4096, // most clusters a descriptor (MAX_IDS): 2..65534
   parameter int unsigned HeadDim          = 128,  // engine: largest head_dim
   parameter int unsigned NumQHeads        = 8,    // engine: largest GQA group
   parameter int unsigned MaxClusterTokens = 64,   // engine: largest cluster
@@ -54,6 +54,21 @@ module nelssa_attn_unit
   output logic              line_read_o     // a read request left this cycle (for counters)
 );
   localparam int unsigned IDW = $clog2(MaxIds);
+
+  // Parameter checks: what the unit itself relies on (the engine and the line reader check the
+  // parameters passed to them: the head geometry, latencies and compute lanes; ReadDepth, Lanes)
+  if (AddrW < 7 || AddrW > 64) begin : gen_check_addr
+    $error("nelssa_attn_unit: AddrW must be 7..64 (a K/V line address is AddrW - 6 bits)");
+  end
+  if (MaxIds < 2 || MaxIds > 65534) begin : gen_check_ids
+    $error("nelssa_attn_unit: MaxIds must be 2..65534 (a 16-bit num_ids above it is refused)");
+  end
+  if (MaxClusterTokens < 1 || MaxClusterTokens > 255) begin : gen_check_tokens
+    $error("nelssa_attn_unit: MaxClusterTokens must be in 1..255 (the engine's 8-bit count)");
+  end
+  if (NumQHeads < 1 || NumQHeads > 15) begin : gen_check_qheads
+    $error("nelssa_attn_unit: NumQHeads must be in 1..15 (the engine's 4-bit count)");
+  end
 
   typedef enum logic [3:0] {
     StIdle, StIds, StDir, StRun, StWait, StDrain, StDone
@@ -291,7 +306,7 @@ module nelssa_attn_unit
   assign use_j_next = use_j_q[IDW-1:0] + IDW'(dir_take);
   assign clu_next = clu_sent_q[IDW-1:0] + IDW'(clu_valid && clu_ready);
   assign ent_raddr = IDW'(gen_j_next - 1);
-  assign cur_kv = {(64 - AddrW)'(0), ent_rd_q[KvW-1:0], 6'd0};
+  assign cur_kv = 64'({ent_rd_q[KvW-1:0], 6'd0});
   assign cur_tok = 16'(ent_rd_q[TokW+KvW-1 -: TokW]);
   // the consumer's directory entry: its offset in the line is its id's low bits times 16
   // (dir_addr is line aligned)
