@@ -496,6 +496,17 @@ module nelssa_attn_unit
   `NELSSA_ASSERT(WriteInRegion, !(mem_valid_o && mem_o.write) ||
                                 (mem_o.addr >= lo_q && mem_o.addr + 64'(LINE_BYTES) <= hi_q))
 
+  // the buffers' reads made a cycle ahead: what each reader uses is the RAM's entry at the
+  // index it holds now (the generator's ids line and the consumer's low bits in StDir, past id
+  // 0, which id0_q gives; the generator's cluster entry in StRun, past Q; the engine's count)
+  `NELSSA_ASSERT(IdsLineReadAhead, !(state_q == StDir && ra_valid && gen_j_q != 0) ||
+                                   gen_line_q == id_lines_q[ILW'(gen_j_q[IDW-1:0] >> 4)])
+  `NELSSA_ASSERT(IdLowBitsReadAhead, !(dir_take && use_j_q != 0) ||
+                                     use_lo_q == id_lo_q[ILW'(use_j_q[IDW-1:0] >> 4)])
+  `NELSSA_ASSERT(EntryReadAhead, !(state_q == StRun && ra_valid && gen_j_q != 0) ||
+                                 ent_rd_q == ent_q[IDW'(gen_j_q - 1)])
+  `NELSSA_ASSERT(TokensReadAhead, !clu_valid || tok_rd_q == tok_q[clu_sent_q[IDW-1:0]])
+
   // the engine's last-beat flag and busy, and the tag bits above the reorder index, are not
   // needed: beats are counted, and units are busy by their own state
   /* verilator lint_off UNUSEDSIGNAL */
