@@ -117,16 +117,22 @@ async def start_descriptor(dut) -> UnitMemory:
     return mem
 
 
+async def wait_for(dut, name: str, cycles: int) -> None:
+    """Until signal ``name`` is set (at most ``cycles`` cycles), in that cycle's read-only
+    phase."""
+    for _ in range(cycles):
+        await RisingEdge(dut.clk_i)
+        await ReadOnly()
+        if int(getattr(dut, name).value):
+            return
+    raise AssertionError(f"{name} not set in {cycles} cycles")
+
+
 @cocotb.test()
 async def runs_a_descriptor(dut):
     """Within the rules: the descriptor ends OK with its output lines written."""
     mem = await start_descriptor(dut)
-    for _ in range(5000):
-        await RisingEdge(dut.clk_i)
-        await ReadOnly()
-        if int(dut.done_o.value):
-            break
-    assert int(dut.done_o.value), "no completion in 5000 cycles"
+    await wait_for(dut, "done_o", 5000)
     assert int(dut.status_o.value) == DescStatus.OK
     assert sorted(mem.written) == list(range(OUT_ADDR, OUT_ADDR + out_bytes(1, HEAD_DIM), 64))
 
@@ -136,12 +142,7 @@ async def breaks_tokens_read_ahead(dut):
     """The engine's token count read for the wrong cluster: its register forced once the
     engine is offered the first one."""
     await start_descriptor(dut)
-    for _ in range(2000):
-        await RisingEdge(dut.clk_i)
-        await ReadOnly()
-        if int(dut.clu_valid.value):
-            break
-    assert int(dut.clu_valid.value), "no cluster offered in 2000 cycles"
+    await wait_for(dut, "clu_valid", 2000)
     await RisingEdge(dut.clk_i)
     dut.tok_rd_q.value = Force(0)  # (no cluster has 0 tokens)
     await wait_cycles(dut, 2)
