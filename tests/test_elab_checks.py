@@ -112,7 +112,7 @@ CHECKS = [
           "nelssa_attn_softmax: MaxClusterTokens must be in 1..255"),
     Break("nelssa_attn_softmax", {"Exp2Latency": 16},
           "nelssa_attn_softmax: every unit latency must be in 0..15"),
-    Break("nelssa_beat_dot", {"Lanes": 12},
+    Break("nelssa_beat_dot", {"Lanes": 48},
           "nelssa_beat_dot: Lanes must be a power of two in 1..LANES"),
     Break("nelssa_beat_dot", {}, "nelssa_beat_dot: LANES must be a power of two of at least 2",
           patch=("core/nelssa_engine_pkg.sv", "LANES = 32;", "LANES = 24;"), what="LANES=24"),

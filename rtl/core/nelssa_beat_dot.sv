@@ -31,7 +31,8 @@ module nelssa_beat_dot
   end
 
   localparam int unsigned LOW = $clog2(Lanes);             // levels within a chunk
-  localparam int unsigned UP = $clog2(LANES) - LOW;        // levels over the chunks' sums
+  // levels over the chunks' sums (0 where Lanes is out of range: its check above reports it)
+  localparam int unsigned UP = ($clog2(LANES) > LOW) ? $clog2(LANES) - LOW : 0;
 
   logic [31:0] prod [Lanes];
   logic prod_en, unused_prod;  // the products are valid
