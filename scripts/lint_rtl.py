@@ -91,10 +91,12 @@ def main() -> int:
     runs.append(("nelssa_fp_units_top", [*PACKAGES, *FP_UNITS, FP_UNITS_TOP], {}, ()))
     runs += [(f"nelssa_fp32_{op}_staged", PACKAGES, {"Latency": n}, ())
              for op in ("add", "mul") for n in (0, 1, 2, 3, 4)]
-    # exp2 in each of its forms (1: the function then a register; 2, 3: staged; 4: a register
-    # more), in both builds: the engine variants above take only some of them
-    runs += [("nelssa_fp32_exp2", [*PACKAGES, *FP_UNITS], {"Latency": n}, gated)
-             for n in (1, 2, 3, 4) for gated in ((), ("NELSSA_FP_GATED",))]
+    # exp2, log2 and the reciprocal in each of their forms (1: the function then a register;
+    # 2, 3: staged; 4: a register more), in both builds: the engine variants above take only
+    # some of them
+    runs += [(f"nelssa_fp32_{op}", [*PACKAGES, *FP_UNITS], {"Latency": n}, gated)
+             for op in ("exp2", "log2", "recip") for n in (1, 2, 3, 4)
+             for gated in ((), ("NELSSA_FP_GATED",))]
     runs.append(("nelssa_fp_stages_top", [*PACKAGES, FP_STAGES_TOP], {}, ()))
     # a Verilator at a time per core (each is single-threaded): 94 s of CPU in all at df491d4,
     # which `make test` waits for before its tests

@@ -10,6 +10,7 @@ CORE = RTL_ROOT / "core"
 
 PACKAGES = [
     CORE / "nelssa_pipe.sv",
+    CORE / "nelssa_pipe3.sv",
     CORE / "nelssa_fp_tables_pkg.sv",
     CORE / "nelssa_fp_pkg.sv",
     CORE / "nelssa_engine_pkg.sv",
@@ -19,8 +20,9 @@ PACKAGES = [
 ]
 """Packages every core unit may import (the arithmetic, the engine's geometry and status, the
 buses between the engine's stages), nelssa_pipe (the latency registers of a pipelined unit and
-the engine's delay lines) and the hand-staged fp32 add and multiply (the units at Latency 2 and
-more), which every unit's source list needs."""
+the engine's delay lines), nelssa_pipe3 (those of exp2, log2 and the reciprocal in their staged
+forms) and the hand-staged fp32 add and multiply (the units at Latency 2 and more), which every
+unit's source list needs."""
 
 FP_UNITS = [
     CORE / "nelssa_bf16_mul.sv",

@@ -3,8 +3,8 @@
 // Error bound: 1.25 ulp.
 // Latency 0: combinational; Latency L: the result of the inputs of cycle t at t + L. At 1 the
 // function followed by a register; from 2 on staged (nelssa_fp_pkg's exp2_reduce | exp2_poly |
-// exp2_round): 2 a register after the range reduction and one after the rounding; 3 also one
-// after the quadratic; each further one another output register.
+// exp2_round, registers by nelssa_pipe3): 2 a register after the range reduction and one
+// after the rounding; 3 also one after the quadratic; each further one another output register.
 // The implementation is nelssa_fp_pkg, the model hw/model/fp.py exp2.
 // en_i: the result is used (Latency cycles later). Hardware ignores it. A simulation built with
 // NELSSA_FP_GATED registers only then and outputs zero otherwise (en_i travels down the pipe
@@ -36,41 +36,23 @@ module nelssa_fp32_exp2
   if (Latency >= 2) begin : gen_staged
     exp2_red_t  red_q;
     exp2_poly_t poly_q;
-    logic       red_en, poly_en;
 
-    nelssa_pipe #(
-      .Width  ($bits(exp2_red_t)),
-      .Latency(1)
-    ) u_red (
+    nelssa_pipe3 #(
+      .AWidth ($bits(exp2_red_t)),
+      .BWidth ($bits(exp2_poly_t)),
+      .Width  (32),
+      .Latency(Latency)
+    ) u_stages (
       .clk_i,
       .rst_ni,
       .en_i,
-      .d_i (exp2_reduce(x_i)),
-      .en_o(red_en),
-      .q_o (red_q)
-    );
-    nelssa_pipe #(
-      .Width  ($bits(exp2_poly_t)),
-      .Latency((Latency >= 3) ? 1 : 0)
-    ) u_poly (
-      .clk_i,
-      .rst_ni,
-      .en_i(red_en),
-      .d_i (exp2_poly(red_q)),
-      .en_o(poly_en),
-      .q_o (poly_q)
-    );
-    // the rounding's register, and those beyond three
-    nelssa_pipe #(
-      .Width  (32),
-      .Latency((Latency >= 3) ? Latency - 2 : 1)
-    ) u_out (
-      .clk_i,
-      .rst_ni,
-      .en_i(poly_en),
-      .d_i (exp2_round(poly_q)),
-      .en_o(res_en),
-      .q_o (res_q)
+      .a_d_i(exp2_reduce(x_i)),
+      .a_q_o(red_q),
+      .b_d_i(exp2_poly(red_q)),
+      .b_q_o(poly_q),
+      .d_i  (exp2_round(poly_q)),
+      .en_o (res_en),
+      .q_o  (res_q)
     );
   end else begin : gen_func
     logic [31:0] res;

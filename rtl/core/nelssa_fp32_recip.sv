@@ -1,12 +1,14 @@
 // 1/x = 2^-e / (1.m), the mantissa from a 128-interval piecewise quadratic, rounded half
 // up; 1/+-0 = +-Inf, 1/+-Inf = +-0, results below 2^-126 flush. Error bound: 0.9 ulp.
-// Latency 0: combinational; Latency L: the result of the inputs of cycle t at t + L, the
-// function followed by L registers (nelssa_pipe) that a vendor flow's retiming moves into it.
+// Latency 0: combinational; Latency L: the result of the inputs of cycle t at t + L. At 1 the
+// function followed by a register; from 2 on staged (nelssa_fp_pkg's recip_lin | table_poly |
+// recip_round, registers by nelssa_pipe3): 2 a register after the table's first step and one
+// after the rounding; 3 also one after the quadratic; each further one another output register.
 // The implementation is nelssa_fp_pkg, the model hw/model/fp.py recip.
 // en_i: the result is used (Latency cycles later). Hardware ignores it. A simulation built with
-// NELSSA_FP_GATED computes only then and outputs zero otherwise (en_i travels down the pipe
-// with the result), which is what makes a Verilated engine evaluate only its active phase;
-// tests run the engine both ways.
+// NELSSA_FP_GATED registers only then and outputs zero otherwise (en_i travels down the pipe
+// with the result), which is what makes a Verilated engine evaluate only its active phase (the
+// staged form's first stage follows its input regardless); tests run the engine both ways.
 module nelssa_fp32_recip
   import nelssa_fp_pkg::*;
 #(
@@ -18,32 +20,59 @@ module nelssa_fp32_recip
   input  logic [31:0] x_i,
   output logic [31:0] y_o
 );
-  logic [31:0] res, res_q;
-  logic        res_en;
+  logic [31:0] res_q;  // the result, Latency cycles after its inputs
+  logic        res_en;  // en_i of those inputs
 
 `ifdef NELSSA_FP_GATED
-  always_comb begin
-    res = '0;
-    if (en_i) res = fp32_recip(x_i);
-  end
-  // (at Latency 0 res is the result, gated already)
-  assign y_o = (Latency == 0) ? res : res_en ? res_q : '0;
+  // (at Latency 0 the function's output is gated already)
+  assign y_o = (Latency == 0 || res_en) ? res_q : '0;
 `else
   logic unused_en;
   assign unused_en = res_en;
-  assign res = fp32_recip(x_i);
   assign y_o = res_q;
 `endif
 
-  nelssa_pipe #(
-    .Width  (32),
-    .Latency(Latency)
-  ) u_pipe (
-    .clk_i,
-    .rst_ni,
-    .en_i,
-    .d_i (res),
-    .en_o(res_en),
-    .q_o (res_q)
-  );
+  if (Latency >= 2) begin : gen_staged
+    table_lin_t  lin_q;
+    table_poly_t poly_q;
+
+    nelssa_pipe3 #(
+      .AWidth ($bits(table_lin_t)),
+      .BWidth ($bits(table_poly_t)),
+      .Width  (32),
+      .Latency(Latency)
+    ) u_stages (
+      .clk_i,
+      .rst_ni,
+      .en_i,
+      .a_d_i(recip_lin(x_i)),
+      .a_q_o(lin_q),
+      .b_d_i(table_poly(lin_q)),
+      .b_q_o(poly_q),
+      .d_i  (recip_round(poly_q)),
+      .en_o (res_en),
+      .q_o  (res_q)
+    );
+  end else begin : gen_func
+    logic [31:0] res;
+`ifdef NELSSA_FP_GATED
+    always_comb begin
+      res = '0;
+      if (en_i) res = fp32_recip(x_i);
+    end
+`else
+    assign res = fp32_recip(x_i);
+`endif
+    nelssa_pipe #(
+      .Width  (32),
+      .Latency(Latency)
+    ) u_pipe (
+      .clk_i,
+      .rst_ni,
+      .en_i,
+      .d_i (res),
+      .en_o(res_en),
+      .q_o (res_q)
+    );
+  end
 endmodule

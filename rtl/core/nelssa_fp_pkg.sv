@@ -318,13 +318,33 @@ package nelssa_fp_pkg;
     return (a_key >= b_key) ? a_daz : b_daz;
   endfunction
 
-  // Horner evaluation c0 + (c1 + c2*r)*r of a table quadratic; r in units of 2^-RF.
+  // Horner evaluation c0 + (c1 + c2*r)*r of a table quadratic; r in units of 2^-RF. In two
+  // steps (the staged log2 and reciprocal put a register between them): c1 + c2*r (quad_lin),
+  // then its product with r plus c0 (quad_fin).
+  typedef struct packed {
+    logic signed [51:0] p;   // c1 + c2*r
+    coef_t              c0;
+  } quad_lin_t;
+
+  function automatic quad_lin_t quad_lin(input quad_t c, input logic [16:0] r,
+                                         input int unsigned rf);
+    quad_lin_t h;
+    h.p  = ($signed({{19{c.c2[COEF_WIDTH-1]}}, c.c2}) * $signed({35'd0, r})) >>> rf;
+    h.p  = h.p + $signed({{19{c.c1[COEF_WIDTH-1]}}, c.c1});
+    h.c0 = c.c0;
+    return h;
+  endfunction
+
+  function automatic logic signed [51:0] quad_fin(input quad_lin_t h, input logic [16:0] r,
+                                                  input int unsigned rf);
+    logic signed [51:0] p;
+    p = (h.p * $signed({35'd0, r})) >>> rf;
+    return p + $signed({{19{h.c0[COEF_WIDTH-1]}}, h.c0});
+  endfunction
+
   function automatic logic signed [51:0] quad_eval(input quad_t c, input logic [16:0] r,
                                                    input int unsigned rf);
-    logic signed [51:0] p;
-    p = ($signed({{19{c.c2[COEF_WIDTH-1]}}, c.c2}) * $signed({35'd0, r})) >>> rf;
-    p = ((p + $signed({{19{c.c1[COEF_WIDTH-1]}}, c.c1})) * $signed({35'd0, r})) >>> rf;
-    return p + $signed({{19{c.c0[COEF_WIDTH-1]}}, c.c0});
+    return quad_fin(quad_lin(c, r, rf), r, rf);
   endfunction
 
   // 2^x: x = n + f (floor) on 24 fraction bits, 2^f from the table, rounded half up. In three
@@ -424,36 +444,102 @@ package nelssa_fp_pkg;
     return {v[39], exp_out[7:0], rounded_wide[24] ? 23'd0 : rounded_wide[22:0]};
   endfunction
 
+  // log2 and the reciprocal in three stages (nelssa_fp32_log2 and nelssa_fp32_recip put
+  // registers between them from Latency 2 on): x's interval's table entry and c1 + c2*r with
+  // the special results (log2_lin, recip_lin), the quadratic finished (table_poly), the result
+  // rounded (log2_round, recip_round). What passes between them:
+  typedef struct packed {
+    logic        special;    // the result is special_r
+    logic [31:0] special_r;
+    logic        s;          // x's sign
+    logic [7:0]  e;          // x's biased exponent
+    logic [15:0] r;          // x's mantissa within its table interval
+    quad_lin_t   h;
+  } table_lin_t;
+
+  typedef struct packed {
+    logic               special;
+    logic [31:0]        special_r;
+    logic               s;
+    logic [7:0]         e;
+    logic signed [51:0] y;   // the table's function of 1.m, COEF_FRAC fraction bits
+  } table_poly_t;
+
+  // The first stage but for the special results: c, x's interval's table entry.
+  function automatic table_lin_t table_lin(input quad_t c, input logic [31:0] x);
+    table_lin_t l;
+    l.special = 1'b0;
+    l.special_r = '0;
+    l.s = x[31];
+    l.e = x[30:23];
+    l.r = x[15:0];
+    l.h = quad_lin(c, {1'b0, x[15:0]}, 23);
+    return l;
+  endfunction
+
+  function automatic table_poly_t table_poly(input table_lin_t l);
+    table_poly_t p;
+    p.special = l.special;
+    p.special_r = l.special_r;
+    p.s = l.s;
+    p.e = l.e;
+    p.y = quad_fin(l.h, {1'b0, l.r}, 23);
+    return p;
+  endfunction
+
   // log2(x) = e + log2(1.m), summed exactly in fixed point, then rounded to fp32.
-  function automatic logic [31:0] fp32_log2(input logic [31:0] x);
-    /*verilator no_inline_task*/
-    logic signed [51:0] g;
+  function automatic table_lin_t log2_lin(input logic [31:0] x);
+    table_lin_t l;
+    l = table_lin(log2_coef(x[22:16]), x);
+    l.special = 1'b1;
+    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) l.special_r = CANON_NAN;
+    else if (x[31] && (x[30:23] != 8'd0)) l.special_r = CANON_NAN;
+    else if (x[30:23] == 8'hFF) l.special_r = POS_INF;
+    else if (x[30:23] == 8'd0) l.special_r = 32'hFF80_0000;
+    else l.special = 1'b0;
+    return l;
+  endfunction
+
+  function automatic logic [31:0] log2_round(input table_poly_t p);
     logic signed [39:0] total;
-    g     = quad_eval(log2_coef(x[22:16]), {1'b0, x[15:0]}, 23);
-    total = ($signed({32'd0, x[30:23]}) - 40'sd127) * 40'sd1073741824 + 40'(g);
-    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) return CANON_NAN;
-    if (x[31] && (x[30:23] != 8'd0)) return CANON_NAN;
-    if (x[30:23] == 8'hFF) return POS_INF;
-    if (x[30:23] == 8'd0) return 32'hFF80_0000;
+    total = ($signed({32'd0, p.e}) - 40'sd127) * 40'sd1073741824 + 40'(p.y);
+    if (p.special) return p.special_r;
     return fixed30_to_fp32(total);
   endfunction
 
-  // 1/x = 2^-e / (1.m), the mantissa from the table, rounded half up.
-  function automatic logic [31:0] fp32_recip(input logic [31:0] x);
+  function automatic logic [31:0] fp32_log2(input logic [31:0] x);
     /*verilator no_inline_task*/
-    logic signed [51:0] y;
+    return log2_round(table_poly(log2_lin(x)));
+  endfunction
+
+  // 1/x = 2^-e / (1.m), the mantissa from the table, rounded half up.
+  function automatic table_lin_t recip_lin(input logic [31:0] x);
+    table_lin_t l;
+    l = table_lin(recip_coef(x[22:16]), x);
+    l.special = 1'b1;
+    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) l.special_r = CANON_NAN;
+    else if (x[30:23] == 8'hFF) l.special_r = {x[31], 31'd0};
+    else if (x[30:23] == 8'd0) l.special_r = {x[31], 8'hFF, 23'd0};
+    else l.special = 1'b0;
+    return l;
+  endfunction
+
+  function automatic logic [31:0] recip_round(input table_poly_t p);
     logic               top;
     logic [24:0]        m24;
     logic signed [10:0] biased;
-    y   = quad_eval(recip_coef(x[22:16]), {1'b0, x[15:0]}, 23);
-    top = (y >= (52'sd1 <<< COEF_FRAC));  // 1/(1.m) is exactly 1 only at m = 0
-    m24 = top ? 25'((y + 52'sd64) >>> (COEF_FRAC - 23)) : 25'((y + 52'sd32) >>> (COEF_FRAC - 24));
-    biased = 11'sd254 - $signed({3'd0, x[30:23]}) - (top ? 11'sd0 : 11'sd1)
+    top = (p.y >= (52'sd1 <<< COEF_FRAC));  // 1/(1.m) is exactly 1 only at m = 0
+    m24 = top ? 25'((p.y + 52'sd64) >>> (COEF_FRAC - 23))
+              : 25'((p.y + 52'sd32) >>> (COEF_FRAC - 24));
+    biased = 11'sd254 - $signed({3'd0, p.e}) - (top ? 11'sd0 : 11'sd1)
              + $signed({10'd0, m24[24]});
-    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) return CANON_NAN;
-    if (x[30:23] == 8'hFF) return {x[31], 31'd0};
-    if (x[30:23] == 8'd0) return {x[31], 8'hFF, 23'd0};
-    if (biased <= 11'sd0) return {x[31], 31'd0};
-    return {x[31], biased[7:0], m24[24] ? 23'd0 : m24[22:0]};
+    if (p.special) return p.special_r;
+    if (biased <= 11'sd0) return {p.s, 31'd0};
+    return {p.s, biased[7:0], m24[24] ? 23'd0 : m24[22:0]};
+  endfunction
+
+  function automatic logic [31:0] fp32_recip(input logic [31:0] x);
+    /*verilator no_inline_task*/
+    return recip_round(table_poly(recip_lin(x)));
   endfunction
 endpackage

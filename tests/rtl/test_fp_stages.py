@@ -157,3 +157,24 @@ def test_fp_stages():
     from cocotb_runner import run_cocotb
 
     run_cocotb(TOP, "test_fp_stages", sources=[*PACKAGES, FP_STAGES_TOP], unoptimized=True)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("latency", [1, 2])
+def test_pipe3_needs_two_registers(latency):
+    """nelssa_pipe3 (the staged exp2, log2 and reciprocal's registers) refuses a latency below
+    2 at elaboration, naming it; 2 elaborates clean."""
+    import subprocess
+
+    from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG
+    from nelssa.hw.sim.verilator import setup_environment
+
+    setup_environment()
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", "--top-module", "nelssa_pipe3",
+                           f"-GLatency={latency}", str(VERILATOR_CONFIG), *map(str, PACKAGES)],
+                          capture_output=True, text=True, timeout=120)
+    if latency < 2:
+        assert proc.returncode != 0
+        assert "nelssa_pipe3: Latency must be 2 or more" in proc.stderr, proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
