@@ -160,6 +160,7 @@ CHECKS = [
     Break("nelssa_axi_mem", {"Outstanding": 24},
           "nelssa_axi_mem: Outstanding must be a power of two in 2..256"),
     Break("nelssa_axi_mem", {"ChanAddrW": 11}, "nelssa_axi_mem: ChanAddrW must be 12..64"),
+    Break("nelssa_pipe3", {"Latency": 1}, "nelssa_pipe3: Latency must be 2 or more"),
     Break("nelssa_fifo", {"Depth": 6}, "nelssa_fifo: Depth must be a power of two >= 2"),
     Break("nelssa_fifo", {"Depth": 1}, "nelssa_fifo: Depth must be a power of two >= 2"),
     Break("nelssa_mem_req_split", {"NumPorts": 0}, "nelssa_mem_req_split: NumPorts >= 1 and "
