@@ -27,17 +27,17 @@ module nelssa_fifo #(
     $error("nelssa_fifo: Depth must be a power of two >= 2");
   end
 
-  // (a registered read of the entry written on the same edge is never used: the bypass gives
-  // it; no_rw_check: yosys adds no logic to define it)
-  (* no_rw_check *) logic [Width-1:0] mem_q [Depth];
   logic [PtrW-1:0]  wptr_q, rptr_q;
   logic [CntW-1:0]  count_q;
 
-  always_ff @(posedge clk_i) begin
-    if (push_i) mem_q[wptr_q] <= data_i;
-  end
-
   if (BlockRam) begin : gen_reg_read
+    // ram_style: block RAM on AMD parts too, where a shallow one would otherwise go to LUT RAM
+    // beside the read register and bypass; a registered read of the entry written on the same
+    // edge is never used (the bypass gives it; no_rw_check: yosys adds no logic to define it)
+    (* ram_style = "block", no_rw_check *) logic [Width-1:0] mem_q [Depth];
+    always_ff @(posedge clk_i) begin
+      if (push_i) mem_q[wptr_q] <= data_i;
+    end
     logic [PtrW-1:0]  rptr_d;     // the head's place after this edge
     logic [Width-1:0] rd_q;       // mem_q[rptr_d] as it was before the edge
     logic [Width-1:0] byp_q;      // the entry pushed onto rptr_d on the edge
@@ -53,6 +53,10 @@ module nelssa_fifo #(
     end
     assign head_o = use_byp_q ? byp_q : rd_q;
   end else begin : gen_async_read
+    logic [Width-1:0] mem_q [Depth];
+    always_ff @(posedge clk_i) begin
+      if (push_i) mem_q[wptr_q] <= data_i;
+    end
     assign head_o = mem_q[rptr_q];
   end
 
