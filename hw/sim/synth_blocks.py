@@ -189,6 +189,9 @@ def check_blocks() -> list[Block]:
               {**DDR5_CTRL_SMALLEST, "ParallelSched": 1}),
         *(Block(f"fp32 {op} unit at Latency 3 (hand-staged)", f"nelssa_fp32_{op}",
                 [*PACKAGES, *FP_UNITS], {"Latency": 3}) for op in ("add", "mul")),
+        # their staged forms, registers by nelssa_pipe3
+        *(Block(f"{op} unit at Latency 3 (staged)", f"nelssa_fp32_{op}",
+                [*PACKAGES, *FP_UNITS], {"Latency": 3}) for op in ("exp2", "log2", "recip")),
         Block("engine with pipelined units", "nelssa_attn_engine", ENGINE,
               {**SMALLEST_ENGINE, **PIPELINED_CHECK.rtl_params()}, boxes=ENGINE_BOXES),
         Block("engine with a narrow datapath", "nelssa_attn_engine", ENGINE,
