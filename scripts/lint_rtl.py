@@ -26,9 +26,9 @@ from nelssa.hw.sim.rtl_sources import (
     FP_UNITS_TOP,
     FPGA_TOP,
     PACKAGES,
-    VERILATOR_CONFIG,
+    lint_command,
 )
-from nelssa.hw.sim.verilator import RTL_INCLUDE, RTL_ROOT, setup_environment
+from nelssa.hw.sim.verilator import RTL_ROOT, setup_environment
 
 TOPS = {p.stem: [*PACKAGES, *FP_UNITS] for p in FP_UNITS}
 TOPS["nelssa_attn_engine"] = ENGINE
@@ -53,9 +53,7 @@ PIPELINED_DEVICE = {"Bf16MulLatency": 1, "AddLatency": 3, "MulLatency": 2, "Exp2
 def _lint(run: tuple) -> tuple[str, subprocess.CompletedProcess]:
     """One top's lint: its label and Verilator's exit."""
     top, srcs, params, defines = run
-    cmd = ["verilator", "--lint-only", "-Wall", f"-I{RTL_INCLUDE}", "--top-module", top,
-           *(f"-G{k}={v}" for k, v in params.items()), *(f"+define+{d}" for d in defines),
-           str(VERILATOR_CONFIG), *map(str, srcs)]
+    cmd = lint_command(top, srcs, params, defines)
     label = top + (f" {params}" if params else "") + "".join(f" +{d}" for d in defines)
     return label, subprocess.run(cmd, capture_output=True, text=True)
 

@@ -32,9 +32,9 @@ from nelssa.hw.sim.rtl_sources import (
     FPGA_TOP,
     PACKAGES,
     REGS,
-    VERILATOR_CONFIG,
+    lint_command,
 )
-from nelssa.hw.sim.verilator import RTL_INCLUDE, RTL_ROOT, setup_environment
+from nelssa.hw.sim.verilator import RTL_ROOT, setup_environment
 
 SOURCE_LISTS = [FIFO, CXL_MEM_SLAVE, REGS, ENGINE, DDR5_CHECKER, DDR5_CTRL, DDR5_SYSTEM, DEVICE,
                 FPGA_TOP, [*PACKAGES, FP_STAGES_TOP]]
@@ -246,9 +246,7 @@ def elaborate(row: Break, scratch: Path) -> subprocess.CompletedProcess:
         assert text in body, f"{name} no longer holds {text!r}"
         patched.write_text(body.replace(text, replacement))
         srcs = [patched if s == original else s for s in srcs]
-    cmd = ["verilator", "--lint-only", "-Wall", "-Werror-USERERROR", f"-I{RTL_INCLUDE}",
-           "--top-module", row.module, *(f"-G{k}={v}" for k, v in row.params.items()),
-           str(VERILATOR_CONFIG), *map(str, srcs)]
+    cmd = lint_command(row.module, srcs, row.params, extra=["-Werror-USERERROR"])
     return subprocess.run(cmd, capture_output=True, text=True)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from nelssa.hw.sim.verilator import RTL_ROOT
+from nelssa.hw.sim.verilator import RTL_INCLUDE, RTL_ROOT
 
 CORE = RTL_ROOT / "core"
 
@@ -104,6 +105,17 @@ DDR5_STORE_CPP = Path(__file__).resolve().parent / "ddr5_store.cpp"
 
 VERILATOR_CONFIG = RTL_ROOT / "verilator.vlt"
 """Verilator configuration file: lint waivers (each with its reason) and build settings."""
+
+
+def lint_command(top: str, sources: Sequence[Path], params: Mapping[str, object] | None = None,
+                 defines: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
+    """Verilator's lint of ``top`` at ``params`` (``--lint-only -Wall`` with the waivers of
+    VERILATOR_CONFIG; ``defines`` as +define+, ``extra`` options more): scripts/lint_rtl.py's,
+    and the tests' that elaborate a module at parameters its checks refuse. Run it after
+    verilator.setup_environment()."""
+    return ["verilator", "--lint-only", "-Wall", *extra, f"-I{RTL_INCLUDE}", "--top-module", top,
+            *(f"-G{k}={v}" for k, v in (params or {}).items()), *(f"+define+{d}" for d in defines),
+            str(VERILATOR_CONFIG), *map(str, sources)]
 
 
 def unit_sources(top: str) -> list[Path]:

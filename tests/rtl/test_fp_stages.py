@@ -166,12 +166,11 @@ def test_pipe3_needs_two_registers(latency):
     2 at elaboration, naming it; 2 elaborates clean."""
     import subprocess
 
-    from nelssa.hw.sim.rtl_sources import VERILATOR_CONFIG
+    from nelssa.hw.sim.rtl_sources import lint_command
     from nelssa.hw.sim.verilator import setup_environment
 
     setup_environment()
-    proc = subprocess.run(["verilator", "--lint-only", "-Wall", "--top-module", "nelssa_pipe3",
-                           f"-GLatency={latency}", str(VERILATOR_CONFIG), *map(str, PACKAGES)],
+    proc = subprocess.run(lint_command("nelssa_pipe3", PACKAGES, {"Latency": latency}),
                           capture_output=True, text=True, timeout=120)
     if latency < 2:
         assert proc.returncode != 0
