@@ -1,9 +1,10 @@
 // log2(x) = e + log2(1.m), the table part with 30 fraction bits, summed exactly in fixed
 // point, rounded half up; log2(+-0) = -Inf, log2(x < 0) = NaN. Error: 2^-26 + half an ulp.
 // Latency 0: combinational; Latency L: the result of the inputs of cycle t at t + L. At 1 the
-// function followed by a register; from 2 on staged (nelssa_fp_pkg's log2_lin | table_poly |
-// log2_round, registers by nelssa_pipe3): 2 a register after the table's first step and one
-// after the rounding; 3 also one after the quadratic; each further one another output register.
+// function followed by a register; from 2 on staged (nelssa_fp_pkg's log2_arg | log2_poly |
+// log2_round, registers by nelssa_pipe3): 2 a register after x's fields and specials (the table
+// is read at the registered interval: a block RAM on an FPGA) and one after the rounding; 3
+// also one after the quadratic; each further one another output register.
 // The implementation is nelssa_fp_pkg, the model hw/model/fp.py log2.
 // en_i: the result is used (Latency cycles later). Hardware ignores it. A simulation built with
 // NELSSA_FP_GATED registers only then and outputs zero otherwise (en_i travels down the pipe
@@ -33,11 +34,11 @@ module nelssa_fp32_log2
 `endif
 
   if (Latency >= 2) begin : gen_staged
-    table_lin_t  lin_q;
+    table_arg_t  arg_q;
     table_poly_t poly_q;
 
     nelssa_pipe3 #(
-      .AWidth ($bits(table_lin_t)),
+      .AWidth ($bits(table_arg_t)),
       .BWidth ($bits(table_poly_t)),
       .Width  (32),
       .Latency(Latency)
@@ -45,9 +46,9 @@ module nelssa_fp32_log2
       .clk_i,
       .rst_ni,
       .en_i,
-      .a_d_i(log2_lin(x_i)),
-      .a_q_o(lin_q),
-      .b_d_i(table_poly(lin_q)),
+      .a_d_i(log2_arg(x_i)),
+      .a_q_o(arg_q),
+      .b_d_i(log2_poly(arg_q)),
       .b_q_o(poly_q),
       .d_i  (log2_round(poly_q)),
       .en_o (res_en),

@@ -1,9 +1,10 @@
 // 1/x = 2^-e / (1.m), the mantissa from a 128-interval piecewise quadratic, rounded half
 // up; 1/+-0 = +-Inf, 1/+-Inf = +-0, results below 2^-126 flush. Error bound: 0.9 ulp.
 // Latency 0: combinational; Latency L: the result of the inputs of cycle t at t + L. At 1 the
-// function followed by a register; from 2 on staged (nelssa_fp_pkg's recip_lin | table_poly |
-// recip_round, registers by nelssa_pipe3): 2 a register after the table's first step and one
-// after the rounding; 3 also one after the quadratic; each further one another output register.
+// function followed by a register; from 2 on staged (nelssa_fp_pkg's recip_arg | recip_poly |
+// recip_round, registers by nelssa_pipe3): 2 a register after x's fields and specials (the table
+// is read at the registered interval: a block RAM on an FPGA) and one after the rounding; 3
+// also one after the quadratic; each further one another output register.
 // The implementation is nelssa_fp_pkg, the model hw/model/fp.py recip.
 // en_i: the result is used (Latency cycles later). Hardware ignores it. A simulation built with
 // NELSSA_FP_GATED registers only then and outputs zero otherwise (en_i travels down the pipe
@@ -33,11 +34,11 @@ module nelssa_fp32_recip
 `endif
 
   if (Latency >= 2) begin : gen_staged
-    table_lin_t  lin_q;
+    table_arg_t  arg_q;
     table_poly_t poly_q;
 
     nelssa_pipe3 #(
-      .AWidth ($bits(table_lin_t)),
+      .AWidth ($bits(table_arg_t)),
       .BWidth ($bits(table_poly_t)),
       .Width  (32),
       .Latency(Latency)
@@ -45,9 +46,9 @@ module nelssa_fp32_recip
       .clk_i,
       .rst_ni,
       .en_i,
-      .a_d_i(recip_lin(x_i)),
-      .a_q_o(lin_q),
-      .b_d_i(table_poly(lin_q)),
+      .a_d_i(recip_arg(x_i)),
+      .a_q_o(arg_q),
+      .b_d_i(recip_poly(arg_q)),
       .b_q_o(poly_q),
       .d_i  (recip_round(poly_q)),
       .en_o (res_en),

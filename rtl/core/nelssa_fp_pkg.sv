@@ -318,33 +318,14 @@ package nelssa_fp_pkg;
     return (a_key >= b_key) ? a_daz : b_daz;
   endfunction
 
-  // Horner evaluation c0 + (c1 + c2*r)*r of a table quadratic; r in units of 2^-RF. In two
-  // steps (the staged log2 and reciprocal put a register between them): c1 + c2*r (quad_lin),
-  // then its product with r plus c0 (quad_fin).
-  typedef struct packed {
-    logic signed [51:0] p;   // c1 + c2*r
-    coef_t              c0;
-  } quad_lin_t;
-
-  function automatic quad_lin_t quad_lin(input quad_t c, input logic [16:0] r,
-                                         input int unsigned rf);
-    quad_lin_t h;
-    h.p  = ($signed({{19{c.c2[COEF_WIDTH-1]}}, c.c2}) * $signed({35'd0, r})) >>> rf;
-    h.p  = h.p + $signed({{19{c.c1[COEF_WIDTH-1]}}, c.c1});
-    h.c0 = c.c0;
-    return h;
-  endfunction
-
-  function automatic logic signed [51:0] quad_fin(input quad_lin_t h, input logic [16:0] r,
-                                                  input int unsigned rf);
-    logic signed [51:0] p;
-    p = (h.p * $signed({35'd0, r})) >>> rf;
-    return p + $signed({{19{h.c0[COEF_WIDTH-1]}}, h.c0});
-  endfunction
-
+  // Horner evaluation c0 + (c1 + c2*r)*r of a table quadratic; r in units of 2^-RF.
   function automatic logic signed [51:0] quad_eval(input quad_t c, input logic [16:0] r,
                                                    input int unsigned rf);
-    return quad_fin(quad_lin(c, r, rf), r, rf);
+    logic signed [51:0] p;
+    p = ($signed({{19{c.c2[COEF_WIDTH-1]}}, c.c2}) * $signed({35'd0, r})) >>> rf;
+    p = p + $signed({{19{c.c1[COEF_WIDTH-1]}}, c.c1});
+    p = (p * $signed({35'd0, r})) >>> rf;
+    return p + $signed({{19{c.c0[COEF_WIDTH-1]}}, c.c0});
   endfunction
 
   // 2^x: x = n + f (floor) on 24 fraction bits, 2^f from the table, rounded half up. In three
@@ -445,17 +426,17 @@ package nelssa_fp_pkg;
   endfunction
 
   // log2 and the reciprocal in three stages (nelssa_fp32_log2 and nelssa_fp32_recip put
-  // registers between them from Latency 2 on): x's interval's table entry and c1 + c2*r with
-  // the special results (log2_lin, recip_lin), the quadratic finished (table_poly), the result
-  // rounded (log2_round, recip_round). What passes between them:
+  // registers between them from Latency 2 on): x's fields and the special results (log2_arg,
+  // recip_arg), the table's quadratic (log2_poly, recip_poly: the table is read at x's interval
+  // from the first stage's register, which makes it a block RAM on an FPGA, as exp2's), the
+  // result rounded (log2_round, recip_round). What passes between them:
   typedef struct packed {
     logic        special;    // the result is special_r
     logic [31:0] special_r;
     logic        s;          // x's sign
     logic [7:0]  e;          // x's biased exponent
-    logic [15:0] r;          // x's mantissa within its table interval
-    quad_lin_t   h;
-  } table_lin_t;
+    logic [22:0] m;          // x's mantissa: its table interval (high bits) and the rest
+  } table_arg_t;
 
   typedef struct packed {
     logic               special;
@@ -465,39 +446,43 @@ package nelssa_fp_pkg;
     logic signed [51:0] y;   // the table's function of 1.m, COEF_FRAC fraction bits
   } table_poly_t;
 
-  // The first stage but for the special results: c, x's interval's table entry.
-  function automatic table_lin_t table_lin(input quad_t c, input logic [31:0] x);
-    table_lin_t l;
-    l.special = 1'b0;
-    l.special_r = '0;
-    l.s = x[31];
-    l.e = x[30:23];
-    l.r = x[15:0];
-    l.h = quad_lin(c, {1'b0, x[15:0]}, 23);
-    return l;
+  // The first stage but for the special results.
+  function automatic table_arg_t table_arg(input logic [31:0] x);
+    table_arg_t a;
+    a.special = 1'b0;
+    a.special_r = '0;
+    a.s = x[31];
+    a.e = x[30:23];
+    a.m = x[22:0];
+    return a;
   endfunction
 
-  function automatic table_poly_t table_poly(input table_lin_t l);
+  // The second stage, c the table's entry of a's interval.
+  function automatic table_poly_t table_poly(input quad_t c, input table_arg_t a);
     table_poly_t p;
-    p.special = l.special;
-    p.special_r = l.special_r;
-    p.s = l.s;
-    p.e = l.e;
-    p.y = quad_fin(l.h, {1'b0, l.r}, 23);
+    p.special = a.special;
+    p.special_r = a.special_r;
+    p.s = a.s;
+    p.e = a.e;
+    p.y = quad_eval(c, {1'b0, a.m[15:0]}, 23);
     return p;
   endfunction
 
   // log2(x) = e + log2(1.m), summed exactly in fixed point, then rounded to fp32.
-  function automatic table_lin_t log2_lin(input logic [31:0] x);
-    table_lin_t l;
-    l = table_lin(log2_coef(x[22:16]), x);
-    l.special = 1'b1;
-    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) l.special_r = CANON_NAN;
-    else if (x[31] && (x[30:23] != 8'd0)) l.special_r = CANON_NAN;
-    else if (x[30:23] == 8'hFF) l.special_r = POS_INF;
-    else if (x[30:23] == 8'd0) l.special_r = 32'hFF80_0000;
-    else l.special = 1'b0;
-    return l;
+  function automatic table_arg_t log2_arg(input logic [31:0] x);
+    table_arg_t a;
+    a = table_arg(x);
+    a.special = 1'b1;
+    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) a.special_r = CANON_NAN;
+    else if (x[31] && (x[30:23] != 8'd0)) a.special_r = CANON_NAN;
+    else if (x[30:23] == 8'hFF) a.special_r = POS_INF;
+    else if (x[30:23] == 8'd0) a.special_r = 32'hFF80_0000;
+    else a.special = 1'b0;
+    return a;
+  endfunction
+
+  function automatic table_poly_t log2_poly(input table_arg_t a);
+    return table_poly(log2_coef(a.m[22:16]), a);
   endfunction
 
   function automatic logic [31:0] log2_round(input table_poly_t p);
@@ -509,19 +494,23 @@ package nelssa_fp_pkg;
 
   function automatic logic [31:0] fp32_log2(input logic [31:0] x);
     /*verilator no_inline_task*/
-    return log2_round(table_poly(log2_lin(x)));
+    return log2_round(log2_poly(log2_arg(x)));
   endfunction
 
   // 1/x = 2^-e / (1.m), the mantissa from the table, rounded half up.
-  function automatic table_lin_t recip_lin(input logic [31:0] x);
-    table_lin_t l;
-    l = table_lin(recip_coef(x[22:16]), x);
-    l.special = 1'b1;
-    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) l.special_r = CANON_NAN;
-    else if (x[30:23] == 8'hFF) l.special_r = {x[31], 31'd0};
-    else if (x[30:23] == 8'd0) l.special_r = {x[31], 8'hFF, 23'd0};
-    else l.special = 1'b0;
-    return l;
+  function automatic table_arg_t recip_arg(input logic [31:0] x);
+    table_arg_t a;
+    a = table_arg(x);
+    a.special = 1'b1;
+    if ((x[30:23] == 8'hFF) && (x[22:0] != '0)) a.special_r = CANON_NAN;
+    else if (x[30:23] == 8'hFF) a.special_r = {x[31], 31'd0};
+    else if (x[30:23] == 8'd0) a.special_r = {x[31], 8'hFF, 23'd0};
+    else a.special = 1'b0;
+    return a;
+  endfunction
+
+  function automatic table_poly_t recip_poly(input table_arg_t a);
+    return table_poly(recip_coef(a.m[22:16]), a);
   endfunction
 
   function automatic logic [31:0] recip_round(input table_poly_t p);
@@ -540,6 +529,6 @@ package nelssa_fp_pkg;
 
   function automatic logic [31:0] fp32_recip(input logic [31:0] x);
     /*verilator no_inline_task*/
-    return recip_round(table_poly(recip_lin(x)));
+    return recip_round(recip_poly(recip_arg(x)));
   endfunction
 endpackage

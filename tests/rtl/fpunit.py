@@ -15,7 +15,7 @@ from nelssa.hw.sim.rtl_sources import FP_UNITS, FP_UNITS_TOP, PACKAGES
 
 UNITS_TOP = FP_UNITS_TOP.stem
 PIPE_LATENCY = {"bf16_mul": 1, "fp32_add": 3, "fp32_mul": 2, "fp32_exp2": 4, "fp32_log2": 5,
-                "fp32_recip": 4}
+                "fp32_recip": 2}
 """Latency of each pipelined instance in the units' build (given to it as parameters)."""
 PIPE_PARAMS = {"Bf16MulPipeLatency": PIPE_LATENCY["bf16_mul"],
                "AddPipeLatency": PIPE_LATENCY["fp32_add"],
