@@ -37,7 +37,7 @@ module nelssa_attn_unit
   input  logic              start_i,
   input  logic [DESC_BYTES*8-1:0] desc_i,        // the 64-byte descriptor, byte k in bits [8k+7:8k]
   input  logic [63:0]       region_lo_i,   // region base
-  input  logic [63:0]       region_hi_i,   // min(region limit, memory size)
+  input  logic [63:0]       region_hi_i,   // min(region limit, memory size): <= 2^AddrW
   input  logic [1:0][63:0]  ring_lo_i,     // the submission and completion rings' first
   input  logic [1:0][63:0]  ring_hi_i,     // bytes and ends: no output may overlap them
   output logic              busy_o,
@@ -208,28 +208,44 @@ module nelssa_attn_unit
   assign row_bytes = 32'(head_dim_q) * 2;
   assign q_lines = (32'(q_heads_q) * row_bytes) >> 6;
   assign id_lines = (32'(num_ids_q) * 4 + 63) >> 6;
+  // the descriptor's ids from line use_i_q on (StIds: use_i_q < id_lines <= 4096)
+  logic [16:0] ids_left;
+  assign ids_left = {1'b0, num_ids_q} - {1'b0, use_i_q[11:0], 4'd0};
 
   function automatic logic [31:0] kv_lines(logic [15:0] tokens, logic [31:0] row);
     return (32'(tokens) * row * 2) >> 6;
   endfunction
 
   // ---- static checks of the descriptor ----------------------------------------------------------
-  // a span inside [lo, hi), with no sum that could wrap 64 bits (an address a few KB below
-  // 2^64 would otherwise pass `addr + len > hi`)
+  // The checks' arithmetic is SW bits wide: hi <= 2^AddrW < 2^SW (region_hi_i's contract), so
+  // a base, length or lo with a bit at or above SW lies beyond hi, and below that every sum
+  // and comparison is exact (what 64 bits would give, at two thirds of the logic).
+  localparam int unsigned SW = (AddrW < 64) ? AddrW + 1 : 64;
+  function automatic logic beyond(logic [63:0] v);  // v >= 2^SW
+    return (v >> SW) != '0;
+  endfunction
+
+  // a span inside [lo, hi), with no sum that could wrap (an address a few KB below 2^64 would
+  // otherwise pass `addr + len > hi`)
   function automatic logic span_inside(logic [63:0] base, logic [63:0] len, logic [63:0] lo,
-                                       logic [63:0] hi);
-    return base >= lo && base <= hi && len <= hi - base;
+                                       logic [SW-1:0] h);
+    logic [SW-1:0] b;
+    b = base[SW-1:0];
+    if (beyond(base) || beyond(len) || beyond(lo)) return 1'b0;
+    return b >= lo[SW-1:0] && b <= h && len[SW-1:0] <= h - b;
   endfunction
 
   logic [7:0] static_status;
   logic       out_on_ring;
+  logic [SW-1:0] out_end;
   logic [63:0] d_q, d_dir, d_ids, d_out;
   logic [15:0] d_hd, d_nids;
   logic [7:0]  d_qh;
   logic [31:0] d_ncl;
 
   always_comb begin
-    automatic logic [63:0] q_len, dir_len, ids_len, out_len, lo, hi;
+    automatic logic [63:0] q_len, dir_len, ids_len, out_len, lo;
+    automatic logic [SW-1:0] hi;
     d_hd = field(desc_i, DESC_HEAD_DIM_OFF, DESC_HEAD_DIM_BYTES)[15:0];
     d_qh = field(desc_i, DESC_Q_HEADS_OFF, DESC_Q_HEADS_BYTES)[7:0];
     d_nids = field(desc_i, DESC_NUM_IDS_OFF, DESC_NUM_IDS_BYTES)[15:0];
@@ -243,12 +259,14 @@ module nelssa_attn_unit
     ids_len = 64'(d_nids) * 4;
     out_len = 64'(d_qh) * 64'(d_hd) * 4 + ((64'(d_qh) * 4 + 63) & ~64'd63);
     lo = region_lo_i;
-    hi = region_hi_i;
-    // (only looked at once the output lies in the region, where its end cannot wrap)
+    hi = region_hi_i[SW-1:0];
+    // (only looked at once the output lies in the region: below hi, its end too)
+    out_end = d_out[SW-1:0] + out_len[SW-1:0];
     out_on_ring = 1'b0;
     // verilator unroll_full
     for (int r = 0; r < 2; r++) begin
-      if (d_out < ring_hi_i[r] && ring_lo_i[r] < d_out + out_len) out_on_ring = 1'b1;
+      if ((beyond(ring_hi_i[r]) || d_out[SW-1:0] < ring_hi_i[r][SW-1:0]) &&
+          !beyond(ring_lo_i[r]) && ring_lo_i[r][SW-1:0] < out_end) out_on_ring = 1'b1;
     end
     static_status = 8'(DESC_OK);
     if (field(desc_i, DESC_OPCODE_OFF, DESC_OPCODE_BYTES)[7:0] != 8'(OP_ATTN))
@@ -417,9 +435,9 @@ module nelssa_attn_unit
           if (rd_out_valid) begin
             // (the line is stored by the buffers' block: words past num_ids are never read)
             // verilator unroll_full
+            // (id use_i_q * 16 + k is one of the descriptor's while k < ids_left)
             for (int k = 0; k < 16; k++) begin
-              automatic int unsigned j = use_i_q * 16 + k;
-              if (j < 32'(num_ids_q) && rd_out_data[32*k +: 32] >= num_clusters_q) begin
+              if (17'(k) < ids_left && rd_out_data[32*k +: 32] >= num_clusters_q) begin
                 id_bad_q <= 1'b1;
               end
             end
@@ -446,7 +464,7 @@ module nelssa_attn_unit
               if (tok == 0 || 32'(tok) > MaxClusterTokens) len_bad_q <= 1'b1;
               if (first_fail_q == 0) begin
                 if (kv[5:0] != 0) first_fail_q <= 8'(DESC_ERR_ALIGN);
-                else if (!span_inside(kv, len, lo_q, hi_q)) first_fail_q <= 8'(DESC_ERR_REGION);
+                else if (!span_inside(kv, len, lo_q, hi_q[SW-1:0])) first_fail_q <= 8'(DESC_ERR_REGION);
               end
               use_j_q <= use_j_q + 1;
               if (use_j_q + 1 == 32'(num_ids_q)) begin
@@ -493,6 +511,11 @@ module nelssa_attn_unit
   // the writes go inside the region, clear of both rings
   `NELSSA_ASSERT_NEVER(StartWhileBusy, start_i && busy_o)
   `NELSSA_ASSERT_NEVER(CplUnasked, mem_cpl_i && cpls_q >= writes_q)
+  // the checks' width (SW) relies on the region's end within the address space, and the ids'
+  // count on the lines of ids a descriptor has
+  `NELSSA_ASSERT_NEVER(RegionBeyondAddr, start_i && AddrW < 64 &&
+                                         region_hi_i > (64'd1 << (AddrW % 64)))
+  `NELSSA_ASSERT_NEVER(IdLinesBeyond, state_q == StIds && use_i_q >= 32'd4096)
   `NELSSA_ASSERT(WriteInRegion, !(mem_valid_o && mem_o.write) ||
                                 (mem_o.addr >= lo_q && mem_o.addr + 64'(LINE_BYTES) <= hi_q))
 

@@ -107,9 +107,9 @@ module nelssa_cmdq
   end
 
   // ---- memory port -----------------------------------------------------------------------------
-  logic [63:0] cq_addr;
+  logic [57:0] cq_line;  // the line of the completion record
   logic [8*COMPLETION_BYTES-1:0] cpl_entry;
-  assign cq_addr = cq_base_i + 64'(cq_tail_q) * COMPLETION_BYTES;
+  assign cq_line = 58'((cq_base_i + 64'(cq_tail_q) * COMPLETION_BYTES) >> 6);
   // the completion record (driver/formats.COMPLETION), field by field at its generated offset
   always_comb begin
     cpl_entry = '0;
@@ -120,11 +120,15 @@ module nelssa_cmdq
   end
   assign mem_valid_o = state_q == StRead || state_q == StWrite;
   logic [AddrW-1:0] mem_addr;
-  assign mem_addr = (state_q == StWrite) ? AddrW'({cq_addr[63:6], 6'b0})
+  assign mem_addr = (state_q == StWrite) ? AddrW'({cq_line, 6'b0})
                                          : AddrW'(sq_base_i + 64'(sq_head_q) * DESC_BYTES);
+  // the record's place in its line: the ring is line aligned (RingsAligned), so that is the
+  // tail's low bits (a shift among 4 places, not 64)
+  logic [5:0] cq_off;
+  assign cq_off = 6'(cq_tail_q[1:0]) * 6'(COMPLETION_BYTES);
   assign mem_o = '{write: state_q == StWrite, addr: 64'(mem_addr), tag: '0,
-                   wdata: 512'(cpl_entry) << (8 * cq_addr[5:0]),
-                   wstrb: 64'({COMPLETION_BYTES{1'b1}}) << cq_addr[5:0]};
+                   wdata: 512'(cpl_entry) << (8 * cq_off),
+                   wstrb: 64'({COMPLETION_BYTES{1'b1}}) << cq_off};
 
   assign unit_desc_o = rd_data_i;
   assign unit_lo_o = region_base_i;
@@ -155,6 +159,7 @@ module nelssa_cmdq
   // the registers' side: enabled rings lie inside the region and memory and hold still
   `NELSSA_ASSERT(RingsInRegion, !enable_i || (sq_base_i >= region_base_i && sq_end <= unit_hi_o &&
                                               cq_base_i >= region_base_i && cq_end <= unit_hi_o))
+  `NELSSA_ASSERT(RingsAligned, !enable_i || (sq_base_i[5:0] == '0 && cq_base_i[5:0] == '0))
   `NELSSA_ASSERT(RingsStill, !(enable_i && $past(enable_i)) ||
                              $stable({sq_base_i, sq_size_i, cq_base_i, cq_size_i, region_base_i,
                                       region_limit_i}))

@@ -173,10 +173,33 @@ async def breaks_read_data_unasked(dut):
     await pulse(dut, "rd_valid_i")
 
 
+@cocotb.test()
+async def breaks_region_beyond_addr(dut):
+    """A descriptor started with its region's end beyond the address space (2^AddrW), where
+    the checks' AddrW + 1 bits would not hold it."""
+    await clock_and_reset(dut, INPUTS)
+    dut.region_hi_i.value = (1 << int(dut.AddrW.value)) + 64
+    dut.desc_i.value = _descriptor()
+    await pulse(dut, "start_i")
+
+
+@cocotb.test()
+async def breaks_id_lines_beyond(dut):
+    """The ids' line counter forced past the 4,096 lines of 65,534 ids while the unit reads
+    them (its count of a line's ids takes 12 bits of it)."""
+    await start_descriptor(dut)
+    await wait_for(dut, "rd_valid_i", 2000)
+    await RisingEdge(dut.clk_i)
+    dut.use_i_q.value = Force(4096)
+    await wait_cycles(dut, 2)
+
+
 FIRES = [("breaks_start_while_busy", {"StartWhileBusy"}),
          ("breaks_completion_unasked", {"CplUnasked"}),
          ("breaks_read_data_unasked", {"ReadNotInFlight"}),
-         ("breaks_tokens_read_ahead", {"TokensReadAhead"})]
+         ("breaks_tokens_read_ahead", {"TokensReadAhead"}),
+         ("breaks_region_beyond_addr", {"RegionBeyondAddr"}),
+         ("breaks_id_lines_beyond", {"IdLinesBeyond"})]
 
 
 def _run(test_filter: str, fired: set[str] | None = None) -> None:

@@ -35,6 +35,15 @@ async def breaks_ring_outside_region(dut):
 
 
 @cocotb.test()
+async def breaks_ring_unaligned(dut):
+    """Enabled with its completion ring off a line boundary (its records' places in a line are
+    taken from the tail alone)."""
+    await rings(dut, cq_base=0x2010)
+    dut.enable_i.value = 1
+    await wait_cycles(dut, 3)
+
+
+@cocotb.test()
 async def breaks_ring_moved_while_enabled(dut):
     """The completion ring moves (inside the region) while the queue is enabled."""
     await rings(dut)
@@ -66,6 +75,7 @@ async def breaks_unit_done_unstarted(dut):
 
 
 FIRES = [("breaks_ring_outside_region", {"RingsInRegion"}),
+         ("breaks_ring_unaligned", {"RingsAligned"}),
          ("breaks_ring_moved_while_enabled", {"RingsStill"}),
          ("breaks_data_not_asked_for", {"ReadDataAsked"}),
          ("breaks_completion_not_asked_for", {"WriteCplAsked"}),
