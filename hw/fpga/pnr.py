@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nelssa.hw.fpga.loops import logic_loops
 from nelssa.hw.sim.rtl_sources import CXL_MEM_SLAVE, ENGINE, FPGA_TOP, REGS
 from nelssa.hw.sim.synth_blocks import DEV_PKG, FIFO, SMALLEST_ENGINE, TOP, Block
 from nelssa.hw.sim.verilator import RTL_ROOT
@@ -323,6 +324,11 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
     mod = stat.get("\\" + WRAPPER) or next(iter(stat.values()))
     res.cells = dict(sorted(mod["num_cells_by_type"].items()))
     luts, mults = lut4_count(res.cells), res.cells.get("MULT18X18D", 0)
+    loops = logic_loops(json.loads((work / "netlist.json").read_text()), WRAPPER)
+    if loops:
+        res.note = (f"the netlist has {len(loops)} combinational loop(s), the first through "
+                    f"{len(loops[0])} cells such as {sorted(loops[0])[0]}; not placed")
+        return res
     if luts > fit_luts or mults > fit_mults:
         res.note = (f"does not fit: synthesis needs {luts:,} LUT4 and {mults} multipliers, the "
                     f"part has {fit_luts:,} and {fit_mults}; not placed")

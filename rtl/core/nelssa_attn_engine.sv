@@ -421,7 +421,12 @@ module nelssa_attn_engine
       StDrain:  kv_ready_o = !last_seen_q;
       default:  kv_ready_o = 1'b0;
     endcase
+  end
 
+  // (a block of its own: the next state reads the handshakes above through kv_fire and
+  // clu_take, and one block writing both reads to yosys-slang as a loop through its muxes,
+  // which synthesis kept into the netlist)
+  always_comb begin
     state_d  = state_q;
     status_d = status_q;
     unique case (state_q)
