@@ -10,6 +10,7 @@ netlists hold it. A top of ``n`` units is the top at one unit plus ``n - 1`` uni
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -56,8 +57,12 @@ def _cells(t: Target, work: Path, res: Result, boxes: tuple[str, ...]) -> dict[s
               f"hierarchy -check -top {t.module}", f"synth_ecp5 -top {t.module}",
               f"tee -q -o {OUT}/stat.json stat -json"]
     text = "\n".join(script) + "\n"
+    # the script and its sources' contents (the script names them only)
+    key = hashlib.sha256(text.encode() + b"".join(f.read_bytes() for f in t.files)).hexdigest()
     ys, stat_file, cpu_file = work / "synth.ys", work / "stat.json", work / "cpu_s.txt"
-    if ys.exists() and ys.read_text() == text and stat_file.exists() and cpu_file.exists():
+    key_file = work / "key.txt"
+    if (ys.exists() and key_file.exists() and key_file.read_text().strip() == key
+            and stat_file.exists() and cpu_file.exists()):
         # the same script on the same sources ran to its end before: its result, its CPU
         res.steps.append(Step(f"{t.name} (synth_ecp5, earlier run)", float(cpu_file.read_text()),
                               0.0))
@@ -70,6 +75,7 @@ def _cells(t: Target, work: Path, res: Result, boxes: tuple[str, ...]) -> dict[s
         if proc.returncode != 0:
             raise RuntimeError(f"{t.name}: " + (proc.stdout + proc.stderr)[-400:])
         cpu_file.write_text(f"{res.steps[-1].cpu_s:.1f}\n")
+        key_file.write_text(key + "\n")
     stat = json.loads(stat_file.read_text())["modules"]
     top = next(v for k, v in stat.items() if k.lstrip("\\") == t.module)
     return top["num_cells_by_type"]
