@@ -300,3 +300,33 @@ def test_a_board_with_bad_lanes_is_refused_naming_the_field(tmp_path):
         f.write_text(json.dumps({"boards": {"x": {**_u250(), "compute_lanes": bad}}}))
         with pytest.raises(HardwareError, match=r"'x': compute_lanes must be one of \(1, 2, 4"):
             HardwareCatalog.load(f)
+
+
+def test_critical_path_in_words(tmp_path):
+    """nextpnr_report.critical_path: the clock's own path (not the pins' async ones), its delay
+    split into cells and routing, the cell types it passes (a carry half-cell by its cell) and
+    the flip-flop it ends at without the wrapper's prefix and yosys' suffix."""
+    from nelssa.hw.fpga.nextpnr_report import critical_path
+
+    clk = "posedge clk"
+    def step(kind, delay, cell):
+        return {"type": kind, "delay": delay, "from": {"cell": "x"}, "to": {"cell": cell}}
+    path = [{"type": "clk-to-q", "delay": 1.0, "from": {"cell": "ram"}, "to": {"cell": "ram"}},
+            step("routing", 2.0, "mul"), step("logic", 3.0, "mul"),
+            step("routing", 0.5, "add$CCU2_COMB0"), step("logic", 0.25, "add$CCU2_COMB0"),
+            step("routing", 0.5, "u_target.u_out.q_TRELLIS_FF_Q_3"),
+            step("setup", 0.25, "u_target.u_out.q_TRELLIS_FF_Q_3")]
+    report = {"critical_paths": [
+        {"from": "<async>", "to": clk, "path": [step("routing", 9.0, "pin")]},
+        {"from": clk, "to": clk, "path": path}]}
+    netlist = {"modules": {"top": {"cells": {
+        "ram": {"type": "DP16KD"}, "mul": {"type": "MULT18X18D"}, "add": {"type": "CCU2C"},
+        "u_target.u_out.q_TRELLIS_FF_Q_3": {"type": "TRELLIS_FF"}}}}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    (tmp_path / "netlist.json").write_text(json.dumps(netlist))
+    text = critical_path(tmp_path)
+    assert text.startswith("7.5 ns (4.5 in cells, 3.0 in routing) from a DP16KD through cells "
+                           "(1 MULT18X18D, 1 CCU2C;")
+    assert "to the flip-flops of `u_out.q`" in text
+    (tmp_path / "report.json").unlink()
+    assert critical_path(tmp_path) == ""

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nelssa.hw.fpga.loops import logic_loops
+from nelssa.hw.fpga.nextpnr_report import critical_path
 from nelssa.hw.sim.rtl_sources import CXL_MEM_SLAVE, ENGINE, FPGA_TOP, REGS
 from nelssa.hw.sim.synth_blocks import DEV_PKG, FIFO, SMALLEST_ENGINE, TOP, Block
 from nelssa.hw.sim.verilator import RTL_ROOT
@@ -513,6 +514,9 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
                              f"{s.name} {s.cpu_s:.0f} s CPU"
                              + (f" ({s.wall_s:.0f} s wall)" if s.wall_s else "")
                              for s in r.steps))
+            path = critical_path(r.bitstream.parent) if r.bitstream else ""
+            if path:
+                lines.append(f"- {r.target.name}, its critical path: {path}")
     if counted is not None:
         rows = [f"| {u} | {v['n']} | {v['lut4']:,} | {v['mult']} | {v['n'] * v['lut4']:,} | "
                 f"{v['n'] * v['mult']} |" for u, v in counted["units"].items()]
