@@ -514,9 +514,9 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
                              f"{s.name} {s.cpu_s:.0f} s CPU"
                              + (f" ({s.wall_s:.0f} s wall)" if s.wall_s else "")
                              for s in r.steps))
-            path = critical_path(r.bitstream.parent) if r.bitstream else ""
-            if path:
-                lines.append(f"- {r.target.name}, its critical path: {path}")
+            crit = critical_path(r.bitstream.parent) if r.bitstream else ""
+            if crit:
+                lines.append(f"- {r.target.name}, its critical path: {crit}")
     if counted is not None:
         rows = [f"| {u} | {v['n']} | {v['lut4']:,} | {v['mult']} | {v['n'] * v['lut4']:,} | "
                 f"{v['n'] * v['mult']} |" for u, v in counted["units"].items()]
