@@ -330,3 +330,33 @@ def test_critical_path_in_words(tmp_path):
     assert "to the flip-flops of `u_out.q`" in text
     (tmp_path / "report.json").unlink()
     assert critical_path(tmp_path) == ""
+
+
+def test_lanes_model_cache_follows_its_sources(tmp_path, monkeypatch):
+    """lanes_model._cells reuses a unit's synthesis only while its script and its sources'
+    contents are the same: a source changed is synthesized again (the script names the files,
+    not what they hold)."""
+    import subprocess
+
+    from nelssa.hw.fpga import lanes_model
+
+    src = tmp_path / "u.sv"
+    src.write_text("module u; endmodule\n")
+    t = pnr.Target("u", "u", [src], {})
+    runs = []
+
+    def synthesize(step, argv, cwd, res, env=None, timeout_s=3600):
+        runs.append(step)
+        cells = {"modules": {"\\u": {"num_cells_by_type": {"LUT4": len(runs)}}}}
+        (cwd / "stat.json").write_text(json.dumps(cells))
+        res.steps.append(pnr.Step(step, 1.0, 1.0))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(lanes_model, "_run", synthesize)
+    monkeypatch.setattr(lanes_model, "_read", lambda t, extra: "read_slang " + " ".join(extra))
+    work = tmp_path / "work"
+    assert lanes_model._cells(t, work, pnr.Result(t), ()) == {"LUT4": 1}
+    assert lanes_model._cells(t, work, pnr.Result(t), ()) == {"LUT4": 1}  # reused
+    src.write_text("module u; logic w; endmodule\n")
+    assert lanes_model._cells(t, work, pnr.Result(t), ()) == {"LUT4": 2}
+    assert len(runs) == 2
