@@ -99,3 +99,15 @@ def test_the_check_maps_to_the_family_and_rejects_what_does_not_synthesize(tmp_p
     bad = _check_flow(tmp_path, "delayed", broken)
     assert bad.returncode == 1
     assert "timing control" in bad.stderr and "delayed.sv:5" in bad.stderr, bad.stderr
+
+
+def test_the_check_rejects_a_combinational_loop(tmp_path):
+    """A loop of gates after the mapping (`scc -expect 0`): refused, the loop's count named;
+    the same logic without the loop maps."""
+    looped = ("module looped(input logic a, b, c, output logic y);\n  logic x;\n"
+              "  assign x = b ? y : a;\n  assign y = x & c;\nendmodule\n")
+    bad = _check_flow(tmp_path, "looped", looped)
+    assert bad.returncode == 1
+    assert "Found 1 SCCs but expected 0" in bad.stderr, bad.stderr
+    ok = _check_flow(tmp_path, "open", looped.replace("looped", "open").replace("? y", "? c"))
+    assert ok.returncode == 0, ok.stderr
